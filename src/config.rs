@@ -1,0 +1,424 @@
+//! Configuration: `agent.json` plus `PICOGENT_*` environment overrides, loaded once at start-up
+//! and passed down. Secrets are never in the file: the file names the environment variable that
+//! holds each one (`tracker.token_env`, `llm.api_key_env`).
+//!
+//! Every struct refuses unknown fields, so a misspelt key is an error that names it, not a setting
+//! silently ignored.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::retry::RetryConfig;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The agent's member slug on the tracker; it is who the agent acts as and what `@slug` means.
+    pub slug: String,
+    /// The agent's display name, used in the system prompt.
+    pub name: String,
+    /// What the agent is good at, told to the model in the system prompt.
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+    /// Which chat messages start a run.
+    #[serde(default)]
+    pub chat_listen: ChatListen,
+    /// Which task events start a run.
+    #[serde(default)]
+    pub task_listen: TaskListen,
+    /// Other agent members whose messages the agent may answer (all other bots are ignored).
+    #[serde(default)]
+    pub allowed_bots: Vec<String>,
+    pub tracker: TrackerConfig,
+    pub llm: LlmConfig,
+    #[serde(default)]
+    pub limits: Limits,
+    #[serde(default)]
+    pub tools: ToolsConfig,
+    #[serde(default)]
+    pub state: StateConfig,
+    #[serde(default)]
+    pub http: HttpConfig,
+    /// The folder holding `system.md`, `task_assigned.md` and `message_new.md`; relative paths
+    /// are taken from the config file's folder.
+    #[serde(default = "default_prompts_dir")]
+    pub prompts_dir: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChatListen {
+    /// Only messages that mention the agent (or reply to it).
+    #[default]
+    Mentions,
+    /// Every chat message the agent receives.
+    All,
+    /// Never answer chat.
+    None,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskListen {
+    /// Work every task assigned to the agent.
+    #[default]
+    Assigned,
+    /// Ignore assignments.
+    None,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrackerConfig {
+    /// The tracker's base URL, e.g. `http://127.0.0.1:8700`.
+    pub url: String,
+    /// The path prefix of the REST API and the event stream.
+    #[serde(default = "default_api_prefix")]
+    pub api_prefix: String,
+    /// The environment variable holding the agent's bearer token.
+    #[serde(default = "default_token_env")]
+    pub token_env: String,
+    /// Timeout of one HTTP request, in milliseconds.
+    #[serde(default = "default_tracker_timeout_ms")]
+    pub timeout_ms: u64,
+    #[serde(default)]
+    pub retry: RetryConfig,
+}
+
+impl TrackerConfig {
+    /// `{url}{api_prefix}` without a trailing slash.
+    pub fn api_base(&self) -> String {
+        format!("{}{}", self.url.trim_end_matches('/'), self.api_prefix.trim_end_matches('/'))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmConfig {
+    /// An OpenAI-compatible base URL ending in `/v1`.
+    pub base_url: String,
+    pub model: String,
+    /// The environment variable holding the API key; absent for local servers that need none.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    #[serde(default)]
+    pub temperature: Option<f32>,
+    #[serde(default)]
+    pub max_output_tokens: Option<u32>,
+    /// Timeout of one model request, in milliseconds.
+    #[serde(default = "default_llm_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Let the model ask for several tool calls in one turn.
+    #[serde(default = "default_true")]
+    pub parallel_tool_calls: bool,
+    #[serde(default)]
+    pub retry: RetryConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Model turns in one run.
+    pub max_turns: u32,
+    /// Tool calls in one run.
+    pub max_tool_calls: u32,
+    /// Prompt + completion tokens in one run.
+    pub max_tokens_per_run: u64,
+    /// Wall-clock time of one run, in milliseconds.
+    pub run_timeout_ms: u64,
+    /// Prompt + completion tokens across all runs in one UTC day.
+    pub max_tokens_per_day: u64,
+    /// Replies the agent may post in one thread in an hour: the loop guard.
+    pub max_replies_per_thread_per_hour: u32,
+    /// Runs in flight at once.
+    pub max_concurrent_runs: u32,
+    /// Tool result text sent to the model is cut at this many bytes.
+    pub max_tool_result_bytes: usize,
+    /// On SIGINT/SIGTERM, how long running runs may take to finish.
+    pub shutdown_grace_ms: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_turns: 12,
+            max_tool_calls: 40,
+            max_tokens_per_run: 60_000,
+            run_timeout_ms: 300_000,
+            max_tokens_per_day: 2_000_000,
+            max_replies_per_thread_per_hour: 6,
+            max_concurrent_runs: 4,
+            max_tool_result_bytes: 8 * 1024,
+            shutdown_grace_ms: 30_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ToolsConfig {
+    /// Tool names or globs (`*`, `?`) offered; empty means all.
+    pub allowed: Vec<String>,
+    /// Tool names or globs never offered; wins over `allowed`.
+    pub disallowed: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StateConfig {
+    /// The agent's SQLite database: processed events, sessions, runs.
+    pub path: PathBuf,
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        StateConfig { path: PathBuf::from("./picogent.db") }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Where `picogent run` serves `/healthz`, `/readyz` and `/metrics`.
+    pub listen: String,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig { listen: "127.0.0.1:9464".to_string() }
+    }
+}
+
+fn default_prompts_dir() -> PathBuf {
+    PathBuf::from("prompts")
+}
+fn default_api_prefix() -> String {
+    "/api".to_string()
+}
+fn default_token_env() -> String {
+    "TEAMBOARD_TOKEN".to_string()
+}
+fn default_tracker_timeout_ms() -> u64 {
+    10_000
+}
+fn default_llm_timeout_ms() -> u64 {
+    120_000
+}
+fn default_true() -> bool {
+    true
+}
+
+/// Why a configuration could not be loaded. Each says which file and, where it can, which field.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file {path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+    #[error("config file {path}: field `{field}`: {message}")]
+    Field { path: PathBuf, field: String, message: String },
+}
+
+/// The environment prefix of overrides: `PICOGENT_TRACKER__URL` sets `tracker.url`.
+pub const ENV_PREFIX: &str = "PICOGENT";
+
+impl Config {
+    /// Loads `path`, then applies `PICOGENT_*` overrides from the process environment.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        Config::load_with_env(path, std::env::vars())
+    }
+
+    /// Loads `path` with the overrides taken from `vars` instead of the process environment.
+    pub fn load_with_env(path: &Path, vars: impl IntoIterator<Item = (String, String)>) -> Result<Config, ConfigError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        let overrides: config::Map<String, String> =
+            vars.into_iter().filter(|(key, _)| key.starts_with(&format!("{ENV_PREFIX}_"))).collect();
+        let built = config::Config::builder()
+            .add_source(config::File::from_str(&text, config::FileFormat::Json))
+            .add_source(
+                config::Environment::with_prefix(ENV_PREFIX)
+                    .prefix_separator("_")
+                    .separator("__")
+                    .try_parsing(true)
+                    .list_separator(",")
+                    .with_list_parse_key("capabilities")
+                    .with_list_parse_key("allowed_bots")
+                    .with_list_parse_key("tools.allowed")
+                    .with_list_parse_key("tools.disallowed")
+                    .source(Some(overrides)),
+            )
+            .build()
+            .map_err(|e| ConfigError::Invalid { path: path.to_path_buf(), message: e.to_string() })?;
+        let mut config: Config = built
+            .try_deserialize()
+            .map_err(|e| ConfigError::Invalid { path: path.to_path_buf(), message: describe(&e) })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        if config.prompts_dir.is_relative() {
+            config.prompts_dir = base.join(&config.prompts_dir);
+        }
+        config.validate(path)?;
+        Ok(config)
+    }
+
+    /// Checks what types alone cannot: values in range, URLs that parse, names that are sane.
+    pub fn validate(&self, path: &Path) -> Result<(), ConfigError> {
+        let field = |field: &str, message: &str| ConfigError::Field {
+            path: path.to_path_buf(),
+            field: field.to_string(),
+            message: message.to_string(),
+        };
+        let slug_ok = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !slug_ok(&self.slug) {
+            return Err(field("slug", "expected a member slug: letters, digits, '-' or '_'"));
+        }
+        if self.name.trim().is_empty() {
+            return Err(field("name", "expected a non-empty display name"));
+        }
+        for (name, url) in [("tracker.url", &self.tracker.url), ("llm.base_url", &self.llm.base_url)] {
+            if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < 8 {
+                return Err(field(name, &format!("expected an http:// or https:// URL, got {url:?}")));
+            }
+        }
+        if !self.tracker.api_prefix.is_empty() && !self.tracker.api_prefix.starts_with('/') {
+            return Err(field("tracker.api_prefix", "expected a path starting with '/', or empty"));
+        }
+        if self.tracker.token_env.trim().is_empty() {
+            return Err(field("tracker.token_env", "expected the name of an environment variable"));
+        }
+        if self.llm.model.trim().is_empty() {
+            return Err(field("llm.model", "expected a model name"));
+        }
+        if let Some(t) = self.llm.temperature {
+            if !(0.0..=2.0).contains(&t) {
+                return Err(field("llm.temperature", "expected a number from 0 to 2"));
+            }
+        }
+        let positive = [
+            ("tracker.timeout_ms", self.tracker.timeout_ms),
+            ("llm.timeout_ms", self.llm.timeout_ms),
+            ("limits.max_turns", self.limits.max_turns as u64),
+            ("limits.max_tool_calls", self.limits.max_tool_calls as u64),
+            ("limits.max_tokens_per_run", self.limits.max_tokens_per_run),
+            ("limits.run_timeout_ms", self.limits.run_timeout_ms),
+            ("limits.max_tokens_per_day", self.limits.max_tokens_per_day),
+            ("limits.max_concurrent_runs", self.limits.max_concurrent_runs as u64),
+            ("limits.max_tool_result_bytes", self.limits.max_tool_result_bytes as u64),
+            ("tracker.retry.max_attempts", self.tracker.retry.max_attempts as u64),
+            ("llm.retry.max_attempts", self.llm.retry.max_attempts as u64),
+        ];
+        for (name, value) in positive {
+            if value == 0 {
+                return Err(field(name, "expected a number greater than 0"));
+            }
+        }
+        if self.http.listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(field("http.listen", "expected an address like 127.0.0.1:9464"));
+        }
+        Ok(())
+    }
+}
+
+/// Rewrites a `config` deserialization error into "field `x`: what was wrong" where it can.
+fn describe(error: &config::ConfigError) -> String {
+    match error {
+        config::ConfigError::Type { origin: _, unexpected, expected, key } => match key {
+            Some(key) => format!("field `{key}`: expected {expected}, got {unexpected}"),
+            None => format!("expected {expected}, got {unexpected}"),
+        },
+        config::ConfigError::At { error, origin: _, key } => match key {
+            Some(key) => format!("field `{key}`: {}", describe(error)),
+            None => describe(error),
+        },
+        config::ConfigError::Message(message) => message.clone(),
+        config::ConfigError::NotFound(key) => format!("field `{key}` is required but missing"),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, text: &str) -> PathBuf {
+        let path = dir.join("agent.json");
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    const MINIMAL: &str = r#"{
+        "slug": "picogent", "name": "Picogent",
+        "tracker": {"url": "http://127.0.0.1:8700"},
+        "llm": {"base_url": "http://127.0.0.1:8790/v1", "model": "offline-planner"}
+    }"#;
+
+    #[test]
+    fn loads_a_minimal_file_with_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::load_with_env(&write(dir.path(), MINIMAL), []).unwrap();
+        assert_eq!(config.slug, "picogent");
+        assert_eq!(config.limits.max_turns, 12);
+        assert_eq!(config.tracker.api_base(), "http://127.0.0.1:8700/api");
+        assert_eq!(config.chat_listen, ChatListen::Mentions);
+        assert_eq!(config.prompts_dir, dir.path().join("prompts"));
+    }
+
+    #[test]
+    fn environment_overrides_nested_fields() {
+        let dir = tempfile::tempdir().unwrap();
+        let vars = [
+            ("PICOGENT_LIMITS__MAX_TURNS".to_string(), "3".to_string()),
+            ("PICOGENT_TRACKER__URL".to_string(), "http://10.0.0.1:9".to_string()),
+            ("OTHER".to_string(), "x".to_string()),
+        ];
+        let config = Config::load_with_env(&write(dir.path(), MINIMAL), vars).unwrap();
+        assert_eq!(config.limits.max_turns, 3);
+        assert_eq!(config.tracker.url, "http://10.0.0.1:9");
+    }
+
+    #[test]
+    fn unknown_field_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = MINIMAL.replace("\"name\"", "\"nmae\": 1, \"name\"");
+        let error = Config::load_with_env(&write(dir.path(), &text), []).unwrap_err().to_string();
+        assert!(error.contains("nmae"), "{error}");
+        assert!(error.contains("agent.json"), "{error}");
+    }
+
+    #[test]
+    fn wrong_type_names_field_and_expectation() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = MINIMAL.replace("\"slug\"", "\"limits\": {\"max_turns\": \"many\"}, \"slug\"");
+        let error = Config::load_with_env(&write(dir.path(), &text), []).unwrap_err().to_string();
+        assert!(error.contains("max_turns"), "{error}");
+    }
+
+    #[test]
+    fn bad_value_names_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = MINIMAL.replace("http://127.0.0.1:8700", "ftp://x");
+        let error = Config::load_with_env(&write(dir.path(), &text), []).unwrap_err().to_string();
+        assert!(error.contains("tracker.url"), "{error}");
+    }
+
+    #[test]
+    fn bad_enum_value_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = MINIMAL.replace("\"slug\"", "\"chat_listen\": \"sometimes\", \"slug\"");
+        let error = Config::load_with_env(&write(dir.path(), &text), []).unwrap_err().to_string();
+        assert!(error.contains("sometimes"), "{error}");
+    }
+
+    #[test]
+    fn missing_file_names_it() {
+        let error = Config::load_with_env(Path::new("/nonexistent/agent.json"), []).unwrap_err().to_string();
+        assert!(error.contains("/nonexistent/agent.json"), "{error}");
+    }
+
+    #[test]
+    fn the_shipped_agent_json_is_valid() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("agent.json");
+        Config::load_with_env(&path, []).unwrap();
+    }
+}

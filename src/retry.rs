@@ -1,0 +1,182 @@
+//! The one retry policy, shared by the tracker client and the model provider.
+//!
+//! The seed design named the `backoff` crate; it is unmaintained (RUSTSEC-2025-0012), so retries
+//! use `backon`, its maintained successor.
+//!
+//! Schedule: exponential from `initial_delay_ms`, doubling, capped at `max_delay_ms`, with full
+//! jitter; at most `max_attempts` attempts (the first included) and never past `max_elapsed_ms`
+//! of total sleeping. A `Retry-After` the server sent replaces the computed delay for that
+//! attempt when it fits within `max_elapsed_ms`; a longer one ends the retrying with the error.
+//! Whether an error is retried is decided by the caller's [`Retryable`] implementation on the
+//! error enum, never by reading message text.
+
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable as _};
+use serde::{Deserialize, Serialize};
+
+/// How the retry policy treats one error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryDecision {
+    /// Give up: the error is final (a 4xx other than 429, a bad answer).
+    Stop,
+    /// Try again after the computed backoff.
+    Retry,
+    /// Try again after exactly this long (the server's `Retry-After`).
+    RetryAfter(Duration),
+}
+
+/// Errors that know whether they are worth another attempt.
+pub trait Retryable {
+    fn retry_decision(&self) -> RetryDecision;
+}
+
+/// `tracker.retry` and `llm.retry` in agent.json.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetryConfig {
+    /// Attempts in all, the first included; 1 disables retrying.
+    pub max_attempts: u32,
+    /// The first backoff delay.
+    pub initial_delay_ms: u64,
+    /// No single computed delay is longer than this.
+    pub max_delay_ms: u64,
+    /// Total time spent sleeping between attempts is at most this.
+    pub max_elapsed_ms: u64,
+    /// Randomise each delay (full jitter) so many clients do not retry in step.
+    pub jitter: bool,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig {
+            max_attempts: 5,
+            initial_delay_ms: 200,
+            max_delay_ms: 5_000,
+            max_elapsed_ms: 30_000,
+            jitter: true,
+        }
+    }
+}
+
+/// Runs `operation` until it succeeds, fails with an error whose decision is `Stop`, or the
+/// policy is spent. Returns the last error in the latter cases.
+pub async fn with_retry<T, E, F, Fut>(policy: &RetryConfig, mut operation: F) -> Result<T, E>
+where
+    E: Retryable + std::fmt::Display,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let mut builder = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(policy.initial_delay_ms))
+        .with_max_delay(Duration::from_millis(policy.max_delay_ms.max(policy.initial_delay_ms)))
+        .with_max_times(policy.max_attempts.saturating_sub(1) as usize)
+        .with_total_delay(Some(Duration::from_millis(policy.max_elapsed_ms)));
+    if policy.jitter {
+        builder = builder.with_jitter();
+    }
+    let max_elapsed = Duration::from_millis(policy.max_elapsed_ms);
+    (|| operation())
+        .retry(builder)
+        .sleep(tokio::time::sleep)
+        .when(|e: &E| e.retry_decision() != RetryDecision::Stop)
+        .adjust(move |e: &E, computed| match (e.retry_decision(), computed) {
+            // The policy is spent: stop, even if the server named a time.
+            (_, None) => None,
+            (RetryDecision::RetryAfter(wait), Some(_)) if wait <= max_elapsed => Some(wait),
+            (RetryDecision::RetryAfter(_), Some(_)) => None,
+            (_, computed) => computed,
+        })
+        .notify(|e: &E, delay| tracing::debug!(error = %e, delay_ms = delay.as_millis() as u64, "retrying"))
+        .await
+}
+
+/// Parses a `Retry-After` header value given in seconds (the HTTP-date form is rare from APIs and
+/// is treated as absent).
+pub fn parse_retry_after(value: &str) -> Option<Duration> {
+    let seconds: f64 = value.trim().parse().ok()?;
+    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds.min(3600.0)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    #[derive(Debug)]
+    struct TestError(RetryDecision);
+    impl std::fmt::Display for TestError {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{:?}", self.0)
+        }
+    }
+    impl Retryable for TestError {
+        fn retry_decision(&self) -> RetryDecision {
+            self.0
+        }
+    }
+
+    fn policy(max_attempts: u32) -> RetryConfig {
+        RetryConfig { max_attempts, initial_delay_ms: 100, max_delay_ms: 1_000, max_elapsed_ms: 10_000, jitter: false }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_until_success() {
+        let attempts = AtomicU32::new(0);
+        let result: Result<u32, TestError> = with_retry(&policy(5), || async {
+            let n = attempts.fetch_add(1, Ordering::SeqCst);
+            if n < 2 { Err(TestError(RetryDecision::Retry)) } else { Ok(n) }
+        })
+        .await;
+        assert_eq!(result.unwrap(), 2);
+        assert_eq!(attempts.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stops_at_max_attempts() {
+        let attempts = AtomicU32::new(0);
+        let result: Result<(), TestError> = with_retry(&policy(3), || async {
+            attempts.fetch_add(1, Ordering::SeqCst);
+            Err(TestError(RetryDecision::Retry))
+        })
+        .await;
+        assert!(result.is_err());
+        assert_eq!(attempts.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn never_retries_a_final_error() {
+        let attempts = AtomicU32::new(0);
+        let result: Result<(), TestError> = with_retry(&policy(5), || async {
+            attempts.fetch_add(1, Ordering::SeqCst);
+            Err(TestError(RetryDecision::Stop))
+        })
+        .await;
+        assert!(result.is_err());
+        assert_eq!(attempts.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn honours_retry_after() {
+        let attempts = AtomicU32::new(0);
+        let start = tokio::time::Instant::now();
+        let result: Result<(), TestError> = with_retry(&policy(2), || async {
+            if attempts.fetch_add(1, Ordering::SeqCst) == 0 {
+                Err(TestError(RetryDecision::RetryAfter(Duration::from_secs(3))))
+            } else {
+                Ok(())
+            }
+        })
+        .await;
+        assert!(result.is_ok());
+        assert!(start.elapsed() >= Duration::from_secs(3), "waited {:?}", start.elapsed());
+    }
+
+    #[test]
+    fn parses_retry_after_seconds() {
+        assert_eq!(parse_retry_after("2"), Some(Duration::from_secs(2)));
+        assert_eq!(parse_retry_after(" 0.5 "), Some(Duration::from_millis(500)));
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+        assert_eq!(parse_retry_after("-1"), None);
+    }
+}

@@ -1,0 +1,42 @@
+//! Tools the model can call. The tracker's tools live in the registry (issue 3); other sources
+//! (external MCP servers) implement the same [`ToolSource`] trait, so the LLM loop sees one shape.
+//!
+//! Tool definitions are rmcp's `Tool` and results are rmcp's `CallToolResult`: the shapes are
+//! MCP's from the start, so serving them over MCP later translates nothing.
+
+use futures::future::BoxFuture;
+use rmcp::model::{CallToolResult, Tool};
+use tokio_util::sync::CancellationToken;
+
+/// What a tool call knows about who is calling and why.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    /// The agent's own member slug: tools that take `agent_slug` default to it and refuse others.
+    pub agent_slug: String,
+    /// Used as the `Idempotency-Key` of the tracker write this call makes, so the same logical
+    /// call (for example replayed after a restart) acts once. `None`: a fresh key per call.
+    pub idempotency_key: Option<String>,
+    /// Cancelled when the run is stopped; long calls give up promptly.
+    pub cancel: CancellationToken,
+}
+
+impl ToolContext {
+    pub fn new(agent_slug: impl Into<String>) -> ToolContext {
+        ToolContext { agent_slug: agent_slug.into(), idempotency_key: None, cancel: CancellationToken::new() }
+    }
+}
+
+/// Anything that offers tools: the tracker registry, an external MCP server, or several combined.
+pub trait ToolSource: Send + Sync {
+    /// The tools offered, in a fixed order (so prompts stay byte-identical across turns).
+    fn tools(&self) -> Vec<Tool>;
+
+    /// Calls one tool. Never fails at the Rust level: every failure, an unknown name included, is
+    /// a result with `is_error: Some(true)` and a message the model can act on.
+    fn call<'a>(
+        &'a self,
+        name: &'a str,
+        arguments: serde_json::Value,
+        context: &'a ToolContext,
+    ) -> BoxFuture<'a, CallToolResult>;
+}
