@@ -14,6 +14,7 @@
 pub mod board;
 pub mod cli;
 pub mod config;
+pub mod prompts;
 pub mod retry;
 pub mod secret;
 pub mod tools;
