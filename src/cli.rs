@@ -138,7 +138,8 @@ fn tools_list(json: bool, tokens: bool, config: Option<&std::path::Path>) -> Exi
     let definitions = catalog.definitions();
     let total = count_tool_tokens(&definitions);
     // The presets are counted under the same policy, so a denied tool is not counted.
-    let preset_tokens = |names: &[&str]| catalog.subset(names).map(|c| count_tool_tokens(&c.definitions())).unwrap_or(0);
+    let preset_tokens =
+        |names: &[&str]| catalog.subset(names).map(|c| count_tool_tokens(&c.definitions())).unwrap_or(0);
     if json {
         let mut out = serde_json::json!({ "tools": definitions });
         if tokens {
@@ -186,7 +187,9 @@ async fn tools_call(name: &str, arguments: &str, config_path: &std::path::Path, 
             return ExitCode::from(EXIT_USAGE);
         }
         Err(error) => {
-            eprintln!("error: the arguments are not valid JSON ({error}); pass an object like '{{\"task_id\": \"TE-1\"}}'");
+            eprintln!(
+                "error: the arguments are not valid JSON ({error}); pass an object like '{{\"task_id\": \"TE-1\"}}'"
+            );
             return ExitCode::from(EXIT_USAGE);
         }
     };
@@ -204,9 +207,8 @@ async fn tools_call(name: &str, arguments: &str, config_path: &std::path::Path, 
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let registry = crate::tracker::TrackerClient::new(&config.tracker, token)
-        .map_err(|e| e.to_string())
-        .and_then(|client| {
+    let registry =
+        crate::tracker::TrackerClient::new(&config.tracker, token).map_err(|e| e.to_string()).and_then(|client| {
             crate::tools::Registry::new(client, &config.tools, config.limits.max_tool_result_bytes)
                 .map_err(|e| e.to_string())
         });

@@ -591,8 +591,10 @@ impl Registry {
             return Err(ToolError::InvalidArguments(problems));
         }
         let output = tokio::select! {
-            output = (compiled.run)(arguments, &self.client, context) => output?,
+            // Cancellation first: a run already stopped does not start a request.
+            biased;
             () = context.cancel.cancelled() => return Err(ToolError::Cancelled),
+            output = (compiled.run)(arguments, &self.client, context) => output?,
         };
         Ok((output, compiled.paging_hint))
     }
@@ -1097,6 +1099,41 @@ mod tests {
     fn catalog_has_the_23_tools_in_order() {
         let catalog = Catalog::new(&ToolsConfig::default()).unwrap();
         assert_eq!(catalog.offered_names(), CATALOG_ORDER);
+    }
+
+    #[test]
+    fn a_duplicate_name_fails_the_build_of_the_registry() {
+        use crate::tools::tasks::GetTask;
+        let entries = vec![ToolEntry::of::<GetTask>(), ToolEntry::of::<GetTask>()];
+        let error = Catalog::from_entries(entries, &ToolsConfig::default()).unwrap_err();
+        assert_eq!(error, RegistryError::DuplicateName { name: "get_task".into() });
+        assert_eq!(error.to_string(), "two tools are named `get_task`: tool names must be unique");
+    }
+
+    #[test]
+    fn every_definition_is_complete() {
+        let catalog = Catalog::new(&ToolsConfig::default()).unwrap();
+        for tool in catalog.definitions() {
+            let name = tool.name.as_ref();
+            assert!(tool.title.is_some(), "{name} has no title");
+            let annotations = tool.annotations.as_ref().unwrap();
+            assert_eq!(annotations.open_world_hint, Some(false), "{name}");
+            assert!(annotations.read_only_hint.is_some() && annotations.destructive_hint.is_some(), "{name}");
+            assert_eq!(tool.input_schema.get("additionalProperties"), Some(&json!(false)), "{name}");
+            assert!(tool.output_schema.is_some(), "{name} has no output schema");
+            let schema = Value::Object(tool.input_schema.as_ref().clone()).to_string();
+            for noise in ["$schema", "\"title\":\"", "format", "$defs", "$ref"] {
+                assert!(!schema.contains(noise), "{name} schema has {noise}: {schema}");
+            }
+            assert!(catalog.group_of(name).is_some());
+        }
+    }
+
+    #[test]
+    fn presets_name_real_tools() {
+        let catalog = Catalog::new(&ToolsConfig::default()).unwrap();
+        assert_eq!(catalog.subset(TASK_RUN_TOOLS).unwrap().offered_names().len(), TASK_RUN_TOOLS.len());
+        assert_eq!(catalog.subset(CHAT_REPLY_TOOLS).unwrap().offered_names().len(), CHAT_REPLY_TOOLS.len());
     }
 
     #[test]
