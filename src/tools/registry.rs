@@ -266,7 +266,7 @@ pub fn write(destructive: bool, idempotent: bool) -> ToolAnnotations {
 pub fn output_schema_for<T: JsonSchema>() -> Option<Value> {
     let schema = schema_settings().for_serialize().into_generator().into_root_schema_for::<T>();
     let mut value = schema.to_value();
-    clean_schema(&mut value);
+    clean_schema(&mut value, true);
     Some(value)
 }
 
@@ -695,7 +695,7 @@ fn schema_settings() -> schemars::generate::SchemaSettings {
 pub fn input_schema_for<T: JsonSchema>() -> Value {
     let schema = schema_settings().for_deserialize().into_generator().into_root_schema_for::<T>();
     let mut value = schema.to_value();
-    clean_schema(&mut value);
+    clean_schema(&mut value, false);
     value
 }
 
@@ -707,7 +707,9 @@ pub const NULLABLE: &str = "x-nullable";
 /// `anyOf: [X, {type: null}]` that schemars makes of `Option<X>` into X. `null` stays allowed only
 /// where a field is marked [`NULLABLE`]; elsewhere an optional field is simply left out, and
 /// [`drop_null_arguments`] treats a `null` a model sends anyway as left out.
-fn clean_schema(schema: &mut Value) {
+///
+/// Output schemas (`for_output`) keep every `null`: an answer's `null` is a real value.
+fn clean_schema(schema: &mut Value, for_output: bool) {
     let Value::Object(object) = schema else { return };
     for keyword in ["$schema", "title", "format", "minLength"] {
         object.remove(keyword);
@@ -715,6 +717,7 @@ fn clean_schema(schema: &mut Value) {
     if object.get("default").is_some_and(Value::is_null) {
         object.remove("default");
     }
+    let mut had_null = object.get("type").and_then(Value::as_array).is_some_and(|t| t.contains(&json!("null")));
     if let Some(Value::Array(branches)) = object.get("anyOf") {
         if branches.len() == 2 && branches[1] == json!({"type": "null"}) {
             if let Value::Object(inner) = branches[0].clone() {
@@ -722,18 +725,19 @@ fn clean_schema(schema: &mut Value) {
                 for (key, value) in inner {
                     object.entry(key).or_insert(value);
                 }
+                had_null = true;
             }
         }
     }
     let nullable = object.remove(NULLABLE).is_some_and(|marker| marker == Value::Bool(true));
-    set_null_allowed(object, nullable);
+    set_null_allowed(object, nullable || (for_output && had_null));
     if let Some(Value::Object(properties)) = object.get_mut("properties") {
         for property in properties.values_mut() {
-            clean_schema(property);
+            clean_schema(property, for_output);
         }
     }
     if let Some(items) = object.get_mut("items") {
-        clean_schema(items);
+        clean_schema(items, for_output);
         // An item's description is its type's doc; the field's own description says it better.
         if let Value::Object(items) = items {
             items.remove("description");
@@ -741,7 +745,7 @@ fn clean_schema(schema: &mut Value) {
     }
     for keyword in ["anyOf", "oneOf", "allOf"] {
         if let Some(Value::Array(branches)) = object.get_mut(keyword) {
-            branches.iter_mut().for_each(clean_schema);
+            branches.iter_mut().for_each(|branch| clean_schema(branch, for_output));
         }
     }
 }
@@ -1035,7 +1039,7 @@ mod tests {
                 "description": {"type": ["string", "null"], "x-nullable": true, "minLength": 1}
             }
         });
-        clean_schema(&mut schema);
+        clean_schema(&mut schema, false);
         assert_eq!(
             schema,
             json!({
