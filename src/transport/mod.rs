@@ -1,0 +1,1 @@
+//! The tracker's event stream.
