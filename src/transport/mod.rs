@@ -85,6 +85,9 @@ impl StreamOptions {
 }
 
 /// What the stream hands its consumer.
+// Events are the common item and status changes are rare, so boxing the big variant would cost
+// an allocation per event to save a few hundred bytes per channel slot.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum StreamItem {
     /// An event of a name this build knows, with its data typed. Record `envelope.id` as

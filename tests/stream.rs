@@ -1,0 +1,277 @@
+//! The event stream against a fault injector: a tiny WebSocket server of this test's own on
+//! 127.0.0.1:0 that refuses tokens, sends junk and oversized frames, or goes silent — faults the
+//! reference board never produces on purpose. The stream against the real board is below.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use picogent::config::TrackerConfig;
+use picogent::retry::RetryConfig;
+use picogent::secret::Secret;
+use picogent::state::State;
+use picogent::tracker::TrackerClient;
+use picogent::tracker::model::{ClientFrame, Event};
+use picogent::transport::{self, LinkStatus, StreamError, StreamItem, StreamOptions};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
+use tokio_tungstenite::tungstenite::http::StatusCode;
+use tokio_util::sync::CancellationToken;
+
+/// Generous bound on how long anything may take before a test counts it as hung. Not a
+/// performance assertion: nothing here should come near it.
+const HANG: Duration = Duration::from_secs(10);
+
+fn client_for(url: &str, token: &str) -> TrackerClient {
+    let config = TrackerConfig {
+        url: url.to_string(),
+        api_prefix: "/api".to_string(),
+        token_env: "TEAMBOARD_TOKEN".to_string(),
+        timeout_ms: 5_000,
+        retry: RetryConfig::default(),
+    };
+    TrackerClient::new(&config, Secret::new(token)).unwrap()
+}
+
+fn fast_options() -> StreamOptions {
+    StreamOptions {
+        heartbeat_interval: Duration::from_millis(200),
+        initial_backoff: Duration::from_millis(20),
+        max_backoff: Duration::from_millis(200),
+        stable_after: Duration::from_secs(60),
+        connect_timeout: Duration::from_secs(5),
+        ..StreamOptions::new("TEAMBOARD_TOKEN")
+    }
+}
+
+/// One accepted connection of the injector, with the `Authorization` header it came with.
+struct Accepted {
+    socket: WebSocketStream<TcpStream>,
+    authorization: Option<String>,
+}
+
+/// The fault injector: accepts WebSocket connections on `/api/ws` and hands each to the test,
+/// or refuses every handshake with `refuse_with`.
+async fn injector(refuse_with: Option<StatusCode>) -> (String, mpsc::UnboundedReceiver<Accepted>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (sender, receiver) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else { return };
+            let sender = sender.clone();
+            tokio::spawn(async move {
+                let mut authorization = None;
+                let callback = |request: &Request, response: Response| -> Result<Response, ErrorResponse> {
+                    authorization =
+                        request.headers().get("authorization").and_then(|v| v.to_str().ok()).map(str::to_string);
+                    match refuse_with {
+                        Some(status) => {
+                            let mut refusal = ErrorResponse::new(Some("refused".to_string()));
+                            *refusal.status_mut() = status;
+                            Err(refusal)
+                        }
+                        None => Ok(response),
+                    }
+                };
+                let accepted = tokio_tungstenite::accept_hdr_async(tcp, callback).await;
+                if let Ok(socket) = accepted {
+                    let _ = sender.send(Accepted { socket, authorization });
+                }
+            });
+        }
+    });
+    (url, receiver)
+}
+
+async fn next_connection(connections: &mut mpsc::UnboundedReceiver<Accepted>) -> Accepted {
+    tokio::time::timeout(HANG, connections.recv()).await.expect("no connection in time").expect("injector gone")
+}
+
+/// Reads client frames until the `resume`, returning its `after_seq`.
+async fn read_resume(socket: &mut WebSocketStream<TcpStream>) -> u64 {
+    loop {
+        let message = tokio::time::timeout(HANG, socket.next()).await.expect("no resume in time").unwrap().unwrap();
+        if let Message::Text(text) = message {
+            match serde_json::from_str::<ClientFrame>(text.as_str()).unwrap() {
+                ClientFrame::Resume { after_seq } => return after_seq,
+                ClientFrame::Ping => {}
+            }
+        }
+    }
+}
+
+async fn next_item(items: &mut mpsc::Receiver<StreamItem>) -> StreamItem {
+    tokio::time::timeout(HANG, items.recv()).await.expect("no stream item in time").expect("stream ended")
+}
+
+/// Skips items until one matches, returning it.
+async fn wait_for(items: &mut mpsc::Receiver<StreamItem>, wanted: impl Fn(&StreamItem) -> bool) -> StreamItem {
+    loop {
+        let item = next_item(items).await;
+        if wanted(&item) {
+            return item;
+        }
+    }
+}
+
+fn event_frame(id: &str, seq: u64) -> Message {
+    let frame = serde_json::json!({
+        "id": id, "seq": seq, "event": "message.new", "ts": "2026-11-30T10:00:00Z",
+        "data": {"message": {"id": format!("m-{id}"), "author_slug": "alice", "content": "hello", "chat_id": "c1"}}
+    });
+    Message::text(frame.to_string())
+}
+
+fn event_id(item: &StreamItem) -> Option<(String, u64)> {
+    match item {
+        StreamItem::Event { envelope, .. } => Some((envelope.id.clone(), envelope.seq)),
+        StreamItem::Status(_) => None,
+    }
+}
+
+#[tokio::test]
+async fn a_refused_token_ends_the_stream_at_once_with_a_clear_error() {
+    for status in [StatusCode::UNAUTHORIZED, StatusCode::FORBIDDEN] {
+        let (url, mut connections) = injector(Some(status)).await;
+        let client = client_for(&url, "tok-wrong");
+        let cancel = CancellationToken::new();
+        let (mut items, handle) = transport::spawn(fast_options(), &client, Arc::new(AtomicU64::new(0)), cancel);
+        let outcome =
+            tokio::time::timeout(HANG, handle).await.expect("a refused token must not retry forever").unwrap();
+        let error = outcome.unwrap_err();
+        assert!(
+            matches!(error, StreamError::Unauthorized { status: code, .. } if code == status.as_u16()),
+            "{error:?}"
+        );
+        let message = error.to_string();
+        assert!(message.contains("TEAMBOARD_TOKEN"), "{message}");
+        assert!(!message.contains("tok-wrong"), "{message}");
+        assert_eq!(items.recv().await, None, "nothing connected, and the channel is closed");
+        assert!(connections.try_recv().is_err(), "the handshake was refused, so no connection was accepted");
+    }
+}
+
+#[tokio::test]
+async fn junk_is_skipped_and_an_oversized_frame_recycles_the_connection() {
+    let (url, mut connections) = injector(None).await;
+    let client = client_for(&url, "tok-picogent");
+    let resume_point = Arc::new(AtomicU64::new(41));
+    let (mut items, handle) = transport::spawn(fast_options(), &client, resume_point.clone(), CancellationToken::new());
+
+    let mut first = next_connection(&mut connections).await;
+    assert_eq!(first.authorization.as_deref(), Some("Bearer tok-picogent"));
+    assert_eq!(read_resume(&mut first.socket).await, 41);
+    assert_eq!(next_item(&mut items).await, StreamItem::Status(LinkStatus::Connected));
+    for junk in [
+        Message::text("this is not json"),
+        Message::text(r#"{"id": "x", "seq": 1, "event": "task.exploded", "data": {}}"#),
+        Message::text(r#"{"type": "mystery"}"#),
+        Message::binary(vec![0u8, 159, 146, 150]),
+        event_frame("e42", 42),
+        Message::text(r#"{"type": "resumed", "last_seq": 42}"#),
+        Message::text("x".repeat(2 * 1024 * 1024)),
+    ] {
+        first.socket.send(junk).await.unwrap();
+    }
+    let delivered = next_item(&mut items).await;
+    assert_eq!(event_id(&delivered), Some(("e42".to_string(), 42)), "junk before it was skipped: {delivered:?}");
+    assert!(
+        matches!(&delivered, StreamItem::Event { event: Event::MessageNew(data), .. } if data.message.content == "hello")
+    );
+    assert_eq!(next_item(&mut items).await, StreamItem::Status(LinkStatus::CaughtUp { last_seq: 42 }));
+    match next_item(&mut items).await {
+        StreamItem::Status(LinkStatus::Disconnected { reason }) => assert!(reason.contains("limit"), "{reason}"),
+        other => panic!("expected the oversized frame to recycle the link, got {other:?}"),
+    }
+
+    resume_point.store(42, std::sync::atomic::Ordering::SeqCst);
+    let mut second = next_connection(&mut connections).await;
+    assert_eq!(read_resume(&mut second.socket).await, 42, "the reconnect resumes from the current position");
+    assert_eq!(next_item(&mut items).await, StreamItem::Status(LinkStatus::Connected));
+    second.socket.send(event_frame("e43", 43)).await.unwrap();
+    assert_eq!(event_id(&next_item(&mut items).await), Some(("e43".to_string(), 43)));
+    assert!(!handle.is_finished());
+}
+
+#[tokio::test]
+async fn a_silent_server_is_taken_for_dead_and_replaced() {
+    let (url, mut connections) = injector(None).await;
+    let client = client_for(&url, "tok-picogent");
+    let options = fast_options();
+    // The clock starts before the stream exists, so it cannot start after the link went quiet.
+    let started = tokio::time::Instant::now();
+    let (mut items, _handle) =
+        transport::spawn(options.clone(), &client, Arc::new(AtomicU64::new(0)), CancellationToken::new());
+
+    // The first server reads the resume, then holds the socket open and never says a word.
+    let mut silent = next_connection(&mut connections).await;
+    read_resume(&mut silent.socket).await;
+    assert_eq!(next_item(&mut items).await, StreamItem::Status(LinkStatus::Connected));
+    match next_item(&mut items).await {
+        StreamItem::Status(LinkStatus::Disconnected { reason }) => assert!(reason.contains("dead"), "{reason}"),
+        other => panic!("expected the silent link to be declared dead, got {other:?}"),
+    }
+    // Declared dead no sooner than two heartbeats of silence.
+    assert!(started.elapsed() >= options.heartbeat_interval * 2);
+
+    // The replacement answers every ping: it stays up across many heartbeats.
+    let mut lively = next_connection(&mut connections).await;
+    read_resume(&mut lively.socket).await;
+    lively.socket.send(Message::text(r#"{"type": "resumed", "last_seq": 0}"#)).await.unwrap();
+    assert_eq!(next_item(&mut items).await, StreamItem::Status(LinkStatus::Connected));
+    assert_eq!(next_item(&mut items).await, StreamItem::Status(LinkStatus::CaughtUp { last_seq: 0 }));
+    let mut pongs = 0;
+    while pongs < 8 {
+        let message = tokio::time::timeout(HANG, lively.socket.next()).await.unwrap().unwrap().unwrap();
+        if let Message::Text(text) = message
+            && serde_json::from_str::<ClientFrame>(text.as_str()).unwrap() == ClientFrame::Ping
+        {
+            lively.socket.send(Message::text(r#"{"type": "pong"}"#)).await.unwrap();
+            pongs += 1;
+        }
+    }
+    assert!(items.try_recv().is_err(), "a link answering its heartbeats is not recycled");
+    drop(silent);
+}
+
+#[tokio::test]
+async fn a_closed_connection_reconnects_and_resumes_from_the_state_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = State::open(&dir.path().join("state.db")).await.unwrap();
+    let (url, mut connections) = injector(None).await;
+    let client = client_for(&url, "tok-picogent");
+    let cancel = CancellationToken::new();
+    let (mut items, handle) = transport::spawn(fast_options(), &client, state.clone(), cancel.clone());
+
+    let mut first = next_connection(&mut connections).await;
+    assert_eq!(read_resume(&mut first.socket).await, 0);
+    first.socket.send(event_frame("e1", 1)).await.unwrap();
+    first.socket.send(event_frame("e2", 2)).await.unwrap();
+    for expected in ["e1", "e2"] {
+        let item = wait_for(&mut items, |item| event_id(item).is_some()).await;
+        let (id, seq) = event_id(&item).unwrap();
+        assert_eq!(id, expected);
+        assert!(state.record_event(&id, seq, "message.new").await.unwrap());
+    }
+    first.socket.close(None).await.unwrap();
+    drop(first);
+
+    let mut second = next_connection(&mut connections).await;
+    assert_eq!(read_resume(&mut second.socket).await, 2, "resume after the last seq recorded in the state");
+
+    cancel.cancel();
+    let outcome = tokio::time::timeout(HANG, handle).await.expect("cancel ends the stream").unwrap();
+    assert!(outcome.is_ok());
+    // The stream said goodbye: the server sees a close (or the end of the socket).
+    loop {
+        match tokio::time::timeout(HANG, second.socket.next()).await.unwrap() {
+            None | Some(Err(_)) | Some(Ok(Message::Close(_))) => break,
+            Some(Ok(_)) => {}
+        }
+    }
+}
