@@ -16,6 +16,7 @@
 pub mod board;
 pub mod cli;
 pub mod config;
+pub mod prompts;
 pub mod retry;
 pub mod secret;
 pub mod state;
