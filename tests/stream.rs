@@ -56,6 +56,8 @@ struct Accepted {
 
 /// The fault injector: accepts WebSocket connections on `/api/ws` and hands each to the test,
 /// or refuses every handshake with `refuse_with`.
+// The handshake callback's error type is tungstenite's own response; its size is not ours to pick.
+#[allow(clippy::result_large_err)]
 async fn injector(refuse_with: Option<StatusCode>) -> (String, mpsc::UnboundedReceiver<Accepted>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
