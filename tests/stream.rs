@@ -7,15 +7,17 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
+use picogent::board::{self, BoardHandle, BoardOptions};
 use picogent::config::TrackerConfig;
 use picogent::retry::RetryConfig;
 use picogent::secret::Secret;
 use picogent::state::State;
 use picogent::tracker::TrackerClient;
-use picogent::tracker::model::{ClientFrame, Event};
+use picogent::tracker::model::{ClientFrame, CreateTask, Event};
 use picogent::transport::{self, LinkStatus, StreamError, StreamItem, StreamOptions};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
@@ -276,4 +278,259 @@ async fn a_closed_connection_reconnects_and_resumes_from_the_state_database() {
             Some(Ok(_)) => {}
         }
     }
+}
+
+// ---- against the reference board ----
+
+/// What a [`Relay`] does with the connections through it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RelayMode {
+    /// Bytes flow both ways.
+    Forward,
+    /// Connections stay open but nothing flows: a link gone dead without a close.
+    Stall,
+    /// Every connection is cut and new ones are closed at once: the tracker is unreachable.
+    Down,
+}
+
+/// A loopback TCP relay in front of the board that the test can stall or cut.
+struct Relay {
+    addr: std::net::SocketAddr,
+    mode: watch::Sender<RelayMode>,
+}
+
+impl Relay {
+    async fn start(target: std::net::SocketAddr) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (mode, _) = watch::channel(RelayMode::Forward);
+        let modes = mode.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((inbound, _)) = listener.accept().await else { return };
+                if *modes.borrow() == RelayMode::Down {
+                    drop(inbound);
+                    continue;
+                }
+                let Ok(outbound) = TcpStream::connect(target).await else { continue };
+                let (inbound_read, inbound_write) = inbound.into_split();
+                let (outbound_read, outbound_write) = outbound.into_split();
+                tokio::spawn(pump(inbound_read, outbound_write, modes.subscribe()));
+                tokio::spawn(pump(outbound_read, inbound_write, modes.subscribe()));
+            }
+        });
+        Relay { addr, mode }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn set(&self, mode: RelayMode) {
+        self.mode.send_replace(mode);
+    }
+}
+
+/// Copies bytes one way, holding them while the relay stalls and ending when it goes down.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut mode: watch::Receiver<RelayMode>,
+) {
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let read = tokio::select! {
+            read = from.read(&mut buffer) => read,
+            changed = mode.wait_for(|mode| *mode == RelayMode::Down) => {
+                let _ = changed;
+                return;
+            }
+        };
+        let Ok(n) = read else { return };
+        if n == 0 {
+            let _ = to.shutdown().await;
+            return;
+        }
+        match mode.wait_for(|mode| *mode != RelayMode::Stall).await {
+            Ok(mode) if *mode == RelayMode::Forward => {}
+            _ => return,
+        }
+        if to.write_all(&buffer[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+fn seed_path() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/board-seed.json")
+}
+
+async fn start_board(db: &std::path::Path, listen: std::net::SocketAddr) -> BoardHandle {
+    board::start(BoardOptions { listen, db: db.to_path_buf(), seed: Some(seed_path()) }).await.unwrap()
+}
+
+/// Alice creates a task and assigns it to picogent; returns the task key.
+async fn assign_new_task(alice: &TrackerClient, title: &str) -> String {
+    let create = CreateTask {
+        project_slug: "team".to_string(),
+        title: title.to_string(),
+        description: None,
+        task_type: None,
+        priority: None,
+        status: None,
+        assignee_slug: None,
+        labels: None,
+    };
+    let task = alice.create_task(&create, None).await.unwrap();
+    alice.assign_task(&task.key, "picogent", None).await.unwrap();
+    task.key
+}
+
+/// The key of the task in a `task.assigned` item.
+fn assigned_key(item: &StreamItem) -> Option<String> {
+    match item {
+        StreamItem::Event { event: Event::TaskAssigned(data), .. } => Some(data.task.key.clone()),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn the_board_delivers_task_assigned_over_the_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(&dir.path().join("board.db"), "127.0.0.1:0".parse().unwrap()).await;
+    let agent = client_for(&board.url(), "tok-picogent");
+    let alice = client_for(&board.url(), "tok-alice");
+    let cancel = CancellationToken::new();
+    let (mut items, handle) = transport::spawn(fast_options(), &agent, Arc::new(AtomicU64::new(0)), cancel.clone());
+    assert_eq!(next_item(&mut items).await, StreamItem::Status(LinkStatus::Connected));
+    assert_eq!(next_item(&mut items).await, StreamItem::Status(LinkStatus::CaughtUp { last_seq: 0 }));
+
+    let key = assign_new_task(&alice, "Write the release notes").await;
+    let item = wait_for(&mut items, |item| matches!(item, StreamItem::Event { .. })).await;
+    match item {
+        StreamItem::Event { envelope, event: Event::TaskAssigned(data) } => {
+            assert_eq!(envelope.event, "task.assigned");
+            assert_eq!(envelope.seq, 1);
+            assert_eq!(data.task.key, key);
+            assert_eq!(data.task.assignee_slug.as_deref(), Some("picogent"));
+            assert_eq!(data.assigned_by, "alice");
+        }
+        other => panic!("expected task.assigned, got {other:?}"),
+    }
+    cancel.cancel();
+    assert!(tokio::time::timeout(HANG, handle).await.unwrap().unwrap().is_ok());
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_board_refuses_a_bad_token_and_the_stream_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(&dir.path().join("board.db"), "127.0.0.1:0".parse().unwrap()).await;
+    let agent = client_for(&board.url(), "tok-not-a-member");
+    let (mut items, handle) =
+        transport::spawn(fast_options(), &agent, Arc::new(AtomicU64::new(0)), CancellationToken::new());
+    let outcome = tokio::time::timeout(HANG, handle).await.expect("a refused token must not retry forever").unwrap();
+    let error = outcome.unwrap_err();
+    assert!(matches!(error, StreamError::Unauthorized { status: 401, .. }), "{error:?}");
+    assert!(error.to_string().contains("the tracker refused the token in TEAMBOARD_TOKEN"), "{error}");
+    assert_eq!(items.recv().await, None);
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn after_a_board_restart_resume_delivers_exactly_the_missed_events_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let board_db = dir.path().join("board.db");
+    let board = start_board(&board_db, "127.0.0.1:0".parse().unwrap()).await;
+    let board_addr = board.addr();
+    let relay = Relay::start(board_addr).await;
+    let state = State::open(&dir.path().join("agent.db")).await.unwrap();
+    let agent = client_for(&relay.url(), "tok-picogent");
+    let (mut items, _handle) = transport::spawn(fast_options(), &agent, state.clone(), CancellationToken::new());
+    let mut seen_ids = std::collections::HashSet::new();
+
+    // Two events while connected, processed (recorded) by this test acting as the router.
+    let alice = client_for(&board.url(), "tok-alice");
+    let mut before = Vec::new();
+    for title in ["one", "two"] {
+        let key = assign_new_task(&alice, title).await;
+        let item = wait_for(&mut items, |item| matches!(item, StreamItem::Event { .. })).await;
+        assert_eq!(assigned_key(&item), Some(key.clone()));
+        let (id, seq) = event_id(&item).unwrap();
+        assert!(seen_ids.insert(id.clone()));
+        assert!(state.record_event(&id, seq, "task.assigned").await.unwrap());
+        before.push(key);
+    }
+
+    // The tracker goes away and comes back on the same database and port; meanwhile (with the
+    // relay still down) three more tasks are assigned.
+    relay.set(RelayMode::Down);
+    board.shutdown().await.unwrap();
+    match wait_for(&mut items, |item| matches!(item, StreamItem::Status(LinkStatus::Disconnected { .. }))).await {
+        StreamItem::Status(LinkStatus::Disconnected { reason }) => assert!(!reason.is_empty()),
+        other => unreachable!("{other:?}"),
+    }
+    let board = start_board(&board_db, board_addr).await;
+    let alice = client_for(&board.url(), "tok-alice");
+    let mut missed = Vec::new();
+    for title in ["three", "four", "five"] {
+        missed.push(assign_new_task(&alice, title).await);
+    }
+    relay.set(RelayMode::Forward);
+
+    // Everything up to the caught-up marker is the replay: exactly the missed events, in order.
+    let mut replayed = Vec::new();
+    let last_seq = loop {
+        match next_item(&mut items).await {
+            StreamItem::Status(LinkStatus::CaughtUp { last_seq }) => break last_seq,
+            StreamItem::Status(LinkStatus::Connected | LinkStatus::Disconnected { .. }) => {}
+            item @ StreamItem::Event { .. } => {
+                let (id, seq) = event_id(&item).unwrap();
+                assert!(seen_ids.insert(id.clone()), "event {id} (seq {seq}) delivered twice");
+                assert!(state.record_event(&id, seq, "task.assigned").await.unwrap());
+                replayed.push((seq, assigned_key(&item).unwrap()));
+            }
+        }
+    };
+    let keys: Vec<String> = replayed.iter().map(|(_, key)| key.clone()).collect();
+    assert_eq!(keys, missed);
+    let seqs: Vec<u64> = replayed.iter().map(|(seq, _)| *seq).collect();
+    assert_eq!(seqs, vec![3, 4, 5]);
+    assert_eq!(last_seq, 5);
+    assert_eq!(state.last_seq().await.unwrap(), 5);
+
+    // Live events follow the replay with no gap.
+    let key = assign_new_task(&alice, "six").await;
+    let item = wait_for(&mut items, |item| matches!(item, StreamItem::Event { .. })).await;
+    assert_eq!(assigned_key(&item), Some(key));
+    assert_eq!(event_id(&item).unwrap().1, 6);
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_stalled_link_to_the_board_is_detected_and_the_stream_catches_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(&dir.path().join("board.db"), "127.0.0.1:0".parse().unwrap()).await;
+    let relay = Relay::start(board.addr()).await;
+    let state = State::open(&dir.path().join("agent.db")).await.unwrap();
+    let agent = client_for(&relay.url(), "tok-picogent");
+    let alice = client_for(&board.url(), "tok-alice");
+    let options = fast_options();
+    let (mut items, _handle) = transport::spawn(options.clone(), &agent, state.clone(), CancellationToken::new());
+    assert_eq!(next_item(&mut items).await, StreamItem::Status(LinkStatus::Connected));
+    assert_eq!(next_item(&mut items).await, StreamItem::Status(LinkStatus::CaughtUp { last_seq: 0 }));
+
+    // The link stalls without closing; an event is logged meanwhile and cannot get through.
+    relay.set(RelayMode::Stall);
+    let key = assign_new_task(&alice, "during the stall").await;
+    match next_item(&mut items).await {
+        StreamItem::Status(LinkStatus::Disconnected { reason }) => assert!(reason.contains("dead"), "{reason}"),
+        other => panic!("expected the stalled link to be declared dead, got {other:?}"),
+    }
+
+    // The link heals; the stream reconnects on its own and the resume brings the event.
+    relay.set(RelayMode::Forward);
+    let item = wait_for(&mut items, |item| matches!(item, StreamItem::Event { .. })).await;
+    assert_eq!(assigned_key(&item), Some(key));
+    board.shutdown().await.unwrap();
 }
