@@ -58,19 +58,31 @@ struct Accepted {
 
 /// The fault injector: accepts WebSocket connections on `/api/ws` and hands each to the test,
 /// or refuses every handshake with `refuse_with`.
+async fn injector(refuse_with: Option<StatusCode>) -> (String, mpsc::UnboundedReceiver<Accepted>) {
+    let (url, receiver, _handshakes) = counting_injector(refuse_with).await;
+    (url, receiver)
+}
+
+/// [`injector`], also counting the handshakes it has seen.
 // The handshake callback's error type is tungstenite's own response; its size is not ours to pick.
 #[allow(clippy::result_large_err)]
-async fn injector(refuse_with: Option<StatusCode>) -> (String, mpsc::UnboundedReceiver<Accepted>) {
+async fn counting_injector(
+    refuse_with: Option<StatusCode>,
+) -> (String, mpsc::UnboundedReceiver<Accepted>, Arc<std::sync::atomic::AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let (sender, receiver) = mpsc::unbounded_channel();
+    let handshakes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = handshakes.clone();
     tokio::spawn(async move {
         loop {
             let Ok((tcp, _)) = listener.accept().await else { return };
             let sender = sender.clone();
+            let counter = counter.clone();
             tokio::spawn(async move {
                 let mut authorization = None;
                 let callback = |request: &Request, response: Response| -> Result<Response, ErrorResponse> {
+                    counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     authorization =
                         request.headers().get("authorization").and_then(|v| v.to_str().ok()).map(str::to_string);
                     match refuse_with {
@@ -89,7 +101,7 @@ async fn injector(refuse_with: Option<StatusCode>) -> (String, mpsc::UnboundedRe
             });
         }
     });
-    (url, receiver)
+    (url, receiver, handshakes)
 }
 
 async fn next_connection(connections: &mut mpsc::UnboundedReceiver<Accepted>) -> Accepted {
@@ -158,6 +170,48 @@ async fn a_refused_token_ends_the_stream_at_once_with_a_clear_error() {
         assert_eq!(items.recv().await, None, "nothing connected, and the channel is closed");
         assert!(connections.try_recv().is_err(), "the handshake was refused, so no connection was accepted");
     }
+}
+
+#[tokio::test]
+async fn an_unreachable_tracker_is_reported_and_retried_until_cancelled() {
+    // A port that was just free and now has no listener: every connect is refused.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    let client = client_for(&url, "tok-picogent");
+    let cancel = CancellationToken::new();
+    let (mut items, handle) = transport::spawn(fast_options(), &client, Arc::new(AtomicU64::new(0)), cancel.clone());
+    match next_item(&mut items).await {
+        StreamItem::Status(LinkStatus::Disconnected { reason }) => {
+            assert!(reason.contains("cannot connect"), "{reason}")
+        }
+        other => panic!("expected the failed connect to be reported, got {other:?}"),
+    }
+    assert!(!handle.is_finished(), "a refused connection is retried, not fatal");
+    cancel.cancel();
+    assert!(tokio::time::timeout(HANG, handle).await.unwrap().unwrap().is_ok());
+    assert_eq!(items.recv().await, None);
+}
+
+#[tokio::test]
+async fn a_tracker_answering_503_is_retried_with_one_report_for_the_outage() {
+    let (url, _connections, handshakes) = counting_injector(Some(StatusCode::SERVICE_UNAVAILABLE)).await;
+    let client = client_for(&url, "tok-picogent");
+    let cancel = CancellationToken::new();
+    let (mut items, handle) = transport::spawn(fast_options(), &client, Arc::new(AtomicU64::new(0)), cancel.clone());
+    match next_item(&mut items).await {
+        StreamItem::Status(LinkStatus::Disconnected { reason }) => assert!(reason.contains("503"), "{reason}"),
+        other => panic!("expected the refused handshake to be reported, got {other:?}"),
+    }
+    // Poll (with a deadline) until the stream has tried several more times.
+    let deadline = tokio::time::Instant::now() + HANG;
+    while handshakes.load(std::sync::atomic::Ordering::SeqCst) < 4 {
+        assert!(tokio::time::Instant::now() < deadline, "the stream stopped retrying");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cancel.cancel();
+    assert!(tokio::time::timeout(HANG, handle).await.unwrap().unwrap().is_ok());
+    assert_eq!(items.recv().await, None, "one report for the whole outage, not one per attempt");
 }
 
 #[tokio::test]

@@ -104,7 +104,8 @@ pub enum LinkStatus {
     Connected,
     /// The server replayed everything after our resume point; live events follow.
     CaughtUp { last_seq: u64 },
-    /// The link dropped; the stream is reconnecting.
+    /// The link dropped, or (once, until the next `Connected`) a connection attempt failed; the
+    /// stream keeps reconnecting.
     Disconnected { reason: String },
 }
 
@@ -179,6 +180,9 @@ async fn run(
         .max_message_size(Some(options.max_frame_bytes))
         .max_frame_size(Some(options.max_frame_bytes));
     let mut failed_attempts: u32 = 0;
+    // Whether the consumer has been told the link is down since it was last up (or since the
+    // start), so a tracker that stays unreachable is reported once, not at every attempt.
+    let mut down_reported = false;
     loop {
         let attempt = tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
@@ -190,6 +194,7 @@ async fn run(
         let reason = match attempt {
             Ok(Ok((socket, _response))) => {
                 tracing::info!(url = %url, "event stream connected");
+                down_reported = false;
                 if deliver(&sender, StreamItem::Status(LinkStatus::Connected), &cancel).await.is_err() {
                     return Ok(());
                 }
@@ -202,10 +207,6 @@ async fn run(
                     SessionEnd::Cancelled | SessionEnd::ConsumerGone => return Ok(()),
                     SessionEnd::Lost(reason) => {
                         tracing::warn!(url = %url, %reason, "event stream disconnected; reconnecting");
-                        let status = StreamItem::Status(LinkStatus::Disconnected { reason: reason.clone() });
-                        if deliver(&sender, status, &cancel).await.is_err() {
-                            return Ok(());
-                        }
                         reason
                     }
                 }
@@ -221,9 +222,24 @@ async fn run(
                 tracing::error!(%error, "event stream refused");
                 return Err(error);
             }
-            Ok(Err(error)) => describe_connect_error(&error),
-            Err(_elapsed) => format!("no handshake within {} ms", options.connect_timeout.as_millis()),
+            Ok(Err(error)) => {
+                let reason = describe_connect_error(&error);
+                tracing::warn!(url = %url, %reason, "event stream cannot connect; retrying");
+                reason
+            }
+            Err(_elapsed) => {
+                let reason = format!("no handshake within {} ms", options.connect_timeout.as_millis());
+                tracing::warn!(url = %url, %reason, "event stream cannot connect; retrying");
+                reason
+            }
         };
+        if !down_reported {
+            down_reported = true;
+            let status = StreamItem::Status(LinkStatus::Disconnected { reason: reason.clone() });
+            if deliver(&sender, status, &cancel).await.is_err() {
+                return Ok(());
+            }
+        }
         let delay = backoff_delay(failed_attempts, options.initial_backoff, options.max_backoff, &mut rand::rng());
         failed_attempts = failed_attempts.saturating_add(1);
         tracing::debug!(url = %url, %reason, delay_ms = delay.as_millis() as u64, "event stream reconnecting after delay");
@@ -294,15 +310,19 @@ async fn session(
         Ok(seq) => seq,
         Err(message) => return SessionEnd::Lost(format!("cannot read the resume point: {message}")),
     };
-    if let Err(error) = outgoing.send(client_frame(&ClientFrame::Resume { after_seq })).await {
-        return SessionEnd::Lost(format!("cannot send resume: {error}"));
+    let interval = options.heartbeat_interval;
+    let silence_limit = interval * 2;
+    // A send that cannot finish within the silence limit means a link as dead as a silent one;
+    // without the bound, a full send buffer would hang the session past the heartbeat check.
+    match tokio::time::timeout(silence_limit, outgoing.send(client_frame(&ClientFrame::Resume { after_seq }))).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => return SessionEnd::Lost(format!("cannot send resume: {error}")),
+        Err(_) => return SessionEnd::Lost("the resume could not be sent: the link is dead".to_string()),
     }
     tracing::debug!(after_seq, "event stream resuming");
 
-    let interval = options.heartbeat_interval;
     let mut pings = tokio::time::interval_at(Instant::now() + interval, interval);
     pings.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let silence_limit = interval * 2;
     let mut last_heard = Instant::now();
 
     let end = loop {
@@ -348,8 +368,10 @@ async fn session(
                 ));
             }
             _ = pings.tick() => {
-                if let Err(error) = outgoing.send(client_frame(&ClientFrame::Ping)).await {
-                    break SessionEnd::Lost(format!("cannot send a heartbeat: {error}"));
+                match tokio::time::timeout(silence_limit, outgoing.send(client_frame(&ClientFrame::Ping))).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => break SessionEnd::Lost(format!("cannot send a heartbeat: {error}")),
+                    Err(_) => break SessionEnd::Lost("a heartbeat could not be sent: the link is dead".to_string()),
                 }
             }
         }
