@@ -14,6 +14,18 @@
 //! - the messages of a session and the record of a run are opaque JSON owned by the model loop;
 //!   this module stores them whole and never looks inside.
 //!
+//! The order the router follows, so each thing is done once and nothing is silently dropped:
+//! 1. an event arrives: `record_event(id, seq, name)`; `false` means a duplicate, stop;
+//! 2. `claim(kind, key)` for the thing it asks for (e.g. [`claim_kind::TASK_ASSIGNMENT`]);
+//!    `false` means reconciliation already did it, stop;
+//! 3. `start_run(session_key, trigger)`, then the run, then `finish_run`; a failure notice is
+//!    posted only after `claim(FAILURE_NOTICE, run_id)` returns `true`;
+//! 4. at start-up: `unfinished_runs()` are runs cut short; resume each or `mark_interrupted` it;
+//!    then reconcile (tasks assigned while away) through the same claims.
+//!
+//! A crash between 1 and 3 leaves an event recorded with no run: the start-up reconciliation
+//! finds the thing undone (its claim free) and does it.
+//!
 //! Times are stored as Unix milliseconds in UTC.
 
 mod runs;
@@ -52,11 +64,8 @@ pub fn thread_session_key(root_message_id: &str) -> String {
 /// the user's to fix; the rest are bugs or a damaged file.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
-    #[error(
-        "cannot open the state database {path}: {source}; check that its folder exists and is writable, \
-         or point `state.path` in agent.json somewhere that is"
-    )]
-    Open { path: PathBuf, source: sqlx::Error },
+    #[error("cannot open the state database {path}: {source}; {hint}")]
+    Open { path: PathBuf, source: sqlx::Error, hint: &'static str },
     #[error(
         "cannot prepare the state database {path}: {source}; if the file belongs to another program or \
          a newer picogent, move it aside or set `state.path` to a new file"
@@ -94,7 +103,16 @@ impl State {
     /// Opens the database at `path`, creating the file if it is missing, and brings its schema
     /// up to date. The folder must exist.
     pub async fn open(path: &Path) -> Result<State, StateError> {
-        let open_error = |source| StateError::Open { path: path.to_path_buf(), source };
+        let open_error = |source: sqlx::Error| {
+            // SQLite's primary result code 26 is SQLITE_NOTADB: the file is someone else's.
+            let not_a_database = matches!(&source, sqlx::Error::Database(e) if e.code().as_deref() == Some("26"));
+            let hint = if not_a_database {
+                "the file is not an SQLite database: move it aside, or point `state.path` in agent.json at a new file"
+            } else {
+                "check that its folder exists and is writable, or point `state.path` in agent.json somewhere that is"
+            };
+            StateError::Open { path: path.to_path_buf(), source, hint }
+        };
         let options = SqliteConnectOptions::from_str("sqlite:")
             .map_err(open_error)?
             .filename(path)

@@ -40,6 +40,7 @@ async fn a_file_that_is_not_a_database_is_a_clear_error() {
     std::fs::write(&path, "this is a text file, not SQLite, and it is long enough to have a header").unwrap();
     let message = State::open(&path).await.unwrap_err().to_string();
     assert!(message.contains(&path.display().to_string()), "{message}");
+    assert!(message.contains("not an SQLite database"), "{message}");
 }
 
 #[tokio::test]
