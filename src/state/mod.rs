@@ -15,16 +15,20 @@
 //!   this module stores them whole and never looks inside.
 //!
 //! The order the router follows, so each thing is done once and nothing is silently dropped:
-//! 1. an event arrives: `record_event(id, seq, name)`; `false` means a duplicate, stop;
-//! 2. `claim(kind, key)` for the thing it asks for (e.g. [`claim_kind::TASK_ASSIGNMENT`]);
-//!    `false` means reconciliation already did it, stop;
-//! 3. `start_run(session_key, trigger)`, then the run, then `finish_run`; a failure notice is
-//!    posted only after `claim(FAILURE_NOTICE, run_id)` returns `true`;
+//! 1. an event that asks for work (a task assigned, a message to answer):
+//!    `start_claimed_run(kind, key, session_key, trigger)` claims the thing and opens its run
+//!    record in one transaction; `None` means it was handled already (a duplicate, a replay, or
+//!    reconciliation got there first);
+//! 2. then `record_event(id, seq, name)`, which moves the resume point; events that ask for
+//!    nothing are only recorded;
+//! 3. the run, then `finish_run`; a failure notice is posted only after
+//!    `claim(FAILURE_NOTICE, run_id)` returns `true`;
 //! 4. at start-up: `unfinished_runs()` are runs cut short; resume each or `mark_interrupted` it;
-//!    then reconcile (tasks assigned while away) through the same claims.
+//!    then reconcile (tasks assigned while away) through the same claim keys.
 //!
-//! A crash between 1 and 3 leaves an event recorded with no run: the start-up reconciliation
-//! finds the thing undone (its claim free) and does it.
+//! A crash after 1 leaves a `running` run that step 4 finds; a crash before 2 means the event is
+//! replayed after the restart and its claim drops it. The claim and the run record are written
+//! together, so there is no moment where a thing is claimed but no run says so.
 //!
 //! Times are stored as Unix milliseconds in UTC.
 

@@ -145,6 +145,43 @@ impl State {
         Ok(run_id)
     }
 
+    /// Claims `(kind, key)` and opens a run record for it in one transaction. Returns the run id,
+    /// or `None` if the thing was claimed before (nothing is written then). See the module docs
+    /// for why the two go together.
+    pub async fn start_claimed_run(
+        &self,
+        kind: &str,
+        key: &str,
+        session_key: &str,
+        trigger: &str,
+    ) -> Result<Option<String>, StateError> {
+        let now = now_ms();
+        let mut transaction = self.pool.begin().await?;
+        let claimed = sqlx::query("INSERT OR IGNORE INTO claims (kind, key, claimed_at_ms) VALUES (?, ?, ?)")
+            .bind(kind)
+            .bind(key)
+            .bind(now)
+            .execute(&mut *transaction)
+            .await?
+            .rows_affected()
+            == 1;
+        if !claimed {
+            return Ok(None);
+        }
+        let run_id = uuid::Uuid::new_v4().to_string();
+        sqlx::query(
+            "INSERT INTO runs (id, session_key, trigger, status, started_at_ms) VALUES (?, ?, ?, 'running', ?)",
+        )
+        .bind(&run_id)
+        .bind(session_key)
+        .bind(trigger)
+        .bind(now)
+        .execute(&mut *transaction)
+        .await?;
+        transaction.commit().await?;
+        Ok(Some(run_id))
+    }
+
     /// Stores the run record of a run in progress (a checkpoint), so an interrupted run leaves
     /// its transcript behind.
     pub async fn save_run_record(&self, run_id: &str, record: &serde_json::Value) -> Result<(), StateError> {

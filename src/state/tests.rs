@@ -270,3 +270,26 @@ async fn replies_are_counted_per_thread_within_the_hour() {
     assert_eq!(state.replies_in_last_hour("thread:m3").await.unwrap(), 0);
     assert_eq!(state.replies_since("thread:m1", now - time::Duration::HOUR * 2).await.unwrap(), 3);
 }
+
+#[tokio::test]
+async fn a_claimed_run_starts_once_and_is_found_unfinished_after_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = open_in(&dir).await;
+    let session = task_session_key("t3");
+    let run_id = state
+        .start_claimed_run(claim_kind::TASK_ASSIGNMENT, "t3", &session, "task.assigned TE-3")
+        .await
+        .unwrap()
+        .expect("the first claim starts a run");
+    // The replayed event and the reconciliation both find it taken, and start nothing.
+    assert_eq!(state.start_claimed_run(claim_kind::TASK_ASSIGNMENT, "t3", &session, "replay").await.unwrap(), None);
+    assert!(!state.claim(claim_kind::TASK_ASSIGNMENT, "t3").await.unwrap());
+    state.close().await;
+
+    let state = open_in(&dir).await;
+    let unfinished = state.unfinished_runs().await.unwrap();
+    assert_eq!(unfinished.len(), 1);
+    assert_eq!(unfinished[0].id, run_id);
+    assert_eq!(unfinished[0].trigger, "task.assigned TE-3");
+    assert_eq!(state.list_runs(10).await.unwrap().len(), 1, "the refused claim wrote no run");
+}
