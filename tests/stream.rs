@@ -39,15 +39,22 @@ fn client_for(url: &str, token: &str) -> TrackerClient {
     TrackerClient::new(&config, Secret::new(token)).unwrap()
 }
 
+/// Short backoff for every test; a heartbeat long enough that a busy machine never trips it in
+/// tests that are not about the heartbeat.
 fn fast_options() -> StreamOptions {
     StreamOptions {
-        heartbeat_interval: Duration::from_millis(200),
+        heartbeat_interval: Duration::from_secs(3),
         initial_backoff: Duration::from_millis(20),
         max_backoff: Duration::from_millis(200),
         stable_after: Duration::from_secs(60),
         connect_timeout: Duration::from_secs(5),
         ..StreamOptions::new("TEAMBOARD_TOKEN")
     }
+}
+
+/// [`fast_options`] with a short heartbeat, for the tests about dead links.
+fn heartbeat_options() -> StreamOptions {
+    StreamOptions { heartbeat_interval: Duration::from_millis(300), ..fast_options() }
 }
 
 /// One accepted connection of the injector, with the `Authorization` header it came with.
@@ -260,7 +267,7 @@ async fn junk_is_skipped_and_an_oversized_frame_recycles_the_connection() {
 async fn a_silent_server_is_taken_for_dead_and_replaced() {
     let (url, mut connections) = injector(None).await;
     let client = client_for(&url, "tok-picogent");
-    let options = fast_options();
+    let options = heartbeat_options();
     // The clock starts before the stream exists, so it cannot start after the link went quiet.
     let started = tokio::time::Instant::now();
     let (mut items, _handle) =
@@ -569,7 +576,7 @@ async fn a_stalled_link_to_the_board_is_detected_and_the_stream_catches_up() {
     let state = State::open(&dir.path().join("agent.db")).await.unwrap();
     let agent = client_for(&relay.url(), "tok-picogent");
     let alice = client_for(&board.url(), "tok-alice");
-    let options = fast_options();
+    let options = heartbeat_options();
     let (mut items, _handle) = transport::spawn(options.clone(), &agent, state.clone(), CancellationToken::new());
     assert_eq!(next_item(&mut items).await, StreamItem::Status(LinkStatus::Connected));
     assert_eq!(next_item(&mut items).await, StreamItem::Status(LinkStatus::CaughtUp { last_seq: 0 }));
