@@ -10,6 +10,8 @@
 //! - [`board`]: the reference board — a small but real Team Board (HTTP + WebSocket + SQLite)
 //!   written from `docs/tracker-api.md`, used by the demo and the tests.
 //! - [`tools`]: what the model can call; [`tools::ToolSource`] is the one shape of every tool source.
+//! - [`transport`]: the tracker's event stream (WebSocket): reconnects, heartbeats, resumes.
+//! - [`state`]: the agent's durable state (SQLite): processed events, claims, sessions, runs, spend.
 
 pub mod board;
 pub mod cli;
@@ -17,5 +19,7 @@ pub mod config;
 pub mod prompts;
 pub mod retry;
 pub mod secret;
+pub mod state;
 pub mod tools;
 pub mod tracker;
+pub mod transport;
