@@ -10,10 +10,18 @@
 //! - [`board`]: the reference board — a small but real Team Board (HTTP + WebSocket + SQLite)
 //!   written from `docs/tracker-api.md`, used by the demo and the tests.
 //! - [`tools`]: what the model can call; [`tools::ToolSource`] is the one shape of every tool source.
+//! - [`llm`]: the project's chat types and the OpenAI-compatible adapter ([`llm::openai`], the only
+//!   module importing async-openai).
+//! - [`agent`]: the tool-use loop: budgets, concurrency of read-only calls, the run record.
+//! - [`offline_model`]: an OpenAI-compatible endpoint served by picogent itself — a deterministic
+//!   rule-based planner or a replayed script, not an LLM — for the demo and the tests.
 
+pub mod agent;
 pub mod board;
 pub mod cli;
 pub mod config;
+pub mod llm;
+pub mod offline_model;
 pub mod retry;
 pub mod secret;
 pub mod tools;
