@@ -37,6 +37,19 @@ pub enum Command {
         #[arg(long)]
         seed: Option<PathBuf>,
     },
+    /// Serve the offline model endpoint: an OpenAI-compatible chat completions API answered by a
+    /// rule-based planner (or a replayed script) — a stand-in for tests and demos, not an LLM.
+    OfflineModel {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:8790")]
+        listen: SocketAddr,
+        /// Replay this script (`fixtures/llm/*.json`) instead of running the planner.
+        #[arg(long)]
+        script: Option<PathBuf>,
+        /// Answer every request this many milliseconds late.
+        #[arg(long, default_value_t = 0)]
+        delay_ms: u64,
+    },
 }
 
 /// Sets up tracing on stderr (stdout is kept for command output and, later, MCP over stdio).
@@ -62,6 +75,9 @@ pub fn main(cli: Cli) -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Board { listen, db, seed } => crate::board::run_cli(listen, db, seed).await,
+            Command::OfflineModel { listen, script, delay_ms } => {
+                crate::offline_model::run_cli(listen, script, delay_ms).await
+            }
         }
     });
     match result {

@@ -184,6 +184,13 @@ pub async fn run(setup: RunSetup<'_>, input: RunInput) -> RunOutput {
                     record.detail = Some("the answer was withheld by the server's content filter".to_string());
                     break RunOutcome::Refusal;
                 }
+                (None, None) if answer.finish_reason == crate::llm::FinishReason::Length => {
+                    // The answer was cut at the output cap, which is what remained of the budget.
+                    record.detail = Some(format!(
+                        "the answer was cut at {max_output_tokens} output tokens, what remained of the budget"
+                    ));
+                    break RunOutcome::BudgetTokens;
+                }
                 (None, None) => {
                     record.detail = Some(format!("finish reason {:?}", answer.finish_reason));
                     break RunOutcome::EmptyAnswer;
