@@ -239,10 +239,7 @@ mod tests {
     use super::*;
 
     fn offered(names: &[&str]) -> OfferedTools {
-        let tools = names
-            .iter()
-            .map(|name| Tool::new(name.to_string(), "d", serde_json::Map::new()))
-            .collect();
+        let tools = names.iter().map(|name| Tool::new(name.to_string(), "d", serde_json::Map::new())).collect();
         OfferedTools::new(tools, &names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
     }
 

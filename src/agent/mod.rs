@@ -124,8 +124,11 @@ pub async fn run(setup: RunSetup<'_>, input: RunInput) -> RunOutput {
             break RunOutcome::BudgetTokens;
         }
         let max_output_tokens = u32::try_from(remaining_tokens - prompt_estimate).unwrap_or(u32::MAX);
-        let request =
-            ChatRequest { messages: messages.clone(), tools: offered.specs.clone(), max_output_tokens: Some(max_output_tokens) };
+        let request = ChatRequest {
+            messages: messages.clone(),
+            tools: offered.specs.clone(),
+            max_output_tokens: Some(max_output_tokens),
+        };
 
         let model_started = Instant::now();
         let answer = tokio::select! {
@@ -146,7 +149,8 @@ pub async fn run(setup: RunSetup<'_>, input: RunInput) -> RunOutput {
                         continue;
                     }
                     None => {
-                        record.detail = Some(format!("context length exceeded and nothing could be dropped: {message}"));
+                        record.detail =
+                            Some(format!("context length exceeded and nothing could be dropped: {message}"));
                         break RunOutcome::ModelError;
                     }
                 }
@@ -284,15 +288,16 @@ fn drop_old_tool_results(messages: &mut [Message]) -> Option<String> {
     };
     let mut dropped: Vec<String> = Vec::new();
     for message in &mut messages[..keep_from] {
-        if let Message::Tool { name, content, .. } = message {
-            if content != DROPPED_RESULT_NOTE {
-                *content = DROPPED_RESULT_NOTE.to_string();
-                dropped.push(name.clone());
-            }
+        if let Message::Tool { name, content, .. } = message
+            && content != DROPPED_RESULT_NOTE
+        {
+            *content = DROPPED_RESULT_NOTE.to_string();
+            dropped.push(name.clone());
         }
     }
-    (!dropped.is_empty())
-        .then(|| format!("dropped {} old tool results to fit the context window: {}", dropped.len(), dropped.join(", ")))
+    (!dropped.is_empty()).then(|| {
+        format!("dropped {} old tool results to fit the context window: {}", dropped.len(), dropped.join(", "))
+    })
 }
 
 #[cfg(test)]

@@ -161,9 +161,7 @@ impl Retryable for LlmError {
             | LlmError::Timeout { .. }
             | LlmError::Connection { .. }
             | LlmError::BadResponse { .. } => RetryDecision::Retry,
-            LlmError::ContextLength { .. } | LlmError::Rejected { .. } | LlmError::Config { .. } => {
-                RetryDecision::Stop
-            }
+            LlmError::ContextLength { .. } | LlmError::Rejected { .. } | LlmError::Config { .. } => RetryDecision::Stop,
         }
     }
 }
@@ -202,7 +200,8 @@ pub fn estimate_prompt_tokens(messages: &[Message], tools: &[ToolSpec]) -> u64 {
             TOKENS_PER_MESSAGE + count_text_tokens(message.text()) + calls
         })
         .sum();
-    let tools: u64 = tools.iter().map(|tool| estimate_tool_tokens(&tool.name, &tool.description, &tool.parameters)).sum();
+    let tools: u64 =
+        tools.iter().map(|tool| estimate_tool_tokens(&tool.name, &tool.description, &tool.parameters)).sum();
     messages + tools + TOKENS_PER_REQUEST
 }
 

@@ -199,7 +199,8 @@ pub async fn run_cli(listen: SocketAddr, script: Option<PathBuf>, delay_ms: u64)
         Some(path) => Mode::Script(Script::from_file(&path)?),
         None => Mode::Planner,
     };
-    let options = OfflineModelOptions { listen, mode, delay: Duration::from_millis(delay_ms), ..OfflineModelOptions::planner() };
+    let options =
+        OfflineModelOptions { listen, mode, delay: Duration::from_millis(delay_ms), ..OfflineModelOptions::planner() };
     let handle = start(options).await?;
     println!("offline model endpoint (rule-based, not an LLM) at {}", handle.url());
     tokio::signal::ctrl_c().await.context("cannot wait for Ctrl-C")?;
@@ -316,7 +317,9 @@ fn read_request(request: &WireRequest) -> Result<(Vec<Message>, Vec<ToolSpec>), 
                         }
                         _ => None,
                     })
-                    .ok_or_else(|| format!("messages[{index}]: tool_call_id {tool_call_id:?} answers no earlier tool call"))?;
+                    .ok_or_else(|| {
+                        format!("messages[{index}]: tool_call_id {tool_call_id:?} answers no earlier tool call")
+                    })?;
                 let content = text.unwrap_or_default();
                 let is_error = content.starts_with(TOOL_ERROR_PREFIX);
                 Message::Tool { tool_call_id, name, content, is_error }
@@ -350,7 +353,9 @@ enum Answer {
 
 async fn chat_completions(State(state): State<Arc<ServerState>>, body: Bytes) -> Response {
     let parsed: Result<WireRequest, _> = serde_json::from_slice(&body);
-    lock(&state.requests).push(serde_json::from_slice(&body).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned())));
+    lock(&state.requests).push(
+        serde_json::from_slice(&body).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned())),
+    );
     let answer = decide(&state, parsed);
     if !state.options.delay.is_zero() {
         tokio::time::sleep(state.options.delay).await;
@@ -360,28 +365,40 @@ async fn chat_completions(State(state): State<Arc<ServerState>>, body: Bytes) ->
         Ok((Answer::Turn { content, tool_calls, refusal }, (model, prompt_tokens, max_tokens))) => {
             render(&state, &model, content, tool_calls, refusal, prompt_tokens, max_tokens)
         }
-        Err(response) => response,
+        Err(response) => *response,
     }
 }
 
 type RequestFacts = (String, u64, Option<u64>);
 
-fn decide(state: &ServerState, parsed: Result<WireRequest, serde_json::Error>) -> Result<(Answer, RequestFacts), Response> {
+fn decide(
+    state: &ServerState,
+    parsed: Result<WireRequest, serde_json::Error>,
+) -> Result<(Answer, RequestFacts), Box<Response>> {
     let faults = &state.options.faults;
     {
         let mut counters = lock(&state.counters);
         if counters.rate_limited < faults.rate_limit_burst {
             counters.rate_limited += 1;
-            let mut response =
-                error_response(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", Some("rate_limit_exceeded"), "slow down (offline fault)");
+            let mut response = error_response(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                Some("rate_limit_exceeded"),
+                "slow down (offline fault)",
+            );
             if let Ok(value) = HeaderValue::from_str(&faults.retry_after_secs.to_string()) {
                 response.headers_mut().insert(header::RETRY_AFTER, value);
             }
-            return Err(response);
+            return Err(Box::new(response));
         }
         if counters.server_errors < faults.server_error_burst {
             counters.server_errors += 1;
-            return Err(error_response(StatusCode::INTERNAL_SERVER_ERROR, "server_error", None, "internal error (offline fault)"));
+            return Err(Box::new(error_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                None,
+                "internal error (offline fault)",
+            )));
         }
         if counters.truncated < faults.truncated_body_burst {
             counters.truncated += 1;
@@ -390,14 +407,20 @@ fn decide(state: &ServerState, parsed: Result<WireRequest, serde_json::Error>) -
             ]})
             .to_string();
             let cut = full[..full.len() / 2].to_string();
-            return Err((StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], cut).into_response());
+            return Err(Box::new((StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], cut).into_response()));
         }
     }
     let request = parsed.map_err(|e| {
-        error_response(StatusCode::BAD_REQUEST, "invalid_request_error", None, &format!("the request body is not a chat request: {e}"))
+        Box::new(error_response(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            None,
+            &format!("the request body is not a chat request: {e}"),
+        ))
     })?;
-    let (messages, tools) = read_request(&request)
-        .map_err(|message| error_response(StatusCode::BAD_REQUEST, "invalid_request_error", None, &message))?;
+    let (messages, tools) = read_request(&request).map_err(|message| {
+        Box::new(error_response(StatusCode::BAD_REQUEST, "invalid_request_error", None, &message))
+    })?;
     let facts = (
         request.model.clone(),
         estimate_prompt_tokens(&messages, &tools),
@@ -437,14 +460,24 @@ fn decide(state: &ServerState, parsed: Result<WireRequest, serde_json::Error>) -
                     script.turns.len()
                 );
                 lock(&state.mismatches).push(message.clone());
-                return Err(error_response(StatusCode::INTERNAL_SERVER_ERROR, "script_mismatch", None, &message));
+                return Err(Box::new(error_response(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "script_mismatch",
+                    None,
+                    &message,
+                )));
             };
             let problems = script::check(&turn.expect, &messages, &tools);
             if !problems.is_empty() {
                 let message = format!("script mismatch at turn {position}: {}", problems.join("; "));
                 tracing::error!(%message, "offline model script mismatch");
                 lock(&state.mismatches).push(message.clone());
-                return Err(error_response(StatusCode::INTERNAL_SERVER_ERROR, "script_mismatch", None, &message));
+                return Err(Box::new(error_response(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "script_mismatch",
+                    None,
+                    &message,
+                )));
             }
             match (&turn.fault, &turn.reply) {
                 (Some(fault), _) => Answer::Fault(fault_response(fault)),
@@ -470,10 +503,8 @@ fn fault_response(fault: &script::ScriptFault) -> Response {
     let kind = if status.is_server_error() { "server_error" } else { "invalid_request_error" };
     let mut response =
         error_response(status, kind, fault.code.as_deref(), fault.message.as_deref().unwrap_or(default_message));
-    if let Some(seconds) = fault.retry_after {
-        if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
-            response.headers_mut().insert(header::RETRY_AFTER, value);
-        }
+    if let Some(value) = fault.retry_after.and_then(|seconds| HeaderValue::from_str(&seconds.to_string()).ok()) {
+        response.headers_mut().insert(header::RETRY_AFTER, value);
     }
     response
 }
@@ -494,7 +525,8 @@ fn render(
         counters.answers += 1;
         counters.answers
     };
-    let calls_tokens: u64 = tool_calls.iter().map(|(name, arguments)| count_text_tokens(name) + count_text_tokens(arguments)).sum();
+    let calls_tokens: u64 =
+        tool_calls.iter().map(|(name, arguments)| count_text_tokens(name) + count_text_tokens(arguments)).sum();
     let text_tokens = content.iter().chain(refusal.iter()).map(|t| count_text_tokens(t)).sum::<u64>();
     let (content, tool_calls, completion_tokens, finish_reason) = match max_tokens {
         Some(max) if text_tokens + calls_tokens > max => {

@@ -112,7 +112,9 @@ impl History {
                     if let Some((_, entry)) = done.iter_mut().find(|(id, _)| id == tool_call_id) {
                         entry.result = Some(match content.strip_prefix(TOOL_ERROR_PREFIX) {
                             Some(error) => Err(error.to_string()),
-                            None => Ok(serde_json::from_str(content).unwrap_or_else(|_| Value::String(content.clone()))),
+                            None => {
+                                Ok(serde_json::from_str(content).unwrap_or_else(|_| Value::String(content.clone())))
+                            }
                         });
                     }
                 }
@@ -123,7 +125,11 @@ impl History {
     }
 
     /// Successful results of `name` whose arguments satisfy `matches`.
-    fn successes<'a>(&'a self, name: &'a str, matches: impl Fn(&Value) -> bool + 'a) -> impl Iterator<Item = &'a Value> + 'a {
+    fn successes<'a>(
+        &'a self,
+        name: &'a str,
+        matches: impl Fn(&Value) -> bool + 'a,
+    ) -> impl Iterator<Item = &'a Value> + 'a {
         self.done.iter().filter(move |d| d.name == name && matches(&d.arguments)).filter_map(|d| match &d.result {
             Some(Ok(value)) => Some(value),
             _ => None,
@@ -175,7 +181,9 @@ pub fn plan(messages: &[Message], tools: &[ToolSpec]) -> PlannedTurn {
                 .to_string(),
         ),
         Some((Job::Task { key }, history)) => plan_task(&key, &history, &offered),
-        Some((Job::Mention { message_id, text }, history)) => plan_mention(&message_id, text.as_deref(), &history, &offered),
+        Some((Job::Mention { message_id, text }, history)) => {
+            plan_mention(&message_id, text.as_deref(), &history, &offered)
+        }
     }
 }
 
@@ -202,7 +210,9 @@ fn plan_task(key: &str, history: &History, offered: &Offered) -> PlannedTurn {
         let title_argument = offered.argument("add_step", &["title", "name", "text"]);
         let missing: Vec<(String, String)> = plan
             .iter()
-            .filter(|title| history.wanted("add_step", |a| a.get(&title_argument).and_then(Value::as_str) == Some(title)))
+            .filter(|title| {
+                history.wanted("add_step", |a| a.get(&title_argument).and_then(Value::as_str) == Some(title))
+            })
             .map(|title| call("add_step", json!({ task_argument.clone(): task_ref, title_argument.clone(): title })))
             .collect();
         if !missing.is_empty() {
@@ -243,7 +253,10 @@ fn plan_task(key: &str, history: &History, offered: &Offered) -> PlannedTurn {
             plan.len(),
             plan.join("; ")
         );
-        return PlannedTurn::ToolCalls(vec![call("send_message", json!({ "task_id": task_ref, content_argument: summary }))]);
+        return PlannedTurn::ToolCalls(vec![call(
+            "send_message",
+            json!({ "task_id": task_ref, content_argument: summary }),
+        )]);
     }
 
     // 6. Hand it over for review.
@@ -348,7 +361,11 @@ mod tests {
     fn tool(name: &str, properties: &[&str]) -> ToolSpec {
         let properties: serde_json::Map<String, Value> =
             properties.iter().map(|p| (p.to_string(), json!({"type": "string"}))).collect();
-        ToolSpec { name: name.into(), description: String::new(), parameters: json!({"type": "object", "properties": properties}) }
+        ToolSpec {
+            name: name.into(),
+            description: String::new(),
+            parameters: json!({"type": "object", "properties": properties}),
+        }
     }
 
     fn tools() -> Vec<ToolSpec> {
@@ -411,7 +428,16 @@ mod tests {
         });
         assert_eq!(
             names(&messages),
-            ["get_task", "add_step", "add_step", "update_task", "complete_step", "complete_step", "send_message", "update_task"]
+            [
+                "get_task",
+                "add_step",
+                "add_step",
+                "update_task",
+                "complete_step",
+                "complete_step",
+                "send_message",
+                "update_task"
+            ]
         );
         assert!(messages.last().unwrap().text().contains("in_review"));
     }

@@ -183,10 +183,10 @@ pub fn check(expect: &Expect, messages: &[Message], tools: &[ToolSpec]) -> Vec<S
             None => problems.push("a tool result was expected, but there is none".to_string()),
         }
     }
-    if let Some(needle) = &expect.messages_contain {
-        if !messages.iter().any(|m| m.text().contains(needle.as_str())) {
-            problems.push(format!("no message contains {needle:?}"));
-        }
+    if let Some(needle) = &expect.messages_contain
+        && !messages.iter().any(|m| m.text().contains(needle.as_str()))
+    {
+        problems.push(format!("no message contains {needle:?}"));
     }
     problems
 }
