@@ -22,6 +22,7 @@ pub mod cli;
 pub mod config;
 pub mod llm;
 pub mod offline_model;
+pub mod prompts;
 pub mod retry;
 pub mod secret;
 pub mod tools;
