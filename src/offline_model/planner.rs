@@ -12,8 +12,14 @@
 //!
 //! - `Task: TE-3` on its own line: work the task with that key. Failing that, `task_id: TE-3` /
 //!   `"task_id": "TE-3"`, and failing that the first `ABC-123`-shaped word in the message.
-//! - `Message id: <uuid>` on its own line: answer that chat message in its thread.
-//!   `Message: <text>` (the rest of the line) is quoted in the reply when present.
+//! - `Task id: <uuid>` on its own line (optional): the task's id, used when `get_task` is not
+//!   offered.
+//! - `Message id: <uuid>` on its own line: answer that chat message in its thread. With
+//!   `Thread id: <uuid>` the reply's parent is the thread's first message (the tracker attaches a
+//!   reply to a reply there anyway). `Message: <text>` (the rest of the line) is quoted in the
+//!   reply when present.
+//!
+//! `prompts/task_assigned.md` and `prompts/message_new.md` carry these lines.
 //!
 //! A message with both markers is a chat mention about a task: the planner replies in the
 //! thread. With no marker the planner answers with a short text saying so.
@@ -57,18 +63,24 @@ static MESSAGE_ID_LINE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?mi)^\s*Message id:\s*([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\b")
         .expect("valid regex")
 });
+static THREAD_ID_LINE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?mi)^\s*Thread id:\s*([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\b")
+        .expect("valid regex")
+});
+static TASK_ID_LINE: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?m)^\s*Task id:\s*([0-9A-Za-z-]+)\s*$").expect("valid regex"));
 static MESSAGE_TEXT_LINE: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"(?m)^\s*Message:\s*(.+)$").expect("valid regex"));
 
 /// The job a prompt asks for.
 #[derive(Debug, Clone, PartialEq)]
 enum Job {
-    Task { key: String },
+    Task { key: String, id: Option<String> },
     Mention { message_id: String, text: Option<String> },
 }
 
 fn find_job(text: &str) -> Option<Job> {
-    if let Some(found) = MESSAGE_ID_LINE.captures(text) {
+    if let Some(found) = THREAD_ID_LINE.captures(text).or_else(|| MESSAGE_ID_LINE.captures(text)) {
         let text = MESSAGE_TEXT_LINE.captures(text).map(|c| c[1].trim().to_string());
         return Some(Job::Mention { message_id: found[1].to_lowercase(), text });
     }
@@ -77,7 +89,8 @@ fn find_job(text: &str) -> Option<Job> {
         .or_else(|| TASK_ID_FIELD.captures(text))
         .or_else(|| TASK_KEY.captures(text))
         .map(|c| c[1].to_string())?;
-    Some(Job::Task { key })
+    let id = TASK_ID_LINE.captures(text).map(|c| c[1].to_string());
+    Some(Job::Task { key, id })
 }
 
 /// One tool call made after the prompt, with its result.
@@ -180,7 +193,7 @@ pub fn plan(messages: &[Message], tools: &[ToolSpec]) -> PlannedTurn {
              line in the prompt, so there is nothing for it to do."
                 .to_string(),
         ),
-        Some((Job::Task { key }, history)) => plan_task(&key, &history, &offered),
+        Some((Job::Task { key, id }, history)) => plan_task(&key, id.as_deref(), &history, &offered),
         Some((Job::Mention { message_id, text }, history)) => {
             plan_mention(&message_id, text.as_deref(), &history, &offered)
         }
@@ -191,7 +204,7 @@ fn call(name: &str, arguments: Value) -> (String, String) {
     (name.to_string(), arguments.to_string())
 }
 
-fn plan_task(key: &str, history: &History, offered: &Offered) -> PlannedTurn {
+fn plan_task(key: &str, task_id: Option<&str>, history: &History, offered: &Offered) -> PlannedTurn {
     let any = |_: &Value| true;
     // 1. Read the task.
     if offered.get("get_task").is_some() && history.wanted("get_task", any) {
@@ -201,7 +214,7 @@ fn plan_task(key: &str, history: &History, offered: &Offered) -> PlannedTurn {
     let task = history.successes("get_task", any).next().cloned().unwrap_or(Value::Null);
     // Later calls address the task by its id when the tracker gave one (a key works in paths,
     // but `task_id` in a message body wants the id).
-    let task_ref = task.get("id").and_then(Value::as_str).unwrap_or(key).to_string();
+    let task_ref = task.get("id").and_then(Value::as_str).or(task_id).unwrap_or(key).to_string();
 
     // 2. Lay out the steps.
     let plan = plan_steps(task.get("description").and_then(Value::as_str).unwrap_or_default());
@@ -339,7 +352,7 @@ pub fn endless(messages: &[Message], tools: &[ToolSpec]) -> PlannedTurn {
     let key = messages
         .iter()
         .find_map(|m| match (m, find_job(m.text())) {
-            (Message::User { .. }, Some(Job::Task { key })) => Some(key),
+            (Message::User { .. }, Some(Job::Task { key, .. })) => Some(key),
             _ => None,
         })
         .unwrap_or_else(|| "TE-1".to_string());
@@ -479,9 +492,15 @@ mod tests {
 
     #[test]
     fn finds_task_keys_by_marker_or_shape() {
-        assert_eq!(find_job("Task: AB-12"), Some(Job::Task { key: "AB-12".into() }));
-        assert_eq!(find_job("{\"task_id\": \"X1-2\"}"), Some(Job::Task { key: "X1-2".into() }));
-        assert_eq!(find_job("please see TE-9 soon"), Some(Job::Task { key: "TE-9".into() }));
+        assert_eq!(
+            find_job("Task: AB-12\nTask id: u-1\n"),
+            Some(Job::Task { key: "AB-12".into(), id: Some("u-1".into()) })
+        );
+        assert_eq!(find_job("{\"task_id\": \"X1-2\"}"), Some(Job::Task { key: "X1-2".into(), id: None }));
+        assert_eq!(find_job("please see TE-9 soon"), Some(Job::Task { key: "TE-9".into(), id: None }));
+        let thread =
+            "Message id: 0b7c6a3e-1111-4222-8333-444455556666\nThread id: 1b7c6a3e-1111-4222-8333-444455556666\n";
+        assert!(matches!(find_job(thread), Some(Job::Mention { message_id, .. }) if message_id.starts_with("1b7c")));
         assert_eq!(find_job("nothing here"), None);
         assert_eq!(plan_steps("no bullets"), DEFAULT_PLAN.map(String::from).to_vec());
     }
