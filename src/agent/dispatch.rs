@@ -194,17 +194,18 @@ pub(crate) fn micros_since(start: Instant) -> u64 {
     u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX)
 }
 
-/// The text the model reads for a result: the structured content as JSON when there is one
-/// (it is what the text blocks say anyway), else the text blocks; cut at `max_bytes`.
+/// The text the model reads for a result: the text blocks (a tool's dense, model-facing form),
+/// or the structured content as JSON when there is no text; cut at `max_bytes`.
 fn result_text(result: &CallToolResult, max_bytes: usize) -> String {
-    let text = match &result.structured_content {
-        Some(value) => value.to_string(),
-        None => result
-            .content
-            .iter()
-            .filter_map(|block| block.as_text().map(|text| text.text.as_str()))
-            .collect::<Vec<_>>()
-            .join("\n"),
+    let text = result
+        .content
+        .iter()
+        .filter_map(|block| block.as_text().map(|text| text.text.as_str()))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let text = match (&result.structured_content, text.trim().is_empty()) {
+        (Some(value), true) => value.to_string(),
+        _ => text,
     };
     truncate(text, max_bytes)
 }

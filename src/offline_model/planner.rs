@@ -69,6 +69,9 @@ static THREAD_ID_LINE: LazyLock<Regex> = LazyLock::new(|| {
 });
 static TASK_ID_LINE: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"(?m)^\s*Task id:\s*([0-9A-Za-z-]+)\s*$").expect("valid regex"));
+static UUID: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b").expect("valid regex")
+});
 static MESSAGE_TEXT_LINE: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"(?m)^\s*Message:\s*(.+)$").expect("valid regex"));
 
@@ -181,6 +184,24 @@ impl Offered<'_> {
     }
 }
 
+/// The id in a tool result: the `id` field of a JSON result, or the first UUID of a text one
+/// (the registry's text puts an item's id first: `id <uuid> ...`, `(id <uuid>)`).
+fn result_id(result: &Value) -> Option<String> {
+    match result {
+        Value::String(text) => UUID.find(text).map(|m| m.as_str().to_string()),
+        other => other.get("id").and_then(Value::as_str).map(str::to_string),
+    }
+}
+
+/// A task's description in a tool result: the JSON field, or the whole text (only its bullet
+/// lines are used, and the registry's header lines are not bullets).
+fn result_description(result: &Value) -> &str {
+    match result {
+        Value::String(text) => text,
+        other => other.get("description").and_then(Value::as_str).unwrap_or_default(),
+    }
+}
+
 const TASK_ARGUMENT: [&str; 5] = ["task_id", "task", "key", "task_key", "id"];
 const CONTENT_ARGUMENT: [&str; 4] = ["content", "text", "body", "message"];
 
@@ -214,10 +235,10 @@ fn plan_task(key: &str, task_id: Option<&str>, history: &History, offered: &Offe
     let task = history.successes("get_task", any).next().cloned().unwrap_or(Value::Null);
     // Later calls address the task by its id when the tracker gave one (a key works in paths,
     // but `task_id` in a message body wants the id).
-    let task_ref = task.get("id").and_then(Value::as_str).or(task_id).unwrap_or(key).to_string();
+    let task_ref = result_id(&task).or(task_id.map(str::to_string)).unwrap_or_else(|| key.to_string());
 
     // 2. Lay out the steps.
-    let plan = plan_steps(task.get("description").and_then(Value::as_str).unwrap_or_default());
+    let plan = plan_steps(result_description(&task));
     if offered.get("add_step").is_some() {
         let task_argument = offered.argument("add_step", &TASK_ARGUMENT);
         let title_argument = offered.argument("add_step", &["title", "name", "text"]);
@@ -232,10 +253,7 @@ fn plan_task(key: &str, task_id: Option<&str>, history: &History, offered: &Offe
             return PlannedTurn::ToolCalls(missing);
         }
     }
-    let steps: Vec<String> = history
-        .successes("add_step", |_| true)
-        .filter_map(|step| step.get("id").and_then(Value::as_str).map(str::to_string))
-        .collect();
+    let steps: Vec<String> = history.successes("add_step", |_| true).filter_map(result_id).collect();
 
     // 3. Start it.
     if let Some(turn) = set_status(history, offered, &task_ref, "in_progress") {
@@ -453,6 +471,27 @@ mod tests {
             ]
         );
         assert!(messages.last().unwrap().text().contains("in_review"));
+    }
+
+    #[test]
+    fn reads_ids_and_bullets_from_text_results() {
+        let task_id = "11111111-2222-4333-8444-555555555555";
+        let messages = play("Task: TE-4", &tools(), |name, arguments| match name {
+            "get_task" => Ok(Value::String(format!(
+                "TE-4 [todo] Ship (picogent)\nid {task_id} project team by alice updated now\n\n- one\n- two"
+            ))),
+            "add_step" => {
+                assert_eq!(arguments["task_id"], task_id);
+                let n = if arguments["title"] == "one" { 1 } else { 2 };
+                Ok(Value::String(format!("added [ ] {n}. x (id 0000000{n}-2222-4333-8444-555555555555)")))
+            }
+            "complete_step" => {
+                assert!(arguments["step_id"].as_str().unwrap().starts_with("0000000"));
+                Ok(Value::String("completed".into()))
+            }
+            _ => Ok(Value::String("ok".into())),
+        });
+        assert_eq!(names(&messages).iter().filter(|n| *n == "complete_step").count(), 2);
     }
 
     #[test]
