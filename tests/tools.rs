@@ -320,6 +320,12 @@ async fn project_and_member_tools_work_and_fail_usefully() {
     let (text, error) = fail(agent, ctx, "update_my_status", json!({"status": "x".repeat(201)})).await;
     assert_eq!(error["fields"], json!(["status"]), "{text}");
 
+    // A token the tracker does not know: an error result that does not repeat the token.
+    let stranger = registry_for(&f.board.url(), "tok-unknown-123", &ToolsConfig::default(), MAX_RESULT_BYTES);
+    let (text, error) = fail(&stranger, ctx, "list_members", json!({})).await;
+    assert_eq!((error["code"].as_str(), error["status"].as_u64()), (Some("unauthorized"), Some(401)), "{text}");
+    assert!(text.contains("tell a human"), "{text}");
+
     f.board.shutdown().await.unwrap();
 }
 
