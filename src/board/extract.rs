@@ -95,6 +95,10 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
 
 /// Parses a JSON body, naming the offending field on failure.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, BoardError> {
+    // serde would read a struct from an array by position; the contract's bodies are objects.
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(BoardError::invalid("body", "a JSON object", "the body must be a JSON object"));
+    }
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
         let path = error.path().to_string();
@@ -105,9 +109,9 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, BoardError> {
             BoardError::invalid("body", "a JSON object", format!("the body is not valid JSON: {inner}"))
         }
     })?;
-    deserializer
-        .end()
-        .map_err(|e| BoardError::invalid("body", "a single JSON object", format!("trailing data after the JSON: {e}")))?;
+    deserializer.end().map_err(|e| {
+        BoardError::invalid("body", "a single JSON object", format!("trailing data after the JSON: {e}"))
+    })?;
     Ok(value)
 }
 
@@ -148,7 +152,9 @@ fn data_error(path: &str, message: &str) -> BoardError {
         return BoardError::invalid(&field, "a value (the field is required)", format!("{field} is required"));
     }
     if message.starts_with("unknown field") {
-        let field = format!("{prefix}{quoted}");
+        // serde_json's path already ends at the unknown field; serde_urlencoded's does not.
+        let ends_at_field = path == quoted || path.ends_with(&format!(".{quoted}"));
+        let field = if ends_at_field { path.to_string() } else { format!("{prefix}{quoted}") };
         let expected = expected.unwrap_or_else(|| "no such field".to_string());
         return BoardError::invalid(&field, expected.clone(), format!("unknown field {field}: expected {expected}"));
     }
@@ -173,11 +179,7 @@ pub fn check_length(field: &str, value: &str, max: usize) -> Result<(), BoardErr
 /// Checks a string that must not be blank (titles, content) and its length.
 pub fn check_text(field: &str, value: &str, max: usize) -> Result<(), BoardError> {
     if value.trim().is_empty() {
-        return Err(BoardError::invalid(
-            field,
-            format!("1 to {max} characters"),
-            format!("{field} must not be empty"),
-        ));
+        return Err(BoardError::invalid(field, format!("1 to {max} characters"), format!("{field} must not be empty")));
     }
     check_length(field, value, max)
 }
