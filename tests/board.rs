@@ -532,7 +532,10 @@ async fn data_survives_a_restart() {
     let events_before = all_events(&board, "picogent").await;
     assert_eq!(events_before.len(), 2);
 
+    // An open event stream does not hold the shutdown up; it is closed.
+    let mut open_stream = EventStream::connect(&board, "picogent").await;
     let board = board.restart().await;
+    open_stream.expect_closed().await;
     let alice = board.client("alice");
     assert_eq!(alice.get_task("TE-1").await.unwrap(), task);
     assert_eq!(alice.get_message(&message.id).await.unwrap(), message);
@@ -621,6 +624,12 @@ async fn the_event_stream_delivers_and_resumes() {
         }
     }
     stream.close().await;
+
+    // A frame over 1 MiB is refused: the connection ends.
+    let mut stream = EventStream::connect(&board, "picogent").await;
+    let huge = json!({"type": "ping", "padding": "p".repeat(limits::FRAME_BYTES)});
+    let _ = stream.socket.send(Message::Text(huge.to_string().into())).await;
+    stream.expect_closed().await;
 }
 
 #[tokio::test]

@@ -146,6 +146,18 @@ impl EventStream {
         }
     }
 
+    /// Waits for the server to end the connection (a close frame, an error or the end).
+    pub async fn expect_closed(&mut self) {
+        loop {
+            let frame = tokio::time::timeout(PATIENCE, self.socket.next()).await.expect("the connection stayed open");
+            match frame {
+                None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return,
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                Some(Ok(other)) => panic!("expected the connection to close, got {other:?}"),
+            }
+        }
+    }
+
     pub async fn close(mut self) {
         let _ = self.socket.close(None).await;
     }
