@@ -611,6 +611,13 @@ async fn the_event_stream_delivers_and_resumes() {
     alice.assign_task(&task.key, "picogent", None).await.unwrap();
     let live = stream.next_event().await;
     assert_eq!((live.event.as_str(), live.seq), (EVENT_TASK_ASSIGNED, 6));
+    // A resume past the end of the log replays nothing and says where the log ends.
+    assert_eq!(stream.resume(1_000).await, (Vec::new(), 6));
+    alice
+        .update_task(&task.key, &UpdateTask { title: Some("work, renamed".into()), ..Default::default() })
+        .await
+        .unwrap();
+    assert_eq!(stream.next_event().await.seq, 7);
 
     // Protocol pings are answered.
     use futures::{SinkExt, StreamExt};
