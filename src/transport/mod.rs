@@ -340,6 +340,17 @@ async fn session(
                 match message {
                     Message::Text(text) => {
                         if let Some(item) = parse_frame(text.as_str()) {
+                            if let StreamItem::Status(LinkStatus::CaughtUp { last_seq }) = &item
+                                && *last_seq < after_seq
+                            {
+                                // Seqs only grow, so a log behind our resume point was reset or
+                                // replaced: events numbered up to `after_seq` will not be replayed.
+                                tracing::warn!(
+                                    after_seq,
+                                    server_last_seq = *last_seq,
+                                    "the tracker's event log ends before the last processed seq: was the tracker reset?"
+                                );
+                            }
                             if let Err(end) = deliver(sender, item, cancel).await {
                                 break end;
                             }
