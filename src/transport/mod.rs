@@ -14,10 +14,13 @@
 //!   the router drops them by event id;
 //! - input from the network never panics the task: an unparsable frame or an unknown event is
 //!   logged and skipped; a frame over the size limit is refused by the WebSocket layer and the
-//!   connection is recycled;
+//!   connection is recycled (a tracker that kept replaying such a frame would be refused at
+//!   every reconnect; the contract forbids frames over 1 MiB, so the reference board never does);
 //! - a token the tracker refuses (401/403 at the handshake) ends the task with
 //!   [`StreamError::Unauthorized`]; it is never retried;
 //! - the token is sent only in the `Authorization` header and never logged.
+//!
+//! `wss://` (a tracker at `https://`) is spoken with rustls and the system's root certificates.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
