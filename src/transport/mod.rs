@@ -22,6 +22,10 @@
 //!
 //! `wss://` (a tracker at `https://`) is spoken with rustls and the system's root certificates.
 
+mod probe;
+
+pub use probe::probe;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
