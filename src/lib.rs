@@ -10,6 +10,8 @@
 //! - [`board`]: the reference board — a small but real Team Board (HTTP + WebSocket + SQLite)
 //!   written from `docs/tracker-api.md`, used by the demo and the tests.
 //! - [`tools`]: what the model can call; [`tools::ToolSource`] is the one shape of every tool source.
+//! - [`transport`]: the tracker's event stream (WebSocket): reconnects, heartbeats, resumes.
+//! - [`state`]: the agent's durable state (SQLite): processed events, claims, sessions, runs, spend.
 //! - [`llm`]: the project's chat types and the OpenAI-compatible adapter ([`llm::openai`], the only
 //!   module importing async-openai).
 //! - [`agent`]: the tool-use loop: budgets, concurrency of read-only calls, the run record.
@@ -25,5 +27,7 @@ pub mod offline_model;
 pub mod prompts;
 pub mod retry;
 pub mod secret;
+pub mod state;
 pub mod tools;
 pub mod tracker;
+pub mod transport;
