@@ -228,6 +228,7 @@ async fn scripted_misbehaviour_is_answered_with_errors_the_model_reads() {
         ("tool_error_recovery.json", "get_task", ToolCallOutcome::Error, 2),
         ("malformed_arguments.json", "get_task", ToolCallOutcome::InvalidArguments, 2),
         ("unknown_tool.json", "get_taks", ToolCallOutcome::UnknownTool, 1),
+        ("not_offered.json", "create_task", ToolCallOutcome::UnknownTool, 1),
     ];
     for (fixture, tool, first_outcome, calls) in cases {
         let harness = Harness::start(OfflineModelOptions::script(script(fixture))).await;
@@ -242,13 +243,28 @@ async fn scripted_misbehaviour_is_answered_with_errors_the_model_reads() {
 }
 
 #[tokio::test]
-async fn a_refusal_is_recorded() {
-    let harness = Harness::start(OfflineModelOptions::script(script("refusal.json"))).await;
-    let record = harness.run(limits(), "Task: TE-1").await.record;
-    assert_eq!(record.outcome, RunOutcome::Refusal);
-    assert!(record.detail.as_deref().unwrap_or_default().contains("I cannot help"), "{record:#?}");
-    assert!(!record.final_message.is_empty());
-    harness.finish().await;
+async fn refusals_and_empty_answers_are_recorded() {
+    for (fixture, outcome) in [("refusal.json", RunOutcome::Refusal), ("empty_answer.json", RunOutcome::EmptyAnswer)] {
+        let harness = Harness::start(OfflineModelOptions::script(script(fixture))).await;
+        let output = harness.run(limits(), "Task: TE-1").await;
+        let record = &output.record;
+        assert_eq!(record.outcome, outcome, "{fixture}: {record:#?}");
+        assert_eq!(record.turns, 1);
+        assert!(record.final_message.starts_with("I could not finish"), "{}", record.final_message);
+        if outcome == RunOutcome::Refusal {
+            assert!(record.detail.as_deref().unwrap_or_default().contains("I cannot help"), "{record:#?}");
+        }
+        harness.finish().await;
+    }
+}
+
+#[tokio::test]
+async fn the_endpoint_lists_its_model() {
+    let model = offline_model::start(OfflineModelOptions::planner()).await.unwrap();
+    let listed: serde_json::Value =
+        reqwest::get(format!("{}/models", model.url())).await.unwrap().json().await.unwrap();
+    assert_eq!(listed["data"][0]["id"], offline_model::MODEL_NAME);
+    model.shutdown().await;
 }
 
 #[tokio::test]

@@ -159,7 +159,8 @@ fn classify_error(status: u16, retry_after: Option<Duration>, body: &[u8]) -> Ll
         400 | 413 if code == "context_length_exceeded" || mentions_context_length(&message) => {
             LlmError::ContextLength { message }
         }
-        408 => LlmError::Timeout { timeout_ms: 0 },
+        // A server-side request timeout: as transient as a 5xx.
+        408 => LlmError::Server { status, retry_after, message },
         _ => LlmError::Rejected { status, message },
     }
 }
