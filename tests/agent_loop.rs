@@ -96,7 +96,11 @@ impl Harness {
             steering,
         };
         let input = RunInput { system_prompt: SYSTEM.to_string(), history: vec![], prompt: prompt.to_string() };
-        agent::run(setup, input).await
+        let run = agent::run(setup, input);
+        // The runtime spawns runs on the multi-threaded runtime: the future must be `Send`.
+        fn assert_send<F: Send>(_: &F) {}
+        assert_send(&run);
+        run.await
     }
 
     async fn finish(self) {
