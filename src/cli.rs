@@ -37,6 +37,11 @@ pub enum Command {
         #[arg(long)]
         seed: Option<PathBuf>,
     },
+    /// The tracker tools the model can call: list them, or call one against a live tracker.
+    Tools {
+        #[command(subcommand)]
+        command: ToolsCommand,
+    },
     /// Serve the offline model endpoint: an OpenAI-compatible chat completions API answered by a
     /// rule-based planner (or a replayed script) — a stand-in for tests and demos, not an LLM.
     OfflineModel {
@@ -50,10 +55,21 @@ pub enum Command {
         #[arg(long, default_value_t = 0)]
         delay_ms: u64,
     },
-    /// The tracker tools the model can call: list them, or call one against a live tracker.
-    Tools {
-        #[command(subcommand)]
-        command: ToolsCommand,
+    /// Run the agent: stay connected to the tracker, work assigned tasks, answer mentions.
+    Run {
+        #[arg(long, default_value = "agent.json")]
+        config: PathBuf,
+    },
+    /// Check a deployment: the config, the templates, the tracker (REST and WebSocket), the model.
+    Check {
+        #[arg(long, default_value = "agent.json")]
+        config: PathBuf,
+    },
+    /// The whole product offline on loopback: reference board, offline planner model, agent.
+    Demo {
+        /// Leave everything running and print the URLs, tokens and commands to try more.
+        #[arg(long)]
+        keep: bool,
     },
 }
 
@@ -113,15 +129,18 @@ pub fn main(cli: Cli) -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Board { listen, db, seed } => crate::board::run_cli(listen, db, seed).await,
-            Command::OfflineModel { listen, script, delay_ms } => {
-                crate::offline_model::run_cli(listen, script, delay_ms).await
-            }
             Command::Tools { command: ToolsCommand::List { json, tokens, config } } => {
                 Ok(tools_list(json, tokens, config.as_deref()))
             }
             Command::Tools { command: ToolsCommand::Call { name, arguments, config, json } } => {
                 Ok(tools_call(&name, &arguments, &config, json).await)
             }
+            Command::OfflineModel { listen, script, delay_ms } => {
+                crate::offline_model::run_cli(listen, script, delay_ms).await
+            }
+            Command::Run { config } => crate::runtime::run_cli(&config).await,
+            Command::Check { config } => crate::check::run_cli(&config).await,
+            Command::Demo { keep } => crate::demo::run_cli(keep).await,
         }
     });
     match result {

@@ -17,15 +17,24 @@
 //! - [`agent`]: the tool-use loop: budgets, concurrency of read-only calls, the run record.
 //! - [`offline_model`]: an OpenAI-compatible endpoint served by picogent itself — a deterministic
 //!   rule-based planner or a replayed script, not an LLM — for the demo and the tests.
+//! - [`prompts`]: the minijinja templates in `prompts/` and the cleaning of tracker text.
+//! - [`router`]: the closed event loop deciding what the agent does with each event.
+//! - [`runtime`]: `picogent run` — wires stream, router, runs, state and HTTP; one run's life in
+//!   [`runtime::run`].
+//! - [`check`], [`demo`]: `picogent check` and `picogent demo`.
 
 pub mod agent;
 pub mod board;
+pub mod check;
 pub mod cli;
 pub mod config;
+pub mod demo;
 pub mod llm;
 pub mod offline_model;
 pub mod prompts;
 pub mod retry;
+pub mod router;
+pub mod runtime;
 pub mod secret;
 pub mod state;
 pub mod tools;

@@ -5,6 +5,7 @@
 //! because a conversation is persisted and resumed.
 
 pub mod openai;
+pub mod probe;
 
 use std::time::Duration;
 

@@ -33,6 +33,7 @@
 //! Times are stored as Unix milliseconds in UTC.
 
 mod runs;
+mod values;
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;

@@ -19,6 +19,10 @@
 //!   [`StreamError::Unauthorized`]; it is never retried;
 //! - the token is sent only in the `Authorization` header and never logged.
 
+mod probe;
+
+pub use probe::probe;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
