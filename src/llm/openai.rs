@@ -284,6 +284,57 @@ mod tests {
         assert!(matches!(classify_error(400, None, body), LlmError::Rejected { status: 400, .. }));
     }
 
+    fn config(max_output_tokens: Option<u32>) -> LlmConfig {
+        LlmConfig {
+            base_url: "http://127.0.0.1:1/v1/".to_string(),
+            model: "m".to_string(),
+            api_key_env: None,
+            temperature: None,
+            max_output_tokens,
+            timeout_ms: 1_000,
+            parallel_tool_calls: false,
+            retry: RetryConfig::default(),
+        }
+    }
+
+    #[test]
+    fn the_wire_request_caps_output_and_keeps_order() {
+        let chat = OpenAiChat::new(&config(Some(500)), None).unwrap();
+        let tool = ToolSpec { name: "get_task".into(), description: "d".into(), parameters: serde_json::json!({}) };
+        let request = ChatRequest {
+            messages: vec![
+                Message::system("s"),
+                Message::user("u"),
+                Message::Assistant {
+                    content: None,
+                    tool_calls: vec![ToolCall { id: "c".into(), name: "get_task".into(), arguments: "{}".into() }],
+                    refusal: None,
+                },
+                Message::Tool {
+                    tool_call_id: "c".into(),
+                    name: "get_task".into(),
+                    content: "r".into(),
+                    is_error: false,
+                },
+            ],
+            tools: vec![tool],
+            max_output_tokens: Some(200),
+        };
+        let wire = serde_json::to_value(chat.wire_request(&request)).unwrap();
+        assert_eq!(wire["max_completion_tokens"], 200);
+        assert_eq!(wire["parallel_tool_calls"], false);
+        let roles: Vec<&str> =
+            wire["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+        assert_eq!(roles, ["system", "user", "assistant", "tool"]);
+        assert_eq!(wire["messages"][2]["tool_calls"][0]["function"]["name"], "get_task");
+        assert_eq!(wire["tools"][0]["function"]["name"], "get_task");
+
+        let without_tools = ChatRequest { tools: vec![], max_output_tokens: Some(900), ..request };
+        let wire = serde_json::to_value(chat.wire_request(&without_tools)).unwrap();
+        assert_eq!(wire["max_completion_tokens"], 500, "the configured cap wins when lower");
+        assert!(wire.get("parallel_tool_calls").is_none() && wire.get("tools").is_none());
+    }
+
     #[test]
     fn classifies_rate_limits_and_server_errors_with_retry_after() {
         let wait = Some(Duration::from_secs(1));
