@@ -24,6 +24,9 @@ use crate::config::LlmConfig;
 use crate::retry::{RetryConfig, parse_retry_after, with_retry};
 use crate::secret::Secret;
 
+/// The output cap when `llm.max_output_tokens` is not set.
+pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 4096;
+
 /// A chat model behind an OpenAI-compatible `/v1/chat/completions`.
 #[derive(Debug, Clone)]
 pub struct OpenAiChat {
@@ -105,10 +108,11 @@ impl OpenAiChat {
     }
 
     fn wire_request(&self, request: &ChatRequest) -> CreateChatCompletionRequest {
-        let max_output_tokens = match (self.max_output_tokens, request.max_output_tokens) {
-            (Some(configured), Some(asked)) => Some(configured.min(asked)),
-            (configured, asked) => configured.or(asked),
-        };
+        // The loop asks for what remains of the token budget, which can be far above what a model
+        // accepts (servers refuse a `max_completion_tokens` past the model's limit), so an
+        // unconfigured cap defaults to one every current chat model takes.
+        let configured = self.max_output_tokens.unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS);
+        let max_output_tokens = Some(request.max_output_tokens.map_or(configured, |asked| configured.min(asked)));
         let has_tools = !request.tools.is_empty();
         CreateChatCompletionRequest {
             model: self.model.clone(),
@@ -333,6 +337,13 @@ mod tests {
         let wire = serde_json::to_value(chat.wire_request(&without_tools)).unwrap();
         assert_eq!(wire["max_completion_tokens"], 500, "the configured cap wins when lower");
         assert!(wire.get("parallel_tool_calls").is_none() && wire.get("tools").is_none());
+
+        let unconfigured = OpenAiChat::new(&config(None), None).unwrap();
+        let wire = serde_json::to_value(unconfigured.wire_request(&without_tools)).unwrap();
+        assert_eq!(wire["max_completion_tokens"], 900);
+        let huge = ChatRequest { max_output_tokens: Some(60_000), ..without_tools };
+        let wire = serde_json::to_value(unconfigured.wire_request(&huge)).unwrap();
+        assert_eq!(wire["max_completion_tokens"], DEFAULT_MAX_OUTPUT_TOKENS);
     }
 
     #[test]
