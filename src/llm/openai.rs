@@ -158,6 +158,8 @@ fn classify_error(status: u16, retry_after: Option<Duration>, body: &[u8]) -> Ll
         None => (String::new(), String::from_utf8_lossy(&body[..body.len().min(500)]).trim().to_string()),
     };
     match status {
+        // Out of credit is a 429 too, but waiting does not help.
+        429 if code == "insufficient_quota" => LlmError::Rejected { status, message },
         429 => LlmError::RateLimited { retry_after, message },
         500..=599 => LlmError::Server { status, retry_after, message },
         400 | 413 if code == "context_length_exceeded" || mentions_context_length(&message) => {
@@ -351,5 +353,7 @@ mod tests {
         let wait = Some(Duration::from_secs(1));
         assert!(matches!(classify_error(429, wait, b"slow down"), LlmError::RateLimited { retry_after: Some(_), .. }));
         assert!(matches!(classify_error(503, None, b"<html>"), LlmError::Server { status: 503, .. }));
+        let quota = br#"{"error": {"message": "no credit", "code": "insufficient_quota"}}"#;
+        assert!(matches!(classify_error(429, wait, quota), LlmError::Rejected { status: 429, .. }));
     }
 }
