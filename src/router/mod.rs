@@ -325,34 +325,19 @@ impl Router {
             self.config.chat_listen,
             &self.config.allowed_bots,
         );
+        let thread_key = SessionKey::Thread(message.thread_root().to_string()).as_string();
+        if fate == MessageFate::OwnMessage {
+            // Every message the agent posts is counted where it lands, as the stream shows it:
+            // the loop guard then holds for replies made inside a long run too.
+            if let Err(error) = self.state.record_reply(&thread_key, time::OffsetDateTime::now_utc()).await {
+                tracing::warn!(%error, "cannot count the agent's reply");
+            }
+        }
         if fate != MessageFate::Answer {
             self.metrics.event(EVENT, fate.as_str());
             tracing::debug!(id = %message.id, fate = fate.as_str(), "message not answered");
             return;
         }
-        // A busy session takes the message as steering: no second run.
-        if let Some(active) = self.active.get(&session) {
-            let text = format!(
-                "New message from @{} (message id {}):\n{}",
-                message.author_slug,
-                message.id,
-                crate::prompts::clean_text(&message.content, crate::prompts::MAX_FIELD_CHARS)
-            );
-            if active.steer.send(text).is_ok() {
-                self.metrics.event(EVENT, "steered");
-                return;
-            }
-        }
-        if let Some(waiting) = self.waiting.iter_mut().find(|r| r.session == session) {
-            waiting.steering.push(format!(
-                "New message from @{}: {}",
-                message.author_slug,
-                crate::prompts::clean_text(&message.content, crate::prompts::MAX_FIELD_CHARS)
-            ));
-            self.metrics.event(EVENT, "steered");
-            return;
-        }
-        let thread_key = SessionKey::Thread(message.thread_root().to_string()).as_string();
         match self.state.replies_in_last_hour(&thread_key).await {
             Ok(count) if count >= self.config.limits.max_replies_per_thread_per_hour => {
                 tracing::warn!(thread = %thread_key, count, "thread reply cap reached: not answering (loop guard)");
@@ -361,6 +346,19 @@ impl Router {
             }
             Ok(_) => {}
             Err(error) => tracing::warn!(%error, "cannot read the thread reply count"),
+        }
+        // A busy session takes the message as steering: no second run.
+        let steering = steering_text(&message, &session);
+        if let Some(active) = self.active.get(&session) {
+            if active.steer.send(steering.clone()).is_ok() {
+                self.metrics.event(EVENT, "steered");
+                return;
+            }
+        }
+        if let Some(waiting) = self.waiting.iter_mut().find(|r| r.session == session) {
+            waiting.steering.push(steering);
+            self.metrics.event(EVENT, "steered");
+            return;
         }
         self.metrics.event(EVENT, "run");
         let request = RunRequest {
@@ -376,9 +374,15 @@ impl Router {
 
     async fn replies_to_agent(&self, message: &MessageOut, session: &SessionKey) -> bool {
         let Some(parent_id) = &message.parent_id else { return false };
-        let thread = SessionKey::Thread(parent_id.clone()).as_string();
-        if matches!(session, SessionKey::Thread(_)) && matches!(self.state.load_session(&thread).await, Ok(Some(_))) {
-            return true;
+        let thread = SessionKey::Thread(parent_id.clone());
+        if matches!(session, SessionKey::Thread(_)) {
+            // Answering now, or answered before: either way the agent is in this thread.
+            if self.active.contains_key(&thread) || self.waiting_sessions.contains(&thread) {
+                return true;
+            }
+            if matches!(self.state.load_session(&thread.as_string()).await, Ok(Some(_))) {
+                return true;
+            }
         }
         match self.client.get_message(parent_id).await {
             Ok(parent) => parent.author_slug == self.config.slug,
@@ -619,6 +623,20 @@ impl Router {
             let (tasks, messages) = reconcile(&client, &state, &slug).await;
             let _ = inputs.send(Input::Reconciled { tasks, messages }).await;
         });
+    }
+}
+
+/// How a message that arrives during a run is handed to it. In a chat thread it is a new
+/// request to answer, so it carries the same `Message id:`/`Thread id:` lines as
+/// `prompts/message_new.md`; on a task it is extra input for the work in progress.
+fn steering_text(message: &MessageOut, session: &SessionKey) -> String {
+    let content = crate::prompts::clean_text(&message.content, crate::prompts::MAX_FIELD_CHARS);
+    match session {
+        SessionKey::Thread(root) => format!(
+            "Message id: {}\nThread id: {root}\n@{} wrote in this thread while you were working:\n\n{content}",
+            message.id, message.author_slug
+        ),
+        SessionKey::Task(_) => format!("@{} commented while you were working:\n\n{content}", message.author_slug),
     }
 }
 
