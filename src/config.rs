@@ -40,6 +40,9 @@ pub struct Config {
     pub state: StateConfig,
     #[serde(default)]
     pub http: HttpConfig,
+    /// How `picogent mcp --http` and the runtime's `/mcp` endpoint admit clients.
+    #[serde(default)]
+    pub mcp: McpConfig,
     /// The folder holding `system.md`, `task_assigned.md` and `message_new.md`; relative paths
     /// are taken from the config file's folder.
     #[serde(default = "default_prompts_dir")]
@@ -190,6 +193,32 @@ impl Default for HttpConfig {
     }
 }
 
+/// Security of the MCP server's HTTP endpoint. Loopback hosts and origins are always allowed; the
+/// lists add more. The bearer token itself lives in the environment, never in the file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct McpConfig {
+    /// The environment variable holding the bearer token MCP clients must send over HTTP.
+    pub token_env: String,
+    /// Browser origins allowed besides loopback ones, with scheme and port, e.g.
+    /// `https://app.example.com:443` (`:*` matches any port). A request with any other `Origin`
+    /// header is refused with 403; requests without one (non-browser clients) pass.
+    pub allowed_origins: Vec<String>,
+    /// `Host` header values allowed besides `localhost`, `127.0.0.1` and `::1`, e.g.
+    /// `agent.example.com` or `agent.example.com:8808`. Needed to listen on a non-loopback address.
+    pub allowed_hosts: Vec<String>,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        McpConfig {
+            token_env: "PICOGENT_MCP_TOKEN".to_string(),
+            allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+        }
+    }
+}
+
 fn default_prompts_dir() -> PathBuf {
     PathBuf::from("prompts")
 }
@@ -247,6 +276,8 @@ impl Config {
                     .with_list_parse_key("allowed_bots")
                     .with_list_parse_key("tools.allowed")
                     .with_list_parse_key("tools.disallowed")
+                    .with_list_parse_key("mcp.allowed_origins")
+                    .with_list_parse_key("mcp.allowed_hosts")
                     .source(Some(overrides)),
             )
             .build()
@@ -286,6 +317,9 @@ impl Config {
         }
         if self.tracker.token_env.trim().is_empty() {
             return Err(field("tracker.token_env", "expected the name of an environment variable"));
+        }
+        if self.mcp.token_env.trim().is_empty() {
+            return Err(field("mcp.token_env", "expected the name of an environment variable"));
         }
         if self.llm.model.trim().is_empty() {
             return Err(field("llm.model", "expected a model name"));

@@ -10,10 +10,13 @@
 //! - [`board`]: the reference board — a small but real Team Board (HTTP + WebSocket + SQLite)
 //!   written from `docs/tracker-api.md`, used by the demo and the tests.
 //! - [`tools`]: what the model can call; [`tools::ToolSource`] is the one shape of every tool source.
+//! - [`mcp`]: the only module that imports rmcp's server/client machinery; [`mcp::server`] serves
+//!   the tools, tracker resources and prompts over MCP (stdio and Streamable HTTP).
 
 pub mod board;
 pub mod cli;
 pub mod config;
+pub mod mcp;
 pub mod prompts;
 pub mod retry;
 pub mod secret;
