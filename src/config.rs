@@ -262,8 +262,13 @@ impl Config {
     pub fn load_with_env(path: &Path, vars: impl IntoIterator<Item = (String, String)>) -> Result<Config, ConfigError> {
         let text =
             std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
-        let overrides: config::Map<String, String> =
-            vars.into_iter().filter(|(key, _)| key.starts_with(&format!("{ENV_PREFIX}_"))).collect();
+        // A variable that holds a secret (say `PICOGENT_MCP_TOKEN`) is not an override, even when
+        // its name carries the prefix.
+        let secret_vars = secret_env_names(&text);
+        let overrides: config::Map<String, String> = vars
+            .into_iter()
+            .filter(|(key, _)| key.starts_with(&format!("{ENV_PREFIX}_")) && !secret_vars.contains(key))
+            .collect();
         let built = config::Config::builder()
             .add_source(config::File::from_str(&text, config::FileFormat::Json))
             .add_source(
@@ -354,6 +359,24 @@ impl Config {
     }
 }
 
+/// The environment variables the file names as holding secrets (`tracker.token_env`,
+/// `llm.api_key_env`, `mcp.token_env`, with their defaults), read leniently: a malformed file is
+/// reported by the real parse.
+fn secret_env_names(text: &str) -> Vec<String> {
+    let file: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+    let named = |section: &str, field: &str, default: Option<String>| {
+        file.get(section).and_then(|s| s.get(field)).and_then(|v| v.as_str()).map(str::to_string).or(default)
+    };
+    [
+        named("tracker", "token_env", Some(default_token_env())),
+        named("llm", "api_key_env", None),
+        named("mcp", "token_env", Some(McpConfig::default().token_env)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
 /// Rewrites a `config` deserialization error into "field `x`: what was wrong" where it can.
 fn describe(error: &config::ConfigError) -> String {
     match error {
@@ -409,6 +432,19 @@ mod tests {
         let config = Config::load_with_env(&write(dir.path(), MINIMAL), vars).unwrap();
         assert_eq!(config.limits.max_turns, 3);
         assert_eq!(config.tracker.url, "http://10.0.0.1:9");
+    }
+
+    #[test]
+    fn secret_variables_are_not_overrides() {
+        let dir = tempfile::tempdir().unwrap();
+        let vars = [
+            ("PICOGENT_MCP_TOKEN".to_string(), "tok-mcp".to_string()),
+            ("PICOGENT_MCP__ALLOWED_HOSTS".to_string(), "agent.example.com,other.example.com".to_string()),
+        ];
+        let config = Config::load_with_env(&write(dir.path(), MINIMAL), vars).unwrap();
+        assert_eq!(config.mcp.token_env, "PICOGENT_MCP_TOKEN");
+        assert_eq!(config.mcp.allowed_hosts, vec!["agent.example.com", "other.example.com"]);
+        assert!(config.mcp.allowed_origins.is_empty());
     }
 
     #[test]
