@@ -329,10 +329,10 @@ impl Config {
         if self.llm.model.trim().is_empty() {
             return Err(field("llm.model", "expected a model name"));
         }
-        if let Some(t) = self.llm.temperature {
-            if !(0.0..=2.0).contains(&t) {
-                return Err(field("llm.temperature", "expected a number from 0 to 2"));
-            }
+        if let Some(t) = self.llm.temperature
+            && !(0.0..=2.0).contains(&t)
+        {
+            return Err(field("llm.temperature", "expected a number from 0 to 2"));
         }
         let positive = [
             ("tracker.timeout_ms", self.tracker.timeout_ms),

@@ -172,10 +172,14 @@ async fn run_python_client(fixture: &Fixture, mode: &str, transport: &[&str]) ->
         .env("PICOGENT_MCP_TOKEN", MCP_TOKEN)
         .env("NO_COLOR", "1")
         .kill_on_drop(true);
-    let output = tokio::time::timeout(CLIENT_DEADLINE, command.output()).await.expect("python client timed out").unwrap();
+    let output =
+        tokio::time::timeout(CLIENT_DEADLINE, command.output()).await.expect("python client timed out").unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "python client ({mode}, {transport:?}) failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        output.status.success(),
+        "python client ({mode}, {transport:?}) failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
     let report = stdout
         .lines()
         .find_map(|line| line.strip_prefix("REPORT "))
@@ -187,6 +191,7 @@ async fn run_python_client(fixture: &Fixture, mode: &str, transport: &[&str]) ->
 fn assert_python_report(fixture: &Fixture, report: &Value, mode: &str) {
     let expected_version = if mode == "default" { "2026-07-28" } else { "2025-11-25" };
     assert_eq!(report["protocol_version"], expected_version, "{report:#}");
+    assert!(report["sdk_version"].as_str().unwrap().starts_with("2."), "the 2.x SDK: {report:#}");
     let tools: Vec<&str> = report["tools"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
     assert!(tools.len() >= 20, "the registry's tools, all of them: {tools:?}");
     assert!(!tools.contains(&"start_run"), "no agent tools without a running agent: {tools:?}");
@@ -285,24 +290,35 @@ fn discover_body() -> Value {
     })
 }
 
+/// One request of the HTTP security table and the status it must get.
+struct SecurityCase {
+    authorization: Option<String>,
+    origin: Option<&'static str>,
+    host: Option<String>,
+    expected: u16,
+}
+
 #[tokio::test]
 async fn http_needs_the_token_and_a_local_origin_and_host() {
     let fixture = Fixture::start().await;
     let (mut child, url) = spawn_http_server(&fixture).await;
     let port = url.trim_start_matches("http://127.0.0.1:").trim_end_matches("/mcp").to_string();
     let http = reqwest::Client::new();
-    // (authorization, origin, host, expected status)
-    let cases: [(Option<&str>, Option<&str>, Option<String>, u16); 8] = [
-        (None, None, None, 401),
-        (Some("Bearer wrong-token"), None, None, 401),
-        (Some(MCP_TOKEN), None, None, 401), // not a bearer credential
-        (Some(&format!("Bearer {MCP_TOKEN}")), None, None, 200),
-        (Some(&format!("Bearer {MCP_TOKEN}")), Some("http://evil.example"), None, 403),
-        (Some(&format!("Bearer {MCP_TOKEN}")), Some("http://localhost:6274"), None, 200),
-        (Some(&format!("Bearer {MCP_TOKEN}")), None, Some(format!("evil.example:{port}")), 403),
-        (Some(&format!("Bearer {MCP_TOKEN}")), None, Some(format!("localhost:{port}")), 200),
+    let bearer = Some(format!("Bearer {MCP_TOKEN}"));
+    let case = |authorization: Option<String>, origin: Option<&'static str>, host: Option<String>, expected: u16| {
+        SecurityCase { authorization, origin, host, expected }
+    };
+    let cases = [
+        case(None, None, None, 401),
+        case(Some("Bearer wrong-token".into()), None, None, 401),
+        case(Some(MCP_TOKEN.into()), None, None, 401), // not a bearer credential
+        case(bearer.clone(), None, None, 200),
+        case(bearer.clone(), Some("http://evil.example"), None, 403),
+        case(bearer.clone(), Some("http://localhost:6274"), None, 200),
+        case(bearer.clone(), None, Some(format!("evil.example:{port}")), 403),
+        case(bearer.clone(), None, Some(format!("localhost:{port}")), 200),
     ];
-    for (authorization, origin, host, expected) in cases {
+    for SecurityCase { authorization, origin, host, expected } in cases {
         let mut request = http
             .post(&url)
             .header("Content-Type", "application/json")
@@ -310,7 +326,7 @@ async fn http_needs_the_token_and_a_local_origin_and_host() {
             .header("MCP-Protocol-Version", "2026-07-28")
             .header("Mcp-Method", "server/discover")
             .json(&discover_body());
-        if let Some(authorization) = authorization {
+        if let Some(authorization) = &authorization {
             request = request.header("Authorization", authorization);
         }
         if let Some(origin) = origin {
@@ -328,6 +344,20 @@ async fn http_needs_the_token_and_a_local_origin_and_host() {
             assert!(body.contains("2026-07-28"), "a discover result: {body}");
         }
     }
+    // A 2025-11-25 client gets a session.
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}});
+    let response = http
+        .post(&url)
+        .header("Authorization", format!("Bearer {MCP_TOKEN}"))
+        .header("Accept", "application/json, text/event-stream")
+        .json(&initialize)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    assert!(response.headers().get("mcp-session-id").is_some(), "{:?}", response.headers());
+    assert!(response.text().await.unwrap().contains("\"protocolVersion\":\"2025-11-25\""));
     child.start_kill().unwrap();
     child.wait().await.unwrap();
 }
@@ -367,7 +397,8 @@ async fn stdio_session(fixture: &Fixture, requests: &[Value]) -> (Vec<String>, S
             if request.get("id").is_some() {
                 loop {
                     let line = stdout.next_line().await.unwrap().expect("stdout closed early");
-                    let is_answer = serde_json::from_str::<Value>(&line).is_ok_and(|m| m.get("id") == request.get("id"));
+                    let is_answer =
+                        serde_json::from_str::<Value>(&line).is_ok_and(|m| m.get("id") == request.get("id"));
                     lines.push(line);
                     if is_answer {
                         break;
@@ -383,7 +414,8 @@ async fn stdio_session(fixture: &Fixture, requests: &[Value]) -> (Vec<String>, S
     })
     .await
     .expect("the stdio session did not finish");
-    let answers = lines.iter().filter(|line| serde_json::from_str::<Value>(line).is_ok_and(|m| m.get("id").is_some())).count();
+    let answers =
+        lines.iter().filter(|line| serde_json::from_str::<Value>(line).is_ok_and(|m| m.get("id").is_some())).count();
     assert_eq!(answers, expected_answers, "{lines:#?}");
     (lines, stderr.await.unwrap())
 }
@@ -455,7 +487,8 @@ async fn mcp_inspector_cli_lists_tools_and_calls_one() {
             .env("NO_COLOR", "1")
             .kill_on_drop(true);
         async move {
-            let output = tokio::time::timeout(CLIENT_DEADLINE, command.output()).await.expect("inspector timed out").unwrap();
+            let output =
+                tokio::time::timeout(CLIENT_DEADLINE, command.output()).await.expect("inspector timed out").unwrap();
             let stdout = String::from_utf8_lossy(&output.stdout).to_string();
             let stderr = String::from_utf8_lossy(&output.stderr);
             assert!(output.status.success(), "inspector failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
@@ -567,7 +600,11 @@ impl ToolSource for WithWaitingTool {
     fn tools(&self) -> Vec<Tool> {
         let mut tools = ToolSource::tools(&self.registry);
         let schema = json!({"type": "object", "properties": {}});
-        tools.push(Tool::new("wait_until_cancelled", "Waits until the call is cancelled.", schema.as_object().unwrap().clone()));
+        tools.push(Tool::new(
+            "wait_until_cancelled",
+            "Waits until the call is cancelled.",
+            schema.as_object().unwrap().clone(),
+        ));
         tools
     }
 
@@ -626,13 +663,16 @@ async fn agent_extension_serves_runs_and_announces_changes() {
     let cancel = CancellationToken::new();
     let url = serve_in_process(server, cancel.clone()).await;
     let transport = || {
-        StreamableHttpClientTransport::from_config(StreamableHttpClientTransportConfig::with_uri(url.clone()).auth_header(MCP_TOKEN))
+        StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(url.clone()).auth_header(MCP_TOKEN),
+        )
     };
 
     // A 2025-11-25 client: list-changed arrives on its session.
     let (list_changed_tx, mut list_changed) = mpsc::unbounded_channel();
     let (progress_tx, mut progress) = mpsc::unbounded_channel();
-    let legacy = LegacyClient { list_changed: list_changed_tx, progress: progress_tx }.serve(transport()).await.unwrap();
+    let legacy =
+        LegacyClient { list_changed: list_changed_tx, progress: progress_tx }.serve(transport()).await.unwrap();
     assert_eq!(legacy.peer_info().unwrap().protocol_version, ProtocolVersion::V_2025_11_25);
     let tools = legacy.list_all_tools().await.unwrap();
     for name in ["start_run", "stop_run", "report_run", "get_task"] {
@@ -663,14 +703,18 @@ async fn agent_extension_serves_runs_and_announces_changes() {
 
     // A 2026-07-28 client: list-changed arrives on its subscriptions/listen stream.
     let modern = ClientConfig::default()
-        .serve_with_lifecycle(transport(), ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] })
+        .serve_with_lifecycle(
+            transport(),
+            ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] },
+        )
         .await
         .unwrap();
     let mut subscription = modern.listen(SubscriptionFilter::builder().resources_list_changed().build()).await.unwrap();
     assert_eq!(subscription.acknowledged().resources_list_changed, Some(true));
     let stopped = modern.call_tool(call("stop_run", json!({"run_id": run_id}))).await.unwrap();
     assert_eq!(stopped.structured_content.as_ref().unwrap()["stopping"], true, "{stopped:?}");
-    let notification = tokio::time::timeout(CLIENT_DEADLINE, subscription.next()).await.expect("a notification").unwrap();
+    let notification =
+        tokio::time::timeout(CLIENT_DEADLINE, subscription.next()).await.expect("a notification").unwrap();
     assert!(matches!(notification, Some(ServerNotification::ResourceListChangedNotification(_))), "{notification:?}");
     tokio::time::timeout(CLIENT_DEADLINE, list_changed.recv()).await.expect("legacy list_changed after stop").unwrap();
     let status = modern.read_resource(ReadResourceRequestParams::new("agent://status")).await.unwrap();
@@ -680,14 +724,13 @@ async fn agent_extension_serves_runs_and_announces_changes() {
 
     // A long call reports progress while it runs, and a client's cancellation reaches the tool.
     while progress.try_recv().is_ok() {}
-    let request = ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(call("wait_until_cancelled", json!({}))));
-    let handle = legacy
-        .send_request_with_option(request, PeerRequestOptions::no_options())
-        .await
-        .unwrap();
+    let request =
+        ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(call("wait_until_cancelled", json!({}))));
+    let handle = legacy.send_request_with_option(request, PeerRequestOptions::no_options()).await.unwrap();
     let mut ticks = 0;
     while ticks < 3 {
-        let update = tokio::time::timeout(CLIENT_DEADLINE, progress.recv()).await.expect("progress while running").unwrap();
+        let update =
+            tokio::time::timeout(CLIENT_DEADLINE, progress.recv()).await.expect("progress while running").unwrap();
         if update.message.as_deref() == Some("wait_until_cancelled still running") {
             ticks += 1;
         }

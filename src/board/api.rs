@@ -9,9 +9,7 @@ use axum::{Json, Router, middleware};
 use super::error::BoardError;
 use super::extract::{Caller, JsonBody, check_length, check_text, require_member};
 use super::{BoardState, db, events, idempotency, messages, tasks};
-use crate::tracker::model::{
-    AddStep, MemberOut, ProjectOut, StatusOut, StepOut, UpdateStatus, UpdateStep, limits,
-};
+use crate::tracker::model::{AddStep, MemberOut, ProjectOut, StatusOut, StepOut, UpdateStatus, UpdateStep, limits};
 
 /// The path prefix of the REST API and the event stream.
 pub const API_PREFIX: &str = "/api";

@@ -75,13 +75,22 @@ struct ProjectRow {
 
 impl From<ProjectRow> for ProjectOut {
     fn from(row: ProjectRow) -> ProjectOut {
-        ProjectOut { id: row.id, slug: row.slug, key: row.key, name: row.name, chat_id: row.chat_id, active: row.active }
+        ProjectOut {
+            id: row.id,
+            slug: row.slug,
+            key: row.key,
+            name: row.name,
+            chat_id: row.chat_id,
+            active: row.active,
+        }
     }
 }
 
 pub async fn list_projects(conn: &mut SqliteConnection) -> Result<Vec<ProjectOut>, BoardError> {
     let rows: Vec<ProjectRow> =
-        sqlx::query_as("SELECT id, slug, key, name, chat_id, active FROM projects ORDER BY slug").fetch_all(conn).await?;
+        sqlx::query_as("SELECT id, slug, key, name, chat_id, active FROM projects ORDER BY slug")
+            .fetch_all(conn)
+            .await?;
     Ok(rows.into_iter().map(ProjectOut::from).collect())
 }
 
@@ -294,10 +303,8 @@ macro_rules! message_select {
 pub(crate) use message_select;
 
 pub async fn find_message_row(conn: &mut SqliteConnection, id: &str) -> Result<MessageRow, BoardError> {
-    let row: Option<MessageRow> = sqlx::query_as(concat!(message_select!(), " WHERE id = ?1"))
-        .bind(id)
-        .fetch_optional(conn)
-        .await?;
+    let row: Option<MessageRow> =
+        sqlx::query_as(concat!(message_select!(), " WHERE id = ?1")).bind(id).fetch_optional(conn).await?;
     row.ok_or_else(|| BoardError::not_found("message", id))
 }
 

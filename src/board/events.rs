@@ -135,9 +135,10 @@ pub async fn ws_handler(
         Err(error) => return error.into_response(),
     };
     let tasks = state.tasks.clone();
-    upgrade.max_message_size(limits::FRAME_BYTES).max_frame_size(limits::FRAME_BYTES).on_upgrade(move |socket| {
-        tasks.track_future(serve_connection(state, socket, caller.slug, last_sent, receiver))
-    })
+    upgrade
+        .max_message_size(limits::FRAME_BYTES)
+        .max_frame_size(limits::FRAME_BYTES)
+        .on_upgrade(move |socket| tasks.track_future(serve_connection(state, socket, caller.slug, last_sent, receiver)))
 }
 
 async fn serve_connection(

@@ -105,9 +105,9 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, BoardError> {
             BoardError::invalid("body", "a JSON object", format!("the body is not valid JSON: {inner}"))
         }
     })?;
-    deserializer
-        .end()
-        .map_err(|e| BoardError::invalid("body", "a single JSON object", format!("trailing data after the JSON: {e}")))?;
+    deserializer.end().map_err(|e| {
+        BoardError::invalid("body", "a single JSON object", format!("trailing data after the JSON: {e}"))
+    })?;
     Ok(value)
 }
 
@@ -173,11 +173,7 @@ pub fn check_length(field: &str, value: &str, max: usize) -> Result<(), BoardErr
 /// Checks a string that must not be blank (titles, content) and its length.
 pub fn check_text(field: &str, value: &str, max: usize) -> Result<(), BoardError> {
     if value.trim().is_empty() {
-        return Err(BoardError::invalid(
-            field,
-            format!("1 to {max} characters"),
-            format!("{field} must not be empty"),
-        ));
+        return Err(BoardError::invalid(field, format!("1 to {max} characters"), format!("{field} must not be empty")));
     }
     check_length(field, value, max)
 }

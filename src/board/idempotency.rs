@@ -76,7 +76,9 @@ pub async fn idempotent_posts(State(state): State<BoardState>, request: Request,
             match worker.await {
                 Ok(Ok(response)) => response,
                 Ok(Err(error)) => error.into_response(),
-                Err(join_error) => BoardError::Internal(format!("an idempotent request failed: {join_error}")).into_response(),
+                Err(join_error) => {
+                    BoardError::Internal(format!("an idempotent request failed: {join_error}")).into_response()
+                }
             }
         }
     }

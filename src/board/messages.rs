@@ -205,7 +205,13 @@ pub async fn reply_message(
     let mentions = check_mentions(&body.mentions)?;
     let mut tx = db::begin_write(&state.pool).await?;
     let root = thread_root(&mut tx, &parent_id).await?;
-    let new = NewMessage { content: body.content, chat_id: root.chat_id, task_id: root.task_id, parent_id: Some(root.id), mentions };
+    let new = NewMessage {
+        content: body.content,
+        chat_id: root.chat_id,
+        task_id: root.task_id,
+        parent_id: Some(root.id),
+        mentions,
+    };
     let mut outbox = Outbox::default();
     let message = store_message(&mut tx, &mut outbox, &caller.slug, new).await?;
     tx.commit().await?;
@@ -316,9 +322,9 @@ pub async fn upload_file(
     check_text("filename", &body.filename, limits::FILENAME)?;
     let mime_type = body.mime_type.unwrap_or_else(|| "application/octet-stream".to_string());
     check_text("mime_type", &mime_type, 255)?;
-    let bytes = BASE64
-        .decode(body.content.trim())
-        .map_err(|e| BoardError::invalid("content", "the file's bytes in base64", format!("content is not base64: {e}")))?;
+    let bytes = BASE64.decode(body.content.trim()).map_err(|e| {
+        BoardError::invalid("content", "the file's bytes in base64", format!("content is not base64: {e}"))
+    })?;
     let mut tx = db::begin_write(&state.pool).await?;
     let message = db::find_message_row(&mut tx, &message_id).await?;
     let attachment = AttachmentOut {

@@ -72,7 +72,8 @@ impl Seed {
     /// Reads and checks a seed file.
     pub fn load(path: &Path) -> Result<Seed, SeedError> {
         let text = std::fs::read_to_string(path).map_err(|source| SeedError::Read { path: path.into(), source })?;
-        let seed: Seed = serde_json::from_str(&text).map_err(|source| SeedError::Parse { path: path.into(), source })?;
+        let seed: Seed =
+            serde_json::from_str(&text).map_err(|source| SeedError::Parse { path: path.into(), source })?;
         seed.check().map_err(|message| SeedError::Invalid { path: path.into(), message })?;
         Ok(seed)
     }

@@ -67,7 +67,11 @@ pub async fn list_tasks(
     let after_row = match query.cursor.as_deref() {
         None | Some("") => None,
         Some(cursor) => Some(cursor.parse::<i64>().map_err(|_| {
-            BoardError::invalid("cursor", "a next_cursor from an earlier page", format!("cursor {cursor:?} is not one of ours"))
+            BoardError::invalid(
+                "cursor",
+                "a next_cursor from an earlier page",
+                format!("cursor {cursor:?} is not one of ours"),
+            )
         })?),
     };
     let statuses = match query.status.as_deref() {
@@ -299,10 +303,7 @@ pub async fn reject_task(
             Some(slug) => format!("it is assigned to {slug}"),
             None => "it is unassigned".to_string(),
         };
-        return Err(BoardError::conflict(format!(
-            "only the assignee can reject task {}: {holder}",
-            before.key
-        )));
+        return Err(BoardError::conflict(format!("only the assignee can reject task {}: {holder}", before.key)));
     }
     sqlx::query("UPDATE tasks SET assignee_slug = NULL, status = 'todo', updated_at = ?2 WHERE id = ?1")
         .bind(&before.id)

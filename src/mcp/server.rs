@@ -256,7 +256,7 @@ impl ServerHandler for McpServer {
         let name = request.name.to_string();
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         let progress = context.meta.get_progress_token().map(|token| (context.peer.clone(), token));
-        if self.inner.agent.is_some() && AgentTool::parse(&name).is_some() {
+        if self.inner.agent.is_some() && RunTool::parse(&name).is_some() {
             let call = self.call_agent_tool(&name, arguments);
             return Ok(self.with_progress(&name, progress, call).await.into());
         }
@@ -750,11 +750,11 @@ impl McpServer {
         let Some(agent) = &self.inner.agent else {
             return error_result(format!("unknown tool {name}"));
         };
-        let Some(tool) = AgentTool::parse(name) else {
+        let Some(tool) = RunTool::parse(name) else {
             return error_result(format!("unknown tool {name}"));
         };
         match tool {
-            AgentTool::StartRun => {
+            RunTool::Start => {
                 let args: StartRunArgs = match parse_arguments(arguments) {
                     Ok(args) => args,
                     Err(result) => return result,
@@ -772,7 +772,7 @@ impl McpServer {
                     Err(error) => error_result(error.to_string()),
                 }
             }
-            AgentTool::StopRun => {
+            RunTool::Stop => {
                 let args: RunIdArgs = match parse_arguments(arguments) {
                     Ok(args) => args,
                     Err(result) => return result,
@@ -789,7 +789,7 @@ impl McpServer {
                     Err(error) => error_result(error.to_string()),
                 }
             }
-            AgentTool::ReportRun => {
+            RunTool::Report => {
                 let args: RunIdArgs = match parse_arguments(arguments) {
                     Ok(args) => args,
                     Err(result) => return result,
@@ -812,43 +812,43 @@ impl McpServer {
 
 /// The agent's own tools, served only when an [`AgentControl`] is given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum AgentTool {
-    StartRun,
-    StopRun,
-    ReportRun,
+enum RunTool {
+    Start,
+    Stop,
+    Report,
 }
 
-impl AgentTool {
-    const ALL: [AgentTool; 3] = [AgentTool::StartRun, AgentTool::StopRun, AgentTool::ReportRun];
+impl RunTool {
+    const ALL: [RunTool; 3] = [RunTool::Start, RunTool::Stop, RunTool::Report];
 
     fn name(self) -> &'static str {
         match self {
-            AgentTool::StartRun => "start_run",
-            AgentTool::StopRun => "stop_run",
-            AgentTool::ReportRun => "report_run",
+            RunTool::Start => "start_run",
+            RunTool::Stop => "stop_run",
+            RunTool::Report => "report_run",
         }
     }
 
-    fn parse(name: &str) -> Option<AgentTool> {
-        AgentTool::ALL.into_iter().find(|tool| tool.name() == name)
+    fn parse(name: &str) -> Option<RunTool> {
+        RunTool::ALL.into_iter().find(|tool| tool.name() == name)
     }
 
     fn definition(self) -> Tool {
         match self {
-            AgentTool::StartRun => Tool::new(
+            RunTool::Start => Tool::new(
                 self.name(),
                 "Start a run of the agent: work a task (task_key) or follow an instruction (prompt). \
                  Answers the run id; run://{id} shows its state.",
                 rmcp::handler::server::common::schema_for_type::<StartRunArgs>(),
             )
             .with_annotations(ToolAnnotations::new().read_only(false).destructive(false).idempotent(false)),
-            AgentTool::StopRun => Tool::new(
+            RunTool::Stop => Tool::new(
                 self.name(),
                 "Stop a run of the agent; it ends at its next step.",
                 rmcp::handler::server::common::schema_for_type::<RunIdArgs>(),
             )
             .with_annotations(ToolAnnotations::new().read_only(false).destructive(true).idempotent(true)),
-            AgentTool::ReportRun => Tool::new(
+            RunTool::Report => Tool::new(
                 self.name(),
                 "Report on a run of the agent: its record and its result (or that it is still running).",
                 rmcp::handler::server::common::schema_for_type::<RunIdArgs>(),
@@ -859,7 +859,7 @@ impl AgentTool {
 }
 
 fn agent_tools() -> Vec<Tool> {
-    AgentTool::ALL.into_iter().map(AgentTool::definition).collect()
+    RunTool::ALL.into_iter().map(RunTool::definition).collect()
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -1156,7 +1156,7 @@ mod tests {
         for tool in agent_tools() {
             assert_eq!(tool.input_schema.get("type"), Some(&json!("object")), "{}", tool.name);
             assert!(tool.annotations.is_some(), "{}", tool.name);
-            assert_eq!(AgentTool::parse(&tool.name).map(AgentTool::name), Some(tool.name.as_ref()));
+            assert_eq!(RunTool::parse(&tool.name).map(RunTool::name), Some(tool.name.as_ref()));
         }
     }
 }

@@ -16,12 +16,12 @@ with a line saying what was expected and what came back.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import asyncio
 import json
 import os
 import sys
 
-import mcp
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -194,7 +194,7 @@ async def main() -> int:
     finally:
         if http_client is not None:
             await http_client.aclose()
-    report["sdk_version"] = getattr(mcp, "__version__", None)
+    report["sdk_version"] = importlib.metadata.version("mcp")
     print("REPORT " + json.dumps(report), flush=True)
     return 0
 
