@@ -902,7 +902,7 @@ fn json_result(text: String, structured: Value) -> CallToolResult {
 #[derive(Debug, thiserror::Error)]
 pub enum McpServerError {
     #[error("mcp.token_env: {0}")]
-    Token(#[from] SecretError),
+    Token(SecretError),
     #[error(
         "refusing to listen on {addr}: it is not a loopback address; list the host names clients \
          will use in mcp.allowed_hosts to serve beyond this machine"
@@ -941,7 +941,7 @@ impl HttpSecurity {
 
     /// Reads the token from the environment variable `mcp.token_env` names.
     pub fn from_config(config: &McpConfig) -> Result<HttpSecurity, McpServerError> {
-        let token = Secret::from_env(&config.token_env)?;
+        let token = Secret::from_env(&config.token_env).map_err(McpServerError::Token)?;
         Ok(HttpSecurity::new(token, config.allowed_origins.clone(), config.allowed_hosts.clone()))
     }
 
