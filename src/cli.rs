@@ -56,6 +56,35 @@ pub enum Command {
         #[command(subcommand)]
         command: ToolsCommand,
     },
+    /// Serve the offline model endpoint: an OpenAI-compatible chat completions API answered by a
+    /// rule-based planner (or a replayed script) — a stand-in for tests and demos, not an LLM.
+    OfflineModel {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:8790")]
+        listen: SocketAddr,
+        /// Replay this script (`fixtures/llm/*.json`) instead of running the planner.
+        #[arg(long)]
+        script: Option<PathBuf>,
+        /// Answer every request this many milliseconds late.
+        #[arg(long, default_value_t = 0)]
+        delay_ms: u64,
+    },
+    /// Run the agent: stay connected to the tracker, work assigned tasks, answer mentions.
+    Run {
+        #[arg(long, default_value = "agent.json")]
+        config: PathBuf,
+    },
+    /// Check a deployment: the config, the templates, the tracker (REST and WebSocket), the model.
+    Check {
+        #[arg(long, default_value = "agent.json")]
+        config: PathBuf,
+    },
+    /// The whole product offline on loopback: reference board, offline planner model, agent.
+    Demo {
+        /// Leave everything running and print the URLs, tokens and commands to try more.
+        #[arg(long)]
+        keep: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -135,6 +164,12 @@ pub fn main(cli: Cli) -> ExitCode {
             Command::Tools { command: ToolsCommand::Call { name, arguments, config, json } } => {
                 Ok(tools_call(&name, &arguments, &config, json).await)
             }
+            Command::OfflineModel { listen, script, delay_ms } => {
+                crate::offline_model::run_cli(listen, script, delay_ms).await
+            }
+            Command::Run { config } => crate::runtime::run_cli(&config).await,
+            Command::Check { config } => crate::check::run_cli(&config).await,
+            Command::Demo { keep } => crate::demo::run_cli(keep).await,
         }
     });
     match result {
