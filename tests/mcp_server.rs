@@ -192,6 +192,9 @@ fn assert_python_report(fixture: &Fixture, report: &Value, mode: &str) {
     let expected_version = if mode == "default" { "2026-07-28" } else { "2025-11-25" };
     assert_eq!(report["protocol_version"], expected_version, "{report:#}");
     assert!(report["sdk_version"].as_str().unwrap().starts_with("2."), "the 2.x SDK: {report:#}");
+    if mode == "default" {
+        assert!(report["listen_honored"].is_object(), "subscriptions/listen acknowledged: {report:#}");
+    }
     let tools: Vec<&str> = report["tools"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
     assert!(tools.len() >= 20, "the registry's tools, all of them: {tools:?}");
     assert!(!tools.contains(&"start_run"), "no agent tools without a running agent: {tools:?}");
@@ -525,6 +528,18 @@ impl TestAgent {
     fn new() -> Arc<TestAgent> {
         Arc::new(TestAgent { runs: Mutex::new(BTreeMap::new()), changes: broadcast::channel(16).0 })
     }
+
+    /// Waits until `count` listeners have subscribed to run changes: a change made before a
+    /// session subscribed would not be announced to it.
+    async fn wait_for_listeners(&self, count: usize) {
+        tokio::time::timeout(CLIENT_DEADLINE, async {
+            while self.changes.receiver_count() < count {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the server subscribed to run changes");
+    }
 }
 
 impl AgentControl for TestAgent {
@@ -686,6 +701,7 @@ async fn agent_extension_serves_runs_and_announces_changes() {
         assert!(templates.contains(&template.to_string()), "{templates:?}");
     }
 
+    agent.wait_for_listeners(1).await;
     let started = legacy.call_tool(call("start_run", json!({"task_key": fixture.task_key}))).await.unwrap();
     assert_ne!(started.is_error, Some(true), "{started:?}");
     let run_id = started.structured_content.as_ref().unwrap()["run_id"].as_str().unwrap().to_string();
@@ -711,6 +727,7 @@ async fn agent_extension_serves_runs_and_announces_changes() {
         .unwrap();
     let mut subscription = modern.listen(SubscriptionFilter::builder().resources_list_changed().build()).await.unwrap();
     assert_eq!(subscription.acknowledged().resources_list_changed, Some(true));
+    agent.wait_for_listeners(2).await;
     let stopped = modern.call_tool(call("stop_run", json!({"run_id": run_id}))).await.unwrap();
     assert_eq!(stopped.structured_content.as_ref().unwrap()["stopping"], true, "{stopped:?}");
     let notification =

@@ -438,8 +438,9 @@ impl ServerHandler for McpServer {
         Ok(GetPromptResult::new(vec![PromptMessage::new_text(Role::User, text)]).with_description(description).into())
     }
 
+    /// Listening is always accepted (reduced to what is advertised): without a running agent
+    /// nothing changes, so such a stream stays quiet until the client closes it.
     fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
-        self.inner.agent.as_ref()?;
         Some(requested.supported_by(&self.get_info().capabilities))
     }
 

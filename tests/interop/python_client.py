@@ -75,6 +75,13 @@ async def exercise(client: Client, args: argparse.Namespace) -> dict:
         report["prompts"],
     )
 
+    if args.mode == "default":
+        # subscriptions/listen is acknowledged; this server has no agent, so nothing is honoured.
+        async with client.listen(resources_list_changed=True) as subscription:
+            honored = subscription.honored
+        report["listen_honored"] = honored.model_dump(exclude_none=True) if honored is not None else None
+        check(report["listen_honored"] is not None, "subscriptions/listen is acknowledged", report["listen_honored"])
+
     # A read and a write against the reference board, with progress asked for on the write.
     progress: list[tuple[float, float | None, str | None]] = []
 
