@@ -365,6 +365,53 @@ async fn http_needs_the_token_and_a_local_origin_and_host() {
     child.wait().await.unwrap();
 }
 
+#[tokio::test]
+async fn configured_origins_and_hosts_are_allowed_too() {
+    // server/discover never reaches the tracker, so none runs here.
+    let tracker = tracker_as("http://127.0.0.1:9", "tok-unused");
+    let registry = Registry::new(tracker.clone(), &Default::default(), 8 * 1024).unwrap();
+    let prompts = Arc::new(Prompts::load(&manifest_dir().join("prompts")).unwrap());
+    let server = McpServer::new(Arc::new(registry), tracker, prompts, "picogent");
+    let security = HttpSecurity::new(
+        Secret::new(MCP_TOKEN),
+        vec!["https://app.example.com:443".into()],
+        vec!["agent.example.com".into()],
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let cancel = CancellationToken::new();
+    tokio::spawn({
+        let cancel = cancel.clone();
+        async move { mcp::serve_http(server, listener, &security, cancel).await.unwrap() }
+    });
+    let http = reqwest::Client::new();
+    let cases = [
+        (Some("https://app.example.com"), None, 200),
+        (Some("https://app.example.com:8443"), None, 403),
+        (Some("http://app.example.com"), None, 403),
+        (None, Some("agent.example.com"), 200),
+        (None, Some("other.example.com"), 403),
+    ];
+    for (origin, host, expected) in cases {
+        let mut request = http
+            .post(&url)
+            .header("Authorization", format!("Bearer {MCP_TOKEN}"))
+            .header("Accept", "application/json, text/event-stream")
+            .header("MCP-Protocol-Version", "2026-07-28")
+            .header("Mcp-Method", "server/discover")
+            .json(&discover_body());
+        if let Some(origin) = origin {
+            request = request.header("Origin", origin);
+        }
+        if let Some(host) = host {
+            request = request.header("Host", host);
+        }
+        let status = request.send().await.unwrap().status().as_u16();
+        assert_eq!(status, expected, "origin {origin:?}, host {host:?}");
+    }
+    cancel.cancel();
+}
+
 /// Sends `requests` to `picogent mcp --stdio` (debug logging on), closes stdin, and answers every
 /// stdout line and the stderr text once the process has exited.
 async fn stdio_session(fixture: &Fixture, requests: &[Value]) -> (Vec<String>, String) {
