@@ -10,10 +10,12 @@
 //! - [`board`]: the reference board — a small but real Team Board (HTTP + WebSocket + SQLite)
 //!   written from `docs/tracker-api.md`, used by the demo and the tests.
 //! - [`tools`]: what the model can call; [`tools::ToolSource`] is the one shape of every tool source.
+//! - [`mcp`]: external MCP servers as tool sources, and the permission policy over all tools.
 
 pub mod board;
 pub mod cli;
 pub mod config;
+pub mod mcp;
 pub mod prompts;
 pub mod retry;
 pub mod secret;

@@ -164,7 +164,8 @@ impl Prompts {
         env.set_undefined_behavior(UndefinedBehavior::Strict);
         for name in TEMPLATES {
             let path = dir.join(name);
-            let source = std::fs::read_to_string(&path).map_err(|source| PromptError::Missing { path: path.clone(), source })?;
+            let source =
+                std::fs::read_to_string(&path).map_err(|source| PromptError::Missing { path: path.clone(), source })?;
             env.add_template_owned(name.to_string(), source).map_err(|e| broken(&path, &e))?;
         }
         let prompts = Prompts { env, dir: dir.to_path_buf() };
@@ -227,14 +228,23 @@ impl Prompts {
             capabilities: vec!["planning".into()],
             extra_sections: vec![Section { title: "t".into(), body: "b".into() }],
         })?;
-        self.task_assigned(&TaskAssignedVars { task: task.clone(), assigned_by: "alice".into(), comments: vec![message.clone()] })?;
+        self.task_assigned(&TaskAssignedVars {
+            task: task.clone(),
+            assigned_by: "alice".into(),
+            comments: vec![message.clone()],
+        })?;
         self.message_new(&MessageNewVars {
             message: message.clone(),
             thread: vec![message.clone()],
             task: Some(task.clone()),
             agent_slug: "picogent".into(),
         })?;
-        self.message_new(&MessageNewVars { message: message.clone(), thread: vec![], task: None, agent_slug: "picogent".into() })?;
+        self.message_new(&MessageNewVars {
+            message: message.clone(),
+            thread: vec![],
+            task: None,
+            agent_slug: "picogent".into(),
+        })?;
         self.standup(&StandupVars { project_slug: "team".into(), tasks: vec![task] })?;
         Ok(())
     }

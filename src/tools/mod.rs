@@ -18,11 +18,30 @@ pub struct ToolContext {
     pub idempotency_key: Option<String>,
     /// Cancelled when the run is stopped; long calls give up promptly.
     pub cancel: CancellationToken,
+    /// Where the run is talking (set by the runtime): the permission policy asks a human there.
+    pub conversation: Option<Conversation>,
+    /// The run's id (set by the runtime): large tool results are saved under it as artifacts.
+    pub run_id: Option<String>,
+}
+
+/// The conversation a run belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Conversation {
+    /// A task's comments.
+    Task { task_id: String },
+    /// A chat thread, named by its first message.
+    Thread { root_message_id: String },
 }
 
 impl ToolContext {
     pub fn new(agent_slug: impl Into<String>) -> ToolContext {
-        ToolContext { agent_slug: agent_slug.into(), idempotency_key: None, cancel: CancellationToken::new() }
+        ToolContext {
+            agent_slug: agent_slug.into(),
+            idempotency_key: None,
+            cancel: CancellationToken::new(),
+            conversation: None,
+            run_id: None,
+        }
     }
 }
 
