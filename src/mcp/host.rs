@@ -26,7 +26,7 @@ use crate::mcp::policy::ORIGIN_META_KEY;
 use crate::mcp::results::ArtifactStore;
 use crate::tools::{ToolContext, ToolSource};
 
-/// The two tools offered when any server has resources.
+/// The two tools offered when any server lists resources.
 pub const LIST_RESOURCES_TOOL: &str = "list_mcp_resources";
 pub const READ_RESOURCE_TOOL: &str = "read_mcp_resource";
 
@@ -159,7 +159,7 @@ impl McpHost {
         let mut any_resources = false;
         for (index, server) in self.servers.iter().enumerate() {
             let snapshot = server.snapshot();
-            any_resources |= snapshot.has_resources || !snapshot.resources.is_empty();
+            any_resources |= !snapshot.resources.is_empty();
             for tool in snapshot.tools {
                 let raw = format!("mcp__{}__{}", server.name(), tool.name);
                 let mut name = public_name(server.name(), &tool.name);
@@ -408,10 +408,7 @@ fn expose(server: &str, config: &McpServerConfig, public: &str, mut tool: Tool) 
 fn resource_tools(servers: &[Arc<ServerConnection>]) -> Vec<Tool> {
     let names: Vec<String> = servers
         .iter()
-        .filter(|s| {
-            let snapshot = s.snapshot();
-            snapshot.has_resources || !snapshot.resources.is_empty()
-        })
+        .filter(|s| !s.snapshot().resources.is_empty())
         .map(|s| s.name().to_string())
         .collect();
     let mut read_only = ToolAnnotations::new();

@@ -1,0 +1,362 @@
+//! The MCP host against servers this project did not write: `mcp-server-time` and
+//! `mcp-server-git` (PyPI) over stdio, `@modelcontextprotocol/server-everything` (npm) over stdio
+//! and Streamable HTTP; and the permission policy over them.
+//!
+//! The servers are found through environment variables with defaults inside the worktree; a
+//! missing server FAILS the test with the command that installs it:
+//!
+//! ```sh
+//! python3 -m venv .venv-test && .venv-test/bin/pip install mcp-server-time mcp-server-git
+//! (cd tests/interop && npm ci)
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use picogent::config::{McpServerConfig, PermissionMode};
+use picogent::mcp::client::{ServerConnection, ServerStatus};
+use picogent::mcp::host::McpHost;
+use picogent::mcp::policy::{CombinedSource, Policy, PolicySource, is_read_only};
+use picogent::mcp::results::ArtifactStore;
+use picogent::tools::{ToolContext, ToolSource};
+use rmcp::model::CallToolResult;
+use serde_json::json;
+
+const INSTALL: &str = "python3 -m venv .venv-test && .venv-test/bin/pip install mcp-server-time mcp-server-git; \
+                       (cd tests/interop && npm ci)";
+const WAIT: Duration = Duration::from_secs(60);
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The path in `var`, or `default`; it must exist.
+fn required(var: &str, default: PathBuf) -> PathBuf {
+    let path = std::env::var_os(var).map(PathBuf::from).unwrap_or(default);
+    assert!(path.exists(), "{} not found (set {var} or install: {INSTALL})", path.display());
+    path
+}
+
+fn time_command() -> String {
+    required("MCP_SERVER_TIME", root().join(".venv-test/bin/mcp-server-time")).display().to_string()
+}
+
+fn git_command() -> String {
+    required("MCP_SERVER_GIT", root().join(".venv-test/bin/mcp-server-git")).display().to_string()
+}
+
+fn everything_script() -> String {
+    required(
+        "MCP_SERVER_EVERYTHING",
+        root().join("tests/interop/node_modules/@modelcontextprotocol/server-everything/dist/index.js"),
+    )
+    .display()
+    .to_string()
+}
+
+fn node() -> String {
+    std::env::var("NODE").unwrap_or_else(|_| "node".to_string())
+}
+
+fn server(value: serde_json::Value) -> McpServerConfig {
+    serde_json::from_value(value).unwrap()
+}
+
+fn time_server(trusted: bool) -> McpServerConfig {
+    server(json!({"command": time_command(), "args": ["--local-timezone", "UTC"], "trusted": trusted}))
+}
+
+fn everything_stdio() -> McpServerConfig {
+    server(json!({"command": node(), "args": [everything_script(), "stdio"], "trusted": true}))
+}
+
+async fn start(servers: Vec<(&str, McpServerConfig)>, artifacts: &Path, max_inline: usize) -> McpHost {
+    let servers: BTreeMap<String, McpServerConfig> = servers.into_iter().map(|(n, c)| (n.to_string(), c)).collect();
+    let host = McpHost::start_servers(servers, ArtifactStore::new(artifacts.to_path_buf(), max_inline)).await;
+    for server in host.servers() {
+        assert_eq!(server.status(), ServerStatus::Ready, "server {} did not connect", server.name());
+    }
+    host
+}
+
+/// Waits (without polling) until `ready` holds for the server's state, or fails after `WAIT`.
+async fn until(server: &ServerConnection, what: &str, ready: impl Fn(&ServerConnection) -> bool) {
+    let mut changes = server.subscribe();
+    let waited = tokio::time::timeout(WAIT, async {
+        while !ready(server) {
+            changes.changed().await.unwrap();
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "timed out waiting for {what}");
+}
+
+fn text(result: &CallToolResult) -> String {
+    result.content.iter().filter_map(|c| c.as_text().map(|t| t.text.clone())).collect::<Vec<_>>().join("\n")
+}
+
+fn context() -> ToolContext {
+    let mut context = ToolContext::new("picogent");
+    context.run_id = Some("run-test".to_string());
+    context
+}
+
+/// The path in an artifact line `[... at <path>]`.
+fn artifact_path(text: &str) -> PathBuf {
+    let after = text.split(" at ").nth(1).unwrap_or_else(|| panic!("no artifact path in {text}"));
+    PathBuf::from(after.split(']').next().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_server_over_stdio_lists_prefixed_tools_and_answers_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = start(vec![("time", time_server(false))], dir.path(), 8192).await;
+    let tools = host.tools();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    assert!(names.contains(&"mcp__time__get_current_time"), "{names:?}");
+    assert!(names.contains(&"mcp__time__convert_time"), "{names:?}");
+    // Untrusted: whatever the server says, nothing is read-only.
+    assert!(tools.iter().all(|t| !is_read_only(t)), "{tools:?}");
+    // The time server declares resources but lists none: no resource tools.
+    assert!(!names.contains(&"list_mcp_resources"), "{names:?}");
+    let schema = &tools.iter().find(|t| t.name == "mcp__time__get_current_time").unwrap().input_schema;
+    assert!(schema.get("properties").and_then(|p| p.get("timezone")).is_some(), "{schema:?}");
+
+    let result = host.call("mcp__time__get_current_time", json!({"timezone": "Europe/Paris"}), &context()).await;
+    let answer = text(&result);
+    assert_eq!(result.is_error, Some(false), "{answer}");
+    assert!(answer.contains("Europe/Paris") && answer.contains("datetime"), "{answer}");
+
+    let bad = host.call("mcp__time__get_current_time", json!({"timezone": "Not/AZone"}), &context()).await;
+    assert_eq!(bad.is_error, Some(true), "{}", text(&bad));
+    let unknown = host.call("mcp__time__nope", json!({}), &context()).await;
+    assert!(text(&unknown).contains("unknown tool"), "{}", text(&unknown));
+    host.shutdown().await;
+
+    // Trusted, the same server's `readOnlyHint: true` is believed.
+    let trusted = start(vec![("time", time_server(true))], dir.path(), 8192).await;
+    let tools = trusted.tools();
+    let current = tools.iter().find(|t| t.name == "mcp__time__get_current_time").unwrap();
+    assert!(is_read_only(current), "{current:?}");
+    trusted.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn git_server_over_stdio_with_per_server_tool_filter() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    let git = |args: &[&str]| {
+        let status = std::process::Command::new("git").args(args).current_dir(&repo).status().unwrap();
+        assert!(status.success(), "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    std::fs::write(repo.join("hello.txt"), "hello\n").unwrap();
+    git(&["add", "hello.txt"]);
+    git(&["-c", "user.name=T", "-c", "user.email=t@example.com", "commit", "-qm", "first commit"]);
+    std::fs::write(repo.join("new.txt"), "new\n").unwrap();
+
+    let config = server(json!({
+        "command": git_command(),
+        "args": ["--repository", repo.display().to_string()],
+        "tools": {"disallowed": ["git_commit", "git_reset", "git_add", "git_create_branch", "git_checkout"]}
+    }));
+    let host = start(vec![("git", config)], &dir.path().join("artifacts"), 8192).await;
+    let names: Vec<String> = host.tools().iter().map(|t| t.name.to_string()).collect();
+    assert!(names.contains(&"mcp__git__git_status".to_string()), "{names:?}");
+    assert!(names.contains(&"mcp__git__git_log".to_string()), "{names:?}");
+    assert!(!names.iter().any(|n| n == "mcp__git__git_commit" || n == "mcp__git__git_add"), "{names:?}");
+
+    let status = host.call("mcp__git__git_status", json!({"repo_path": repo.display().to_string()}), &context()).await;
+    assert!(text(&status).contains("new.txt"), "{}", text(&status));
+    let log = host.call("mcp__git__git_log", json!({"repo_path": repo.display().to_string()}), &context()).await;
+    assert!(text(&log).contains("first commit"), "{}", text(&log));
+    let filtered = host.call("mcp__git__git_commit", json!({"repo_path": "x", "message": "m"}), &context()).await;
+    assert_eq!(filtered.is_error, Some(true));
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everything_over_stdio_results_artifacts_resources_prompts_and_list_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let artifacts = dir.path().join("artifacts");
+    let host = start(vec![("everything", everything_stdio())], &artifacts, 8192).await;
+    let tools = host.tools();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    for expected in ["mcp__everything__echo", "mcp__everything__get-tiny-image", "list_mcp_resources", "read_mcp_resource"] {
+        assert!(names.contains(&expected), "{expected} missing from {names:?}");
+    }
+    // Trusted: the server's annotations are believed.
+    let annotated = tools.iter().find(|t| t.name == "mcp__everything__gzip-file-as-resource").unwrap();
+    assert_eq!(annotated.annotations.as_ref().unwrap().destructive_hint, Some(false));
+
+    // A small result stays inline.
+    let echo = host.call("mcp__everything__echo", json!({"message": "hi there"}), &context()).await;
+    assert!(text(&echo).contains("hi there"), "{}", text(&echo));
+
+    // A large one becomes an artifact: the model gets id, size, path and the first lines.
+    let big = "0123456789".repeat(3000);
+    let large = host.call("mcp__everything__echo", json!({"message": big}), &context()).await;
+    let large_text = text(&large);
+    assert!(large_text.len() < 8192, "{} bytes inline", large_text.len());
+    assert!(large_text.contains("saved as artifact art-"), "{large_text}");
+    let saved = artifact_path(&large_text);
+    assert!(saved.starts_with(artifacts.join("run-test/everything/echo")), "{}", saved.display());
+    assert!(std::fs::read_to_string(&saved).unwrap().contains(&big));
+
+    // An image becomes an artifact, never base64 in the context.
+    let image = host.call("mcp__everything__get-tiny-image", json!({}), &context()).await;
+    let image_text = text(&image);
+    assert!(image_text.contains("image saved as artifact") && image_text.contains("image/png"), "{image_text}");
+    let png = std::fs::read(artifact_path(image_text.lines().find(|l| l.contains("image saved")).unwrap())).unwrap();
+    assert_eq!(&png[..4], b"\x89PNG");
+    assert!(image_text.len() < 2000, "{image_text}");
+
+    // Structured content is formatted JSON.
+    let weather = host.call("mcp__everything__get-structured-content", json!({"location": "Chicago"}), &context()).await;
+    assert!(text(&weather).contains("structured content:\n{\n"), "{}", text(&weather));
+
+    // Resource links are a line with URI and MIME type.
+    let links = host.call("mcp__everything__get-resource-links", json!({"count": 2}), &context()).await;
+    assert!(text(&links).contains("[resource link] demo://resource/"), "{}", text(&links));
+    assert!(text(&links).contains("MIME type"), "{}", text(&links));
+
+    // Resources.
+    let listed = host.call("list_mcp_resources", json!({"server": "everything"}), &context()).await;
+    let first_uri = text(&listed)
+        .lines()
+        .find_map(|line| line.split_whitespace().find_map(|w| w.strip_prefix("uri=")).map(str::to_string))
+        .unwrap_or_else(|| panic!("no resources listed: {}", text(&listed)));
+    let read = host.call("read_mcp_resource", json!({"server": "everything", "uri": first_uri}), &context()).await;
+    assert_eq!(read.is_error, Some(false), "{}", text(&read));
+    assert!(text(&read).contains(&first_uri), "{}", text(&read));
+
+    // Instructions.
+    let instructions = host.instructions();
+    assert_eq!(instructions.len(), 1);
+    assert_eq!(instructions[0].0, "everything");
+    assert!(!instructions[0].1.is_empty());
+
+    // Prompt commands: required arguments checked, quoted values allowed.
+    let expanded = host.expand_prompt_command(r#"/mcp__everything__args-prompt city="New York" state=NY"#).await;
+    assert_eq!(expanded, Some(Ok("What's weather in New York, NY?".to_string())));
+    let json_args = host.expand_prompt_command(r#"@picogent /mcp__everything__args-prompt {"city": "Paris"}"#).await;
+    assert_eq!(json_args, Some(Ok("What's weather in Paris?".to_string())));
+    let missing = host.expand_prompt_command("/mcp__everything__args-prompt state=NY").await.unwrap().unwrap_err();
+    assert!(missing.contains("missing required argument(s) city"), "{missing}");
+    assert!(host.expand_prompt_command("/mcp__everything__nope").await.unwrap().is_err());
+    assert_eq!(host.expand_prompt_command("hello /mcp__everything__args-prompt").await, None);
+
+    // List changes: a new session resource is announced and the list refreshes.
+    let server = host.server("everything").unwrap();
+    let before = server.snapshot().resources.len();
+    let data = "data:text/plain;base64,aGVsbG8gd29ybGQ=";
+    let gz = host
+        .call(
+            "mcp__everything__gzip-file-as-resource",
+            json!({"name": "hello.txt.gz", "data": data, "outputType": "resourceLink"}),
+            &context(),
+        )
+        .await;
+    assert_eq!(gz.is_error, Some(false), "{}", text(&gz));
+    until(server, "the resource list to refresh", |s| {
+        s.snapshot().resources.iter().any(|r| r.uri.contains("hello.txt.gz")) && s.snapshot().resources.len() > before
+    })
+    .await;
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everything_over_streamable_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut child = tokio::process::Command::new(node())
+        .args([everything_script(), "streamableHttp".to_string()])
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+        assert!(tokio::time::Instant::now() < deadline, "server-everything did not listen on {port}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // SAFETY: only this test reads this variable.
+    unsafe { std::env::set_var("PICOGENT_TEST_EVERYTHING_TOKEN", "not-a-real-token") };
+    let config = server(json!({
+        "url": format!("http://127.0.0.1:{port}/mcp"),
+        "headers": {"Authorization": "Bearer ${PICOGENT_TEST_EVERYTHING_TOKEN}", "X-Picogent-Test": "yes"}
+    }));
+    let host = start(vec![("remote", config)], dir.path(), 8192).await;
+    let names: Vec<String> = host.tools().iter().map(|t| t.name.to_string()).collect();
+    assert!(names.contains(&"mcp__remote__echo".to_string()), "{names:?}");
+    let echo = host.call("mcp__remote__echo", json!({"message": "over http"}), &context()).await;
+    assert!(text(&echo).contains("over http"), "{}", text(&echo));
+    let image = host.call("mcp__remote__get-tiny-image", json!({}), &context()).await;
+    assert!(text(&image).contains("image saved as artifact"), "{}", text(&image));
+    host.shutdown().await;
+    child.kill().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_server_is_restarted_and_answers_errors_meanwhile() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = start(vec![("time", time_server(false))], dir.path(), 8192).await;
+    let server = host.server("time").unwrap();
+    let pid = server.pid().expect("a stdio server has a pid");
+    assert_eq!(server.connections(), 1);
+    let killed = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap();
+    assert!(killed.success());
+
+    until(server, "the server to be noticed gone", |s| s.status() != ServerStatus::Ready).await;
+    let meanwhile = host.call("mcp__time__get_current_time", json!({"timezone": "UTC"}), &context()).await;
+    if server.connections() == 1 {
+        assert_eq!(meanwhile.is_error, Some(true), "{}", text(&meanwhile));
+        assert!(text(&meanwhile).contains("unavailable"), "{}", text(&meanwhile));
+    }
+
+    until(server, "the server to be restarted", |s| s.status() == ServerStatus::Ready && s.connections() == 2).await;
+    assert_ne!(server.pid(), Some(pid));
+    let after = host.call("mcp__time__get_current_time", json!({"timezone": "UTC"}), &context()).await;
+    assert_eq!(after.is_error, Some(false), "{}", text(&after));
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_denies_by_glob_and_in_read_only_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let host: Arc<dyn ToolSource> = Arc::new(
+        start(vec![("time", time_server(false)), ("everything", everything_stdio())], dir.path(), 8192).await,
+    );
+    let combined: Arc<dyn ToolSource> = Arc::new(CombinedSource::new([host.clone()]));
+
+    let by_glob = PolicySource::new(
+        combined.clone(),
+        Policy { allowed_tools: vec![], disallowed_tools: vec!["mcp__time__*".to_string()], mode: PermissionMode::Auto },
+        None,
+    );
+    assert!(!by_glob.tools().iter().any(|t| t.name.starts_with("mcp__time__")));
+    let denied = by_glob.call("mcp__time__get_current_time", json!({"timezone": "UTC"}), &context()).await;
+    assert_eq!(denied.is_error, Some(true));
+    assert!(text(&denied).contains("not allowed"), "{}", text(&denied));
+    let allowed = by_glob.call("mcp__everything__echo", json!({"message": "ok"}), &context()).await;
+    assert!(text(&allowed).contains("ok"), "{}", text(&allowed));
+
+    let read_only = PolicySource::new(
+        combined,
+        Policy { allowed_tools: vec![], disallowed_tools: vec![], mode: PermissionMode::ReadOnly },
+        None,
+    );
+    let offered: Vec<String> = read_only.tools().iter().map(|t| t.name.to_string()).collect();
+    // The untrusted time server is never read-only; the trusted server's read-only tools are.
+    assert!(!offered.iter().any(|n| n.starts_with("mcp__time__")), "{offered:?}");
+    assert!(offered.contains(&"list_mcp_resources".to_string()), "{offered:?}");
+    let refused = read_only.call("mcp__time__get_current_time", json!({"timezone": "UTC"}), &context()).await;
+    assert!(text(&refused).contains("read-only mode"), "{}", text(&refused));
+    let listed = read_only.call("list_mcp_resources", json!({}), &context()).await;
+    assert_eq!(listed.is_error, Some(false), "{}", text(&listed));
+}
