@@ -343,10 +343,10 @@ impl Config {
             config.prompts_dir = base.join(&config.prompts_dir);
         }
         for server in config.mcp_servers.values_mut() {
-            if let Some(cwd) = &server.cwd {
-                if cwd.is_relative() {
-                    server.cwd = Some(base.join(cwd));
-                }
+            if let Some(cwd) = &server.cwd
+                && cwd.is_relative()
+            {
+                server.cwd = Some(base.join(cwd));
             }
         }
         config.validate(path)?;
@@ -381,10 +381,10 @@ impl Config {
         if self.llm.model.trim().is_empty() {
             return Err(field("llm.model", "expected a model name"));
         }
-        if let Some(t) = self.llm.temperature {
-            if !(0.0..=2.0).contains(&t) {
-                return Err(field("llm.temperature", "expected a number from 0 to 2"));
-            }
+        if let Some(t) = self.llm.temperature
+            && !(0.0..=2.0).contains(&t)
+        {
+            return Err(field("llm.temperature", "expected a number from 0 to 2"));
         }
         let positive = [
             ("tracker.timeout_ms", self.tracker.timeout_ms),

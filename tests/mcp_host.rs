@@ -113,6 +113,9 @@ fn artifact_path(text: &str) -> PathBuf {
 async fn time_server_over_stdio_lists_prefixed_tools_and_answers_calls() {
     let dir = tempfile::tempdir().unwrap();
     let host = start(vec![("time", time_server(false))], dir.path(), 8192).await;
+    // 2026-07-28 is tried first; a server that predates it gets 2025-11-25.
+    let protocol = host.server("time").unwrap().snapshot().protocol_version.unwrap();
+    assert!(protocol == "2026-07-28" || protocol == "2025-11-25", "{protocol}");
     let tools = host.tools();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
     assert!(names.contains(&"mcp__time__get_current_time"), "{names:?}");
@@ -183,9 +186,13 @@ async fn everything_over_stdio_results_artifacts_resources_prompts_and_list_chan
     let dir = tempfile::tempdir().unwrap();
     let artifacts = dir.path().join("artifacts");
     let host = start(vec![("everything", everything_stdio())], &artifacts, 8192).await;
+    // server-everything predates 2026-07-28: the host fell back.
+    assert_eq!(host.server("everything").unwrap().snapshot().protocol_version.as_deref(), Some("2025-11-25"));
     let tools = host.tools();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-    for expected in ["mcp__everything__echo", "mcp__everything__get-tiny-image", "list_mcp_resources", "read_mcp_resource"] {
+    for expected in
+        ["mcp__everything__echo", "mcp__everything__get-tiny-image", "list_mcp_resources", "read_mcp_resource"]
+    {
         assert!(names.contains(&expected), "{expected} missing from {names:?}");
     }
     // Trusted: the server's annotations are believed.
@@ -215,7 +222,8 @@ async fn everything_over_stdio_results_artifacts_resources_prompts_and_list_chan
     assert!(image_text.len() < 2000, "{image_text}");
 
     // Structured content is formatted JSON.
-    let weather = host.call("mcp__everything__get-structured-content", json!({"location": "Chicago"}), &context()).await;
+    let weather =
+        host.call("mcp__everything__get-structured-content", json!({"location": "Chicago"}), &context()).await;
     assert!(text(&weather).contains("structured content:\n{\n"), "{}", text(&weather));
 
     // Resource links are a line with URI and MIME type.
@@ -289,7 +297,8 @@ async fn everything_over_streamable_http() {
     unsafe { std::env::set_var("PICOGENT_TEST_EVERYTHING_TOKEN", "not-a-real-token") };
     let config = server(json!({
         "url": format!("http://127.0.0.1:{port}/mcp"),
-        "headers": {"Authorization": "Bearer ${PICOGENT_TEST_EVERYTHING_TOKEN}", "X-Picogent-Test": "yes"}
+        "headers": {"Authorization": "Bearer ${PICOGENT_TEST_EVERYTHING_TOKEN}", "X-Picogent-Test": "yes"},
+        "timeout_ms": 3000
     }));
     let host = start(vec![("remote", config)], dir.path(), 8192).await;
     let names: Vec<String> = host.tools().iter().map(|t| t.name.to_string()).collect();
@@ -298,6 +307,23 @@ async fn everything_over_streamable_http() {
     assert!(text(&echo).contains("over http"), "{}", text(&echo));
     let image = host.call("mcp__remote__get-tiny-image", json!({}), &context()).await;
     assert!(text(&image).contains("image saved as artifact"), "{}", text(&image));
+
+    // Progress notifications are kept for the run record.
+    let quick = host
+        .call("mcp__remote__trigger-long-running-operation", json!({"duration": 0.4, "steps": 2}), &context())
+        .await;
+    assert!(text(&quick).contains("completed"), "{}", text(&quick));
+    let progress = host.server("remote").unwrap().progress();
+    assert!(progress.iter().any(|p| p.total == Some(2.0)), "{progress:?}");
+
+    // A call that outlives the server's timeout is an error result (and cancelled on the server).
+    let slow =
+        host.call("mcp__remote__trigger-long-running-operation", json!({"duration": 30, "steps": 1}), &context()).await;
+    assert_eq!(slow.is_error, Some(true));
+    assert!(text(&slow).contains("did not answer within 3000 ms"), "{}", text(&slow));
+    // The connection is still usable afterwards.
+    let again = host.call("mcp__remote__echo", json!({"message": "still here"}), &context()).await;
+    assert!(text(&again).contains("still here"), "{}", text(&again));
     host.shutdown().await;
     child.kill().await.unwrap();
 }
@@ -329,14 +355,17 @@ async fn a_killed_server_is_restarted_and_answers_errors_meanwhile() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn policy_denies_by_glob_and_in_read_only_mode() {
     let dir = tempfile::tempdir().unwrap();
-    let host: Arc<dyn ToolSource> = Arc::new(
-        start(vec![("time", time_server(false)), ("everything", everything_stdio())], dir.path(), 8192).await,
-    );
+    let host: Arc<dyn ToolSource> =
+        Arc::new(start(vec![("time", time_server(false)), ("everything", everything_stdio())], dir.path(), 8192).await);
     let combined: Arc<dyn ToolSource> = Arc::new(CombinedSource::new([host.clone()]));
 
     let by_glob = PolicySource::new(
         combined.clone(),
-        Policy { allowed_tools: vec![], disallowed_tools: vec!["mcp__time__*".to_string()], mode: PermissionMode::Auto },
+        Policy {
+            allowed_tools: vec![],
+            disallowed_tools: vec!["mcp__time__*".to_string()],
+            mode: PermissionMode::Auto,
+        },
         None,
     );
     assert!(!by_glob.tools().iter().any(|t| t.name.starts_with("mcp__time__")));

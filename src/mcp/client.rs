@@ -308,7 +308,7 @@ impl ServerConnection {
             self.update(|state| state.status = ServerStatus::Connecting);
             let (events_tx, mut events_rx) = mpsc::unbounded_channel();
             let handler =
-                Handler { server: self.name.clone(), events: events_tx, progress: Arc::clone(&self.progress) };
+                Handler { server: self.name.clone(), events: events_tx.clone(), progress: Arc::clone(&self.progress) };
             let connected = tokio::select! {
                 connected = self.connect(handler) => connected,
                 _ = shutdown.cancelled() => break,
@@ -349,6 +349,11 @@ impl ServerConnection {
                         state.pid = pid;
                         state.connections += 1;
                     });
+                    let modern = info.as_ref().is_some_and(|info| !info.protocol_version.has_initialize());
+                    if modern {
+                        // From 2026-07-28 a server sends list changes only on a listen stream.
+                        tokio::spawn(listen_for_list_changes(self.name.clone(), peer.clone(), events_tx.clone()));
+                    }
                     let stop = running.cancellation_token();
                     let mut finished = Box::pin(running.waiting());
                     let reason = loop {
@@ -535,6 +540,32 @@ impl ServerConnection {
                 .map_err(|_| ConnectError::HandshakeTimedOut(limit.as_millis() as u64))?
                 .map_err(handshake)?;
             Ok((running, None))
+        }
+    }
+}
+
+/// Forwards a modern server's list-changed notifications from a `subscriptions/listen` stream to
+/// the supervisor; ends with the connection. A server that refuses the stream only loses refreshes.
+async fn listen_for_list_changes(server: String, peer: Peer<RoleClient>, events: mpsc::UnboundedSender<Refresh>) {
+    use rmcp::model::{ServerNotification, SubscriptionFilter};
+    let filter =
+        SubscriptionFilter::builder().tools_list_changed().prompts_list_changed().resources_list_changed().build();
+    let mut subscription = match peer.listen(filter).await {
+        Ok(subscription) => subscription,
+        Err(error) => {
+            tracing::debug!(server = %server, %error, "mcp server offers no list-change stream");
+            return;
+        }
+    };
+    while let Ok(Some(notification)) = subscription.next().await {
+        let what = match notification {
+            ServerNotification::ToolListChangedNotification(_) => Refresh::Tools,
+            ServerNotification::PromptListChangedNotification(_) => Refresh::Prompts,
+            ServerNotification::ResourceListChangedNotification(_) => Refresh::Resources,
+            _ => continue,
+        };
+        if events.send(what).is_err() {
+            return;
         }
     }
 }

@@ -230,10 +230,10 @@ impl McpHost {
     }
 
     fn list_resources(&self, only: Option<&str>) -> CallToolResult {
-        if let Some(server) = only {
-            if self.server(server).is_none() {
-                return error(format!("unknown mcp server `{server}`; known: {}", self.server_names()));
-            }
+        if let Some(server) = only
+            && self.server(server).is_none()
+        {
+            return error(format!("unknown mcp server `{server}`; known: {}", self.server_names()));
         }
         let mut lines = Vec::new();
         for server in self.servers.iter().filter(|s| only.is_none_or(|o| o == s.name())) {
@@ -406,11 +406,8 @@ fn expose(server: &str, config: &McpServerConfig, public: &str, mut tool: Tool) 
 }
 
 fn resource_tools(servers: &[Arc<ServerConnection>]) -> Vec<Tool> {
-    let names: Vec<String> = servers
-        .iter()
-        .filter(|s| !s.snapshot().resources.is_empty())
-        .map(|s| s.name().to_string())
-        .collect();
+    let names: Vec<String> =
+        servers.iter().filter(|s| !s.snapshot().resources.is_empty()).map(|s| s.name().to_string()).collect();
     let mut read_only = ToolAnnotations::new();
     read_only.read_only_hint = Some(true);
     read_only.destructive_hint = Some(false);
