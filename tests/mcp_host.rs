@@ -246,6 +246,9 @@ async fn everything_over_stdio_results_artifacts_resources_prompts_and_list_chan
     assert_eq!(instructions.len(), 1);
     assert_eq!(instructions[0].0, "everything");
     assert!(!instructions[0].1.is_empty());
+    let sections = host.instruction_sections();
+    assert!(sections[0].title.contains("`everything`"), "{}", sections[0].title);
+    assert!(!sections[0].body.is_empty());
 
     // Prompt commands: required arguments checked, quoted values allowed.
     let expanded = host.expand_prompt_command(r#"/mcp__everything__args-prompt city="New York" state=NY"#).await;

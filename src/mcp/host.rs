@@ -124,13 +124,14 @@ impl McpHost {
             .collect()
     }
 
-    /// The instructions as `SystemVars.extra_sections` entries: a heading naming the server, then
-    /// its text.
-    pub fn instruction_sections(&self) -> Vec<String> {
+    /// The instructions as `SystemVars.extra_sections`: one section per server, its title naming
+    /// the server, its body cleaned (at most 4000 characters per server).
+    pub fn instruction_sections(&self) -> Vec<crate::prompts::Section> {
         self.instructions()
             .into_iter()
-            .map(|(server, text)| {
-                format!("## Instructions from MCP server `{server}` (they apply to its `mcp__{server}__*` tools only)\n\n{text}")
+            .map(|(server, text)| crate::prompts::Section {
+                title: format!("Instructions from MCP server `{server}` (for its `mcp__{server}__*` tools only)"),
+                body: crate::prompts::clean_text(&text, 4000),
             })
             .collect()
     }
