@@ -37,7 +37,74 @@ pub enum Command {
         #[arg(long)]
         seed: Option<PathBuf>,
     },
+    /// The tracker tools the model can call: list them, or call one against a live tracker.
+    Tools {
+        #[command(subcommand)]
+        command: ToolsCommand,
+    },
+    /// Serve the offline model endpoint: an OpenAI-compatible chat completions API answered by a
+    /// rule-based planner (or a replayed script) — a stand-in for tests and demos, not an LLM.
+    OfflineModel {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:8790")]
+        listen: SocketAddr,
+        /// Replay this script (`fixtures/llm/*.json`) instead of running the planner.
+        #[arg(long)]
+        script: Option<PathBuf>,
+        /// Answer every request this many milliseconds late.
+        #[arg(long, default_value_t = 0)]
+        delay_ms: u64,
+    },
+    /// Run the agent: stay connected to the tracker, work assigned tasks, answer mentions.
+    Run {
+        #[arg(long, default_value = "agent.json")]
+        config: PathBuf,
+    },
+    /// Check a deployment: the config, the templates, the tracker (REST and WebSocket), the model.
+    Check {
+        #[arg(long, default_value = "agent.json")]
+        config: PathBuf,
+    },
+    /// The whole product offline on loopback: reference board, offline planner model, agent.
+    Demo {
+        /// Leave everything running and print the URLs, tokens and commands to try more.
+        #[arg(long)]
+        keep: bool,
+    },
 }
+
+#[derive(Debug, Subcommand)]
+pub enum ToolsCommand {
+    /// List the tool definitions (no tracker needed).
+    List {
+        /// Print the MCP definitions as JSON instead of one line per tool.
+        #[arg(long)]
+        json: bool,
+        /// Count the tokens of each definition as the model receives it (OpenAI tools JSON, o200k_base).
+        #[arg(long)]
+        tokens: bool,
+        /// Apply the `tools.allowed`/`tools.disallowed` policy of this config file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Call one tool against the tracker of the config; the token comes from the environment
+    /// variable named by `tracker.token_env`. Exit code 1 when the result is an error.
+    Call {
+        /// The tool's name, e.g. get_task.
+        name: String,
+        /// The arguments as a JSON object, e.g. '{"task_id": "TE-1"}'.
+        #[arg(default_value = "{}")]
+        arguments: String,
+        #[arg(long, default_value = "agent.json")]
+        config: PathBuf,
+        /// Print the structured JSON instead of the text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// The exit code of bad usage: unparsable arguments, a config that does not load, no token.
+const EXIT_USAGE: u8 = 2;
 
 /// Sets up tracing on stderr (stdout is kept for command output and, later, MCP over stdio).
 pub fn init_logging(format: LogFormat) {
@@ -62,6 +129,18 @@ pub fn main(cli: Cli) -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Board { listen, db, seed } => crate::board::run_cli(listen, db, seed).await,
+            Command::Tools { command: ToolsCommand::List { json, tokens, config } } => {
+                Ok(tools_list(json, tokens, config.as_deref()))
+            }
+            Command::Tools { command: ToolsCommand::Call { name, arguments, config, json } } => {
+                Ok(tools_call(&name, &arguments, &config, json).await)
+            }
+            Command::OfflineModel { listen, script, delay_ms } => {
+                crate::offline_model::run_cli(listen, script, delay_ms).await
+            }
+            Command::Run { config } => crate::runtime::run_cli(&config).await,
+            Command::Check { config } => crate::check::run_cli(&config).await,
+            Command::Demo { keep } => crate::demo::run_cli(keep).await,
         }
     });
     match result {
@@ -71,4 +150,132 @@ pub fn main(cli: Cli) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `picogent tools list`: the definitions, optionally under a config's policy, with token counts.
+fn tools_list(json: bool, tokens: bool, config: Option<&std::path::Path>) -> ExitCode {
+    use crate::tools::registry::{CHAT_REPLY_TOOLS, Catalog, TASK_RUN_TOOLS, count_tool_tokens};
+
+    let policy = match config.map(crate::config::Config::load).transpose() {
+        Ok(config) => config.map(|c| c.tools).unwrap_or_default(),
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let catalog = match Catalog::new(&policy) {
+        Ok(catalog) => catalog,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let definitions = catalog.definitions();
+    let total = count_tool_tokens(&definitions);
+    // The presets are counted under the same policy, so a denied tool is not counted.
+    let preset_tokens =
+        |names: &[&str]| catalog.subset(names).map(|c| count_tool_tokens(&c.definitions())).unwrap_or(0);
+    if json {
+        let mut out = serde_json::json!({ "tools": definitions });
+        if tokens {
+            out["tokens"] = serde_json::json!({
+                "total": total,
+                "task_run_preset": preset_tokens(TASK_RUN_TOOLS),
+                "chat_reply_preset": preset_tokens(CHAT_REPLY_TOOLS),
+                "encoding": "o200k_base",
+            });
+        }
+        print_stdout(&format!("{}\n", serde_json::to_string_pretty(&out).unwrap_or_default()));
+        return ExitCode::SUCCESS;
+    }
+    let mut out = String::new();
+    for tool in &definitions {
+        let group = catalog.group_of(&tool.name).map(|g| g.as_str()).unwrap_or("-");
+        let read_only = tool.annotations.as_ref().and_then(|a| a.read_only_hint).unwrap_or(false);
+        let access = if read_only { "read" } else { "write" };
+        let description = tool.description.as_deref().unwrap_or_default();
+        if tokens {
+            let count = count_tool_tokens(std::slice::from_ref(tool));
+            out.push_str(&format!("{:<17} {:<9} {:<5} {:>4} tokens  {description}\n", tool.name, group, access, count));
+        } else {
+            out.push_str(&format!("{:<17} {:<9} {:<5} {description}\n", tool.name, group, access));
+        }
+    }
+    if tokens {
+        out.push_str(&format!(
+            "total: {total} tokens for {} tools (o200k_base, OpenAI tools JSON); presets: task run {}, chat reply {}\n",
+            definitions.len(),
+            preset_tokens(TASK_RUN_TOOLS),
+            preset_tokens(CHAT_REPLY_TOOLS)
+        ));
+    }
+    print_stdout(&out);
+    ExitCode::SUCCESS
+}
+
+/// `picogent tools call`: one call against the live tracker, printed as the model would see it.
+async fn tools_call(name: &str, arguments: &str, config_path: &std::path::Path, json: bool) -> ExitCode {
+    let arguments: serde_json::Value = match serde_json::from_str(arguments) {
+        Ok(value @ serde_json::Value::Object(_)) => value,
+        Ok(_) => {
+            eprintln!("error: the arguments must be a JSON object, like '{{\"task_id\": \"TE-1\"}}'");
+            return ExitCode::from(EXIT_USAGE);
+        }
+        Err(error) => {
+            eprintln!(
+                "error: the arguments are not valid JSON ({error}); pass an object like '{{\"task_id\": \"TE-1\"}}'"
+            );
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let config = match crate::config::Config::load(config_path) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let token = match crate::secret::Secret::from_env(&config.tracker.token_env) {
+        Ok(token) => token,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let registry =
+        crate::tracker::TrackerClient::new(&config.tracker, token).map_err(|e| e.to_string()).and_then(|client| {
+            crate::tools::Registry::new(client, &config.tools, config.limits.max_tool_result_bytes)
+                .map_err(|e| e.to_string())
+        });
+    let registry = match registry {
+        Ok(registry) => registry,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let context = crate::tools::ToolContext::new(config.slug.clone());
+    let result = registry.call(name, arguments, &context).await;
+    let mut out = String::new();
+    if json {
+        let structured = result.structured_content.clone().unwrap_or(serde_json::Value::Null);
+        out.push_str(&serde_json::to_string_pretty(&structured).unwrap_or_default());
+        out.push('\n');
+    } else {
+        for block in &result.content {
+            if let Some(text) = block.as_text() {
+                out.push_str(&text.text);
+                out.push('\n');
+            }
+        }
+    }
+    print_stdout(&out);
+    if result.is_error == Some(true) { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+}
+
+/// Writes command output; a closed pipe (`| head`) is not an error worth a panic.
+fn print_stdout(text: &str) {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush());
 }

@@ -10,14 +10,35 @@
 //! - [`board`]: the reference board — a small but real Team Board (HTTP + WebSocket + SQLite)
 //!   written from `docs/tracker-api.md`, used by the demo and the tests.
 //! - [`tools`]: what the model can call; [`tools::ToolSource`] is the one shape of every tool source.
+//! - [`transport`]: the tracker's event stream (WebSocket): reconnects, heartbeats, resumes.
+//! - [`state`]: the agent's durable state (SQLite): processed events, claims, sessions, runs, spend.
+//! - [`llm`]: the project's chat types and the OpenAI-compatible adapter ([`llm::openai`], the only
+//!   module importing async-openai).
+//! - [`agent`]: the tool-use loop: budgets, concurrency of read-only calls, the run record.
+//! - [`offline_model`]: an OpenAI-compatible endpoint served by picogent itself — a deterministic
+//!   rule-based planner or a replayed script, not an LLM — for the demo and the tests.
+//! - [`prompts`]: the minijinja templates in `prompts/` and the cleaning of tracker text.
+//! - [`router`]: the closed event loop deciding what the agent does with each event.
+//! - [`runtime`]: `picogent run` — wires stream, router, runs, state and HTTP; one run's life in
+//!   [`runtime::run`].
+//! - [`check`], [`demo`]: `picogent check` and `picogent demo`.
 //! - [`mcp`]: external MCP servers as tool sources, and the permission policy over all tools.
 
+pub mod agent;
 pub mod board;
+pub mod check;
 pub mod cli;
 pub mod config;
+pub mod demo;
+pub mod llm;
 pub mod mcp;
+pub mod offline_model;
 pub mod prompts;
 pub mod retry;
+pub mod router;
+pub mod runtime;
 pub mod secret;
+pub mod state;
 pub mod tools;
 pub mod tracker;
+pub mod transport;

@@ -1,11 +1,156 @@
-//! The reference board: a small but real Team Board written from `docs/tracker-api.md`.
+//! The reference board: a small but real Team Board written from `docs/tracker-api.md`
+//! (HTTP + WebSocket + SQLite), used by the demo and the tests.
+//!
+//! Codemap:
+//! - [`api`]: the router, and the project, member and step routes; [`tasks`] and [`messages`]
+//!   hold the rest of the REST routes;
+//! - [`events`]: the durable per-member event log and the WebSocket that delivers it;
+//! - [`idempotency`]: `Idempotency-Key` on POSTs; [`extract`]: auth, bodies and queries;
+//! - [`db`]: the SQLite store; [`seed`]: the seed file; [`error`]: the one error enum.
+//!
+//! Invariants: every answer that is not a success is a [`BoardError`]; every event is logged in
+//! the transaction of the change that causes it; writes hold SQLite's write lock from their
+//! first statement (`BEGIN IMMEDIATE`).
+
+pub mod api;
+pub mod db;
+pub mod error;
+pub mod events;
+pub mod extract;
+pub mod idempotency;
+pub mod messages;
+pub mod seed;
+pub mod tasks;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use sqlx::SqlitePool;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use api::API_PREFIX;
+pub use error::BoardError;
+pub use seed::{Seed, SeedError, SeedMember, SeedProject};
+
+/// Where the board listens, its database, and the seed for a new database.
+#[derive(Debug, Clone)]
+pub struct BoardOptions {
+    pub listen: SocketAddr,
+    pub db: PathBuf,
+    pub seed: Option<PathBuf>,
+}
+
+impl BoardOptions {
+    /// A board on a free loopback port: what tests and the demo want.
+    pub fn loopback(db: impl Into<PathBuf>, seed: Option<PathBuf>) -> BoardOptions {
+        BoardOptions { listen: SocketAddr::from(([127, 0, 0, 1], 0)), db: db.into(), seed }
+    }
+}
+
+/// What every handler shares. Cheap to clone.
+#[derive(Clone)]
+pub struct BoardState {
+    pub(crate) pool: SqlitePool,
+    pub(crate) hub: Arc<events::Hub>,
+    /// Woken whenever an idempotent request stores its answer, for duplicates waiting on it.
+    pub(crate) idempotency_done: Arc<Notify>,
+    /// Cancelled at shutdown; WebSocket connections watch it.
+    pub(crate) shutdown: CancellationToken,
+    /// Tasks that outlive a request (WebSocket connections, idempotent work), awaited at shutdown.
+    pub(crate) tasks: TaskTracker,
+}
+
+/// A running board. Dropping it stops the server without waiting; [`BoardHandle::shutdown`]
+/// waits until it has stopped and the database is closed.
+pub struct BoardHandle {
+    addr: SocketAddr,
+    state: BoardState,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl BoardHandle {
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`, the tracker URL a client is configured with.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// `{url}{API_PREFIX}`.
+    pub fn api_base(&self) -> String {
+        format!("{}{API_PREFIX}", self.url())
+    }
+
+    /// Stops accepting requests, lets the ones in flight finish, closes every WebSocket and
+    /// closes the database, so a new board can open the same file.
+    pub async fn shutdown(mut self) -> anyhow::Result<()> {
+        self.state.shutdown.cancel();
+        let served = (&mut self.server).await.context("the board's server task failed")?;
+        self.state.tasks.close();
+        self.state.tasks.wait().await;
+        self.state.pool.close().await;
+        served.context("the board's server failed")
+    }
+}
+
+impl Drop for BoardHandle {
+    fn drop(&mut self) {
+        self.state.shutdown.cancel();
+    }
+}
+
+/// Opens (or creates) the database, applies the seed to a new one, and serves in the background.
+pub async fn start(options: BoardOptions) -> anyhow::Result<BoardHandle> {
+    let seed = options.seed.as_deref().map(Seed::load).transpose()?;
+    let pool = db::open(&options.db).await?;
+    idempotency::clean_up(&pool).await.context("cannot clean up idempotency keys")?;
+    match &seed {
+        Some(seed) => {
+            if seed::apply(&pool, seed).await.context("cannot apply the seed")? {
+                tracing::info!(projects = seed.projects.len(), members = seed.members.len(), "seeded a new board");
+            } else {
+                tracing::info!("the board database already has members; ignoring the seed");
+            }
+        }
+        None => {
+            let members: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM members").fetch_one(&pool).await?;
+            if members == 0 {
+                tracing::warn!("the board has no members, so every request is unauthorized: start it with --seed");
+            }
+        }
+    }
+    let listener = tokio::net::TcpListener::bind(options.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", options.listen))?;
+    let addr = listener.local_addr().context("cannot read the board's address")?;
+    let state = BoardState {
+        pool,
+        hub: Arc::new(events::Hub::default()),
+        idempotency_done: Arc::new(Notify::new()),
+        shutdown: CancellationToken::new(),
+        tasks: TaskTracker::new(),
+    };
+    let app = api::router(state.clone());
+    let stop = state.shutdown.clone();
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app).with_graceful_shutdown(async move { stop.cancelled().await }).await
+    });
+    tracing::info!(%addr, "board listening");
+    Ok(BoardHandle { addr, state, server })
+}
 
 /// `picogent board`: serves until Ctrl-C.
 pub async fn run_cli(listen: SocketAddr, db: PathBuf, seed: Option<PathBuf>) -> anyhow::Result<ExitCode> {
-    let _ = (listen, db, seed);
-    anyhow::bail!("the reference board is not built yet")
+    let board = start(BoardOptions { listen, db, seed }).await?;
+    println!("board listening on {} (API at {})", board.url(), board.api_base());
+    tokio::signal::ctrl_c().await.context("cannot wait for Ctrl-C")?;
+    board.shutdown().await?;
+    Ok(ExitCode::SUCCESS)
 }

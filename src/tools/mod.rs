@@ -4,6 +4,20 @@
 //! Tool definitions are rmcp's `Tool` and results are rmcp's `CallToolResult`: the shapes are
 //! MCP's from the start, so serving them over MCP later translates nothing.
 
+pub mod files;
+pub mod format;
+pub mod members;
+pub mod messages;
+pub mod projects;
+pub mod registry;
+pub mod steps;
+pub mod tasks;
+
+pub use registry::{
+    CHAT_REPLY_TOOLS, Registry, RegistryError, TASK_RUN_TOOLS, ToolError, ToolGroup, count_tokens, count_tool_tokens,
+    openai_tools_json,
+};
+
 use futures::future::BoxFuture;
 use rmcp::model::{CallToolResult, Tool};
 use tokio_util::sync::CancellationToken;

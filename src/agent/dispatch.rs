@@ -1,0 +1,282 @@
+//! Running one turn's tool calls: checking names and arguments, running read-only calls
+//! concurrently and the others in order, and turning each result into the text the model reads.
+
+use std::collections::HashSet;
+
+use rmcp::model::{CallToolResult, Tool};
+use tokio::time::Instant;
+
+use super::record::{ToolCallOutcome, ToolCallRecord};
+use crate::llm::{Message, TOOL_ERROR_PREFIX, ToolCall, ToolSpec};
+use crate::tools::{ToolContext, ToolSource};
+
+/// The tools offered in this run, in the source's fixed order.
+pub(crate) struct OfferedTools {
+    pub specs: Vec<ToolSpec>,
+    names: Vec<String>,
+    read_only: HashSet<String>,
+}
+
+impl OfferedTools {
+    /// Keeps the source's tools whose names are in `offered`, in the source's order (so the tool
+    /// list is byte-identical across turns whatever order the caller listed names in).
+    pub fn new(source_tools: Vec<Tool>, offered: &[String]) -> OfferedTools {
+        let wanted: HashSet<&str> = offered.iter().map(String::as_str).collect();
+        let tools: Vec<Tool> = source_tools.into_iter().filter(|tool| wanted.contains(tool.name.as_ref())).collect();
+        OfferedTools {
+            specs: tools
+                .iter()
+                .map(|tool| ToolSpec {
+                    name: tool.name.to_string(),
+                    description: tool.description.as_deref().unwrap_or_default().to_string(),
+                    parameters: serde_json::Value::Object((*tool.input_schema).clone()),
+                })
+                .collect(),
+            names: tools.iter().map(|tool| tool.name.to_string()).collect(),
+            read_only: tools
+                .iter()
+                .filter(|tool| tool.annotations.as_ref().and_then(|a| a.read_only_hint) == Some(true))
+                .map(|tool| tool.name.to_string())
+                .collect(),
+        }
+    }
+
+    fn is_offered(&self, name: &str) -> bool {
+        self.names.iter().any(|offered| offered == name)
+    }
+
+    /// Up to three offered names nearest to `name` by edit distance.
+    pub fn closest(&self, name: &str) -> Vec<&str> {
+        let mut ranked: Vec<(usize, &str)> =
+            self.names.iter().map(|offered| (edit_distance(name, offered), offered.as_str())).collect();
+        ranked.sort();
+        ranked.into_iter().take(3).map(|(_, offered)| offered).collect()
+    }
+}
+
+/// A call checked before running: either the parsed arguments, or the error the model reads.
+enum Checked {
+    Run { arguments: serde_json::Value, read_only: bool },
+    Refused { outcome: ToolCallOutcome, message: String },
+}
+
+fn check(call: &ToolCall, offered: &OfferedTools) -> Checked {
+    if !offered.is_offered(&call.name) {
+        let closest = offered.closest(&call.name);
+        let message = if closest.is_empty() {
+            format!("unknown tool `{}`: no tools are offered in this run", call.name)
+        } else {
+            format!("unknown tool `{}`; the closest offered tools are: {}", call.name, closest.join(", "))
+        };
+        return Checked::Refused { outcome: ToolCallOutcome::UnknownTool, message };
+    }
+    // Some models send an empty string for a call without arguments.
+    let text = if call.arguments.trim().is_empty() { "{}" } else { call.arguments.as_str() };
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(arguments @ serde_json::Value::Object(_)) => {
+            Checked::Run { arguments, read_only: offered.read_only.contains(&call.name) }
+        }
+        Ok(other) => Checked::Refused {
+            outcome: ToolCallOutcome::InvalidArguments,
+            message: format!(
+                "the arguments of `{}` must be a JSON object, got {}; send one object matching the tool's schema",
+                call.name,
+                json_kind(&other)
+            ),
+        },
+        Err(e) => Checked::Refused {
+            outcome: ToolCallOutcome::InvalidArguments,
+            message: format!(
+                "the arguments of `{}` are not valid JSON ({e}); send one JSON object matching the tool's schema",
+                call.name
+            ),
+        },
+    }
+}
+
+fn json_kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// What one finished call produced: its record and the tool message for the conversation.
+pub(crate) type CallResult = (ToolCallRecord, Message);
+
+/// Everything a turn's calls need, borrowed from the run.
+pub(crate) struct TurnContext<'a> {
+    pub source: &'a dyn ToolSource,
+    pub offered: &'a OfferedTools,
+    pub tool_context: &'a ToolContext,
+    pub run_start: Instant,
+    pub turn: u32,
+    pub max_result_bytes: usize,
+}
+
+/// Runs `calls` and writes each result into the same index of `results` as soon as it is known,
+/// so a caller that stops this future early (cancellation, deadline) keeps the finished ones.
+/// Consecutive read-only calls run concurrently; any other call runs alone, in the given order.
+pub(crate) async fn run_calls(context: &TurnContext<'_>, calls: &[ToolCall], results: &mut [Option<CallResult>]) {
+    let checked: Vec<Checked> = calls.iter().map(|call| check(call, context.offered)).collect();
+    let mut index = 0;
+    while index < calls.len() {
+        let batch_end = match &checked[index] {
+            Checked::Run { read_only: true, .. } => {
+                let mut end = index + 1;
+                while end < calls.len() && matches!(checked[end], Checked::Run { read_only: true, .. }) {
+                    end += 1;
+                }
+                end
+            }
+            _ => index + 1,
+        };
+        let batch = (index..batch_end).map(|i| run_one(context, &calls[i], &checked[i], i));
+        for (i, result) in futures::future::join_all(batch).await {
+            results[i] = Some(result);
+        }
+        index = batch_end;
+    }
+}
+
+async fn run_one(context: &TurnContext<'_>, call: &ToolCall, checked: &Checked, index: usize) -> (usize, CallResult) {
+    let started_us = micros_since(context.run_start);
+    let (outcome, content) = match checked {
+        Checked::Refused { outcome, message } => (*outcome, message.clone()),
+        Checked::Run { arguments, .. } => {
+            let mut tool_context = context.tool_context.clone();
+            // A stable key per (run, turn, call position): a replayed run makes the same writes once.
+            tool_context.idempotency_key =
+                context.tool_context.idempotency_key.as_ref().map(|key| format!("{key}-t{}-c{index}", context.turn));
+            let result = context.source.call(&call.name, arguments.clone(), &tool_context).await;
+            let outcome = if result.is_error == Some(true) { ToolCallOutcome::Error } else { ToolCallOutcome::Ok };
+            (outcome, result_text(&result, context.max_result_bytes))
+        }
+    };
+    let is_error = outcome != ToolCallOutcome::Ok;
+    let record = ToolCallRecord {
+        id: call.id.clone(),
+        name: call.name.clone(),
+        turn: context.turn,
+        outcome,
+        started_us,
+        ended_us: micros_since(context.run_start),
+    };
+    let content = if is_error { format!("{TOOL_ERROR_PREFIX}{content}") } else { content };
+    (index, (record, Message::Tool { tool_call_id: call.id.clone(), name: call.name.clone(), content, is_error }))
+}
+
+/// The result a call gets when it was never run (budget spent, run stopped); the conversation
+/// still needs an answer to every call the model made.
+pub(crate) fn not_run(call: &ToolCall, turn: u32, at_us: u64, reason: &str) -> CallResult {
+    let record = ToolCallRecord {
+        id: call.id.clone(),
+        name: call.name.clone(),
+        turn,
+        outcome: ToolCallOutcome::NotRun,
+        started_us: at_us,
+        ended_us: at_us,
+    };
+    let message = Message::Tool {
+        tool_call_id: call.id.clone(),
+        name: call.name.clone(),
+        content: format!("{TOOL_ERROR_PREFIX}not run: {reason}"),
+        is_error: true,
+    };
+    (record, message)
+}
+
+pub(crate) fn micros_since(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The text the model reads for a result: the text blocks (a tool's dense, model-facing form),
+/// or the structured content as JSON when there is no text; cut at `max_bytes`.
+fn result_text(result: &CallToolResult, max_bytes: usize) -> String {
+    let text = result
+        .content
+        .iter()
+        .filter_map(|block| block.as_text().map(|text| text.text.as_str()))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let text = match (&result.structured_content, text.trim().is_empty()) {
+        (Some(value), true) => value.to_string(),
+        _ => text,
+    };
+    truncate(text, max_bytes)
+}
+
+fn truncate(text: String, max_bytes: usize) -> String {
+    if text.len() <= max_bytes {
+        return text;
+    }
+    let mut cut = max_bytes;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}… [cut: {} more bytes]", &text[..cut], text.len() - cut)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut current = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = previous[j] + usize::from(ca != *cb);
+            current.push(substitution.min(previous[j + 1] + 1).min(current[j] + 1));
+        }
+        previous = current;
+    }
+    previous[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offered(names: &[&str]) -> OfferedTools {
+        let tools = names.iter().map(|name| Tool::new(name.to_string(), "d", serde_json::Map::new())).collect();
+        OfferedTools::new(tools, &names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn unknown_names_suggest_the_closest() {
+        let tools = offered(&["get_task", "list_tasks", "send_message", "get_member"]);
+        let call = ToolCall { id: "1".into(), name: "get_taks".into(), arguments: "{}".into() };
+        let Checked::Refused { outcome, message } = check(&call, &tools) else { panic!("accepted") };
+        assert_eq!(outcome, ToolCallOutcome::UnknownTool);
+        assert!(message.contains("closest offered tools are: get_task"), "{message}");
+    }
+
+    #[test]
+    fn malformed_and_non_object_arguments_are_refused() {
+        let tools = offered(&["get_task"]);
+        for (arguments, expected) in [("{\"task_id\": ", "not valid JSON"), ("[1]", "got an array")] {
+            let call = ToolCall { id: "1".into(), name: "get_task".into(), arguments: arguments.into() };
+            let Checked::Refused { outcome, message } = check(&call, &tools) else { panic!("accepted") };
+            assert_eq!(outcome, ToolCallOutcome::InvalidArguments);
+            assert!(message.contains(expected), "{message}");
+        }
+        let call = ToolCall { id: "1".into(), name: "get_task".into(), arguments: "".into() };
+        assert!(matches!(check(&call, &tools), Checked::Run { .. }));
+    }
+
+    #[test]
+    fn truncates_on_a_char_boundary() {
+        assert_eq!(truncate("héllo".to_string(), 2), "h… [cut: 5 more bytes]");
+        assert_eq!(truncate("short".to_string(), 10), "short");
+    }
+
+    #[test]
+    fn offered_tools_keep_the_source_order() {
+        let tools = ["a", "b", "c"].iter().map(|n| Tool::new(n.to_string(), "d", serde_json::Map::new())).collect();
+        let offered = OfferedTools::new(tools, &["c".to_string(), "a".to_string()]);
+        let names: Vec<&str> = offered.specs.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["a", "c"]);
+    }
+}

@@ -1,0 +1,166 @@
+//! The run record: what one run did and spent, serializable so the runtime can persist it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// How a run ended. Every run ends with exactly one of these and a short final message; a run
+/// never ends silently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunOutcome {
+    /// The model gave a final text answer.
+    Completed,
+    /// `limits.max_turns` model turns were used.
+    BudgetTurns,
+    /// `limits.max_tool_calls` tool calls were made.
+    BudgetToolCalls,
+    /// The next request could not fit in `limits.max_tokens_per_run`.
+    BudgetTokens,
+    /// `limits.run_timeout_ms` of wall-clock time passed.
+    Deadline,
+    /// The caller's cancellation token fired.
+    Cancelled,
+    /// The model server failed for good (retries spent, a refused request, a context that would
+    /// not fit even after dropping old tool results).
+    ModelError,
+    /// The model answered with neither text nor tool calls.
+    EmptyAnswer,
+    /// The model declined to answer.
+    Refusal,
+}
+
+impl RunOutcome {
+    /// A short sentence the caller can post when the run did not complete.
+    pub fn describe(self, record: &RunRecord) -> String {
+        match self {
+            RunOutcome::Completed => "done".to_string(),
+            RunOutcome::BudgetTurns => {
+                format!("I stopped after {} model turns, the limit for one run, before finishing.", record.turns)
+            }
+            RunOutcome::BudgetToolCalls => {
+                format!("I stopped after {} tool calls, the limit for one run, before finishing.", record.tool_calls)
+            }
+            RunOutcome::BudgetTokens => format!(
+                "I stopped after using {} tokens: the next step would not fit in the token limit for one run.",
+                record.total_tokens()
+            ),
+            RunOutcome::Deadline => "I ran out of time for this run before finishing.".to_string(),
+            RunOutcome::Cancelled => "This run was cancelled before it finished.".to_string(),
+            RunOutcome::ModelError => "I could not finish: the model service failed.".to_string(),
+            RunOutcome::EmptyAnswer => "I could not finish: the model returned an empty answer.".to_string(),
+            RunOutcome::Refusal => "I could not finish: the model declined to answer.".to_string(),
+        }
+    }
+}
+
+/// What became of one tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolCallOutcome {
+    Ok,
+    /// The tool ran and reported an error.
+    Error,
+    /// The arguments were not a JSON object; the tool was not run.
+    InvalidArguments,
+    /// The name is not an offered tool; nothing was run.
+    UnknownTool,
+    /// Not run: the tool-call budget was spent, or the run was stopped first. Not counted in
+    /// [`RunRecord::tool_calls`].
+    NotRun,
+}
+
+/// One tool call as it happened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCallRecord {
+    /// The model's id of the call.
+    pub id: String,
+    pub name: String,
+    /// The model turn (1-based) that asked for it.
+    pub turn: u32,
+    pub outcome: ToolCallOutcome,
+    /// Microseconds from the start of the run to the start and the end of the call; overlapping
+    /// intervals show calls that ran concurrently.
+    pub started_us: u64,
+    pub ended_us: u64,
+}
+
+/// Counts of one tool's calls by outcome.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCallCounts {
+    pub ok: u32,
+    pub error: u32,
+    pub invalid_arguments: u32,
+    pub unknown_tool: u32,
+    pub not_run: u32,
+}
+
+/// The account of one run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub outcome: RunOutcome,
+    /// The answer on `Completed`; otherwise a short sentence saying why the run stopped.
+    pub final_message: String,
+    /// More about a failure (the model error, the budget numbers); never holds secrets.
+    pub detail: Option<String>,
+    /// Model requests answered.
+    pub turns: u32,
+    /// Tool calls made (run, or refused for bad arguments or an unknown name); `NotRun` excluded.
+    pub tool_calls: u32,
+    pub tool_calls_by_name: BTreeMap<String, ToolCallCounts>,
+    pub calls: Vec<ToolCallRecord>,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// True if some server answer had no `usage` and its tokens were counted here (o200k).
+    pub tokens_estimated: bool,
+    /// Wall-clock time waiting for the model (retries and their backoff included).
+    pub model_time_ms: u64,
+    /// Wall-clock time running tools (concurrent calls count once).
+    pub tool_time_ms: u64,
+    pub wall_time_ms: u64,
+    /// One note per context-length recovery: which tool results were dropped.
+    pub context_trims: Vec<String>,
+    /// Extra user inputs taken from the steering channel.
+    pub steering_inputs: u32,
+}
+
+impl RunRecord {
+    pub(crate) fn new() -> RunRecord {
+        RunRecord {
+            outcome: RunOutcome::Completed,
+            final_message: String::new(),
+            detail: None,
+            turns: 0,
+            tool_calls: 0,
+            tool_calls_by_name: BTreeMap::new(),
+            calls: Vec::new(),
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            tokens_estimated: false,
+            model_time_ms: 0,
+            tool_time_ms: 0,
+            wall_time_ms: 0,
+            context_trims: Vec::new(),
+            steering_inputs: 0,
+        }
+    }
+
+    pub fn total_tokens(&self) -> u64 {
+        self.prompt_tokens + self.completion_tokens
+    }
+
+    pub(crate) fn add_call(&mut self, call: ToolCallRecord) {
+        let counts = self.tool_calls_by_name.entry(call.name.clone()).or_default();
+        match call.outcome {
+            ToolCallOutcome::Ok => counts.ok += 1,
+            ToolCallOutcome::Error => counts.error += 1,
+            ToolCallOutcome::InvalidArguments => counts.invalid_arguments += 1,
+            ToolCallOutcome::UnknownTool => counts.unknown_tool += 1,
+            ToolCallOutcome::NotRun => counts.not_run += 1,
+        }
+        if call.outcome != ToolCallOutcome::NotRun {
+            self.tool_calls += 1;
+        }
+        self.calls.push(call);
+    }
+}

@@ -1,0 +1,89 @@
+//! The board's one error enum. Every failing handler returns it, and it alone becomes the
+//! contract's error answer `{"error": {code, message, details}}`. Internal causes are logged here
+//! and never sent to the client.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::tracker::model::{ErrorBody, ErrorDetail};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BoardError {
+    /// 401: no bearer token, or one that belongs to no member.
+    #[error("{message}")]
+    Unauthorized { message: String },
+    /// 403: acting as another member.
+    #[error("{message}")]
+    Forbidden { message: String },
+    /// 404: the thing named does not exist.
+    #[error("{message}")]
+    NotFound { message: String },
+    /// 409: the board's state forbids the action now.
+    #[error("{message}")]
+    Conflict { message: String },
+    /// 422: a field is missing, of the wrong type, unknown, out of range or too long.
+    #[error("{message}")]
+    Invalid { field: String, expected: String, message: String },
+    /// 413: the body is over the contract's cap.
+    #[error("the request body is over {limit} bytes")]
+    TooLarge { limit: usize },
+    /// 500: a fault of the board; the cause is logged, the client hears nothing of it.
+    #[error("internal error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// 500 for causes that are not the database's.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl BoardError {
+    pub fn not_found(what: &str, name: &str) -> BoardError {
+        BoardError::NotFound { message: format!("{what} {name} not found") }
+    }
+
+    pub fn invalid(field: &str, expected: impl Into<String>, message: impl Into<String>) -> BoardError {
+        BoardError::Invalid { field: field.to_string(), expected: expected.into(), message: message.into() }
+    }
+
+    pub fn conflict(message: impl Into<String>) -> BoardError {
+        BoardError::Conflict { message: message.into() }
+    }
+
+    pub fn forbidden(message: impl Into<String>) -> BoardError {
+        BoardError::Forbidden { message: message.into() }
+    }
+
+    fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            BoardError::Unauthorized { .. } => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            BoardError::Forbidden { .. } => (StatusCode::FORBIDDEN, "forbidden"),
+            BoardError::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
+            BoardError::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
+            BoardError::Invalid { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
+            BoardError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "invalid"),
+            BoardError::Database(_) | BoardError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+}
+
+impl IntoResponse for BoardError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        let (message, details) = match &self {
+            BoardError::Invalid { field, expected, message } => {
+                (message.clone(), json!({"field": field, "expected": expected}))
+            }
+            BoardError::TooLarge { limit } => {
+                (self.to_string(), json!({"field": "body", "expected": format!("at most {limit} bytes")}))
+            }
+            BoardError::Database(_) | BoardError::Internal(_) => {
+                tracing::error!(error = %self, "board request failed");
+                ("the board failed to handle the request; see its log".to_string(), serde_json::Value::Null)
+            }
+            _ => (self.to_string(), serde_json::Value::Null),
+        };
+        let body = ErrorBody { error: ErrorDetail { code: code.to_string(), message, details } };
+        (status, Json(body)).into_response()
+    }
+}

@@ -1,0 +1,120 @@
+//! `picogent check`: validates the config and the templates, reaches the tracker (REST and
+//! WebSocket) and the model endpoint, and reports each result on one line with what to fix.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::prompts::Prompts;
+use crate::secret::Secret;
+use crate::tracker::TrackerClient;
+
+/// One line of the report.
+struct Line {
+    ok: bool,
+    what: String,
+    detail: String,
+}
+
+fn print(lines: &[Line]) {
+    for line in lines {
+        let mark = if line.ok { "ok  " } else { "FAIL" };
+        println!("{mark} {:<16} {}", line.what, line.detail);
+    }
+}
+
+pub async fn run_cli(config_path: &Path) -> anyhow::Result<ExitCode> {
+    let mut lines = Vec::new();
+    let config = match Config::load(config_path) {
+        Ok(config) => {
+            lines.push(Line { ok: true, what: "config".into(), detail: format!("{} is valid", config_path.display()) });
+            config
+        }
+        Err(error) => {
+            lines.push(Line { ok: false, what: "config".into(), detail: format!("{error}") });
+            print(&lines);
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    lines.push(match Prompts::load(&config.prompts_dir) {
+        Ok(_) => Line {
+            ok: true,
+            what: "prompts".into(),
+            detail: format!("templates in {} render", config.prompts_dir.display()),
+        },
+        Err(error) => Line { ok: false, what: "prompts".into(), detail: error.to_string() },
+    });
+    let token = match Secret::from_env(&config.tracker.token_env) {
+        Ok(token) => {
+            lines.push(Line {
+                ok: true,
+                what: "tracker token".into(),
+                detail: format!("{} is set", config.tracker.token_env),
+            });
+            Some(token)
+        }
+        Err(error) => {
+            lines.push(Line { ok: false, what: "tracker token".into(), detail: error.to_string() });
+            None
+        }
+    };
+    if let Some(token) = token {
+        let mut tracker = config.tracker.clone();
+        tracker.retry.max_attempts = 1;
+        match TrackerClient::new(&tracker, token) {
+            Ok(client) => {
+                lines.push(check_rest(&client, &config).await);
+                lines.push(match crate::transport::probe(&client, Duration::from_secs(5)).await {
+                    Ok(()) => Line {
+                        ok: true,
+                        what: "tracker events".into(),
+                        detail: format!("{} answers ping", client.ws_url()),
+                    },
+                    Err(error) => Line { ok: false, what: "tracker events".into(), detail: error },
+                });
+            }
+            Err(error) => lines.push(Line { ok: false, what: "tracker REST".into(), detail: error.to_string() }),
+        }
+    }
+    lines.push(check_model(&config).await);
+    print(&lines);
+    Ok(if lines.iter().all(|l| l.ok) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+async fn check_rest(client: &TrackerClient, config: &Config) -> Line {
+    let what = "tracker REST".to_string();
+    match client.get_member("me").await {
+        Ok(me) if me.slug == config.slug => Line {
+            ok: true,
+            what,
+            detail: format!("{} knows the token as @{} ({})", client.api_base(), me.slug, me.kind.as_str()),
+        },
+        Ok(me) => Line {
+            ok: false,
+            what,
+            detail: format!(
+                "the token belongs to @{}, but agent.json says slug {:?}: set slug to {:?} or use the agent's token",
+                me.slug, config.slug, me.slug
+            ),
+        },
+        Err(error) => {
+            Line { ok: false, what, detail: format!("{error} (is tracker.url {} right?)", config.tracker.url) }
+        }
+    }
+}
+
+async fn check_model(config: &Config) -> Line {
+    let what = "model endpoint".to_string();
+    let key = match &config.llm.api_key_env {
+        Some(name) => match Secret::from_env(name) {
+            Ok(key) => Some(key),
+            Err(error) => return Line { ok: false, what, detail: error.to_string() },
+        },
+        None => None,
+    };
+    match crate::llm::probe::probe(&config.llm, key).await {
+        Ok(detail) => Line { ok: true, what, detail },
+        Err(error) => Line { ok: false, what, detail: error },
+    }
+}

@@ -1,0 +1,259 @@
+//! `picogent demo`: the whole product on loopback, offline. Starts the reference board (seeded,
+//! temporary database), the offline planner model (a deterministic rule-based stand-in, not an
+//! LLM) and the agent; then, as the human `alice`, assigns the agent a task and mentions it in the
+//! project chat, and prints what happened.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+
+use crate::config::Config;
+use crate::secret::Secret;
+use crate::tracker::TrackerClient;
+use crate::tracker::model::{CreateTask, MessageOut, MessageQuery, SendMessage, TaskOut, TaskStatus};
+
+/// The seed the demo board starts from (the same file the tests use).
+const SEED: &str = include_str!("../fixtures/board-seed.json");
+const AGENT_TOKEN: &str = "tok-picogent";
+const ALICE_TOKEN: &str = "tok-alice";
+
+/// Everything the demo started, so `--keep` can print it and a test can inspect it.
+pub struct Demo {
+    pub board: crate::board::BoardHandle,
+    pub model: crate::offline_model::OfflineModelHandle,
+    pub agent: crate::runtime::AgentHandle,
+    pub config: Config,
+    pub alice: TrackerClient,
+    pub dir: tempfile::TempDir,
+}
+
+/// What the demo did, for the timeline and for tests.
+pub struct Outcome {
+    pub task: TaskOut,
+    pub steps: Vec<crate::tracker::model::StepOut>,
+    pub comments: Vec<MessageOut>,
+    pub question: MessageOut,
+    pub replies: Vec<MessageOut>,
+}
+
+/// Starts board, offline model and agent on loopback ports chosen by the OS.
+pub async fn start(prompts_dir: Option<PathBuf>) -> anyhow::Result<Demo> {
+    let dir = tempfile::tempdir().context("cannot make a temporary folder")?;
+    let seed_path = dir.path().join("board-seed.json");
+    std::fs::write(&seed_path, SEED).context("cannot write the demo seed")?;
+    let any_port: SocketAddr = "127.0.0.1:0".parse().expect("a literal address");
+    let board = crate::board::start(crate::board::BoardOptions {
+        listen: any_port,
+        db: dir.path().join("board.db"),
+        seed: Some(seed_path),
+    })
+    .await
+    .context("cannot start the reference board")?;
+    let model = crate::offline_model::start(crate::offline_model::OfflineModelOptions::planner())
+        .await
+        .context("cannot start the offline model endpoint")?;
+    let prompts_dir = match prompts_dir {
+        Some(dir) => dir,
+        None => write_builtin_prompts(dir.path())?,
+    };
+    // Built as JSON so every field not named here takes the same default as in agent.json.
+    let config: Config = serde_json::from_value(serde_json::json!({
+        "slug": "picogent",
+        "name": "Picogent",
+        "capabilities": ["planning tasks into steps", "answering questions about the board"],
+        "tracker": {"url": board.url(), "timeout_ms": 5000},
+        "llm": {"base_url": model.url(), "model": "offline-planner", "max_output_tokens": 1024, "timeout_ms": 30000},
+        "state": {"path": dir.path().join("picogent.db")},
+        "http": {"listen": "127.0.0.1:0"},
+        "prompts_dir": prompts_dir,
+    }))
+    .context("the demo's built-in config is invalid")?;
+    let agent = crate::runtime::start(crate::runtime::AgentOptions {
+        config: config.clone(),
+        tracker_token: Secret::new(AGENT_TOKEN),
+        llm_api_key: None,
+        stream: None,
+        serve_http: true,
+    })
+    .await
+    .context("cannot start the agent")?;
+    let alice = TrackerClient::new(&config.tracker, Secret::new(ALICE_TOKEN))?;
+    Ok(Demo { board, model, agent, config, alice, dir })
+}
+
+/// The templates shipped in the binary, for a demo run outside the source tree.
+fn write_builtin_prompts(dir: &Path) -> anyhow::Result<PathBuf> {
+    let prompts = dir.join("prompts");
+    std::fs::create_dir_all(&prompts)?;
+    for (name, text) in [
+        (crate::prompts::SYSTEM, include_str!("../prompts/system.md")),
+        (crate::prompts::TASK_ASSIGNED, include_str!("../prompts/task_assigned.md")),
+        (crate::prompts::MESSAGE_NEW, include_str!("../prompts/message_new.md")),
+        (crate::prompts::STANDUP, include_str!("../prompts/standup.md")),
+    ] {
+        std::fs::write(prompts.join(name), text)?;
+    }
+    Ok(prompts)
+}
+
+impl Demo {
+    /// Plays alice: assigns a task and asks a question in the project chat, then waits until the
+    /// agent has handled both (or `timeout`).
+    pub async fn play(&self, timeout: Duration) -> anyhow::Result<Outcome> {
+        let deadline = Instant::now() + timeout;
+        while !self.agent.status.caught_up() {
+            anyhow::ensure!(Instant::now() < deadline, "the agent did not connect to the board in time");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let project = self.alice.get_project("team").await?;
+        let created = self
+            .alice
+            .create_task(
+                &CreateTask {
+                    project_slug: project.slug.clone(),
+                    title: "Prepare the release notes for 1.4".into(),
+                    description: Some(
+                        "Collect what changed since 1.3.\n- list merged pull requests\n- group them by area\n- draft the notes"
+                            .into(),
+                    ),
+                    assignee_slug: Some("picogent".into()),
+                    ..CreateTask::default()
+                },
+                None,
+            )
+            .await?;
+        println!("alice    assigned {} \"{}\" to @picogent", created.key, created.title);
+        let question = self
+            .alice
+            .send_message(
+                &SendMessage {
+                    content: "@picogent what is on the board for the release?".into(),
+                    chat_id: Some(project.chat_id.clone()),
+                    ..SendMessage::default()
+                },
+                None,
+            )
+            .await?;
+        println!("alice    asked in #{}: {}", project.slug, question.content);
+
+        loop {
+            let task = self.alice.get_task(&created.id).await?;
+            let replies: Vec<MessageOut> = self
+                .alice
+                .list_messages(&MessageQuery { parent_id: Some(question.id.clone()), ..MessageQuery::default() })
+                .await?
+                .into_iter()
+                .filter(|m| m.author_slug == "picogent")
+                .collect();
+            if task.status == TaskStatus::InReview && !replies.is_empty() && self.agent.status.active_runs() == 0 {
+                let steps = self.alice.list_steps(&task.id).await?;
+                let comments = self
+                    .alice
+                    .list_messages(&MessageQuery { task_id: Some(task.id.clone()), ..MessageQuery::default() })
+                    .await?;
+                return Ok(Outcome { task, steps, comments, question, replies });
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "the agent did not finish in {timeout:?}: task {} is {}, {} replies",
+                task.key,
+                task.status,
+                replies.len()
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        self.agent.shutdown().await?;
+        self.model.shutdown().await;
+        self.board.shutdown().await?;
+        Ok(())
+    }
+}
+
+/// Prints the timeline of every run from the agent's own records.
+async fn print_timeline(demo: &Demo) -> anyhow::Result<()> {
+    let mut runs = demo.agent.state.list_runs(20).await?;
+    runs.reverse();
+    for run in runs {
+        println!();
+        println!("event    {} (run {})", run.trigger, &run.id[..8.min(run.id.len())]);
+        for line in crate::runtime::run::timeline_lines(&run) {
+            println!("  {line}");
+        }
+    }
+    Ok(())
+}
+
+fn print_outcome(outcome: &Outcome) {
+    println!();
+    println!("final    {} \"{}\" is {}", outcome.task.key, outcome.task.title, outcome.task.status);
+    for step in &outcome.steps {
+        println!("  [{}] {}", if step.done { "x" } else { " " }, step.title);
+    }
+    for comment in &outcome.comments {
+        println!("  comment @{}: {}", comment.author_slug, one_line(&comment.content));
+    }
+    println!("chat     @alice: {}", outcome.question.content);
+    for reply in &outcome.replies {
+        println!("  reply @{}: {}", reply.author_slug, one_line(&reply.content));
+    }
+}
+
+fn one_line(text: &str) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() > 160 { format!("{}…", flat.chars().take(160).collect::<String>()) } else { flat }
+}
+
+pub async fn run_cli(keep: bool) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
+    let local_prompts = PathBuf::from("prompts");
+    let demo = start(local_prompts.join(crate::prompts::SYSTEM).exists().then_some(local_prompts)).await?;
+    println!("picogent demo — reference board, offline planner model (a rule-based stand-in, not an LLM), agent");
+    println!("board    {}", demo.board.url());
+    println!("model    {} (offline planner)", demo.model.url());
+    println!();
+    let outcome = demo.play(Duration::from_secs(30)).await;
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            let _ = print_timeline(&demo).await;
+            let _ = demo.shutdown().await;
+            return Err(error);
+        }
+    };
+    print_timeline(&demo).await?;
+    print_outcome(&outcome);
+    println!();
+    println!("done in {:.1} s", started.elapsed().as_secs_f64());
+    if keep {
+        print_keep(&demo);
+        tokio::signal::ctrl_c().await.context("cannot wait for ctrl-c")?;
+    }
+    demo.shutdown().await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_keep(demo: &Demo) {
+    let board = demo.board.url();
+    println!();
+    println!("everything keeps running; ctrl-c stops it.");
+    println!("  board     {board}/api   (WebSocket {board}/api/ws)");
+    println!("  model     {}   (offline planner)", demo.model.url());
+    if let Some(addr) = demo.agent.http_addr {
+        println!("  agent     http://{addr}/healthz  /readyz  /metrics");
+    }
+    println!("  tokens    alice=tok-alice  bob=tok-bob  picogent=tok-picogent  otherbot=tok-otherbot");
+    println!("  state     {}", demo.config.state.path.display());
+    println!();
+    println!("assign another task to the agent, as alice:");
+    println!(
+        "  curl -s -X POST {board}/api/tasks -H 'Authorization: Bearer tok-alice' -H 'Content-Type: application/json' \\\n    -d '{{\"project_slug\":\"team\",\"title\":\"Write a changelog\",\"assignee_slug\":\"picogent\"}}'"
+    );
+    println!("connect an MCP client to the board's tools:");
+    println!("  TEAMBOARD_TOKEN=tok-picogent PICOGENT_TRACKER__URL={board} picogent mcp --stdio --config agent.json");
+}

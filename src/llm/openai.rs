@@ -1,0 +1,292 @@
+//! The OpenAI chat-completions adapter: the only module that imports async-openai types.
+//!
+//! Requests and answers are async-openai 0.43's types, so the wire shape is the crate's, kept
+//! current with OpenAI. The HTTP call itself is made here with reqwest rather than through
+//! `async_openai::Client`, because that client drops the response headers of a failed request and
+//! the loop must honour `Retry-After`; retrying is `crate::retry::with_retry` (the project's one
+//! policy), so async-openai's own retry middleware is not used. Works with any OpenAI-compatible
+//! server: OpenAI, OpenRouter, Ollama, vLLM, llama.cpp's server, LM Studio, the offline model.
+
+use std::time::Duration;
+
+use async_openai::types::chat::{
+    ChatCompletionMessageToolCall, ChatCompletionMessageToolCalls, ChatCompletionRequestAssistantMessage,
+    ChatCompletionRequestAssistantMessageContent, ChatCompletionRequestMessage, ChatCompletionRequestSystemMessage,
+    ChatCompletionRequestSystemMessageContent, ChatCompletionRequestToolMessage,
+    ChatCompletionRequestToolMessageContent, ChatCompletionRequestUserMessage, ChatCompletionRequestUserMessageContent,
+    ChatCompletionTool, ChatCompletionTools, CreateChatCompletionRequest, CreateChatCompletionResponse, FunctionCall,
+    FunctionObject,
+};
+use futures::future::BoxFuture;
+
+use super::{ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Message, ToolCall, ToolSpec, Usage};
+use crate::config::LlmConfig;
+use crate::retry::{RetryConfig, parse_retry_after, with_retry};
+use crate::secret::Secret;
+
+/// A chat model behind an OpenAI-compatible `/v1/chat/completions`.
+#[derive(Debug, Clone)]
+pub struct OpenAiChat {
+    http: reqwest::Client,
+    /// `{base_url}/chat/completions` is called.
+    base_url: String,
+    model: String,
+    /// `None` for local servers that need no key.
+    api_key: Option<Secret>,
+    temperature: Option<f32>,
+    /// The configured cap; the loop may ask for less.
+    max_output_tokens: Option<u32>,
+    timeout_ms: u64,
+    parallel_tool_calls: bool,
+    retry: RetryConfig,
+}
+
+impl OpenAiChat {
+    /// Builds the client from the `llm` block, reading the API key from `api_key_env` if named.
+    pub fn from_config(config: &LlmConfig) -> Result<OpenAiChat, LlmError> {
+        let api_key = match &config.api_key_env {
+            Some(name) => Some(Secret::from_env(name).map_err(|e| LlmError::Config { message: e.to_string() })?),
+            None => None,
+        };
+        OpenAiChat::new(config, api_key)
+    }
+
+    /// Builds the client with an explicit key (or none), ignoring `api_key_env`.
+    pub fn new(config: &LlmConfig, api_key: Option<Secret>) -> Result<OpenAiChat, LlmError> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_millis(config.timeout_ms))
+            .build()
+            .map_err(|e| LlmError::Config { message: format!("cannot build the http client: {e}") })?;
+        Ok(OpenAiChat {
+            http,
+            base_url: config.base_url.trim_end_matches('/').to_string(),
+            model: config.model.clone(),
+            api_key,
+            temperature: config.temperature,
+            max_output_tokens: config.max_output_tokens,
+            timeout_ms: config.timeout_ms,
+            parallel_tool_calls: config.parallel_tool_calls,
+            retry: config.retry.clone(),
+        })
+    }
+
+    /// The configured output cap, which the loop lowers to fit the token budget.
+    pub fn max_output_tokens(&self) -> Option<u32> {
+        self.max_output_tokens
+    }
+
+    /// One attempt, no retrying.
+    async fn attempt(&self, body: &CreateChatCompletionRequest) -> Result<CreateChatCompletionResponse, LlmError> {
+        let mut request = self.http.post(format!("{}/chat/completions", self.base_url)).json(body);
+        if let Some(key) = &self.api_key {
+            request = request.bearer_auth(key.expose());
+        }
+        let response = request.send().await.map_err(|e| self.transport_error(&e))?;
+        let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_retry_after);
+        let bytes = response.bytes().await.map_err(|e| self.transport_error(&e))?;
+        if !status.is_success() {
+            return Err(classify_error(status.as_u16(), retry_after, &bytes));
+        }
+        serde_json::from_slice(&bytes).map_err(|e| LlmError::BadResponse { message: format!("invalid json: {e}") })
+    }
+
+    fn transport_error(&self, error: &reqwest::Error) -> LlmError {
+        if error.is_timeout() {
+            LlmError::Timeout { timeout_ms: self.timeout_ms }
+        } else {
+            // Connect failures, resets and bodies cut short: all worth another attempt.
+            LlmError::Connection { message: error_chain(error) }
+        }
+    }
+
+    fn wire_request(&self, request: &ChatRequest) -> CreateChatCompletionRequest {
+        let max_output_tokens = match (self.max_output_tokens, request.max_output_tokens) {
+            (Some(configured), Some(asked)) => Some(configured.min(asked)),
+            (configured, asked) => configured.or(asked),
+        };
+        let has_tools = !request.tools.is_empty();
+        CreateChatCompletionRequest {
+            model: self.model.clone(),
+            messages: request.messages.iter().map(wire_message).collect(),
+            tools: has_tools.then(|| request.tools.iter().map(wire_tool).collect()),
+            // Some servers refuse `parallel_tool_calls` without tools.
+            parallel_tool_calls: has_tools.then_some(self.parallel_tool_calls),
+            temperature: self.temperature,
+            max_completion_tokens: max_output_tokens,
+            ..Default::default()
+        }
+    }
+}
+
+impl ChatModel for OpenAiChat {
+    fn complete<'a>(&'a self, request: &'a ChatRequest) -> BoxFuture<'a, Result<ChatResponse, LlmError>> {
+        Box::pin(async move {
+            let body = self.wire_request(request);
+            let response = with_retry(&self.retry, || self.attempt(&body)).await?;
+            from_wire_response(response, request)
+        })
+    }
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
+/// Maps a failed HTTP answer to the error the caller acts on. The context-length check reads the
+/// error `code` first and the message only as a fallback, because servers other than OpenAI
+/// (llama.cpp, vLLM, Ollama) send no code, only a sentence about the context.
+fn classify_error(status: u16, retry_after: Option<Duration>, body: &[u8]) -> LlmError {
+    let parsed: Option<async_openai::error::WrappedError> = serde_json::from_slice(body).ok();
+    let (code, message) = match parsed {
+        Some(wrapped) => (wrapped.error.code.unwrap_or_default(), wrapped.error.message),
+        None => (String::new(), String::from_utf8_lossy(&body[..body.len().min(500)]).trim().to_string()),
+    };
+    match status {
+        429 => LlmError::RateLimited { retry_after, message },
+        500..=599 => LlmError::Server { status, retry_after, message },
+        400 | 413 if code == "context_length_exceeded" || mentions_context_length(&message) => {
+            LlmError::ContextLength { message }
+        }
+        408 => LlmError::Timeout { timeout_ms: 0 },
+        _ => LlmError::Rejected { status, message },
+    }
+}
+
+fn mentions_context_length(message: &str) -> bool {
+    let lower = message.to_lowercase();
+    ["context length", "context_length", "context window", "maximum context", "too many tokens"]
+        .iter()
+        .any(|needle| lower.contains(needle))
+}
+
+fn wire_message(message: &Message) -> ChatCompletionRequestMessage {
+    match message {
+        Message::System { content } => ChatCompletionRequestMessage::System(ChatCompletionRequestSystemMessage {
+            content: ChatCompletionRequestSystemMessageContent::Text(content.clone()),
+            name: None,
+        }),
+        Message::User { content } => ChatCompletionRequestMessage::User(ChatCompletionRequestUserMessage {
+            content: ChatCompletionRequestUserMessageContent::Text(content.clone()),
+            name: None,
+        }),
+        Message::Assistant { content, tool_calls, refusal } => {
+            let calls: Vec<ChatCompletionMessageToolCalls> = tool_calls
+                .iter()
+                .map(|call| {
+                    ChatCompletionMessageToolCalls::Function(ChatCompletionMessageToolCall {
+                        id: call.id.clone(),
+                        function: FunctionCall { name: call.name.clone(), arguments: call.arguments.clone() },
+                    })
+                })
+                .collect();
+            #[allow(deprecated)] // `function_call` is deprecated but still a field to fill
+            ChatCompletionRequestMessage::Assistant(ChatCompletionRequestAssistantMessage {
+                content: content.clone().map(ChatCompletionRequestAssistantMessageContent::Text),
+                refusal: refusal.clone(),
+                tool_calls: (!calls.is_empty()).then_some(calls),
+                ..Default::default()
+            })
+        }
+        Message::Tool { tool_call_id, content, .. } => {
+            ChatCompletionRequestMessage::Tool(ChatCompletionRequestToolMessage {
+                content: ChatCompletionRequestToolMessageContent::Text(content.clone()),
+                tool_call_id: tool_call_id.clone(),
+            })
+        }
+    }
+}
+
+fn wire_tool(tool: &ToolSpec) -> ChatCompletionTools {
+    ChatCompletionTools::Function(ChatCompletionTool {
+        function: FunctionObject {
+            name: tool.name.clone(),
+            description: Some(tool.description.clone()),
+            parameters: Some(tool.parameters.clone()),
+            strict: None,
+        },
+    })
+}
+
+fn from_wire_response(response: CreateChatCompletionResponse, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
+    let Some(choice) = response.choices.into_iter().next() else {
+        return Err(LlmError::BadResponse { message: "the answer has no choices".to_string() });
+    };
+    let message = choice.message;
+    let tool_calls: Vec<ToolCall> = message
+        .tool_calls
+        .unwrap_or_default()
+        .into_iter()
+        .map(|call| match call {
+            ChatCompletionMessageToolCalls::Function(call) => {
+                ToolCall { id: call.id, name: call.function.name, arguments: call.function.arguments }
+            }
+            // Custom (free-form) tools are never offered; an answer with one is passed on so the
+            // loop reports an unknown tool to the model.
+            ChatCompletionMessageToolCalls::Custom(call) => {
+                ToolCall { id: call.id, name: call.custom_tool.name, arguments: call.custom_tool.input }
+            }
+        })
+        .collect();
+    use async_openai::types::chat::FinishReason as Wire;
+    let finish_reason = match choice.finish_reason {
+        Some(Wire::Stop) => FinishReason::Stop,
+        Some(Wire::ToolCalls | Wire::FunctionCall) => FinishReason::ToolCalls,
+        Some(Wire::Length) => FinishReason::Length,
+        Some(Wire::ContentFilter) => FinishReason::ContentFilter,
+        None => FinishReason::Other,
+    };
+    let usage = match response.usage {
+        Some(usage) => Usage {
+            prompt_tokens: u64::from(usage.prompt_tokens),
+            completion_tokens: u64::from(usage.completion_tokens),
+            estimated: false,
+        },
+        None => {
+            let completion_text: String = message.content.iter().chain(message.refusal.iter()).cloned().collect();
+            let calls: u64 = tool_calls
+                .iter()
+                .map(|call| super::count_text_tokens(&call.name) + super::count_text_tokens(&call.arguments))
+                .sum();
+            Usage {
+                prompt_tokens: super::estimate_prompt_tokens(&request.messages, &request.tools),
+                completion_tokens: super::count_text_tokens(&completion_text) + calls,
+                estimated: true,
+            }
+        }
+    };
+    Ok(ChatResponse { content: message.content, tool_calls, refusal: message.refusal, finish_reason, usage })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_context_length_by_code_or_message() {
+        let body = br#"{"error": {"message": "too long", "type": "invalid_request_error", "code": "context_length_exceeded"}}"#;
+        assert!(matches!(classify_error(400, None, body), LlmError::ContextLength { .. }));
+        let body = br#"{"error": {"message": "the request exceeds the available context length"}}"#;
+        assert!(matches!(classify_error(400, None, body), LlmError::ContextLength { .. }));
+        let body = br#"{"error": {"message": "bad field"}}"#;
+        assert!(matches!(classify_error(400, None, body), LlmError::Rejected { status: 400, .. }));
+    }
+
+    #[test]
+    fn classifies_rate_limits_and_server_errors_with_retry_after() {
+        let wait = Some(Duration::from_secs(1));
+        assert!(matches!(classify_error(429, wait, b"slow down"), LlmError::RateLimited { retry_after: Some(_), .. }));
+        assert!(matches!(classify_error(503, None, b"<html>"), LlmError::Server { status: 503, .. }));
+    }
+}

@@ -1,0 +1,674 @@
+//! The router: one closed event loop over [`Input`] that decides, for every event, whether the
+//! agent acts, and keeps one run at a time per session.
+//!
+//! Invariants:
+//! - an event is recorded as processed (by id) before anything acts on it, and a message or an
+//!   assignment is claimed in the state database before a run starts for it, so a reconnect, a
+//!   replay and a reconciliation together still handle each thing once;
+//! - the agent never reacts to its own messages, nor to other bots not in `allowed_bots`;
+//! - at most one run per session: input for a busy session steers the running run;
+//! - at most `limits.max_concurrent_runs` runs; the rest wait in order;
+//! - every failed or stopped run leaves exactly one short notice where it was asked, never a stack
+//!   trace (claimed by run id before it is posted).
+
+pub mod filter;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::runtime::metrics::Metrics;
+use crate::runtime::run::{RunDone, RunEnd, RunKind, RunRequest, RunServices};
+use crate::runtime::status::StatusBoard;
+use crate::state::State;
+use crate::tracker::TrackerClient;
+use crate::tracker::model::{
+    Event, EventEnvelope, MemberKind, MessageOut, MessageQuery, SendMessage, TaskOut, TaskQuery, TaskStatus, UpdateTask,
+};
+use crate::transport::{LinkStatus, StreamItem};
+use filter::{MessageFacts, MessageFate, SessionKey};
+
+/// Everything the router reacts to.
+#[derive(Debug)]
+pub enum Input {
+    Stream(StreamItem),
+    /// A run ended (its task sends this as its last act).
+    RunDone(Box<RunDone>),
+    /// What a REST reconciliation found after a (re)connect.
+    Reconciled {
+        tasks: Vec<TaskOut>,
+        messages: Vec<MessageOut>,
+    },
+    /// Start a run now (the MCP `start_run` tool, the CLI).
+    StartRun {
+        request: Box<RunRequest>,
+        reply: tokio::sync::oneshot::Sender<Result<String, String>>,
+    },
+    /// Stop the run of a session, or a run by id.
+    StopRun {
+        run_id: String,
+        reply: tokio::sync::oneshot::Sender<bool>,
+    },
+}
+
+/// A run in flight.
+struct ActiveRun {
+    run_id: String,
+    cancel: CancellationToken,
+    steer: mpsc::UnboundedSender<String>,
+    /// Why it was cancelled, once it was: said once when it ends.
+    stop_reason: Option<String>,
+}
+
+pub struct Router {
+    config: Arc<Config>,
+    client: TrackerClient,
+    state: State,
+    metrics: Arc<Metrics>,
+    status: Arc<StatusBoard>,
+    services: Arc<RunServices>,
+    inputs: mpsc::Sender<Input>,
+    active: HashMap<SessionKey, ActiveRun>,
+    waiting: VecDeque<RunRequest>,
+    /// Sessions in `waiting`, so a second request for one steers instead of queueing twice.
+    waiting_sessions: HashSet<SessionKey>,
+    members: HashMap<String, MemberKind>,
+    shutdown: CancellationToken,
+}
+
+impl Router {
+    pub fn new(services: Arc<RunServices>, inputs: mpsc::Sender<Input>, shutdown: CancellationToken) -> Router {
+        Router {
+            config: services.config.clone(),
+            client: services.client.clone(),
+            state: services.state.clone(),
+            metrics: services.metrics.clone(),
+            status: services.status.clone(),
+            services,
+            inputs,
+            active: HashMap::new(),
+            waiting: VecDeque::new(),
+            waiting_sessions: HashSet::new(),
+            members: HashMap::new(),
+            shutdown,
+        }
+    }
+
+    /// Runs until `shutdown` is cancelled and the input channel is drained of finished runs, then
+    /// waits up to `limits.shutdown_grace_ms` for running runs; what is unfinished stays recorded
+    /// as running and resumes at the next start.
+    pub async fn run(mut self, mut inputs: mpsc::Receiver<Input>) {
+        self.refresh_members().await;
+        self.resume_interrupted_runs().await;
+        loop {
+            tokio::select! {
+                biased;
+                _ = self.shutdown.cancelled() => break,
+                input = inputs.recv() => match input {
+                    Some(input) => self.handle(input).await,
+                    None => break,
+                },
+            }
+        }
+        self.drain(inputs).await;
+    }
+
+    async fn drain(&mut self, mut inputs: mpsc::Receiver<Input>) {
+        let grace = Duration::from_millis(self.config.limits.shutdown_grace_ms);
+        tracing::info!(
+            active = self.active.len(),
+            grace_ms = grace.as_millis() as u64,
+            "shutting down: letting runs finish"
+        );
+        self.waiting.clear();
+        let deadline = tokio::time::Instant::now() + grace;
+        while !self.active.is_empty() {
+            match tokio::time::timeout_at(deadline, inputs.recv()).await {
+                Ok(Some(Input::RunDone(done))) => self.finish(*done).await,
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => break,
+            }
+        }
+        for (session, run) in self.active.drain() {
+            // Left as `running` in the state database: found and resumed at the next start.
+            tracing::warn!(%session, run_id = %run.run_id, "run still going at shutdown; it resumes at the next start");
+            run.cancel.cancel();
+        }
+    }
+
+    async fn handle(&mut self, input: Input) {
+        match input {
+            Input::Stream(StreamItem::Event { envelope, .. }) => {
+                let span = tracing::info_span!("event", id = %envelope.id, seq = envelope.seq, name = %envelope.event);
+                tracing::Instrument::instrument(self.on_envelope(envelope), span).await
+            }
+            Input::Stream(StreamItem::Status(status)) => self.on_link(status).await,
+            Input::RunDone(done) => self.finish(*done).await,
+            Input::Reconciled { tasks, messages } => {
+                for task in tasks {
+                    self.on_reconciled_task(task).await;
+                }
+                for message in messages {
+                    self.on_message(message, "reconciled").await;
+                }
+                self.status.set_caught_up(true);
+            }
+            Input::StartRun { request, reply } => {
+                let session = request.session.clone();
+                if let Some(active) = self.active.get(&session) {
+                    let _ = reply.send(Err(format!("session {session} is busy with run {}", active.run_id)));
+                    return;
+                }
+                match self.start_or_queue(*request).await {
+                    Some(run_id) => {
+                        let _ = reply.send(Ok(run_id));
+                    }
+                    None => {
+                        let _ = reply
+                            .send(Err("the run was refused (daily token budget reached, or shutting down)".into()));
+                    }
+                }
+            }
+            Input::StopRun { run_id, reply } => {
+                let session = self.active.iter().find(|(_, run)| run.run_id == run_id).map(|(s, _)| s.clone());
+                let stopped = match session {
+                    Some(session) => self.stop(&session, "stopped over MCP"),
+                    None => false,
+                };
+                let _ = reply.send(stopped);
+            }
+        }
+    }
+
+    async fn on_link(&mut self, status: LinkStatus) {
+        match status {
+            LinkStatus::Connected => {
+                self.status.set_connected(true);
+            }
+            LinkStatus::CaughtUp { last_seq } => {
+                tracing::info!(last_seq, "event stream caught up; reconciling through REST");
+                self.spawn_reconciliation();
+            }
+            LinkStatus::Disconnected { reason } => {
+                self.metrics.reconnect();
+                self.status.set_connected(false);
+                self.status.set_caught_up(false);
+                tracing::warn!(%reason, "event stream disconnected");
+            }
+        }
+    }
+
+    async fn on_envelope(&mut self, envelope: EventEnvelope) {
+        match self.state.record_event(&envelope.id, envelope.seq, &envelope.event).await {
+            Ok(true) => {}
+            Ok(false) => {
+                self.metrics.event(&envelope.event, "duplicate");
+                tracing::debug!(id = %envelope.id, "duplicate event dropped");
+                return;
+            }
+            Err(error) => {
+                // Acting without the record could act twice later; dropping it loses nothing,
+                // because reconciliation finds the task or mention again.
+                tracing::error!(%error, id = %envelope.id, "cannot record event; skipped until reconciliation");
+                self.metrics.event(&envelope.event, "state_error");
+                return;
+            }
+        }
+        match Event::from_envelope(&envelope) {
+            Ok(Event::TaskAssigned(data)) => {
+                if filter::works_assignment(&data.task, &self.config.slug, self.config.task_listen) {
+                    self.metrics.event(&envelope.event, "run");
+                    self.on_assignment(data.task, data.assigned_by, "event").await;
+                } else {
+                    self.metrics.event(&envelope.event, "ignored");
+                }
+            }
+            Ok(Event::TaskUnassigned(data)) => {
+                let session = SessionKey::Task(data.task.id.clone());
+                let stopped = self.stop(&session, &format!("the task was unassigned by @{}", data.unassigned_by));
+                self.metrics.event(&envelope.event, if stopped { "stop" } else { "ignored" });
+            }
+            Ok(Event::MessageNew(data)) => self.on_message(data.message, "event").await,
+            Ok(Event::TaskUpdated(_)) => self.metrics.event(&envelope.event, "ignored"),
+            Ok(Event::Unknown(name)) => {
+                tracing::debug!(%name, "unknown event ignored");
+                self.metrics.event("unknown", "ignored");
+            }
+            Err(error) => {
+                tracing::warn!(%error, "malformed event ignored");
+                self.metrics.event(&envelope.event, "malformed");
+            }
+        }
+    }
+
+    async fn on_assignment(&mut self, task: TaskOut, assigned_by: String, source: &str) {
+        let session = SessionKey::Task(task.id.clone());
+        if self.active.contains_key(&session) || self.waiting_sessions.contains(&session) {
+            tracing::info!(task = %task.key, "assignment for a task already being worked");
+            return;
+        }
+        // Acknowledge at once, before any model call: the human sees the agent took it.
+        let ack = if matches!(task.status, TaskStatus::Backlog | TaskStatus::Todo) {
+            let client = self.client.clone();
+            let task_id = task.id.clone();
+            Some(tokio::spawn(async move {
+                let update = UpdateTask { status: Some(TaskStatus::InProgress), ..UpdateTask::default() };
+                if let Err(error) = client.update_task(&task_id, &update).await {
+                    tracing::warn!(%error, "could not move the task to in_progress");
+                }
+            }))
+        } else {
+            None
+        };
+        tracing::info!(task = %task.key, %source, "working assigned task");
+        let request = RunRequest {
+            session,
+            trigger: format!("task.assigned {}", task.key),
+            kind: RunKind::Task { task: Box::new(task), assigned_by },
+            steering: Vec::new(),
+            resume_run_id: None,
+            acknowledged: ack,
+        };
+        self.start_or_queue(request).await;
+    }
+
+    async fn on_reconciled_task(&mut self, task: TaskOut) {
+        let session = SessionKey::Task(task.id.clone());
+        if self.active.contains_key(&session) || self.waiting_sessions.contains(&session) {
+            return;
+        }
+        match self.state.has_finished_run_for(&session.as_string()).await {
+            Ok(false) => {}
+            Ok(true) => return,
+            Err(error) => {
+                tracing::warn!(%error, "cannot check runs of a reconciled task");
+                return;
+            }
+        }
+        // A run recorded as running belongs to resume_interrupted_runs, not to a second start.
+        if let Ok(unfinished) = self.state.unfinished_runs().await {
+            if unfinished.iter().any(|run| run.session_key == session.as_string()) {
+                return;
+            }
+        }
+        self.metrics.event("task.assigned", "reconciled");
+        let assigned_by = task.created_by.clone();
+        self.on_assignment(task, assigned_by, "reconciliation").await;
+    }
+
+    async fn on_message(&mut self, message: MessageOut, source: &str) {
+        const EVENT: &str = "message.new";
+        tracing::debug!(id = %message.id, source, "message");
+        if !self.claim("message", &message.id).await {
+            self.metrics.event(EVENT, "duplicate");
+            return;
+        }
+        let session = SessionKey::of_message(&message);
+        // Stop comes first: it is obeyed even when the message would not start a run.
+        if filter::is_stop_command(&message.content, &self.config.slug) && message.author_slug != self.config.slug {
+            let stopped = self.stop(&session, &format!("@{} asked me to stop", message.author_slug));
+            self.metrics.event(EVENT, if stopped { "stop" } else { "stop_idle" });
+            return;
+        }
+        let facts = MessageFacts {
+            author_kind: self.member_kind(&message.author_slug).await,
+            replies_to_agent: self.replies_to_agent(&message, &session).await,
+        };
+        let fate = filter::message_fate(
+            &message,
+            facts,
+            &self.config.slug,
+            self.config.chat_listen,
+            &self.config.allowed_bots,
+        );
+        if fate != MessageFate::Answer {
+            self.metrics.event(EVENT, fate.as_str());
+            tracing::debug!(id = %message.id, fate = fate.as_str(), "message not answered");
+            return;
+        }
+        // A busy session takes the message as steering: no second run.
+        if let Some(active) = self.active.get(&session) {
+            let text = format!(
+                "New message from @{} (message id {}):\n{}",
+                message.author_slug,
+                message.id,
+                crate::prompts::clean_text(&message.content, crate::prompts::MAX_FIELD_CHARS)
+            );
+            if active.steer.send(text).is_ok() {
+                self.metrics.event(EVENT, "steered");
+                return;
+            }
+        }
+        if let Some(waiting) = self.waiting.iter_mut().find(|r| r.session == session) {
+            waiting.steering.push(format!(
+                "New message from @{}: {}",
+                message.author_slug,
+                crate::prompts::clean_text(&message.content, crate::prompts::MAX_FIELD_CHARS)
+            ));
+            self.metrics.event(EVENT, "steered");
+            return;
+        }
+        let thread_key = SessionKey::Thread(message.thread_root().to_string()).as_string();
+        match self.state.replies_in_last_hour(&thread_key).await {
+            Ok(count) if count >= self.config.limits.max_replies_per_thread_per_hour => {
+                tracing::warn!(thread = %thread_key, count, "thread reply cap reached: not answering (loop guard)");
+                self.metrics.event(EVENT, "reply_cap");
+                return;
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "cannot read the thread reply count"),
+        }
+        self.metrics.event(EVENT, "run");
+        let request = RunRequest {
+            session,
+            trigger: format!("message.new {}", message.id),
+            kind: RunKind::Message { message: Box::new(message) },
+            steering: Vec::new(),
+            resume_run_id: None,
+            acknowledged: None,
+        };
+        self.start_or_queue(request).await;
+    }
+
+    async fn replies_to_agent(&self, message: &MessageOut, session: &SessionKey) -> bool {
+        let Some(parent_id) = &message.parent_id else { return false };
+        let thread = SessionKey::Thread(parent_id.clone()).as_string();
+        if matches!(session, SessionKey::Thread(_)) && matches!(self.state.load_session(&thread).await, Ok(Some(_))) {
+            return true;
+        }
+        match self.client.get_message(parent_id).await {
+            Ok(parent) => parent.author_slug == self.config.slug,
+            Err(_) => false,
+        }
+    }
+
+    async fn member_kind(&mut self, slug: &str) -> Option<MemberKind> {
+        if !self.members.contains_key(slug) {
+            if let Ok(member) = self.client.get_member(slug).await {
+                self.members.insert(member.slug.clone(), member.kind);
+            }
+        }
+        self.members.get(slug).copied()
+    }
+
+    async fn refresh_members(&mut self) {
+        match self.client.list_members().await {
+            Ok(members) => self.members = members.into_iter().map(|m| (m.slug, m.kind)).collect(),
+            Err(error) => tracing::warn!(%error, "cannot list members yet; will look them up one by one"),
+        }
+    }
+
+    async fn claim(&self, kind: &str, key: &str) -> bool {
+        match self.state.claim(kind, key).await {
+            Ok(fresh) => fresh,
+            Err(error) => {
+                tracing::error!(%error, kind, key, "cannot claim in the state database; not acting");
+                false
+            }
+        }
+    }
+
+    /// Cancels the run of `session`, remembering why so it is said once when the run ends.
+    fn stop(&mut self, session: &SessionKey, reason: &str) -> bool {
+        if let Some(pos) = self.waiting.iter().position(|r| &r.session == session) {
+            self.waiting.remove(pos);
+            self.waiting_sessions.remove(session);
+            return true;
+        }
+        match self.active.get_mut(session) {
+            Some(run) => {
+                tracing::info!(%session, run_id = %run.run_id, reason, "stopping run");
+                run.stop_reason.get_or_insert_with(|| reason.to_string());
+                run.cancel.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Starts the run now if a slot is free, else queues it. Returns the run id when started.
+    async fn start_or_queue(&mut self, request: RunRequest) -> Option<String> {
+        if self.shutdown.is_cancelled() {
+            return None;
+        }
+        if request.resume_run_id.is_none() && !self.spend_allows(&request).await {
+            return None;
+        }
+        if self.active.len() >= self.config.limits.max_concurrent_runs as usize {
+            self.waiting_sessions.insert(request.session.clone());
+            self.waiting.push_back(request);
+            return None;
+        }
+        Some(self.spawn_run(request).await)
+    }
+
+    /// The daily spend guard: past `max_tokens_per_day`, new runs are refused with one notice a day.
+    async fn spend_allows(&mut self, request: &RunRequest) -> bool {
+        let used = self.state.tokens_today().await.unwrap_or(0);
+        if used < self.config.limits.max_tokens_per_day {
+            return true;
+        }
+        self.metrics.event("run", "spend_guard");
+        let day = time::OffsetDateTime::now_utc().date().to_string();
+        tracing::warn!(used, limit = self.config.limits.max_tokens_per_day, "daily token budget reached; run refused");
+        if self.claim("spend_notice", &day).await {
+            let text = format!(
+                "I have used my daily model budget ({} tokens) and will not start new work until tomorrow (UTC). \
+                 Ask an admin to raise limits.max_tokens_per_day if this is urgent.",
+                self.config.limits.max_tokens_per_day
+            );
+            self.post_notice(&request.kind, &text, &format!("spend-{day}")).await;
+        }
+        false
+    }
+
+    async fn spawn_run(&mut self, mut request: RunRequest) -> String {
+        let run_id = match &request.resume_run_id {
+            Some(id) => id.clone(),
+            None => match self.state.start_run(&request.session.as_string(), &request.trigger).await {
+                Ok(id) => id,
+                Err(error) => {
+                    tracing::error!(%error, "cannot record a new run; not starting it");
+                    return String::new();
+                }
+            },
+        };
+        let cancel = self.shutdown.child_token();
+        let (steer_tx, steer_rx) = mpsc::unbounded_channel();
+        for text in request.steering.drain(..) {
+            let _ = steer_tx.send(text);
+        }
+        self.active.insert(
+            request.session.clone(),
+            ActiveRun { run_id: run_id.clone(), cancel: cancel.clone(), steer: steer_tx, stop_reason: None },
+        );
+        self.status.set_active_runs(self.active.len());
+        let services = self.services.clone();
+        let inputs = self.inputs.clone();
+        let run_id_for_task = run_id.clone();
+        let span = tracing::info_span!("run", run_id = %run_id, session = %request.session);
+        tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                let done = crate::runtime::run::execute(services, run_id_for_task, request, cancel, steer_rx).await;
+                let _ = inputs.send(Input::RunDone(Box::new(done))).await;
+            },
+            span,
+        ));
+        run_id
+    }
+
+    async fn finish(&mut self, done: RunDone) {
+        let stop_reason = match self.active.get(&done.session) {
+            Some(active) if active.run_id == done.run_id => {
+                self.active.remove(&done.session).and_then(|a| a.stop_reason)
+            }
+            _ => None,
+        };
+        self.status.set_active_runs(self.active.len());
+        self.metrics.run_finished(done.end.outcome_word(), done.duration);
+        let text = match (&done.end, stop_reason) {
+            (RunEnd::Cancelled, Some(reason)) => Some(format!("Stopped: {reason}.")),
+            (RunEnd::Cancelled, None) => None, // shutdown: the run resumes at the next start
+            (RunEnd::Failed { notice }, _) => Some(notice.clone()),
+            (RunEnd::Completed, _) => None,
+        };
+        if let Some(text) = text {
+            if self.claim("run_notice", &done.run_id).await {
+                self.post_notice(&done.kind, &text, &format!("notice-{}", done.run_id)).await;
+            }
+        }
+        // Input that arrived after the run's last turn boundary starts a follow-up run.
+        if !done.leftover_steering.is_empty() && !matches!(done.end, RunEnd::Cancelled) {
+            let request = RunRequest {
+                session: done.session.clone(),
+                trigger: format!("follow-up of {}", done.run_id),
+                kind: done.kind.clone(),
+                steering: done.leftover_steering.clone(),
+                resume_run_id: None,
+                acknowledged: None,
+            };
+            self.start_or_queue(request).await;
+        }
+        while self.active.len() < self.config.limits.max_concurrent_runs as usize {
+            let Some(next) = self.waiting.pop_front() else { break };
+            self.waiting_sessions.remove(&next.session);
+            if self.active.contains_key(&next.session) {
+                self.waiting_sessions.insert(next.session.clone());
+                self.waiting.push_back(next);
+                break;
+            }
+            self.spawn_run(next).await;
+        }
+    }
+
+    /// Posts a short notice where the run was asked for: a comment on the task, or a reply in the
+    /// thread. The idempotency key makes a retried post land once.
+    async fn post_notice(&self, kind: &RunKind, text: &str, key: &str) {
+        let body = match kind {
+            RunKind::Task { task, .. } => {
+                SendMessage { content: text.to_string(), task_id: Some(task.id.clone()), ..SendMessage::default() }
+            }
+            RunKind::Message { message } => SendMessage {
+                content: text.to_string(),
+                parent_id: Some(message.thread_root().to_string()),
+                ..SendMessage::default()
+            },
+            RunKind::Prompt { .. } => return,
+        };
+        if let Err(error) = self.client.send_message(&body, Some(key)).await {
+            tracing::error!(%error, "could not post a notice");
+        }
+    }
+
+    /// Runs left `running` by a crash or a shutdown are resumed from their sessions.
+    async fn resume_interrupted_runs(&mut self) {
+        let runs = match self.state.unfinished_runs().await {
+            Ok(runs) => runs,
+            Err(error) => {
+                tracing::error!(%error, "cannot read unfinished runs");
+                return;
+            }
+        };
+        for run in runs {
+            let Some(session) = SessionKey::parse(&run.session_key) else { continue };
+            let kind = match &session {
+                SessionKey::Task(task_id) => match self.client.get_task(task_id).await {
+                    Ok(task) if task.assignee_slug.as_deref() == Some(self.config.slug.as_str()) => {
+                        RunKind::Task { assigned_by: task.created_by.clone(), task: Box::new(task) }
+                    }
+                    Ok(_) => {
+                        let _ = self.state.mark_interrupted(&run.id, "task no longer assigned to the agent").await;
+                        continue;
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, run_id = %run.id, "cannot load the task of an interrupted run");
+                        continue;
+                    }
+                },
+                SessionKey::Thread(root) => match self.client.get_message(root).await {
+                    Ok(message) => RunKind::Message { message: Box::new(message) },
+                    Err(error) => {
+                        tracing::warn!(%error, run_id = %run.id, "cannot load the thread of an interrupted run");
+                        continue;
+                    }
+                },
+            };
+            tracing::info!(run_id = %run.id, session = %session, "resuming interrupted run");
+            let request = RunRequest {
+                session,
+                trigger: run.trigger.clone(),
+                kind,
+                steering: Vec::new(),
+                resume_run_id: Some(run.id.clone()),
+                acknowledged: None,
+            };
+            self.start_or_queue(request).await;
+        }
+    }
+
+    fn spawn_reconciliation(&self) {
+        let client = self.client.clone();
+        let state = self.state.clone();
+        let inputs = self.inputs.clone();
+        let slug = self.config.slug.clone();
+        tokio::spawn(async move {
+            let (tasks, messages) = reconcile(&client, &state, &slug).await;
+            let _ = inputs.send(Input::Reconciled { tasks, messages }).await;
+        });
+    }
+}
+
+/// Asks the tracker what the event stream may have missed: open tasks assigned to the agent,
+/// and messages mentioning it after the last one seen.
+async fn reconcile(client: &TrackerClient, state: &State, slug: &str) -> (Vec<TaskOut>, Vec<MessageOut>) {
+    let mut tasks = Vec::new();
+    let mut cursor = None;
+    loop {
+        let query = TaskQuery {
+            assignee: Some(slug.to_string()),
+            status: Some("todo,in_progress".into()),
+            limit: Some(200),
+            cursor: cursor.clone(),
+            ..TaskQuery::default()
+        };
+        match client.list_tasks(&query).await {
+            Ok(page) => {
+                tasks.extend(page.items);
+                match page.next_cursor {
+                    Some(next) => cursor = Some(next),
+                    None => break,
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "reconciliation: cannot list assigned tasks");
+                break;
+            }
+        }
+    }
+    let mut messages = Vec::new();
+    let after = state.get_value("mention_cursor").await.ok().flatten();
+    let first_start = after.is_none();
+    let query = MessageQuery {
+        mentioning: Some(slug.to_string()),
+        after: after.clone(),
+        limit: Some(200),
+        ..MessageQuery::default()
+    };
+    match client.list_messages(&query).await {
+        Ok(found) => {
+            if let Some(last) = found.last() {
+                let _ = state.set_value("mention_cursor", &last.id).await;
+            }
+            // At the very first start, old mentions are history, not requests: only the cursor moves.
+            if !first_start {
+                messages = found;
+            }
+        }
+        Err(error) => tracing::warn!(%error, "reconciliation: cannot list mentions"),
+    }
+    (tasks, messages)
+}

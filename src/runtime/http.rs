@@ -1,0 +1,62 @@
+//! The agent's own HTTP listener: `/healthz`, `/readyz`, `/metrics`. Nothing served here carries
+//! a secret.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use tokio_util::sync::CancellationToken;
+
+use super::metrics::Metrics;
+use super::status::StatusBoard;
+
+#[derive(Clone)]
+struct HttpState {
+    metrics: Arc<Metrics>,
+    status: Arc<StatusBoard>,
+}
+
+pub fn routes(metrics: Arc<Metrics>, status: Arc<StatusBoard>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .with_state(HttpState { metrics, status })
+}
+
+async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
+    if state.status.caught_up() {
+        (StatusCode::OK, "ready\n")
+    } else if state.status.connected() {
+        (StatusCode::SERVICE_UNAVAILABLE, "catching up\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not connected to the tracker\n")
+    }
+}
+
+async fn metrics_text(State(state): State<HttpState>) -> impl IntoResponse {
+    let body = state.metrics.render(state.status.active_runs(), state.status.connected(), state.status.caught_up());
+    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
+}
+
+/// Binds `listen` and serves `router` until `shutdown`. Returns the bound address.
+pub async fn serve(
+    listen: SocketAddr,
+    router: Router,
+    shutdown: CancellationToken,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let addr = listener.local_addr()?;
+    let handle = tokio::spawn(async move {
+        let served =
+            axum::serve(listener, router).with_graceful_shutdown(async move { shutdown.cancelled().await }).await;
+        if let Err(error) = served {
+            tracing::error!(%error, "agent http listener failed");
+        }
+    });
+    Ok((addr, handle))
+}

@@ -1,0 +1,160 @@
+//! Counters and latency summaries of the running agent, rendered in the Prometheus text format
+//! at `/metrics`. Labels are never free text from the network beyond event names, tool names and
+//! fixed outcome words, and nothing here can hold a secret.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Every metric of the agent. One instance, shared behind an `Arc`.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// (event name, fate) → count.
+    events: BTreeMap<(String, String), u64>,
+    /// outcome → count.
+    runs: BTreeMap<String, u64>,
+    /// (tool, outcome) → count.
+    tool_calls: BTreeMap<(String, String), u64>,
+    /// kind (prompt | completion) → count.
+    tokens: BTreeMap<String, u64>,
+    reconnects: u64,
+    run_seconds: Summary,
+    turn_seconds: Summary,
+}
+
+/// Count and sum, enough for rates and means in Prometheus.
+#[derive(Debug, Default, Clone, Copy)]
+struct Summary {
+    count: u64,
+    sum_seconds: f64,
+}
+
+impl Summary {
+    fn observe(&mut self, duration: Duration) {
+        self.count += 1;
+        self.sum_seconds += duration.as_secs_f64();
+    }
+}
+
+/// Keeps label values to a safe alphabet so a hostile event name cannot break the format.
+fn label(value: &str) -> String {
+    value.chars().take(64).map(|c| if c.is_ascii_alphanumeric() || "._-:".contains(c) { c } else { '_' }).collect()
+}
+
+impl Metrics {
+    fn with<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
+        // A poisoned lock only means another thread panicked mid-update; the counters are still
+        // usable, and metrics must never take the agent down.
+        let mut guard = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        f(&mut guard)
+    }
+
+    pub fn event(&self, name: &str, fate: &str) {
+        self.with(|m| *m.events.entry((label(name), label(fate))).or_default() += 1);
+    }
+
+    pub fn run_finished(&self, outcome: &str, duration: Duration) {
+        self.with(|m| {
+            *m.runs.entry(label(outcome)).or_default() += 1;
+            m.run_seconds.observe(duration);
+        });
+    }
+
+    pub fn tool_call(&self, tool: &str, outcome: &str) {
+        self.with(|m| *m.tool_calls.entry((label(tool), label(outcome))).or_default() += 1);
+    }
+
+    pub fn tokens(&self, prompt: u64, completion: u64) {
+        self.with(|m| {
+            *m.tokens.entry("prompt".into()).or_default() += prompt;
+            *m.tokens.entry("completion".into()).or_default() += completion;
+        });
+    }
+
+    pub fn turn(&self, duration: Duration) {
+        self.with(|m| m.turn_seconds.observe(duration));
+    }
+
+    pub fn reconnect(&self) {
+        self.with(|m| m.reconnects += 1);
+    }
+
+    /// The count of events with this name and fate (for tests and status).
+    pub fn event_count(&self, name: &str, fate: &str) -> u64 {
+        self.with(|m| m.events.get(&(label(name), label(fate))).copied().unwrap_or(0))
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self, active_runs: usize, connected: bool, caught_up: bool) -> String {
+        self.with(|m| {
+            let mut out = String::new();
+            let _ = writeln!(out, "# HELP picogent_events_total Events received, by name and what was done with them.");
+            let _ = writeln!(out, "# TYPE picogent_events_total counter");
+            for ((name, fate), n) in &m.events {
+                let _ = writeln!(out, "picogent_events_total{{event=\"{name}\",fate=\"{fate}\"}} {n}");
+            }
+            let _ = writeln!(out, "# HELP picogent_runs_total Runs finished, by outcome.");
+            let _ = writeln!(out, "# TYPE picogent_runs_total counter");
+            for (outcome, n) in &m.runs {
+                let _ = writeln!(out, "picogent_runs_total{{outcome=\"{outcome}\"}} {n}");
+            }
+            let _ = writeln!(out, "# HELP picogent_tool_calls_total Tool calls, by tool and outcome.");
+            let _ = writeln!(out, "# TYPE picogent_tool_calls_total counter");
+            for ((tool, outcome), n) in &m.tool_calls {
+                let _ = writeln!(out, "picogent_tool_calls_total{{tool=\"{tool}\",outcome=\"{outcome}\"}} {n}");
+            }
+            let _ = writeln!(out, "# HELP picogent_model_tokens_total Model tokens, by kind.");
+            let _ = writeln!(out, "# TYPE picogent_model_tokens_total counter");
+            for (kind, n) in &m.tokens {
+                let _ = writeln!(out, "picogent_model_tokens_total{{kind=\"{kind}\"}} {n}");
+            }
+            for (name, help, summary) in [
+                ("picogent_run_duration_seconds", "Run latency.", m.run_seconds),
+                ("picogent_turn_duration_seconds", "Model turn latency.", m.turn_seconds),
+            ] {
+                let _ = writeln!(out, "# HELP {name} {help}");
+                let _ = writeln!(out, "# TYPE {name} summary");
+                let _ = writeln!(out, "{name}_sum {}", summary.sum_seconds);
+                let _ = writeln!(out, "{name}_count {}", summary.count);
+            }
+            let _ = writeln!(out, "# HELP picogent_reconnects_total Event stream reconnections.");
+            let _ = writeln!(out, "# TYPE picogent_reconnects_total counter");
+            let _ = writeln!(out, "picogent_reconnects_total {}", m.reconnects);
+            let _ = writeln!(out, "# HELP picogent_active_runs Runs in flight.");
+            let _ = writeln!(out, "# TYPE picogent_active_runs gauge");
+            let _ = writeln!(out, "picogent_active_runs {active_runs}");
+            let _ = writeln!(out, "# HELP picogent_connected Whether the event stream is connected (1) and caught up.");
+            let _ = writeln!(out, "# TYPE picogent_connected gauge");
+            let _ = writeln!(out, "picogent_connected {}", u8::from(connected));
+            let _ = writeln!(out, "picogent_caught_up {}", u8::from(caught_up));
+            out
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_with_safe_labels() {
+        let metrics = Metrics::default();
+        metrics.event("message.new", "answer");
+        metrics.event("message.new", "answer");
+        metrics.event("evil\"}\n", "x");
+        metrics.tool_call("get_task", "ok");
+        metrics.run_finished("completed", Duration::from_millis(1500));
+        let text = metrics.render(1, true, false);
+        assert!(text.contains("picogent_events_total{event=\"message.new\",fate=\"answer\"} 2"), "{text}");
+        assert!(text.contains("picogent_events_total{event=\"evil___\",fate=\"x\"} 1"), "{text}");
+        assert!(text.contains("picogent_run_duration_seconds_count 1"), "{text}");
+        assert!(text.contains("picogent_active_runs 1"), "{text}");
+        assert_eq!(metrics.event_count("message.new", "answer"), 2);
+    }
+}

@@ -1,0 +1,196 @@
+//! The long-lived agent (`picogent run`): wires the event stream, the router, the runs, the
+//! state database and the HTTP listener together, and shuts them down in order.
+//!
+//! Shutdown: one `CancellationToken`. Cancelling it stops the stream (no new events), lets
+//! running runs finish within `limits.shutdown_grace_ms`, leaves what is unfinished recorded as
+//! running (resumed at the next start), closes the database and stops the HTTP listener.
+
+pub mod http;
+pub mod metrics;
+pub mod run;
+pub mod status;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::prompts::Prompts;
+use crate::router::{Input, Router};
+use crate::secret::Secret;
+use crate::state::State;
+use crate::tools::ToolSource;
+use crate::tracker::TrackerClient;
+use crate::transport::StreamOptions;
+use metrics::Metrics;
+use run::RunServices;
+use status::StatusBoard;
+
+/// What `start` needs beyond the config: the secrets (read from the environment by the caller)
+/// and knobs tests turn.
+pub struct AgentOptions {
+    pub config: Config,
+    pub tracker_token: Secret,
+    pub llm_api_key: Option<Secret>,
+    pub stream: Option<StreamOptions>,
+    /// Serve `http.listen` (false in tests that need no HTTP).
+    pub serve_http: bool,
+}
+
+/// A running agent.
+pub struct AgentHandle {
+    pub metrics: Arc<Metrics>,
+    pub status: Arc<StatusBoard>,
+    pub state: State,
+    pub http_addr: Option<SocketAddr>,
+    /// Sends commands (start or stop a run) into the router.
+    pub inputs: mpsc::Sender<Input>,
+    shutdown: CancellationToken,
+    router: tokio::task::JoinHandle<()>,
+    stream: tokio::task::JoinHandle<Result<(), crate::transport::StreamError>>,
+    http: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl AgentHandle {
+    /// Stops taking events, lets runs finish within the grace period, and closes everything.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        let _ = self.router.await;
+        let stream = self.stream.await;
+        if let Some(http) = self.http {
+            let _ = http.await;
+        }
+        self.state.close().await;
+        match stream {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(error.into()),
+            Err(join) => Err(anyhow::anyhow!("the event stream task failed: {join}")),
+        }
+    }
+
+    /// Resolves when the agent stops on its own (a fatal stream error such as a refused token).
+    pub fn is_finished(&self) -> bool {
+        self.stream.is_finished() || self.router.is_finished()
+    }
+
+    /// The cancellation token that stops the agent.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+}
+
+/// Starts the agent: opens the state, loads the prompts, connects the stream and the model.
+pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
+    let AgentOptions { config, tracker_token, llm_api_key, stream, serve_http } = options;
+    let config = Arc::new(config);
+    let prompts = Arc::new(Prompts::load(&config.prompts_dir)?);
+    let state = State::open(&config.state.path).await?;
+    let client = TrackerClient::new(&config.tracker, tracker_token).context("cannot build the tracker client")?;
+    let tools: Arc<dyn ToolSource> = Arc::new(build_tools(&config, &client)?);
+    let model: Arc<dyn crate::llm::ChatModel> = Arc::new(
+        crate::llm::openai::OpenAiChat::new(&config.llm, llm_api_key).context("cannot build the model client")?,
+    );
+    let metrics = Arc::new(Metrics::default());
+    let status = Arc::new(StatusBoard::default());
+    let shutdown = CancellationToken::new();
+
+    let services = Arc::new(RunServices {
+        config: config.clone(),
+        client: client.clone(),
+        state: state.clone(),
+        metrics: metrics.clone(),
+        status: status.clone(),
+        prompts,
+        tools,
+        model,
+        shutdown: shutdown.clone(),
+    });
+
+    let (inputs_tx, inputs_rx) = mpsc::channel::<Input>(1024);
+    let stream_options = stream.unwrap_or_else(|| StreamOptions::from_config(&config));
+    let stream_cancel = shutdown.child_token();
+    let (mut events, stream) = crate::transport::spawn(stream_options, &client, state.clone(), stream_cancel);
+    // Forward stream items into the router's one input channel: the router is a closed loop over
+    // one enum, and the stream is only one of its sources.
+    let forward = inputs_tx.clone();
+    tokio::spawn(async move {
+        while let Some(item) = events.recv().await {
+            if forward.send(Input::Stream(item)).await.is_err() {
+                break;
+            }
+        }
+    });
+
+    let (http_addr, http) = if serve_http {
+        let listen: SocketAddr = config.http.listen.parse().context("http.listen is not an address")?;
+        let routes = http::routes(metrics.clone(), status.clone());
+        let (addr, handle) = http::serve(listen, routes, shutdown.child_token())
+            .await
+            .with_context(|| format!("cannot listen on {listen} (http.listen)"))?;
+        tracing::info!(%addr, "agent http listening: /healthz /readyz /metrics");
+        (Some(addr), Some(handle))
+    } else {
+        (None, None)
+    };
+
+    let router = Router::new(services, inputs_tx.clone(), shutdown.clone());
+    let router = tokio::spawn(router.run(inputs_rx));
+    Ok(AgentHandle { metrics, status, state, http_addr, inputs: inputs_tx, shutdown, router, stream, http })
+}
+
+fn build_tools(config: &Config, client: &TrackerClient) -> anyhow::Result<crate::tools::registry::Registry> {
+    crate::tools::registry::Registry::new(client.clone(), &config.tools, config.limits.max_tool_result_bytes)
+        .context("cannot build the tool registry")
+}
+
+/// `picogent run`: loads the config and the secrets from the environment, starts the agent, and
+/// runs until SIGINT/SIGTERM (exit 0 after a graceful shutdown) or a fatal error (exit 1).
+pub async fn run_cli(config_path: &std::path::Path) -> anyhow::Result<std::process::ExitCode> {
+    let config = Config::load(config_path)?;
+    let tracker_token = Secret::from_env(&config.tracker.token_env)?;
+    let llm_api_key = match &config.llm.api_key_env {
+        Some(name) => Some(Secret::from_env(name)?),
+        None => None,
+    };
+    let agent = start(AgentOptions { config, tracker_token, llm_api_key, stream: None, serve_http: true }).await?;
+    let stopped_by_signal = tokio::select! {
+        _ = shutdown_signal() => true,
+        _ = wait_finished(&agent) => false,
+    };
+    if stopped_by_signal {
+        tracing::info!("signal received: stopping");
+    }
+    agent.shutdown().await?;
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+async fn wait_finished(agent: &AgentHandle) {
+    while !agent.is_finished() {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

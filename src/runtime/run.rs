@@ -1,0 +1,426 @@
+//! One run: from a request the router accepted to a finished record. Builds the prompt from the
+//! templates and fresh tracker data, continues the session's conversation, drives the LLM loop,
+//! and persists the session, the run record and the day's spend.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::prompts::{MessageNewVars, MessageView, Prompts, SystemVars, TaskAssignedVars, TaskView};
+use crate::router::filter::SessionKey;
+use crate::runtime::metrics::Metrics;
+use crate::runtime::status::StatusBoard;
+use crate::state::State;
+use crate::tools::ToolSource;
+use crate::tracker::TrackerClient;
+use crate::tracker::model::{MessageOut, MessageQuery, TaskOut};
+
+/// What every run needs, shared by all of them.
+pub struct RunServices {
+    pub config: Arc<Config>,
+    /// The agent's own tracker connection.
+    pub client: TrackerClient,
+    pub state: State,
+    pub metrics: Arc<Metrics>,
+    pub status: Arc<StatusBoard>,
+    pub prompts: Arc<Prompts>,
+    pub tools: Arc<dyn ToolSource>,
+    pub model: Arc<dyn crate::llm::ChatModel>,
+    /// The agent's shutdown: a run cancelled by it stays `running` and resumes at the next start.
+    pub shutdown: CancellationToken,
+}
+
+/// What a run is for.
+#[derive(Debug, Clone)]
+pub enum RunKind {
+    /// Work a task assigned to the agent.
+    Task { task: Box<TaskOut>, assigned_by: String },
+    /// Answer a message that addressed the agent.
+    Message { message: Box<MessageOut> },
+    /// Answer a prompt given over MCP or the command line.
+    Prompt { text: String },
+}
+
+#[derive(Debug)]
+pub struct RunRequest {
+    pub session: SessionKey,
+    /// A short line saying what started it, recorded with the run.
+    pub trigger: String,
+    pub kind: RunKind,
+    /// Input that arrived before the run started; handed to it at its first turn boundary.
+    pub steering: Vec<String>,
+    /// Set when continuing a run interrupted by a crash or restart.
+    pub resume_run_id: Option<String>,
+    /// The assignment acknowledgement (move to in_progress); awaited before the first model call.
+    pub acknowledged: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// How a run ended, as the router needs to know it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunEnd {
+    Completed,
+    /// Stopped by a person, an unassignment or a shutdown.
+    Cancelled,
+    /// Ended without doing its job; `notice` is the one short comment to leave.
+    Failed {
+        notice: String,
+    },
+}
+
+impl RunEnd {
+    pub fn outcome_word(&self) -> &'static str {
+        match self {
+            RunEnd::Completed => "completed",
+            RunEnd::Cancelled => "cancelled",
+            RunEnd::Failed { .. } => "failed",
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct RunDone {
+    pub run_id: String,
+    pub session: SessionKey,
+    pub kind: RunKind,
+    pub end: RunEnd,
+    pub duration: Duration,
+    /// Steering input the run never took in (it arrived after its last turn).
+    pub leftover_steering: Vec<String>,
+}
+
+/// Runs one request to its end. Never panics and never returns an error: every failure becomes
+/// a `RunEnd::Failed` with a notice for people and a recorded reason.
+pub async fn execute(
+    services: Arc<RunServices>,
+    run_id: String,
+    request: RunRequest,
+    cancel: CancellationToken,
+    mut steer: mpsc::UnboundedReceiver<String>,
+) -> RunDone {
+    let started = Instant::now();
+    let RunRequest { session, kind, acknowledged, resume_run_id, .. } = request;
+    if let Some(ack) = acknowledged {
+        let _ = ack.await;
+    }
+    let end = match drive(&services, &run_id, &session, &kind, resume_run_id.is_some(), &cancel, &mut steer).await {
+        Ok(end) => end,
+        Err(error) => {
+            tracing::error!(%error, "run failed before the model loop");
+            let _ = services
+                .state
+                .finish_run(
+                    &run_id,
+                    &crate::state::FinishRun {
+                        error: Some(error.clone()),
+                        ..crate::state::FinishRun::new(crate::state::RunStatus::Failed)
+                    },
+                )
+                .await;
+            RunEnd::Failed {
+                notice: format!(
+                    "I could not start on this: {error}. I will not retry on my own; reassign me or mention me to try again."
+                ),
+            }
+        }
+    };
+    let mut leftover_steering = Vec::new();
+    while let Ok(text) = steer.try_recv() {
+        leftover_steering.push(text);
+    }
+    RunDone { run_id, session, kind, end, duration: started.elapsed(), leftover_steering }
+}
+
+/// The prompt of a fresh request, with current tracker data.
+pub async fn user_prompt(services: &RunServices, kind: &RunKind) -> Result<String, String> {
+    let client = &services.client;
+    let prompts = &services.prompts;
+    match kind {
+        RunKind::Task { task, assigned_by } => {
+            let task = client.get_task(&task.id).await.map_err(|e| format!("reading the task failed: {e}"))?;
+            let steps = client.list_steps(&task.id).await.unwrap_or_default();
+            let comments = client
+                .list_messages(&MessageQuery {
+                    task_id: Some(task.id.clone()),
+                    limit: Some(20),
+                    ..MessageQuery::default()
+                })
+                .await
+                .unwrap_or_default();
+            prompts
+                .task_assigned(&TaskAssignedVars {
+                    task: TaskView::new(&task, &steps),
+                    assigned_by: assigned_by.clone(),
+                    comments: comments.iter().map(MessageView::new).collect(),
+                })
+                .map_err(|e| e.to_string())
+        }
+        RunKind::Message { message } => {
+            let root = message.thread_root().to_string();
+            let thread = client
+                .list_messages(&MessageQuery { parent_id: Some(root), limit: Some(20), ..MessageQuery::default() })
+                .await
+                .unwrap_or_default();
+            let task = match &message.task_id {
+                Some(task_id) => client.get_task(task_id).await.ok().map(|t| TaskView::new(&t, &[])),
+                None => None,
+            };
+            prompts
+                .message_new(&MessageNewVars {
+                    message: MessageView::new(message),
+                    thread: thread.iter().filter(|m| m.id != message.id).map(MessageView::new).collect(),
+                    task,
+                    agent_slug: services.config.slug.clone(),
+                })
+                .map_err(|e| e.to_string())
+        }
+        RunKind::Prompt { text } => Ok(crate::prompts::clean_text(text, crate::prompts::MAX_FIELD_CHARS)),
+    }
+}
+
+pub fn system_prompt(config: &Config, prompts: &Prompts) -> Result<String, String> {
+    prompts
+        .system(&SystemVars {
+            name: config.name.clone(),
+            slug: config.slug.clone(),
+            capabilities: config.capabilities.clone(),
+            extra_sections: Vec::new(),
+        })
+        .map_err(|e| e.to_string())
+}
+
+/// What is stored with a run from its start, so a resumed run sends the model the same request
+/// and reuses the same idempotency keys for the same calls.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct RunStart {
+    prompt: String,
+    history_len: usize,
+}
+
+/// What is stored with a run when it ends: its start, the loop's record and the transcript.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct StoredRun {
+    pub prompt: String,
+    pub history_len: usize,
+    #[serde(default)]
+    pub record: Option<crate::agent::RunRecord>,
+    #[serde(default)]
+    pub conversation: Vec<crate::llm::Message>,
+}
+
+/// The tools a run of this kind is offered: fewer for a chat reply than for a task run.
+fn offered_tools(kind: &RunKind, available: &[rmcp::model::Tool]) -> Vec<String> {
+    let preset: Option<&[&str]> = match kind {
+        RunKind::Task { .. } => Some(crate::tools::registry::TASK_RUN_TOOLS),
+        RunKind::Message { message } if message.task_id.is_some() => Some(crate::tools::registry::TASK_RUN_TOOLS),
+        RunKind::Message { .. } => Some(crate::tools::registry::CHAT_REPLY_TOOLS),
+        RunKind::Prompt { .. } => None,
+    };
+    available
+        .iter()
+        .map(|tool| tool.name.to_string())
+        .filter(|name| preset.is_none_or(|preset| preset.contains(&name.as_str()) || name.starts_with("mcp__")))
+        .collect()
+}
+
+async fn drive(
+    services: &Arc<RunServices>,
+    run_id: &str,
+    session: &SessionKey,
+    kind: &RunKind,
+    resuming: bool,
+    cancel: &CancellationToken,
+    steer: &mut mpsc::UnboundedReceiver<String>,
+) -> Result<RunEnd, String> {
+    let state = &services.state;
+    let config = &services.config;
+    let session_key = session.as_string();
+    let history: Vec<crate::llm::Message> = match state.load_session(&session_key).await {
+        Ok(Some(stored)) => serde_json::from_value(stored.messages).unwrap_or_else(|error| {
+            tracing::warn!(%error, "stored session unreadable; starting it afresh");
+            Vec::new()
+        }),
+        Ok(None) => Vec::new(),
+        Err(error) => return Err(format!("the state database failed: {error}")),
+    };
+    // A resumed run repeats its first request exactly, so the same calls get the same keys.
+    let stored_start = if resuming {
+        state
+            .get_run(run_id)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|run| run.record)
+            .and_then(|record| serde_json::from_value::<RunStart>(record).ok())
+    } else {
+        None
+    };
+    let (prompt, history) = match stored_start {
+        Some(start) if start.history_len <= history.len() => {
+            let history = history[..start.history_len].to_vec();
+            (start.prompt, history)
+        }
+        _ => (user_prompt(services, kind).await?, history),
+    };
+    let start = RunStart { prompt: prompt.clone(), history_len: history.len() };
+    let start_json = serde_json::to_value(&start).map_err(|e| e.to_string())?;
+    state.save_run_record(run_id, &start_json).await.map_err(|e| format!("the state database failed: {e}"))?;
+
+    let system = system_prompt(config, &services.prompts)?;
+    let mut limits = config.limits.clone();
+    let used_today = state.tokens_today().await.unwrap_or(0);
+    limits.max_tokens_per_run =
+        limits.max_tokens_per_run.min(config.limits.max_tokens_per_day.saturating_sub(used_today));
+
+    let available = services.tools.tools();
+    let offered = offered_tools(kind, &available);
+    let mut tool_context = crate::tools::ToolContext::new(config.slug.clone());
+    tool_context.idempotency_key = Some(format!("{run_id}-h{}", history.len()));
+    let setup = crate::agent::RunSetup {
+        model: services.model.as_ref(),
+        tools: services.tools.as_ref(),
+        offered_tools: offered,
+        limits,
+        tool_context,
+        cancel: cancel.clone(),
+        steering: Some(std::mem::replace(steer, mpsc::unbounded_channel().1)),
+    };
+    let output =
+        crate::agent::run(setup, crate::agent::RunInput { system_prompt: system, history, prompt: prompt.clone() })
+            .await;
+    let record = output.record;
+
+    let shutting_down = services.shutdown.is_cancelled();
+    if record.outcome == crate::agent::RunOutcome::Cancelled && shutting_down {
+        // Left `running`: the next start resumes it from the same request.
+        return Ok(RunEnd::Cancelled);
+    }
+    if let Ok(messages) = serde_json::to_value(&output.conversation) {
+        if let Err(error) = state.save_session(&session_key, &messages).await {
+            tracing::error!(%error, "cannot save the session");
+        }
+    }
+    let total = record.total_tokens();
+    let today = time::OffsetDateTime::now_utc().date();
+    if let Err(error) = state.add_tokens(today, total).await {
+        tracing::error!(%error, "cannot record the day's spend");
+    }
+    services.metrics.tokens(record.prompt_tokens, record.completion_tokens);
+    for call in &record.calls {
+        let outcome = serde_json::to_value(call.outcome).ok().and_then(|v| v.as_str().map(str::to_string));
+        services.metrics.tool_call(&call.name, outcome.as_deref().unwrap_or("unknown"));
+    }
+    if record.turns > 0 {
+        services.metrics.turn(Duration::from_millis(record.model_time_ms / u64::from(record.turns)));
+    }
+    let posted_reply = record.calls.iter().any(|c| {
+        c.outcome == crate::agent::ToolCallOutcome::Ok && (c.name == "reply_message" || c.name == "send_message")
+    });
+    if let (SessionKey::Thread(_), true) = (session, posted_reply) {
+        let _ = state.record_reply(&session_key, time::OffsetDateTime::now_utc()).await;
+    }
+    if let RunKind::Message { message } = kind {
+        if posted_reply && message.task_id.is_some() {
+            let thread = SessionKey::Thread(message.thread_root().to_string()).as_string();
+            let _ = state.record_reply(&thread, time::OffsetDateTime::now_utc()).await;
+        }
+    }
+
+    use crate::agent::RunOutcome;
+    use crate::state::RunStatus;
+    let (status, end) = match record.outcome {
+        RunOutcome::Completed => (RunStatus::Completed, RunEnd::Completed),
+        RunOutcome::Cancelled => (RunStatus::Stopped, RunEnd::Cancelled),
+        other => (RunStatus::Failed, RunEnd::Failed { notice: failure_notice(other, &record) }),
+    };
+    let stored = StoredRun {
+        prompt,
+        history_len: start.history_len,
+        record: Some(record.clone()),
+        conversation: output.conversation,
+    };
+    let finish = crate::state::FinishRun {
+        status,
+        turns: record.turns,
+        tool_calls: record.tool_calls,
+        prompt_tokens: record.prompt_tokens,
+        completion_tokens: record.completion_tokens,
+        model_duration: Duration::from_millis(record.model_time_ms),
+        tool_duration: Duration::from_millis(record.tool_time_ms),
+        outcome: Some(if record.outcome == RunOutcome::Completed {
+            record.final_message.clone()
+        } else {
+            record.outcome.describe(&record)
+        }),
+        error: record.detail.clone(),
+        record: serde_json::to_value(&stored).ok(),
+    };
+    if let Err(error) = state.finish_run(run_id, &finish).await {
+        tracing::error!(%error, "cannot record the end of the run");
+    }
+    tracing::info!(outcome = ?record.outcome, turns = record.turns, tool_calls = record.tool_calls, tokens = total, "run ended");
+    Ok(end)
+}
+
+/// The one comment a failed run leaves: what happened and what to do. Never a stack trace.
+fn failure_notice(outcome: crate::agent::RunOutcome, record: &crate::agent::RunRecord) -> String {
+    use crate::agent::RunOutcome;
+    let what_to_do = match outcome {
+        RunOutcome::BudgetTurns | RunOutcome::BudgetToolCalls | RunOutcome::BudgetTokens | RunOutcome::Deadline => {
+            "Mention me to continue where I stopped, or split the work into smaller tasks."
+        }
+        RunOutcome::ModelError => {
+            "The model endpoint may be down or refusing requests; mention me to retry once it is back."
+        }
+        RunOutcome::EmptyAnswer | RunOutcome::Refusal => "Rephrase the request and mention me again.",
+        RunOutcome::Completed | RunOutcome::Cancelled => "",
+    };
+    format!("{} {what_to_do}", outcome.describe(record)).trim().to_string()
+}
+
+/// One line per step of a stored run: tool calls with a one-line result, then the final answer.
+pub fn timeline_lines(run: &crate::state::RunRecord) -> Vec<String> {
+    let Some(stored) = run.record.clone().and_then(|r| serde_json::from_value::<StoredRun>(r).ok()) else {
+        return vec![format!("({})", run.status.as_str())];
+    };
+    let mut lines = Vec::new();
+    let mut names = std::collections::HashMap::new();
+    for message in stored.conversation.iter().skip(stored.history_len + 1) {
+        match message {
+            crate::llm::Message::Assistant { tool_calls, .. } => {
+                for call in tool_calls {
+                    names.insert(call.id.clone(), format!("{}({})", call.name, one_line(&call.arguments, 90)));
+                }
+            }
+            crate::llm::Message::Tool { tool_call_id, content, is_error, .. } => {
+                let call = names.remove(tool_call_id).unwrap_or_default();
+                let mark = if *is_error { "✗" } else { "→" };
+                lines.push(format!("tool  {call} {mark} {}", one_line(content, 100)));
+            }
+            crate::llm::Message::User { content } => lines.push(format!("input {}", one_line(content, 100))),
+            crate::llm::Message::System { .. } => {}
+        }
+    }
+    if let Some(record) = &stored.record {
+        lines.push(format!(
+            "end   {} after {} turns, {} tool calls, {} tokens: {}",
+            serde_json::to_value(record.outcome).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
+            record.turns,
+            record.tool_calls,
+            record.total_tokens(),
+            one_line(&record.final_message, 100)
+        ));
+    }
+    lines
+}
+
+fn one_line(text: &str, max_chars: usize) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() > max_chars {
+        format!("{}…", flat.chars().take(max_chars).collect::<String>())
+    } else {
+        flat
+    }
+}

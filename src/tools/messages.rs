@@ -1,0 +1,188 @@
+//! Message tools: post to a project chat or a task's comments, read them, reply in a thread.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::tools::ToolContext;
+use crate::tools::format;
+use crate::tools::registry::{ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write};
+use crate::tracker::TrackerClient;
+use crate::tracker::model::{self, MessageOut, limits};
+
+/// Messages as structured content: an object, as MCP wants.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct MessageList {
+    pub messages: Vec<MessageOut>,
+}
+
+/// The names of the fields given, out of `fields`.
+fn given<'a>(fields: &[(&'a str, bool)]) -> Vec<&'a str> {
+    fields.iter().filter(|(_, present)| *present).map(|(name, _)| *name).collect()
+}
+
+// ---- send_message ----
+
+pub struct SendMessage;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SendMessageArgs {
+    #[schemars(length(max = limits::CONTENT))]
+    pub content: String,
+    /// Project chat id
+    pub chat_id: Option<String>,
+    /// Task key or id
+    pub task_id: Option<String>,
+    /// Message id to reply to
+    pub parent_id: Option<String>,
+    /// Member slugs to notify
+    #[schemars(length(max = limits::MENTIONS))]
+    pub mentions: Option<Vec<String>>,
+}
+
+impl TrackerTool for SendMessage {
+    type Args = SendMessageArgs;
+    const NAME: &'static str = "send_message";
+    const TITLE: &'static str = "Send a message";
+    const DESCRIPTION: &'static str = "Post a message; give one of chat_id, task_id, parent_id.";
+    const GROUP: ToolGroup = ToolGroup::Messages;
+
+    fn annotations() -> rmcp::model::ToolAnnotations {
+        write(false, false)
+    }
+
+    fn output_schema() -> Option<serde_json::Value> {
+        output_schema_for::<MessageOut>()
+    }
+
+    async fn run(
+        args: SendMessageArgs,
+        client: &TrackerClient,
+        context: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let places = given(&[
+            ("chat_id", args.chat_id.is_some()),
+            ("task_id", args.task_id.is_some()),
+            ("parent_id", args.parent_id.is_some()),
+        ]);
+        if places.len() != 1 {
+            let got = if places.is_empty() { "none".to_string() } else { places.join(" and ") };
+            return Err(ToolError::invalid("chat_id", "exactly one of chat_id, task_id, parent_id", got));
+        }
+        let body = model::SendMessage {
+            content: args.content,
+            chat_id: args.chat_id,
+            task_id: args.task_id,
+            parent_id: args.parent_id,
+            mentions: args.mentions,
+        };
+        let message = client.send_message(&body, context.idempotency_key.as_deref()).await?;
+        ToolOutput::new(format!("sent {}", format::message_line(&message)), &message)
+    }
+}
+
+// ---- list_messages ----
+
+pub struct ListMessages;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListMessagesArgs {
+    pub chat_id: Option<String>,
+    /// Task key or id
+    pub task_id: Option<String>,
+    /// Thread's message id
+    pub parent_id: Option<String>,
+    /// Member slug
+    pub mentioning: Option<String>,
+    #[schemars(range(min = 1, max = 200))]
+    pub limit: Option<u32>,
+    /// Older than message id
+    pub before: Option<String>,
+    /// Newer than message id
+    pub after: Option<String>,
+}
+
+impl TrackerTool for ListMessages {
+    type Args = ListMessagesArgs;
+    const NAME: &'static str = "list_messages";
+    const TITLE: &'static str = "List messages";
+    const DESCRIPTION: &'static str =
+        "Read messages, oldest first; give one of chat_id, task_id, parent_id, mentioning.";
+    const GROUP: ToolGroup = ToolGroup::Messages;
+    const PAGING_HINT: &'static str = "use a smaller limit and page with before or after";
+
+    fn annotations() -> rmcp::model::ToolAnnotations {
+        read_only()
+    }
+
+    fn output_schema() -> Option<serde_json::Value> {
+        output_schema_for::<MessageList>()
+    }
+
+    async fn run(args: ListMessagesArgs, client: &TrackerClient, _: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let filters = given(&[
+            ("chat_id", args.chat_id.is_some()),
+            ("task_id", args.task_id.is_some()),
+            ("parent_id", args.parent_id.is_some()),
+            ("mentioning", args.mentioning.is_some()),
+        ]);
+        if filters.len() != 1 {
+            let got = if filters.is_empty() { "none".to_string() } else { filters.join(" and ") };
+            return Err(ToolError::invalid("chat_id", "exactly one of chat_id, task_id, parent_id, mentioning", got));
+        }
+        let query = model::MessageQuery {
+            chat_id: args.chat_id,
+            task_id: args.task_id,
+            parent_id: args.parent_id,
+            mentioning: args.mentioning,
+            limit: args.limit,
+            before: args.before,
+            after: args.after,
+        };
+        let messages = client.list_messages(&query).await?;
+        let text = format::counted(&messages, "messages", format::message_line);
+        ToolOutput::new(text, &MessageList { messages })
+    }
+}
+
+// ---- reply_message ----
+
+pub struct ReplyMessage;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReplyMessageArgs {
+    pub parent_id: String,
+    #[schemars(length(max = limits::CONTENT))]
+    pub content: String,
+    /// Member slugs to notify
+    #[schemars(length(max = limits::MENTIONS))]
+    pub mentions: Option<Vec<String>>,
+}
+
+impl TrackerTool for ReplyMessage {
+    type Args = ReplyMessageArgs;
+    const NAME: &'static str = "reply_message";
+    const TITLE: &'static str = "Reply to a message";
+    const DESCRIPTION: &'static str = "Reply in a message's thread.";
+    const GROUP: ToolGroup = ToolGroup::Messages;
+
+    fn annotations() -> rmcp::model::ToolAnnotations {
+        write(false, false)
+    }
+
+    fn output_schema() -> Option<serde_json::Value> {
+        output_schema_for::<MessageOut>()
+    }
+
+    async fn run(
+        args: ReplyMessageArgs,
+        client: &TrackerClient,
+        context: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let body = model::ReplyMessage { content: args.content, mentions: args.mentions };
+        let message = client.reply_message(&args.parent_id, &body, context.idempotency_key.as_deref()).await?;
+        ToolOutput::new(format!("sent {}", format::message_line(&message)), &message)
+    }
+}

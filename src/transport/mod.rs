@@ -1,0 +1,454 @@
+//! The tracker's event stream: one WebSocket to `{api_base}/ws`, kept alive and caught up.
+//!
+//! [`spawn`] runs a task that connects with the agent's bearer token, sends `resume` with the
+//! last processed seq after every (re)connect, pings on a heartbeat, and reconnects with
+//! exponential backoff and jitter when the link drops or goes quiet. Events and link status
+//! changes come out of one `mpsc` channel, in the order they arrived.
+//!
+//! Invariants:
+//! - nothing is lost: a frame that parses as an event of a known name is put into the channel
+//!   before the next frame is read; the stream itself never marks anything processed (the
+//!   router does, through [`crate::state::State::record_event`]), so a resume after a reconnect
+//!   asks again for everything not yet recorded;
+//! - the stream does not dedupe: a replay may repeat events the router already recorded, and
+//!   the router drops them by event id;
+//! - input from the network never panics the task: an unparsable frame or an unknown event is
+//!   logged and skipped; a frame over the size limit is refused by the WebSocket layer and the
+//!   connection is recycled;
+//! - a token the tracker refuses (401/403 at the handshake) ends the task with
+//!   [`StreamError::Unauthorized`]; it is never retried;
+//! - the token is sent only in the `Authorization` header and never logged.
+
+mod probe;
+
+pub use probe::probe;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::{SinkExt, StreamExt};
+use rand::Rng;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::handshake::client::Request;
+use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode, header};
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::{self, Message};
+use tokio_util::sync::CancellationToken;
+
+use crate::state::State;
+use crate::tracker::TrackerClient;
+use crate::tracker::model::{ClientFrame, Event, EventEnvelope, ServerControl, limits};
+
+/// How the stream behaves. [`StreamOptions::new`] gives the production values; tests shorten
+/// the times.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamOptions {
+    /// How often a `{"type":"ping"}` is sent. With no frame at all from the server for two of
+    /// these, the link is taken for dead and recycled.
+    pub heartbeat_interval: Duration,
+    /// The first reconnect delay; it doubles with each failed attempt.
+    pub initial_backoff: Duration,
+    /// No reconnect delay is longer than this.
+    pub max_backoff: Duration,
+    /// A connection that stayed up this long resets the backoff to `initial_backoff`.
+    pub stable_after: Duration,
+    /// Time allowed for the TCP connect plus the WebSocket handshake.
+    pub connect_timeout: Duration,
+    /// Frames and messages larger than this are refused.
+    pub max_frame_bytes: usize,
+    /// Items buffered between the stream and its consumer; when full, the stream stops reading
+    /// (backpressure) rather than drop anything.
+    pub channel_capacity: usize,
+    /// The environment variable the token came from, named in the error when it is refused.
+    pub token_env: String,
+}
+
+impl StreamOptions {
+    pub fn new(token_env: impl Into<String>) -> StreamOptions {
+        StreamOptions {
+            heartbeat_interval: Duration::from_secs(20),
+            initial_backoff: Duration::from_millis(250),
+            max_backoff: Duration::from_secs(30),
+            stable_after: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+            max_frame_bytes: limits::FRAME_BYTES,
+            channel_capacity: 256,
+            token_env: token_env.into(),
+        }
+    }
+
+    /// The production values, with the token variable named in `config`.
+    pub fn from_config(config: &crate::config::Config) -> StreamOptions {
+        StreamOptions::new(config.tracker.token_env.clone())
+    }
+}
+
+/// What the stream hands its consumer.
+// Events are the common item and status changes are rare, so boxing the big variant would cost
+// an allocation per event to save a few hundred bytes per channel slot.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamItem {
+    /// An event of a name this build knows, with its data typed. Record `envelope.id` as
+    /// processed before acting on it.
+    Event { envelope: EventEnvelope, event: Event },
+    /// The link changed state.
+    Status(LinkStatus),
+}
+
+/// The state of the link, reported on every change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkStatus {
+    /// The handshake succeeded; `resume` has been sent.
+    Connected,
+    /// The server replayed everything after our resume point; live events follow.
+    CaughtUp { last_seq: u64 },
+    /// The link dropped, or (once, until the next `Connected`) a connection attempt failed; the
+    /// stream keeps reconnecting.
+    Disconnected { reason: String },
+}
+
+/// Why the stream task ended other than by cancellation or by the consumer going away.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    #[error(
+        "the tracker refused the token in {token_env} (HTTP {status} at {url}): check that {token_env} holds \
+         this agent's bearer token for this tracker"
+    )]
+    Unauthorized { token_env: String, status: u16, url: String },
+    #[error("the token in {token_env} cannot be sent in an HTTP header: {message}")]
+    InvalidToken { token_env: String, message: String },
+    #[error("the event stream URL {url} is not valid: {message}; check `tracker.url` and `tracker.api_prefix`")]
+    InvalidUrl { url: String, message: String },
+}
+
+/// Where the stream reads the resume point from before each `resume`.
+pub trait ResumePosition: Send + Sync + 'static {
+    /// The highest seq already processed; the server replays everything after it.
+    fn last_processed_seq(&self) -> BoxFuture<'_, Result<u64, String>>;
+}
+
+impl ResumePosition for State {
+    fn last_processed_seq(&self) -> BoxFuture<'_, Result<u64, String>> {
+        Box::pin(async move { self.last_seq().await.map_err(|e| e.to_string()) })
+    }
+}
+
+/// A counter kept by the consumer (tools and tests that keep no database).
+impl ResumePosition for Arc<AtomicU64> {
+    fn last_processed_seq(&self) -> BoxFuture<'_, Result<u64, String>> {
+        let seq = self.load(Ordering::SeqCst);
+        Box::pin(async move { Ok(seq) })
+    }
+}
+
+/// Starts the event stream of `client`'s member. The task runs until `cancel` fires (`Ok`),
+/// the receiver is dropped (`Ok`), or the token is refused (`Err`); the channel closes when it
+/// ends, so a consumer that sees `None` awaits the handle for the reason.
+pub fn spawn(
+    options: StreamOptions,
+    client: &TrackerClient,
+    resume: impl ResumePosition,
+    cancel: CancellationToken,
+) -> (mpsc::Receiver<StreamItem>, JoinHandle<Result<(), StreamError>>) {
+    let (sender, receiver) = mpsc::channel(options.channel_capacity.max(1));
+    let url = client.ws_url();
+    let bearer = format!("Bearer {}", client.token().expose());
+    let handle = tokio::spawn(run(options, url, bearer, resume, sender, cancel));
+    (receiver, handle)
+}
+
+/// How one connection ended.
+enum SessionEnd {
+    Cancelled,
+    ConsumerGone,
+    Lost(String),
+}
+
+async fn run(
+    options: StreamOptions,
+    url: String,
+    bearer: String,
+    resume: impl ResumePosition,
+    sender: mpsc::Sender<StreamItem>,
+    cancel: CancellationToken,
+) -> Result<(), StreamError> {
+    let request = build_request(&url, &bearer, &options.token_env)?;
+    drop(bearer);
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(options.max_frame_bytes))
+        .max_frame_size(Some(options.max_frame_bytes));
+    let mut failed_attempts: u32 = 0;
+    // Whether the consumer has been told the link is down since it was last up (or since the
+    // start), so a tracker that stays unreachable is reported once, not at every attempt.
+    let mut down_reported = false;
+    loop {
+        let attempt = tokio::select! {
+            _ = cancel.cancelled() => return Ok(()),
+            attempt = tokio::time::timeout(
+                options.connect_timeout,
+                tokio_tungstenite::connect_async_with_config(request.clone(), Some(config), true),
+            ) => attempt,
+        };
+        let reason = match attempt {
+            Ok(Ok((socket, _response))) => {
+                tracing::info!(url = %url, "event stream connected");
+                down_reported = false;
+                if deliver(&sender, StreamItem::Status(LinkStatus::Connected), &cancel).await.is_err() {
+                    return Ok(());
+                }
+                let connected_at = Instant::now();
+                let end = session(socket, &options, &resume, &sender, &cancel).await;
+                if connected_at.elapsed() >= options.stable_after {
+                    failed_attempts = 0;
+                }
+                match end {
+                    SessionEnd::Cancelled | SessionEnd::ConsumerGone => return Ok(()),
+                    SessionEnd::Lost(reason) => {
+                        tracing::warn!(url = %url, %reason, "event stream disconnected; reconnecting");
+                        reason
+                    }
+                }
+            }
+            Ok(Err(tungstenite::Error::Http(response)))
+                if matches!(response.status(), StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) =>
+            {
+                let error = StreamError::Unauthorized {
+                    token_env: options.token_env.clone(),
+                    status: response.status().as_u16(),
+                    url: url.clone(),
+                };
+                tracing::error!(%error, "event stream refused");
+                return Err(error);
+            }
+            Ok(Err(error)) => {
+                let reason = describe_connect_error(&error);
+                tracing::warn!(url = %url, %reason, "event stream cannot connect; retrying");
+                reason
+            }
+            Err(_elapsed) => {
+                let reason = format!("no handshake within {} ms", options.connect_timeout.as_millis());
+                tracing::warn!(url = %url, %reason, "event stream cannot connect; retrying");
+                reason
+            }
+        };
+        if !down_reported {
+            down_reported = true;
+            let status = StreamItem::Status(LinkStatus::Disconnected { reason: reason.clone() });
+            if deliver(&sender, status, &cancel).await.is_err() {
+                return Ok(());
+            }
+        }
+        let delay = backoff_delay(failed_attempts, options.initial_backoff, options.max_backoff, &mut rand::rng());
+        failed_attempts = failed_attempts.saturating_add(1);
+        tracing::debug!(url = %url, %reason, delay_ms = delay.as_millis() as u64, "event stream reconnecting after delay");
+        tokio::select! {
+            _ = cancel.cancelled() => return Ok(()),
+            _ = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+/// The reconnect delay after `failed_attempts` failures in a row: `initial * 2^failed_attempts`
+/// capped at `max`, then jittered into its upper half (so clients spread out, yet no delay
+/// collapses to zero and hammers the server).
+pub fn backoff_delay(failed_attempts: u32, initial: Duration, max: Duration, rng: &mut impl Rng) -> Duration {
+    let factor = 2u32.saturating_pow(failed_attempts.min(31));
+    let ceiling = initial.saturating_mul(factor).min(max);
+    let half = ceiling / 2;
+    let jitter_ms = rng.random_range(0..=half.as_millis().min(u128::from(u64::MAX)) as u64);
+    half + Duration::from_millis(jitter_ms)
+}
+
+fn build_request(url: &str, bearer: &str, token_env: &str) -> Result<Request, StreamError> {
+    let mut request = url
+        .into_client_request()
+        .map_err(|e| StreamError::InvalidUrl { url: url.to_string(), message: e.to_string() })?;
+    let mut value = HeaderValue::from_str(bearer).map_err(|_| StreamError::InvalidToken {
+        token_env: token_env.to_string(),
+        message: "it holds characters not allowed in a header (a newline or a control character?)".to_string(),
+    })?;
+    value.set_sensitive(true);
+    request.headers_mut().insert(header::AUTHORIZATION, value);
+    Ok(request)
+}
+
+fn describe_connect_error(error: &tungstenite::Error) -> String {
+    match error {
+        tungstenite::Error::Http(response) => {
+            format!("the tracker answered the handshake with HTTP {}", response.status())
+        }
+        other => format!("cannot connect: {other}"),
+    }
+}
+
+/// Puts `item` into the channel, waiting for room; fails if the consumer is gone or on cancel.
+async fn deliver(
+    sender: &mpsc::Sender<StreamItem>,
+    item: StreamItem,
+    cancel: &CancellationToken,
+) -> Result<(), SessionEnd> {
+    tokio::select! {
+        _ = cancel.cancelled() => Err(SessionEnd::Cancelled),
+        sent = sender.send(item) => sent.map_err(|_| SessionEnd::ConsumerGone),
+    }
+}
+
+type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Serves one connection until it is lost, cancelled, or the consumer goes away.
+async fn session(
+    socket: Socket,
+    options: &StreamOptions,
+    resume: &impl ResumePosition,
+    sender: &mpsc::Sender<StreamItem>,
+    cancel: &CancellationToken,
+) -> SessionEnd {
+    let (mut outgoing, mut incoming) = socket.split();
+    let after_seq = match resume.last_processed_seq().await {
+        Ok(seq) => seq,
+        Err(message) => return SessionEnd::Lost(format!("cannot read the resume point: {message}")),
+    };
+    let interval = options.heartbeat_interval;
+    let silence_limit = interval * 2;
+    // A send that cannot finish within the silence limit means a link as dead as a silent one;
+    // without the bound, a full send buffer would hang the session past the heartbeat check.
+    match tokio::time::timeout(silence_limit, outgoing.send(client_frame(&ClientFrame::Resume { after_seq }))).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => return SessionEnd::Lost(format!("cannot send resume: {error}")),
+        Err(_) => return SessionEnd::Lost("the resume could not be sent: the link is dead".to_string()),
+    }
+    tracing::debug!(after_seq, "event stream resuming");
+
+    let mut pings = tokio::time::interval_at(Instant::now() + interval, interval);
+    pings.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut last_heard = Instant::now();
+
+    let end = loop {
+        tokio::select! {
+            // Frames first: a frame already waiting must not lose a race with the silence timer.
+            biased;
+            _ = cancel.cancelled() => break SessionEnd::Cancelled,
+            frame = incoming.next() => {
+                last_heard = Instant::now();
+                let message = match frame {
+                    None => break SessionEnd::Lost("the server closed the connection".to_string()),
+                    Some(Err(error)) => break SessionEnd::Lost(describe_read_error(&error, options.max_frame_bytes)),
+                    Some(Ok(message)) => message,
+                };
+                match message {
+                    Message::Text(text) => {
+                        if let Some(item) = parse_frame(text.as_str()) {
+                            if let Err(end) = deliver(sender, item, cancel).await {
+                                break end;
+                            }
+                            // Time spent waiting for room in the channel is not the server's silence.
+                            last_heard = Instant::now();
+                        }
+                    }
+                    Message::Binary(bytes) => {
+                        tracing::warn!(bytes = bytes.len(), "event stream: skipped a binary frame (the tracker sends text)");
+                    }
+                    Message::Close(frame) => {
+                        let reason = match frame {
+                            Some(frame) => format!("the server closed the connection ({} {})", frame.code, frame.reason),
+                            None => "the server closed the connection".to_string(),
+                        };
+                        break SessionEnd::Lost(reason);
+                    }
+                    // Protocol pings are answered by tungstenite; any frame proves the link alive.
+                    Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
+                }
+            }
+            _ = tokio::time::sleep_until(last_heard + silence_limit) => {
+                break SessionEnd::Lost(format!(
+                    "no frame from the server for {} ms (two heartbeats): the link is dead",
+                    silence_limit.as_millis()
+                ));
+            }
+            _ = pings.tick() => {
+                match tokio::time::timeout(silence_limit, outgoing.send(client_frame(&ClientFrame::Ping))).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => break SessionEnd::Lost(format!("cannot send a heartbeat: {error}")),
+                    Err(_) => break SessionEnd::Lost("a heartbeat could not be sent: the link is dead".to_string()),
+                }
+            }
+        }
+    };
+    // Say goodbye where the link still works, but never wait long on one that does not.
+    let _ = tokio::time::timeout(Duration::from_millis(500), outgoing.close()).await;
+    end
+}
+
+fn client_frame(frame: &ClientFrame) -> Message {
+    // A unit-like enum of plain fields always serializes; the fallback keeps this panic-free.
+    Message::text(serde_json::to_string(frame).unwrap_or_else(|_| r#"{"type":"ping"}"#.to_string()))
+}
+
+fn describe_read_error(error: &tungstenite::Error, max_frame_bytes: usize) -> String {
+    match error {
+        tungstenite::Error::Capacity(detail) => {
+            format!("refused a frame over the {max_frame_bytes}-byte limit ({detail}); reconnecting")
+        }
+        other => format!("read failed: {other}"),
+    }
+}
+
+/// Reads one text frame: an event to pass on, a control frame to report, or junk to skip.
+fn parse_frame(text: &str) -> Option<StreamItem> {
+    let value: serde_json::Value = match serde_json::from_str(text) {
+        Ok(value) => value,
+        Err(error) => {
+            tracing::warn!(%error, frame = %preview(text), "event stream: skipped a frame that is not JSON");
+            return None;
+        }
+    };
+    if value.get("type").is_some() {
+        return match serde_json::from_value::<ServerControl>(value) {
+            Ok(ServerControl::Pong) => None,
+            Ok(ServerControl::Resumed { last_seq }) => {
+                tracing::debug!(last_seq, "event stream caught up");
+                Some(StreamItem::Status(LinkStatus::CaughtUp { last_seq }))
+            }
+            Err(error) => {
+                tracing::warn!(%error, frame = %preview(text), "event stream: skipped an unknown control frame");
+                None
+            }
+        };
+    }
+    let envelope: EventEnvelope = match serde_json::from_value(value) {
+        Ok(envelope) => envelope,
+        Err(error) => {
+            tracing::warn!(%error, frame = %preview(text), "event stream: skipped a frame that is not an event");
+            return None;
+        }
+    };
+    match Event::from_envelope(&envelope) {
+        Ok(Event::Unknown(name)) => {
+            tracing::debug!(event = %name, id = %envelope.id, seq = envelope.seq, "event stream: ignored an unknown event");
+            None
+        }
+        Ok(event) => Some(StreamItem::Event { envelope, event }),
+        Err(message) => {
+            tracing::warn!(seq = envelope.seq, "event stream: skipped an event: {message}");
+            None
+        }
+    }
+}
+
+/// The start of a frame, for a log line.
+fn preview(text: &str) -> String {
+    const LIMIT: usize = 200;
+    match text.char_indices().nth(LIMIT) {
+        Some((cut, _)) => format!("{}… ({} bytes)", &text[..cut], text.len()),
+        None => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,372 @@
+//! The agent loop over real HTTP: the offline model endpoint on 127.0.0.1:0 (planner or a
+//! replayed script from `fixtures/llm/`), the OpenAI adapter, and tools over a tracker.
+
+#[path = "support/llm_world.rs"]
+mod llm_world;
+
+use std::path::Path;
+use std::time::Duration;
+
+use llm_world::World;
+use picogent::agent::{self, RunInput, RunOutcome, RunOutput, RunSetup, ToolCallOutcome};
+use picogent::config::{Limits, LlmConfig};
+use picogent::llm::{Message, OpenAiChat};
+use picogent::offline_model::script::Script;
+use picogent::offline_model::{self, Faults, OfflineModelHandle, OfflineModelOptions};
+use picogent::retry::RetryConfig;
+use picogent::tools::ToolContext;
+use tokio_util::sync::CancellationToken;
+
+fn llm_config(url: &str) -> LlmConfig {
+    LlmConfig {
+        base_url: url.to_string(),
+        model: "offline-planner".to_string(),
+        api_key_env: None,
+        temperature: Some(0.0),
+        max_output_tokens: Some(2_000),
+        timeout_ms: 10_000,
+        parallel_tool_calls: true,
+        retry: RetryConfig {
+            max_attempts: 5,
+            initial_delay_ms: 10,
+            max_delay_ms: 50,
+            max_elapsed_ms: 10_000,
+            jitter: false,
+        },
+    }
+}
+
+fn limits() -> Limits {
+    Limits { run_timeout_ms: 60_000, ..Limits::default() }
+}
+
+fn script(name: &str) -> Script {
+    Script::from_file(&Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/llm").join(name)).unwrap()
+}
+
+const SYSTEM: &str = "You are picogent, a team agent working on the Team Board.";
+
+/// A started model endpoint, the client pointed at it, and the tracker world.
+struct Harness {
+    model: OfflineModelHandle,
+    chat: OpenAiChat,
+    world: World,
+}
+
+impl Harness {
+    async fn start(options: OfflineModelOptions) -> Harness {
+        let model = offline_model::start(options).await.unwrap();
+        let chat = OpenAiChat::new(&llm_config(&model.url()), None).unwrap();
+        Harness { model, chat, world: World::start().await }
+    }
+
+    async fn run(&self, limits: Limits, prompt: &str) -> RunOutput {
+        self.run_with(limits, prompt, CancellationToken::new(), None).await
+    }
+
+    async fn run_with(
+        &self,
+        limits: Limits,
+        prompt: &str,
+        cancel: CancellationToken,
+        steering: Option<tokio::sync::mpsc::UnboundedReceiver<String>>,
+    ) -> RunOutput {
+        let tools = self.world.tools();
+        let setup = RunSetup {
+            model: &self.chat,
+            tools: tools.as_ref(),
+            offered_tools: self.world.tool_names(),
+            limits,
+            tool_context: ToolContext::new(self.world.agent_slug()),
+            cancel,
+            steering,
+        };
+        let input = RunInput { system_prompt: SYSTEM.to_string(), history: vec![], prompt: prompt.to_string() };
+        agent::run(setup, input).await
+    }
+
+    async fn finish(self) {
+        assert_eq!(self.model.mismatches(), Vec::<String>::new(), "the script saw unexpected requests");
+        self.model.shutdown().await;
+        self.world.shutdown().await;
+    }
+}
+
+fn task_prompt(key: &str) -> String {
+    format!("You were assigned a task. Work it and hand it over for review.\nTask: {key}\n")
+}
+
+#[tokio::test]
+async fn planner_works_a_task_end_to_end() {
+    let harness = Harness::start(OfflineModelOptions::planner()).await;
+    let key = harness.world.create_task("Ship it.\n- write the code\n- test it\n* document it").await;
+    let output = harness.run(limits(), &task_prompt(&key)).await;
+    let record = &output.record;
+    assert_eq!(record.outcome, RunOutcome::Completed, "{record:#?}");
+    assert!(record.final_message.contains("in_review"), "{}", record.final_message);
+
+    let task = harness.world.task(&key).await;
+    assert_eq!(task.status, "in_review");
+    let titles: Vec<&str> = task.steps.iter().map(|s| s.1.as_str()).collect();
+    assert_eq!(titles, ["write the code", "test it", "document it"]);
+    assert!(task.steps.iter().all(|s| s.2), "every step ticked: {:?}", task.steps);
+    assert_eq!(task.comments.len(), 1);
+    assert!(task.comments[0].contains("offline planner"), "{}", task.comments[0]);
+
+    // get_task, 3 add_step, update_task, 3 complete_step, send_message, update_task; then text.
+    assert_eq!(record.turns, 7);
+    assert_eq!(record.tool_calls, 10);
+    let counts = |name: &str| record.tool_calls_by_name[name];
+    assert_eq!(counts("add_step").ok, 3);
+    assert_eq!(counts("complete_step").ok, 3);
+    assert_eq!(counts("update_task").ok, 2);
+    assert_eq!(counts("send_message").ok, 1);
+    assert_eq!(counts("get_task").ok, 1);
+    assert!(record.prompt_tokens > 0 && record.completion_tokens > 0);
+    assert!(!record.tokens_estimated);
+
+    // The conversation comes back whole, ready to resume: prompt, 7 assistant turns, 10 results.
+    assert_eq!(output.conversation.len(), 1 + 7 + 10);
+    assert!(matches!(output.conversation[0], Message::User { .. }));
+
+    // Prompt caching: system prompt and tool list byte-identical on every turn.
+    let requests = harness.model.requests();
+    assert_eq!(requests.len(), 7);
+    let prefix = |request: &serde_json::Value| (request["messages"][0].to_string(), request["tools"].to_string());
+    for request in &requests[1..] {
+        assert_eq!(prefix(request), prefix(&requests[0]));
+    }
+    harness.finish().await;
+}
+
+#[tokio::test]
+async fn token_counts_agree_with_and_without_server_usage() {
+    let with_usage = Harness::start(OfflineModelOptions::planner()).await;
+    let key = with_usage.world.create_task("").await;
+    let counted = with_usage.run(limits(), &task_prompt(&key)).await.record;
+
+    let without = Harness::start(OfflineModelOptions { omit_usage: true, ..OfflineModelOptions::planner() }).await;
+    let key = without.world.create_task("").await;
+    let estimated = without.run(limits(), &task_prompt(&key)).await.record;
+
+    assert_eq!(counted.outcome, RunOutcome::Completed);
+    assert_eq!(estimated.outcome, RunOutcome::Completed);
+    assert!(!counted.tokens_estimated);
+    assert!(estimated.tokens_estimated);
+    assert_eq!(counted.turns, estimated.turns);
+    assert_eq!(counted.prompt_tokens, estimated.prompt_tokens);
+    assert_eq!(counted.completion_tokens, estimated.completion_tokens);
+    with_usage.finish().await;
+    without.finish().await;
+}
+
+#[tokio::test]
+async fn parallel_read_only_calls_overlap() {
+    let harness = Harness::start(OfflineModelOptions::script(script("parallel_reads.json"))).await;
+    let key = harness.world.create_task("").await;
+    let record = harness.run(limits(), &task_prompt(&key)).await.record;
+    assert_eq!(record.outcome, RunOutcome::Completed, "{record:#?}");
+    let [first, second] = &record.calls[..] else { panic!("two calls expected: {:?}", record.calls) };
+    assert_eq!((first.name.as_str(), second.name.as_str()), ("get_task", "list_steps"));
+    assert!(
+        first.started_us < second.ended_us && second.started_us < first.ended_us,
+        "the calls did not overlap: {first:?} {second:?}"
+    );
+    harness.finish().await;
+}
+
+#[tokio::test]
+async fn scripted_misbehaviour_is_answered_with_errors_the_model_reads() {
+    // (fixture, tool, outcome of the first call, calls of that tool in all)
+    let cases = [
+        ("tool_error_recovery.json", "get_task", ToolCallOutcome::Error, 2),
+        ("malformed_arguments.json", "get_task", ToolCallOutcome::InvalidArguments, 2),
+        ("unknown_tool.json", "get_taks", ToolCallOutcome::UnknownTool, 1),
+    ];
+    for (fixture, tool, first_outcome, calls) in cases {
+        let harness = Harness::start(OfflineModelOptions::script(script(fixture))).await;
+        let key = harness.world.create_task("").await;
+        let record = harness.run(limits(), &task_prompt(&key)).await.record;
+        assert_eq!(record.outcome, RunOutcome::Completed, "{fixture}: {record:#?}");
+        assert_eq!(record.calls[0].outcome, first_outcome, "{fixture}");
+        assert_eq!(record.calls.iter().filter(|c| c.name == tool).count(), calls, "{fixture}");
+        assert_eq!(harness.model.script_position(), record.turns as usize, "{fixture}");
+        harness.finish().await;
+    }
+}
+
+#[tokio::test]
+async fn a_refusal_is_recorded() {
+    let harness = Harness::start(OfflineModelOptions::script(script("refusal.json"))).await;
+    let record = harness.run(limits(), "Task: TE-1").await.record;
+    assert_eq!(record.outcome, RunOutcome::Refusal);
+    assert!(record.detail.as_deref().unwrap_or_default().contains("I cannot help"), "{record:#?}");
+    assert!(!record.final_message.is_empty());
+    harness.finish().await;
+}
+
+#[tokio::test]
+async fn rate_limit_waits_for_retry_after_then_succeeds() {
+    let harness = Harness::start(OfflineModelOptions::script(script("rate_limited.json"))).await;
+    let started = std::time::Instant::now();
+    let record = harness.run(limits(), &task_prompt("TE-1")).await.record;
+    assert_eq!(record.outcome, RunOutcome::Completed, "{record:#?}");
+    assert_eq!(harness.model.request_count(), 2);
+    assert_eq!(record.turns, 1);
+    // The policy's own backoff is 10 ms; only honouring `Retry-After: 1` waits a second.
+    assert!(started.elapsed() >= Duration::from_secs(1), "retried after {:?}", started.elapsed());
+    harness.finish().await;
+}
+
+#[tokio::test]
+async fn a_burst_of_server_errors_is_retried() {
+    let faults = Faults { server_error_burst: 3, ..Faults::default() };
+    let harness = Harness::start(OfflineModelOptions { faults, ..OfflineModelOptions::planner() }).await;
+    let key = harness.world.create_task("").await;
+    let record = harness.run(limits(), &task_prompt(&key)).await.record;
+    assert_eq!(record.outcome, RunOutcome::Completed, "{record:#?}");
+    assert_eq!(harness.model.request_count() as u32, record.turns + 3);
+    harness.finish().await;
+}
+
+#[tokio::test]
+async fn errors_past_the_retry_policy_end_the_run_as_model_error() {
+    let faults = Faults { server_error_burst: 10, ..Faults::default() };
+    let harness = Harness::start(OfflineModelOptions { faults, ..OfflineModelOptions::planner() }).await;
+    let record = harness.run(limits(), &task_prompt("TE-1")).await.record;
+    assert_eq!(record.outcome, RunOutcome::ModelError);
+    assert_eq!(harness.model.request_count(), 5, "max_attempts");
+    assert!(record.detail.as_deref().unwrap_or_default().contains("500"), "{record:#?}");
+    harness.finish().await;
+}
+
+#[tokio::test]
+async fn truncated_bodies_and_invalid_arguments_are_survived() {
+    let faults = Faults { truncated_body_burst: 2, invalid_arguments: 1, ..Faults::default() };
+    let harness = Harness::start(OfflineModelOptions { faults, ..OfflineModelOptions::planner() }).await;
+    let key = harness.world.create_task("").await;
+    let record = harness.run(limits(), &task_prompt(&key)).await.record;
+    assert_eq!(record.outcome, RunOutcome::Completed, "{record:#?}");
+    assert_eq!(record.calls[0].outcome, ToolCallOutcome::InvalidArguments);
+    assert_eq!(record.tool_calls_by_name["get_task"].ok, 1);
+    assert_eq!(harness.world.task(&key).await.status, "in_review");
+    harness.finish().await;
+}
+
+#[tokio::test]
+async fn context_length_error_drops_old_tool_results_and_retries_once() {
+    let harness = Harness::start(OfflineModelOptions::script(script("context_length.json"))).await;
+    let key = harness.world.create_task("").await;
+    let output = harness.run(limits(), &task_prompt(&key)).await;
+    let record = &output.record;
+    assert_eq!(record.outcome, RunOutcome::Completed, "{record:#?}");
+    assert_eq!(record.context_trims.len(), 1);
+    assert!(record.context_trims[0].contains("dropped 1 old tool results"), "{:?}", record.context_trims);
+    assert_eq!(harness.model.request_count(), 5);
+    assert_eq!(record.turns, 4);
+    // The original request survives the trim.
+    assert!(output.conversation[0].text().contains(&key));
+    harness.finish().await;
+}
+
+#[tokio::test]
+async fn turn_budget_stops_exactly() {
+    let faults = Faults { endless_tool_calls: true, ..Faults::default() };
+    let harness = Harness::start(OfflineModelOptions { faults, ..OfflineModelOptions::planner() }).await;
+    let key = harness.world.create_task("").await;
+    let record = harness.run(Limits { max_turns: 3, ..limits() }, &task_prompt(&key)).await.record;
+    assert_eq!(record.outcome, RunOutcome::BudgetTurns);
+    assert_eq!(record.turns, 3);
+    assert_eq!(harness.model.request_count(), 3);
+    assert_eq!(record.tool_calls, 6);
+    assert!(record.final_message.contains("3 model turns"), "{}", record.final_message);
+    harness.finish().await;
+}
+
+#[tokio::test]
+async fn tool_call_budget_stops_exactly() {
+    let faults = Faults { endless_tool_calls: true, ..Faults::default() };
+    let harness = Harness::start(OfflineModelOptions { faults, ..OfflineModelOptions::planner() }).await;
+    let key = harness.world.create_task("").await;
+    let output = harness.run(Limits { max_tool_calls: 5, ..limits() }, &task_prompt(&key)).await;
+    let record = &output.record;
+    assert_eq!(record.outcome, RunOutcome::BudgetToolCalls);
+    assert_eq!(record.tool_calls, 5);
+    assert_eq!(record.turns, 3);
+    assert_eq!(record.tool_calls_by_name["get_task"].ok, 5);
+    assert_eq!(record.tool_calls_by_name["get_task"].not_run, 1);
+    // The call past the budget still has its answer in the conversation.
+    let last = output.conversation.last().unwrap();
+    assert!(matches!(last, Message::Tool { is_error: true, .. }) && last.text().contains("budget"), "{last:?}");
+    harness.finish().await;
+}
+
+#[tokio::test]
+async fn token_budget_stops_before_it_is_overshot() {
+    let full = Harness::start(OfflineModelOptions::planner()).await;
+    let key = full.world.create_task("").await;
+    let needed = full.run(limits(), &task_prompt(&key)).await.record.total_tokens();
+    full.finish().await;
+
+    let harness = Harness::start(OfflineModelOptions::planner()).await;
+    let key = harness.world.create_task("").await;
+    let budget = needed / 2;
+    let record = harness.run(Limits { max_tokens_per_run: budget, ..limits() }, &task_prompt(&key)).await.record;
+    assert_eq!(record.outcome, RunOutcome::BudgetTokens, "{record:#?}");
+    assert!(record.total_tokens() <= budget, "{} > {budget}", record.total_tokens());
+    assert!(record.turns >= 1);
+    // Every request asked for no more output than the budget had left.
+    for request in harness.model.requests() {
+        assert!(request["max_completion_tokens"].as_u64().unwrap() <= budget);
+    }
+    harness.finish().await;
+}
+
+#[tokio::test]
+async fn deadline_stops_a_slow_run() {
+    let harness =
+        Harness::start(OfflineModelOptions { delay: Duration::from_secs(2), ..OfflineModelOptions::planner() }).await;
+    let record = harness.run(Limits { run_timeout_ms: 200, ..limits() }, &task_prompt("TE-1")).await.record;
+    assert_eq!(record.outcome, RunOutcome::Deadline);
+    assert_eq!(record.turns, 0);
+    assert!(record.final_message.contains("ran out of time"), "{}", record.final_message);
+    harness.finish().await;
+}
+
+#[tokio::test]
+async fn cancellation_stops_a_run_mid_way() {
+    let harness =
+        Harness::start(OfflineModelOptions { delay: Duration::from_millis(300), ..OfflineModelOptions::planner() })
+            .await;
+    let key = harness.world.create_task("").await;
+    let cancel = CancellationToken::new();
+    let prompt = task_prompt(&key);
+    let run = harness.run_with(limits(), &prompt, cancel.clone(), None);
+    let watch = async {
+        // The second model request is in flight (held by the delay) when we cancel.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while harness.model.request_count() < 2 {
+            assert!(tokio::time::Instant::now() < deadline, "the run never sent a second request");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        cancel.cancel();
+    };
+    let (output, ()) = tokio::join!(run, watch);
+    assert_eq!(output.record.outcome, RunOutcome::Cancelled);
+    assert_eq!(output.record.turns, 1);
+    assert_eq!(output.record.tool_calls, 1);
+    harness.finish().await;
+}
+
+#[tokio::test]
+async fn steering_inputs_join_the_conversation() {
+    let harness = Harness::start(OfflineModelOptions::planner()).await;
+    let key = harness.world.create_task("").await;
+    let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+    sender.send("Also: keep the summary short.".to_string()).unwrap();
+    let output = harness.run_with(limits(), &task_prompt(&key), CancellationToken::new(), Some(receiver)).await;
+    assert_eq!(output.record.outcome, RunOutcome::Completed);
+    assert_eq!(output.record.steering_inputs, 1);
+    assert!(output.conversation.iter().any(|m| m.text() == "Also: keep the summary short."));
+    harness.finish().await;
+}
