@@ -15,12 +15,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use picogent::config::{McpServerConfig, PermissionMode};
+use picogent::board::BoardOptions;
+use picogent::config::{McpServerConfig, PermissionMode, ToolsConfig, TrackerConfig};
 use picogent::mcp::client::{ServerConnection, ServerStatus};
 use picogent::mcp::host::McpHost;
-use picogent::mcp::policy::{CombinedSource, Policy, PolicySource, is_read_only};
+use picogent::mcp::policy::{CombinedSource, Policy, PolicySource, TrackerAsker, is_read_only};
 use picogent::mcp::results::ArtifactStore;
-use picogent::tools::{ToolContext, ToolSource};
+use picogent::retry::RetryConfig;
+use picogent::secret::Secret;
+use picogent::tools::{Conversation, Registry, ToolContext, ToolSource};
+use picogent::tracker::TrackerClient;
+use picogent::tracker::model::{CreateTask, MessageQuery, ReplyMessage, SendMessage};
 use rmcp::model::CallToolResult;
 use serde_json::json;
 
@@ -391,4 +396,148 @@ async fn policy_denies_by_glob_and_in_read_only_mode() {
     assert!(text(&refused).contains("read-only mode"), "{}", text(&refused));
     let listed = read_only.call("list_mcp_resources", json!({}), &context()).await;
     assert_eq!(listed.is_error, Some(false), "{}", text(&listed));
+}
+
+// ---- ask mode through real threads on the reference board ----
+
+fn tracker_client(url: &str, token: &str) -> TrackerClient {
+    let config = TrackerConfig {
+        url: url.to_string(),
+        api_prefix: "/api".to_string(),
+        token_env: "TEAMBOARD_TOKEN".to_string(),
+        timeout_ms: 5_000,
+        retry: RetryConfig::default(),
+    };
+    TrackerClient::new(&config, Secret::new(token)).unwrap()
+}
+
+/// Waits until the agent's permission request appears in the conversation; returns its text.
+async fn request_posted(alice: &TrackerClient, query: &MessageQuery) -> String {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let messages = alice.list_messages(query).await.unwrap();
+        if let Some(request) =
+            messages.iter().find(|m| m.author_slug == "picogent" && m.content.contains("Permission needed"))
+        {
+            return request.content.clone();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the agent never asked");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_mode_approved_refused_and_timed_out_through_board_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let seed = root().join("fixtures/board-seed.json");
+    let board = picogent::board::start(BoardOptions::loopback(dir.path().join("board.db"), Some(seed))).await.unwrap();
+    let agent = tracker_client(&board.url(), "tok-picogent");
+    let alice = tracker_client(&board.url(), "tok-alice");
+    let otherbot = tracker_client(&board.url(), "tok-otherbot");
+
+    // Untrusted time server: its tools are destructive. Trusted everything: its read-only tools are not.
+    let host: Arc<dyn ToolSource> =
+        Arc::new(start(vec![("time", time_server(false)), ("everything", everything_stdio())], dir.path(), 8192).await);
+    let registry: Arc<dyn ToolSource> = Arc::new(Registry::new(agent.clone(), &ToolsConfig::default(), 8192).unwrap());
+    let combined: Arc<dyn ToolSource> = Arc::new(CombinedSource::new([registry, host]));
+    let policy_with = |timeout_ms: u64| {
+        let asker = TrackerAsker::new(agent.clone(), Duration::from_millis(timeout_ms))
+            .with_poll_interval(Duration::from_millis(100));
+        Arc::new(PolicySource::new(
+            combined.clone(),
+            Policy {
+                allowed_tools: vec![],
+                disallowed_tools: vec!["send_message".to_string()],
+                mode: PermissionMode::Ask,
+            },
+            Some(Arc::new(asker)),
+        ))
+    };
+    let policy = policy_with(60_000);
+
+    // The tracker's own tools are governed too.
+    assert!(!policy.tools().iter().any(|t| t.name == "send_message"));
+    let denied = policy.call("send_message", json!({"content": "x"}), &context()).await;
+    assert!(text(&denied).contains("not allowed"), "{}", text(&denied));
+    // A read-only tool of a trusted server runs without asking.
+    let quick = policy
+        .call("mcp__everything__trigger-long-running-operation", json!({"duration": 0.1, "steps": 1}), &context())
+        .await;
+    assert!(text(&quick).contains("completed"), "{}", text(&quick));
+
+    // Approved in a chat thread.
+    let project = alice.get_project("team").await.unwrap();
+    let root_message = alice
+        .send_message(
+            &SendMessage {
+                content: "@picogent what time is it in Paris?".to_string(),
+                chat_id: Some(project.chat_id.clone()),
+                task_id: None,
+                parent_id: None,
+                mentions: None,
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    let mut in_thread = context();
+    in_thread.conversation = Some(Conversation::Thread { root_message_id: root_message.id.clone() });
+    let call = tokio::spawn({
+        let policy = policy.clone();
+        async move { policy.call("mcp__time__get_current_time", json!({"timezone": "Europe/Paris"}), &in_thread).await }
+    });
+    let thread = MessageQuery { parent_id: Some(root_message.id.clone()), ..MessageQuery::default() };
+    let asked = request_posted(&alice, &thread).await;
+    assert!(asked.contains("mcp__time__get_current_time") && asked.contains("Europe/Paris"), "{asked}");
+    let reply = |text: &str| ReplyMessage { content: text.to_string(), mentions: None };
+    alice.reply_message(&root_message.id, &reply("@picogent yes, go ahead"), None).await.unwrap();
+    let approved = call.await.unwrap();
+    assert_eq!(approved.is_error, Some(false), "{}", text(&approved));
+    assert!(text(&approved).contains("Europe/Paris"), "{}", text(&approved));
+
+    // Refused in a task's comments: another bot's "yes" does not count, alice's "no" does.
+    let task = alice
+        .create_task(
+            &CreateTask {
+                project_slug: "team".to_string(),
+                title: "Check the clock".to_string(),
+                ..CreateTask::default()
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    let mut in_task = context();
+    in_task.conversation = Some(Conversation::Task { task_id: task.id.clone() });
+    let call = tokio::spawn({
+        let policy = policy.clone();
+        async move { policy.call("mcp__time__get_current_time", json!({"timezone": "UTC"}), &in_task).await }
+    });
+    let comments = MessageQuery { task_id: Some(task.id.clone()), ..MessageQuery::default() };
+    request_posted(&alice, &comments).await;
+    let comment = |content: &str| SendMessage {
+        content: content.to_string(),
+        chat_id: None,
+        task_id: Some(task.id.clone()),
+        parent_id: None,
+        mentions: None,
+    };
+    otherbot.send_message(&comment("yes"), None).await.unwrap();
+    alice.send_message(&comment("no"), None).await.unwrap();
+    let refused = call.await.unwrap();
+    assert_eq!(refused.is_error, Some(true));
+    assert!(text(&refused).contains("alice answered no"), "{}", text(&refused));
+
+    // Nobody answers: denied when the ask timeout passes.
+    let short = policy_with(1_500);
+    let mut in_thread = context();
+    in_thread.conversation = Some(Conversation::Thread { root_message_id: root_message.id.clone() });
+    let timed_out = short.call("mcp__time__get_current_time", json!({"timezone": "UTC"}), &in_thread).await;
+    assert_eq!(timed_out.is_error, Some(true));
+    assert!(text(&timed_out).contains("nobody approved"), "{}", text(&timed_out));
+
+    // No conversation to ask in: denied, with the reason.
+    let nowhere = policy.call("mcp__time__get_current_time", json!({"timezone": "UTC"}), &context()).await;
+    assert!(text(&nowhere).contains("no task or thread"), "{}", text(&nowhere));
+    board.shutdown().await.unwrap();
 }
