@@ -15,12 +15,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use picogent::agent::{self, RunInput, RunOutcome, RunSetup, ToolCallOutcome};
 use picogent::board::BoardOptions;
-use picogent::config::{McpServerConfig, PermissionMode, ToolsConfig, TrackerConfig};
+use picogent::config::{Limits, LlmConfig, McpServerConfig, PermissionMode, ToolsConfig, TrackerConfig};
+use picogent::llm::OpenAiChat;
 use picogent::mcp::client::{ServerConnection, ServerStatus};
 use picogent::mcp::host::McpHost;
 use picogent::mcp::policy::{CombinedSource, Policy, PolicySource, TrackerAsker, is_read_only};
 use picogent::mcp::results::ArtifactStore;
+use picogent::offline_model::script::Script;
+use picogent::offline_model::{self, OfflineModelOptions};
 use picogent::retry::RetryConfig;
 use picogent::secret::Secret;
 use picogent::tools::{Conversation, Registry, ToolContext, ToolSource};
@@ -540,4 +544,53 @@ async fn ask_mode_approved_refused_and_timed_out_through_board_threads() {
     let nowhere = policy.call("mcp__time__get_current_time", json!({"timezone": "UTC"}), &context()).await;
     assert!(text(&nowhere).contains("no task or thread"), "{}", text(&nowhere));
     board.shutdown().await.unwrap();
+}
+
+// ---- through the LLM loop, with the scripted offline model ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_loop_calls_an_mcp_tool_with_the_scripted_offline_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = Script::from_file(&root().join("fixtures/mcp/time_call.json")).unwrap();
+    let model = offline_model::start(OfflineModelOptions::script(script)).await.unwrap();
+    let llm = LlmConfig {
+        base_url: model.url(),
+        model: "offline-script".to_string(),
+        api_key_env: None,
+        temperature: Some(0.0),
+        max_output_tokens: Some(2_000),
+        timeout_ms: 10_000,
+        parallel_tool_calls: true,
+        retry: RetryConfig::default(),
+    };
+    let chat = OpenAiChat::new(&llm, None).unwrap();
+    let host: Arc<dyn ToolSource> = Arc::new(start(vec![("time", time_server(false))], dir.path(), 8192).await);
+    let tools = PolicySource::new(
+        Arc::new(CombinedSource::new([host])),
+        Policy { allowed_tools: vec![], disallowed_tools: vec![], mode: PermissionMode::Auto },
+        None,
+    );
+    let offered: Vec<String> = tools.tools().iter().map(|t| t.name.to_string()).collect();
+    let setup = RunSetup {
+        model: &chat,
+        tools: &tools,
+        offered_tools: offered,
+        limits: Limits { run_timeout_ms: 60_000, ..Limits::default() },
+        tool_context: context(),
+        cancel: tokio_util::sync::CancellationToken::new(),
+        steering: None,
+    };
+    let input = RunInput {
+        system_prompt: "You are picogent.".to_string(),
+        history: vec![],
+        prompt: "What time is it in Paris?".to_string(),
+    };
+    let record = agent::run(setup, input).await.record;
+    assert_eq!(record.outcome, RunOutcome::Completed, "{record:#?}");
+    assert_eq!(record.calls.len(), 1, "{record:#?}");
+    assert_eq!(record.calls[0].name, "mcp__time__get_current_time");
+    assert_eq!(record.calls[0].outcome, ToolCallOutcome::Ok, "{record:#?}");
+    assert!(record.final_message.contains("Europe/Paris"), "{}", record.final_message);
+    assert_eq!(model.mismatches(), Vec::<String>::new(), "the script saw unexpected requests");
+    model.shutdown().await;
 }
