@@ -6,9 +6,12 @@
 //! missing server FAILS the test with the command that installs it:
 //!
 //! ```sh
-//! python3 -m venv .venv-test && .venv-test/bin/pip install mcp-server-time mcp-server-git
+//! python3 -m venv .venv-test && .venv-test/bin/pip install -r tests/interop/requirements.txt
 //! (cd tests/interop && npm ci)
 //! ```
+//!
+//! Overrides: `MCP_SERVER_TIME`, `MCP_SERVER_GIT` (the executables), `MCP_SERVER_EVERYTHING` (its
+//! `dist/index.js`), `NODE` (the node binary).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -33,7 +36,7 @@ use picogent::tracker::model::{CreateTask, MessageQuery, ReplyMessage, SendMessa
 use rmcp::model::CallToolResult;
 use serde_json::json;
 
-const INSTALL: &str = "python3 -m venv .venv-test && .venv-test/bin/pip install mcp-server-time mcp-server-git; \
+const INSTALL: &str = "python3 -m venv .venv-test && .venv-test/bin/pip install -r tests/interop/requirements.txt; \
                        (cd tests/interop && npm ci)";
 const WAIT: Duration = Duration::from_secs(60);
 
