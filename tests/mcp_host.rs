@@ -88,7 +88,8 @@ async fn start(servers: Vec<(&str, McpServerConfig)>, artifacts: &Path, max_inli
     let servers: BTreeMap<String, McpServerConfig> = servers.into_iter().map(|(n, c)| (n.to_string(), c)).collect();
     let host = McpHost::start_servers(servers, ArtifactStore::new(artifacts.to_path_buf(), max_inline)).await;
     for server in host.servers() {
-        assert_eq!(server.status(), ServerStatus::Ready, "server {} did not connect", server.name());
+        // On a loaded machine a slow first start is retried by the supervisor.
+        until(server, &format!("server {} to connect", server.name()), |s| s.status() == ServerStatus::Ready).await;
     }
     host
 }
@@ -596,4 +597,66 @@ async fn the_agent_loop_calls_an_mcp_tool_with_the_scripted_offline_model() {
     assert!(record.final_message.contains("Europe/Paris"), "{}", record.final_message);
     assert_eq!(model.mismatches(), Vec::<String>::new(), "the script saw unexpected requests");
     model.shutdown().await;
+}
+
+// ---- list changes on the 2026-07-28 listen stream, and cancellation reaching the server ----
+
+/// Waits until `path` holds `count` lines equal to `line`.
+async fn recorded(path: &Path, line: &str, count: usize) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let recorded = std::fs::read_to_string(path).unwrap_or_default();
+        if recorded.lines().filter(|l| *l == line).count() >= count {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the server never recorded {line:?} {count} times: {recorded:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_list_changes_refresh_and_timeouts_cancel_on_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let python = required("MCP_PYTHON", root().join(".venv-test/bin/python"));
+    let marker = dir.path().join("cancelled.txt");
+    let config = server(json!({
+        "command": python.display().to_string(),
+        "args": [root().join("fixtures/mcp/probe_server.py").display().to_string(), marker.display().to_string()],
+        "trusted": true,
+        "timeout_ms": 2000
+    }));
+    let host = start(vec![("probe", config)], dir.path(), 8192).await;
+    let server = host.server("probe").unwrap();
+    let names = |host: &McpHost| host.tools().iter().map(|t| t.name.to_string()).collect::<Vec<_>>();
+    assert!(names(&host).contains(&"mcp__probe__hang".to_string()), "{:?}", names(&host));
+    assert!(!names(&host).contains(&"mcp__probe__extra".to_string()));
+
+    let added = host.call("mcp__probe__add_extra_tool", json!({}), &context()).await;
+    assert!(text(&added).contains("added"), "{}", text(&added));
+    until(server, "the tool list to refresh", |s| s.snapshot().tools.iter().any(|t| t.name == "extra")).await;
+    let extra = host.call("mcp__probe__extra", json!({}), &context()).await;
+    assert!(text(&extra).contains("extra tool ran"), "{}", text(&extra));
+
+    // The server's timeout: the call fails and the server is told to stop.
+    let hung = host.call("mcp__probe__hang", json!({}), &context()).await;
+    assert!(text(&hung).contains("did not answer within 2000 ms"), "{}", text(&hung));
+    recorded(&marker, "cancelled", 1).await;
+
+    // The run stops: the call gives up at once and the server is told too.
+    let run = context();
+    let cancel = run.cancel.clone();
+    let host = Arc::new(host);
+    let call = tokio::spawn({
+        let host = host.clone();
+        async move { host.call("mcp__probe__hang", json!({}), &run).await }
+    });
+    recorded(&marker, "started", 2).await;
+    cancel.cancel();
+    let stopped = call.await.unwrap();
+    assert!(text(&stopped).contains("cancelled because the run stopped"), "{}", text(&stopped));
+    recorded(&marker, "cancelled", 2).await;
+    host.shutdown().await;
 }

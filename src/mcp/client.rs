@@ -239,11 +239,20 @@ impl ServerConnection {
         cancel: &CancellationToken,
         request: impl Future<Output = Result<T, ServiceError>>,
     ) -> Result<T, ServerCallError> {
+        self.request_within(self.timeout(), cancel, request).await
+    }
+
+    async fn request_within<T>(
+        &self,
+        limit: Duration,
+        cancel: &CancellationToken,
+        request: impl Future<Output = Result<T, ServiceError>>,
+    ) -> Result<T, ServerCallError> {
         tokio::select! {
-            outcome = tokio::time::timeout(self.timeout(), request) => match outcome {
+            outcome = tokio::time::timeout(limit, request) => match outcome {
                 Ok(Ok(value)) => Ok(value),
                 Ok(Err(error)) => Err(self.failed(error)),
-                Err(_) => Err(ServerCallError::TimedOut { server: self.name.clone(), timeout_ms: self.config.timeout_ms }),
+                Err(_) => Err(ServerCallError::TimedOut { server: self.name.clone(), timeout_ms: limit.as_millis() as u64 }),
             },
             _ = cancel.cancelled() => Err(ServerCallError::Cancelled { server: self.name.clone() }),
         }
@@ -324,6 +333,13 @@ impl ServerConnection {
                         protocol_version: info.as_ref().map(|info| info.protocol_version.to_string()),
                         ..ServerSnapshot::default()
                     };
+                    // From 2026-07-28 a server sends list changes only on a listen stream. It is
+                    // open before the lists are read, so no change between the two is missed.
+                    if info.as_ref().is_some_and(|info| !info.protocol_version.has_initialize())
+                        && let Some(subscription) = self.listen(&peer).await
+                    {
+                        tokio::spawn(forward_list_changes(subscription, events_tx.clone()));
+                    }
                     let capabilities = info.as_ref().map(|info| info.capabilities.clone()).unwrap_or_default();
                     if capabilities.tools.is_some() {
                         snapshot.tools = self.list_tools(&peer).await.unwrap_or_default();
@@ -349,11 +365,6 @@ impl ServerConnection {
                         state.pid = pid;
                         state.connections += 1;
                     });
-                    let modern = info.as_ref().is_some_and(|info| !info.protocol_version.has_initialize());
-                    if modern {
-                        // From 2026-07-28 a server sends list changes only on a listen stream.
-                        tokio::spawn(listen_for_list_changes(self.name.clone(), peer.clone(), events_tx.clone()));
-                    }
                     let stop = running.cancellation_token();
                     let mut finished = Box::pin(running.waiting());
                     let reason = loop {
@@ -390,6 +401,24 @@ impl ServerConnection {
             state.peer = None;
             state.status = ServerStatus::Stopped;
         });
+    }
+
+    /// Opens the list-change stream of a 2026-07-28 server. A server that refuses it only loses
+    /// refreshes (logged).
+    async fn listen(&self, peer: &Peer<RoleClient>) -> Option<rmcp::service::Subscription> {
+        use rmcp::model::SubscriptionFilter;
+        let filter =
+            SubscriptionFilter::builder().tools_list_changed().prompts_list_changed().resources_list_changed().build();
+        let never = CancellationToken::new();
+        // Part of connecting, so it gets the handshake's allowance rather than a call's timeout.
+        let limit = self.timeout().max(Duration::from_secs(30));
+        match self.request_within(limit, &never, peer.listen(filter)).await {
+            Ok(subscription) => Some(subscription),
+            Err(error) => {
+                tracing::info!(server = %self.name, %error, "mcp server offers no list-change stream");
+                None
+            }
+        }
     }
 
     async fn refresh(&self, peer: &Peer<RoleClient>, what: Refresh) {
@@ -487,8 +516,10 @@ impl ServerConnection {
         handler: Handler,
         lifecycle: ClientLifecycleMode,
     ) -> Result<(RunningService<RoleClient, Handler>, Option<u32>), ConnectError> {
-        // Discovery alone may wait 10 s for a silent legacy server before falling back.
-        let limit = self.timeout() + Duration::from_secs(10);
+        // A server may start slowly (an interpreter, a package download): the handshake gets at
+        // least 30 s whatever the per-request timeout, and discovery alone may wait 10 s for a
+        // silent legacy server before falling back.
+        let limit = self.timeout().max(Duration::from_secs(30)) + Duration::from_secs(10);
         let handshake = |error: rmcp::service::ClientInitializeError| ConnectError::Handshake(error.to_string());
         if let Some(command) = &self.config.command {
             let mut child = tokio::process::Command::new(command);
@@ -544,19 +575,10 @@ impl ServerConnection {
     }
 }
 
-/// Forwards a modern server's list-changed notifications from a `subscriptions/listen` stream to
-/// the supervisor; ends with the connection. A server that refuses the stream only loses refreshes.
-async fn listen_for_list_changes(server: String, peer: Peer<RoleClient>, events: mpsc::UnboundedSender<Refresh>) {
-    use rmcp::model::{ServerNotification, SubscriptionFilter};
-    let filter =
-        SubscriptionFilter::builder().tools_list_changed().prompts_list_changed().resources_list_changed().build();
-    let mut subscription = match peer.listen(filter).await {
-        Ok(subscription) => subscription,
-        Err(error) => {
-            tracing::debug!(server = %server, %error, "mcp server offers no list-change stream");
-            return;
-        }
-    };
+/// Forwards list-changed notifications from a `subscriptions/listen` stream to the supervisor;
+/// ends with the connection.
+async fn forward_list_changes(mut subscription: rmcp::service::Subscription, events: mpsc::UnboundedSender<Refresh>) {
+    use rmcp::model::ServerNotification;
     while let Ok(Some(notification)) = subscription.next().await {
         let what = match notification {
             ServerNotification::ToolListChangedNotification(_) => Refresh::Tools,

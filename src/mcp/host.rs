@@ -88,7 +88,8 @@ impl McpHost {
             .map(|(name, config)| ServerConnection::start(name, config, shutdown.child_token()))
             .collect();
         futures::future::join_all(servers.iter().map(|server| {
-            let limit = Duration::from_millis(server.config().timeout_ms) + Duration::from_secs(15);
+            let limit = Duration::from_millis(server.config().timeout_ms).max(Duration::from_secs(30))
+                + Duration::from_secs(15);
             server.wait_settled(limit)
         }))
         .await;
