@@ -198,7 +198,18 @@ async fn git_server_over_stdio_with_per_server_tool_filter() {
 async fn everything_over_stdio_results_artifacts_resources_prompts_and_list_changes() {
     let dir = tempfile::tempdir().unwrap();
     let artifacts = dir.path().join("artifacts");
-    let host = start(vec![("everything", everything_stdio())], &artifacts, 8192).await;
+    // SAFETY: only this test reads these variables.
+    unsafe {
+        std::env::set_var("PICOGENT_TEST_HIDDEN_TOKEN", "tok-must-not-leak");
+        std::env::set_var("PICOGENT_TEST_PASSED_TOKEN", "tok-passed-on-purpose");
+    }
+    let mut config = everything_stdio();
+    config.env.insert("GIVEN_TOKEN".to_string(), "${PICOGENT_TEST_PASSED_TOKEN}".to_string());
+    let host = start(vec![("everything", config)], &artifacts, 8192).await;
+    // The child sees its `env` (expanded) and a minimal environment, not picogent's secrets.
+    let env = text(&host.call("mcp__everything__get-env", json!({}), &context()).await);
+    assert!(env.contains("tok-passed-on-purpose") && env.contains("PATH"), "{env}");
+    assert!(!env.contains("tok-must-not-leak"), "{env}");
     // server-everything predates 2026-07-28: the host fell back.
     assert_eq!(host.server("everything").unwrap().snapshot().protocol_version.as_deref(), Some("2025-11-25"));
     let tools = host.tools();

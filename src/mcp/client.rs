@@ -12,7 +12,8 @@
 //! - every request carries the server's `timeout_ms`; a request that runs out (or whose run is
 //!   cancelled) is dropped, and rmcp then sends `notifications/cancelled` to the server;
 //! - secrets named in `headers` / `env` as `${NAME}` are read from the environment when connecting
-//!   and never logged (only header names are).
+//!   and never logged (only header names are); a stdio server inherits only a minimal environment
+//!   (PATH, HOME, locale…) plus its `env`, never picogent's own tokens.
 
 use std::collections::VecDeque;
 use std::process::Stdio;
@@ -41,6 +42,8 @@ pub const FALLBACK_PROTOCOL: ProtocolVersion = ProtocolVersion::V_2025_11_25;
 
 /// Progress notifications kept per server for the run record (the oldest are dropped).
 const PROGRESS_KEPT: usize = 256;
+/// The only variables of picogent's environment a stdio server inherits.
+const INHERITED_ENV: &[&str] = &["HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TMPDIR", "TZ"];
 const BACKOFF_START: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
@@ -523,7 +526,14 @@ impl ServerConnection {
         let handshake = |error: rmcp::service::ClientInitializeError| ConnectError::Handshake(error.to_string());
         if let Some(command) = &self.config.command {
             let mut child = tokio::process::Command::new(command);
-            child.args(&self.config.args).kill_on_drop(true);
+            // The child gets a minimal environment plus its `env`: picogent's own secrets (the
+            // tracker token, the model key) are not handed to third-party code.
+            child.args(&self.config.args).kill_on_drop(true).env_clear();
+            for key in INHERITED_ENV {
+                if let Some(value) = std::env::var_os(key) {
+                    child.env(key, value);
+                }
+            }
             for (key, value) in &self.config.env {
                 child.env(key, expand_env(value, &format!("env {key}"))?.expose());
             }
