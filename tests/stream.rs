@@ -201,6 +201,26 @@ async fn an_unreachable_tracker_is_reported_and_retried_until_cancelled() {
 }
 
 #[tokio::test]
+async fn an_https_tracker_gets_a_tls_handshake() {
+    // The injector speaks plain WebSocket, so a TLS client hello fails there — which proves the
+    // stream tried TLS for wss:// instead of refusing it as unsupported.
+    let (url, _connections) = injector(None).await;
+    let client = client_for(&url.replace("http://", "https://"), "tok-picogent");
+    assert!(client.ws_url().starts_with("wss://"));
+    let cancel = CancellationToken::new();
+    let (mut items, handle) = transport::spawn(fast_options(), &client, Arc::new(AtomicU64::new(0)), cancel.clone());
+    match next_item(&mut items).await {
+        StreamItem::Status(LinkStatus::Disconnected { reason }) => {
+            assert!(!reason.contains("not compiled"), "{reason}");
+            assert!(reason.contains("TLS") || reason.contains("tls"), "{reason}");
+        }
+        other => panic!("expected the TLS handshake with a plain server to fail, got {other:?}"),
+    }
+    cancel.cancel();
+    assert!(tokio::time::timeout(HANG, handle).await.unwrap().unwrap().is_ok());
+}
+
+#[tokio::test]
 async fn a_tracker_answering_503_is_retried_with_one_report_for_the_outage() {
     let (url, _connections, handshakes) = counting_injector(Some(StatusCode::SERVICE_UNAVAILABLE)).await;
     let client = client_for(&url, "tok-picogent");
@@ -354,10 +374,12 @@ enum RelayMode {
     Down,
 }
 
-/// A loopback TCP relay in front of the board that the test can stall or cut.
+/// A loopback TCP relay in front of the board that the test can stall, cut, or point at a
+/// restarted board (which then need not get its old port back).
 struct Relay {
     addr: std::net::SocketAddr,
     mode: watch::Sender<RelayMode>,
+    target: Arc<std::sync::Mutex<std::net::SocketAddr>>,
 }
 
 impl Relay {
@@ -366,6 +388,8 @@ impl Relay {
         let addr = listener.local_addr().unwrap();
         let (mode, _) = watch::channel(RelayMode::Forward);
         let modes = mode.clone();
+        let target = Arc::new(std::sync::Mutex::new(target));
+        let targets = target.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((inbound, _)) = listener.accept().await else { return };
@@ -373,6 +397,7 @@ impl Relay {
                     drop(inbound);
                     continue;
                 }
+                let target = *targets.lock().unwrap();
                 let Ok(outbound) = TcpStream::connect(target).await else { continue };
                 let (inbound_read, inbound_write) = inbound.into_split();
                 let (outbound_read, outbound_write) = outbound.into_split();
@@ -380,7 +405,12 @@ impl Relay {
                 tokio::spawn(pump(outbound_read, inbound_write, modes.subscribe()));
             }
         });
-        Relay { addr, mode }
+        Relay { addr, mode, target }
+    }
+
+    /// New connections go to `target` from now on.
+    fn retarget(&self, target: std::net::SocketAddr) {
+        *self.target.lock().unwrap() = target;
     }
 
     fn url(&self) -> String {
@@ -503,8 +533,7 @@ async fn after_a_board_restart_resume_delivers_exactly_the_missed_events_in_orde
     let dir = tempfile::tempdir().unwrap();
     let board_db = dir.path().join("board.db");
     let board = start_board(&board_db, "127.0.0.1:0".parse().unwrap()).await;
-    let board_addr = board.addr();
-    let relay = Relay::start(board_addr).await;
+    let relay = Relay::start(board.addr()).await;
     let state = State::open(&dir.path().join("agent.db")).await.unwrap();
     let agent = client_for(&relay.url(), "tok-picogent");
     let (mut items, _handle) = transport::spawn(fast_options(), &agent, state.clone(), CancellationToken::new());
@@ -523,15 +552,17 @@ async fn after_a_board_restart_resume_delivers_exactly_the_missed_events_in_orde
         before.push(key);
     }
 
-    // The tracker goes away and comes back on the same database and port; meanwhile (with the
-    // relay still down) three more tasks are assigned.
+    // The tracker goes away and comes back on the same database (on a new port: the relay hides
+    // it, and the old port may be taken by then); meanwhile, with the relay still down, three
+    // more tasks are assigned.
     relay.set(RelayMode::Down);
     board.shutdown().await.unwrap();
     match wait_for(&mut items, |item| matches!(item, StreamItem::Status(LinkStatus::Disconnected { .. }))).await {
         StreamItem::Status(LinkStatus::Disconnected { reason }) => assert!(!reason.is_empty()),
         other => unreachable!("{other:?}"),
     }
-    let board = start_board(&board_db, board_addr).await;
+    let board = start_board(&board_db, "127.0.0.1:0".parse().unwrap()).await;
+    relay.retarget(board.addr());
     let alice = client_for(&board.url(), "tok-alice");
     let mut missed = Vec::new();
     for title in ["three", "four", "five"] {

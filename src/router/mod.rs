@@ -35,7 +35,7 @@ use filter::{MessageFacts, MessageFate, SessionKey};
 /// Everything the router reacts to.
 #[derive(Debug)]
 pub enum Input {
-    Stream(StreamItem),
+    Stream(Box<StreamItem>),
     /// A run ended (its task sends this as its last act).
     RunDone(Box<RunDone>),
     /// What a REST reconciliation found after a (re)connect.
@@ -142,11 +142,14 @@ impl Router {
 
     async fn handle(&mut self, input: Input) {
         match input {
-            Input::Stream(StreamItem::Event { envelope, .. }) => {
-                let span = tracing::info_span!("event", id = %envelope.id, seq = envelope.seq, name = %envelope.event);
-                tracing::Instrument::instrument(self.on_envelope(envelope), span).await
-            }
-            Input::Stream(StreamItem::Status(status)) => self.on_link(status).await,
+            Input::Stream(item) => match *item {
+                StreamItem::Event { envelope, .. } => {
+                    let span =
+                        tracing::info_span!("event", id = %envelope.id, seq = envelope.seq, name = %envelope.event);
+                    tracing::Instrument::instrument(self.on_envelope(envelope), span).await
+                }
+                StreamItem::Status(status) => self.on_link(status).await,
+            },
             Input::RunDone(done) => self.finish(*done).await,
             Input::Reconciled { tasks, messages } => {
                 for task in tasks {
@@ -290,10 +293,10 @@ impl Router {
             }
         }
         // A run recorded as running belongs to resume_interrupted_runs, not to a second start.
-        if let Ok(unfinished) = self.state.unfinished_runs().await {
-            if unfinished.iter().any(|run| run.session_key == session.as_string()) {
-                return;
-            }
+        if let Ok(unfinished) = self.state.unfinished_runs().await
+            && unfinished.iter().any(|run| run.session_key == session.as_string())
+        {
+            return;
         }
         self.metrics.event("task.assigned", "reconciled");
         let assigned_by = task.created_by.clone();
@@ -325,34 +328,19 @@ impl Router {
             self.config.chat_listen,
             &self.config.allowed_bots,
         );
+        let thread_key = SessionKey::Thread(message.thread_root().to_string()).as_string();
+        if fate == MessageFate::OwnMessage {
+            // Every message the agent posts is counted where it lands, as the stream shows it:
+            // the loop guard then holds for replies made inside a long run too.
+            if let Err(error) = self.state.record_reply(&thread_key, time::OffsetDateTime::now_utc()).await {
+                tracing::warn!(%error, "cannot count the agent's reply");
+            }
+        }
         if fate != MessageFate::Answer {
             self.metrics.event(EVENT, fate.as_str());
             tracing::debug!(id = %message.id, fate = fate.as_str(), "message not answered");
             return;
         }
-        // A busy session takes the message as steering: no second run.
-        if let Some(active) = self.active.get(&session) {
-            let text = format!(
-                "New message from @{} (message id {}):\n{}",
-                message.author_slug,
-                message.id,
-                crate::prompts::clean_text(&message.content, crate::prompts::MAX_FIELD_CHARS)
-            );
-            if active.steer.send(text).is_ok() {
-                self.metrics.event(EVENT, "steered");
-                return;
-            }
-        }
-        if let Some(waiting) = self.waiting.iter_mut().find(|r| r.session == session) {
-            waiting.steering.push(format!(
-                "New message from @{}: {}",
-                message.author_slug,
-                crate::prompts::clean_text(&message.content, crate::prompts::MAX_FIELD_CHARS)
-            ));
-            self.metrics.event(EVENT, "steered");
-            return;
-        }
-        let thread_key = SessionKey::Thread(message.thread_root().to_string()).as_string();
         match self.state.replies_in_last_hour(&thread_key).await {
             Ok(count) if count >= self.config.limits.max_replies_per_thread_per_hour => {
                 tracing::warn!(thread = %thread_key, count, "thread reply cap reached: not answering (loop guard)");
@@ -361,6 +349,19 @@ impl Router {
             }
             Ok(_) => {}
             Err(error) => tracing::warn!(%error, "cannot read the thread reply count"),
+        }
+        // A busy session takes the message as steering: no second run.
+        let steering = steering_text(&message, &session);
+        if let Some(active) = self.active.get(&session)
+            && active.steer.send(steering.clone()).is_ok()
+        {
+            self.metrics.event(EVENT, "steered");
+            return;
+        }
+        if let Some(waiting) = self.waiting.iter_mut().find(|r| r.session == session) {
+            waiting.steering.push(steering);
+            self.metrics.event(EVENT, "steered");
+            return;
         }
         self.metrics.event(EVENT, "run");
         let request = RunRequest {
@@ -376,9 +377,15 @@ impl Router {
 
     async fn replies_to_agent(&self, message: &MessageOut, session: &SessionKey) -> bool {
         let Some(parent_id) = &message.parent_id else { return false };
-        let thread = SessionKey::Thread(parent_id.clone()).as_string();
-        if matches!(session, SessionKey::Thread(_)) && matches!(self.state.load_session(&thread).await, Ok(Some(_))) {
-            return true;
+        let thread = SessionKey::Thread(parent_id.clone());
+        if matches!(session, SessionKey::Thread(_)) {
+            // Answering now, or answered before: either way the agent is in this thread.
+            if self.active.contains_key(&thread) || self.waiting_sessions.contains(&thread) {
+                return true;
+            }
+            if matches!(self.state.load_session(&thread.as_string()).await, Ok(Some(_))) {
+                return true;
+            }
         }
         match self.client.get_message(parent_id).await {
             Ok(parent) => parent.author_slug == self.config.slug,
@@ -387,10 +394,10 @@ impl Router {
     }
 
     async fn member_kind(&mut self, slug: &str) -> Option<MemberKind> {
-        if !self.members.contains_key(slug) {
-            if let Ok(member) = self.client.get_member(slug).await {
-                self.members.insert(member.slug.clone(), member.kind);
-            }
+        if !self.members.contains_key(slug)
+            && let Ok(member) = self.client.get_member(slug).await
+        {
+            self.members.insert(member.slug.clone(), member.kind);
         }
         self.members.get(slug).copied()
     }
@@ -516,10 +523,10 @@ impl Router {
             (RunEnd::Failed { notice }, _) => Some(notice.clone()),
             (RunEnd::Completed, _) => None,
         };
-        if let Some(text) = text {
-            if self.claim("run_notice", &done.run_id).await {
-                self.post_notice(&done.kind, &text, &format!("notice-{}", done.run_id)).await;
-            }
+        if let Some(text) = text
+            && self.claim("run_notice", &done.run_id).await
+        {
+            self.post_notice(&done.kind, &text, &format!("notice-{}", done.run_id)).await;
         }
         // Input that arrived after the run's last turn boundary starts a follow-up run.
         if !done.leftover_steering.is_empty() && !matches!(done.end, RunEnd::Cancelled) {
@@ -619,6 +626,20 @@ impl Router {
             let (tasks, messages) = reconcile(&client, &state, &slug).await;
             let _ = inputs.send(Input::Reconciled { tasks, messages }).await;
         });
+    }
+}
+
+/// How a message that arrives during a run is handed to it. In a chat thread it is a new
+/// request to answer, so it carries the same `Message id:`/`Thread id:` lines as
+/// `prompts/message_new.md`; on a task it is extra input for the work in progress.
+fn steering_text(message: &MessageOut, session: &SessionKey) -> String {
+    let content = crate::prompts::clean_text(&message.content, crate::prompts::MAX_FIELD_CHARS);
+    match session {
+        SessionKey::Thread(root) => format!(
+            "Message id: {}\nThread id: {root}\n@{} wrote in this thread while you were working:\n\n{content}",
+            message.id, message.author_slug
+        ),
+        SessionKey::Task(_) => format!("@{} commented while you were working:\n\n{content}", message.author_slug),
     }
 }
 

@@ -297,10 +297,10 @@ async fn drive(
         // Left `running`: the next start resumes it from the same request.
         return Ok(RunEnd::Cancelled);
     }
-    if let Ok(messages) = serde_json::to_value(&output.conversation) {
-        if let Err(error) = state.save_session(&session_key, &messages).await {
-            tracing::error!(%error, "cannot save the session");
-        }
+    if let Ok(messages) = serde_json::to_value(&output.conversation)
+        && let Err(error) = state.save_session(&session_key, &messages).await
+    {
+        tracing::error!(%error, "cannot save the session");
     }
     let total = record.total_tokens();
     let today = time::OffsetDateTime::now_utc().date();
@@ -315,19 +315,6 @@ async fn drive(
     if record.turns > 0 {
         services.metrics.turn(Duration::from_millis(record.model_time_ms / u64::from(record.turns)));
     }
-    let posted_reply = record.calls.iter().any(|c| {
-        c.outcome == crate::agent::ToolCallOutcome::Ok && (c.name == "reply_message" || c.name == "send_message")
-    });
-    if let (SessionKey::Thread(_), true) = (session, posted_reply) {
-        let _ = state.record_reply(&session_key, time::OffsetDateTime::now_utc()).await;
-    }
-    if let RunKind::Message { message } = kind {
-        if posted_reply && message.task_id.is_some() {
-            let thread = SessionKey::Thread(message.thread_root().to_string()).as_string();
-            let _ = state.record_reply(&thread, time::OffsetDateTime::now_utc()).await;
-        }
-    }
-
     use crate::agent::RunOutcome;
     use crate::state::RunStatus;
     let (status, end) = match record.outcome {

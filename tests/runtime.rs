@@ -1,0 +1,614 @@
+//! End-to-end tests of the long-lived agent over real sockets: the reference board, the offline
+//! model endpoint and the agent, all on 127.0.0.1:0.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use picogent::board::{BoardHandle, BoardOptions};
+use picogent::config::Config;
+use picogent::offline_model::{OfflineModelHandle, OfflineModelOptions};
+use picogent::runtime::{AgentHandle, AgentOptions};
+use picogent::secret::Secret;
+use picogent::state::RunStatus;
+use picogent::tracker::TrackerClient;
+use picogent::tracker::model::*;
+use picogent::transport::StreamOptions;
+use serde_json::{Value, json};
+
+const SEED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/board-seed.json");
+
+fn prompts_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("prompts")
+}
+
+async fn start_board(dir: &Path) -> BoardHandle {
+    start_board_at(dir, "127.0.0.1:0".parse().unwrap()).await
+}
+
+async fn start_board_at(dir: &Path, listen: std::net::SocketAddr) -> BoardHandle {
+    picogent::board::start(BoardOptions { listen, db: dir.join("board.db"), seed: Some(SEED.into()) }).await.unwrap()
+}
+
+async fn start_model(delay_ms: u64) -> OfflineModelHandle {
+    let options = OfflineModelOptions { delay: Duration::from_millis(delay_ms), ..OfflineModelOptions::planner() };
+    picogent::offline_model::start(options).await.unwrap()
+}
+
+/// An agent config as JSON, so fields not named take their defaults; `extra` is merged on top.
+fn agent_config(dir: &Path, board: &str, model: &str, slug: &str, extra: Value) -> Config {
+    let mut config = json!({
+        "slug": slug,
+        "name": slug,
+        "tracker": {"url": board, "timeout_ms": 5000,
+                    "retry": {"max_attempts": 8, "initial_delay_ms": 20, "max_delay_ms": 200, "max_elapsed_ms": 10000, "jitter": true}},
+        "llm": {"base_url": model, "model": "offline-planner", "timeout_ms": 20000,
+                "retry": {"max_attempts": 3, "initial_delay_ms": 20, "max_delay_ms": 200, "max_elapsed_ms": 5000, "jitter": false}},
+        "state": {"path": dir.join(format!("{slug}.db"))},
+        "http": {"listen": "127.0.0.1:0"},
+        "prompts_dir": prompts_dir(),
+    });
+    merge(&mut config, extra);
+    serde_json::from_value(config).unwrap()
+}
+
+fn merge(target: &mut Value, extra: Value) {
+    match (target, extra) {
+        (Value::Object(target), Value::Object(extra)) => {
+            for (key, value) in extra {
+                merge(target.entry(key).or_insert(Value::Null), value);
+            }
+        }
+        (target, extra) => *target = extra,
+    }
+}
+
+fn fast_stream() -> StreamOptions {
+    StreamOptions {
+        heartbeat_interval: Duration::from_millis(300),
+        initial_backoff: Duration::from_millis(50),
+        max_backoff: Duration::from_millis(300),
+        ..StreamOptions::new("TEAMBOARD_TOKEN")
+    }
+}
+
+async fn start_agent(config: Config) -> AgentHandle {
+    let token = format!("tok-{}", config.slug);
+    picogent::runtime::start(AgentOptions {
+        config,
+        tracker_token: Secret::new(token),
+        llm_api_key: None,
+        stream: Some(fast_stream()),
+        serve_http: true,
+    })
+    .await
+    .unwrap()
+}
+
+fn client(board: &BoardHandle, token: &str) -> TrackerClient {
+    let config: picogent::config::TrackerConfig = serde_json::from_value(json!({"url": board.url()})).unwrap();
+    TrackerClient::new(&config, Secret::new(token)).unwrap()
+}
+
+/// Polls `check` until it returns `Some`, failing with `what` after `timeout`.
+async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn wait_ready(agent: &AgentHandle) {
+    eventually(Duration::from_secs(10), "agent caught up", || async { agent.status.caught_up().then_some(()) }).await;
+}
+
+async fn wait_idle(agent: &AgentHandle) {
+    eventually(Duration::from_secs(20), "agent idle", || async { (agent.status.active_runs() == 0).then_some(()) })
+        .await;
+}
+
+async fn create_assigned(alice: &TrackerClient, title: &str, description: &str) -> TaskOut {
+    alice
+        .create_task(
+            &CreateTask {
+                project_slug: "team".into(),
+                title: title.into(),
+                description: Some(description.into()),
+                assignee_slug: Some("picogent".into()),
+                ..CreateTask::default()
+            },
+            None,
+        )
+        .await
+        .unwrap()
+}
+
+async fn wait_status(alice: &TrackerClient, task_id: &str, status: TaskStatus) -> TaskOut {
+    eventually(Duration::from_secs(30), &format!("task {task_id} in {status}"), || async {
+        let task = alice.get_task(task_id).await.ok()?;
+        (task.status == status).then_some(task)
+    })
+    .await
+}
+
+async fn comments(alice: &TrackerClient, task_id: &str) -> Vec<MessageOut> {
+    alice
+        .list_messages(&MessageQuery { task_id: Some(task_id.into()), limit: Some(200), ..MessageQuery::default() })
+        .await
+        .unwrap()
+}
+
+async fn thread(alice: &TrackerClient, root: &str) -> Vec<MessageOut> {
+    alice
+        .list_messages(&MessageQuery { parent_id: Some(root.into()), limit: Some(200), ..MessageQuery::default() })
+        .await
+        .unwrap()
+}
+
+async fn chat_id(alice: &TrackerClient) -> String {
+    alice.get_project("team").await.unwrap().chat_id
+}
+
+async fn say(who: &TrackerClient, chat: &str, text: &str) -> MessageOut {
+    who.send_message(&SendMessage { content: text.into(), chat_id: Some(chat.into()), ..SendMessage::default() }, None)
+        .await
+        .unwrap()
+}
+
+async fn runs_for(agent: &AgentHandle, session: &str) -> Vec<picogent::state::RunRecord> {
+    agent.state.list_runs(500).await.unwrap().into_iter().filter(|r| r.session_key == session).collect()
+}
+
+/// The text of every user message of the first chat request the model received.
+fn first_user_prompt(model: &OfflineModelHandle) -> String {
+    let requests = model.requests();
+    let first = requests.first().expect("the model got a request");
+    first["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn assignment_is_acknowledged_then_worked_to_review() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({}))).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+
+    let task = create_assigned(&alice, "Ship the docs", "Docs for 1.0\n- write the guide\n- proofread it").await;
+    let task = wait_status(&alice, &task.id, TaskStatus::InReview).await;
+    wait_idle(&agent).await;
+
+    // The acknowledgement came before the first model call: the prompt, rendered from a fresh
+    // read after it, already says in_progress.
+    let prompt = first_user_prompt(&model);
+    assert!(prompt.contains("Status: in_progress"), "{prompt}");
+    let steps = alice.list_steps(&task.id).await.unwrap();
+    let titles: Vec<_> = steps.iter().map(|s| s.title.as_str()).collect();
+    assert_eq!(titles, ["write the guide", "proofread it"]);
+    assert!(steps.iter().all(|s| s.done));
+    let notes = comments(&alice, &task.id).await;
+    assert_eq!(notes.iter().filter(|m| m.author_slug == "picogent").count(), 1, "{notes:#?}");
+
+    let runs = runs_for(&agent, &format!("task:{}", task.id)).await;
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].status, RunStatus::Completed);
+    assert!(runs[0].prompt_tokens > 0 && runs[0].tool_calls >= 6, "{:?}", runs[0]);
+
+    let metrics =
+        reqwest::get(format!("http://{}/metrics", agent.http_addr.unwrap())).await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("picogent_runs_total{outcome=\"completed\"} 1"), "{metrics}");
+    assert!(!metrics.contains("tok-"), "metrics must not carry tokens");
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mention_gets_one_reply_and_the_rest_is_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({}))).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+    let chat = chat_id(&alice).await;
+
+    let ignored = say(&alice, &chat, "lunch at noon, anyone? (no bot needed)").await;
+    let question = say(&alice, &chat, "@picogent how many tasks are open?").await;
+    let replies = eventually(Duration::from_secs(20), "a reply", || async {
+        let replies: Vec<_> =
+            thread(&alice, &question.id).await.into_iter().filter(|m| m.author_slug == "picogent").collect();
+        (!replies.is_empty()).then_some(replies)
+    })
+    .await;
+    wait_idle(&agent).await;
+    // The agent's own reply came back to it as message.new and did not start a run.
+    eventually(Duration::from_secs(10), "own reply seen", || async {
+        (agent.metrics.event_count("message.new", "own_message") >= 1).then_some(())
+    })
+    .await;
+    assert_eq!(replies.len(), 1);
+    assert_eq!(thread(&alice, &question.id).await.iter().filter(|m| m.author_slug == "picogent").count(), 1);
+    assert!(thread(&alice, &ignored.id).await.iter().all(|m| m.author_slug != "picogent"));
+    assert_eq!(agent.metrics.event_count("message.new", "not_addressed"), 1);
+    assert_eq!(agent.state.list_runs(50).await.unwrap().len(), 1);
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicates_replays_and_reconciliation_are_handled_once() {
+    use futures::StreamExt;
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({}))).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+    let chat = chat_id(&alice).await;
+
+    // A second connection as the agent captures the real envelopes, to deliver them again.
+    let mut request = tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(format!(
+        "{}/api/ws?token=tok-picogent",
+        board.url().replace("http://", "ws://")
+    ))
+    .unwrap();
+    request.headers_mut().remove("authorization");
+    let (mut socket, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+
+    let task = create_assigned(&alice, "Tidy labels", "- merge duplicates").await;
+    let question = say(&alice, &chat, "@picogent ping").await;
+    let mut envelopes = Vec::new();
+    while envelopes.len() < 2 {
+        let frame = tokio::time::timeout(Duration::from_secs(10), socket.next()).await.unwrap().unwrap().unwrap();
+        if let Ok(envelope) = serde_json::from_str::<EventEnvelope>(frame.to_text().unwrap())
+            && (envelope.event == EVENT_TASK_ASSIGNED || envelope.event == EVENT_MESSAGE_NEW)
+        {
+            envelopes.push(envelope);
+        }
+    }
+    wait_status(&alice, &task.id, TaskStatus::InReview).await;
+    wait_idle(&agent).await;
+
+    // The same events again, twice: as a redelivery and as a replay would bring them.
+    for _ in 0..2 {
+        for envelope in &envelopes {
+            let event = Event::from_envelope(envelope).unwrap();
+            let item = picogent::transport::StreamItem::Event { envelope: envelope.clone(), event };
+            agent.inputs.send(picogent::router::Input::Stream(Box::new(item))).await.unwrap();
+        }
+    }
+    // And a reconciliation, which finds the same task and the same mention through REST.
+    let caught_up = picogent::transport::LinkStatus::CaughtUp { last_seq: 0 };
+    agent
+        .inputs
+        .send(picogent::router::Input::Stream(Box::new(picogent::transport::StreamItem::Status(caught_up))))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(10), "duplicates dropped", || async {
+        (agent.metrics.event_count("task.assigned", "duplicate")
+            + agent.metrics.event_count("message.new", "duplicate")
+            >= 4)
+            .then_some(())
+    })
+    .await;
+    // Give a wrongly started run the chance to show itself before counting.
+    wait_idle(&agent).await;
+    let runs = agent.state.list_runs(50).await.unwrap();
+    assert_eq!(runs.len(), 2, "{runs:#?}");
+    assert_eq!(thread(&alice, &question.id).await.iter().filter(|m| m.author_slug == "picogent").count(), 1);
+    assert_eq!(comments(&alice, &task.id).await.iter().filter(|m| m.author_slug == "picogent").count(), 1);
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn board_restart_mid_run_loses_and_repeats_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let addr = board.addr();
+    let model = start_model(150).await;
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({}))).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+    let chat = chat_id(&alice).await;
+
+    let first = create_assigned(&alice, "First", "- a\n- b").await;
+    eventually(Duration::from_secs(10), "first run started", || async { (model.request_count() >= 1).then_some(()) })
+        .await;
+    // The board goes away mid-run (the WebSocket drops), and comes back on the same port.
+    board.shutdown().await.unwrap();
+    let board = start_board_at(dir.path(), addr).await;
+    // Events sent while the agent reconnects.
+    let second = create_assigned(&alice, "Second", "- c").await;
+    let question = say(&alice, &chat, "@picogent are you there?").await;
+
+    for task in [&first, &second] {
+        wait_status(&alice, &task.id, TaskStatus::InReview).await;
+    }
+    eventually(Duration::from_secs(20), "reply", || async {
+        thread(&alice, &question.id).await.iter().any(|m| m.author_slug == "picogent").then_some(())
+    })
+    .await;
+    wait_idle(&agent).await;
+    assert_eq!(thread(&alice, &question.id).await.iter().filter(|m| m.author_slug == "picogent").count(), 1);
+    for task in [&first, &second] {
+        let steps = alice.list_steps(&task.id).await.unwrap();
+        let description = task.description.as_deref().unwrap();
+        assert_eq!(steps.len(), description.lines().count(), "steps of {}: {steps:#?}", task.key);
+        let mine = comments(&alice, &task.id).await.into_iter().filter(|m| m.author_slug == "picogent").count();
+        assert_eq!(mine, 1, "summary comments on {}", task.key);
+    }
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_agent_resumes_its_run_without_repeating_comments() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = start_model(250).await;
+    let config = agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({}));
+    let config_path = dir.path().join("agent.json");
+    std::fs::write(&config_path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
+    let spawn = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
+            .args(["run", "--config"])
+            .arg(&config_path)
+            .env("TEAMBOARD_TOKEN", "tok-picogent")
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut process = spawn();
+    let alice = client(&board, "tok-alice");
+    // The agent is up when its HTTP listener... it binds port 0, so wait for the task to move.
+    let task = create_assigned(&alice, "Survive a crash", "- one\n- two\n- three").await;
+    // Kill it in the middle of the run: after some steps exist, before the summary.
+    eventually(Duration::from_secs(20), "a step ticked", || async {
+        alice.list_steps(&task.id).await.ok()?.iter().any(|s| s.done).then_some(())
+    })
+    .await;
+    process.kill().unwrap();
+    process.wait().unwrap();
+    let before = model.request_count();
+
+    let mut process = spawn();
+    wait_status(&alice, &task.id, TaskStatus::InReview).await;
+    assert!(model.request_count() > before, "the restarted agent went on");
+    let steps = alice.list_steps(&task.id).await.unwrap();
+    assert_eq!(steps.len(), 3, "{steps:#?}");
+    assert!(steps.iter().all(|s| s.done));
+    let mine = comments(&alice, &task.id).await.into_iter().filter(|m| m.author_slug == "picogent").count();
+    assert_eq!(mine, 1);
+
+    let state = picogent::state::State::open(&config.state.path).await.unwrap();
+    let runs = eventually(Duration::from_secs(10), "the run recorded as finished", || async {
+        let runs = state.list_runs(10).await.ok()?;
+        runs.iter().all(|r| r.status != RunStatus::Running).then_some(runs)
+    })
+    .await;
+    process.kill().unwrap();
+    process.wait().unwrap();
+    assert_eq!(runs.len(), 1, "the interrupted run was resumed, not duplicated: {runs:#?}");
+    assert_eq!(runs[0].status, RunStatus::Completed);
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_comment_during_a_run_steers_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = start_model(200).await;
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({}))).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+
+    let task = create_assigned(&alice, "Steer me", "- x\n- y").await;
+    eventually(Duration::from_secs(10), "run started", || async { (model.request_count() >= 1).then_some(()) }).await;
+    alice
+        .send_message(
+            &SendMessage {
+                content: "@picogent also mention the changelog".into(),
+                task_id: Some(task.id.clone()),
+                ..SendMessage::default()
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    wait_status(&alice, &task.id, TaskStatus::InReview).await;
+    wait_idle(&agent).await;
+    let runs = runs_for(&agent, &format!("task:{}", task.id)).await;
+    assert_eq!(runs.len(), 1, "{runs:#?}");
+    assert_eq!(agent.metrics.event_count("message.new", "steered"), 1);
+    let record = runs[0].record.clone().unwrap();
+    assert_eq!(record["record"]["steering_inputs"], 1, "{record:#}");
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unassigning_and_stop_cancel_runs_and_say_so_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = start_model(300).await;
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({}))).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+
+    let unassigned = create_assigned(&alice, "Unassign me", "- a\n- b\n- c").await;
+    let stopped = create_assigned(&alice, "Stop me", "- a\n- b\n- c").await;
+    eventually(Duration::from_secs(10), "both runs started", || async {
+        (agent.status.active_runs() == 2).then_some(())
+    })
+    .await;
+    alice
+        .update_task(&unassigned.id, &UpdateTask { assignee_slug: Some(None), ..UpdateTask::default() })
+        .await
+        .unwrap();
+    alice
+        .send_message(
+            &SendMessage {
+                content: "@picogent stop".into(),
+                task_id: Some(stopped.id.clone()),
+                ..SendMessage::default()
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    wait_idle(&agent).await;
+    for task in [&unassigned, &stopped] {
+        let runs = runs_for(&agent, &format!("task:{}", task.id)).await;
+        assert_eq!(runs.len(), 1);
+        assert_eq!(runs[0].status, RunStatus::Stopped, "{:?}", runs[0]);
+        let stopped_notices = || async {
+            let notices: Vec<_> = comments(&alice, &task.id)
+                .await
+                .into_iter()
+                .filter(|m| m.author_slug == "picogent" && m.content.starts_with("Stopped"))
+                .collect();
+            notices
+        };
+        eventually(Duration::from_secs(10), "the stop notice", || async {
+            (!stopped_notices().await.is_empty()).then_some(())
+        })
+        .await;
+        let notices = stopped_notices().await;
+        assert_eq!(notices.len(), 1, "{notices:#?}");
+        assert_ne!(alice.get_task(&task.id).await.unwrap().status, TaskStatus::InReview);
+    }
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reply_cap_stops_two_bots_talking_to_each_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let cap = 3;
+    let limits = json!({"limits": {"max_replies_per_thread_per_hour": cap}});
+    let mut picogent_extra = limits.clone();
+    merge(&mut picogent_extra, json!({"allowed_bots": ["otherbot"]}));
+    let mut otherbot_extra = limits;
+    merge(&mut otherbot_extra, json!({"allowed_bots": ["picogent"]}));
+    let picogent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", picogent_extra)).await;
+    let otherbot = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "otherbot", otherbot_extra)).await;
+    wait_ready(&picogent).await;
+    wait_ready(&otherbot).await;
+    let alice = client(&board, "tok-alice");
+    let chat = chat_id(&alice).await;
+
+    // Both bots are addressed; each answers in the thread, and each answer is a message in a
+    // thread the other has answered in: without the cap they would go on for ever.
+    let root = say(&alice, &chat, "@picogent @otherbot please discuss the release between you").await;
+    let capped = |bot: &AgentHandle| bot.metrics.event_count("message.new", "reply_cap");
+    let messages = eventually(Duration::from_secs(60), "the conversation stopped by the cap", || async {
+        if picogent.status.active_runs() + otherbot.status.active_runs() > 0 {
+            return None;
+        }
+        let messages = thread(&alice, &root.id).await;
+        let last = messages.last()?.author_slug.clone();
+        // The bot that did not write the last message refused to answer it.
+        let refuser = if last == "picogent" { &otherbot } else { &picogent };
+        (capped(refuser) >= 1).then_some(messages)
+    })
+    .await;
+    for slug in ["picogent", "otherbot"] {
+        let count = messages.iter().filter(|m| m.author_slug == slug).count();
+        assert!(count <= cap as usize, "{slug} replied {count} times: {messages:#?}");
+    }
+    let most = ["picogent", "otherbot"].map(|slug| messages.iter().filter(|m| m.author_slug == slug).count());
+    assert_eq!(most.into_iter().max(), Some(cap as usize), "{messages:#?}");
+    picogent.shutdown().await.unwrap();
+    otherbot.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn daily_spend_guard_refuses_new_runs_with_one_notice() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let extra = json!({"limits": {"max_tokens_per_day": 2500}});
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+    let chat = chat_id(&alice).await;
+
+    let first = say(&alice, &chat, "@picogent first question").await;
+    eventually(Duration::from_secs(20), "first reply", || async {
+        thread(&alice, &first.id).await.iter().any(|m| m.author_slug == "picogent").then_some(())
+    })
+    .await;
+    wait_idle(&agent).await;
+    let spent = agent.state.tokens_today().await.unwrap();
+    assert!(spent > 0 && spent <= 2500, "spent {spent}");
+    // Top the day up to the limit, as a busy day would have.
+    agent.state.add_tokens(time::OffsetDateTime::now_utc().date(), 2500 - spent).await.unwrap();
+
+    let mut later = Vec::new();
+    for n in 0..3 {
+        later.push(say(&alice, &chat, &format!("@picogent question {n}")).await);
+    }
+    eventually(Duration::from_secs(20), "spend guard", || async {
+        (agent.metrics.event_count("run", "spend_guard") >= 3).then_some(())
+    })
+    .await;
+    wait_idle(&agent).await;
+    let mut notices = 0;
+    for message in &later {
+        for reply in thread(&alice, &message.id).await.iter().filter(|m| m.author_slug == "picogent") {
+            assert!(reply.content.contains("daily model budget"), "{}", reply.content);
+            notices += 1;
+        }
+    }
+    assert_eq!(notices, 1, "one notice for the day");
+    assert_eq!(agent.state.list_runs(50).await.unwrap().len(), 1);
+    assert!(agent.state.tokens_today().await.unwrap() <= 2500);
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+#[test]
+fn demo_runs_to_completion() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
+        .arg("demo")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "demo failed: {stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("is in_review"), "{stdout}");
+    assert!(stdout.contains("[x] draft the notes"), "{stdout}");
+    assert!(stdout.contains("reply @picogent"), "{stdout}");
+    assert!(stdout.contains("offline planner"), "{stdout}");
+}
