@@ -358,6 +358,22 @@ impl ToolSource for PolicySource {
     }
 }
 
+/// The runtime's tool source: `sources` combined in this order (the registry first, then the MCP
+/// host), under `config.permissions`; in `ask` mode a [`TrackerAsker`] posts through `client`.
+pub fn governed(
+    sources: Vec<Arc<dyn ToolSource>>,
+    config: &crate::config::Config,
+    client: &TrackerClient,
+) -> PolicySource {
+    let asker: Option<Arc<dyn Asker>> = match config.permissions.mode {
+        PermissionMode::Ask => {
+            Some(Arc::new(TrackerAsker::new(client.clone(), Duration::from_millis(config.permissions.ask_timeout_ms))))
+        }
+        _ => None,
+    };
+    PolicySource::new(Arc::new(CombinedSource::new(sources)), Policy::from(&config.permissions), asker)
+}
+
 /// Several sources as one, in a fixed order. A name offered by two sources goes to the first.
 pub struct CombinedSource {
     sources: Vec<Arc<dyn ToolSource>>,
