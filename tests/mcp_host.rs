@@ -198,18 +198,14 @@ async fn git_server_over_stdio_with_per_server_tool_filter() {
 async fn everything_over_stdio_results_artifacts_resources_prompts_and_list_changes() {
     let dir = tempfile::tempdir().unwrap();
     let artifacts = dir.path().join("artifacts");
-    // SAFETY: only this test reads these variables.
-    unsafe {
-        std::env::set_var("PICOGENT_TEST_HIDDEN_TOKEN", "tok-must-not-leak");
-        std::env::set_var("PICOGENT_TEST_PASSED_TOKEN", "tok-passed-on-purpose");
-    }
+    // Cargo gives the test process CARGO_* variables: they stand for picogent's own secrets.
     let mut config = everything_stdio();
-    config.env.insert("GIVEN_TOKEN".to_string(), "${PICOGENT_TEST_PASSED_TOKEN}".to_string());
+    config.env.insert("GIVEN_TOKEN".to_string(), "given-${CARGO_PKG_NAME}".to_string());
     let host = start(vec![("everything", config)], &artifacts, 8192).await;
     // The child sees its `env` (expanded) and a minimal environment, not picogent's secrets.
     let env = text(&host.call("mcp__everything__get-env", json!({}), &context()).await);
-    assert!(env.contains("tok-passed-on-purpose") && env.contains("PATH"), "{env}");
-    assert!(!env.contains("tok-must-not-leak"), "{env}");
+    assert!(env.contains("given-picogent") && env.contains("PATH"), "{env}");
+    assert!(!env.contains("CARGO_MANIFEST_DIR"), "{env}");
     // server-everything predates 2026-07-28: the host fell back.
     assert_eq!(host.server("everything").unwrap().snapshot().protocol_version.as_deref(), Some("2025-11-25"));
     let tools = host.tools();
@@ -320,11 +316,9 @@ async fn everything_over_streamable_http() {
         assert!(tokio::time::Instant::now() < deadline, "server-everything did not listen on {port}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // SAFETY: only this test reads this variable.
-    unsafe { std::env::set_var("PICOGENT_TEST_EVERYTHING_TOKEN", "not-a-real-token") };
     let config = server(json!({
         "url": format!("http://127.0.0.1:{port}/mcp"),
-        "headers": {"Authorization": "Bearer ${PICOGENT_TEST_EVERYTHING_TOKEN}", "X-Picogent-Test": "yes"},
+        "headers": {"Authorization": "Bearer ${CARGO_PKG_NAME}", "X-Picogent-Test": "yes"},
         "timeout_ms": 3000
     }));
     let host = start(vec![("remote", config)], dir.path(), 8192).await;

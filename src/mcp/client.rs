@@ -697,10 +697,10 @@ mod tests {
 
     #[test]
     fn expand_env_reads_named_variables_and_names_missing_ones() {
-        // SAFETY: the test sets a variable no other test reads.
-        unsafe { std::env::set_var("PICOGENT_TEST_MCP_TOKEN", "tok-123") };
-        let value = expand_env("Bearer ${PICOGENT_TEST_MCP_TOKEN}!", "header Authorization").unwrap();
-        assert_eq!(value.expose(), "Bearer tok-123!");
+        // Cargo sets CARGO_PKG_NAME for the test process; setting a variable here would race with
+        // other tests' threads.
+        let value = expand_env("Bearer ${CARGO_PKG_NAME}!", "header Authorization").unwrap();
+        assert_eq!(value.expose(), "Bearer picogent!");
         let error = expand_env("${PICOGENT_TEST_MCP_ABSENT}", "header X").unwrap_err().to_string();
         assert!(error.contains("PICOGENT_TEST_MCP_ABSENT") && error.contains("header X"), "{error}");
         assert_eq!(expand_env("plain", "x").unwrap().expose(), "plain");
