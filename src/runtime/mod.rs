@@ -56,6 +56,7 @@ pub struct AgentHandle {
     router: tokio::task::JoinHandle<()>,
     stream: tokio::task::JoinHandle<Result<(), crate::transport::StreamError>>,
     http: Option<tokio::task::JoinHandle<()>>,
+    host: Arc<crate::mcp::host::McpHost>,
 }
 
 impl AgentHandle {
@@ -67,6 +68,7 @@ impl AgentHandle {
         if let Some(http) = self.http {
             let _ = http.await;
         }
+        self.host.shutdown().await;
         self.state.close().await;
         match stream {
             Ok(Ok(())) => Ok(()),
@@ -93,7 +95,11 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     let prompts = Arc::new(Prompts::load(&config.prompts_dir)?);
     let state = State::open(&config.state.path).await?;
     let client = TrackerClient::new(&config.tracker, tracker_token).context("cannot build the tracker client")?;
-    let tools: Arc<dyn ToolSource> = Arc::new(build_tools(&config, &client)?);
+    let registry: Arc<dyn ToolSource> = Arc::new(build_tools(&config, &client)?);
+    // External MCP servers join the tracker's tools; one permission policy governs them all.
+    let host = Arc::new(crate::mcp::host::McpHost::start(&config).await);
+    let tools: Arc<dyn ToolSource> =
+        Arc::new(crate::mcp::policy::governed(vec![registry, host.clone()], &config, &client));
     let model: Arc<dyn crate::llm::ChatModel> = Arc::new(
         crate::llm::openai::OpenAiChat::new(&config.llm, llm_api_key).context("cannot build the model client")?,
     );
@@ -111,6 +117,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
         tools,
         model,
         shutdown: shutdown.clone(),
+        host: host.clone(),
         post_guard: Arc::new(guard::ReplyCap {
             state: state.clone(),
             client: client.clone(),
@@ -176,7 +183,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
 
     let router = Router::new(services, inputs_tx.clone(), shutdown.clone());
     let router = tokio::spawn(router.run(inputs_rx));
-    Ok(AgentHandle { metrics, status, state, http_addr, inputs: inputs_tx, shutdown, router, stream, http })
+    Ok(AgentHandle { metrics, status, state, http_addr, inputs: inputs_tx, shutdown, router, stream, http, host })
 }
 
 fn build_tools(config: &Config, client: &TrackerClient) -> anyhow::Result<crate::tools::registry::Registry> {
