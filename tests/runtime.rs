@@ -688,3 +688,53 @@ async fn a_running_agent_is_driven_over_mcp() {
     model.shutdown().await;
     board.shutdown().await.unwrap();
 }
+
+/// The MCP server-everything script installed by `tests/interop/install.sh`.
+fn everything_script() -> String {
+    let default = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/interop/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let path = std::env::var("MCP_SERVER_EVERYTHING").map(PathBuf::from).unwrap_or(default);
+    assert!(path.exists(), "{} is missing: run bash tests/interop/install.sh", path.display());
+    path.display().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn external_mcp_servers_join_the_running_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let extra = json!({
+        "mcp_servers": {"everything": {"command": "node", "args": [everything_script(), "stdio"], "trusted": true}},
+        "permissions": {"disallowed_tools": ["mcp__everything__toggle-*"]}
+    });
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+    let chat = chat_id(&alice).await;
+
+    // A prompt command: the server's rendered prompt becomes the request, answered in the thread.
+    let command = say(&alice, &chat, r#"@picogent /mcp__everything__args-prompt city="New York" state=NY"#).await;
+    eventually(Duration::from_secs(30), "a reply to the prompt command", || async {
+        thread(&alice, &command.id).await.iter().any(|m| m.author_slug == "picogent").then_some(())
+    })
+    .await;
+    wait_idle(&agent).await;
+    let run = agent.state.list_runs(10).await.unwrap().into_iter().next().unwrap();
+    let stored = run.record.unwrap();
+    let prompt = stored["prompt"].as_str().unwrap();
+    assert!(prompt.contains("New York"), "the server's rendered prompt is the request: {prompt}");
+    // The model was offered the server's tools under their public names, minus the denied ones.
+    let requests = model.requests();
+    let offered: Vec<String> = requests.last().unwrap()["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(offered.iter().any(|n| n == "mcp__everything__echo"), "{offered:?}");
+    assert!(!offered.iter().any(|n| n.starts_with("mcp__everything__toggle-")), "{offered:?}");
+    assert!(offered.iter().any(|n| n == "reply_message"), "{offered:?}");
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
