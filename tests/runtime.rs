@@ -738,3 +738,77 @@ async fn external_mcp_servers_join_the_running_agent() {
     model.shutdown().await;
     board.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_run_leaves_one_clear_comment() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    // A model endpoint that is not there: every request fails to connect.
+    let unused = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_model = format!("http://{}/v1", unused.local_addr().unwrap());
+    drop(unused);
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &dead_model, "picogent", json!({}))).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+
+    let task = create_assigned(&alice, "Nobody home", "- a").await;
+    let notice = eventually(Duration::from_secs(30), "the failure notice", || async {
+        comments(&alice, &task.id).await.into_iter().find(|m| m.author_slug == "picogent")
+    })
+    .await;
+    wait_idle(&agent).await;
+    assert!(notice.content.contains("model"), "{}", notice.content);
+    assert!(notice.content.contains("mention me"), "says what to do: {}", notice.content);
+    assert!(!notice.content.contains("panicked") && !notice.content.contains("src/"), "{}", notice.content);
+    let runs = runs_for(&agent, &format!("task:{}", task.id)).await;
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].status, RunStatus::Failed);
+    // A reconciliation finds the task again but does not retry a run that failed, nor say it twice.
+    let caught_up = picogent::transport::LinkStatus::CaughtUp { last_seq: 0 };
+    agent
+        .inputs
+        .send(picogent::router::Input::Stream(Box::new(picogent::transport::StreamItem::Status(caught_up))))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(10), "reconciled", || async { agent.status.caught_up().then_some(()) }).await;
+    wait_idle(&agent).await;
+    let mine = comments(&alice, &task.id).await.into_iter().filter(|m| m.author_slug == "picogent").count();
+    assert_eq!(mine, 1);
+    agent.shutdown().await.unwrap();
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_reports_each_dependency_on_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let config = agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({}));
+    let config_path = dir.path().join("agent.json");
+    std::fs::write(&config_path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
+    let check = |token: &'static str| {
+        let config_path = config_path.clone();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
+                .args(["check", "--config"])
+                .arg(&config_path)
+                .env("TEAMBOARD_TOKEN", token)
+                .env("RUST_LOG", "warn")
+                .output()
+                .unwrap()
+        })
+    };
+    let good = check("tok-picogent").await.unwrap();
+    let stdout = String::from_utf8_lossy(&good.stdout).to_string();
+    assert!(good.status.success(), "{stdout}");
+    for what in ["config", "prompts", "tracker token", "tracker REST", "tracker events", "model endpoint"] {
+        assert!(stdout.lines().any(|l| l.starts_with("ok") && l.contains(what)), "{what}: {stdout}");
+    }
+    let bad = check("tok-wrong").await.unwrap();
+    let stdout = String::from_utf8_lossy(&bad.stdout).to_string();
+    assert_eq!(bad.status.code(), Some(1), "{stdout}");
+    assert!(stdout.lines().any(|l| l.starts_with("FAIL") && l.contains("tracker REST")), "{stdout}");
+    assert!(!stdout.contains("tok-wrong"), "the token is never printed: {stdout}");
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
