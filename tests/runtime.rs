@@ -812,3 +812,38 @@ async fn check_reports_each_dependency_on_one_line() {
     model.shutdown().await;
     board.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_the_running_run_finish_then_exits_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = start_model(150).await;
+    let config = agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({}));
+    let config_path = dir.path().join("agent.json");
+    std::fs::write(&config_path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
+    let mut process = std::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
+        .args(["run", "--config"])
+        .arg(&config_path)
+        .env("TEAMBOARD_TOKEN", "tok-picogent")
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let alice = client(&board, "tok-alice");
+    let task = create_assigned(&alice, "Finish before leaving", "- one\n- two").await;
+    eventually(Duration::from_secs(20), "the run started", || async { (model.request_count() >= 2).then_some(()) })
+        .await;
+    let killed = std::process::Command::new("kill").arg("-TERM").arg(process.id().to_string()).status().unwrap();
+    assert!(killed.success());
+    let status = tokio::task::spawn_blocking(move || process.wait().unwrap()).await.unwrap();
+    assert!(status.success(), "exit status {status:?}");
+    // The run that was going when the signal came finished before the process left.
+    assert_eq!(alice.get_task(&task.id).await.unwrap().status, TaskStatus::InReview);
+    let state = picogent::state::State::open(&config.state.path).await.unwrap();
+    let runs = state.list_runs(10).await.unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].status, RunStatus::Completed);
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}

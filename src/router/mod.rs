@@ -137,10 +137,21 @@ impl Router {
                 Ok(None) | Err(_) => break,
             }
         }
-        for (session, run) in self.active.drain() {
+        for (session, run) in &self.active {
             // Left as `running` in the state database: found and resumed at the next start.
             tracing::warn!(%session, run_id = %run.run_id, "run still going at shutdown; it resumes at the next start");
             run.cancel.cancel();
+        }
+        // Cancelled runs stop at once; wait briefly so none is cut off in the middle of a write.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while !self.active.is_empty() {
+            match tokio::time::timeout_at(deadline, inputs.recv()).await {
+                Ok(Some(Input::RunDone(done))) => {
+                    self.active.remove(&done.session);
+                }
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => break,
+            }
         }
     }
 
@@ -508,7 +519,9 @@ impl Router {
                 return String::new();
             }
         };
-        let cancel = self.shutdown.child_token();
+        // Not a child of the shutdown token: a shutdown lets running runs finish within the grace
+        // period, and only then cancels what is left (see `drain`).
+        let cancel = CancellationToken::new();
         let (steer_tx, steer_rx) = mpsc::unbounded_channel();
         for text in request.steering.drain(..) {
             let _ = steer_tx.send(text);
