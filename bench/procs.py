@@ -101,7 +101,7 @@ def main():
     try:
         spawn([binary, "board", "--listen", f"127.0.0.1:{board_port}", "--db", str(work / "board.db"),
                "--seed", str(ROOT / "fixtures" / "board-seed.json")])
-        spawn([binary, "offline-model", "--listen", f"127.0.0.1:{model_port}", "--delay", "2000"])
+        spawn([binary, "offline-model", "--listen", f"127.0.0.1:{model_port}", "--delay-ms", "2000"])
         wait_for("the board", lambda: http(f"{board_url}/api/projects", token="tok-alice")[0] == 200, 30)
         wait_for("the model", lambda: http(f"http://127.0.0.1:{model_port}/v1/models")[0] == 200, 30)
         config = {

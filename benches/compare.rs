@@ -229,7 +229,7 @@ async fn bench_event(sizes: &Sizes) -> Value {
             let at = Instant::now();
             if let WsMessage::Text(text) = message {
                 if text.contains("\"task.assigned\"") {
-                    break (text.to_string(), at);
+                    break (text.as_str().to_string(), at);
                 }
             }
         };

@@ -4,7 +4,6 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use picogent::board::{BoardHandle, BoardOptions};
@@ -170,5 +169,3 @@ pub fn summarize(samples: &[f64]) -> Summary {
 pub fn micros(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e6
 }
-
-pub type Shared<T> = Arc<T>;
