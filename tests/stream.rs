@@ -201,6 +201,26 @@ async fn an_unreachable_tracker_is_reported_and_retried_until_cancelled() {
 }
 
 #[tokio::test]
+async fn an_https_tracker_gets_a_tls_handshake() {
+    // The injector speaks plain WebSocket, so a TLS client hello fails there — which proves the
+    // stream tried TLS for wss:// instead of refusing it as unsupported.
+    let (url, _connections) = injector(None).await;
+    let client = client_for(&url.replace("http://", "https://"), "tok-picogent");
+    assert!(client.ws_url().starts_with("wss://"));
+    let cancel = CancellationToken::new();
+    let (mut items, handle) = transport::spawn(fast_options(), &client, Arc::new(AtomicU64::new(0)), cancel.clone());
+    match next_item(&mut items).await {
+        StreamItem::Status(LinkStatus::Disconnected { reason }) => {
+            assert!(!reason.contains("not compiled"), "{reason}");
+            assert!(reason.contains("TLS") || reason.contains("tls"), "{reason}");
+        }
+        other => panic!("expected the TLS handshake with a plain server to fail, got {other:?}"),
+    }
+    cancel.cancel();
+    assert!(tokio::time::timeout(HANG, handle).await.unwrap().unwrap().is_ok());
+}
+
+#[tokio::test]
 async fn a_tracker_answering_503_is_retried_with_one_report_for_the_outage() {
     let (url, _connections, handshakes) = counting_injector(Some(StatusCode::SERVICE_UNAVAILABLE)).await;
     let client = client_for(&url, "tok-picogent");

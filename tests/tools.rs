@@ -320,6 +320,12 @@ async fn project_and_member_tools_work_and_fail_usefully() {
     let (text, error) = fail(agent, ctx, "update_my_status", json!({"status": "x".repeat(201)})).await;
     assert_eq!(error["fields"], json!(["status"]), "{text}");
 
+    // A token the tracker does not know: an error result that does not repeat the token.
+    let stranger = registry_for(&f.board.url(), "tok-unknown-123", &ToolsConfig::default(), MAX_RESULT_BYTES);
+    let (text, error) = fail(&stranger, ctx, "list_members", json!({})).await;
+    assert_eq!((error["code"].as_str(), error["status"].as_u64()), (Some("unauthorized"), Some(401)), "{text}");
+    assert!(text.contains("tell a human"), "{text}");
+
     f.board.shutdown().await.unwrap();
 }
 
@@ -387,12 +393,17 @@ async fn bad_arguments_are_refused_naming_the_field() {
     ok(&f.agent, &f.context, "create_task", json!({"project_slug": "team", "title": "Target"})).await;
     // (tool, arguments, field named, words the message must carry)
     let cases: Vec<(&str, Value, &str, &str)> = vec![
-        ("get_task", json!({}), "task_id", "expected a string (required), got nothing"),
-        ("get_task", json!({"task_id": 15}), "task_id", "expected a string, got a number 15"),
+        ("get_task", json!({}), "task_id", "expected a string (got nothing; it is required)"),
+        ("get_task", json!({"task_id": 15}), "task_id", "expected a string (got a number 15)"),
         ("update_task", json!({"task_id": "TE-1", "status": "doing"}), "status", "one of: backlog, todo"),
         ("list_tasks", json!({"status": ["todo", "doing"]}), "status[1]", "one of: backlog, todo"),
         ("create_task", json!({"project_slug": "team", "title": "x", "priority": "asap"}), "priority", "urgent"),
-        ("get_task", json!({"task_id": "TE-1", "verbose": true}), "verbose", "no such field (known fields: task_id)"),
+        (
+            "get_task",
+            json!({"task_id": "TE-1", "verbose": true}),
+            "verbose",
+            "is not a field of this tool; its fields are: task_id",
+        ),
         ("create_task", json!({"project_slug": "team", "title": "t".repeat(201)}), "title", "at most 200 characters"),
         ("reject_task", json!({"task_id": "TE-1", "reason": "r".repeat(2001)}), "reason", "at most 2000 characters"),
         ("list_tasks", json!({"limit": 0}), "limit", "an integer from 1 to 200"),
@@ -408,6 +419,7 @@ async fn bad_arguments_are_refused_naming_the_field() {
         let (text, error) = fail(&f.agent, &f.context, tool, arguments.clone()).await;
         assert_eq!(error["code"], "invalid_arguments", "{tool} {arguments}: {text}");
         assert!(text.contains(&format!("field `{field}`")), "{tool} {arguments}: {text}");
+        assert_eq!(error["fields"], json!([field]), "{tool} {arguments}: {text}");
         assert!(text.contains(words), "{tool} {arguments}: expected {words:?} in {text}");
     }
     // A model that sends unset optional fields as null means "left out".

@@ -42,12 +42,17 @@ pub fn router(state: BoardState) -> Router {
         .layer(middleware::from_fn_with_state(state.clone(), require_member))
         .route("/ws", get(events::ws_handler))
         .fallback(unknown_route)
+        .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(limits::BODY_BYTES));
     Router::new().nest(API_PREFIX, api).fallback(unknown_route).with_state(state)
 }
 
 async fn unknown_route() -> BoardError {
     BoardError::NotFound { message: format!("no such route; the API lives under {API_PREFIX}") }
+}
+
+async fn wrong_method() -> BoardError {
+    BoardError::MethodNotAllowed
 }
 
 // ---- projects ----

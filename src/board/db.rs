@@ -162,7 +162,6 @@ pub struct TaskRow {
     pub row: i64,
     pub id: String,
     pub key: String,
-    pub project_id: String,
     pub project_slug: String,
     pub title: String,
     pub description: Option<String>,

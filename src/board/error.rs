@@ -29,6 +29,10 @@ pub enum BoardError {
     /// 413: the body is over the contract's cap.
     #[error("the request body is over {limit} bytes")]
     TooLarge { limit: usize },
+    /// 405: the route exists, the method does not (outside the contract's table, but answered
+    /// in its shape all the same).
+    #[error("this route does not take that method; see docs/tracker-api.md")]
+    MethodNotAllowed,
     /// 500: a fault of the board; the cause is logged, the client hears nothing of it.
     #[error("internal error: {0}")]
     Database(#[from] sqlx::Error),
@@ -62,6 +66,7 @@ impl BoardError {
             BoardError::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
             BoardError::Invalid { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
             BoardError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "invalid"),
+            BoardError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             BoardError::Database(_) | BoardError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }

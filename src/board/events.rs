@@ -165,7 +165,15 @@ async fn serve_connection(
                 Some(Ok(Message::Text(text))) => match serde_json::from_str::<ClientFrame>(text.as_str()) {
                     Ok(ClientFrame::Ping) => send_control(&mut sink, &ServerControl::Pong).await,
                     Ok(ClientFrame::Resume { after_seq }) => {
-                        last_sent = i64::try_from(after_seq).unwrap_or(i64::MAX);
+                        // A seq past the end of the log (a client that knew an older database)
+                        // resumes from the end, so the events to come are not skipped.
+                        match max_seq(&state.pool, &member).await {
+                            Ok(newest) => last_sent = i64::try_from(after_seq).unwrap_or(i64::MAX).min(newest),
+                            Err(error) => {
+                                tracing::warn!(member, %error, "cannot read the event log");
+                                break;
+                            }
+                        }
                         match send_pending(&state.pool, &mut sink, &member, &mut last_sent).await {
                             Ok(()) => {
                                 let last_seq = u64::try_from(last_sent).unwrap_or(0);

@@ -95,6 +95,10 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
 
 /// Parses a JSON body, naming the offending field on failure.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, BoardError> {
+    // serde would read a struct from an array by position; the contract's bodies are objects.
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(BoardError::invalid("body", "a JSON object", "the body must be a JSON object"));
+    }
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
         let path = error.path().to_string();
@@ -148,7 +152,9 @@ fn data_error(path: &str, message: &str) -> BoardError {
         return BoardError::invalid(&field, "a value (the field is required)", format!("{field} is required"));
     }
     if message.starts_with("unknown field") {
-        let field = format!("{prefix}{quoted}");
+        // serde_json's path already ends at the unknown field; serde_urlencoded's does not.
+        let ends_at_field = path == quoted || path.ends_with(&format!(".{quoted}"));
+        let field = if ends_at_field { path.to_string() } else { format!("{prefix}{quoted}") };
         let expected = expected.unwrap_or_else(|| "no such field".to_string());
         return BoardError::invalid(&field, expected.clone(), format!("unknown field {field}: expected {expected}"));
     }

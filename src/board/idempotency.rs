@@ -9,8 +9,8 @@
 
 use std::time::Duration;
 
-use axum::body::{Body, to_bytes};
-use axum::extract::{Request, State};
+use axum::body::{Body, Bytes, to_bytes};
+use axum::extract::{FromRequest, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -18,6 +18,7 @@ use axum::response::{IntoResponse, Response};
 use super::BoardState;
 use super::error::BoardError;
 use super::extract::Caller;
+use crate::tracker::model::limits;
 
 pub const HEADER: &str = "idempotency-key";
 /// How long a key is remembered.
@@ -62,6 +63,20 @@ pub async fn idempotent_posts(State(state): State<BoardState>, request: Request,
         return next.run(request).await;
     };
     let path = request.uri().path().to_string();
+    // Read the whole body before claiming the key: a client that hangs up mid-body must not
+    // leave an answer ("cannot read the body") stored under its key for the retry to get.
+    let (parts, body) = request.into_parts();
+    let bytes = match Bytes::from_request(Request::from_parts(parts.clone(), body), &()).await {
+        Ok(bytes) => bytes,
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return BoardError::TooLarge { limit: limits::BODY_BYTES }.into_response();
+        }
+        Err(rejection) => {
+            return BoardError::invalid("body", "a JSON object", format!("cannot read the body: {rejection}"))
+                .into_response();
+        }
+    };
+    let request = Request::from_parts(parts, Body::from(bytes));
     match claim(&state, &caller.slug, &key, &path).await {
         Err(error) => error.into_response(),
         Ok(Claim::Replay { status, body }) => replay(status, body),

@@ -12,15 +12,15 @@
 //! the transaction of the change that causes it; writes hold SQLite's write lock from their
 //! first statement (`BEGIN IMMEDIATE`).
 
-pub mod api;
-pub mod db;
-pub mod error;
-pub mod events;
-pub mod extract;
-pub mod idempotency;
-pub mod messages;
-pub mod seed;
-pub mod tasks;
+mod api;
+mod db;
+mod error;
+mod events;
+mod extract;
+mod idempotency;
+mod messages;
+mod seed;
+mod tasks;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

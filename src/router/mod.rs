@@ -35,7 +35,7 @@ use filter::{MessageFacts, MessageFate, SessionKey};
 /// Everything the router reacts to.
 #[derive(Debug)]
 pub enum Input {
-    Stream(StreamItem),
+    Stream(Box<StreamItem>),
     /// A run ended (its task sends this as its last act).
     RunDone(Box<RunDone>),
     /// What a REST reconciliation found after a (re)connect.
@@ -142,11 +142,14 @@ impl Router {
 
     async fn handle(&mut self, input: Input) {
         match input {
-            Input::Stream(StreamItem::Event { envelope, .. }) => {
-                let span = tracing::info_span!("event", id = %envelope.id, seq = envelope.seq, name = %envelope.event);
-                tracing::Instrument::instrument(self.on_envelope(envelope), span).await
-            }
-            Input::Stream(StreamItem::Status(status)) => self.on_link(status).await,
+            Input::Stream(item) => match *item {
+                StreamItem::Event { envelope, .. } => {
+                    let span =
+                        tracing::info_span!("event", id = %envelope.id, seq = envelope.seq, name = %envelope.event);
+                    tracing::Instrument::instrument(self.on_envelope(envelope), span).await
+                }
+                StreamItem::Status(status) => self.on_link(status).await,
+            },
             Input::RunDone(done) => self.finish(*done).await,
             Input::Reconciled { tasks, messages } => {
                 for task in tasks {
@@ -290,10 +293,10 @@ impl Router {
             }
         }
         // A run recorded as running belongs to resume_interrupted_runs, not to a second start.
-        if let Ok(unfinished) = self.state.unfinished_runs().await {
-            if unfinished.iter().any(|run| run.session_key == session.as_string()) {
-                return;
-            }
+        if let Ok(unfinished) = self.state.unfinished_runs().await
+            && unfinished.iter().any(|run| run.session_key == session.as_string())
+        {
+            return;
         }
         self.metrics.event("task.assigned", "reconciled");
         let assigned_by = task.created_by.clone();
@@ -349,11 +352,11 @@ impl Router {
         }
         // A busy session takes the message as steering: no second run.
         let steering = steering_text(&message, &session);
-        if let Some(active) = self.active.get(&session) {
-            if active.steer.send(steering.clone()).is_ok() {
-                self.metrics.event(EVENT, "steered");
-                return;
-            }
+        if let Some(active) = self.active.get(&session)
+            && active.steer.send(steering.clone()).is_ok()
+        {
+            self.metrics.event(EVENT, "steered");
+            return;
         }
         if let Some(waiting) = self.waiting.iter_mut().find(|r| r.session == session) {
             waiting.steering.push(steering);
@@ -391,10 +394,10 @@ impl Router {
     }
 
     async fn member_kind(&mut self, slug: &str) -> Option<MemberKind> {
-        if !self.members.contains_key(slug) {
-            if let Ok(member) = self.client.get_member(slug).await {
-                self.members.insert(member.slug.clone(), member.kind);
-            }
+        if !self.members.contains_key(slug)
+            && let Ok(member) = self.client.get_member(slug).await
+        {
+            self.members.insert(member.slug.clone(), member.kind);
         }
         self.members.get(slug).copied()
     }
@@ -520,10 +523,10 @@ impl Router {
             (RunEnd::Failed { notice }, _) => Some(notice.clone()),
             (RunEnd::Completed, _) => None,
         };
-        if let Some(text) = text {
-            if self.claim("run_notice", &done.run_id).await {
-                self.post_notice(&done.kind, &text, &format!("notice-{}", done.run_id)).await;
-            }
+        if let Some(text) = text
+            && self.claim("run_notice", &done.run_id).await
+        {
+            self.post_notice(&done.kind, &text, &format!("notice-{}", done.run_id)).await;
         }
         // Input that arrived after the run's last turn boundary starts a follow-up run.
         if !done.leftover_steering.is_empty() && !matches!(done.end, RunEnd::Cancelled) {

@@ -118,7 +118,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     let forward = inputs_tx.clone();
     tokio::spawn(async move {
         while let Some(item) = events.recv().await {
-            if forward.send(Input::Stream(item)).await.is_err() {
+            if forward.send(Input::Stream(Box::new(item))).await.is_err() {
                 break;
             }
         }

@@ -297,10 +297,10 @@ async fn drive(
         // Left `running`: the next start resumes it from the same request.
         return Ok(RunEnd::Cancelled);
     }
-    if let Ok(messages) = serde_json::to_value(&output.conversation) {
-        if let Err(error) = state.save_session(&session_key, &messages).await {
-            tracing::error!(%error, "cannot save the session");
-        }
+    if let Ok(messages) = serde_json::to_value(&output.conversation)
+        && let Err(error) = state.save_session(&session_key, &messages).await
+    {
+        tracing::error!(%error, "cannot save the session");
     }
     let total = record.total_tokens();
     let today = time::OffsetDateTime::now_utc().date();

@@ -139,10 +139,10 @@ pub fn cap(text: &str, max_bytes: usize, paging_hint: &str) -> String {
         end -= 1;
     }
     // Prefer to end at a whole line when one ends reasonably close.
-    if let Some(newline) = text[..end].rfind('\n') {
-        if newline >= end / 2 {
-            end = newline;
-        }
+    if let Some(newline) = text[..end].rfind('\n')
+        && newline >= end / 2
+    {
+        end = newline;
     }
     let left_out = text.len() - end;
     format!("{}\n[cut: {left_out} of {} bytes left out; {paging_hint}]", &text[..end], text.len())

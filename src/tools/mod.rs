@@ -14,8 +14,8 @@ pub mod steps;
 pub mod tasks;
 
 pub use registry::{
-    CHAT_REPLY_TOOLS, Registry, RegistryError, TASK_RUN_TOOLS, ToolError, ToolGroup, count_tokens, count_tool_tokens,
-    openai_tools_json,
+    CHAT_REPLY_TOOLS, Catalog, Registry, RegistryError, TASK_RUN_TOOLS, ToolError, ToolGroup, count_tokens,
+    count_tool_tokens, openai_tools_json,
 };
 
 use futures::future::BoxFuture;

@@ -103,16 +103,21 @@ impl ToolOutput {
 pub struct ArgumentProblem {
     /// The field's path, `status` or `labels[2]`; empty for the arguments as a whole.
     pub field: String,
+    /// What the field accepts; for an unknown field, the fields there are.
     pub expected: String,
     pub got: String,
+    /// The field is not one of the tool's.
+    pub unknown_field: bool,
 }
 
 impl std::fmt::Display for ArgumentProblem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.field.is_empty() {
-            write!(f, "the arguments: expected {}, got {}", self.expected, self.got)
+        if self.unknown_field {
+            write!(f, "field `{}` is not a field of this tool; {}", self.field, self.expected)
+        } else if self.field.is_empty() {
+            write!(f, "expected {} (got {})", self.expected, self.got)
         } else {
-            write!(f, "field `{}`: expected {}, got {}", self.field, self.expected, self.got)
+            write!(f, "field `{}`: expected {} (got {})", self.field, self.expected, self.got)
         }
     }
 }
@@ -148,6 +153,7 @@ impl ToolError {
             field: field.to_string(),
             expected: expected.into(),
             got: got.into(),
+            unknown_field: false,
         }])
     }
 
@@ -718,16 +724,16 @@ fn clean_schema(schema: &mut Value, for_output: bool) {
         object.remove("default");
     }
     let mut had_null = object.get("type").and_then(Value::as_array).is_some_and(|t| t.contains(&json!("null")));
-    if let Some(Value::Array(branches)) = object.get("anyOf") {
-        if branches.len() == 2 && branches[1] == json!({"type": "null"}) {
-            if let Value::Object(inner) = branches[0].clone() {
-                object.remove("anyOf");
-                for (key, value) in inner {
-                    object.entry(key).or_insert(value);
-                }
-                had_null = true;
-            }
+    if let Some(Value::Array(branches)) = object.get("anyOf")
+        && branches.len() == 2
+        && branches[1] == json!({"type": "null"})
+        && let Value::Object(inner) = branches[0].clone()
+    {
+        object.remove("anyOf");
+        for (key, value) in inner {
+            object.entry(key).or_insert(value);
         }
+        had_null = true;
     }
     let nullable = object.remove(NULLABLE).is_some_and(|marker| marker == Value::Bool(true));
     set_null_allowed(object, nullable || (for_output && had_null));
@@ -815,8 +821,9 @@ fn validation_problems(validator: &jsonschema::Validator, schema: &Value, argume
                 let expected = schema_at(schema, &path).map(describe_schema).unwrap_or_else(|| "a value".into());
                 ArgumentProblem {
                     field: field_name(&path),
-                    expected: format!("{expected} (required)"),
-                    got: "nothing".to_string(),
+                    expected,
+                    got: "nothing; it is required".to_string(),
+                    unknown_field: false,
                 }
             }
             Kind::AdditionalProperties { unexpected } => {
@@ -830,8 +837,9 @@ fn validation_problems(validator: &jsonschema::Validator, schema: &Value, argume
                     path.push(Segment::Property(name.clone()));
                     problems.push(ArgumentProblem {
                         field: field_name(&path),
-                        expected: format!("no such field (known fields: {})", known.join(", ")),
+                        expected: format!("its fields are: {}", known.join(", ")),
                         got: preview(&error.instance()[name.as_str()]),
+                        unknown_field: true,
                     });
                 }
                 continue;
@@ -840,18 +848,21 @@ fn validation_problems(validator: &jsonschema::Validator, schema: &Value, argume
                 field,
                 expected: format!("at most {limit} characters"),
                 got: format!("{} characters", error.instance().as_str().map(|s| s.chars().count()).unwrap_or(0)),
+                unknown_field: false,
             },
             Kind::MaxItems { limit } => ArgumentProblem {
                 field,
                 expected: format!("at most {limit} items"),
                 got: format!("{} items", error.instance().as_array().map(Vec::len).unwrap_or(0)),
+                unknown_field: false,
             },
             Kind::Minimum { .. } | Kind::Maximum { .. } | Kind::Type { .. } | Kind::Enum { .. } => ArgumentProblem {
                 field,
                 expected: field_schema.map(describe_schema).unwrap_or_else(|| error.to_string()),
                 got,
+                unknown_field: false,
             },
-            _ => ArgumentProblem { field, expected: error.to_string(), got },
+            _ => ArgumentProblem { field, expected: error.to_string(), got, unknown_field: false },
         };
         problems.push(problem);
     }

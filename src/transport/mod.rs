@@ -14,10 +14,13 @@
 //!   the router drops them by event id;
 //! - input from the network never panics the task: an unparsable frame or an unknown event is
 //!   logged and skipped; a frame over the size limit is refused by the WebSocket layer and the
-//!   connection is recycled;
+//!   connection is recycled (a tracker that kept replaying such a frame would be refused at
+//!   every reconnect; the contract forbids frames over 1 MiB, so the reference board never does);
 //! - a token the tracker refuses (401/403 at the handshake) ends the task with
 //!   [`StreamError::Unauthorized`]; it is never retried;
 //! - the token is sent only in the `Authorization` header and never logged.
+//!
+//! `wss://` (a tracker at `https://`) is spoken with rustls and the system's root certificates.
 
 mod probe;
 
@@ -344,6 +347,17 @@ async fn session(
                 match message {
                     Message::Text(text) => {
                         if let Some(item) = parse_frame(text.as_str()) {
+                            if let StreamItem::Status(LinkStatus::CaughtUp { last_seq }) = &item
+                                && *last_seq < after_seq
+                            {
+                                // Seqs only grow, so a log behind our resume point was reset or
+                                // replaced: events numbered up to `after_seq` will not be replayed.
+                                tracing::warn!(
+                                    after_seq,
+                                    server_last_seq = *last_seq,
+                                    "the tracker's event log ends before the last processed seq: was the tracker reset?"
+                                );
+                            }
                             if let Err(end) = deliver(sender, item, cancel).await {
                                 break end;
                             }
