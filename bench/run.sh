@@ -16,10 +16,14 @@ rm -f "$OUT"/*.json
 started=$(date +%s)
 say() { echo "[bench $(($(date +%s) - started))s] $*" >&2; }
 
-say "building picogent (release) and the bench drivers"
-cargo build --release --bin picogent
+say "building picogent (release profile) and the bench drivers"
+# One build: `cargo bench` builds the picogent binary too (target/release/picogent, release
+# settings). A separate `cargo build --release` would compile the whole tokio-based tree a second
+# time, because the dev-dependencies turn on tokio's `test-util` feature (it only adds the
+# pausable clock) and features are unified per build.
 cargo bench --no-run --bench compare --bench mcp_stdio
 BIN="$ROOT/target/release/picogent"
+test -x "$BIN"
 
 say "installing the peers"
 if [ ! -d bench/node_modules/@modelcontextprotocol/server-everything ]; then
