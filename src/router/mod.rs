@@ -77,6 +77,9 @@ pub struct Router {
     /// Sessions in `waiting`, so a second request for one steers instead of queueing twice.
     waiting_sessions: HashSet<SessionKey>,
     members: HashMap<String, MemberKind>,
+    /// Messages accepted for a run that has not started yet: their durable claim is written with
+    /// the run (one transaction), so a crash in between leaves them to reconciliation.
+    accepted_messages: HashSet<String>,
     shutdown: CancellationToken,
 }
 
@@ -94,6 +97,7 @@ impl Router {
             waiting: VecDeque::new(),
             waiting_sessions: HashSet::new(),
             members: HashMap::new(),
+            accepted_messages: HashSet::new(),
             shutdown,
         }
     }
@@ -275,6 +279,7 @@ impl Router {
             steering: Vec::new(),
             resume_run_id: None,
             acknowledged: ack,
+            claim: None,
         };
         self.start_or_queue(request).await;
     }
@@ -306,7 +311,10 @@ impl Router {
     async fn on_message(&mut self, message: MessageOut, source: &str) {
         const EVENT: &str = "message.new";
         tracing::debug!(id = %message.id, source, "message");
-        if !self.claim("message", &message.id).await {
+        // Seen before: claimed durably, or accepted for a run that has not started yet.
+        let seen = self.accepted_messages.contains(&message.id)
+            || self.state.is_claimed("message", &message.id).await.unwrap_or(true);
+        if seen {
             self.metrics.event(EVENT, "duplicate");
             return;
         }
@@ -328,21 +336,16 @@ impl Router {
             self.config.chat_listen,
             &self.config.allowed_bots,
         );
-        let thread_key = SessionKey::Thread(message.thread_root().to_string()).as_string();
-        if fate == MessageFate::OwnMessage {
-            // Every message the agent posts is counted where it lands, as the stream shows it:
-            // the loop guard then holds for replies made inside a long run too.
-            if let Err(error) = self.state.record_reply(&thread_key, time::OffsetDateTime::now_utc()).await {
-                tracing::warn!(%error, "cannot count the agent's reply");
-            }
-        }
+        let thread_key = crate::runtime::guard::cap_key(&message);
         if fate != MessageFate::Answer {
+            self.claim("message", &message.id).await;
             self.metrics.event(EVENT, fate.as_str());
             tracing::debug!(id = %message.id, fate = fate.as_str(), "message not answered");
             return;
         }
         match self.state.replies_in_last_hour(&thread_key).await {
             Ok(count) if count >= self.config.limits.max_replies_per_thread_per_hour => {
+                self.claim("message", &message.id).await;
                 tracing::warn!(thread = %thread_key, count, "thread reply cap reached: not answering (loop guard)");
                 self.metrics.event(EVENT, "reply_cap");
                 return;
@@ -354,12 +357,14 @@ impl Router {
         let steering = steering_text(&message, &session);
         if let Some(active) = self.active.get(&session)
             && active.steer.send(steering.clone()).is_ok()
+            && self.claim("message", &message.id).await
         {
             self.metrics.event(EVENT, "steered");
             return;
         }
         if let Some(waiting) = self.waiting.iter_mut().find(|r| r.session == session) {
             waiting.steering.push(steering);
+            self.accepted_messages.insert(message.id.clone());
             self.metrics.event(EVENT, "steered");
             return;
         }
@@ -367,11 +372,13 @@ impl Router {
         let request = RunRequest {
             session,
             trigger: format!("message.new {}", message.id),
+            claim: Some(("message".to_string(), message.id.clone())),
             kind: RunKind::Message { message: Box::new(message) },
             steering: Vec::new(),
             resume_run_id: None,
             acknowledged: None,
         };
+        self.accepted_messages.insert(request_message_id(&request));
         self.start_or_queue(request).await;
     }
 
@@ -474,15 +481,25 @@ impl Router {
     }
 
     async fn spawn_run(&mut self, mut request: RunRequest) -> String {
-        let run_id = match &request.resume_run_id {
-            Some(id) => id.clone(),
-            None => match self.state.start_run(&request.session.as_string(), &request.trigger).await {
-                Ok(id) => id,
-                Err(error) => {
-                    tracing::error!(%error, "cannot record a new run; not starting it");
-                    return String::new();
-                }
-            },
+        let session_key = request.session.as_string();
+        let started = match (&request.resume_run_id, &request.claim) {
+            (Some(id), _) => Ok(Some(id.clone())),
+            (None, Some((kind, key))) => {
+                self.accepted_messages.remove(key);
+                self.state.start_claimed_run(kind, key, &session_key, &request.trigger).await
+            }
+            (None, None) => self.state.start_run(&session_key, &request.trigger).await.map(Some),
+        };
+        let run_id = match started {
+            Ok(Some(id)) => id,
+            Ok(None) => {
+                tracing::info!(session = %request.session, "already handled; not starting a second run");
+                return String::new();
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot record a new run; not starting it");
+                return String::new();
+            }
         };
         let cancel = self.shutdown.child_token();
         let (steer_tx, steer_rx) = mpsc::unbounded_channel();
@@ -537,6 +554,7 @@ impl Router {
                 steering: done.leftover_steering.clone(),
                 resume_run_id: None,
                 acknowledged: None,
+                claim: None,
             };
             self.start_or_queue(request).await;
         }
@@ -612,6 +630,7 @@ impl Router {
                 steering: Vec::new(),
                 resume_run_id: Some(run.id.clone()),
                 acknowledged: None,
+                claim: None,
             };
             self.start_or_queue(request).await;
         }
@@ -626,6 +645,13 @@ impl Router {
             let (tasks, messages) = reconcile(&client, &state, &slug).await;
             let _ = inputs.send(Input::Reconciled { tasks, messages }).await;
         });
+    }
+}
+
+fn request_message_id(request: &RunRequest) -> String {
+    match &request.kind {
+        RunKind::Message { message } => message.id.clone(),
+        _ => String::new(),
     }
 }
 
