@@ -170,6 +170,13 @@ impl Router {
                     let _ = reply.send(Err(format!("session {session} is busy with run {}", active.run_id)));
                     return;
                 }
+                if self.active.len() >= self.config.limits.max_concurrent_runs as usize {
+                    let _ = reply.send(Err(format!(
+                        "all {} run slots are busy (limits.max_concurrent_runs); try again when a run ends",
+                        self.config.limits.max_concurrent_runs
+                    )));
+                    return;
+                }
                 match self.start_or_queue(*request).await {
                     Some(run_id) => {
                         let _ = reply.send(Ok(run_id));
