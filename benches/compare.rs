@@ -117,7 +117,7 @@ async fn bench_dispatch(sizes: &Sizes) -> Value {
             if side == 0 { ours.push(per_call) } else { baseline.push(per_call) }
         }
     }
-    board.shutdown().await;
+    board.shutdown().await.unwrap();
     pair(&ours, &baseline, "µs per call")
 }
 
@@ -185,7 +185,7 @@ async fn bench_turn(sizes: &Sizes) -> Value {
     let mut result = pair(&ours, &baseline, "µs per turn");
     result["request_body_bytes"] = json!(serde_json::to_vec(&body).unwrap().len());
     model.shutdown().await;
-    board.shutdown().await;
+    board.shutdown().await.unwrap();
     result
 }
 
@@ -254,7 +254,7 @@ async fn bench_event(sizes: &Sizes) -> Value {
     }
     agent.shutdown().await.unwrap();
     model.shutdown().await;
-    board.shutdown().await;
+    board.shutdown().await.unwrap();
     pair(&ours, &baseline, "µs")
 }
 

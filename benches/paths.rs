@@ -50,7 +50,7 @@ fn dispatch(c: &mut Criterion) {
         })
     });
     group.finish();
-    runtime.block_on(board.shutdown());
+    runtime.block_on(board.shutdown()).unwrap();
 }
 
 fn loop_turn(c: &mut Criterion) {
@@ -95,7 +95,7 @@ fn loop_turn(c: &mut Criterion) {
     group.finish();
     runtime.block_on(async {
         model.shutdown().await;
-        board.shutdown().await;
+        board.shutdown().await.unwrap();
     });
 }
 

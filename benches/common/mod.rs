@@ -70,6 +70,7 @@ pub async fn start_agent(config: Config) -> AgentHandle {
         config,
         tracker_token: Secret::new("tok-picogent"),
         llm_api_key: None,
+        mcp_token: None,
         stream: Some(StreamOptions::new("TEAMBOARD_TOKEN")),
         serve_http: false,
     })
