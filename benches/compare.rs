@@ -123,7 +123,7 @@ async fn bench_dispatch(sizes: &Sizes) -> Value {
 
 /// Which side goes first in a round: alternates, so neither always runs on a warmer cache.
 fn order(round: usize) -> [u8; 2] {
-    if round % 2 == 0 { [0, 1] } else { [1, 0] }
+    if round.is_multiple_of(2) { [0, 1] } else { [1, 0] }
 }
 
 // ---- one loop turn vs a bare async-openai request with the same body ----
@@ -227,10 +227,10 @@ async fn bench_event(sizes: &Sizes) -> Value {
                 .unwrap()
                 .unwrap();
             let at = Instant::now();
-            if let WsMessage::Text(text) = message {
-                if text.contains("\"task.assigned\"") {
-                    break (text.as_str().to_string(), at);
-                }
+            if let WsMessage::Text(text) = message
+                && text.contains("\"task.assigned\"")
+            {
+                break (text.as_str().to_string(), at);
             }
         };
         let first_request = loop {

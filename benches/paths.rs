@@ -88,7 +88,7 @@ fn loop_turn(c: &mut Criterion) {
     let openai =
         async_openai::Client::with_config(async_openai::config::OpenAIConfig::new().with_api_base(model.url()));
     let mut group = c.benchmark_group("turn");
-    group.bench_function("agent_loop_one_turn", |b| b.to_async(&runtime).iter(|| one_turn()));
+    group.bench_function("agent_loop_one_turn", |b| b.to_async(&runtime).iter(&one_turn));
     group.bench_function("bare_async_openai", |b| {
         b.to_async(&runtime).iter(|| async { std::hint::black_box(openai.chat().create(body.clone()).await.unwrap()) })
     });
