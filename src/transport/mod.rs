@@ -414,7 +414,8 @@ fn describe_read_error(error: &tungstenite::Error, max_frame_bytes: usize) -> St
 }
 
 /// Reads one text frame: an event to pass on, a control frame to report, or junk to skip.
-fn parse_frame(text: &str) -> Option<StreamItem> {
+/// Public for the benchmarks, which measure it on its own.
+pub fn parse_frame(text: &str) -> Option<StreamItem> {
     let value: serde_json::Value = match serde_json::from_str(text) {
         Ok(value) => value,
         Err(error) => {

@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""Turns the JSON written by the benchmarks into bench/RESULTS.md and exits 1 when a target is
+missed (2 when a figure is missing).
+
+Usage: report.py RESULTS_DIR RESULTS_MD
+RESULTS_DIR holds compare.json (benches/compare.rs), procs.json (bench/procs.py) and
+mcp.json (benches/mcp_stdio.rs). The demo's token figures are kept from run to run in the
+history table at the end of RESULTS.md.
+"""
+
+import datetime
+import json
+import platform
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+HISTORY_START = "<!-- history: one row per run, appended by bench/report.py -->"
+
+
+def load(path):
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return None
+
+
+def us(value):
+    if value >= 1000:
+        return f"{value / 1000:.2f} ms"
+    return f"{value:.1f} µs"
+
+
+def spread(s, fmt=us):
+    return f"{fmt(s['median'])} (IQR {fmt(s['p25'])}–{fmt(s['p75'])}, p99 {fmt(s['p99'])}, n={s['n']})"
+
+
+def mib(kib):
+    return f"{kib / 1024:.1f} MiB"
+
+
+def rss_spread(s):
+    return f"{mib(s['median'])} (IQR {mib(s['p25'])}–{mib(s['p75'])}, max {mib(s['max'])}, n={s['n']})"
+
+
+def main():
+    results_dir, results_md = Path(sys.argv[1]), Path(sys.argv[2])
+    compare = load(results_dir / "compare.json")
+    procs = load(results_dir / "procs.json")
+    mcp = load(results_dir / "mcp.json")
+    rows = []  # (what, ours, baseline, ratio/figure, target, met: True/False/None)
+
+    if compare:
+        d = compare["dispatch"]
+        rows.append(("tool dispatch: `get_task` via the registry vs bare reqwest GET", spread(d["ours"]),
+                     spread(d["baseline"]), f"{d['ratio_median']:.2f}× (median)", "≤ 1.15×",
+                     d["ratio_median"] <= 1.15))
+        t = compare["turn"]
+        rows.append(("one loop turn vs bare async-openai request (same body)", spread(t["ours"]),
+                     spread(t["baseline"]), f"{t['ratio_median']:.2f}× (median)", "≤ 1.10×",
+                     t["ratio_median"] <= 1.10))
+        e = compare["event"]
+        rows.append(("event → first model request vs loopback WebSocket echo", spread(e["ours"]),
+                     spread(e["baseline"]), f"{e['ratio_p99']:.2f}× (p99)", "p99 ≤ 3×", e["ratio_p99"] <= 3.0))
+        f = compare["filter"]["ours"]
+        rows.append(("parse + filter of `message.new` not for the agent (one core)",
+                     f"{f['median']:,.0f}/s (IQR {f['p25']:,.0f}–{f['p75']:,.0f}, n={f['n']})", "—",
+                     f"{f['median']:,.0f}/s", "≥ 50,000/s", f["median"] >= 50_000))
+        k = compare["tokens"]
+        rows.append(("tokens of tool definitions: task run", f"{k['task_run']['tokens']} ({k['task_run']['tools']} tools)",
+                     f"all: {k['all']['tokens']} ({k['all']['tools']} tools)", str(k["task_run"]["tokens"]),
+                     "≤ 1,500", k["task_run"]["tokens"] <= 1500))
+        rows.append(("tokens of tool definitions: chat reply",
+                     f"{k['chat_reply']['tokens']} ({k['chat_reply']['tools']} tools)",
+                     f"all: {k['all']['tokens']}", str(k["chat_reply"]["tokens"]), "≤ 900",
+                     k["chat_reply"]["tokens"] <= 900))
+        rows.append(("tokens of all tool definitions", str(k["all"]["tokens"]), "—", str(k["all"]["tokens"]),
+                     "≤ 2,000", k["all"]["tokens"] <= 2000))
+    else:
+        rows.append(("in-process comparisons (benches/compare.rs)", "not measured", "", "", "", None))
+
+    if procs:
+        a, n = procs["agent_idle_kib"], procs["node_idle_kib"]
+        ratio = a["median"] / n["median"]
+        rows.append(("RSS of `picogent run`, connected and idle, vs bare Node.js " + procs.get("node_version", ""),
+                     rss_spread(a), rss_spread(n), f"{ratio:.2f}×", "≤ 0.4×", ratio <= 0.4))
+        loaded = procs["agent_loaded_kib"]
+        delta_mb = (loaded["max"] - a["median"]) * 1024 / 1e6
+        rows.append((f"RSS with {procs['peak_active_runs']} runs in flight (model answering after 2 s) vs idle",
+                     rss_spread(loaded), mib(a["median"]), f"+{delta_mb:.1f} MB (max − idle median)", "≤ +45 MB",
+                     delta_mb <= 45 and procs["peak_active_runs"] >= 200))
+    else:
+        rows.append(("RSS figures (bench/procs.py)", "not measured", "", "", "", None))
+
+    if mcp and "picogent" in mcp:
+        ours = mcp["picogent"]
+        for peer, target in (("node-everything", 3.0), ("python-fastmcp", 10.0)):
+            if peer not in mcp:
+                rows.append((f"MCP stdio vs {peer}", "peer not measured", "", "", f"≥ {target:g}× faster", None))
+                continue
+            for op, label in (("tools_list_us", "`tools/list`"), ("tools_call_us", "`tools/call`")):
+                ratio = mcp[peer][op]["median"] / ours[op]["median"]
+                rows.append((f"MCP stdio {label} round trip vs {peer} (`{mcp[peer]['tool']}`)", spread(ours[op]),
+                             spread(mcp[peer][op]), f"{ratio:.1f}× faster (median)", f"≥ {target:g}× faster",
+                             ratio >= target))
+    else:
+        reason = (mcp or {}).get("skipped", "picogent has no `mcp --stdio` command in this build")
+        rows.append(("MCP stdio round trips vs Node / Python peers", f"not measured: {reason}", "", "",
+                     "≥ 3× / ≥ 10× faster", None))
+
+    # ---- demo tokens, tracked from run to run ----
+    history = []
+    if results_md.exists():
+        text = results_md.read_text()
+        if HISTORY_START in text:
+            for line in text.split(HISTORY_START, 1)[1].splitlines():
+                if line.startswith("| 20"):
+                    history.append(line)
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    demo = compare["demo"] if compare else None
+    if demo:
+        history.append(f"| {now} | {commit} | {demo['task_run_turns']} | {demo['task_run_prompt_tokens']:,} | "
+                       f"{demo['task_run_completion_tokens']:,} | {demo['model_requests']} | "
+                       f"{demo['wire_tokens_all_requests']:,} |")
+
+    machine = " ".join([
+        subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip() + " cores",
+        subprocess.run(["uname", "-srm"], capture_output=True, text=True).stdout.strip(),
+    ])
+    cpu = ""
+    try:
+        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+    except (StopIteration, OSError):
+        pass
+    loadavg = open("/proc/loadavg").read().split()[:3] if Path("/proc/loadavg").exists() else []
+
+    missed = [r for r in rows if r[5] is False]
+    unmeasured = [r for r in rows if r[5] is None]
+    out = ["# Benchmark results", "",
+           "Generated by `bench/run.sh` (do not edit by hand; notes belong in `docs/performance.md`).", "",
+           f"- date: {now}, commit {commit}",
+           f"- machine: {machine}; {cpu}; load average at the end {' '.join(loadavg)}",
+           f"- rustc: {subprocess.run(['rustc', '--version'], capture_output=True, text=True).stdout.strip()}; "
+           f"python {platform.python_version()}",
+           "- figures: median, with the interquartile range (IQR), p99 and sample count; each comparison ran "
+           "both sides alternately in the same run", "",
+           "| what | picogent | measured against | figure | target | met |", "|---|---|---|---|---|---|"]
+    for what, ours, baseline, figure, target, met in rows:
+        mark = {True: "yes", False: "**MISSED**", None: "not measured"}[met]
+        out.append(f"| {what} | {ours} | {baseline} | {figure} | {target} | {mark} |")
+    out += ["", f"Targets met: {sum(1 for r in rows if r[5])} of {len(rows)}; missed: {len(missed)}; "
+                f"not measured: {len(unmeasured)}.", ""]
+    if demo:
+        out += ["## Tokens sent over the demo's task run", "",
+                f"The demo (`picogent demo`: reference board, offline planner, agent) task run took "
+                f"{demo['task_run_turns']} turns and sent {demo['task_run_prompt_tokens']:,} prompt tokens "
+                f"({demo['task_run_completion_tokens']:,} completion tokens), as the run record counts them "
+                f"(o200k). All {demo['model_requests']} model requests of the demo (task run and chat reply) "
+                f"came to {demo['wire_tokens_all_requests']:,} o200k tokens of request JSON.", "",
+                "| run | trigger | turns | tool calls | prompt tokens | completion tokens |",
+                "|---|---|---|---|---|---|"]
+        for i, run in enumerate(demo["runs"]):
+            out.append(f"| {i + 1} | {run['trigger'].split(' ')[0]} | {run['turns']} | {run['tool_calls']} | "
+                       f"{run['prompt_tokens']:,} | {run['completion_tokens']:,} |")
+        out.append("")
+    out += ["## Demo task run, from run to run", "", HISTORY_START, "",
+            "| date | commit | turns | prompt tokens | completion tokens | model requests (demo) | "
+            "request JSON tokens (demo) |", "|---|---|---|---|---|---|---|"]
+    out += history
+    out.append("")
+    results_md.write_text("\n".join(out))
+    print("\n".join(out))
+    if missed:
+        print(f"\n{len(missed)} target(s) missed:", file=sys.stderr)
+        for r in missed:
+            print(f"  - {r[0]}: {r[3]} (target {r[4]})", file=sys.stderr)
+        return 1
+    if unmeasured:
+        print(f"\n{len(unmeasured)} figure(s) not measured", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

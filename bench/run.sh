@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Whole benchmark run: builds picogent (release), installs the peers (Node's
+# @modelcontextprotocol/server-everything into bench/node_modules, FastMCP into bench/.venv),
+# runs the in-process comparisons (benches/compare.rs), the whole-process memory figures
+# (bench/procs.py) and the MCP stdio round trips (benches/mcp_stdio.rs), then writes
+# bench/RESULTS.md. Exits non-zero when a target is missed (1) or a figure could not be measured (2).
+#
+# BENCH_QUICK=1 shrinks the sample sizes for a smoke run (the figures are then not worth keeping).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+OUT="$ROOT/target/bench-results"
+mkdir -p "$OUT"
+rm -f "$OUT"/*.json
+started=$(date +%s)
+say() { echo "[bench $(($(date +%s) - started))s] $*" >&2; }
+
+say "building picogent (release profile) and the bench drivers"
+# One build: `cargo bench` builds the picogent binary too (target/release/picogent, release
+# settings). A separate `cargo build --release` would compile the whole tokio-based tree a second
+# time, because the dev-dependencies turn on tokio's `test-util` feature (it only adds the
+# pausable clock) and features are unified per build.
+cargo bench --no-run --bench compare --bench mcp_stdio
+BIN="$ROOT/target/release/picogent"
+test -x "$BIN"
+
+say "installing the peers"
+if [ ! -d bench/node_modules/@modelcontextprotocol/server-everything ]; then
+    (cd bench && npm install --no-audit --no-fund --loglevel=error)
+fi
+if [ ! -x bench/.venv/bin/python ] || ! bench/.venv/bin/python -c 'import fastmcp' 2>/dev/null; then
+    python3 -m venv bench/.venv
+    bench/.venv/bin/pip install --quiet --disable-pip-version-check -r bench/peers/requirements.txt
+fi
+
+say "in-process comparisons"
+BENCH_OUT="$OUT/compare.json" cargo bench --bench compare
+
+say "whole-process memory"
+python3 bench/procs.py "$BIN" "$OUT/procs.json"
+
+say "MCP over stdio"
+if "$BIN" mcp --help >/dev/null 2>&1; then
+    MCP_DIR=$(mktemp -d)
+    trap 'rm -rf "$MCP_DIR"' EXIT
+    python3 bench/mcp_setup.py "$BIN" "$MCP_DIR" > "$MCP_DIR/servers.json"
+    BENCH_MCP_SERVERS=$(cat "$MCP_DIR/servers.json") BENCH_MCP_OUT="$OUT/mcp.json" \
+        cargo bench --bench mcp_stdio
+    python3 bench/mcp_setup.py --stop "$MCP_DIR"
+else
+    echo '{"skipped": "this build of picogent has no `mcp` command"}' > "$OUT/mcp.json"
+fi
+
+say "writing bench/RESULTS.md"
+status=0
+python3 bench/report.py "$OUT" bench/RESULTS.md || status=$?
+say "done (exit $status)"
+exit $status
