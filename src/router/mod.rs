@@ -24,7 +24,7 @@ use crate::config::Config;
 use crate::runtime::metrics::Metrics;
 use crate::runtime::run::{RunDone, RunEnd, RunKind, RunRequest, RunServices};
 use crate::runtime::status::StatusBoard;
-use crate::state::State;
+use crate::state::{FinishRun, RunStatus, State};
 use crate::tracker::TrackerClient;
 use crate::tracker::model::{
     Event, EventEnvelope, MemberKind, MessageOut, MessageQuery, SendMessage, TaskOut, TaskQuery, TaskStatus, UpdateTask,
@@ -176,7 +176,7 @@ impl Router {
             Input::StopRun { run_id, reply } => {
                 let session = self.active.iter().find(|(_, run)| run.run_id == run_id).map(|(s, _)| s.clone());
                 let stopped = match session {
-                    Some(session) => self.stop(&session, "stopped over MCP"),
+                    Some(session) => self.stop(&session, "stopped over MCP").await,
                     None => false,
                 };
                 let _ = reply.send(stopped);
@@ -229,7 +229,7 @@ impl Router {
             }
             Ok(Event::TaskUnassigned(data)) => {
                 let session = SessionKey::Task(data.task.id.clone());
-                let stopped = self.stop(&session, &format!("the task was unassigned by @{}", data.unassigned_by));
+                let stopped = self.stop(&session, &format!("the task was unassigned by @{}", data.unassigned_by)).await;
                 self.metrics.event(&envelope.event, if stopped { "stop" } else { "ignored" });
             }
             Ok(Event::MessageNew(data)) => self.on_message(data.message, "event").await,
@@ -300,19 +300,58 @@ impl Router {
         self.on_assignment(task, assigned_by, "reconciliation").await;
     }
 
+    /// A message is claimed once, whichever path brings it. When it starts a run, the claim and
+    /// the run record are written in one transaction (`start_claimed_run`): a crash between a
+    /// bare claim and the run record would leave a mention claimed and never answered (found by
+    /// the soak, killing the agent while mentions arrived).
     async fn on_message(&mut self, message: MessageOut, source: &str) {
         const EVENT: &str = "message.new";
         tracing::debug!(id = %message.id, source, "message");
-        if !self.claim("message", &message.id).await {
-            self.metrics.event(EVENT, "duplicate");
+        match self.state.is_claimed("message", &message.id).await {
+            Ok(false) => {}
+            Ok(true) => {
+                self.metrics.event(EVENT, "duplicate");
+                return;
+            }
+            Err(error) => {
+                tracing::error!(%error, id = %message.id, "cannot read claims in the state database; not acting");
+                return;
+            }
+        }
+        let message_id = message.id.clone();
+        let Some(mut request) = self.decide_message(message).await else {
+            self.claim("message", &message_id).await;
+            return;
+        };
+        // The daily spend guard, before anything is claimed for a run (a refused message is
+        // claimed as handled: the notice was its answer).
+        if !self.spend_allows(&request).await {
+            self.claim("message", &message_id).await;
             return;
         }
+        let session_key = request.session.as_string();
+        match self.state.start_claimed_run("message", &message_id, &session_key, &request.trigger).await {
+            Ok(Some(run_id)) => {
+                self.metrics.event(EVENT, "run");
+                // The run is recorded already: it starts (or waits) under that record.
+                request.resume_run_id = Some(run_id);
+                self.start_or_queue(request).await;
+            }
+            Ok(None) => self.metrics.event(EVENT, "duplicate"),
+            Err(error) => tracing::error!(%error, id = %message_id, "cannot record a run in the state database; not acting"),
+        }
+    }
+
+    /// What to do with a message not handled yet: `Some` run to start, or `None` when it was
+    /// dealt with here (a stop, steering, not addressed, the reply cap).
+    async fn decide_message(&mut self, message: MessageOut) -> Option<RunRequest> {
+        const EVENT: &str = "message.new";
         let session = SessionKey::of_message(&message);
         // Stop comes first: it is obeyed even when the message would not start a run.
         if filter::is_stop_command(&message.content, &self.config.slug) && message.author_slug != self.config.slug {
-            let stopped = self.stop(&session, &format!("@{} asked me to stop", message.author_slug));
+            let stopped = self.stop(&session, &format!("@{} asked me to stop", message.author_slug)).await;
             self.metrics.event(EVENT, if stopped { "stop" } else { "stop_idle" });
-            return;
+            return None;
         }
         let facts = MessageFacts {
             author_kind: self.member_kind(&message.author_slug).await,
@@ -336,13 +375,13 @@ impl Router {
         if fate != MessageFate::Answer {
             self.metrics.event(EVENT, fate.as_str());
             tracing::debug!(id = %message.id, fate = fate.as_str(), "message not answered");
-            return;
+            return None;
         }
         match self.state.replies_in_last_hour(&thread_key).await {
             Ok(count) if count >= self.config.limits.max_replies_per_thread_per_hour => {
                 tracing::warn!(thread = %thread_key, count, "thread reply cap reached: not answering (loop guard)");
                 self.metrics.event(EVENT, "reply_cap");
-                return;
+                return None;
             }
             Ok(_) => {}
             Err(error) => tracing::warn!(%error, "cannot read the thread reply count"),
@@ -352,24 +391,22 @@ impl Router {
         if let Some(active) = self.active.get(&session) {
             if active.steer.send(steering.clone()).is_ok() {
                 self.metrics.event(EVENT, "steered");
-                return;
+                return None;
             }
         }
         if let Some(waiting) = self.waiting.iter_mut().find(|r| r.session == session) {
             waiting.steering.push(steering);
             self.metrics.event(EVENT, "steered");
-            return;
+            return None;
         }
-        self.metrics.event(EVENT, "run");
-        let request = RunRequest {
+        Some(RunRequest {
             session,
             trigger: format!("message.new {}", message.id),
             kind: RunKind::Message { message: Box::new(message) },
             steering: Vec::new(),
             resume_run_id: None,
             acknowledged: None,
-        };
-        self.start_or_queue(request).await;
+        })
     }
 
     async fn replies_to_agent(&self, message: &MessageOut, session: &SessionKey) -> bool {
@@ -417,10 +454,18 @@ impl Router {
     }
 
     /// Cancels the run of `session`, remembering why so it is said once when the run ends.
-    fn stop(&mut self, session: &SessionKey, reason: &str) -> bool {
+    async fn stop(&mut self, session: &SessionKey, reason: &str) -> bool {
         if let Some(pos) = self.waiting.iter().position(|r| &r.session == session) {
-            self.waiting.remove(pos);
+            let request = self.waiting.remove(pos);
             self.waiting_sessions.remove(session);
+            // A waiting run has its record already (see `start_or_queue`); close it, or the next
+            // start would resume what was stopped.
+            if let Some(run_id) = request.and_then(|r| r.resume_run_id) {
+                let finish = FinishRun { outcome: Some(format!("Stopped: {reason}.")), ..FinishRun::new(RunStatus::Stopped) };
+                if let Err(error) = self.state.finish_run(&run_id, &finish).await {
+                    tracing::warn!(%error, %run_id, "cannot record a waiting run as stopped");
+                }
+            }
             return true;
         }
         match self.active.get_mut(session) {
@@ -443,6 +488,17 @@ impl Router {
             return None;
         }
         if self.active.len() >= self.config.limits.max_concurrent_runs as usize {
+            // A queued run is recorded now, as running, so a crash or a shutdown before its turn
+            // loses nothing: the next start resumes it like any interrupted run. (The message
+            // it answers is already claimed, so neither a replay nor reconciliation would bring
+            // it back.) A run resumed before its first turn starts afresh.
+            let mut request = request;
+            if request.resume_run_id.is_none() {
+                match self.state.start_run(&request.session.as_string(), &request.trigger).await {
+                    Ok(run_id) => request.resume_run_id = Some(run_id),
+                    Err(error) => tracing::error!(%error, "cannot record a queued run; it waits in memory only"),
+                }
+            }
             self.waiting_sessions.insert(request.session.clone());
             self.waiting.push_back(request);
             return None;
