@@ -23,7 +23,7 @@ const MENTIONS: usize = 300;
 /// How long the humans take to send everything.
 const SENDING: Duration = Duration::from_secs(60);
 /// The whole scenario must be over by then.
-const DEADLINE: Duration = Duration::from_secs(240);
+const DEADLINE: Duration = Duration::from_secs(270);
 
 fn rates() -> FaultRates {
     FaultRates {
@@ -31,7 +31,7 @@ fn rates() -> FaultRates {
         http_503: 0.015,
         http_429: 0.01,
         retry_after_secs: 1,
-        timeout: 0.004,
+        timeout: 0.01,
         timeout_hold: Duration::from_millis(2500),
         reset_before_board: 0.015,
         reset_after_board: 0.015,
@@ -61,7 +61,7 @@ fn agent_config(dir: &Path, tracker_url: &str, model_url: &str) -> PathBuf {
                     "retry": {"max_attempts": 12, "initial_delay_ms": 20, "max_delay_ms": 300, "max_elapsed_ms": 20000, "jitter": true}},
         "llm": {"base_url": model_url, "model": "offline-planner", "timeout_ms": 20000,
                 "retry": {"max_attempts": 4, "initial_delay_ms": 20, "max_delay_ms": 200, "max_elapsed_ms": 5000, "jitter": true}},
-        "limits": {"max_concurrent_runs": 6, "max_turns": 20, "max_tool_calls": 40,
+        "limits": {"max_concurrent_runs": 8, "max_turns": 20, "max_tool_calls": 40,
                    "max_replies_per_thread_per_hour": 20, "shutdown_grace_ms": 2000},
         "state": {"path": dir.join("picogent.db")},
         "http": {"listen": "127.0.0.1:0"},
@@ -171,6 +171,7 @@ async fn outcome(board: &SqlitePool) -> Outcome {
 async fn soak_under_faults_loses_nothing_and_repeats_nothing() {
     let started = Instant::now();
     let dir = tempfile::tempdir().unwrap();
+    println!("soak: working in {}", dir.path().display());
     let board_db = dir.path().join("board.db");
     let mut board = RestartableBoard::start(&board_db, &support::seed_path()).await;
     let harness = FaultHarness::start(board.addr, rates()).await;
@@ -207,7 +208,10 @@ async fn soak_under_faults_loses_nothing_and_repeats_nothing() {
             break;
         }
         assert!(agent.is_running(), "the agent exited; its log: {}", std::fs::read_to_string(&log).unwrap_or_default());
-        assert!(started.elapsed() < DEADLINE, "work not finished in time: {now:?}");
+        if started.elapsed() > DEADLINE {
+            let _ = dir.keep();
+            panic!("work not finished in time: {now:?}");
+        }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     // Caught up: every event the board logged for the agent was processed, and no run is open.

@@ -619,3 +619,69 @@ impl Drop for AgentProcess {
         self.kill();
     }
 }
+
+/// An agent config as JSON for an agent `slug` against `tracker_url` and the model at
+/// `model_url`, with fast retries; `extra` is merged on top (objects merge, other values replace).
+pub fn agent_config_json(dir: &Path, tracker_url: &str, model_url: &str, slug: &str, extra: serde_json::Value) -> serde_json::Value {
+    let mut config = serde_json::json!({
+        "slug": slug,
+        "name": slug,
+        "tracker": {"url": tracker_url, "timeout_ms": 5000,
+                    "retry": {"max_attempts": 6, "initial_delay_ms": 20, "max_delay_ms": 200, "max_elapsed_ms": 5000, "jitter": true}},
+        "llm": {"base_url": model_url, "model": "offline-planner", "timeout_ms": 20000,
+                "retry": {"max_attempts": 3, "initial_delay_ms": 20, "max_delay_ms": 200, "max_elapsed_ms": 5000, "jitter": false}},
+        "state": {"path": dir.join(format!("{slug}.db"))},
+        "http": {"listen": "127.0.0.1:0"},
+        "prompts_dir": Path::new(env!("CARGO_MANIFEST_DIR")).join("prompts"),
+    });
+    merge_json(&mut config, extra);
+    config
+}
+
+pub fn merge_json(target: &mut serde_json::Value, extra: serde_json::Value) {
+    match (target, extra) {
+        (serde_json::Value::Object(target), serde_json::Value::Object(extra)) => {
+            for (key, value) in extra {
+                merge_json(target.entry(key).or_insert(serde_json::Value::Null), value);
+            }
+        }
+        (target, extra) => *target = extra,
+    }
+}
+
+/// The agent in this process, its token `tok-<slug>`, with a short heartbeat.
+pub async fn start_agent_in_process(config: serde_json::Value) -> picogent::runtime::AgentHandle {
+    let config: picogent::config::Config = serde_json::from_value(config).unwrap();
+    let token = format!("tok-{}", config.slug);
+    let stream = picogent::transport::StreamOptions {
+        heartbeat_interval: Duration::from_millis(300),
+        initial_backoff: Duration::from_millis(50),
+        max_backoff: Duration::from_millis(300),
+        ..picogent::transport::StreamOptions::new("TEAMBOARD_TOKEN")
+    };
+    picogent::runtime::start(picogent::runtime::AgentOptions {
+        config,
+        tracker_token: picogent::secret::Secret::new(token),
+        llm_api_key: None,
+        stream: Some(stream),
+        serve_http: true,
+    })
+    .await
+    .unwrap()
+}
+
+/// Polls `check` until it returns `Some`, failing with `what` after `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
