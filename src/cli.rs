@@ -37,6 +37,20 @@ pub enum Command {
         #[arg(long)]
         seed: Option<PathBuf>,
     },
+    /// Serve the tracker tools, task/project resources and prompts as an MCP server, acting as the
+    /// agent of the config (token from the environment variable named by `tracker.token_env`).
+    #[command(group(clap::ArgGroup::new("transport").required(true).args(["stdio", "http"])))]
+    Mcp {
+        /// Speak MCP on stdin/stdout (for hosts that launch the server); logs go to stderr.
+        #[arg(long)]
+        stdio: bool,
+        /// Serve Streamable HTTP at http://ADDR/mcp; clients send `Authorization: Bearer <token>`
+        /// with the token from the environment variable named by `mcp.token_env`.
+        #[arg(long, value_name = "ADDR")]
+        http: Option<SocketAddr>,
+        #[arg(long, default_value = "agent.json")]
+        config: PathBuf,
+    },
     /// The tracker tools the model can call: list them, or call one against a live tracker.
     Tools {
         #[command(subcommand)]
@@ -129,6 +143,21 @@ pub fn main(cli: Cli) -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Board { listen, db, seed } => crate::board::run_cli(listen, db, seed).await,
+            Command::Mcp { stdio: _, http, config } => {
+                let listen = match http {
+                    Some(addr) => crate::mcp::server::Listen::Http(addr),
+                    None => crate::mcp::server::Listen::Stdio,
+                };
+                crate::mcp::server::run_cli(config, listen, |config, tracker| {
+                    let registry = crate::tools::Registry::new(
+                        tracker.clone(),
+                        &config.tools,
+                        config.limits.max_tool_result_bytes,
+                    )?;
+                    Ok(std::sync::Arc::new(registry))
+                })
+                .await
+            }
             Command::Tools { command: ToolsCommand::List { json, tokens, config } } => {
                 Ok(tools_list(json, tokens, config.as_deref()))
             }

@@ -40,6 +40,9 @@ pub struct Config {
     pub state: StateConfig,
     #[serde(default)]
     pub http: HttpConfig,
+    /// How `picogent mcp --http` and the runtime's `/mcp` endpoint admit clients.
+    #[serde(default)]
+    pub mcp: McpConfig,
     /// The folder holding `system.md`, `task_assigned.md` and `message_new.md`; relative paths
     /// are taken from the config file's folder.
     #[serde(default = "default_prompts_dir")]
@@ -190,6 +193,32 @@ impl Default for HttpConfig {
     }
 }
 
+/// Security of the MCP server's HTTP endpoint. Loopback hosts and origins are always allowed; the
+/// lists add more. The bearer token itself lives in the environment, never in the file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct McpConfig {
+    /// The environment variable holding the bearer token MCP clients must send over HTTP.
+    pub token_env: String,
+    /// Browser origins allowed besides loopback ones, with scheme and port, e.g.
+    /// `https://app.example.com:443` (`:*` matches any port). A request with any other `Origin`
+    /// header is refused with 403; requests without one (non-browser clients) pass.
+    pub allowed_origins: Vec<String>,
+    /// `Host` header values allowed besides `localhost`, `127.0.0.1` and `::1`, e.g.
+    /// `agent.example.com` or `agent.example.com:8808`. Needed to listen on a non-loopback address.
+    pub allowed_hosts: Vec<String>,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        McpConfig {
+            token_env: "PICOGENT_MCP_TOKEN".to_string(),
+            allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+        }
+    }
+}
+
 fn default_prompts_dir() -> PathBuf {
     PathBuf::from("prompts")
 }
@@ -233,8 +262,13 @@ impl Config {
     pub fn load_with_env(path: &Path, vars: impl IntoIterator<Item = (String, String)>) -> Result<Config, ConfigError> {
         let text =
             std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
-        let overrides: config::Map<String, String> =
-            vars.into_iter().filter(|(key, _)| key.starts_with(&format!("{ENV_PREFIX}_"))).collect();
+        // A variable that holds a secret (say `PICOGENT_MCP_TOKEN`) is not an override, even when
+        // its name carries the prefix.
+        let secret_vars = secret_env_names(&text);
+        let overrides: config::Map<String, String> = vars
+            .into_iter()
+            .filter(|(key, _)| key.starts_with(&format!("{ENV_PREFIX}_")) && !secret_vars.contains(key))
+            .collect();
         let built = config::Config::builder()
             .add_source(config::File::from_str(&text, config::FileFormat::Json))
             .add_source(
@@ -247,6 +281,8 @@ impl Config {
                     .with_list_parse_key("allowed_bots")
                     .with_list_parse_key("tools.allowed")
                     .with_list_parse_key("tools.disallowed")
+                    .with_list_parse_key("mcp.allowed_origins")
+                    .with_list_parse_key("mcp.allowed_hosts")
                     .source(Some(overrides)),
             )
             .build()
@@ -287,6 +323,9 @@ impl Config {
         if self.tracker.token_env.trim().is_empty() {
             return Err(field("tracker.token_env", "expected the name of an environment variable"));
         }
+        if self.mcp.token_env.trim().is_empty() {
+            return Err(field("mcp.token_env", "expected the name of an environment variable"));
+        }
         if self.llm.model.trim().is_empty() {
             return Err(field("llm.model", "expected a model name"));
         }
@@ -318,6 +357,24 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// The environment variables the file names as holding secrets (`tracker.token_env`,
+/// `llm.api_key_env`, `mcp.token_env`, with their defaults), read leniently: a malformed file is
+/// reported by the real parse.
+fn secret_env_names(text: &str) -> Vec<String> {
+    let file: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+    let named = |section: &str, field: &str, default: Option<String>| {
+        file.get(section).and_then(|s| s.get(field)).and_then(|v| v.as_str()).map(str::to_string).or(default)
+    };
+    [
+        named("tracker", "token_env", Some(default_token_env())),
+        named("llm", "api_key_env", None),
+        named("mcp", "token_env", Some(McpConfig::default().token_env)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 /// Rewrites a `config` deserialization error into "field `x`: what was wrong" where it can.
@@ -375,6 +432,19 @@ mod tests {
         let config = Config::load_with_env(&write(dir.path(), MINIMAL), vars).unwrap();
         assert_eq!(config.limits.max_turns, 3);
         assert_eq!(config.tracker.url, "http://10.0.0.1:9");
+    }
+
+    #[test]
+    fn secret_variables_are_not_overrides() {
+        let dir = tempfile::tempdir().unwrap();
+        let vars = [
+            ("PICOGENT_MCP_TOKEN".to_string(), "tok-mcp".to_string()),
+            ("PICOGENT_MCP__ALLOWED_HOSTS".to_string(), "agent.example.com,other.example.com".to_string()),
+        ];
+        let config = Config::load_with_env(&write(dir.path(), MINIMAL), vars).unwrap();
+        assert_eq!(config.mcp.token_env, "PICOGENT_MCP_TOKEN");
+        assert_eq!(config.mcp.allowed_hosts, vec!["agent.example.com", "other.example.com"]);
+        assert!(config.mcp.allowed_origins.is_empty());
     }
 
     #[test]

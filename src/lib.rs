@@ -22,6 +22,8 @@
 //! - [`runtime`]: `picogent run` — wires stream, router, runs, state and HTTP; one run's life in
 //!   [`runtime::run`].
 //! - [`check`], [`demo`]: `picogent check` and `picogent demo`.
+//! - [`mcp`]: the only module that imports rmcp's server/client machinery; [`mcp::server`] serves
+//!   the tools, tracker resources and prompts over MCP (stdio and Streamable HTTP).
 
 pub mod agent;
 pub mod board;
@@ -30,6 +32,7 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod llm;
+pub mod mcp;
 pub mod offline_model;
 pub mod prompts;
 pub mod retry;

@@ -1,5 +1,6 @@
 //! The agent loop over real HTTP: the offline model endpoint on 127.0.0.1:0 (planner or a
-//! replayed script from `fixtures/llm/`), the OpenAI adapter, and tools over a tracker.
+//! replayed script from `fixtures/llm/`), the OpenAI adapter, and the real tool registry over the
+//! reference board on 127.0.0.1:0.
 
 #[path = "support/llm_world.rs"]
 mod llm_world;
@@ -7,14 +8,16 @@ mod llm_world;
 use std::path::Path;
 use std::time::Duration;
 
-use llm_world::World;
+use std::sync::Arc;
+
+use llm_world::{Gate, World};
 use picogent::agent::{self, RunInput, RunOutcome, RunOutput, RunSetup, ToolCallOutcome};
 use picogent::config::{Limits, LlmConfig};
 use picogent::llm::{Message, OpenAiChat};
 use picogent::offline_model::script::Script;
 use picogent::offline_model::{self, Faults, OfflineModelHandle, OfflineModelOptions};
 use picogent::retry::RetryConfig;
-use picogent::tools::ToolContext;
+use picogent::tools::{ToolContext, ToolSource};
 use tokio_util::sync::CancellationToken;
 
 fn llm_config(url: &str) -> LlmConfig {
@@ -71,18 +74,33 @@ impl Harness {
         cancel: CancellationToken,
         steering: Option<tokio::sync::mpsc::UnboundedReceiver<String>>,
     ) -> RunOutput {
-        let tools = self.world.tools();
+        self.run_over(self.world.tools(), self.world.tool_names(), limits, prompt, cancel, steering).await
+    }
+
+    async fn run_over(
+        &self,
+        tools: Arc<dyn ToolSource>,
+        offered_tools: Vec<String>,
+        limits: Limits,
+        prompt: &str,
+        cancel: CancellationToken,
+        steering: Option<tokio::sync::mpsc::UnboundedReceiver<String>>,
+    ) -> RunOutput {
         let setup = RunSetup {
             model: &self.chat,
             tools: tools.as_ref(),
-            offered_tools: self.world.tool_names(),
+            offered_tools,
             limits,
             tool_context: ToolContext::new(self.world.agent_slug()),
             cancel,
             steering,
         };
         let input = RunInput { system_prompt: SYSTEM.to_string(), history: vec![], prompt: prompt.to_string() };
-        agent::run(setup, input).await
+        let run = agent::run(setup, input);
+        // The runtime spawns runs on the multi-threaded runtime: the future must be `Send`.
+        fn assert_send<F: Send>(_: &F) {}
+        assert_send(&run);
+        run.await
     }
 
     async fn finish(self) {
@@ -105,13 +123,15 @@ async fn planner_works_a_task_end_to_end() {
     assert_eq!(record.outcome, RunOutcome::Completed, "{record:#?}");
     assert!(record.final_message.contains("in_review"), "{}", record.final_message);
 
-    let task = harness.world.task(&key).await;
-    assert_eq!(task.status, "in_review");
-    let titles: Vec<&str> = task.steps.iter().map(|s| s.1.as_str()).collect();
+    assert_eq!(harness.world.task(&key).await.status.as_str(), "in_review");
+    let steps = harness.world.steps(&key).await;
+    let titles: Vec<&str> = steps.iter().map(|s| s.title.as_str()).collect();
     assert_eq!(titles, ["write the code", "test it", "document it"]);
-    assert!(task.steps.iter().all(|s| s.2), "every step ticked: {:?}", task.steps);
-    assert_eq!(task.comments.len(), 1);
-    assert!(task.comments[0].contains("offline planner"), "{}", task.comments[0]);
+    assert!(steps.iter().all(|s| s.done), "every step ticked: {steps:?}");
+    let comments = harness.world.comments(&key).await;
+    assert_eq!(comments.len(), 1, "{comments:?}");
+    assert_eq!(comments[0].author_slug, "picogent");
+    assert!(comments[0].content.contains("offline planner"), "{}", comments[0].content);
 
     // get_task, 3 add_step, update_task, 3 complete_step, send_message, update_task; then text.
     assert_eq!(record.turns, 7);
@@ -140,38 +160,68 @@ async fn planner_works_a_task_end_to_end() {
 }
 
 #[tokio::test]
-async fn token_counts_agree_with_and_without_server_usage() {
-    let with_usage = Harness::start(OfflineModelOptions::planner()).await;
-    let key = with_usage.world.create_task("").await;
-    let counted = with_usage.run(limits(), &task_prompt(&key)).await.record;
-
-    let without = Harness::start(OfflineModelOptions { omit_usage: true, ..OfflineModelOptions::planner() }).await;
-    let key = without.world.create_task("").await;
-    let estimated = without.run(limits(), &task_prompt(&key)).await.record;
-
-    assert_eq!(counted.outcome, RunOutcome::Completed);
-    assert_eq!(estimated.outcome, RunOutcome::Completed);
-    assert!(!counted.tokens_estimated);
-    assert!(estimated.tokens_estimated);
-    assert_eq!(counted.turns, estimated.turns);
-    assert_eq!(counted.prompt_tokens, estimated.prompt_tokens);
-    assert_eq!(counted.completion_tokens, estimated.completion_tokens);
-    with_usage.finish().await;
-    without.finish().await;
+async fn token_counts_match_the_server_with_and_without_usage() {
+    for omit_usage in [false, true] {
+        let harness = Harness::start(OfflineModelOptions { omit_usage, ..OfflineModelOptions::planner() }).await;
+        let key = harness.world.create_task("").await;
+        let record = harness.run(limits(), &task_prompt(&key)).await.record;
+        assert_eq!(record.outcome, RunOutcome::Completed, "{record:#?}");
+        assert_eq!(record.tokens_estimated, omit_usage);
+        // With `usage`, the record adds up what the server reported; without it, the loop counts
+        // with o200k by the rule the server uses, so the sums agree exactly.
+        assert_eq!(
+            (record.prompt_tokens, record.completion_tokens),
+            harness.model.tokens_counted(),
+            "omit_usage {omit_usage}"
+        );
+        assert_eq!(record.turns as usize, harness.model.request_count());
+        assert!(record.model_time_ms + record.tool_time_ms <= record.wall_time_ms + 1, "{record:#?}");
+        harness.finish().await;
+    }
 }
 
 #[tokio::test]
-async fn parallel_read_only_calls_overlap() {
+async fn parallel_read_only_calls_run_concurrently() {
     let harness = Harness::start(OfflineModelOptions::script(script("parallel_reads.json"))).await;
     let key = harness.world.create_task("").await;
-    let record = harness.run(limits(), &task_prompt(&key)).await.record;
+    assert_eq!(key, "TE-1", "the fixture names TE-1");
+    // The gate lets no call through until both have arrived: run one after the other, the first
+    // would be refused by the gate and the script's expectation of no error would fail.
+    let gate: Arc<dyn ToolSource> = Arc::new(Gate::new(harness.world.tools(), 2));
+    let output = harness
+        .run_over(gate, harness.world.tool_names(), limits(), &task_prompt(&key), CancellationToken::new(), None)
+        .await;
+    let record = output.record;
     assert_eq!(record.outcome, RunOutcome::Completed, "{record:#?}");
     let [first, second] = &record.calls[..] else { panic!("two calls expected: {:?}", record.calls) };
     assert_eq!((first.name.as_str(), second.name.as_str()), ("get_task", "list_steps"));
+    assert_eq!((first.outcome, second.outcome), (ToolCallOutcome::Ok, ToolCallOutcome::Ok));
     assert!(
         first.started_us < second.ended_us && second.started_us < first.ended_us,
-        "the calls did not overlap: {first:?} {second:?}"
+        "the recorded intervals do not overlap: {first:?} {second:?}"
     );
+    harness.finish().await;
+}
+
+#[tokio::test]
+async fn planner_answers_a_mention_in_its_thread() {
+    let harness = Harness::start(OfflineModelOptions::planner()).await;
+    let message = harness.world.post_in_chat("@picogent what is on the board today?").await;
+    let prompt = format!(
+        "Message id: {id}\nThread id: {id}\n@alice wrote to you (@picogent):\n\n{content}\n",
+        id = message.id,
+        content = message.content
+    );
+    let offered: Vec<String> = picogent::tools::CHAT_REPLY_TOOLS.iter().map(|n| n.to_string()).collect();
+    let output =
+        harness.run_over(harness.world.tools(), offered, limits(), &prompt, CancellationToken::new(), None).await;
+    assert_eq!(output.record.outcome, RunOutcome::Completed, "{:#?}", output.record);
+    assert_eq!(output.record.tool_calls_by_name["reply_message"].ok, 1);
+    let thread = harness.world.thread(&message.id).await;
+    assert_eq!(thread.len(), 2, "{thread:?}");
+    assert_eq!(thread[1].author_slug, "picogent");
+    assert_eq!(thread[1].parent_id.as_deref(), Some(message.id.as_str()));
+    assert!(thread[1].content.contains("offline planner"));
     harness.finish().await;
 }
 
@@ -182,6 +232,7 @@ async fn scripted_misbehaviour_is_answered_with_errors_the_model_reads() {
         ("tool_error_recovery.json", "get_task", ToolCallOutcome::Error, 2),
         ("malformed_arguments.json", "get_task", ToolCallOutcome::InvalidArguments, 2),
         ("unknown_tool.json", "get_taks", ToolCallOutcome::UnknownTool, 1),
+        ("not_offered.json", "create_task", ToolCallOutcome::UnknownTool, 1),
     ];
     for (fixture, tool, first_outcome, calls) in cases {
         let harness = Harness::start(OfflineModelOptions::script(script(fixture))).await;
@@ -196,13 +247,28 @@ async fn scripted_misbehaviour_is_answered_with_errors_the_model_reads() {
 }
 
 #[tokio::test]
-async fn a_refusal_is_recorded() {
-    let harness = Harness::start(OfflineModelOptions::script(script("refusal.json"))).await;
-    let record = harness.run(limits(), "Task: TE-1").await.record;
-    assert_eq!(record.outcome, RunOutcome::Refusal);
-    assert!(record.detail.as_deref().unwrap_or_default().contains("I cannot help"), "{record:#?}");
-    assert!(!record.final_message.is_empty());
-    harness.finish().await;
+async fn refusals_and_empty_answers_are_recorded() {
+    for (fixture, outcome) in [("refusal.json", RunOutcome::Refusal), ("empty_answer.json", RunOutcome::EmptyAnswer)] {
+        let harness = Harness::start(OfflineModelOptions::script(script(fixture))).await;
+        let output = harness.run(limits(), "Task: TE-1").await;
+        let record = &output.record;
+        assert_eq!(record.outcome, outcome, "{fixture}: {record:#?}");
+        assert_eq!(record.turns, 1);
+        assert!(record.final_message.starts_with("I could not finish"), "{}", record.final_message);
+        if outcome == RunOutcome::Refusal {
+            assert!(record.detail.as_deref().unwrap_or_default().contains("I cannot help"), "{record:#?}");
+        }
+        harness.finish().await;
+    }
+}
+
+#[tokio::test]
+async fn the_endpoint_lists_its_model() {
+    let model = offline_model::start(OfflineModelOptions::planner()).await.unwrap();
+    let listed: serde_json::Value =
+        reqwest::get(format!("{}/models", model.url())).await.unwrap().json().await.unwrap();
+    assert_eq!(listed["data"][0]["id"], offline_model::MODEL_NAME);
+    model.shutdown().await;
 }
 
 #[tokio::test]
@@ -249,7 +315,7 @@ async fn truncated_bodies_and_invalid_arguments_are_survived() {
     assert_eq!(record.outcome, RunOutcome::Completed, "{record:#?}");
     assert_eq!(record.calls[0].outcome, ToolCallOutcome::InvalidArguments);
     assert_eq!(record.tool_calls_by_name["get_task"].ok, 1);
-    assert_eq!(harness.world.task(&key).await.status, "in_review");
+    assert_eq!(harness.world.task(&key).await.status.as_str(), "in_review");
     harness.finish().await;
 }
 

@@ -277,10 +277,10 @@ async fn duplicates_replays_and_reconciliation_are_handled_once() {
     let mut envelopes = Vec::new();
     while envelopes.len() < 2 {
         let frame = tokio::time::timeout(Duration::from_secs(10), socket.next()).await.unwrap().unwrap().unwrap();
-        if let Ok(envelope) = serde_json::from_str::<EventEnvelope>(frame.to_text().unwrap()) {
-            if envelope.event == EVENT_TASK_ASSIGNED || envelope.event == EVENT_MESSAGE_NEW {
-                envelopes.push(envelope);
-            }
+        if let Ok(envelope) = serde_json::from_str::<EventEnvelope>(frame.to_text().unwrap())
+            && (envelope.event == EVENT_TASK_ASSIGNED || envelope.event == EVENT_MESSAGE_NEW)
+        {
+            envelopes.push(envelope);
         }
     }
     wait_status(&alice, &task.id, TaskStatus::InReview).await;
@@ -291,14 +291,14 @@ async fn duplicates_replays_and_reconciliation_are_handled_once() {
         for envelope in &envelopes {
             let event = Event::from_envelope(envelope).unwrap();
             let item = picogent::transport::StreamItem::Event { envelope: envelope.clone(), event };
-            agent.inputs.send(picogent::router::Input::Stream(item)).await.unwrap();
+            agent.inputs.send(picogent::router::Input::Stream(Box::new(item))).await.unwrap();
         }
     }
     // And a reconciliation, which finds the same task and the same mention through REST.
     let caught_up = picogent::transport::LinkStatus::CaughtUp { last_seq: 0 };
     agent
         .inputs
-        .send(picogent::router::Input::Stream(picogent::transport::StreamItem::Status(caught_up)))
+        .send(picogent::router::Input::Stream(Box::new(picogent::transport::StreamItem::Status(caught_up))))
         .await
         .unwrap();
     eventually(Duration::from_secs(10), "duplicates dropped", || async {

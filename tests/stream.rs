@@ -374,10 +374,12 @@ enum RelayMode {
     Down,
 }
 
-/// A loopback TCP relay in front of the board that the test can stall or cut.
+/// A loopback TCP relay in front of the board that the test can stall, cut, or point at a
+/// restarted board (which then need not get its old port back).
 struct Relay {
     addr: std::net::SocketAddr,
     mode: watch::Sender<RelayMode>,
+    target: Arc<std::sync::Mutex<std::net::SocketAddr>>,
 }
 
 impl Relay {
@@ -386,6 +388,8 @@ impl Relay {
         let addr = listener.local_addr().unwrap();
         let (mode, _) = watch::channel(RelayMode::Forward);
         let modes = mode.clone();
+        let target = Arc::new(std::sync::Mutex::new(target));
+        let targets = target.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((inbound, _)) = listener.accept().await else { return };
@@ -393,6 +397,7 @@ impl Relay {
                     drop(inbound);
                     continue;
                 }
+                let target = *targets.lock().unwrap();
                 let Ok(outbound) = TcpStream::connect(target).await else { continue };
                 let (inbound_read, inbound_write) = inbound.into_split();
                 let (outbound_read, outbound_write) = outbound.into_split();
@@ -400,7 +405,12 @@ impl Relay {
                 tokio::spawn(pump(outbound_read, inbound_write, modes.subscribe()));
             }
         });
-        Relay { addr, mode }
+        Relay { addr, mode, target }
+    }
+
+    /// New connections go to `target` from now on.
+    fn retarget(&self, target: std::net::SocketAddr) {
+        *self.target.lock().unwrap() = target;
     }
 
     fn url(&self) -> String {
@@ -523,8 +533,7 @@ async fn after_a_board_restart_resume_delivers_exactly_the_missed_events_in_orde
     let dir = tempfile::tempdir().unwrap();
     let board_db = dir.path().join("board.db");
     let board = start_board(&board_db, "127.0.0.1:0".parse().unwrap()).await;
-    let board_addr = board.addr();
-    let relay = Relay::start(board_addr).await;
+    let relay = Relay::start(board.addr()).await;
     let state = State::open(&dir.path().join("agent.db")).await.unwrap();
     let agent = client_for(&relay.url(), "tok-picogent");
     let (mut items, _handle) = transport::spawn(fast_options(), &agent, state.clone(), CancellationToken::new());
@@ -543,15 +552,17 @@ async fn after_a_board_restart_resume_delivers_exactly_the_missed_events_in_orde
         before.push(key);
     }
 
-    // The tracker goes away and comes back on the same database and port; meanwhile (with the
-    // relay still down) three more tasks are assigned.
+    // The tracker goes away and comes back on the same database (on a new port: the relay hides
+    // it, and the old port may be taken by then); meanwhile, with the relay still down, three
+    // more tasks are assigned.
     relay.set(RelayMode::Down);
     board.shutdown().await.unwrap();
     match wait_for(&mut items, |item| matches!(item, StreamItem::Status(LinkStatus::Disconnected { .. }))).await {
         StreamItem::Status(LinkStatus::Disconnected { reason }) => assert!(!reason.is_empty()),
         other => unreachable!("{other:?}"),
     }
-    let board = start_board(&board_db, board_addr).await;
+    let board = start_board(&board_db, "127.0.0.1:0".parse().unwrap()).await;
+    relay.retarget(board.addr());
     let alice = client_for(&board.url(), "tok-alice");
     let mut missed = Vec::new();
     for title in ["three", "four", "five"] {

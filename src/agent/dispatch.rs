@@ -14,6 +14,8 @@ use crate::tools::{ToolContext, ToolSource};
 pub(crate) struct OfferedTools {
     pub specs: Vec<ToolSpec>,
     names: Vec<String>,
+    /// Tools the source has but this run does not offer, to say so instead of "unknown".
+    withheld: HashSet<String>,
     read_only: HashSet<String>,
 }
 
@@ -22,8 +24,10 @@ impl OfferedTools {
     /// list is byte-identical across turns whatever order the caller listed names in).
     pub fn new(source_tools: Vec<Tool>, offered: &[String]) -> OfferedTools {
         let wanted: HashSet<&str> = offered.iter().map(String::as_str).collect();
-        let tools: Vec<Tool> = source_tools.into_iter().filter(|tool| wanted.contains(tool.name.as_ref())).collect();
+        let (tools, withheld): (Vec<Tool>, Vec<Tool>) =
+            source_tools.into_iter().partition(|tool| wanted.contains(tool.name.as_ref()));
         OfferedTools {
+            withheld: withheld.iter().map(|tool| tool.name.to_string()).collect(),
             specs: tools
                 .iter()
                 .map(|tool| ToolSpec {
@@ -63,10 +67,15 @@ enum Checked {
 fn check(call: &ToolCall, offered: &OfferedTools) -> Checked {
     if !offered.is_offered(&call.name) {
         let closest = offered.closest(&call.name);
-        let message = if closest.is_empty() {
-            format!("unknown tool `{}`: no tools are offered in this run", call.name)
+        let what = if offered.withheld.contains(&call.name) {
+            format!("tool `{}` is not offered in this run", call.name)
         } else {
-            format!("unknown tool `{}`; the closest offered tools are: {}", call.name, closest.join(", "))
+            format!("unknown tool `{}`", call.name)
+        };
+        let message = if closest.is_empty() {
+            format!("{what}: no tools are offered in this run")
+        } else {
+            format!("{what}; the closest offered tools are: {}", closest.join(", "))
         };
         return Checked::Refused { outcome: ToolCallOutcome::UnknownTool, message };
     }

@@ -24,6 +24,9 @@ use crate::config::LlmConfig;
 use crate::retry::{RetryConfig, parse_retry_after, with_retry};
 use crate::secret::Secret;
 
+/// The output cap when `llm.max_output_tokens` is not set.
+pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 4096;
+
 /// A chat model behind an OpenAI-compatible `/v1/chat/completions`.
 #[derive(Debug, Clone)]
 pub struct OpenAiChat {
@@ -105,10 +108,11 @@ impl OpenAiChat {
     }
 
     fn wire_request(&self, request: &ChatRequest) -> CreateChatCompletionRequest {
-        let max_output_tokens = match (self.max_output_tokens, request.max_output_tokens) {
-            (Some(configured), Some(asked)) => Some(configured.min(asked)),
-            (configured, asked) => configured.or(asked),
-        };
+        // The loop asks for what remains of the token budget, which can be far above what a model
+        // accepts (servers refuse a `max_completion_tokens` past the model's limit), so an
+        // unconfigured cap defaults to one every current chat model takes.
+        let configured = self.max_output_tokens.unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS);
+        let max_output_tokens = Some(request.max_output_tokens.map_or(configured, |asked| configured.min(asked)));
         let has_tools = !request.tools.is_empty();
         CreateChatCompletionRequest {
             model: self.model.clone(),
@@ -154,12 +158,15 @@ fn classify_error(status: u16, retry_after: Option<Duration>, body: &[u8]) -> Ll
         None => (String::new(), String::from_utf8_lossy(&body[..body.len().min(500)]).trim().to_string()),
     };
     match status {
+        // Out of credit is a 429 too, but waiting does not help.
+        429 if code == "insufficient_quota" => LlmError::Rejected { status, message },
         429 => LlmError::RateLimited { retry_after, message },
         500..=599 => LlmError::Server { status, retry_after, message },
         400 | 413 if code == "context_length_exceeded" || mentions_context_length(&message) => {
             LlmError::ContextLength { message }
         }
-        408 => LlmError::Timeout { timeout_ms: 0 },
+        // A server-side request timeout: as transient as a 5xx.
+        408 => LlmError::Server { status, retry_after, message },
         _ => LlmError::Rejected { status, message },
     }
 }
@@ -283,10 +290,70 @@ mod tests {
         assert!(matches!(classify_error(400, None, body), LlmError::Rejected { status: 400, .. }));
     }
 
+    fn config(max_output_tokens: Option<u32>) -> LlmConfig {
+        LlmConfig {
+            base_url: "http://127.0.0.1:1/v1/".to_string(),
+            model: "m".to_string(),
+            api_key_env: None,
+            temperature: None,
+            max_output_tokens,
+            timeout_ms: 1_000,
+            parallel_tool_calls: false,
+            retry: RetryConfig::default(),
+        }
+    }
+
+    #[test]
+    fn the_wire_request_caps_output_and_keeps_order() {
+        let chat = OpenAiChat::new(&config(Some(500)), None).unwrap();
+        let tool = ToolSpec { name: "get_task".into(), description: "d".into(), parameters: serde_json::json!({}) };
+        let request = ChatRequest {
+            messages: vec![
+                Message::system("s"),
+                Message::user("u"),
+                Message::Assistant {
+                    content: None,
+                    tool_calls: vec![ToolCall { id: "c".into(), name: "get_task".into(), arguments: "{}".into() }],
+                    refusal: None,
+                },
+                Message::Tool {
+                    tool_call_id: "c".into(),
+                    name: "get_task".into(),
+                    content: "r".into(),
+                    is_error: false,
+                },
+            ],
+            tools: vec![tool],
+            max_output_tokens: Some(200),
+        };
+        let wire = serde_json::to_value(chat.wire_request(&request)).unwrap();
+        assert_eq!(wire["max_completion_tokens"], 200);
+        assert_eq!(wire["parallel_tool_calls"], false);
+        let roles: Vec<&str> =
+            wire["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+        assert_eq!(roles, ["system", "user", "assistant", "tool"]);
+        assert_eq!(wire["messages"][2]["tool_calls"][0]["function"]["name"], "get_task");
+        assert_eq!(wire["tools"][0]["function"]["name"], "get_task");
+
+        let without_tools = ChatRequest { tools: vec![], max_output_tokens: Some(900), ..request };
+        let wire = serde_json::to_value(chat.wire_request(&without_tools)).unwrap();
+        assert_eq!(wire["max_completion_tokens"], 500, "the configured cap wins when lower");
+        assert!(wire.get("parallel_tool_calls").is_none() && wire.get("tools").is_none());
+
+        let unconfigured = OpenAiChat::new(&config(None), None).unwrap();
+        let wire = serde_json::to_value(unconfigured.wire_request(&without_tools)).unwrap();
+        assert_eq!(wire["max_completion_tokens"], 900);
+        let huge = ChatRequest { max_output_tokens: Some(60_000), ..without_tools };
+        let wire = serde_json::to_value(unconfigured.wire_request(&huge)).unwrap();
+        assert_eq!(wire["max_completion_tokens"], DEFAULT_MAX_OUTPUT_TOKENS);
+    }
+
     #[test]
     fn classifies_rate_limits_and_server_errors_with_retry_after() {
         let wait = Some(Duration::from_secs(1));
         assert!(matches!(classify_error(429, wait, b"slow down"), LlmError::RateLimited { retry_after: Some(_), .. }));
         assert!(matches!(classify_error(503, None, b"<html>"), LlmError::Server { status: 503, .. }));
+        let quota = br#"{"error": {"message": "no credit", "code": "insufficient_quota"}}"#;
+        assert!(matches!(classify_error(429, wait, quota), LlmError::Rejected { status: 429, .. }));
     }
 }

@@ -131,6 +131,13 @@ impl OfflineModelHandle {
         lock(&self.state.mismatches).clone()
     }
 
+    /// Prompt and completion tokens of every answer so far, as counted for `usage` (also when
+    /// `omit_usage` leaves it out of the answers).
+    pub fn tokens_counted(&self) -> (u64, u64) {
+        let counters = lock(&self.state.counters);
+        (counters.prompt_tokens, counters.completion_tokens)
+    }
+
     /// Script turns answered so far.
     pub fn script_position(&self) -> usize {
         lock(&self.state.counters).script_position
@@ -162,6 +169,8 @@ struct Counters {
     invalid_arguments: u32,
     script_position: usize,
     answers: u64,
+    prompt_tokens: u64,
+    completion_tokens: u64,
 }
 
 /// Starts the endpoint and returns once it is listening.
@@ -547,6 +556,11 @@ fn render(
                    "function": {"name": name, "arguments": arguments}})
         })
         .collect();
+    {
+        let mut counters = lock(&state.counters);
+        counters.prompt_tokens += prompt_tokens;
+        counters.completion_tokens += completion_tokens;
+    }
     let mut message = json!({"role": "assistant", "content": content});
     if !calls.is_empty() {
         message["tool_calls"] = Value::Array(calls);

@@ -27,8 +27,9 @@
 //! # What it does
 //!
 //! For a task: `get_task`; `add_step` for each bullet line (`- x`, `* x`) of the description, or
-//! a default plan of three steps; `update_task` to `in_progress`; `complete_step` for each step
-//! added; `send_message` with `task_id` (a summary comment); `update_task` to `in_review`; then a
+//! a default plan of three steps (skipped when the prompt lists the task's existing checklist as
+//! `- [ ] title (step id X)` lines, as `prompts/task_assigned.md` does); `update_task` to
+//! `in_progress`; `complete_step` for each open step; `send_message` with `task_id` (a summary comment); `update_task` to `in_review`; then a
 //! final short text. For a mention: `reply_message` with the message id as parent (or
 //! `send_message` with `parent_id`), then a final text. A step whose tool is not offered is
 //! skipped; a call that failed is tried again once, then skipped.
@@ -72,6 +73,8 @@ static TASK_ID_LINE: LazyLock<Regex> =
 static UUID: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b").expect("valid regex")
 });
+static EXISTING_STEP_LINE: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?m)^\s*- \[( |x)\] (.+?) \(step id ([^)\s]+)\)\s*$").expect("valid regex"));
 static MESSAGE_TEXT_LINE: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"(?m)^\s*Message:\s*(.+)$").expect("valid regex"));
 
@@ -106,6 +109,8 @@ struct Done {
 
 /// The state of the conversation since the prompt that set the job.
 struct History {
+    /// The user message that set the job.
+    prompt: String,
     done: Vec<Done>,
 }
 
@@ -137,7 +142,8 @@ impl History {
                 _ => {}
             }
         }
-        Some((job, History { done: done.into_iter().map(|(_, d)| d).collect() }))
+        let prompt = messages[start].text().to_string();
+        Some((job, History { prompt, done: done.into_iter().map(|(_, d)| d).collect() }))
     }
 
     /// Successful results of `name` whose arguments satisfy `matches`.
@@ -237,9 +243,18 @@ fn plan_task(key: &str, task_id: Option<&str>, history: &History, offered: &Offe
     // but `task_id` in a message body wants the id).
     let task_ref = result_id(&task).or(task_id.map(str::to_string)).unwrap_or_else(|| key.to_string());
 
-    // 2. Lay out the steps.
-    let plan = plan_steps(result_description(&task));
-    if offered.get("add_step").is_some() {
+    // 2. Lay out the steps, unless the prompt lists the task's existing checklist
+    //    (`- [ ] title (step id X)`): then that is the plan, and only its open steps are ticked.
+    let existing: Vec<(bool, String, String)> = EXISTING_STEP_LINE
+        .captures_iter(&history.prompt)
+        .map(|c| (&c[1] == "x", c[2].to_string(), c[3].to_string()))
+        .collect();
+    let plan: Vec<String> = if existing.is_empty() {
+        plan_steps(result_description(&task))
+    } else {
+        existing.iter().map(|(_, title, _)| title.clone()).collect()
+    };
+    if existing.is_empty() && offered.get("add_step").is_some() {
         let task_argument = offered.argument("add_step", &TASK_ARGUMENT);
         let title_argument = offered.argument("add_step", &["title", "name", "text"]);
         let missing: Vec<(String, String)> = plan
@@ -253,7 +268,13 @@ fn plan_task(key: &str, task_id: Option<&str>, history: &History, offered: &Offe
             return PlannedTurn::ToolCalls(missing);
         }
     }
-    let steps: Vec<String> = history.successes("add_step", |_| true).filter_map(result_id).collect();
+    let steps: Vec<String> = existing
+        .iter()
+        .filter(|(done, _, _)| !done)
+        .map(|(_, _, id)| id.clone())
+        .chain(history.successes("add_step", |_| true).filter_map(result_id))
+        .collect();
+    let already_done = existing.iter().filter(|(done, _, _)| *done).count();
 
     // 3. Start it.
     if let Some(turn) = set_status(history, offered, &task_ref, "in_progress") {
@@ -298,7 +319,7 @@ fn plan_task(key: &str, task_id: Option<&str>, history: &History, offered: &Offe
     let commented = history.successes("send_message", is_comment).next().is_some();
     PlannedTurn::Text(format!(
         "{key}: {} of {} steps done{}; status set to in_review. (offline planner)",
-        history.successes("complete_step", |_| true).count(),
+        already_done + history.successes("complete_step", |_| true).count(),
         plan.len(),
         if commented { ", summary comment posted" } else { "" }
     ))
@@ -492,6 +513,20 @@ mod tests {
             _ => Ok(Value::String("ok".into())),
         });
         assert_eq!(names(&messages).iter().filter(|n| *n == "complete_step").count(), 2);
+    }
+
+    #[test]
+    fn keeps_the_checklist_the_prompt_lists() {
+        let prompt = "Task: TE-5\nSteps so far:\n- [x] first (step id s1)\n- [ ] second (step id s2)\n";
+        let messages = play(prompt, &tools(), |name, arguments| {
+            assert_ne!(name, "add_step");
+            if name == "complete_step" {
+                assert_eq!(arguments["step_id"], "s2");
+            }
+            Ok(json!({"id": "u5", "description": "- other"}))
+        });
+        assert_eq!(names(&messages).iter().filter(|n| *n == "complete_step").count(), 1);
+        assert!(messages.last().unwrap().text().contains("2 of 2 steps"), "{}", messages.last().unwrap().text());
     }
 
     #[test]

@@ -24,7 +24,7 @@ use crate::config::Config;
 use crate::runtime::metrics::Metrics;
 use crate::runtime::run::{RunDone, RunEnd, RunKind, RunRequest, RunServices};
 use crate::runtime::status::StatusBoard;
-use crate::state::{FinishRun, RunStatus, State};
+use crate::state::State;
 use crate::tracker::TrackerClient;
 use crate::tracker::model::{
     Event, EventEnvelope, MemberKind, MessageOut, MessageQuery, SendMessage, TaskOut, TaskQuery, TaskStatus, UpdateTask,
@@ -35,7 +35,7 @@ use filter::{MessageFacts, MessageFate, SessionKey};
 /// Everything the router reacts to.
 #[derive(Debug)]
 pub enum Input {
-    Stream(StreamItem),
+    Stream(Box<StreamItem>),
     /// A run ended (its task sends this as its last act).
     RunDone(Box<RunDone>),
     /// What a REST reconciliation found after a (re)connect.
@@ -77,6 +77,9 @@ pub struct Router {
     /// Sessions in `waiting`, so a second request for one steers instead of queueing twice.
     waiting_sessions: HashSet<SessionKey>,
     members: HashMap<String, MemberKind>,
+    /// Messages accepted for a run that has not started yet: their durable claim is written with
+    /// the run (one transaction), so a crash in between leaves them to reconciliation.
+    accepted_messages: HashSet<String>,
     shutdown: CancellationToken,
 }
 
@@ -94,6 +97,7 @@ impl Router {
             waiting: VecDeque::new(),
             waiting_sessions: HashSet::new(),
             members: HashMap::new(),
+            accepted_messages: HashSet::new(),
             shutdown,
         }
     }
@@ -142,11 +146,14 @@ impl Router {
 
     async fn handle(&mut self, input: Input) {
         match input {
-            Input::Stream(StreamItem::Event { envelope, .. }) => {
-                let span = tracing::info_span!("event", id = %envelope.id, seq = envelope.seq, name = %envelope.event);
-                tracing::Instrument::instrument(self.on_envelope(envelope), span).await
-            }
-            Input::Stream(StreamItem::Status(status)) => self.on_link(status).await,
+            Input::Stream(item) => match *item {
+                StreamItem::Event { envelope, .. } => {
+                    let span =
+                        tracing::info_span!("event", id = %envelope.id, seq = envelope.seq, name = %envelope.event);
+                    tracing::Instrument::instrument(self.on_envelope(envelope), span).await
+                }
+                StreamItem::Status(status) => self.on_link(status).await,
+            },
             Input::RunDone(done) => self.finish(*done).await,
             Input::Reconciled { tasks, messages } => {
                 for task in tasks {
@@ -176,7 +183,7 @@ impl Router {
             Input::StopRun { run_id, reply } => {
                 let session = self.active.iter().find(|(_, run)| run.run_id == run_id).map(|(s, _)| s.clone());
                 let stopped = match session {
-                    Some(session) => self.stop(&session, "stopped over MCP").await,
+                    Some(session) => self.stop(&session, "stopped over MCP"),
                     None => false,
                 };
                 let _ = reply.send(stopped);
@@ -229,7 +236,7 @@ impl Router {
             }
             Ok(Event::TaskUnassigned(data)) => {
                 let session = SessionKey::Task(data.task.id.clone());
-                let stopped = self.stop(&session, &format!("the task was unassigned by @{}", data.unassigned_by)).await;
+                let stopped = self.stop(&session, &format!("the task was unassigned by @{}", data.unassigned_by));
                 self.metrics.event(&envelope.event, if stopped { "stop" } else { "ignored" });
             }
             Ok(Event::MessageNew(data)) => self.on_message(data.message, "event").await,
@@ -272,6 +279,7 @@ impl Router {
             steering: Vec::new(),
             resume_run_id: None,
             acknowledged: ack,
+            claim: None,
         };
         self.start_or_queue(request).await;
     }
@@ -290,68 +298,32 @@ impl Router {
             }
         }
         // A run recorded as running belongs to resume_interrupted_runs, not to a second start.
-        if let Ok(unfinished) = self.state.unfinished_runs().await {
-            if unfinished.iter().any(|run| run.session_key == session.as_string()) {
-                return;
-            }
+        if let Ok(unfinished) = self.state.unfinished_runs().await
+            && unfinished.iter().any(|run| run.session_key == session.as_string())
+        {
+            return;
         }
         self.metrics.event("task.assigned", "reconciled");
         let assigned_by = task.created_by.clone();
         self.on_assignment(task, assigned_by, "reconciliation").await;
     }
 
-    /// A message is claimed once, whichever path brings it. When it starts a run, the claim and
-    /// the run record are written in one transaction (`start_claimed_run`): a crash between a
-    /// bare claim and the run record would leave a mention claimed and never answered (found by
-    /// the soak, killing the agent while mentions arrived).
     async fn on_message(&mut self, message: MessageOut, source: &str) {
         const EVENT: &str = "message.new";
         tracing::debug!(id = %message.id, source, "message");
-        match self.state.is_claimed("message", &message.id).await {
-            Ok(false) => {}
-            Ok(true) => {
-                self.metrics.event(EVENT, "duplicate");
-                return;
-            }
-            Err(error) => {
-                tracing::error!(%error, id = %message.id, "cannot read claims in the state database; not acting");
-                return;
-            }
-        }
-        let message_id = message.id.clone();
-        let Some(mut request) = self.decide_message(message).await else {
-            self.claim("message", &message_id).await;
-            return;
-        };
-        // The daily spend guard, before anything is claimed for a run (a refused message is
-        // claimed as handled: the notice was its answer).
-        if !self.spend_allows(&request).await {
-            self.claim("message", &message_id).await;
+        // Seen before: claimed durably, or accepted for a run that has not started yet.
+        let seen = self.accepted_messages.contains(&message.id)
+            || self.state.is_claimed("message", &message.id).await.unwrap_or(true);
+        if seen {
+            self.metrics.event(EVENT, "duplicate");
             return;
         }
-        let session_key = request.session.as_string();
-        match self.state.start_claimed_run("message", &message_id, &session_key, &request.trigger).await {
-            Ok(Some(run_id)) => {
-                self.metrics.event(EVENT, "run");
-                // The run is recorded already: it starts (or waits) under that record.
-                request.resume_run_id = Some(run_id);
-                self.start_or_queue(request).await;
-            }
-            Ok(None) => self.metrics.event(EVENT, "duplicate"),
-            Err(error) => tracing::error!(%error, id = %message_id, "cannot record a run in the state database; not acting"),
-        }
-    }
-
-    /// What to do with a message not handled yet: `Some` run to start, or `None` when it was
-    /// dealt with here (a stop, steering, not addressed, the reply cap).
-    async fn decide_message(&mut self, message: MessageOut) -> Option<RunRequest> {
-        const EVENT: &str = "message.new";
         let session = SessionKey::of_message(&message);
         // Stop comes first: it is obeyed even when the message would not start a run.
         if filter::is_stop_command(&message.content, &self.config.slug) && message.author_slug != self.config.slug {
-            let stopped = self.stop(&session, &format!("@{} asked me to stop", message.author_slug)).await;
+            let stopped = self.stop(&session, &format!("@{} asked me to stop", message.author_slug));
             self.metrics.event(EVENT, if stopped { "stop" } else { "stop_idle" });
-            return None;
+            return;
         }
         let facts = MessageFacts {
             author_kind: self.member_kind(&message.author_slug).await,
@@ -364,49 +336,50 @@ impl Router {
             self.config.chat_listen,
             &self.config.allowed_bots,
         );
-        let thread_key = SessionKey::Thread(message.thread_root().to_string()).as_string();
-        if fate == MessageFate::OwnMessage {
-            // Every message the agent posts is counted where it lands, as the stream shows it:
-            // the loop guard then holds for replies made inside a long run too.
-            if let Err(error) = self.state.record_reply(&thread_key, time::OffsetDateTime::now_utc()).await {
-                tracing::warn!(%error, "cannot count the agent's reply");
-            }
-        }
+        let thread_key = crate::runtime::guard::cap_key(&message);
         if fate != MessageFate::Answer {
+            self.claim("message", &message.id).await;
             self.metrics.event(EVENT, fate.as_str());
             tracing::debug!(id = %message.id, fate = fate.as_str(), "message not answered");
-            return None;
+            return;
         }
         match self.state.replies_in_last_hour(&thread_key).await {
             Ok(count) if count >= self.config.limits.max_replies_per_thread_per_hour => {
+                self.claim("message", &message.id).await;
                 tracing::warn!(thread = %thread_key, count, "thread reply cap reached: not answering (loop guard)");
                 self.metrics.event(EVENT, "reply_cap");
-                return None;
+                return;
             }
             Ok(_) => {}
             Err(error) => tracing::warn!(%error, "cannot read the thread reply count"),
         }
         // A busy session takes the message as steering: no second run.
         let steering = steering_text(&message, &session);
-        if let Some(active) = self.active.get(&session) {
-            if active.steer.send(steering.clone()).is_ok() {
-                self.metrics.event(EVENT, "steered");
-                return None;
-            }
+        if let Some(active) = self.active.get(&session)
+            && active.steer.send(steering.clone()).is_ok()
+            && self.claim("message", &message.id).await
+        {
+            self.metrics.event(EVENT, "steered");
+            return;
         }
         if let Some(waiting) = self.waiting.iter_mut().find(|r| r.session == session) {
             waiting.steering.push(steering);
+            self.accepted_messages.insert(message.id.clone());
             self.metrics.event(EVENT, "steered");
-            return None;
+            return;
         }
-        Some(RunRequest {
+        self.metrics.event(EVENT, "run");
+        let request = RunRequest {
             session,
             trigger: format!("message.new {}", message.id),
+            claim: Some(("message".to_string(), message.id.clone())),
             kind: RunKind::Message { message: Box::new(message) },
             steering: Vec::new(),
             resume_run_id: None,
             acknowledged: None,
-        })
+        };
+        self.accepted_messages.insert(request_message_id(&request));
+        self.start_or_queue(request).await;
     }
 
     async fn replies_to_agent(&self, message: &MessageOut, session: &SessionKey) -> bool {
@@ -428,10 +401,10 @@ impl Router {
     }
 
     async fn member_kind(&mut self, slug: &str) -> Option<MemberKind> {
-        if !self.members.contains_key(slug) {
-            if let Ok(member) = self.client.get_member(slug).await {
-                self.members.insert(member.slug.clone(), member.kind);
-            }
+        if !self.members.contains_key(slug)
+            && let Ok(member) = self.client.get_member(slug).await
+        {
+            self.members.insert(member.slug.clone(), member.kind);
         }
         self.members.get(slug).copied()
     }
@@ -454,18 +427,10 @@ impl Router {
     }
 
     /// Cancels the run of `session`, remembering why so it is said once when the run ends.
-    async fn stop(&mut self, session: &SessionKey, reason: &str) -> bool {
+    fn stop(&mut self, session: &SessionKey, reason: &str) -> bool {
         if let Some(pos) = self.waiting.iter().position(|r| &r.session == session) {
-            let request = self.waiting.remove(pos);
+            self.waiting.remove(pos);
             self.waiting_sessions.remove(session);
-            // A waiting run has its record already (see `start_or_queue`); close it, or the next
-            // start would resume what was stopped.
-            if let Some(run_id) = request.and_then(|r| r.resume_run_id) {
-                let finish = FinishRun { outcome: Some(format!("Stopped: {reason}.")), ..FinishRun::new(RunStatus::Stopped) };
-                if let Err(error) = self.state.finish_run(&run_id, &finish).await {
-                    tracing::warn!(%error, %run_id, "cannot record a waiting run as stopped");
-                }
-            }
             return true;
         }
         match self.active.get_mut(session) {
@@ -488,17 +453,6 @@ impl Router {
             return None;
         }
         if self.active.len() >= self.config.limits.max_concurrent_runs as usize {
-            // A queued run is recorded now, as running, so a crash or a shutdown before its turn
-            // loses nothing: the next start resumes it like any interrupted run. (The message
-            // it answers is already claimed, so neither a replay nor reconciliation would bring
-            // it back.) A run resumed before its first turn starts afresh.
-            let mut request = request;
-            if request.resume_run_id.is_none() {
-                match self.state.start_run(&request.session.as_string(), &request.trigger).await {
-                    Ok(run_id) => request.resume_run_id = Some(run_id),
-                    Err(error) => tracing::error!(%error, "cannot record a queued run; it waits in memory only"),
-                }
-            }
             self.waiting_sessions.insert(request.session.clone());
             self.waiting.push_back(request);
             return None;
@@ -527,15 +481,25 @@ impl Router {
     }
 
     async fn spawn_run(&mut self, mut request: RunRequest) -> String {
-        let run_id = match &request.resume_run_id {
-            Some(id) => id.clone(),
-            None => match self.state.start_run(&request.session.as_string(), &request.trigger).await {
-                Ok(id) => id,
-                Err(error) => {
-                    tracing::error!(%error, "cannot record a new run; not starting it");
-                    return String::new();
-                }
-            },
+        let session_key = request.session.as_string();
+        let started = match (&request.resume_run_id, &request.claim) {
+            (Some(id), _) => Ok(Some(id.clone())),
+            (None, Some((kind, key))) => {
+                self.accepted_messages.remove(key);
+                self.state.start_claimed_run(kind, key, &session_key, &request.trigger).await
+            }
+            (None, None) => self.state.start_run(&session_key, &request.trigger).await.map(Some),
+        };
+        let run_id = match started {
+            Ok(Some(id)) => id,
+            Ok(None) => {
+                tracing::info!(session = %request.session, "already handled; not starting a second run");
+                return String::new();
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot record a new run; not starting it");
+                return String::new();
+            }
         };
         let cancel = self.shutdown.child_token();
         let (steer_tx, steer_rx) = mpsc::unbounded_channel();
@@ -576,10 +540,10 @@ impl Router {
             (RunEnd::Failed { notice }, _) => Some(notice.clone()),
             (RunEnd::Completed, _) => None,
         };
-        if let Some(text) = text {
-            if self.claim("run_notice", &done.run_id).await {
-                self.post_notice(&done.kind, &text, &format!("notice-{}", done.run_id)).await;
-            }
+        if let Some(text) = text
+            && self.claim("run_notice", &done.run_id).await
+        {
+            self.post_notice(&done.kind, &text, &format!("notice-{}", done.run_id)).await;
         }
         // Input that arrived after the run's last turn boundary starts a follow-up run.
         if !done.leftover_steering.is_empty() && !matches!(done.end, RunEnd::Cancelled) {
@@ -590,6 +554,7 @@ impl Router {
                 steering: done.leftover_steering.clone(),
                 resume_run_id: None,
                 acknowledged: None,
+                claim: None,
             };
             self.start_or_queue(request).await;
         }
@@ -665,6 +630,7 @@ impl Router {
                 steering: Vec::new(),
                 resume_run_id: Some(run.id.clone()),
                 acknowledged: None,
+                claim: None,
             };
             self.start_or_queue(request).await;
         }
@@ -679,6 +645,13 @@ impl Router {
             let (tasks, messages) = reconcile(&client, &state, &slug).await;
             let _ = inputs.send(Input::Reconciled { tasks, messages }).await;
         });
+    }
+}
+
+fn request_message_id(request: &RunRequest) -> String {
+    match &request.kind {
+        RunKind::Message { message } => message.id.clone(),
+        _ => String::new(),
     }
 }
 

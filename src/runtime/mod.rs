@@ -5,6 +5,7 @@
 //! running runs finish within `limits.shutdown_grace_ms`, leaves what is unfinished recorded as
 //! running (resumed at the next start), closes the database and stops the HTTP listener.
 
+pub mod guard;
 pub mod http;
 pub mod metrics;
 pub mod run;
@@ -107,6 +108,12 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
         tools,
         model,
         shutdown: shutdown.clone(),
+        post_guard: Arc::new(guard::ReplyCap {
+            state: state.clone(),
+            client: client.clone(),
+            max_per_hour: config.limits.max_replies_per_thread_per_hour,
+            lock: Default::default(),
+        }),
     });
 
     let (inputs_tx, inputs_rx) = mpsc::channel::<Input>(1024);
@@ -118,7 +125,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     let forward = inputs_tx.clone();
     tokio::spawn(async move {
         while let Some(item) = events.recv().await {
-            if forward.send(Input::Stream(item)).await.is_err() {
+            if forward.send(Input::Stream(Box::new(item))).await.is_err() {
                 break;
             }
         }

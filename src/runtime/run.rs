@@ -31,6 +31,8 @@ pub struct RunServices {
     pub model: Arc<dyn crate::llm::ChatModel>,
     /// The agent's shutdown: a run cancelled by it stays `running` and resumes at the next start.
     pub shutdown: CancellationToken,
+    /// The loop guard the message tools ask before every post.
+    pub post_guard: Arc<dyn crate::tools::PostGuard>,
 }
 
 /// What a run is for.
@@ -56,6 +58,9 @@ pub struct RunRequest {
     pub resume_run_id: Option<String>,
     /// The assignment acknowledgement (move to in_progress); awaited before the first model call.
     pub acknowledged: Option<tokio::task::JoinHandle<()>>,
+    /// A claim (kind, key) written in the same transaction as the run's start, so the thing is
+    /// handled once and a crash between deciding and starting loses nothing.
+    pub claim: Option<(String, String)>,
 }
 
 /// How a run ended, as the router needs to know it.
@@ -278,6 +283,7 @@ async fn drive(
     let offered = offered_tools(kind, &available);
     let mut tool_context = crate::tools::ToolContext::new(config.slug.clone());
     tool_context.idempotency_key = Some(format!("{run_id}-h{}", history.len()));
+    tool_context.post_guard = Some(services.post_guard.clone());
     let setup = crate::agent::RunSetup {
         model: services.model.as_ref(),
         tools: services.tools.as_ref(),
@@ -297,10 +303,10 @@ async fn drive(
         // Left `running`: the next start resumes it from the same request.
         return Ok(RunEnd::Cancelled);
     }
-    if let Ok(messages) = serde_json::to_value(&output.conversation) {
-        if let Err(error) = state.save_session(&session_key, &messages).await {
-            tracing::error!(%error, "cannot save the session");
-        }
+    if let Ok(messages) = serde_json::to_value(&output.conversation)
+        && let Err(error) = state.save_session(&session_key, &messages).await
+    {
+        tracing::error!(%error, "cannot save the session");
     }
     let total = record.total_tokens();
     let today = time::OffsetDateTime::now_utc().date();

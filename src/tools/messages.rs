@@ -3,9 +3,9 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::tools::ToolContext;
 use crate::tools::format;
 use crate::tools::registry::{ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write};
+use crate::tools::{PostPlace, ToolContext};
 use crate::tracker::TrackerClient;
 use crate::tracker::model::{self, MessageOut, limits};
 
@@ -69,6 +69,14 @@ impl TrackerTool for SendMessage {
             let got = if places.is_empty() { "none".to_string() } else { places.join(" and ") };
             return Err(ToolError::invalid("chat_id", "exactly one of chat_id, task_id, parent_id", got));
         }
+        let place = if let Some(parent_id) = &args.parent_id {
+            PostPlace::Reply { parent_id: parent_id.clone() }
+        } else if let Some(task_id) = &args.task_id {
+            PostPlace::Task { task_id: task_id.clone() }
+        } else {
+            PostPlace::Chat { chat_id: args.chat_id.clone().unwrap_or_default() }
+        };
+        guard(context, &place).await?;
         let body = model::SendMessage {
             content: args.content,
             chat_id: args.chat_id,
@@ -181,8 +189,17 @@ impl TrackerTool for ReplyMessage {
         client: &TrackerClient,
         context: &ToolContext,
     ) -> Result<ToolOutput, ToolError> {
+        guard(context, &PostPlace::Reply { parent_id: args.parent_id.clone() }).await?;
         let body = model::ReplyMessage { content: args.content, mentions: args.mentions };
         let message = client.reply_message(&args.parent_id, &body, context.idempotency_key.as_deref()).await?;
         ToolOutput::new(format!("sent {}", format::message_line(&message)), &message)
+    }
+}
+
+/// Asks the context's post guard (the loop guard) whether this post may go out.
+async fn guard(context: &ToolContext, place: &PostPlace) -> Result<(), ToolError> {
+    match &context.post_guard {
+        Some(guard) => guard.before_post(place).await.map_err(|message| ToolError::Refused { message }),
+        None => Ok(()),
     }
 }

@@ -32,11 +32,42 @@ pub struct ToolContext {
     pub idempotency_key: Option<String>,
     /// Cancelled when the run is stopped; long calls give up promptly.
     pub cancel: CancellationToken,
+    /// Asked before every message the agent posts; `None` lets every post through (the MCP
+    /// server and the command line act for a person, not for the agent's loop).
+    pub post_guard: Option<std::sync::Arc<dyn PostGuard>>,
+}
+
+/// Where a message is about to be posted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PostPlace {
+    /// A reply to this message (the tracker attaches it to that message's thread).
+    Reply { parent_id: String },
+    /// A new comment on this task.
+    Task { task_id: String },
+    /// A new top-level message in this chat.
+    Chat { chat_id: String },
+}
+
+/// The loop guard's hook into the message tools: it may refuse a post, with a reason the model
+/// reads. The runtime implements it with the per-thread reply cap.
+pub trait PostGuard: Send + Sync {
+    fn before_post<'a>(&'a self, place: &'a PostPlace) -> BoxFuture<'a, Result<(), String>>;
+}
+
+impl std::fmt::Debug for dyn PostGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PostGuard")
+    }
 }
 
 impl ToolContext {
     pub fn new(agent_slug: impl Into<String>) -> ToolContext {
-        ToolContext { agent_slug: agent_slug.into(), idempotency_key: None, cancel: CancellationToken::new() }
+        ToolContext {
+            agent_slug: agent_slug.into(),
+            idempotency_key: None,
+            cancel: CancellationToken::new(),
+            post_guard: None,
+        }
     }
 }
 

@@ -29,11 +29,11 @@ pub async fn probe(client: &TrackerClient, timeout: Duration) -> Result<(), Stri
         socket.send(Message::text(ping)).await.map_err(|e| format!("cannot send a ping to {url}: {e}"))?;
         while let Some(frame) = socket.next().await {
             let frame = frame.map_err(|e| format!("the event stream at {url} failed: {e}"))?;
-            if let Message::Text(text) = frame {
-                if let Ok(ServerControl::Pong) = serde_json::from_str::<ServerControl>(&text) {
-                    let _ = socket.close(None).await;
-                    return Ok(());
-                }
+            if let Message::Text(text) = frame
+                && let Ok(ServerControl::Pong) = serde_json::from_str::<ServerControl>(&text)
+            {
+                let _ = socket.close(None).await;
+                return Ok(());
             }
         }
         Err(format!("{url} closed the connection without answering the ping"))

@@ -1,144 +1,161 @@
-//! The world the agent-loop tests run in: tools over a tracker. TEMPORARY in-memory stand-in
-//! until the reference board and the registry are merged; then this becomes board + registry.
+//! The world the agent-loop tests run in: the reference board on 127.0.0.1:0 (seeded from
+//! `fixtures/board-seed.json`) and the real tool registry acting as the agent `picogent`. A
+//! human, `alice`, sets the scene and reads the result through the REST client.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
-use picogent::tools::{ToolContext, ToolSource};
-use rmcp::model::{CallToolResult, ContentBlock as Content, Tool, ToolAnnotations};
-use serde_json::{Value, json};
+use picogent::board::{BoardHandle, BoardOptions};
+use picogent::config::{ToolsConfig, TrackerConfig};
+use picogent::retry::RetryConfig;
+use picogent::secret::Secret;
+use picogent::tools::{Registry, TASK_RUN_TOOLS, ToolContext, ToolSource};
+use picogent::tracker::TrackerClient;
+use picogent::tracker::model::{CreateTask, MessageOut, MessageQuery, SendMessage, StepOut, TaskOut};
+use rmcp::model::{CallToolResult, Tool};
+use tokio::sync::Notify;
 
-#[derive(Clone, Debug)]
-pub struct Task {
-    pub id: String,
-    pub key: String,
-    pub description: String,
-    pub status: String,
-    pub steps: Vec<(String, String, bool)>,
-    pub comments: Vec<String>,
-}
+pub const AGENT: &str = "picogent";
 
-#[derive(Default)]
-struct Data {
-    tasks: BTreeMap<String, Task>,
-    next: u32,
+fn tracker_config(url: &str) -> TrackerConfig {
+    TrackerConfig {
+        url: url.to_string(),
+        api_prefix: "/api".to_string(),
+        token_env: "TEAMBOARD_TOKEN".to_string(),
+        timeout_ms: 10_000,
+        retry: RetryConfig {
+            max_attempts: 3,
+            initial_delay_ms: 10,
+            max_delay_ms: 50,
+            max_elapsed_ms: 2_000,
+            jitter: false,
+        },
+    }
 }
 
 pub struct World {
-    data: Arc<Mutex<Data>>,
-}
-
-struct Source {
-    data: Arc<Mutex<Data>>,
+    board: BoardHandle,
+    _dir: tempfile::TempDir,
+    registry: Registry,
+    alice: TrackerClient,
 }
 
 impl World {
     pub async fn start() -> World {
-        World { data: Arc::new(Mutex::new(Data::default())) }
+        let dir = tempfile::tempdir().unwrap();
+        let seed = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/board-seed.json");
+        let board =
+            picogent::board::start(BoardOptions::loopback(dir.path().join("board.db"), Some(seed))).await.unwrap();
+        let config = tracker_config(&board.url());
+        let agent = TrackerClient::new(&config, Secret::new("tok-picogent")).unwrap();
+        let registry = Registry::new(agent, &ToolsConfig::default(), 8 * 1024).unwrap();
+        let alice = TrackerClient::new(&config, Secret::new("tok-alice")).unwrap();
+        World { board, _dir: dir, registry, alice }
     }
 
+    /// The registry as the loop sees it.
     pub fn tools(&self) -> Arc<dyn ToolSource> {
-        Arc::new(Source { data: self.data.clone() })
+        Arc::new(self.registry.clone())
     }
 
+    /// The tools a task run is offered.
     pub fn tool_names(&self) -> Vec<String> {
-        Source { data: self.data.clone() }.tools().iter().map(|t| t.name.to_string()).collect()
+        TASK_RUN_TOOLS.iter().map(|name| name.to_string()).collect()
     }
 
     pub fn agent_slug(&self) -> &str {
-        "picogent"
+        AGENT
     }
 
+    /// Alice creates a task in project `team` assigned to the agent; returns its key.
     pub async fn create_task(&self, description: &str) -> String {
-        let mut data = self.data.lock().unwrap();
-        data.next += 1;
-        let key = format!("TE-{}", data.next);
-        let task = Task {
-            id: format!("00000000-0000-4000-8000-{:012}", data.next),
-            key: key.clone(),
-            description: description.to_string(),
-            status: "todo".into(),
-            steps: vec![],
-            comments: vec![],
+        let body = CreateTask {
+            project_slug: "team".to_string(),
+            title: "A task for the agent".to_string(),
+            description: (!description.is_empty()).then(|| description.to_string()),
+            assignee_slug: Some(AGENT.to_string()),
+            ..CreateTask::default()
         };
-        data.tasks.insert(key.clone(), task);
-        key
+        self.alice.create_task(&body, None).await.unwrap().key
     }
 
-    pub async fn task(&self, key: &str) -> Task {
-        self.data.lock().unwrap().tasks[key].clone()
+    pub async fn task(&self, key: &str) -> TaskOut {
+        self.alice.get_task(key).await.unwrap()
     }
 
-    pub async fn shutdown(self) {}
-}
+    pub async fn steps(&self, key: &str) -> Vec<StepOut> {
+        self.alice.list_steps(key).await.unwrap()
+    }
 
-fn schema(properties: &[&str]) -> serde_json::Map<String, Value> {
-    let props: serde_json::Map<String, Value> =
-        properties.iter().map(|p| (p.to_string(), json!({"type": "string"}))).collect();
-    json!({"type": "object", "properties": props}).as_object().unwrap().clone()
-}
+    pub async fn comments(&self, key: &str) -> Vec<MessageOut> {
+        let task = self.task(key).await;
+        self.alice.list_messages(&MessageQuery { task_id: Some(task.id), ..MessageQuery::default() }).await.unwrap()
+    }
 
-impl Source {
-    fn find<'a>(data: &'a mut Data, id: &str) -> Option<&'a mut Task> {
-        data.tasks.values_mut().find(|t| t.key == id || t.id == id)
+    /// Alice posts in the project chat; returns the message.
+    pub async fn post_in_chat(&self, content: &str) -> MessageOut {
+        let chat_id = self.alice.get_project("team").await.unwrap().chat_id;
+        let body = SendMessage { content: content.to_string(), chat_id: Some(chat_id), ..SendMessage::default() };
+        self.alice.send_message(&body, None).await.unwrap()
+    }
+
+    pub async fn thread(&self, parent_id: &str) -> Vec<MessageOut> {
+        let query = MessageQuery { parent_id: Some(parent_id.to_string()), ..MessageQuery::default() };
+        self.alice.list_messages(&query).await.unwrap()
+    }
+
+    pub async fn shutdown(self) {
+        self.board.shutdown().await.unwrap();
     }
 }
 
-impl ToolSource for Source {
+/// A tool source that holds every call at a gate until `release` (or until `hold` calls have
+/// arrived, when all are let through at once): proof that calls ran concurrently without timing.
+pub struct Gate {
+    pub inner: Arc<dyn ToolSource>,
+    pub hold: usize,
+    arrived: std::sync::Mutex<usize>,
+    open: Notify,
+}
+
+impl Gate {
+    pub fn new(inner: Arc<dyn ToolSource>, hold: usize) -> Gate {
+        Gate { inner, hold, arrived: std::sync::Mutex::new(0), open: Notify::new() }
+    }
+}
+
+impl ToolSource for Gate {
     fn tools(&self) -> Vec<Tool> {
-        let ro = |t: Tool| t.with_annotations(ToolAnnotations::new().read_only(true));
-        vec![
-            ro(Tool::new("get_task", "Read a task", schema(&["task_id"]))),
-            ro(Tool::new("list_steps", "List steps", schema(&["task_id"]))),
-            Tool::new("add_step", "Add a step", schema(&["task_id", "title"])),
-            Tool::new("complete_step", "Complete a step", schema(&["task_id", "step_id"])),
-            Tool::new("update_task", "Update a task", schema(&["task_id", "status"])),
-            Tool::new("send_message", "Send a message", schema(&["content", "task_id", "parent_id"])),
-            Tool::new("reply_message", "Reply", schema(&["parent_id", "content"])),
-        ]
+        self.inner.tools()
     }
 
-    fn call<'a>(&'a self, name: &'a str, arguments: Value, _context: &'a ToolContext) -> BoxFuture<'a, CallToolResult> {
+    fn call<'a>(
+        &'a self,
+        name: &'a str,
+        arguments: serde_json::Value,
+        context: &'a ToolContext,
+    ) -> BoxFuture<'a, CallToolResult> {
         Box::pin(async move {
-            tokio::task::yield_now().await;
-            let mut data = self.data.lock().unwrap();
-            let task_id = arguments.get("task_id").and_then(Value::as_str).unwrap_or_default().to_string();
-            let Some(task) = Source::find(&mut data, &task_id) else {
-                return CallToolResult::error(vec![Content::text(format!("task {task_id} not found"))]);
+            let notified = self.open.notified();
+            let all_here = {
+                let mut arrived = self.arrived.lock().unwrap();
+                *arrived += 1;
+                *arrived >= self.hold
             };
-            let value = match name {
-                "get_task" => {
-                    json!({"id": task.id, "key": task.key, "description": task.description, "status": task.status})
+            if all_here {
+                self.open.notify_waiters();
+            } else {
+                // Calls run one after the other would wait here forever; the bound makes such a
+                // failure a clear test failure instead of a hang.
+                if tokio::time::timeout(Duration::from_secs(10), notified).await.is_err() {
+                    return CallToolResult::error(vec![rmcp::model::ContentBlock::text(
+                        "gate: the other calls never arrived (the calls did not run concurrently)",
+                    )]);
                 }
-                "list_steps" => {
-                    json!({"steps": task.steps.iter().map(|s| json!({"id": s.0, "title": s.1, "done": s.2})).collect::<Vec<_>>()})
-                }
-                "add_step" => {
-                    let id = format!("step-{}", task.steps.len() + 1);
-                    task.steps.push((id.clone(), arguments["title"].as_str().unwrap_or("").into(), false));
-                    json!({"id": id})
-                }
-                "complete_step" => {
-                    let step = arguments["step_id"].as_str().unwrap_or("");
-                    for s in &mut task.steps {
-                        if s.0 == step {
-                            s.2 = true;
-                        }
-                    }
-                    json!({"id": step, "done": true})
-                }
-                "update_task" => {
-                    task.status = arguments["status"].as_str().unwrap_or("").into();
-                    json!({"status": task.status})
-                }
-                "send_message" => {
-                    task.comments.push(arguments["content"].as_str().unwrap_or("").into());
-                    json!({"id": "m"})
-                }
-                _ => return CallToolResult::error(vec![Content::text("nope")]),
-            };
-            CallToolResult::structured(value)
+            }
+            self.inner.call(name, arguments, context).await
         })
     }
 }

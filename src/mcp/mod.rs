@@ -1,0 +1,3 @@
+//! MCP: the only module that imports rmcp's server and client machinery.
+
+pub mod server;

@@ -1,0 +1,71 @@
+//! The loop guard where it cannot be talked around: the message tools ask it before every post,
+//! and it refuses once the agent has posted `limits.max_replies_per_thread_per_hour` messages in
+//! one thread (or on one task) in the last hour. The router checks the same count before it
+//! starts a run or steers one, so a capped thread costs no model call either.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+use crate::router::filter::SessionKey;
+use crate::state::State;
+use crate::tools::{PostGuard, PostPlace};
+use crate::tracker::TrackerClient;
+use crate::tracker::model::MessageOut;
+
+/// The key replies are counted under: the task for a task comment, else the chat thread.
+pub fn cap_key(message: &MessageOut) -> String {
+    match &message.task_id {
+        Some(task_id) => SessionKey::Task(task_id.clone()).as_string(),
+        None => SessionKey::Thread(message.thread_root().to_string()).as_string(),
+    }
+}
+
+pub struct ReplyCap {
+    pub state: State,
+    pub client: TrackerClient,
+    pub max_per_hour: u32,
+    /// Check and count in one step, so two concurrent posts cannot both take the last slot.
+    pub lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl ReplyCap {
+    async fn key_of(&self, place: &PostPlace) -> Result<Option<String>, String> {
+        match place {
+            PostPlace::Reply { parent_id } => match self.client.get_message(parent_id).await {
+                Ok(parent) => Ok(Some(cap_key(&parent))),
+                // The post itself will fail with the tracker's answer; let it say why.
+                Err(_) => Ok(None),
+            },
+            PostPlace::Task { task_id } => match self.client.get_task(task_id).await {
+                Ok(task) => Ok(Some(SessionKey::Task(task.id).as_string())),
+                Err(_) => Ok(None),
+            },
+            // A new top-level message starts a thread of its own.
+            PostPlace::Chat { .. } => Ok(None),
+        }
+    }
+}
+
+impl PostGuard for ReplyCap {
+    fn before_post<'a>(&'a self, place: &'a PostPlace) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            let Some(key) = self.key_of(place).await? else { return Ok(()) };
+            let _held = self.lock.lock().await;
+            let count =
+                self.state.replies_in_last_hour(&key).await.map_err(|e| format!("cannot check the reply cap: {e}"))?;
+            if count >= self.max_per_hour {
+                tracing::warn!(thread = %key, count, "post refused by the thread reply cap");
+                return Err(format!(
+                    "the agent has posted {count} messages here in the last hour, the limit \
+                     (limits.max_replies_per_thread_per_hour); do not post here again, finish with a short final answer"
+                ));
+            }
+            self.state
+                .record_reply(&key, time::OffsetDateTime::now_utc())
+                .await
+                .map_err(|e| format!("cannot count the post: {e}"))?;
+            Ok(())
+        })
+    }
+}
