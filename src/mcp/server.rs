@@ -270,6 +270,7 @@ impl ServerHandler for McpServer {
             agent_slug: self.inner.agent_slug.clone(),
             idempotency_key: None,
             cancel: context.ct.clone(),
+            post_guard: None,
         };
         let call = self.inner.tools.call(&name, arguments, &tool_context);
         Ok(self.with_progress(&name, progress, call).await.into())
