@@ -138,6 +138,15 @@ struct Outcome {
     mentions_answered: i64,
 }
 
+impl Outcome {
+    fn finished(&self) -> bool {
+        self.tasks == TASKS as i64
+            && self.tasks_done == TASKS as i64
+            && self.mentions == MENTIONS as i64
+            && self.mentions_answered == MENTIONS as i64
+    }
+}
+
 async fn outcome(board: &SqlitePool) -> Outcome {
     let tasks: i64 = sqlx::query_scalar("SELECT count(*) FROM tasks WHERE title LIKE 'Soak task %'")
         .fetch_one(board)
@@ -204,7 +213,7 @@ async fn soak_under_faults_loses_nothing_and_repeats_nothing() {
     let state_db = dir.path().join("picogent.db");
     loop {
         let now = outcome(&board_pool).await;
-        if now.tasks_done == TASKS as i64 && now.mentions_answered == MENTIONS as i64 {
+        if now.finished() {
             break;
         }
         assert!(agent.is_running(), "the agent exited; its log: {}", std::fs::read_to_string(&log).unwrap_or_default());
@@ -233,7 +242,12 @@ async fn soak_under_faults_loses_nothing_and_repeats_nothing() {
         assert!(started.elapsed() < DEADLINE, "agent not caught up: board seq {board_last}, agent {agent_last}, {running} running");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert!(agent.terminate(), "the agent did not stop gracefully");
+    let exit = agent.terminate();
+    if !exit.is_some_and(|status| status.success()) {
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(20).collect();
+        panic!("the agent did not stop gracefully ({exit:?}); its last log lines, newest first:\n{}", tail.join("\n"));
+    }
     let elapsed = started.elapsed();
     let faults = harness.counts();
     let (rest_calls, frames) = harness.traffic();

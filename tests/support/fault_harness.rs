@@ -599,14 +599,14 @@ impl AgentProcess {
         self.restarts += 1;
     }
 
-    /// SIGTERM, then waits for a graceful exit; returns whether it exited successfully.
-    pub fn terminate(&mut self) -> bool {
-        let Some(mut child) = self.child.take() else { return false };
+    /// SIGTERM, then waits for the exit; returns how it exited.
+    pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
         let sent = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
         if !sent.is_ok_and(|status| status.success()) {
             let _ = child.kill();
         }
-        child.wait().is_ok_and(|status| status.success())
+        child.wait().ok()
     }
 
     pub fn is_running(&mut self) -> bool {
