@@ -53,7 +53,7 @@ fn human(board_url: &str, token: &str) -> TrackerClient {
     TrackerClient::new(&config, Secret::new(token)).unwrap()
 }
 
-fn agent_config(dir: &Path, tracker_url: &str, model_url: &str) -> PathBuf {
+fn agent_config(dir: &Path, tracker_url: &str, model_url: &str, http_listen: std::net::SocketAddr) -> PathBuf {
     let config = json!({
         "slug": "picogent",
         "name": "picogent",
@@ -64,7 +64,7 @@ fn agent_config(dir: &Path, tracker_url: &str, model_url: &str) -> PathBuf {
         "limits": {"max_concurrent_runs": 8, "max_turns": 20, "max_tool_calls": 40,
                    "max_replies_per_thread_per_hour": 20, "shutdown_grace_ms": 2000},
         "state": {"path": dir.join("picogent.db")},
-        "http": {"listen": "127.0.0.1:0"},
+        "http": {"listen": http_listen.to_string()},
         "prompts_dir": Path::new(env!("CARGO_MANIFEST_DIR")).join("prompts"),
     });
     let path = dir.join("agent.json");
@@ -185,7 +185,9 @@ async fn soak_under_faults_loses_nothing_and_repeats_nothing() {
     let mut board = RestartableBoard::start(&board_db, &support::seed_path()).await;
     let harness = FaultHarness::start(board.addr, rates()).await;
     let model = picogent::offline_model::start(picogent::offline_model::OfflineModelOptions::planner()).await.unwrap();
-    let config = agent_config(dir.path(), &harness.url(), &model.url());
+    // A fixed port for the agent's HTTP listener, so the test can ask `/readyz` after restarts.
+    let http_listen = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let config = agent_config(dir.path(), &harness.url(), &model.url(), http_listen);
     let log = dir.path().join("agent.log");
     let mut agent = AgentProcess::start(&config, "tok-picogent", &log);
 
@@ -241,6 +243,16 @@ async fn soak_under_faults_loses_nothing_and_repeats_nothing() {
         }
         assert!(started.elapsed() < DEADLINE, "agent not caught up: board seq {board_last}, agent {agent_last}, {running} running");
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Up and caught up (its signal handler installed) before it is asked to stop.
+    let readyz = format!("http://{http_listen}/readyz");
+    loop {
+        let ready = reqwest::get(&readyz).await.is_ok_and(|response| response.status().is_success());
+        if ready {
+            break;
+        }
+        assert!(started.elapsed() < DEADLINE, "the agent never reported ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let exit = agent.terminate();
     if !exit.is_some_and(|status| status.success()) {
