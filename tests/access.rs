@@ -4,7 +4,6 @@
 
 mod support;
 
-use std::io::Read as _;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -33,8 +32,16 @@ async fn wait_listening(addr: SocketAddr, child: &mut Child) {
     .await;
 }
 
-/// Stops a child (SIGTERM, then SIGKILL) and returns everything it wrote to stderr.
-fn stop_and_read_stderr(mut child: Child) -> String {
+/// A file for a child's stderr: a pipe nobody reads while the child runs would fill up at
+/// `RUST_LOG=trace` and block it.
+fn log_file(dir: &Path, name: &str) -> (std::path::PathBuf, Stdio) {
+    let path = dir.join(name);
+    let file = std::fs::File::create(&path).unwrap();
+    (path, Stdio::from(file))
+}
+
+/// Stops a child (SIGTERM, then SIGKILL) and returns everything it wrote to its log.
+fn stop_and_read_log(mut child: Child, log: &Path) -> String {
     let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
@@ -42,14 +49,16 @@ fn stop_and_read_stderr(mut child: Child) -> String {
     }
     let _ = child.kill();
     let _ = child.wait();
-    let mut stderr = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
-    stderr
+    std::fs::read_to_string(log).unwrap()
 }
 
 fn assert_no_token(what: &str, text: &str, extra: &[&str]) {
     for token in SEED_TOKENS.iter().chain(extra) {
-        assert!(!text.contains(token), "{what} contains the token {token}");
+        if let Some(line) = text.lines().find(|line| line.contains(token)) {
+            // The line, masked, says where the leak is without printing the secret.
+            let masked: String = line.replace(token, "<TOKEN>").chars().take(600).collect();
+            panic!("{what} contains the token {}…: {masked}", &token[..4]);
+        }
     }
 }
 
@@ -161,6 +170,7 @@ async fn mcp_http_refuses_missing_and_wrong_tokens_and_logs_no_token() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), &board.url(), "http://127.0.0.1:9/v1");
     let addr = free_port();
+    let (log, stderr) = log_file(dir.path(), "mcp.log");
     let mut child = Command::new(env!("CARGO_BIN_EXE_picogent"))
         .args(["mcp", "--http", &addr.to_string(), "--config"])
         .arg(&config)
@@ -168,7 +178,7 @@ async fn mcp_http_refuses_missing_and_wrong_tokens_and_logs_no_token() {
         .env("PICOGENT_MCP_TOKEN", MCP_TOKEN)
         .env("RUST_LOG", "trace")
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(stderr)
         .spawn()
         .unwrap();
     wait_listening(addr, &mut child).await;
@@ -199,7 +209,7 @@ async fn mcp_http_refuses_missing_and_wrong_tokens_and_logs_no_token() {
     }
     let response = send(Some(format!("Bearer {MCP_TOKEN}"))).await.unwrap();
     assert!(response.status().is_success(), "the right token: {}", response.status());
-    let stderr = stop_and_read_stderr(child);
+    let stderr = stop_and_read_log(child, &log);
     assert!(stderr.contains("TRACE") || stderr.contains("DEBUG"), "trace logging was on: {stderr}");
     assert_no_token("picogent mcp's trace log", &stderr, &[MCP_TOKEN]);
 }
@@ -208,6 +218,7 @@ async fn mcp_http_refuses_missing_and_wrong_tokens_and_logs_no_token() {
 async fn trace_logs_of_board_and_agent_carry_no_token() {
     let dir = tempfile::tempdir().unwrap();
     let board_addr = free_port();
+    let (board_log_path, board_stderr) = log_file(dir.path(), "board.log");
     let mut board = Command::new(env!("CARGO_BIN_EXE_picogent"))
         .args(["board", "--listen", &board_addr.to_string(), "--db"])
         .arg(dir.path().join("board.db"))
@@ -215,20 +226,21 @@ async fn trace_logs_of_board_and_agent_carry_no_token() {
         .arg(support::seed_path())
         .env("RUST_LOG", "trace")
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(board_stderr)
         .spawn()
         .unwrap();
     wait_listening(board_addr, &mut board).await;
     let board_url = format!("http://{board_addr}");
     let model = picogent::offline_model::start(picogent::offline_model::OfflineModelOptions::planner()).await.unwrap();
     let config = write_config(dir.path(), &board_url, &model.url());
+    let (agent_log_path, agent_stderr) = log_file(dir.path(), "agent.log");
     let mut agent = Command::new(env!("CARGO_BIN_EXE_picogent"))
         .args(["run", "--config"])
         .arg(&config)
         .env("TEAMBOARD_TOKEN", "tok-picogent")
         .env("RUST_LOG", "trace")
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(agent_stderr)
         .spawn()
         .unwrap();
 
@@ -270,8 +282,8 @@ async fn trace_logs_of_board_and_agent_carry_no_token() {
     })
     .await;
 
-    let agent_log = stop_and_read_stderr(agent);
-    let board_log = stop_and_read_stderr(board);
+    let agent_log = stop_and_read_log(agent, &agent_log_path);
+    let board_log = stop_and_read_log(board, &board_log_path);
     model.shutdown().await;
     for (what, log) in [("picogent run", &agent_log), ("picogent board", &board_log)] {
         assert!(log.contains("TRACE"), "{what} logged at trace: {} bytes", log.len());
