@@ -112,8 +112,7 @@ async fn agent_http_exposes_no_secrets_and_serves_nothing_else() {
     let model = picogent::offline_model::start(picogent::offline_model::OfflineModelOptions::planner()).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let agent =
-        start_agent_in_process(agent_config_json(dir.path(), &board.url(), &model.url(), "picogent", json!({})))
-            .await;
+        start_agent_in_process(agent_config_json(dir.path(), &board.url(), &model.url(), "picogent", json!({}))).await;
     eventually(Duration::from_secs(10), "agent caught up", || async { agent.status.caught_up().then_some(()) }).await;
     // Some work first, so the metrics have something in them.
     let alice = board.client("alice");
@@ -273,11 +272,11 @@ async fn trace_logs_of_board_and_agent_carry_no_token() {
         let exited = agent.try_wait().unwrap();
         let (alice, task, question) = (&alice, &task, &question);
         async move {
-        assert!(exited.is_none(), "the agent exited: {exited:?}");
-        let task = alice.get_task(&task.id).await.ok()?;
-        let query = MessageQuery { parent_id: Some(question.id.clone()), ..MessageQuery::default() };
-        let replied = alice.list_messages(&query).await.ok()?.iter().any(|m| m.author_slug == "picogent");
-        (task.status == TaskStatus::InReview && replied).then_some(())
+            assert!(exited.is_none(), "the agent exited: {exited:?}");
+            let task = alice.get_task(&task.id).await.ok()?;
+            let query = MessageQuery { parent_id: Some(question.id.clone()), ..MessageQuery::default() };
+            let replied = alice.list_messages(&query).await.ok()?.iter().any(|m| m.author_slug == "picogent");
+            (task.status == TaskStatus::InReview && replied).then_some(())
         }
     })
     .await;

@@ -39,10 +39,38 @@ fn arbitrary_json() -> impl Strategy<Value = Value> {
 fn field_name() -> impl Strategy<Value = String> {
     prop_oneof![
         prop::sample::select(vec![
-            "task_id", "project_slug", "title", "description", "status", "assignee_slug", "content", "chat_id",
-            "parent_id", "limit", "cursor", "labels", "step_id", "done", "agent_slug", "member_slug", "query",
-            "priority", "type", "id", "seq", "event", "data", "ts", "task", "message", "assigned_by", "key",
-            "author_slug", "mentions", "created_at", "updated_at",
+            "task_id",
+            "project_slug",
+            "title",
+            "description",
+            "status",
+            "assignee_slug",
+            "content",
+            "chat_id",
+            "parent_id",
+            "limit",
+            "cursor",
+            "labels",
+            "step_id",
+            "done",
+            "agent_slug",
+            "member_slug",
+            "query",
+            "priority",
+            "type",
+            "id",
+            "seq",
+            "event",
+            "data",
+            "ts",
+            "task",
+            "message",
+            "assigned_by",
+            "key",
+            "author_slug",
+            "mentions",
+            "created_at",
+            "updated_at",
         ])
         .prop_map(str::to_string),
         "[a-z_]{1,12}",
@@ -107,13 +135,15 @@ fn event_envelopes_never_panic() {
         parse_frame(text);
     }
     // Raw text frames.
-    runner(3000).run(&any::<String>(), |text| {
-        parse_frame(&text);
-        Ok(())
-    })
-    .unwrap();
+    runner(3000)
+        .run(&any::<String>(), |text| {
+            parse_frame(&text);
+            Ok(())
+        })
+        .unwrap();
     // Envelope-shaped JSON with arbitrary data, under the known event names.
-    let names = prop::sample::select(vec!["task.assigned", "task.unassigned", "task.updated", "message.new", "x.y", ""]);
+    let names =
+        prop::sample::select(vec!["task.assigned", "task.unassigned", "task.updated", "message.new", "x.y", ""]);
     let envelope = (names, any::<u64>(), arbitrary_json()).prop_map(|(event, seq, data)| {
         json!({"id": "evt-1", "seq": seq, "event": event, "data": data, "ts": "2026-01-01T00:00:00Z"}).to_string()
     });
@@ -289,7 +319,8 @@ async fn oversized_bodies_and_fields_are_refused_clearly() {
     assert_eq!(response.status(), 413, "{:?}", response.text().await);
     // A frame over the limit on the event stream: the board refuses it and drops the link.
     let mut stream = support::EventStream::connect(&board, "alice").await;
-    let big = json!({"type": "resume", "after_seq": 0, "pad": "x".repeat(picogent::tracker::model::limits::FRAME_BYTES + 1)});
+    let big =
+        json!({"type": "resume", "after_seq": 0, "pad": "x".repeat(picogent::tracker::model::limits::FRAME_BYTES + 1)});
     use futures::SinkExt;
     let _ = stream.socket.send(tokio_tungstenite::tungstenite::Message::Text(big.to_string().into())).await;
     stream.expect_closed().await;

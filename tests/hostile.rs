@@ -147,8 +147,7 @@ async fn injection_in_a_chat_message_is_stopped_by_code() {
     let model = scripted_model("injection_chat.json").await;
     let dir = tempfile::tempdir().unwrap();
     let agent =
-        start_agent_in_process(agent_config_json(dir.path(), &board.url(), &model.url(), "picogent", json!({})))
-            .await;
+        start_agent_in_process(agent_config_json(dir.path(), &board.url(), &model.url(), "picogent", json!({}))).await;
     eventually(Duration::from_secs(10), "agent caught up", || async { agent.status.caught_up().then_some(()) }).await;
     let decoy = decoy_task(&board).await;
     let alice = board.client("alice");

@@ -161,11 +161,12 @@ async fn outcome(board: &SqlitePool) -> Outcome {
     .fetch_one(board)
     .await
     .unwrap_or(0);
-    let mentions: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM messages WHERE author_slug IN ('alice', 'bob') AND content LIKE '@picogent question %'")
-            .fetch_one(board)
-            .await
-            .unwrap_or(0);
+    let mentions: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM messages WHERE author_slug IN ('alice', 'bob') AND content LIKE '@picogent question %'",
+    )
+    .fetch_one(board)
+    .await
+    .unwrap_or(0);
     let mentions_answered: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM messages q WHERE q.author_slug IN ('alice', 'bob') AND q.content LIKE '@picogent question %'
            AND EXISTS (SELECT 1 FROM messages r WHERE r.parent_id = q.id AND r.author_slug = 'picogent')",
@@ -228,10 +229,11 @@ async fn soak_under_faults_loses_nothing_and_repeats_nothing() {
     // Caught up: every event the board logged for the agent was processed, and no run is open.
     let state_pool = open_read_only(&state_db).await;
     loop {
-        let board_last: i64 = sqlx::query_scalar("SELECT coalesce(max(seq), 0) FROM events WHERE member_slug = 'picogent'")
-            .fetch_one(&*board_pool)
-            .await
-            .unwrap();
+        let board_last: i64 =
+            sqlx::query_scalar("SELECT coalesce(max(seq), 0) FROM events WHERE member_slug = 'picogent'")
+                .fetch_one(&*board_pool)
+                .await
+                .unwrap();
         let agent_last: i64 =
             sqlx::query_scalar("SELECT last_seq FROM stream_position").fetch_one(&state_pool).await.unwrap();
         let running: i64 = sqlx::query_scalar("SELECT count(*) FROM runs WHERE status = 'running'")
@@ -241,7 +243,10 @@ async fn soak_under_faults_loses_nothing_and_repeats_nothing() {
         if agent_last >= board_last && running == 0 {
             break;
         }
-        assert!(started.elapsed() < DEADLINE, "agent not caught up: board seq {board_last}, agent {agent_last}, {running} running");
+        assert!(
+            started.elapsed() < DEADLINE,
+            "agent not caught up: board seq {board_last}, agent {agent_last}, {running} running"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // Up and caught up (its signal handler installed) before it is asked to stop.
@@ -273,7 +278,12 @@ async fn soak_under_faults_loses_nothing_and_repeats_nothing() {
     println!("soak: restarts: board {}, agent {}", board.restarts, agent.restarts);
     println!(
         "soak: events for the agent {}, processed {}, runs {} (completed {}), tasks worked {}, mentions answered {}",
-        report.events, report.processed, report.runs, report.completed_runs, report.tasks_worked, report.mentions_answered
+        report.events,
+        report.processed,
+        report.runs,
+        report.completed_runs,
+        report.tasks_worked,
+        report.mentions_answered
     );
     println!("soak: duplicates = {}, losses = {}", report.duplicates.len(), report.losses.len());
 
@@ -343,7 +353,11 @@ async fn check(board: &SqlitePool, state: &SqlitePool) -> Report {
     }
     for (id, key, status, description) in &tasks {
         let steps: Vec<(String, bool)> =
-            sqlx::query_as("SELECT title, done FROM steps WHERE task_id = ? ORDER BY position").bind(id).fetch_all(board).await.unwrap();
+            sqlx::query_as("SELECT title, done FROM steps WHERE task_id = ? ORDER BY position")
+                .bind(id)
+                .fetch_all(board)
+                .await
+                .unwrap();
         let expected: Vec<String> = description.lines().map(|line| line.trim_start_matches("- ").to_string()).collect();
         let titles: Vec<String> = steps.iter().map(|(title, _)| title.clone()).collect();
         let comments: i64 =
@@ -417,7 +431,8 @@ async fn check(board: &SqlitePool, state: &SqlitePool) -> Report {
     }
 
     // Runs: one per task and one per mention, each completed once.
-    let runs: Vec<(String, String)> = sqlx::query_as("SELECT session_key, status FROM runs").fetch_all(state).await.unwrap();
+    let runs: Vec<(String, String)> =
+        sqlx::query_as("SELECT session_key, status FROM runs").fetch_all(state).await.unwrap();
     report.runs = runs.len() as i64;
     let mut by_session: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (session, status) in runs {

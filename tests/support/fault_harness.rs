@@ -421,16 +421,20 @@ async fn relay_websocket(mut client: TcpStream, handshake: Vec<u8>, shared: Arc<
             let frame = match held {
                 // A held frame goes out after the next one, or on its own when the board is
                 // quiet for a moment, so a reorder never turns into a loss.
-                Some(_) => match tokio::time::timeout(Duration::from_millis(300), read_frame(&mut server_read, &mut pending)).await {
-                    Ok(frame) => frame,
-                    Err(_) => {
-                        let earlier = held.take().unwrap_or_default();
-                        if client_write.write_all(&earlier).await.is_err() {
-                            return;
+                Some(_) => {
+                    match tokio::time::timeout(Duration::from_millis(300), read_frame(&mut server_read, &mut pending))
+                        .await
+                    {
+                        Ok(frame) => frame,
+                        Err(_) => {
+                            let earlier = held.take().unwrap_or_default();
+                            if client_write.write_all(&earlier).await.is_err() {
+                                return;
+                            }
+                            continue;
                         }
-                        continue;
                     }
-                },
+                }
                 None => read_frame(&mut server_read, &mut pending).await,
             };
             let Some(frame) = frame else { return };
@@ -472,11 +476,11 @@ async fn relay_websocket(mut client: TcpStream, handshake: Vec<u8>, shared: Arc<
 /// Reads one whole WebSocket frame (header and payload) from the board.
 async fn read_frame(stream: &mut tokio::net::tcp::OwnedReadHalf, pending: &mut Vec<u8>) -> Option<Vec<u8>> {
     loop {
-        if let Some(length) = frame_length(pending) {
-            if pending.len() >= length {
-                let rest = pending.split_off(length);
-                return Some(std::mem::replace(pending, rest));
-            }
+        if let Some(length) = frame_length(pending)
+            && pending.len() >= length
+        {
+            let rest = pending.split_off(length);
+            return Some(std::mem::replace(pending, rest));
         }
         let mut chunk = [0u8; 16384];
         let n = stream.read(&mut chunk).await.ok()?;
@@ -622,7 +626,13 @@ impl Drop for AgentProcess {
 
 /// An agent config as JSON for an agent `slug` against `tracker_url` and the model at
 /// `model_url`, with fast retries; `extra` is merged on top (objects merge, other values replace).
-pub fn agent_config_json(dir: &Path, tracker_url: &str, model_url: &str, slug: &str, extra: serde_json::Value) -> serde_json::Value {
+pub fn agent_config_json(
+    dir: &Path,
+    tracker_url: &str,
+    model_url: &str,
+    slug: &str,
+    extra: serde_json::Value,
+) -> serde_json::Value {
     let mut config = serde_json::json!({
         "slug": slug,
         "name": slug,
