@@ -5,6 +5,7 @@
 //! Every struct refuses unknown fields, so a misspelt key is an error that names it, not a setting
 //! silently ignored.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -47,6 +48,13 @@ pub struct Config {
     /// are taken from the config file's folder.
     #[serde(default = "default_prompts_dir")]
     pub prompts_dir: PathBuf,
+    /// External MCP servers whose tools join the agent's as `mcp__<server>__<tool>`
+    /// (docs/mcp-host.md). The key is the server's name.
+    #[serde(default)]
+    pub mcp_servers: BTreeMap<String, McpServerConfig>,
+    /// Which tools may run at all, and whether a human must approve destructive ones.
+    #[serde(default)]
+    pub permissions: PermissionsConfig,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -219,6 +227,80 @@ impl Default for McpConfig {
     }
 }
 
+/// One external MCP server: either a child process spoken to over stdio (`command`) or a
+/// Streamable HTTP endpoint (`url`). Secrets are never written here: a header or env value may
+/// name an environment variable as `${NAME}`, read when the server is connected.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerConfig {
+    /// The program to start (stdio transport).
+    #[serde(default)]
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Extra environment of the child; values may contain `${NAME}`.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// The child's working folder; relative paths are taken from the config file's folder.
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    /// The Streamable HTTP endpoint, e.g. `https://example.com/mcp`.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Extra HTTP headers; values may contain `${NAME}` (e.g. `"Bearer ${GITHUB_TOKEN}"`).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Whether the server's tool annotations are believed. An untrusted server's tools are never
+    /// read-only and always count as destructive.
+    #[serde(default)]
+    pub trusted: bool,
+    /// The server's tools offered, by their original names (globs `*`, `?`).
+    #[serde(default)]
+    pub tools: ToolsConfig,
+    /// Timeout of one request to the server, in milliseconds; a call that runs out is cancelled.
+    #[serde(default = "default_mcp_timeout_ms")]
+    pub timeout_ms: u64,
+}
+
+/// The permission policy over every tool, the tracker's included.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PermissionsConfig {
+    /// Public tool names or globs (`*`, `?`) that may run; empty means all.
+    pub allowed_tools: Vec<String>,
+    /// Public tool names or globs that never run; wins over `allowed_tools`.
+    pub disallowed_tools: Vec<String>,
+    pub mode: PermissionMode,
+    /// In `ask` mode, how long to wait for a human's yes or no before the call is denied.
+    pub ask_timeout_ms: u64,
+}
+
+impl Default for PermissionsConfig {
+    fn default() -> Self {
+        PermissionsConfig {
+            allowed_tools: Vec::new(),
+            disallowed_tools: Vec::new(),
+            mode: PermissionMode::Auto,
+            ask_timeout_ms: 300_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PermissionMode {
+    /// Every allowed tool runs.
+    #[default]
+    Auto,
+    /// Only read-only tools run.
+    ReadOnly,
+    /// A destructive tool runs only after a human member answers `yes` in the conversation.
+    Ask,
+}
+
+fn default_mcp_timeout_ms() -> u64 {
+    60_000
+}
 fn default_prompts_dir() -> PathBuf {
     PathBuf::from("prompts")
 }
@@ -283,6 +365,8 @@ impl Config {
                     .with_list_parse_key("tools.disallowed")
                     .with_list_parse_key("mcp.allowed_origins")
                     .with_list_parse_key("mcp.allowed_hosts")
+                    .with_list_parse_key("permissions.allowed_tools")
+                    .with_list_parse_key("permissions.disallowed_tools")
                     .source(Some(overrides)),
             )
             .build()
@@ -293,6 +377,13 @@ impl Config {
         let base = path.parent().unwrap_or(Path::new("."));
         if config.prompts_dir.is_relative() {
             config.prompts_dir = base.join(&config.prompts_dir);
+        }
+        for server in config.mcp_servers.values_mut() {
+            if let Some(cwd) = &server.cwd
+                && cwd.is_relative()
+            {
+                server.cwd = Some(base.join(cwd));
+            }
         }
         config.validate(path)?;
         Ok(config)
@@ -354,6 +445,39 @@ impl Config {
         }
         if self.http.listen.parse::<std::net::SocketAddr>().is_err() {
             return Err(field("http.listen", "expected an address like 127.0.0.1:9464"));
+        }
+        for (name, server) in &self.mcp_servers {
+            let at = |key: &str| format!("mcp_servers.{name}{key}");
+            if !slug_ok(name) {
+                return Err(field(&at(""), "expected a server name of letters, digits, '-' or '_'"));
+            }
+            match (&server.command, &server.url) {
+                (Some(command), None) => {
+                    if command.trim().is_empty() {
+                        return Err(field(&at(".command"), "expected a program to run"));
+                    }
+                    if !server.headers.is_empty() {
+                        return Err(field(&at(".headers"), "headers apply to a `url` server only"));
+                    }
+                }
+                (None, Some(url)) => {
+                    if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < 8 {
+                        return Err(field(&at(".url"), &format!("expected an http:// or https:// URL, got {url:?}")));
+                    }
+                    if !server.args.is_empty() || !server.env.is_empty() || server.cwd.is_some() {
+                        return Err(field(&at(""), "`args`, `env` and `cwd` apply to a `command` server only"));
+                    }
+                }
+                _ => {
+                    return Err(field(&at(""), "expected exactly one of `command` (stdio) or `url` (Streamable HTTP)"));
+                }
+            }
+            if server.timeout_ms == 0 {
+                return Err(field(&at(".timeout_ms"), "expected a number greater than 0"));
+            }
+        }
+        if self.permissions.ask_timeout_ms == 0 {
+            return Err(field("permissions.ask_timeout_ms", "expected a number greater than 0"));
         }
         Ok(())
     }
@@ -484,6 +608,42 @@ mod tests {
     fn missing_file_names_it() {
         let error = Config::load_with_env(Path::new("/nonexistent/agent.json"), []).unwrap_err().to_string();
         assert!(error.contains("/nonexistent/agent.json"), "{error}");
+    }
+
+    #[test]
+    fn mcp_servers_and_permissions_load_with_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = MINIMAL.replace(
+            "\"slug\"",
+            r#""mcp_servers": {
+                "time": {"command": "mcp-server-time", "args": ["--local-timezone", "UTC"], "cwd": "servers"},
+                "gh": {"url": "https://example.com/mcp", "headers": {"Authorization": "Bearer ${GITHUB_TOKEN}"},
+                       "trusted": true, "tools": {"disallowed": ["delete_*"]}}
+            },
+            "permissions": {"mode": "ask", "disallowed_tools": ["mcp__gh__*"]},
+            "slug""#,
+        );
+        let config = Config::load_with_env(&write(dir.path(), &text), []).unwrap();
+        let time = &config.mcp_servers["time"];
+        assert_eq!(time.timeout_ms, 60_000);
+        assert_eq!(time.cwd.as_deref(), Some(dir.path().join("servers").as_path()));
+        assert!(!time.trusted);
+        let gh = &config.mcp_servers["gh"];
+        assert_eq!(gh.headers["Authorization"], "Bearer ${GITHUB_TOKEN}");
+        assert_eq!(gh.tools.disallowed, vec!["delete_*".to_string()]);
+        assert_eq!(config.permissions.mode, PermissionMode::Ask);
+        assert_eq!(config.permissions.ask_timeout_ms, 300_000);
+    }
+
+    #[test]
+    fn an_mcp_server_needs_exactly_one_transport() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = MINIMAL.replace(
+            "\"slug\"",
+            r#""mcp_servers": {"both": {"command": "x", "url": "http://127.0.0.1:1/mcp"}}, "slug""#,
+        );
+        let error = Config::load_with_env(&write(dir.path(), &text), []).unwrap_err().to_string();
+        assert!(error.contains("mcp_servers.both"), "{error}");
     }
 
     #[test]

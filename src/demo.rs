@@ -19,6 +19,8 @@ use crate::tracker::model::{CreateTask, MessageOut, MessageQuery, SendMessage, T
 const SEED: &str = include_str!("../fixtures/board-seed.json");
 const AGENT_TOKEN: &str = "tok-picogent";
 const ALICE_TOKEN: &str = "tok-alice";
+/// The demo agent's `/mcp` token: a fixed demo value, like the seed's member tokens.
+const DEMO_MCP_TOKEN: &str = "tok-mcp-demo";
 
 /// Everything the demo started, so `--keep` can print it and a test can inspect it.
 pub struct Demo {
@@ -75,6 +77,7 @@ pub async fn start(prompts_dir: Option<PathBuf>) -> anyhow::Result<Demo> {
         config: config.clone(),
         tracker_token: Secret::new(AGENT_TOKEN),
         llm_api_key: None,
+        mcp_token: Some(Secret::new(DEMO_MCP_TOKEN)),
         stream: None,
         serve_http: true,
     })
@@ -246,6 +249,7 @@ fn print_keep(demo: &Demo) {
     println!("  model     {}   (offline planner)", demo.model.url());
     if let Some(addr) = demo.agent.http_addr {
         println!("  agent     http://{addr}/healthz  /readyz  /metrics");
+        println!("  agent MCP http://{addr}/mcp   (Authorization: Bearer {DEMO_MCP_TOKEN})");
     }
     println!("  tokens    alice=tok-alice  bob=tok-bob  picogent=tok-picogent  otherbot=tok-otherbot");
     println!("  state     {}", demo.config.state.path.display());

@@ -23,7 +23,8 @@
 //!   [`runtime::run`].
 //! - [`check`], [`demo`]: `picogent check` and `picogent demo`.
 //! - [`mcp`]: the only module that imports rmcp's server/client machinery; [`mcp::server`] serves
-//!   the tools, tracker resources and prompts over MCP (stdio and Streamable HTTP).
+//!   the tools, tracker resources and prompts over MCP (stdio and Streamable HTTP); the rest
+//!   connects external MCP servers as tool sources, under the permission policy over all tools.
 
 pub mod agent;
 pub mod board;

@@ -15,6 +15,7 @@ use picogent::tracker::model::*;
 use picogent::transport::StreamOptions;
 use serde_json::{Value, json};
 
+const MCP_TOKEN: &str = "tok-mcp-test";
 const SEED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/board-seed.json");
 
 fn prompts_dir() -> PathBuf {
@@ -77,6 +78,7 @@ async fn start_agent(config: Config) -> AgentHandle {
         config,
         tracker_token: Secret::new(token),
         llm_api_key: None,
+        mcp_token: Some(Secret::new(MCP_TOKEN)),
         stream: Some(fast_stream()),
         serve_http: true,
     })
@@ -611,4 +613,237 @@ fn demo_runs_to_completion() {
     assert!(stdout.contains("[x] draft the notes"), "{stdout}");
     assert!(stdout.contains("reply @picogent"), "{stdout}");
     assert!(stdout.contains("offline planner"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_agent_is_driven_over_mcp() {
+    use rmcp::ServiceExt;
+    use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams, ResourceContents};
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    // The task exists but is not assigned: only start_run makes the agent work it.
+    let alice = client(&board, "tok-alice");
+    let task = alice
+        .create_task(
+            &CreateTask {
+                project_slug: "team".into(),
+                title: "Driven over MCP".into(),
+                description: Some("- first\n- second".into()),
+                ..CreateTask::default()
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({}))).await;
+    wait_ready(&agent).await;
+    let url = format!("http://{}/mcp", agent.http_addr.unwrap());
+
+    // Without the token: refused.
+    let refused = reqwest::Client::new().post(&url).json(&json!({})).send().await.unwrap();
+    assert_eq!(refused.status(), 401);
+
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(url).auth_header(MCP_TOKEN),
+    );
+    let mcp = ().serve(transport).await.unwrap();
+    let mut arguments = serde_json::Map::new();
+    arguments.insert("task_key".into(), json!(task.key));
+    let started = mcp.call_tool(CallToolRequestParams::new("start_run").with_arguments(arguments)).await.unwrap();
+    assert_ne!(started.is_error, Some(true), "{started:?}");
+    let run_id = started.structured_content.as_ref().unwrap()["run_id"].as_str().unwrap().to_string();
+
+    let read = |uri: String| {
+        let mcp = &mcp;
+        async move {
+            let result = mcp.read_resource(ReadResourceRequestParams::new(uri)).await.unwrap();
+            match &result.contents[0] {
+                ResourceContents::TextResourceContents { text, .. } => text.clone(),
+                other => panic!("unexpected contents {other:?}"),
+            }
+        }
+    };
+    let run: Value = eventually(Duration::from_secs(30), "the run finished", || async {
+        let run: Value = serde_json::from_str(&read(format!("run://{run_id}")).await).ok()?;
+        (run["status"] != "running").then_some(run)
+    })
+    .await;
+    assert_eq!(run["status"], "completed", "{run:#}");
+    assert!(run["tool_calls"].as_u64().unwrap() >= 5, "{run:#}");
+    let result: Value = serde_json::from_str(&read(format!("run://{run_id}/result")).await).unwrap();
+    assert_eq!(result["outcome"], "completed", "{result:#}");
+    let log = read(format!("run://{run_id}/log")).await;
+    assert!(log.contains("add_step"), "{log}");
+    let status: Value = serde_json::from_str(&read("agent://status".to_string()).await).unwrap();
+    assert_eq!(status["connected"], true, "{status:#}");
+    let steps = alice.list_steps(&task.id).await.unwrap();
+    assert_eq!(steps.len(), 2);
+    assert!(steps.iter().all(|s| s.done));
+    mcp.cancel().await.unwrap();
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+/// The MCP server-everything script installed by `tests/interop/install.sh`.
+fn everything_script() -> String {
+    let default = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/interop/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let path = std::env::var("MCP_SERVER_EVERYTHING").map(PathBuf::from).unwrap_or(default);
+    assert!(path.exists(), "{} is missing: run bash tests/interop/install.sh", path.display());
+    path.display().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn external_mcp_servers_join_the_running_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let extra = json!({
+        "mcp_servers": {"everything": {"command": "node", "args": [everything_script(), "stdio"], "trusted": true}},
+        "permissions": {"disallowed_tools": ["mcp__everything__toggle-*"]}
+    });
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+    let chat = chat_id(&alice).await;
+
+    // A prompt command: the server's rendered prompt becomes the request, answered in the thread.
+    let command = say(&alice, &chat, r#"@picogent /mcp__everything__args-prompt city="New York" state=NY"#).await;
+    eventually(Duration::from_secs(30), "a reply to the prompt command", || async {
+        thread(&alice, &command.id).await.iter().any(|m| m.author_slug == "picogent").then_some(())
+    })
+    .await;
+    wait_idle(&agent).await;
+    let run = agent.state.list_runs(10).await.unwrap().into_iter().next().unwrap();
+    let stored = run.record.unwrap();
+    let prompt = stored["prompt"].as_str().unwrap();
+    assert!(prompt.contains("New York"), "the server's rendered prompt is the request: {prompt}");
+    // The model was offered the server's tools under their public names, minus the denied ones.
+    let requests = model.requests();
+    let offered: Vec<String> = requests.last().unwrap()["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(offered.iter().any(|n| n == "mcp__everything__echo"), "{offered:?}");
+    assert!(!offered.iter().any(|n| n.starts_with("mcp__everything__toggle-")), "{offered:?}");
+    assert!(offered.iter().any(|n| n == "reply_message"), "{offered:?}");
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_run_leaves_one_clear_comment() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    // A model endpoint that is not there: every request fails to connect.
+    let unused = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_model = format!("http://{}/v1", unused.local_addr().unwrap());
+    drop(unused);
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &dead_model, "picogent", json!({}))).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+
+    let task = create_assigned(&alice, "Nobody home", "- a").await;
+    let notice = eventually(Duration::from_secs(30), "the failure notice", || async {
+        comments(&alice, &task.id).await.into_iter().find(|m| m.author_slug == "picogent")
+    })
+    .await;
+    wait_idle(&agent).await;
+    assert!(notice.content.contains("model"), "{}", notice.content);
+    assert!(notice.content.contains("mention me"), "says what to do: {}", notice.content);
+    assert!(!notice.content.contains("panicked") && !notice.content.contains("src/"), "{}", notice.content);
+    let runs = runs_for(&agent, &format!("task:{}", task.id)).await;
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].status, RunStatus::Failed);
+    // A reconciliation finds the task again but does not retry a run that failed, nor say it twice.
+    let caught_up = picogent::transport::LinkStatus::CaughtUp { last_seq: 0 };
+    agent
+        .inputs
+        .send(picogent::router::Input::Stream(Box::new(picogent::transport::StreamItem::Status(caught_up))))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(10), "reconciled", || async { agent.status.caught_up().then_some(()) }).await;
+    wait_idle(&agent).await;
+    let mine = comments(&alice, &task.id).await.into_iter().filter(|m| m.author_slug == "picogent").count();
+    assert_eq!(mine, 1);
+    agent.shutdown().await.unwrap();
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_reports_each_dependency_on_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let config = agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({}));
+    let config_path = dir.path().join("agent.json");
+    std::fs::write(&config_path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
+    let check = |token: &'static str| {
+        let config_path = config_path.clone();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
+                .args(["check", "--config"])
+                .arg(&config_path)
+                .env("TEAMBOARD_TOKEN", token)
+                .env("RUST_LOG", "warn")
+                .output()
+                .unwrap()
+        })
+    };
+    let good = check("tok-picogent").await.unwrap();
+    let stdout = String::from_utf8_lossy(&good.stdout).to_string();
+    assert!(good.status.success(), "{stdout}");
+    for what in ["config", "prompts", "tracker token", "tracker REST", "tracker events", "model endpoint"] {
+        assert!(stdout.lines().any(|l| l.starts_with("ok") && l.contains(what)), "{what}: {stdout}");
+    }
+    let bad = check("tok-wrong").await.unwrap();
+    let stdout = String::from_utf8_lossy(&bad.stdout).to_string();
+    assert_eq!(bad.status.code(), Some(1), "{stdout}");
+    assert!(stdout.lines().any(|l| l.starts_with("FAIL") && l.contains("tracker REST")), "{stdout}");
+    assert!(!stdout.contains("tok-wrong"), "the token is never printed: {stdout}");
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_the_running_run_finish_then_exits_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = start_model(150).await;
+    let config = agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({}));
+    let config_path = dir.path().join("agent.json");
+    std::fs::write(&config_path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
+    let mut process = std::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
+        .args(["run", "--config"])
+        .arg(&config_path)
+        .env("TEAMBOARD_TOKEN", "tok-picogent")
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let alice = client(&board, "tok-alice");
+    let task = create_assigned(&alice, "Finish before leaving", "- one\n- two").await;
+    eventually(Duration::from_secs(20), "the run started", || async { (model.request_count() >= 2).then_some(()) })
+        .await;
+    let killed = std::process::Command::new("kill").arg("-TERM").arg(process.id().to_string()).status().unwrap();
+    assert!(killed.success());
+    let status = tokio::task::spawn_blocking(move || process.wait().unwrap()).await.unwrap();
+    assert!(status.success(), "exit status {status:?}");
+    // The run that was going when the signal came finished before the process left.
+    assert_eq!(alice.get_task(&task.id).await.unwrap().status, TaskStatus::InReview);
+    let state = picogent::state::State::open(&config.state.path).await.unwrap();
+    let runs = state.list_runs(10).await.unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].status, RunStatus::Completed);
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
 }

@@ -1,3 +1,18 @@
-//! MCP: the only module that imports rmcp's server and client machinery.
+//! MCP both ways; the only module that imports rmcp's server and client machinery.
+//!
+//! As a server, picogent offers the tracker's tools, tasks as resources and its prompt templates
+//! to any MCP host, and `picogent run` adds the running agent ([`server`]). As a host, picogent
+//! connects external MCP servers (`mcp_servers` in agent.json) and offers their tools to the model
+//! beside the tracker's, under one permission policy:
+//!
+//! - [`client`]: one server's connection — transport, handshake, restart with backoff, its lists;
+//! - [`host`]: every server together as one [`crate::tools::ToolSource`], with public names,
+//!   resource tools, prompt commands and server instructions;
+//! - [`results`]: what a tool result becomes for the model (inline text or an artifact on disk);
+//! - [`policy`]: the permission policy as a `ToolSource` wrapper, and [`policy::CombinedSource`].
 
+pub mod client;
+pub mod host;
+pub mod policy;
+pub mod results;
 pub mod server;

@@ -266,12 +266,8 @@ impl ServerHandler for McpServer {
                 Some(json!({ "name": name })),
             ));
         }
-        let tool_context = ToolContext {
-            agent_slug: self.inner.agent_slug.clone(),
-            idempotency_key: None,
-            cancel: context.ct.clone(),
-            post_guard: None,
-        };
+        let tool_context =
+            ToolContext { cancel: context.ct.clone(), ..ToolContext::new(self.inner.agent_slug.clone()) };
         let call = self.inner.tools.call(&name, arguments, &tool_context);
         Ok(self.with_progress(&name, progress, call).await.into())
     }

@@ -137,10 +137,21 @@ impl Router {
                 Ok(None) | Err(_) => break,
             }
         }
-        for (session, run) in self.active.drain() {
+        for (session, run) in &self.active {
             // Left as `running` in the state database: found and resumed at the next start.
             tracing::warn!(%session, run_id = %run.run_id, "run still going at shutdown; it resumes at the next start");
             run.cancel.cancel();
+        }
+        // Cancelled runs stop at once; wait briefly so none is cut off in the middle of a write.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while !self.active.is_empty() {
+            match tokio::time::timeout_at(deadline, inputs.recv()).await {
+                Ok(Some(Input::RunDone(done))) => {
+                    self.active.remove(&done.session);
+                }
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => break,
+            }
         }
     }
 
@@ -168,6 +179,13 @@ impl Router {
                 let session = request.session.clone();
                 if let Some(active) = self.active.get(&session) {
                     let _ = reply.send(Err(format!("session {session} is busy with run {}", active.run_id)));
+                    return;
+                }
+                if self.active.len() >= self.config.limits.max_concurrent_runs as usize {
+                    let _ = reply.send(Err(format!(
+                        "all {} run slots are busy (limits.max_concurrent_runs); try again when a run ends",
+                        self.config.limits.max_concurrent_runs
+                    )));
                     return;
                 }
                 match self.start_or_queue(*request).await {
@@ -501,7 +519,9 @@ impl Router {
                 return String::new();
             }
         };
-        let cancel = self.shutdown.child_token();
+        // Not a child of the shutdown token: a shutdown lets running runs finish within the grace
+        // period, and only then cancels what is left (see `drain`).
+        let cancel = CancellationToken::new();
         let (steer_tx, steer_rx) = mpsc::unbounded_channel();
         for text in request.steering.drain(..) {
             let _ = steer_tx.send(text);

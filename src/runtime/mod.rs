@@ -5,6 +5,7 @@
 //! running runs finish within `limits.shutdown_grace_ms`, leaves what is unfinished recorded as
 //! running (resumed at the next start), closes the database and stops the HTTP listener.
 
+pub mod control;
 pub mod guard;
 pub mod http;
 pub mod metrics;
@@ -36,6 +37,8 @@ pub struct AgentOptions {
     pub config: Config,
     pub tracker_token: Secret,
     pub llm_api_key: Option<Secret>,
+    /// The bearer token MCP clients must send to `/mcp`; `None` leaves `/mcp` off.
+    pub mcp_token: Option<Secret>,
     pub stream: Option<StreamOptions>,
     /// Serve `http.listen` (false in tests that need no HTTP).
     pub serve_http: bool,
@@ -53,6 +56,7 @@ pub struct AgentHandle {
     router: tokio::task::JoinHandle<()>,
     stream: tokio::task::JoinHandle<Result<(), crate::transport::StreamError>>,
     http: Option<tokio::task::JoinHandle<()>>,
+    host: Arc<crate::mcp::host::McpHost>,
 }
 
 impl AgentHandle {
@@ -64,6 +68,7 @@ impl AgentHandle {
         if let Some(http) = self.http {
             let _ = http.await;
         }
+        self.host.shutdown().await;
         self.state.close().await;
         match stream {
             Ok(Ok(())) => Ok(()),
@@ -85,12 +90,16 @@ impl AgentHandle {
 
 /// Starts the agent: opens the state, loads the prompts, connects the stream and the model.
 pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
-    let AgentOptions { config, tracker_token, llm_api_key, stream, serve_http } = options;
+    let AgentOptions { config, tracker_token, llm_api_key, mcp_token, stream, serve_http } = options;
     let config = Arc::new(config);
     let prompts = Arc::new(Prompts::load(&config.prompts_dir)?);
     let state = State::open(&config.state.path).await?;
     let client = TrackerClient::new(&config.tracker, tracker_token).context("cannot build the tracker client")?;
-    let tools: Arc<dyn ToolSource> = Arc::new(build_tools(&config, &client)?);
+    let registry: Arc<dyn ToolSource> = Arc::new(build_tools(&config, &client)?);
+    // External MCP servers join the tracker's tools; one permission policy governs them all.
+    let host = Arc::new(crate::mcp::host::McpHost::start(&config).await);
+    let tools: Arc<dyn ToolSource> =
+        Arc::new(crate::mcp::policy::governed(vec![registry, host.clone()], &config, &client));
     let model: Arc<dyn crate::llm::ChatModel> = Arc::new(
         crate::llm::openai::OpenAiChat::new(&config.llm, llm_api_key).context("cannot build the model client")?,
     );
@@ -108,6 +117,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
         tools,
         model,
         shutdown: shutdown.clone(),
+        host: host.clone(),
         post_guard: Arc::new(guard::ReplyCap {
             state: state.clone(),
             client: client.clone(),
@@ -133,7 +143,35 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
 
     let (http_addr, http) = if serve_http {
         let listen: SocketAddr = config.http.listen.parse().context("http.listen is not an address")?;
-        let routes = http::routes(metrics.clone(), status.clone());
+        let mut routes = http::routes(metrics.clone(), status.clone());
+        match mcp_token {
+            Some(token) => {
+                let control = Arc::new(control::RuntimeControl {
+                    state: state.clone(),
+                    status: status.clone(),
+                    inputs: inputs_tx.clone(),
+                    client: client.clone(),
+                    tools: services.tools.clone(),
+                    max_tokens_per_day: config.limits.max_tokens_per_day,
+                });
+                let server = crate::mcp::server::McpServer::new(
+                    services.tools.clone(),
+                    client.clone(),
+                    services.prompts.clone(),
+                    config.slug.clone(),
+                )
+                .with_agent(control)
+                .with_shutdown(shutdown.child_token());
+                let security = crate::mcp::server::HttpSecurity::new(
+                    token,
+                    config.mcp.allowed_origins.clone(),
+                    config.mcp.allowed_hosts.clone(),
+                );
+                routes =
+                    routes.nest("/mcp", crate::mcp::server::http_router(server, &security, shutdown.child_token()));
+            }
+            None => tracing::warn!("MCP at /mcp is off: set {} to serve it", config.mcp.token_env),
+        }
         let (addr, handle) = http::serve(listen, routes, shutdown.child_token())
             .await
             .with_context(|| format!("cannot listen on {listen} (http.listen)"))?;
@@ -145,7 +183,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
 
     let router = Router::new(services, inputs_tx.clone(), shutdown.clone());
     let router = tokio::spawn(router.run(inputs_rx));
-    Ok(AgentHandle { metrics, status, state, http_addr, inputs: inputs_tx, shutdown, router, stream, http })
+    Ok(AgentHandle { metrics, status, state, http_addr, inputs: inputs_tx, shutdown, router, stream, http, host })
 }
 
 fn build_tools(config: &Config, client: &TrackerClient) -> anyhow::Result<crate::tools::registry::Registry> {
@@ -162,7 +200,9 @@ pub async fn run_cli(config_path: &std::path::Path) -> anyhow::Result<std::proce
         Some(name) => Some(Secret::from_env(name)?),
         None => None,
     };
-    let agent = start(AgentOptions { config, tracker_token, llm_api_key, stream: None, serve_http: true }).await?;
+    let mcp_token = Secret::from_env(&config.mcp.token_env).ok();
+    let agent =
+        start(AgentOptions { config, tracker_token, llm_api_key, mcp_token, stream: None, serve_http: true }).await?;
     let stopped_by_signal = tokio::select! {
         _ = shutdown_signal() => true,
         _ = wait_finished(&agent) => false,

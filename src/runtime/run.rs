@@ -31,6 +31,8 @@ pub struct RunServices {
     pub model: Arc<dyn crate::llm::ChatModel>,
     /// The agent's shutdown: a run cancelled by it stays `running` and resumes at the next start.
     pub shutdown: CancellationToken,
+    /// The external MCP servers: their instructions and prompt commands.
+    pub host: Arc<crate::mcp::host::McpHost>,
     /// The loop guard the message tools ask before every post.
     pub post_guard: Arc<dyn crate::tools::PostGuard>,
 }
@@ -163,6 +165,19 @@ pub async fn user_prompt(services: &RunServices, kind: &RunKind) -> Result<Strin
                 .map_err(|e| e.to_string())
         }
         RunKind::Message { message } => {
+            // `/mcp__<server>__<prompt> key=value ...`: the server's rendered prompt is the request.
+            if let Some(expanded) = services.host.expand_prompt_command(&message.content).await {
+                let prompt = expanded.map_err(|e| format!("the prompt command failed: {e}"))?;
+                return Ok(format!(
+                    "Message id: {}\nThread id: {}\n@{} asked you to run an MCP prompt. Do what it says, then answer \
+                     in the thread with reply_message (parent_id {}), once.\n\n{}",
+                    message.id,
+                    message.thread_root(),
+                    message.author_slug,
+                    message.thread_root(),
+                    crate::prompts::clean_text(&prompt, crate::prompts::MAX_FIELD_CHARS)
+                ));
+            }
             let root = message.thread_root().to_string();
             let thread = client
                 .list_messages(&MessageQuery { parent_id: Some(root), limit: Some(20), ..MessageQuery::default() })
@@ -185,13 +200,17 @@ pub async fn user_prompt(services: &RunServices, kind: &RunKind) -> Result<Strin
     }
 }
 
-pub fn system_prompt(config: &Config, prompts: &Prompts) -> Result<String, String> {
+pub fn system_prompt(
+    config: &Config,
+    prompts: &Prompts,
+    extra_sections: Vec<crate::prompts::Section>,
+) -> Result<String, String> {
     prompts
         .system(&SystemVars {
             name: config.name.clone(),
             slug: config.slug.clone(),
             capabilities: config.capabilities.clone(),
-            extra_sections: Vec::new(),
+            extra_sections,
         })
         .map_err(|e| e.to_string())
 }
@@ -226,7 +245,14 @@ fn offered_tools(kind: &RunKind, available: &[rmcp::model::Tool]) -> Vec<String>
     available
         .iter()
         .map(|tool| tool.name.to_string())
-        .filter(|name| preset.is_none_or(|preset| preset.contains(&name.as_str()) || name.starts_with("mcp__")))
+        .filter(|name| {
+            preset.is_none_or(|preset| {
+                preset.contains(&name.as_str())
+                    || name.starts_with("mcp__")
+                    || name == "list_mcp_resources"
+                    || name == "read_mcp_resource"
+            })
+        })
         .collect()
 }
 
@@ -273,7 +299,7 @@ async fn drive(
     let start_json = serde_json::to_value(&start).map_err(|e| e.to_string())?;
     state.save_run_record(run_id, &start_json).await.map_err(|e| format!("the state database failed: {e}"))?;
 
-    let system = system_prompt(config, &services.prompts)?;
+    let system = system_prompt(config, &services.prompts, services.host.instruction_sections())?;
     let mut limits = config.limits.clone();
     let used_today = state.tokens_today().await.unwrap_or(0);
     limits.max_tokens_per_run =
@@ -284,6 +310,14 @@ async fn drive(
     let mut tool_context = crate::tools::ToolContext::new(config.slug.clone());
     tool_context.idempotency_key = Some(format!("{run_id}-h{}", history.len()));
     tool_context.post_guard = Some(services.post_guard.clone());
+    tool_context.run_id = Some(run_id.to_string());
+    tool_context.conversation = match (session, kind) {
+        (SessionKey::Task(task_id), _) => Some(crate::tools::Conversation::Task { task_id: task_id.clone() }),
+        (SessionKey::Thread(_), RunKind::Message { message }) => {
+            Some(crate::tools::Conversation::Thread { root_message_id: message.thread_root().to_string() })
+        }
+        (SessionKey::Thread(_), _) => None,
+    };
     let setup = crate::agent::RunSetup {
         model: services.model.as_ref(),
         tools: services.tools.as_ref(),

@@ -2,11 +2,24 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct StatusBoard {
     connected: AtomicBool,
     caught_up: AtomicBool,
     active_runs: AtomicUsize,
+    /// Fires when a run starts or ends (MCP list-changed notifications).
+    run_changes: tokio::sync::broadcast::Sender<()>,
+}
+
+impl Default for StatusBoard {
+    fn default() -> Self {
+        StatusBoard {
+            connected: AtomicBool::new(false),
+            caught_up: AtomicBool::new(false),
+            active_runs: AtomicUsize::new(0),
+            run_changes: tokio::sync::broadcast::channel(64).0,
+        }
+    }
 }
 
 impl StatusBoard {
@@ -18,8 +31,15 @@ impl StatusBoard {
         self.caught_up.store(value, Ordering::SeqCst);
     }
 
+    /// Records how many runs are in flight, and tells subscribers that runs changed.
     pub fn set_active_runs(&self, value: usize) {
         self.active_runs.store(value, Ordering::SeqCst);
+        // No subscriber is not an error: nobody is watching.
+        let _ = self.run_changes.send(());
+    }
+
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<()> {
+        self.run_changes.subscribe()
     }
 
     pub fn connected(&self) -> bool {

@@ -17,3 +17,15 @@ if [ ! -x .interop/node_modules/.bin/mcp-inspector ]; then
   npm install --prefix .interop --no-audit --no-fund --silent @modelcontextprotocol/inspector
 fi
 node -e 'console.log("inspector", require("./.interop/node_modules/@modelcontextprotocol/inspector/package.json").version)'
+
+# MCP servers this project did not write, for the host side (tests/mcp_host.rs):
+#   .venv-test                       mcp-server-time, mcp-server-git  (MCP_SERVER_TIME, MCP_SERVER_GIT)
+#   tests/interop/node_modules       @modelcontextprotocol/server-everything (MCP_SERVER_EVERYTHING)
+if [ ! -x .venv-test/bin/mcp-server-time ] || [ ! -x .venv-test/bin/mcp-server-git ]; then
+  python3 -m venv .venv-test
+  .venv-test/bin/pip install --quiet -r tests/interop/requirements.txt
+fi
+if [ ! -d tests/interop/node_modules/@modelcontextprotocol/server-everything ]; then
+  (cd tests/interop && npm ci --no-audit --no-fund --silent)
+fi
+echo "host-side servers installed"

@@ -1,0 +1,708 @@
+//! One external MCP server: its transport (a child process over stdio, or Streamable HTTP), the
+//! handshake (2026-07-28 `server/discover`, falling back to the 2025-11-25 `initialize`), and a
+//! supervisor task that keeps it connected.
+//!
+//! Invariants:
+//! - the supervisor owns the connection; callers only borrow its `Peer`, so a server that exits
+//!   leaves no half-usable handle: its calls answer "server unavailable" until it is back;
+//! - a server that exits or cannot be reached is restarted with exponential backoff, forever, until
+//!   the host shuts down — a failure is a warning, never a crash;
+//! - list-changed notifications refresh that server's tools, prompts or resources; a failed
+//!   refresh keeps the previous list and logs a warning;
+//! - every request carries the server's `timeout_ms`; a request that runs out (or whose run is
+//!   cancelled) is dropped, and rmcp then sends `notifications/cancelled` to the server;
+//! - secrets named in `headers` / `env` as `${NAME}` are read from the environment when connecting
+//!   and never logged (only header names are); a stdio server inherits only a minimal environment
+//!   (PATH, HOME, locale…) plus its `env`, never picogent's own tokens.
+
+use std::collections::VecDeque;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientConfig, GetPromptRequestParams, GetPromptResult, Implementation,
+    JsonObject, ProgressNotificationParam, Prompt, ProtocolVersion, ReadResourceRequestParams, ReadResourceResult,
+    Resource, Tool,
+};
+use rmcp::service::{MaybeSendFuture, NotificationContext, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, Peer, RoleClient, ServiceError};
+use tokio::io::AsyncBufReadExt;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::McpServerConfig;
+use crate::secret::Secret;
+
+/// The protocol version tried first, and the one fallen back to with servers that predate it.
+pub const PREFERRED_PROTOCOL: ProtocolVersion = ProtocolVersion::V_2026_07_28;
+pub const FALLBACK_PROTOCOL: ProtocolVersion = ProtocolVersion::V_2025_11_25;
+
+/// Progress notifications kept per server for the run record (the oldest are dropped).
+const PROGRESS_KEPT: usize = 256;
+/// The only variables of picogent's environment a stdio server inherits.
+const INHERITED_ENV: &[&str] = &["HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TMPDIR", "TZ"];
+const BACKOFF_START: Duration = Duration::from_millis(250);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// Why a request to a server did not produce an answer. Each becomes an error result the model
+/// reads, so the messages say what happened and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerCallError {
+    #[error("mcp server {server} is unavailable ({reason}); it is being restarted, try again later")]
+    Unavailable { server: String, reason: String },
+    #[error("mcp server {server} did not answer within {timeout_ms} ms; the request was cancelled")]
+    TimedOut { server: String, timeout_ms: u64 },
+    #[error("the call to mcp server {server} was cancelled because the run stopped")]
+    Cancelled { server: String },
+    #[error("mcp server {server} failed the request: {message}")]
+    Failed { server: String, message: String },
+}
+
+/// Why connecting failed (logged; the supervisor retries).
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("cannot start `{command}`: {source}")]
+    Spawn { command: String, source: std::io::Error },
+    #[error("{what} names environment variable {name}, which is not set or empty")]
+    MissingSecret { what: String, name: String },
+    #[error("header {name:?} is not a valid HTTP header: {message}")]
+    BadHeader { name: String, message: String },
+    #[error("handshake failed: {0}")]
+    Handshake(String),
+    #[error("handshake did not finish within {0} ms")]
+    HandshakeTimedOut(u64),
+}
+
+/// Whether a server is usable right now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerStatus {
+    Connecting,
+    Ready,
+    Down { reason: String },
+    Stopped,
+}
+
+/// One progress notification, as kept for the run record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProgressRecord {
+    pub server: String,
+    pub token: String,
+    pub progress: f64,
+    pub total: Option<f64>,
+    pub message: Option<String>,
+}
+
+/// What a server offers right now.
+#[derive(Debug, Clone, Default)]
+pub struct ServerSnapshot {
+    /// The server's tools after its own `tools.allowed` / `tools.disallowed`, original names.
+    pub tools: Vec<Tool>,
+    pub prompts: Vec<Prompt>,
+    pub resources: Vec<Resource>,
+    /// Whether the server declared the resources capability.
+    pub has_resources: bool,
+    pub instructions: Option<String>,
+    pub protocol_version: Option<String>,
+}
+
+struct State {
+    peer: Option<Peer<RoleClient>>,
+    status: ServerStatus,
+    snapshot: ServerSnapshot,
+    pid: Option<u32>,
+    /// Connections made so far; 2 or more means the server was restarted.
+    connections: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Refresh {
+    Tools,
+    Prompts,
+    Resources,
+}
+
+/// A connected (or reconnecting) server. Shared by the host and its supervisor task.
+pub struct ServerConnection {
+    name: String,
+    config: McpServerConfig,
+    state: RwLock<State>,
+    progress: Arc<Mutex<VecDeque<ProgressRecord>>>,
+    /// Bumped whenever anything in `state` changes, so waiters need no polling.
+    generation: watch::Sender<u64>,
+}
+
+impl ServerConnection {
+    /// Starts the supervisor of one server. It connects at once and keeps reconnecting until
+    /// `shutdown` is cancelled.
+    pub fn start(name: String, config: McpServerConfig, shutdown: CancellationToken) -> Arc<ServerConnection> {
+        let connection = Arc::new(ServerConnection {
+            name,
+            config,
+            state: RwLock::new(State {
+                peer: None,
+                status: ServerStatus::Connecting,
+                snapshot: ServerSnapshot::default(),
+                pid: None,
+                connections: 0,
+            }),
+            progress: Arc::new(Mutex::new(VecDeque::new())),
+            generation: watch::channel(0).0,
+        });
+        tokio::spawn(Arc::clone(&connection).supervise(shutdown));
+        connection
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn config(&self) -> &McpServerConfig {
+        &self.config
+    }
+
+    pub fn status(&self) -> ServerStatus {
+        self.read().status.clone()
+    }
+
+    pub fn snapshot(&self) -> ServerSnapshot {
+        self.read().snapshot.clone()
+    }
+
+    /// The child's process id (stdio servers), for operators and tests.
+    pub fn pid(&self) -> Option<u32> {
+        self.read().pid
+    }
+
+    /// How many times the server has been connected (1 = never restarted).
+    pub fn connections(&self) -> u32 {
+        self.read().connections
+    }
+
+    pub fn progress(&self) -> Vec<ProgressRecord> {
+        self.progress.lock().map(|kept| kept.iter().cloned().collect()).unwrap_or_default()
+    }
+
+    /// A receiver that changes whenever the server's status or lists change.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.generation.subscribe()
+    }
+
+    /// Waits until the server is no longer `Connecting` (ready or down), or `limit` passes.
+    pub async fn wait_settled(&self, limit: Duration) {
+        let mut changes = self.subscribe();
+        let _ = tokio::time::timeout(limit, async {
+            while self.status() == ServerStatus::Connecting {
+                if changes.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await;
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        // A poisoned lock only means a panic elsewhere mid-update; the data is still usable.
+        self.state.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn update(&self, change: impl FnOnce(&mut State)) {
+        {
+            let mut state = self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+            change(&mut state);
+        }
+        self.generation.send_modify(|generation| *generation += 1);
+    }
+
+    fn peer(&self) -> Result<Peer<RoleClient>, ServerCallError> {
+        let state = self.read();
+        match (&state.peer, &state.status) {
+            (Some(peer), ServerStatus::Ready) => Ok(peer.clone()),
+            (_, status) => Err(ServerCallError::Unavailable {
+                server: self.name.clone(),
+                reason: match status {
+                    ServerStatus::Down { reason } => reason.clone(),
+                    ServerStatus::Stopped => "the host is shutting down".to_string(),
+                    _ => "still connecting".to_string(),
+                },
+            }),
+        }
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_millis(self.config.timeout_ms)
+    }
+
+    /// Runs one request with the server's timeout, giving up when `cancel` fires. Dropping the
+    /// request future makes rmcp send `notifications/cancelled` for it.
+    async fn request<T>(
+        &self,
+        cancel: &CancellationToken,
+        request: impl Future<Output = Result<T, ServiceError>>,
+    ) -> Result<T, ServerCallError> {
+        self.request_within(self.timeout(), cancel, request).await
+    }
+
+    async fn request_within<T>(
+        &self,
+        limit: Duration,
+        cancel: &CancellationToken,
+        request: impl Future<Output = Result<T, ServiceError>>,
+    ) -> Result<T, ServerCallError> {
+        tokio::select! {
+            outcome = tokio::time::timeout(limit, request) => match outcome {
+                Ok(Ok(value)) => Ok(value),
+                Ok(Err(error)) => Err(self.failed(error)),
+                Err(_) => Err(ServerCallError::TimedOut { server: self.name.clone(), timeout_ms: limit.as_millis() as u64 }),
+            },
+            _ = cancel.cancelled() => Err(ServerCallError::Cancelled { server: self.name.clone() }),
+        }
+    }
+
+    fn failed(&self, error: ServiceError) -> ServerCallError {
+        match error {
+            ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
+                ServerCallError::Unavailable { server: self.name.clone(), reason: error.to_string() }
+            }
+            ServiceError::McpError(data) => {
+                ServerCallError::Failed { server: self.name.clone(), message: data.message.to_string() }
+            }
+            other => ServerCallError::Failed { server: self.name.clone(), message: other.to_string() },
+        }
+    }
+
+    /// `tools/call` with the server's original tool name.
+    pub async fn call_tool(
+        &self,
+        tool: &str,
+        arguments: JsonObject,
+        cancel: &CancellationToken,
+    ) -> Result<rmcp::model::CallToolResult, ServerCallError> {
+        let peer = self.peer()?;
+        let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
+        self.request(cancel, peer.call_tool(params)).await
+    }
+
+    /// `prompts/get`.
+    pub async fn get_prompt(
+        &self,
+        prompt: &str,
+        arguments: JsonObject,
+        cancel: &CancellationToken,
+    ) -> Result<GetPromptResult, ServerCallError> {
+        let peer = self.peer()?;
+        let params = GetPromptRequestParams::new(prompt).with_arguments(arguments);
+        self.request(cancel, async move {
+            match peer.get_prompt_once(params).await? {
+                rmcp::model::GetPromptResponse::Complete(result) => Ok(result),
+                _ => Err(ServiceError::UnexpectedResponse),
+            }
+        })
+        .await
+    }
+
+    /// `resources/read`.
+    pub async fn read_resource(
+        &self,
+        uri: &str,
+        cancel: &CancellationToken,
+    ) -> Result<ReadResourceResult, ServerCallError> {
+        let peer = self.peer()?;
+        self.request(cancel, peer.read_resource(ReadResourceRequestParams::new(uri))).await
+    }
+
+    /// Keeps the server connected until `shutdown`.
+    async fn supervise(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut backoff = BACKOFF_START;
+        loop {
+            self.update(|state| state.status = ServerStatus::Connecting);
+            let (events_tx, mut events_rx) = mpsc::unbounded_channel();
+            let handler =
+                Handler { server: self.name.clone(), events: events_tx.clone(), progress: Arc::clone(&self.progress) };
+            let connected = tokio::select! {
+                connected = self.connect(handler) => connected,
+                _ = shutdown.cancelled() => break,
+            };
+            match connected {
+                Ok((running, pid)) => {
+                    backoff = BACKOFF_START;
+                    let peer = running.peer().clone();
+                    let info = peer.peer_info();
+                    let mut snapshot = ServerSnapshot {
+                        has_resources: info.as_ref().is_some_and(|info| info.capabilities.resources.is_some()),
+                        instructions: info.as_ref().and_then(|info| info.instructions.clone()),
+                        protocol_version: info.as_ref().map(|info| info.protocol_version.to_string()),
+                        ..ServerSnapshot::default()
+                    };
+                    // From 2026-07-28 a server sends list changes only on a listen stream. It is
+                    // open before the lists are read, so no change between the two is missed.
+                    if info.as_ref().is_some_and(|info| !info.protocol_version.has_initialize())
+                        && let Some(subscription) = self.listen(&peer).await
+                    {
+                        tokio::spawn(forward_list_changes(subscription, events_tx.clone()));
+                    }
+                    let capabilities = info.as_ref().map(|info| info.capabilities.clone()).unwrap_or_default();
+                    if capabilities.tools.is_some() {
+                        snapshot.tools = self.list_tools(&peer).await.unwrap_or_default();
+                    }
+                    if capabilities.prompts.is_some() {
+                        snapshot.prompts = self.list_prompts(&peer).await.unwrap_or_default();
+                    }
+                    if capabilities.resources.is_some() {
+                        snapshot.resources = self.list_resources(&peer).await.unwrap_or_default();
+                    }
+                    tracing::info!(
+                        server = %self.name,
+                        protocol = snapshot.protocol_version.as_deref().unwrap_or("?"),
+                        tools = snapshot.tools.len(),
+                        prompts = snapshot.prompts.len(),
+                        resources = snapshot.resources.len(),
+                        "mcp server connected"
+                    );
+                    self.update(|state| {
+                        state.peer = Some(peer.clone());
+                        state.status = ServerStatus::Ready;
+                        state.snapshot = snapshot;
+                        state.pid = pid;
+                        state.connections += 1;
+                    });
+                    let stop = running.cancellation_token();
+                    let mut finished = Box::pin(running.waiting());
+                    let reason = loop {
+                        tokio::select! {
+                            quit = &mut finished => break format!("connection ended ({quit:?})"),
+                            Some(what) = events_rx.recv() => self.refresh(&peer, what).await,
+                            _ = shutdown.cancelled() => {
+                                stop.cancel();
+                                let _ = finished.await;
+                                self.update(|state| { state.peer = None; state.status = ServerStatus::Stopped; });
+                                return;
+                            }
+                        }
+                    };
+                    tracing::warn!(server = %self.name, %reason, "mcp server went away; restarting it");
+                    self.update(|state| {
+                        state.peer = None;
+                        state.pid = None;
+                        state.status = ServerStatus::Down { reason: "the server exited".to_string() };
+                    });
+                }
+                Err(error) => {
+                    tracing::warn!(server = %self.name, %error, retry_in_ms = backoff.as_millis() as u64, "cannot connect mcp server");
+                    self.update(|state| state.status = ServerStatus::Down { reason: error.to_string() });
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = shutdown.cancelled() => break,
+            }
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+        }
+        self.update(|state| {
+            state.peer = None;
+            state.status = ServerStatus::Stopped;
+        });
+    }
+
+    /// Opens the list-change stream of a 2026-07-28 server. A server that refuses it only loses
+    /// refreshes (logged).
+    async fn listen(&self, peer: &Peer<RoleClient>) -> Option<rmcp::service::Subscription> {
+        use rmcp::model::SubscriptionFilter;
+        let filter =
+            SubscriptionFilter::builder().tools_list_changed().prompts_list_changed().resources_list_changed().build();
+        let never = CancellationToken::new();
+        // Part of connecting, so it gets the handshake's allowance rather than a call's timeout.
+        let limit = self.timeout().max(Duration::from_secs(30));
+        match self.request_within(limit, &never, peer.listen(filter)).await {
+            Ok(subscription) => Some(subscription),
+            Err(error) => {
+                tracing::info!(server = %self.name, %error, "mcp server offers no list-change stream");
+                None
+            }
+        }
+    }
+
+    async fn refresh(&self, peer: &Peer<RoleClient>, what: Refresh) {
+        tracing::info!(server = %self.name, list = ?what, "mcp server list changed; refreshing");
+        match what {
+            Refresh::Tools => {
+                if let Some(tools) = self.list_tools(peer).await {
+                    self.update(|state| state.snapshot.tools = tools);
+                }
+            }
+            Refresh::Prompts => {
+                if let Some(prompts) = self.list_prompts(peer).await {
+                    self.update(|state| state.snapshot.prompts = prompts);
+                }
+            }
+            Refresh::Resources => {
+                if let Some(resources) = self.list_resources(peer).await {
+                    self.update(|state| {
+                        state.snapshot.resources = resources;
+                        state.snapshot.has_resources = true;
+                    });
+                }
+            }
+        }
+    }
+
+    /// Every page of `tools/list`, filtered by the server's allow/deny lists. `None` (and a warning)
+    /// when the server fails: the caller keeps what it had.
+    async fn list_tools(&self, peer: &Peer<RoleClient>) -> Option<Vec<Tool>> {
+        let never = CancellationToken::new();
+        match self.request(&never, peer.list_all_tools()).await {
+            Ok(tools) => Some(
+                tools
+                    .into_iter()
+                    .filter(|tool| {
+                        crate::mcp::policy::allowed_by(
+                            &self.config.tools.allowed,
+                            &self.config.tools.disallowed,
+                            &tool.name,
+                        )
+                    })
+                    .collect(),
+            ),
+            Err(error) => {
+                tracing::warn!(server = %self.name, %error, "cannot list mcp tools; keeping the previous list");
+                None
+            }
+        }
+    }
+
+    async fn list_prompts(&self, peer: &Peer<RoleClient>) -> Option<Vec<Prompt>> {
+        let never = CancellationToken::new();
+        match self.request(&never, peer.list_all_prompts()).await {
+            Ok(prompts) => Some(prompts),
+            Err(error) => {
+                tracing::warn!(server = %self.name, %error, "cannot list mcp prompts; keeping the previous list");
+                None
+            }
+        }
+    }
+
+    async fn list_resources(&self, peer: &Peer<RoleClient>) -> Option<Vec<Resource>> {
+        let never = CancellationToken::new();
+        match self.request(&never, peer.list_all_resources()).await {
+            Ok(resources) => Some(resources),
+            Err(error) => {
+                tracing::warn!(server = %self.name, %error, "cannot list mcp resources; keeping the previous list");
+                None
+            }
+        }
+    }
+
+    /// Connects once: 2026-07-28 discovery with fallback to 2025-11-25 on the same transport, and
+    /// if that fails, a fresh transport with the plain 2025-11-25 `initialize`.
+    async fn connect(
+        &self,
+        handler: Handler,
+    ) -> Result<(RunningService<RoleClient, Handler>, Option<u32>), ConnectError> {
+        let auto = ClientLifecycleMode::Auto {
+            preferred_versions: vec![PREFERRED_PROTOCOL],
+            legacy_version: Some(FALLBACK_PROTOCOL),
+        };
+        match self.connect_with(handler.clone(), auto).await {
+            Ok(connected) => Ok(connected),
+            Err(ConnectError::Handshake(message)) => {
+                tracing::info!(server = %self.name, %message, "discovery failed; retrying with initialize (2025-11-25)");
+                self.connect_with(handler, ClientLifecycleMode::Initialize).await
+            }
+            Err(other) => Err(other),
+        }
+    }
+
+    async fn connect_with(
+        &self,
+        handler: Handler,
+        lifecycle: ClientLifecycleMode,
+    ) -> Result<(RunningService<RoleClient, Handler>, Option<u32>), ConnectError> {
+        // A server may start slowly (an interpreter, a package download): the handshake gets at
+        // least 30 s whatever the per-request timeout, and discovery alone may wait 10 s for a
+        // silent legacy server before falling back.
+        let limit = self.timeout().max(Duration::from_secs(30)) + Duration::from_secs(10);
+        let handshake = |error: rmcp::service::ClientInitializeError| ConnectError::Handshake(error.to_string());
+        if let Some(command) = &self.config.command {
+            let mut child = tokio::process::Command::new(command);
+            // The child gets a minimal environment plus its `env`: picogent's own secrets (the
+            // tracker token, the model key) are not handed to third-party code.
+            child.args(&self.config.args).kill_on_drop(true).env_clear();
+            for key in INHERITED_ENV {
+                if let Some(value) = std::env::var_os(key) {
+                    child.env(key, value);
+                }
+            }
+            for (key, value) in &self.config.env {
+                child.env(key, expand_env(value, &format!("env {key}"))?.expose());
+            }
+            if let Some(cwd) = &self.config.cwd {
+                child.current_dir(cwd);
+            }
+            let (transport, stderr) = TokioChildProcess::builder(child)
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|source| ConnectError::Spawn { command: command.clone(), source })?;
+            let pid = transport.id();
+            if let Some(stderr) = stderr {
+                let server = self.name.clone();
+                tokio::spawn(async move {
+                    let mut lines = tokio::io::BufReader::new(stderr).lines();
+                    while let Ok(Some(line)) = lines.next_line().await {
+                        tracing::debug!(server = %server, "mcp server stderr: {line}");
+                    }
+                });
+            }
+            let running = tokio::time::timeout(limit, handler.serve_with_lifecycle(transport, lifecycle))
+                .await
+                .map_err(|_| ConnectError::HandshakeTimedOut(limit.as_millis() as u64))?
+                .map_err(handshake)?;
+            Ok((running, pid))
+        } else {
+            let url = self.config.url.clone().unwrap_or_default();
+            let mut headers = std::collections::HashMap::new();
+            for (name, value) in &self.config.headers {
+                let header_name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+                    .map_err(|e| ConnectError::BadHeader { name: name.clone(), message: e.to_string() })?;
+                let secret = expand_env(value, &format!("header {name}"))?;
+                let mut header_value =
+                    reqwest::header::HeaderValue::from_str(secret.expose()).map_err(|_| ConnectError::BadHeader {
+                        name: name.clone(),
+                        message: "the value has characters not allowed in a header".into(),
+                    })?;
+                header_value.set_sensitive(true);
+                headers.insert(header_name, header_value);
+            }
+            let config = StreamableHttpClientTransportConfig::with_uri(url).custom_headers(headers);
+            let transport = StreamableHttpClientTransport::from_config(config);
+            let running = tokio::time::timeout(limit, handler.serve_with_lifecycle(transport, lifecycle))
+                .await
+                .map_err(|_| ConnectError::HandshakeTimedOut(limit.as_millis() as u64))?
+                .map_err(handshake)?;
+            Ok((running, None))
+        }
+    }
+}
+
+/// Forwards list-changed notifications from a `subscriptions/listen` stream to the supervisor;
+/// ends with the connection.
+async fn forward_list_changes(mut subscription: rmcp::service::Subscription, events: mpsc::UnboundedSender<Refresh>) {
+    use rmcp::model::ServerNotification;
+    while let Ok(Some(notification)) = subscription.next().await {
+        let what = match notification {
+            ServerNotification::ToolListChangedNotification(_) => Refresh::Tools,
+            ServerNotification::PromptListChangedNotification(_) => Refresh::Prompts,
+            ServerNotification::ResourceListChangedNotification(_) => Refresh::Resources,
+            _ => continue,
+        };
+        if events.send(what).is_err() {
+            return;
+        }
+    }
+}
+
+/// Replaces every `${NAME}` in `value` with that environment variable (a secret: the result is
+/// never logged). A missing or empty variable is an error naming it.
+pub fn expand_env(value: &str, what: &str) -> Result<Secret, ConnectError> {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            out.push_str(&rest[start..]);
+            rest = "";
+            break;
+        };
+        let name = &after[..end];
+        let secret = Secret::from_env(name)
+            .map_err(|_| ConnectError::MissingSecret { what: what.to_string(), name: name.to_string() })?;
+        out.push_str(secret.expose());
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(Secret::new(out))
+}
+
+/// The client side of one connection: it hears the server's notifications.
+#[derive(Clone)]
+struct Handler {
+    server: String,
+    events: mpsc::UnboundedSender<Refresh>,
+    progress: Arc<Mutex<VecDeque<ProgressRecord>>>,
+}
+
+impl ClientHandler for Handler {
+    fn get_info(&self) -> ClientConfig {
+        let mut info = ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("picogent", env!("CARGO_PKG_VERSION")),
+        );
+        // Used by the `initialize` handshake; discovery names its own preferred versions.
+        info.protocol_version = FALLBACK_PROTOCOL;
+        info
+    }
+
+    fn on_tool_list_changed(
+        &self,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + MaybeSendFuture + '_ {
+        let _ = self.events.send(Refresh::Tools);
+        std::future::ready(())
+    }
+
+    fn on_prompt_list_changed(
+        &self,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + MaybeSendFuture + '_ {
+        let _ = self.events.send(Refresh::Prompts);
+        std::future::ready(())
+    }
+
+    fn on_resource_list_changed(
+        &self,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + MaybeSendFuture + '_ {
+        let _ = self.events.send(Refresh::Resources);
+        std::future::ready(())
+    }
+
+    fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + MaybeSendFuture + '_ {
+        let record = ProgressRecord {
+            server: self.server.clone(),
+            token: format!("{:?}", params.progress_token),
+            progress: params.progress,
+            total: params.total,
+            message: params.message.clone(),
+        };
+        tracing::info!(server = %record.server, token = %record.token, progress = record.progress, total = ?record.total, message = ?record.message, "mcp progress");
+        if let Ok(mut kept) = self.progress.lock() {
+            if kept.len() == PROGRESS_KEPT {
+                kept.pop_front();
+            }
+            kept.push_back(record);
+        }
+        std::future::ready(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expand_env_reads_named_variables_and_names_missing_ones() {
+        // Cargo sets CARGO_PKG_NAME for the test process; setting a variable here would race with
+        // other tests' threads.
+        let value = expand_env("Bearer ${CARGO_PKG_NAME}!", "header Authorization").unwrap();
+        assert_eq!(value.expose(), "Bearer picogent!");
+        let error = expand_env("${PICOGENT_TEST_MCP_ABSENT}", "header X").unwrap_err().to_string();
+        assert!(error.contains("PICOGENT_TEST_MCP_ABSENT") && error.contains("header X"), "{error}");
+        assert_eq!(expand_env("plain", "x").unwrap().expose(), "plain");
+    }
+}

@@ -1,0 +1,456 @@
+//! The permission policy over every tool (`permissions` in agent.json), as a [`ToolSource`]
+//! wrapper, and [`CombinedSource`], which merges several sources into one.
+//!
+//! Invariants:
+//! - the policy governs every source it wraps, the tracker's tools included: build it as
+//!   `PolicySource::new(CombinedSource::new([registry, mcp_host]), ...)`;
+//! - a tool is read-only only if its annotations say `readOnlyHint: true` (the MCP host already
+//!   rewrote untrusted servers' annotations); a tool is destructive unless it is read-only or says
+//!   `destructiveHint: false` — absent means destructive, as in the MCP spec;
+//! - `ask` mode posts the request in the run's conversation and waits for a human member's `yes`
+//!   or `no`; no answer within `ask_timeout_ms`, no conversation, or a tracker error: denied;
+//! - a denied call is an error result telling the model why; every decision is logged with the
+//!   server, original tool name, public name and annotations.
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use rmcp::model::{CallToolResult, ContentBlock, Tool};
+
+use crate::config::{PermissionMode, PermissionsConfig};
+use crate::tools::{Conversation, ToolContext, ToolSource};
+use crate::tracker::TrackerClient;
+use crate::tracker::model::{MemberKind, MessageQuery, SendMessage};
+
+/// `*` matches any run of characters, `?` one character; everything else matches itself.
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    let pattern: Vec<char> = pattern.chars().collect();
+    let name: Vec<char> = name.chars().collect();
+    let (mut p, mut n) = (0, 0);
+    let (mut star, mut star_n) = (None, 0);
+    while n < name.len() {
+        if p < pattern.len() && (pattern[p] == '?' || pattern[p] == name[n]) {
+            p += 1;
+            n += 1;
+        } else if p < pattern.len() && pattern[p] == '*' {
+            star = Some(p);
+            star_n = n;
+            p += 1;
+        } else if let Some(s) = star {
+            p = s + 1;
+            star_n += 1;
+            n = star_n;
+        } else {
+            return false;
+        }
+    }
+    pattern[p..].iter().all(|&c| c == '*')
+}
+
+/// Allowed when `allowed` is empty or a pattern in it matches, and no pattern in `disallowed` does.
+pub fn allowed_by(allowed: &[String], disallowed: &[String], name: &str) -> bool {
+    (allowed.is_empty() || allowed.iter().any(|p| glob_match(p, name)))
+        && !disallowed.iter().any(|p| glob_match(p, name))
+}
+
+/// Where a tool comes from, as the MCP host records it in the tool's `_meta`.
+pub const ORIGIN_META_KEY: &str = "dev.picogent/origin";
+
+/// The server and original name of an MCP tool (`None` server for the tracker's own tools).
+pub fn origin_of(tool: &Tool) -> (Option<String>, String) {
+    let origin = tool.meta.as_ref().and_then(|meta| meta.get(ORIGIN_META_KEY));
+    let field = |key: &str| origin.and_then(|o| o.get(key)).and_then(|v| v.as_str()).map(str::to_string);
+    (field("server"), field("tool").unwrap_or_else(|| tool.name.to_string()))
+}
+
+pub fn is_read_only(tool: &Tool) -> bool {
+    tool.annotations.as_ref().and_then(|a| a.read_only_hint) == Some(true)
+}
+
+pub fn is_destructive(tool: &Tool) -> bool {
+    !is_read_only(tool) && tool.annotations.as_ref().and_then(|a| a.destructive_hint).unwrap_or(true)
+}
+
+/// A human's answer to a permission request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Approval {
+    Approved {
+        by: String,
+    },
+    Refused {
+        by: String,
+    },
+    TimedOut,
+    /// The question could not be asked (no conversation, tracker error, run cancelled).
+    Unavailable {
+        reason: String,
+    },
+}
+
+/// What is asked: the tool, its arguments and why.
+#[derive(Debug, Clone)]
+pub struct ApprovalRequest {
+    pub public_name: String,
+    pub server: Option<String>,
+    pub original_name: String,
+    pub arguments: serde_json::Value,
+    pub reason: String,
+}
+
+/// Asks a human whether a call may run.
+pub trait Asker: Send + Sync {
+    fn ask<'a>(&'a self, request: &'a ApprovalRequest, context: &'a ToolContext) -> BoxFuture<'a, Approval>;
+}
+
+/// Asks in the run's task or thread on the tracker, then polls for a human member's `yes`/`no`.
+#[derive(Debug, Clone)]
+pub struct TrackerAsker {
+    client: TrackerClient,
+    timeout: Duration,
+    poll_interval: Duration,
+}
+
+impl TrackerAsker {
+    pub fn new(client: TrackerClient, timeout: Duration) -> TrackerAsker {
+        TrackerAsker { client, timeout, poll_interval: Duration::from_millis(500) }
+    }
+
+    pub fn with_poll_interval(mut self, interval: Duration) -> TrackerAsker {
+        self.poll_interval = interval;
+        self
+    }
+
+    async fn ask_on_tracker(&self, request: &ApprovalRequest, context: &ToolContext) -> Approval {
+        let Some(conversation) = &context.conversation else {
+            return Approval::Unavailable { reason: "the run has no task or thread to ask in".to_string() };
+        };
+        let arguments =
+            serde_json::to_string_pretty(&request.arguments).unwrap_or_else(|_| request.arguments.to_string());
+        let origin = match &request.server {
+            Some(server) => format!(" (tool `{}` of MCP server `{server}`)", request.original_name),
+            None => String::new(),
+        };
+        let content = format!(
+            "Permission needed: may I run `{}`{origin}?\nWhy: {}\nArguments:\n```json\n{arguments}\n```\nReply `yes` or `no` within {} seconds (no answer means no).",
+            request.public_name,
+            request.reason,
+            self.timeout.as_secs()
+        );
+        let (mut body, query) = match conversation {
+            Conversation::Task { task_id } => (
+                SendMessage { content, chat_id: None, task_id: Some(task_id.clone()), parent_id: None, mentions: None },
+                MessageQuery { task_id: Some(task_id.clone()), ..MessageQuery::default() },
+            ),
+            Conversation::Thread { root_message_id } => (
+                SendMessage {
+                    content,
+                    chat_id: None,
+                    task_id: None,
+                    parent_id: Some(root_message_id.clone()),
+                    mentions: None,
+                },
+                MessageQuery { parent_id: Some(root_message_id.clone()), ..MessageQuery::default() },
+            ),
+        };
+        body.content = body.content.trim().to_string();
+        let asked = match self.client.send_message(&body, None).await {
+            Ok(message) => message,
+            Err(error) => return Approval::Unavailable { reason: format!("cannot post the question: {error}") },
+        };
+        let humans: HashSet<String> = match self.client.list_members().await {
+            Ok(members) => members.into_iter().filter(|m| m.kind == MemberKind::Human).map(|m| m.slug).collect(),
+            Err(error) => return Approval::Unavailable { reason: format!("cannot list members: {error}") },
+        };
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let mut after = asked.id.clone();
+        loop {
+            let page = MessageQuery { after: Some(after.clone()), limit: Some(200), ..query.clone() };
+            match self.client.list_messages(&page).await {
+                Ok(messages) => {
+                    for message in &messages {
+                        if !humans.contains(&message.author_slug) {
+                            continue;
+                        }
+                        match parse_answer(&message.content) {
+                            Some(true) => return Approval::Approved { by: message.author_slug.clone() },
+                            Some(false) => return Approval::Refused { by: message.author_slug.clone() },
+                            None => {}
+                        }
+                    }
+                    if let Some(last) = messages.last() {
+                        after = last.id.clone();
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "cannot read the answers to a permission request; trying again"),
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Approval::TimedOut;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(self.poll_interval.min(deadline - now)) => {}
+                _ = context.cancel.cancelled() => return Approval::Unavailable { reason: "the run was cancelled".to_string() },
+            }
+        }
+    }
+}
+
+impl Asker for TrackerAsker {
+    fn ask<'a>(&'a self, request: &'a ApprovalRequest, context: &'a ToolContext) -> BoxFuture<'a, Approval> {
+        Box::pin(self.ask_on_tracker(request, context))
+    }
+}
+
+/// `yes` / `no` (and a few synonyms) as the first word, after any `@mentions`.
+pub fn parse_answer(content: &str) -> Option<bool> {
+    let word = content
+        .split_whitespace()
+        .find(|w| !w.starts_with('@'))?
+        .trim_matches(|c: char| !c.is_alphanumeric())
+        .to_lowercase();
+    match word.as_str() {
+        "yes" | "y" | "approve" | "approved" | "ok" | "allow" => Some(true),
+        "no" | "n" | "deny" | "denied" | "refuse" | "refused" => Some(false),
+        _ => None,
+    }
+}
+
+/// The permission policy in force.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    pub allowed_tools: Vec<String>,
+    pub disallowed_tools: Vec<String>,
+    pub mode: PermissionMode,
+}
+
+impl From<&PermissionsConfig> for Policy {
+    fn from(config: &PermissionsConfig) -> Policy {
+        Policy {
+            allowed_tools: config.allowed_tools.clone(),
+            disallowed_tools: config.disallowed_tools.clone(),
+            mode: config.mode,
+        }
+    }
+}
+
+/// A [`ToolSource`] that offers and runs only what the policy allows.
+pub struct PolicySource {
+    inner: Arc<dyn ToolSource>,
+    policy: Policy,
+    asker: Option<Arc<dyn Asker>>,
+}
+
+impl PolicySource {
+    /// `asker` is needed only in `ask` mode; without one, destructive calls are denied there.
+    pub fn new(inner: Arc<dyn ToolSource>, policy: Policy, asker: Option<Arc<dyn Asker>>) -> PolicySource {
+        PolicySource { inner, policy, asker }
+    }
+
+    fn offered(&self, tool: &Tool) -> bool {
+        allowed_by(&self.policy.allowed_tools, &self.policy.disallowed_tools, &tool.name)
+            && (self.policy.mode != PermissionMode::ReadOnly || is_read_only(tool))
+    }
+
+    async fn decide(&self, name: &str, arguments: &serde_json::Value, context: &ToolContext) -> Result<(), String> {
+        let Some(tool) = self.inner.tools().into_iter().find(|t| t.name == name) else {
+            // Unknown names go through: the inner source answers with its own "unknown tool" error.
+            return Ok(());
+        };
+        let (server, original) = origin_of(&tool);
+        let read_only = is_read_only(&tool);
+        let destructive = is_destructive(&tool);
+        let log = |decision: &str, why: &str| {
+            tracing::info!(
+                server = server.as_deref().unwrap_or("tracker"),
+                tool = %original,
+                public_name = %name,
+                read_only,
+                destructive,
+                annotations = ?tool.annotations,
+                decision,
+                why,
+                "tool permission decision"
+            );
+        };
+        if !allowed_by(&self.policy.allowed_tools, &self.policy.disallowed_tools, name) {
+            log("denied", "not allowed by permissions.allowed_tools / disallowed_tools");
+            return Err(format!(
+                "permission denied: the tool `{name}` is not allowed by this agent's permissions; do not retry it, use another way or say you cannot"
+            ));
+        }
+        match self.policy.mode {
+            PermissionMode::Auto => {
+                log("allowed", "auto mode");
+                Ok(())
+            }
+            PermissionMode::ReadOnly if read_only => {
+                log("allowed", "read-only tool in read_only mode");
+                Ok(())
+            }
+            PermissionMode::ReadOnly => {
+                log("denied", "not read-only in read_only mode");
+                Err(format!(
+                    "permission denied: the agent runs in read-only mode and `{name}` may change things; do not retry it"
+                ))
+            }
+            PermissionMode::Ask if !destructive => {
+                log("allowed", "not destructive in ask mode");
+                Ok(())
+            }
+            PermissionMode::Ask => {
+                let Some(asker) = &self.asker else {
+                    log("denied", "ask mode without a way to ask");
+                    return Err(format!("permission denied: `{name}` needs a human's approval and none can be asked"));
+                };
+                let request = ApprovalRequest {
+                    public_name: name.to_string(),
+                    server: server.clone(),
+                    original_name: original.clone(),
+                    arguments: arguments.clone(),
+                    reason: tool
+                        .description
+                        .as_deref()
+                        .map(|d| format!("the tool may change or delete things; it is described as: {d}"))
+                        .unwrap_or_else(|| "the tool may change or delete things".to_string()),
+                };
+                match asker.ask(&request, context).await {
+                    Approval::Approved { by } => {
+                        log("approved", &format!("approved by {by}"));
+                        Ok(())
+                    }
+                    Approval::Refused { by } => {
+                        log("refused", &format!("refused by {by}"));
+                        Err(format!("permission denied: {by} answered no to running `{name}`; do not retry it"))
+                    }
+                    Approval::TimedOut => {
+                        log("timed_out", "no answer in time");
+                        Err(format!("permission denied: nobody approved running `{name}` in time; do not retry it now"))
+                    }
+                    Approval::Unavailable { reason } => {
+                        log("denied", &reason);
+                        Err(format!("permission denied: approval for `{name}` could not be asked ({reason})"))
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl ToolSource for PolicySource {
+    fn tools(&self) -> Vec<Tool> {
+        self.inner.tools().into_iter().filter(|tool| self.offered(tool)).collect()
+    }
+
+    fn call<'a>(
+        &'a self,
+        name: &'a str,
+        arguments: serde_json::Value,
+        context: &'a ToolContext,
+    ) -> BoxFuture<'a, CallToolResult> {
+        Box::pin(async move {
+            match self.decide(name, &arguments, context).await {
+                Ok(()) => self.inner.call(name, arguments, context).await,
+                Err(why) => CallToolResult::error(vec![ContentBlock::text(why)]),
+            }
+        })
+    }
+}
+
+/// The runtime's tool source: `sources` combined in this order (the registry first, then the MCP
+/// host), under `config.permissions`; in `ask` mode a [`TrackerAsker`] posts through `client`.
+pub fn governed(
+    sources: Vec<Arc<dyn ToolSource>>,
+    config: &crate::config::Config,
+    client: &TrackerClient,
+) -> PolicySource {
+    let asker: Option<Arc<dyn Asker>> = match config.permissions.mode {
+        PermissionMode::Ask => {
+            Some(Arc::new(TrackerAsker::new(client.clone(), Duration::from_millis(config.permissions.ask_timeout_ms))))
+        }
+        _ => None,
+    };
+    PolicySource::new(Arc::new(CombinedSource::new(sources)), Policy::from(&config.permissions), asker)
+}
+
+/// Several sources as one, in a fixed order. A name offered by two sources goes to the first.
+pub struct CombinedSource {
+    sources: Vec<Arc<dyn ToolSource>>,
+}
+
+impl CombinedSource {
+    pub fn new(sources: impl IntoIterator<Item = Arc<dyn ToolSource>>) -> CombinedSource {
+        CombinedSource { sources: sources.into_iter().collect() }
+    }
+}
+
+impl ToolSource for CombinedSource {
+    fn tools(&self) -> Vec<Tool> {
+        let mut seen = BTreeSet::new();
+        let mut tools = Vec::new();
+        for source in &self.sources {
+            for tool in source.tools() {
+                if seen.insert(tool.name.to_string()) {
+                    tools.push(tool);
+                } else {
+                    tracing::warn!(tool = %tool.name, "two tool sources offer the same name; the first one wins");
+                }
+            }
+        }
+        tools
+    }
+
+    fn call<'a>(
+        &'a self,
+        name: &'a str,
+        arguments: serde_json::Value,
+        context: &'a ToolContext,
+    ) -> BoxFuture<'a, CallToolResult> {
+        Box::pin(async move {
+            for source in &self.sources {
+                if source.tools().iter().any(|t| t.name == name) {
+                    return source.call(name, arguments, context).await;
+                }
+            }
+            CallToolResult::error(vec![ContentBlock::text(format!(
+                "unknown tool `{name}`: use one of the tools listed in this conversation"
+            ))])
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_match_stars_and_question_marks() {
+        assert!(glob_match("mcp__git__*", "mcp__git__git_status"));
+        assert!(glob_match("*status", "mcp__git__git_status"));
+        assert!(glob_match("get_?ask", "get_task"));
+        assert!(!glob_match("mcp__git__*", "mcp__time__get_current_time"));
+        assert!(glob_match("*", ""));
+        assert!(!glob_match("a", "ab"));
+        assert!(glob_match("a*b*c", "aXXbYYc"));
+    }
+
+    #[test]
+    fn disallowed_wins_over_allowed() {
+        let allowed = vec!["mcp__*".to_string()];
+        let disallowed = vec!["mcp__git__*".to_string()];
+        assert!(allowed_by(&allowed, &disallowed, "mcp__time__x"));
+        assert!(!allowed_by(&allowed, &disallowed, "mcp__git__x"));
+        assert!(!allowed_by(&allowed, &disallowed, "send_message"));
+        assert!(allowed_by(&[], &[], "anything"));
+    }
+
+    #[test]
+    fn answers_are_read_from_the_first_word() {
+        assert_eq!(parse_answer("yes"), Some(true));
+        assert_eq!(parse_answer("@picogent Yes, go ahead."), Some(true));
+        assert_eq!(parse_answer("no!"), Some(false));
+        assert_eq!(parse_answer("maybe later"), None);
+        assert_eq!(parse_answer(""), None);
+    }
+}

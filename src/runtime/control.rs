@@ -1,0 +1,168 @@
+//! The running agent as MCP sees it: [`AgentControl`] over the router's input channel, the
+//! state database and the live status. Served at `/mcp` on the agent's HTTP listener.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use crate::mcp::server::{AgentControl, AgentControlError, StartRun};
+use crate::router::Input;
+use crate::router::filter::SessionKey;
+use crate::runtime::run::{RunKind, RunRequest, StoredRun, timeline_lines};
+use crate::runtime::status::StatusBoard;
+use crate::state::State;
+use crate::tools::ToolSource;
+use crate::tracker::TrackerClient;
+
+pub struct RuntimeControl {
+    pub state: State,
+    pub status: Arc<StatusBoard>,
+    pub inputs: mpsc::Sender<Input>,
+    pub client: TrackerClient,
+    pub tools: Arc<dyn ToolSource>,
+    pub max_tokens_per_day: u64,
+}
+
+fn run_summary(run: &crate::state::RunRecord) -> Value {
+    json!({
+        "id": run.id,
+        "session": run.session_key,
+        "trigger": run.trigger,
+        "status": run.status.as_str(),
+        "turns": run.turns,
+        "tool_calls": run.tool_calls,
+        "prompt_tokens": run.prompt_tokens,
+        "completion_tokens": run.completion_tokens,
+        "model_duration_ms": run.model_duration_ms,
+        "tool_duration_ms": run.tool_duration_ms,
+        "outcome": run.outcome,
+        "error": run.error,
+        "started_at": run.started_at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default(),
+        "finished_at": run.finished_at.and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok()),
+    })
+}
+
+impl RuntimeControl {
+    async fn run(&self, run_id: &str) -> Result<crate::state::RunRecord, AgentControlError> {
+        match self.state.get_run(run_id).await {
+            Ok(Some(run)) => Ok(run),
+            Ok(None) => Err(AgentControlError::NotFound { run_id: run_id.to_string() }),
+            Err(error) => Err(AgentControlError::Refused { message: format!("the state database failed: {error}") }),
+        }
+    }
+}
+
+impl AgentControl for RuntimeControl {
+    fn status(&self) -> BoxFuture<'_, Value> {
+        Box::pin(async move {
+            let used = self.state.tokens_today().await.unwrap_or(0);
+            json!({
+                "connected": self.status.connected(),
+                "caught_up": self.status.caught_up(),
+                "active_runs": self.status.active_runs(),
+                "tokens_today": used,
+                "max_tokens_per_day": self.max_tokens_per_day,
+                "tools": self.tools.tools().iter().map(|t| t.name.to_string()).collect::<Vec<_>>(),
+            })
+        })
+    }
+
+    fn list_runs(&self) -> BoxFuture<'_, Vec<Value>> {
+        Box::pin(async move { self.state.list_runs(100).await.unwrap_or_default().iter().map(run_summary).collect() })
+    }
+
+    fn get_run<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Value, AgentControlError>> {
+        Box::pin(async move { Ok(run_summary(&self.run(run_id).await?)) })
+    }
+
+    fn run_log<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<String, AgentControlError>> {
+        Box::pin(async move {
+            let run = self.run(run_id).await?;
+            let mut text = format!("run {} ({})\ntrigger: {}\n", run.id, run.status.as_str(), run.trigger);
+            if let Some(stored) = run.record.clone().and_then(|r| serde_json::from_value::<StoredRun>(r).ok()) {
+                text.push_str(&format!("request:\n{}\n\n", stored.prompt));
+            }
+            for line in timeline_lines(&run) {
+                text.push_str(&line);
+                text.push('\n');
+            }
+            Ok(text)
+        })
+    }
+
+    fn run_result<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Value, AgentControlError>> {
+        Box::pin(async move {
+            let run = self.run(run_id).await?;
+            let stored = run.record.clone().and_then(|r| serde_json::from_value::<StoredRun>(r).ok());
+            let record = stored.and_then(|s| s.record);
+            Ok(json!({
+                "id": run.id,
+                "status": run.status.as_str(),
+                "finished": run.finished_at.is_some(),
+                "outcome": record.as_ref().map(|r| r.outcome),
+                "final_message": record.as_ref().map(|r| r.final_message.clone()).or(run.outcome.clone()),
+                "error": run.error,
+            }))
+        })
+    }
+
+    fn start_run(&self, request: StartRun) -> BoxFuture<'_, Result<String, AgentControlError>> {
+        Box::pin(async move {
+            let (session, kind, trigger) = match request {
+                StartRun::Task { task_key } => {
+                    let task = self
+                        .client
+                        .get_task(&task_key)
+                        .await
+                        .map_err(|e| AgentControlError::Invalid { message: format!("task {task_key}: {e}") })?;
+                    let trigger = format!("start_run {}", task.key);
+                    let assigned_by = task.created_by.clone();
+                    (SessionKey::Task(task.id.clone()), RunKind::Task { task: Box::new(task), assigned_by }, trigger)
+                }
+                StartRun::Prompt { prompt } => (
+                    SessionKey::Thread(format!("mcp-{}", uuid::Uuid::new_v4())),
+                    RunKind::Prompt { text: prompt },
+                    "start_run prompt".to_string(),
+                ),
+            };
+            let request = RunRequest {
+                session,
+                trigger,
+                kind,
+                steering: Vec::new(),
+                resume_run_id: None,
+                acknowledged: None,
+                claim: None,
+            };
+            let (reply, answer) = oneshot::channel();
+            self.inputs
+                .send(Input::StartRun { request: Box::new(request), reply })
+                .await
+                .map_err(|_| AgentControlError::Refused { message: "the agent is shutting down".into() })?;
+            match answer.await {
+                Ok(Ok(run_id)) if !run_id.is_empty() => Ok(run_id),
+                Ok(Ok(_)) => Err(AgentControlError::Refused { message: "the run could not be recorded".into() }),
+                Ok(Err(message)) => Err(AgentControlError::Refused { message }),
+                Err(_) => Err(AgentControlError::Refused { message: "the agent is shutting down".into() }),
+            }
+        })
+    }
+
+    fn stop_run<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<bool, AgentControlError>> {
+        Box::pin(async move {
+            self.run(run_id).await?;
+            let (reply, answer) = oneshot::channel();
+            self.inputs
+                .send(Input::StopRun { run_id: run_id.to_string(), reply })
+                .await
+                .map_err(|_| AgentControlError::Refused { message: "the agent is shutting down".into() })?;
+            Ok(answer.await.unwrap_or(false))
+        })
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<()> {
+        self.status.subscribe()
+    }
+}

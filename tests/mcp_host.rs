@@ -1,0 +1,667 @@
+//! The MCP host against servers this project did not write: `mcp-server-time` and
+//! `mcp-server-git` (PyPI) over stdio, `@modelcontextprotocol/server-everything` (npm) over stdio
+//! and Streamable HTTP; and the permission policy over them.
+//!
+//! The servers are found through environment variables with defaults inside the worktree; a
+//! missing server FAILS the test with the command that installs it:
+//!
+//! ```sh
+//! python3 -m venv .venv-test && .venv-test/bin/pip install -r tests/interop/requirements.txt
+//! (cd tests/interop && npm ci)
+//! ```
+//!
+//! Overrides: `MCP_SERVER_TIME`, `MCP_SERVER_GIT` (the executables), `MCP_SERVER_EVERYTHING` (its
+//! `dist/index.js`), `NODE` (the node binary).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use picogent::agent::{self, RunInput, RunOutcome, RunSetup, ToolCallOutcome};
+use picogent::board::BoardOptions;
+use picogent::config::{Limits, LlmConfig, McpServerConfig, PermissionMode, ToolsConfig, TrackerConfig};
+use picogent::llm::OpenAiChat;
+use picogent::mcp::client::{ServerConnection, ServerStatus};
+use picogent::mcp::host::McpHost;
+use picogent::mcp::policy::{CombinedSource, Policy, PolicySource, TrackerAsker, is_read_only};
+use picogent::mcp::results::ArtifactStore;
+use picogent::offline_model::script::Script;
+use picogent::offline_model::{self, OfflineModelOptions};
+use picogent::retry::RetryConfig;
+use picogent::secret::Secret;
+use picogent::tools::{Conversation, Registry, ToolContext, ToolSource};
+use picogent::tracker::TrackerClient;
+use picogent::tracker::model::{CreateTask, MessageQuery, ReplyMessage, SendMessage};
+use rmcp::model::CallToolResult;
+use serde_json::json;
+
+const INSTALL: &str = "python3 -m venv .venv-test && .venv-test/bin/pip install -r tests/interop/requirements.txt; \
+                       (cd tests/interop && npm ci)";
+const WAIT: Duration = Duration::from_secs(60);
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The path in `var`, or `default`; it must exist.
+fn required(var: &str, default: PathBuf) -> PathBuf {
+    let path = std::env::var_os(var).map(PathBuf::from).unwrap_or(default);
+    assert!(path.exists(), "{} not found (set {var} or install: {INSTALL})", path.display());
+    path
+}
+
+fn time_command() -> String {
+    required("MCP_SERVER_TIME", root().join(".venv-test/bin/mcp-server-time")).display().to_string()
+}
+
+fn git_command() -> String {
+    required("MCP_SERVER_GIT", root().join(".venv-test/bin/mcp-server-git")).display().to_string()
+}
+
+fn everything_script() -> String {
+    required(
+        "MCP_SERVER_EVERYTHING",
+        root().join("tests/interop/node_modules/@modelcontextprotocol/server-everything/dist/index.js"),
+    )
+    .display()
+    .to_string()
+}
+
+fn node() -> String {
+    std::env::var("NODE").unwrap_or_else(|_| "node".to_string())
+}
+
+fn server(value: serde_json::Value) -> McpServerConfig {
+    serde_json::from_value(value).unwrap()
+}
+
+fn time_server(trusted: bool) -> McpServerConfig {
+    server(json!({"command": time_command(), "args": ["--local-timezone", "UTC"], "trusted": trusted}))
+}
+
+fn everything_stdio() -> McpServerConfig {
+    server(json!({"command": node(), "args": [everything_script(), "stdio"], "trusted": true}))
+}
+
+async fn start(servers: Vec<(&str, McpServerConfig)>, artifacts: &Path, max_inline: usize) -> McpHost {
+    let servers: BTreeMap<String, McpServerConfig> = servers.into_iter().map(|(n, c)| (n.to_string(), c)).collect();
+    let host = McpHost::start_servers(servers, ArtifactStore::new(artifacts.to_path_buf(), max_inline)).await;
+    for server in host.servers() {
+        // On a loaded machine a slow first start is retried by the supervisor.
+        until(server, &format!("server {} to connect", server.name()), |s| s.status() == ServerStatus::Ready).await;
+    }
+    host
+}
+
+/// Waits (without polling) until `ready` holds for the server's state, or fails after `WAIT`.
+async fn until(server: &ServerConnection, what: &str, ready: impl Fn(&ServerConnection) -> bool) {
+    let mut changes = server.subscribe();
+    let waited = tokio::time::timeout(WAIT, async {
+        while !ready(server) {
+            changes.changed().await.unwrap();
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "timed out waiting for {what}");
+}
+
+fn text(result: &CallToolResult) -> String {
+    result.content.iter().filter_map(|c| c.as_text().map(|t| t.text.clone())).collect::<Vec<_>>().join("\n")
+}
+
+fn context() -> ToolContext {
+    let mut context = ToolContext::new("picogent");
+    context.run_id = Some("run-test".to_string());
+    context
+}
+
+/// The path in an artifact line `[... at <path>]`.
+fn artifact_path(text: &str) -> PathBuf {
+    let after = text.split(" at ").nth(1).unwrap_or_else(|| panic!("no artifact path in {text}"));
+    PathBuf::from(after.split(']').next().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_server_over_stdio_lists_prefixed_tools_and_answers_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = start(vec![("time", time_server(false))], dir.path(), 8192).await;
+    // 2026-07-28 is tried first; a server that predates it gets 2025-11-25.
+    let protocol = host.server("time").unwrap().snapshot().protocol_version.unwrap();
+    assert!(protocol == "2026-07-28" || protocol == "2025-11-25", "{protocol}");
+    let tools = host.tools();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    assert!(names.contains(&"mcp__time__get_current_time"), "{names:?}");
+    assert!(names.contains(&"mcp__time__convert_time"), "{names:?}");
+    // Untrusted: whatever the server says, nothing is read-only.
+    assert!(tools.iter().all(|t| !is_read_only(t)), "{tools:?}");
+    // The time server declares resources but lists none: no resource tools.
+    assert!(!names.contains(&"list_mcp_resources"), "{names:?}");
+    let schema = &tools.iter().find(|t| t.name == "mcp__time__get_current_time").unwrap().input_schema;
+    assert!(schema.get("properties").and_then(|p| p.get("timezone")).is_some(), "{schema:?}");
+
+    let result = host.call("mcp__time__get_current_time", json!({"timezone": "Europe/Paris"}), &context()).await;
+    let answer = text(&result);
+    assert_eq!(result.is_error, Some(false), "{answer}");
+    assert!(answer.contains("Europe/Paris") && answer.contains("datetime"), "{answer}");
+
+    let bad = host.call("mcp__time__get_current_time", json!({"timezone": "Not/AZone"}), &context()).await;
+    assert_eq!(bad.is_error, Some(true), "{}", text(&bad));
+    let unknown = host.call("mcp__time__nope", json!({}), &context()).await;
+    assert!(text(&unknown).contains("unknown tool"), "{}", text(&unknown));
+    host.shutdown().await;
+
+    // Trusted, the same server's `readOnlyHint: true` is believed.
+    let trusted = start(vec![("time", time_server(true))], dir.path(), 8192).await;
+    let tools = trusted.tools();
+    let current = tools.iter().find(|t| t.name == "mcp__time__get_current_time").unwrap();
+    assert!(is_read_only(current), "{current:?}");
+    trusted.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn git_server_over_stdio_with_per_server_tool_filter() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    let git = |args: &[&str]| {
+        let status = std::process::Command::new("git").args(args).current_dir(&repo).status().unwrap();
+        assert!(status.success(), "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    std::fs::write(repo.join("hello.txt"), "hello\n").unwrap();
+    git(&["add", "hello.txt"]);
+    git(&["-c", "user.name=T", "-c", "user.email=t@example.com", "commit", "-qm", "first commit"]);
+    std::fs::write(repo.join("new.txt"), "new\n").unwrap();
+
+    let config = server(json!({
+        "command": git_command(),
+        "args": ["--repository", repo.display().to_string()],
+        "tools": {"disallowed": ["git_commit", "git_reset", "git_add", "git_create_branch", "git_checkout"]}
+    }));
+    let host = start(vec![("git", config)], &dir.path().join("artifacts"), 8192).await;
+    let names: Vec<String> = host.tools().iter().map(|t| t.name.to_string()).collect();
+    assert!(names.contains(&"mcp__git__git_status".to_string()), "{names:?}");
+    assert!(names.contains(&"mcp__git__git_log".to_string()), "{names:?}");
+    assert!(!names.iter().any(|n| n == "mcp__git__git_commit" || n == "mcp__git__git_add"), "{names:?}");
+
+    let status = host.call("mcp__git__git_status", json!({"repo_path": repo.display().to_string()}), &context()).await;
+    assert!(text(&status).contains("new.txt"), "{}", text(&status));
+    let log = host.call("mcp__git__git_log", json!({"repo_path": repo.display().to_string()}), &context()).await;
+    assert!(text(&log).contains("first commit"), "{}", text(&log));
+    let filtered = host.call("mcp__git__git_commit", json!({"repo_path": "x", "message": "m"}), &context()).await;
+    assert_eq!(filtered.is_error, Some(true));
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everything_over_stdio_results_artifacts_resources_prompts_and_list_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let artifacts = dir.path().join("artifacts");
+    // Cargo gives the test process CARGO_* variables: they stand for picogent's own secrets.
+    let mut config = everything_stdio();
+    config.env.insert("GIVEN_TOKEN".to_string(), "given-${CARGO_PKG_NAME}".to_string());
+    let host = start(vec![("everything", config)], &artifacts, 8192).await;
+    // The child sees its `env` (expanded) and a minimal environment, not picogent's secrets.
+    let env = text(&host.call("mcp__everything__get-env", json!({}), &context()).await);
+    assert!(env.contains("given-picogent") && env.contains("PATH"), "{env}");
+    assert!(!env.contains("CARGO_MANIFEST_DIR"), "{env}");
+    // server-everything predates 2026-07-28: the host fell back.
+    assert_eq!(host.server("everything").unwrap().snapshot().protocol_version.as_deref(), Some("2025-11-25"));
+    let tools = host.tools();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    for expected in
+        ["mcp__everything__echo", "mcp__everything__get-tiny-image", "list_mcp_resources", "read_mcp_resource"]
+    {
+        assert!(names.contains(&expected), "{expected} missing from {names:?}");
+    }
+    // Trusted: the server's annotations are believed.
+    let annotated = tools.iter().find(|t| t.name == "mcp__everything__gzip-file-as-resource").unwrap();
+    assert_eq!(annotated.annotations.as_ref().unwrap().destructive_hint, Some(false));
+
+    // A small result stays inline.
+    let echo = host.call("mcp__everything__echo", json!({"message": "hi there"}), &context()).await;
+    assert!(text(&echo).contains("hi there"), "{}", text(&echo));
+
+    // A large one becomes an artifact: the model gets id, size, path and the first lines.
+    let big = "0123456789".repeat(3000);
+    let large = host.call("mcp__everything__echo", json!({"message": big}), &context()).await;
+    let large_text = text(&large);
+    assert!(large_text.len() < 8192, "{} bytes inline", large_text.len());
+    assert!(large_text.contains("saved as artifact art-"), "{large_text}");
+    let saved = artifact_path(&large_text);
+    assert!(saved.starts_with(artifacts.join("run-test/everything/echo")), "{}", saved.display());
+    assert!(std::fs::read_to_string(&saved).unwrap().contains(&big));
+
+    // An image becomes an artifact, never base64 in the context.
+    let image = host.call("mcp__everything__get-tiny-image", json!({}), &context()).await;
+    let image_text = text(&image);
+    assert!(image_text.contains("image saved as artifact") && image_text.contains("image/png"), "{image_text}");
+    let png = std::fs::read(artifact_path(image_text.lines().find(|l| l.contains("image saved")).unwrap())).unwrap();
+    assert_eq!(&png[..4], b"\x89PNG");
+    assert!(image_text.len() < 2000, "{image_text}");
+
+    // Structured content is formatted JSON.
+    let weather =
+        host.call("mcp__everything__get-structured-content", json!({"location": "Chicago"}), &context()).await;
+    assert!(text(&weather).contains("structured content:\n{\n"), "{}", text(&weather));
+
+    // Resource links are a line with URI and MIME type.
+    let links = host.call("mcp__everything__get-resource-links", json!({"count": 2}), &context()).await;
+    assert!(text(&links).contains("[resource link] demo://resource/"), "{}", text(&links));
+    assert!(text(&links).contains("MIME type"), "{}", text(&links));
+
+    // Resources.
+    let listed = host.call("list_mcp_resources", json!({"server": "everything"}), &context()).await;
+    let first_uri = text(&listed)
+        .lines()
+        .find_map(|line| line.split_whitespace().find_map(|w| w.strip_prefix("uri=")).map(str::to_string))
+        .unwrap_or_else(|| panic!("no resources listed: {}", text(&listed)));
+    let read = host.call("read_mcp_resource", json!({"server": "everything", "uri": first_uri}), &context()).await;
+    assert_eq!(read.is_error, Some(false), "{}", text(&read));
+    assert!(text(&read).contains(&first_uri), "{}", text(&read));
+
+    // Instructions.
+    let instructions = host.instructions();
+    assert_eq!(instructions.len(), 1);
+    assert_eq!(instructions[0].0, "everything");
+    assert!(!instructions[0].1.is_empty());
+    let sections = host.instruction_sections();
+    assert!(sections[0].title.contains("`everything`"), "{}", sections[0].title);
+    assert!(!sections[0].body.is_empty());
+
+    // Prompt commands: required arguments checked, quoted values allowed.
+    let expanded = host.expand_prompt_command(r#"/mcp__everything__args-prompt city="New York" state=NY"#).await;
+    assert_eq!(expanded, Some(Ok("What's weather in New York, NY?".to_string())));
+    let json_args = host.expand_prompt_command(r#"@picogent /mcp__everything__args-prompt {"city": "Paris"}"#).await;
+    assert_eq!(json_args, Some(Ok("What's weather in Paris?".to_string())));
+    let missing = host.expand_prompt_command("/mcp__everything__args-prompt state=NY").await.unwrap().unwrap_err();
+    assert!(missing.contains("missing required argument(s) city"), "{missing}");
+    assert!(host.expand_prompt_command("/mcp__everything__nope").await.unwrap().is_err());
+    assert_eq!(host.expand_prompt_command("hello /mcp__everything__args-prompt").await, None);
+
+    // List changes: a new session resource is announced and the list refreshes.
+    let server = host.server("everything").unwrap();
+    let before = server.snapshot().resources.len();
+    let data = "data:text/plain;base64,aGVsbG8gd29ybGQ=";
+    let gz = host
+        .call(
+            "mcp__everything__gzip-file-as-resource",
+            json!({"name": "hello.txt.gz", "data": data, "outputType": "resourceLink"}),
+            &context(),
+        )
+        .await;
+    assert_eq!(gz.is_error, Some(false), "{}", text(&gz));
+    until(server, "the resource list to refresh", |s| {
+        s.snapshot().resources.iter().any(|r| r.uri.contains("hello.txt.gz")) && s.snapshot().resources.len() > before
+    })
+    .await;
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everything_over_streamable_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut child = tokio::process::Command::new(node())
+        .args([everything_script(), "streamableHttp".to_string()])
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+        assert!(tokio::time::Instant::now() < deadline, "server-everything did not listen on {port}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let config = server(json!({
+        "url": format!("http://127.0.0.1:{port}/mcp"),
+        "headers": {"Authorization": "Bearer ${CARGO_PKG_NAME}", "X-Picogent-Test": "yes"},
+        "timeout_ms": 3000
+    }));
+    let host = start(vec![("remote", config)], dir.path(), 8192).await;
+    let names: Vec<String> = host.tools().iter().map(|t| t.name.to_string()).collect();
+    assert!(names.contains(&"mcp__remote__echo".to_string()), "{names:?}");
+    let echo = host.call("mcp__remote__echo", json!({"message": "over http"}), &context()).await;
+    assert!(text(&echo).contains("over http"), "{}", text(&echo));
+    let image = host.call("mcp__remote__get-tiny-image", json!({}), &context()).await;
+    assert!(text(&image).contains("image saved as artifact"), "{}", text(&image));
+
+    // Progress notifications are kept for the run record.
+    let quick = host
+        .call("mcp__remote__trigger-long-running-operation", json!({"duration": 0.4, "steps": 2}), &context())
+        .await;
+    assert!(text(&quick).contains("completed"), "{}", text(&quick));
+    let progress = host.server("remote").unwrap().progress();
+    assert!(progress.iter().any(|p| p.total == Some(2.0)), "{progress:?}");
+
+    // A call that outlives the server's timeout is an error result (and cancelled on the server).
+    let slow =
+        host.call("mcp__remote__trigger-long-running-operation", json!({"duration": 30, "steps": 1}), &context()).await;
+    assert_eq!(slow.is_error, Some(true));
+    assert!(text(&slow).contains("did not answer within 3000 ms"), "{}", text(&slow));
+    // The connection is still usable afterwards.
+    let again = host.call("mcp__remote__echo", json!({"message": "still here"}), &context()).await;
+    assert!(text(&again).contains("still here"), "{}", text(&again));
+    host.shutdown().await;
+    child.kill().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_server_is_restarted_and_answers_errors_meanwhile() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = start(vec![("time", time_server(false))], dir.path(), 8192).await;
+    let server = host.server("time").unwrap();
+    let pid = server.pid().expect("a stdio server has a pid");
+    assert_eq!(server.connections(), 1);
+    let killed = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap();
+    assert!(killed.success());
+
+    until(server, "the server to be noticed gone", |s| s.status() != ServerStatus::Ready).await;
+    let meanwhile = host.call("mcp__time__get_current_time", json!({"timezone": "UTC"}), &context()).await;
+    if server.connections() == 1 {
+        assert_eq!(meanwhile.is_error, Some(true), "{}", text(&meanwhile));
+        assert!(text(&meanwhile).contains("unavailable"), "{}", text(&meanwhile));
+    }
+
+    until(server, "the server to be restarted", |s| s.status() == ServerStatus::Ready && s.connections() == 2).await;
+    assert_ne!(server.pid(), Some(pid));
+    let after = host.call("mcp__time__get_current_time", json!({"timezone": "UTC"}), &context()).await;
+    assert_eq!(after.is_error, Some(false), "{}", text(&after));
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_denies_by_glob_and_in_read_only_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let host: Arc<dyn ToolSource> =
+        Arc::new(start(vec![("time", time_server(false)), ("everything", everything_stdio())], dir.path(), 8192).await);
+    let combined: Arc<dyn ToolSource> = Arc::new(CombinedSource::new([host.clone()]));
+
+    let by_glob = PolicySource::new(
+        combined.clone(),
+        Policy {
+            allowed_tools: vec![],
+            disallowed_tools: vec!["mcp__time__*".to_string()],
+            mode: PermissionMode::Auto,
+        },
+        None,
+    );
+    assert!(!by_glob.tools().iter().any(|t| t.name.starts_with("mcp__time__")));
+    let denied = by_glob.call("mcp__time__get_current_time", json!({"timezone": "UTC"}), &context()).await;
+    assert_eq!(denied.is_error, Some(true));
+    assert!(text(&denied).contains("not allowed"), "{}", text(&denied));
+    let allowed = by_glob.call("mcp__everything__echo", json!({"message": "ok"}), &context()).await;
+    assert!(text(&allowed).contains("ok"), "{}", text(&allowed));
+
+    let read_only = PolicySource::new(
+        combined,
+        Policy { allowed_tools: vec![], disallowed_tools: vec![], mode: PermissionMode::ReadOnly },
+        None,
+    );
+    let offered: Vec<String> = read_only.tools().iter().map(|t| t.name.to_string()).collect();
+    // The untrusted time server is never read-only; the trusted server's read-only tools are.
+    assert!(!offered.iter().any(|n| n.starts_with("mcp__time__")), "{offered:?}");
+    assert!(offered.contains(&"list_mcp_resources".to_string()), "{offered:?}");
+    let refused = read_only.call("mcp__time__get_current_time", json!({"timezone": "UTC"}), &context()).await;
+    assert!(text(&refused).contains("read-only mode"), "{}", text(&refused));
+    let listed = read_only.call("list_mcp_resources", json!({}), &context()).await;
+    assert_eq!(listed.is_error, Some(false), "{}", text(&listed));
+}
+
+// ---- ask mode through real threads on the reference board ----
+
+fn tracker_client(url: &str, token: &str) -> TrackerClient {
+    let config = TrackerConfig {
+        url: url.to_string(),
+        api_prefix: "/api".to_string(),
+        token_env: "TEAMBOARD_TOKEN".to_string(),
+        timeout_ms: 5_000,
+        retry: RetryConfig::default(),
+    };
+    TrackerClient::new(&config, Secret::new(token)).unwrap()
+}
+
+/// Waits until the agent's permission request appears in the conversation; returns its text.
+async fn request_posted(alice: &TrackerClient, query: &MessageQuery) -> String {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let messages = alice.list_messages(query).await.unwrap();
+        if let Some(request) =
+            messages.iter().find(|m| m.author_slug == "picogent" && m.content.contains("Permission needed"))
+        {
+            return request.content.clone();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the agent never asked");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_mode_approved_refused_and_timed_out_through_board_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let seed = root().join("fixtures/board-seed.json");
+    let board = picogent::board::start(BoardOptions::loopback(dir.path().join("board.db"), Some(seed))).await.unwrap();
+    let agent = tracker_client(&board.url(), "tok-picogent");
+    let alice = tracker_client(&board.url(), "tok-alice");
+    let otherbot = tracker_client(&board.url(), "tok-otherbot");
+
+    // Untrusted time server: its tools are destructive. Trusted everything: its read-only tools are not.
+    let host: Arc<dyn ToolSource> =
+        Arc::new(start(vec![("time", time_server(false)), ("everything", everything_stdio())], dir.path(), 8192).await);
+    let registry: Arc<dyn ToolSource> = Arc::new(Registry::new(agent.clone(), &ToolsConfig::default(), 8192).unwrap());
+    let combined: Arc<dyn ToolSource> = Arc::new(CombinedSource::new([registry, host]));
+    let policy_with = |timeout_ms: u64| {
+        let asker = TrackerAsker::new(agent.clone(), Duration::from_millis(timeout_ms))
+            .with_poll_interval(Duration::from_millis(100));
+        Arc::new(PolicySource::new(
+            combined.clone(),
+            Policy {
+                allowed_tools: vec![],
+                disallowed_tools: vec!["send_message".to_string()],
+                mode: PermissionMode::Ask,
+            },
+            Some(Arc::new(asker)),
+        ))
+    };
+    let policy = policy_with(60_000);
+
+    // The tracker's own tools are governed too.
+    assert!(!policy.tools().iter().any(|t| t.name == "send_message"));
+    let denied = policy.call("send_message", json!({"content": "x"}), &context()).await;
+    assert!(text(&denied).contains("not allowed"), "{}", text(&denied));
+    // A read-only tool of a trusted server runs without asking.
+    let quick = policy
+        .call("mcp__everything__trigger-long-running-operation", json!({"duration": 0.1, "steps": 1}), &context())
+        .await;
+    assert!(text(&quick).contains("completed"), "{}", text(&quick));
+
+    // Approved in a chat thread.
+    let project = alice.get_project("team").await.unwrap();
+    let root_message = alice
+        .send_message(
+            &SendMessage {
+                content: "@picogent what time is it in Paris?".to_string(),
+                chat_id: Some(project.chat_id.clone()),
+                task_id: None,
+                parent_id: None,
+                mentions: None,
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    let mut in_thread = context();
+    in_thread.conversation = Some(Conversation::Thread { root_message_id: root_message.id.clone() });
+    let call = tokio::spawn({
+        let policy = policy.clone();
+        async move { policy.call("mcp__time__get_current_time", json!({"timezone": "Europe/Paris"}), &in_thread).await }
+    });
+    let thread = MessageQuery { parent_id: Some(root_message.id.clone()), ..MessageQuery::default() };
+    let asked = request_posted(&alice, &thread).await;
+    assert!(asked.contains("mcp__time__get_current_time") && asked.contains("Europe/Paris"), "{asked}");
+    let reply = |text: &str| ReplyMessage { content: text.to_string(), mentions: None };
+    alice.reply_message(&root_message.id, &reply("@picogent yes, go ahead"), None).await.unwrap();
+    let approved = call.await.unwrap();
+    assert_eq!(approved.is_error, Some(false), "{}", text(&approved));
+    assert!(text(&approved).contains("Europe/Paris"), "{}", text(&approved));
+
+    // Refused in a task's comments: another bot's "yes" does not count, alice's "no" does.
+    let task = alice
+        .create_task(
+            &CreateTask {
+                project_slug: "team".to_string(),
+                title: "Check the clock".to_string(),
+                ..CreateTask::default()
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    let mut in_task = context();
+    in_task.conversation = Some(Conversation::Task { task_id: task.id.clone() });
+    let call = tokio::spawn({
+        let policy = policy.clone();
+        async move { policy.call("mcp__time__get_current_time", json!({"timezone": "UTC"}), &in_task).await }
+    });
+    let comments = MessageQuery { task_id: Some(task.id.clone()), ..MessageQuery::default() };
+    request_posted(&alice, &comments).await;
+    let comment = |content: &str| SendMessage {
+        content: content.to_string(),
+        chat_id: None,
+        task_id: Some(task.id.clone()),
+        parent_id: None,
+        mentions: None,
+    };
+    otherbot.send_message(&comment("yes"), None).await.unwrap();
+    alice.send_message(&comment("no"), None).await.unwrap();
+    let refused = call.await.unwrap();
+    assert_eq!(refused.is_error, Some(true));
+    assert!(text(&refused).contains("alice answered no"), "{}", text(&refused));
+
+    // Nobody answers: denied when the ask timeout passes.
+    let short = policy_with(1_500);
+    let mut in_thread = context();
+    in_thread.conversation = Some(Conversation::Thread { root_message_id: root_message.id.clone() });
+    let timed_out = short.call("mcp__time__get_current_time", json!({"timezone": "UTC"}), &in_thread).await;
+    assert_eq!(timed_out.is_error, Some(true));
+    assert!(text(&timed_out).contains("nobody approved"), "{}", text(&timed_out));
+
+    // No conversation to ask in: denied, with the reason.
+    let nowhere = policy.call("mcp__time__get_current_time", json!({"timezone": "UTC"}), &context()).await;
+    assert!(text(&nowhere).contains("no task or thread"), "{}", text(&nowhere));
+    board.shutdown().await.unwrap();
+}
+
+// ---- through the LLM loop, with the scripted offline model ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_loop_calls_an_mcp_tool_with_the_scripted_offline_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = Script::from_file(&root().join("fixtures/mcp/time_call.json")).unwrap();
+    let model = offline_model::start(OfflineModelOptions::script(script)).await.unwrap();
+    let llm = LlmConfig {
+        base_url: model.url(),
+        model: "offline-script".to_string(),
+        api_key_env: None,
+        temperature: Some(0.0),
+        max_output_tokens: Some(2_000),
+        timeout_ms: 10_000,
+        parallel_tool_calls: true,
+        retry: RetryConfig::default(),
+    };
+    let chat = OpenAiChat::new(&llm, None).unwrap();
+    let host: Arc<dyn ToolSource> = Arc::new(start(vec![("time", time_server(false))], dir.path(), 8192).await);
+    let tools = PolicySource::new(
+        Arc::new(CombinedSource::new([host])),
+        Policy { allowed_tools: vec![], disallowed_tools: vec![], mode: PermissionMode::Auto },
+        None,
+    );
+    let offered: Vec<String> = tools.tools().iter().map(|t| t.name.to_string()).collect();
+    let setup = RunSetup {
+        model: &chat,
+        tools: &tools,
+        offered_tools: offered,
+        limits: Limits { run_timeout_ms: 60_000, ..Limits::default() },
+        tool_context: context(),
+        cancel: tokio_util::sync::CancellationToken::new(),
+        steering: None,
+    };
+    let input = RunInput {
+        system_prompt: "You are picogent.".to_string(),
+        history: vec![],
+        prompt: "What time is it in Paris?".to_string(),
+    };
+    let record = agent::run(setup, input).await.record;
+    assert_eq!(record.outcome, RunOutcome::Completed, "{record:#?}");
+    assert_eq!(record.calls.len(), 1, "{record:#?}");
+    assert_eq!(record.calls[0].name, "mcp__time__get_current_time");
+    assert_eq!(record.calls[0].outcome, ToolCallOutcome::Ok, "{record:#?}");
+    assert!(record.final_message.contains("Europe/Paris"), "{}", record.final_message);
+    assert_eq!(model.mismatches(), Vec::<String>::new(), "the script saw unexpected requests");
+    model.shutdown().await;
+}
+
+// ---- list changes on the 2026-07-28 listen stream, and cancellation reaching the server ----
+
+/// Waits until `path` holds `count` lines equal to `line`.
+async fn recorded(path: &Path, line: &str, count: usize) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let recorded = std::fs::read_to_string(path).unwrap_or_default();
+        if recorded.lines().filter(|l| *l == line).count() >= count {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the server never recorded {line:?} {count} times: {recorded:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_list_changes_refresh_and_timeouts_cancel_on_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let python = required("MCP_PYTHON", root().join(".venv-test/bin/python"));
+    let marker = dir.path().join("cancelled.txt");
+    let config = server(json!({
+        "command": python.display().to_string(),
+        "args": [root().join("fixtures/mcp/probe_server.py").display().to_string(), marker.display().to_string()],
+        "trusted": true,
+        "timeout_ms": 2000
+    }));
+    let host = start(vec![("probe", config)], dir.path(), 8192).await;
+    let server = host.server("probe").unwrap();
+    let names = |host: &McpHost| host.tools().iter().map(|t| t.name.to_string()).collect::<Vec<_>>();
+    assert!(names(&host).contains(&"mcp__probe__hang".to_string()), "{:?}", names(&host));
+    assert!(!names(&host).contains(&"mcp__probe__extra".to_string()));
+
+    let added = host.call("mcp__probe__add_extra_tool", json!({}), &context()).await;
+    assert!(text(&added).contains("added"), "{}", text(&added));
+    until(server, "the tool list to refresh", |s| s.snapshot().tools.iter().any(|t| t.name == "extra")).await;
+    let extra = host.call("mcp__probe__extra", json!({}), &context()).await;
+    assert!(text(&extra).contains("extra tool ran"), "{}", text(&extra));
+
+    // The server's timeout: the call fails and the server is told to stop.
+    let hung = host.call("mcp__probe__hang", json!({}), &context()).await;
+    assert!(text(&hung).contains("did not answer within 2000 ms"), "{}", text(&hung));
+    recorded(&marker, "cancelled", 1).await;
+
+    // The run stops: the call gives up at once and the server is told too.
+    let run = context();
+    let cancel = run.cancel.clone();
+    let host = Arc::new(host);
+    let call = tokio::spawn({
+        let host = host.clone();
+        async move { host.call("mcp__probe__hang", json!({}), &run).await }
+    });
+    recorded(&marker, "started", 2).await;
+    cancel.cancel();
+    let stopped = call.await.unwrap();
+    assert!(text(&stopped).contains("cancelled because the run stopped"), "{}", text(&stopped));
+    recorded(&marker, "cancelled", 2).await;
+    host.shutdown().await;
+}
