@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use picogent::tracker::model::*;
 use serde_json::json;
-use support::fault_harness::{agent_config_json, eventually, start_agent_in_process};
+use support::fault_harness::{AGENT_MCP_TOKEN, agent_config_json, eventually, start_agent_in_process};
 
 const SEED_TOKENS: [&str; 4] = ["tok-picogent", "tok-alice", "tok-bob", "tok-otherbot"];
 const MCP_TOKEN: &str = "mcp-secret-7f3a";
@@ -136,9 +136,37 @@ async fn agent_http_exposes_no_secrets_and_serves_nothing_else() {
         assert!(response.status().is_success(), "{path}: {}", response.status());
         assert_no_token(path, &response.text().await.unwrap(), &[]);
     }
+    // `/mcp` wants its own bearer token: none, a wrong one, or the tracker token are refused.
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "access-test", "version": "0"}}});
+    let mcp = |header: Option<String>| {
+        let mut request =
+            http.post(format!("{base}/mcp")).header("accept", "application/json, text/event-stream").json(&initialize);
+        if let Some(header) = header {
+            request = request.header("authorization", header);
+        }
+        request.send()
+    };
+    for header in [
+        None,
+        Some("Bearer tok-nobody".to_string()),
+        Some("Bearer tok-picogent".to_string()),
+        Some(format!("Bearer {AGENT_MCP_TOKEN}x")),
+        Some(format!("Basic {AGENT_MCP_TOKEN}")),
+    ] {
+        let response = mcp(header.clone()).await.unwrap();
+        assert_eq!(response.status(), 401, "/mcp with {header:?}");
+        assert_no_token("the /mcp 401 body", &response.text().await.unwrap(), &[AGENT_MCP_TOKEN]);
+    }
+    let response = mcp(Some(format!("Bearer {AGENT_MCP_TOKEN}"))).await.unwrap();
+    assert!(response.status().is_success(), "/mcp with the right token: {}", response.status());
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        let text = http.get(format!("{base}{path}")).send().await.unwrap().text().await.unwrap();
+        assert_no_token(path, &text, &[AGENT_MCP_TOKEN]);
+    }
     // Nothing else is served: no token gets anywhere, a wrong one neither.
     for header in [None, Some("Bearer tok-nobody"), Some("Bearer tok-picogent")] {
-        for (method, path) in [("POST", "/mcp"), ("GET", "/admin"), ("GET", "/runs"), ("POST", "/metrics")] {
+        for (method, path) in [("GET", "/admin"), ("GET", "/runs"), ("POST", "/metrics")] {
             let mut request = http.request(method.parse().unwrap(), format!("{base}{path}"));
             if let Some(header) = header {
                 request = request.header("authorization", header);
@@ -237,6 +265,7 @@ async fn trace_logs_of_board_and_agent_carry_no_token() {
         .args(["run", "--config"])
         .arg(&config)
         .env("TEAMBOARD_TOKEN", "tok-picogent")
+        .env("PICOGENT_MCP_TOKEN", MCP_TOKEN)
         .env("RUST_LOG", "trace")
         .stdout(Stdio::null())
         .stderr(agent_stderr)
@@ -286,6 +315,6 @@ async fn trace_logs_of_board_and_agent_carry_no_token() {
     model.shutdown().await;
     for (what, log) in [("picogent run", &agent_log), ("picogent board", &board_log)] {
         assert!(log.contains("TRACE"), "{what} logged at trace: {} bytes", log.len());
-        assert_no_token(&format!("{what}'s trace log"), log, &["tok-bob-wrong"]);
+        assert_no_token(&format!("{what}'s trace log"), log, &["tok-bob-wrong", MCP_TOKEN]);
     }
 }

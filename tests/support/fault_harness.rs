@@ -659,7 +659,11 @@ pub fn merge_json(target: &mut serde_json::Value, extra: serde_json::Value) {
     }
 }
 
-/// The agent in this process, its token `tok-<slug>`, with a short heartbeat.
+/// The bearer token of the in-process agent's `/mcp` endpoint.
+pub const AGENT_MCP_TOKEN: &str = "agent-mcp-secret-51c2";
+
+/// The agent in this process, its token `tok-<slug>`, `/mcp` behind [`AGENT_MCP_TOKEN`], with a
+/// short heartbeat.
 pub async fn start_agent_in_process(config: serde_json::Value) -> picogent::runtime::AgentHandle {
     let config: picogent::config::Config = serde_json::from_value(config).unwrap();
     let token = format!("tok-{}", config.slug);
@@ -673,6 +677,7 @@ pub async fn start_agent_in_process(config: serde_json::Value) -> picogent::runt
         config,
         tracker_token: picogent::secret::Secret::new(token),
         llm_api_key: None,
+        mcp_token: Some(picogent::secret::Secret::new(AGENT_MCP_TOKEN)),
         stream: Some(stream),
         serve_http: true,
     })
