@@ -206,8 +206,11 @@ async fn run(
                     return Ok(());
                 }
                 let connected_at = Instant::now();
-                let end = session(socket, &options, &resume, &sender, &cancel).await;
-                if connected_at.elapsed() >= options.stable_after {
+                let mut delivered_events = false;
+                let end = session(socket, &options, &resume, &sender, &cancel, &mut delivered_events).await;
+                // A connection that passed events on made progress: a link that keeps dropping
+                // while it delivers (a lossy proxy) must not back off towards `max_backoff`.
+                if delivered_events || connected_at.elapsed() >= options.stable_after {
                     failed_attempts = 0;
                 }
                 match end {
@@ -311,6 +314,7 @@ async fn session(
     resume: &impl ResumePosition,
     sender: &mpsc::Sender<StreamItem>,
     cancel: &CancellationToken,
+    delivered_events: &mut bool,
 ) -> SessionEnd {
     let (mut outgoing, mut incoming) = socket.split();
     let after_seq = match resume.last_processed_seq().await {
@@ -374,9 +378,11 @@ async fn session(
                                     "the tracker's event log ends before the last processed seq: was the tracker reset?"
                                 );
                             }
+                            let is_event = matches!(item, StreamItem::Event { .. });
                             if let Err(end) = deliver(sender, item, cancel).await {
                                 break end;
                             }
+                            *delivered_events |= is_event;
                             // Time spent waiting for room in the channel is not the server's silence.
                             last_heard = Instant::now();
                         }
