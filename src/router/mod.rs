@@ -60,6 +60,9 @@ struct ActiveRun {
     run_id: String,
     cancel: CancellationToken,
     steer: mpsc::UnboundedSender<String>,
+    /// Every steering input sent to the run, in order; the run reports how many it took in, and
+    /// the rest (arrived after its last turn) goes to a follow-up run instead of being lost.
+    steered: Vec<String>,
     /// Why it was cancelled, once it was: said once when it ends.
     stop_reason: Option<String>,
 }
@@ -373,10 +376,11 @@ impl Router {
         }
         // A busy session takes the message as steering: no second run.
         let steering = steering_text(&message, &session);
-        if let Some(active) = self.active.get(&session)
+        if let Some(active) = self.active.get_mut(&session)
             && active.steer.send(steering.clone()).is_ok()
-            && self.claim("message", &message.id).await
         {
+            active.steered.push(steering);
+            self.claim("message", &message.id).await;
             self.metrics.event(EVENT, "steered");
             return;
         }
@@ -523,12 +527,13 @@ impl Router {
         // period, and only then cancels what is left (see `drain`).
         let cancel = CancellationToken::new();
         let (steer_tx, steer_rx) = mpsc::unbounded_channel();
-        for text in request.steering.drain(..) {
-            let _ = steer_tx.send(text);
+        let steered: Vec<String> = request.steering.drain(..).collect();
+        for text in &steered {
+            let _ = steer_tx.send(text.clone());
         }
         self.active.insert(
             request.session.clone(),
-            ActiveRun { run_id: run_id.clone(), cancel: cancel.clone(), steer: steer_tx, stop_reason: None },
+            ActiveRun { run_id: run_id.clone(), cancel: cancel.clone(), steer: steer_tx, steered, stop_reason: None },
         );
         self.status.set_active_runs(self.active.len());
         let services = self.services.clone();
@@ -546,11 +551,15 @@ impl Router {
     }
 
     async fn finish(&mut self, done: RunDone) {
-        let stop_reason = match self.active.get(&done.session) {
-            Some(active) if active.run_id == done.run_id => {
-                self.active.remove(&done.session).and_then(|a| a.stop_reason)
-            }
-            _ => None,
+        let (stop_reason, leftover) = match self.active.get(&done.session) {
+            Some(active) if active.run_id == done.run_id => match self.active.remove(&done.session) {
+                Some(active) => {
+                    let leftover = active.steered.get(done.steering_consumed..).unwrap_or_default().to_vec();
+                    (active.stop_reason, leftover)
+                }
+                None => (None, Vec::new()),
+            },
+            _ => (None, Vec::new()),
         };
         self.status.set_active_runs(self.active.len());
         self.metrics.run_finished(done.end.outcome_word(), done.duration);
@@ -566,12 +575,12 @@ impl Router {
             self.post_notice(&done.kind, &text, &format!("notice-{}", done.run_id)).await;
         }
         // Input that arrived after the run's last turn boundary starts a follow-up run.
-        if !done.leftover_steering.is_empty() && !matches!(done.end, RunEnd::Cancelled) {
+        if !leftover.is_empty() && done.end == RunEnd::Completed {
             let request = RunRequest {
                 session: done.session.clone(),
                 trigger: format!("follow-up of {}", done.run_id),
                 kind: done.kind.clone(),
-                steering: done.leftover_steering.clone(),
+                steering: leftover,
                 resume_run_id: None,
                 acknowledged: None,
                 claim: None,

@@ -94,8 +94,8 @@ pub struct RunDone {
     pub kind: RunKind,
     pub end: RunEnd,
     pub duration: Duration,
-    /// Steering input the run never took in (it arrived after its last turn).
-    pub leftover_steering: Vec<String>,
+    /// How many steering inputs the loop took in; the router hands the rest to a follow-up run.
+    pub steering_consumed: usize,
 }
 
 /// Runs one request to its end. Never panics and never returns an error: every failure becomes
@@ -105,15 +105,25 @@ pub async fn execute(
     run_id: String,
     request: RunRequest,
     cancel: CancellationToken,
-    mut steer: mpsc::UnboundedReceiver<String>,
+    steer: mpsc::UnboundedReceiver<String>,
 ) -> RunDone {
     let started = Instant::now();
     let RunRequest { session, kind, acknowledged, resume_run_id, .. } = request;
     if let Some(ack) = acknowledged {
         let _ = ack.await;
     }
-    let end = match drive(&services, &run_id, &session, &kind, resume_run_id.is_some(), &cancel, &mut steer).await {
-        Ok(end) => end,
+    let (end, steering_consumed) = match drive(
+        &services,
+        &run_id,
+        &session,
+        &kind,
+        resume_run_id.is_some(),
+        &cancel,
+        steer,
+    )
+    .await
+    {
+        Ok(ended) => ended,
         Err(error) => {
             tracing::error!(%error, "run failed before the model loop");
             let _ = services
@@ -126,18 +136,13 @@ pub async fn execute(
                     },
                 )
                 .await;
-            RunEnd::Failed {
-                notice: format!(
-                    "I could not start on this: {error}. I will not retry on my own; reassign me or mention me to try again."
-                ),
-            }
+            let notice = format!(
+                "I could not start on this: {error}. I will not retry on my own; reassign me or mention me to try again."
+            );
+            (RunEnd::Failed { notice }, 0)
         }
     };
-    let mut leftover_steering = Vec::new();
-    while let Ok(text) = steer.try_recv() {
-        leftover_steering.push(text);
-    }
-    RunDone { run_id, session, kind, end, duration: started.elapsed(), leftover_steering }
+    RunDone { run_id, session, kind, end, duration: started.elapsed(), steering_consumed }
 }
 
 /// The prompt of a fresh request, with current tracker data.
@@ -263,8 +268,8 @@ async fn drive(
     kind: &RunKind,
     resuming: bool,
     cancel: &CancellationToken,
-    steer: &mut mpsc::UnboundedReceiver<String>,
-) -> Result<RunEnd, String> {
+    steer: mpsc::UnboundedReceiver<String>,
+) -> Result<(RunEnd, usize), String> {
     let state = &services.state;
     let config = &services.config;
     let session_key = session.as_string();
@@ -325,7 +330,7 @@ async fn drive(
         limits,
         tool_context,
         cancel: cancel.clone(),
-        steering: Some(std::mem::replace(steer, mpsc::unbounded_channel().1)),
+        steering: Some(steer),
     };
     let output =
         crate::agent::run(setup, crate::agent::RunInput { system_prompt: system, history, prompt: prompt.clone() })
@@ -335,7 +340,7 @@ async fn drive(
     let shutting_down = services.shutdown.is_cancelled();
     if record.outcome == crate::agent::RunOutcome::Cancelled && shutting_down {
         // Left `running`: the next start resumes it from the same request.
-        return Ok(RunEnd::Cancelled);
+        return Ok((RunEnd::Cancelled, record.steering_inputs as usize));
     }
     if let Ok(messages) = serde_json::to_value(&output.conversation)
         && let Err(error) = state.save_session(&session_key, &messages).await
@@ -388,7 +393,7 @@ async fn drive(
         tracing::error!(%error, "cannot record the end of the run");
     }
     tracing::info!(outcome = ?record.outcome, turns = record.turns, tool_calls = record.tool_calls, tokens = total, "run ended");
-    Ok(end)
+    Ok((end, record.steering_inputs as usize))
 }
 
 /// The one comment a failed run leaves: what happened and what to do. Never a stack trace.
