@@ -120,10 +120,23 @@ pub enum ToolsCommand {
 /// The exit code of bad usage: unparsable arguments, a config that does not load, no token.
 const EXIT_USAGE: u8 = 2;
 
+/// Log targets capped below the level at which they print request headers (found by
+/// `tests/access.rs`, which runs the binary at `RUST_LOG=trace` and greps for tokens).
+const SECRET_LOGGING_TARGETS: [&str; 2] =
+    ["tungstenite::handshake::client=debug", "tungstenite::handshake::server=debug"];
+
 /// Sets up tracing on stderr (stdout is kept for command output and, later, MCP over stdio).
 pub fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Libraries that log whole HTTP requests, headers and all, at trace: the bearer token would
+    // be in the log. Capped here, whatever RUST_LOG says: these are the exact targets, so the
+    // directive replaces any the user gave for them and wins over `trace` or `tungstenite=trace`.
+    for directive in SECRET_LOGGING_TARGETS {
+        if let Ok(directive) = directive.parse() {
+            filter = filter.add_directive(directive);
+        }
+    }
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),

@@ -262,24 +262,35 @@ fn broken(path: &Path, error: &minijinja::Error) -> PromptError {
 /// the end), zero-width and bidirectional control characters and other invisible controls
 /// (newlines and tabs stay), and caps the length at `max_chars` with a note of what was cut.
 pub fn clean_text(text: &str, max_chars: usize) -> String {
-    let mut without_comments = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(start) = rest.find("<!--") {
-        without_comments.push_str(&rest[..start]);
-        match rest[start + 4..].find("-->") {
-            Some(end) => rest = &rest[start + 4 + end + 3..],
-            None => rest = "",
-        }
-    }
-    without_comments.push_str(rest);
-
-    let visible: String = without_comments.chars().filter(|c| !is_invisible(*c)).collect();
+    // Invisible characters go first, so none can split a comment opener (`<!\u{200B}--`) and
+    // have it reassembled afterwards (found by the fuzz tests).
+    let without_invisible: String = text.chars().filter(|c| !is_invisible(*c)).collect();
+    let visible = remove_html_comments(&without_invisible);
     let total = visible.chars().count();
     if total <= max_chars {
         return visible;
     }
     let kept: String = visible.chars().take(max_chars).collect();
     format!("{kept}… [cut: {} more characters]", total - max_chars)
+}
+
+/// Removes `<!-- ... -->` (an unterminated comment runs to the end). The output is checked as
+/// it grows, so text around a removed comment cannot join into a new opener (`<<!---->!--`).
+fn remove_html_comments(text: &str) -> String {
+    let mut output = String::with_capacity(text.len());
+    let mut index = 0;
+    while let Some(c) = text[index..].chars().next() {
+        output.push(c);
+        index += c.len_utf8();
+        if output.ends_with("<!--") {
+            output.truncate(output.len() - 4);
+            match text[index..].find("-->") {
+                Some(end) => index += end + 3,
+                None => break,
+            }
+        }
+    }
+    output
 }
 
 /// Characters that render as nothing or reorder text: they can hide instructions from a human
@@ -313,6 +324,9 @@ mod tests {
             ("tab\tnew\nline\u{0007}", "tab\tnew\nline"),
             ("tag\u{E0041}\u{E0042}s", "tags"),
             ("<!--a--><!--b-->c", "c"),
+            ("<\u{200B}!-- hidden -->x", "x"),
+            ("<<!---->!-- hidden -->x", "x"),
+            ("<!--<!-- a -->-->", "-->"),
         ];
         for (input, expected) in cases {
             assert_eq!(clean_text(input, 100), expected, "input {input:?}");

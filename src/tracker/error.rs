@@ -24,7 +24,9 @@ pub enum TrackerError {
     /// 429: slow down; `retry_after` is the server's `Retry-After`.
     #[error("rate limited by the tracker: {message}")]
     RateLimited { retry_after: Option<Duration>, message: String },
-    /// 5xx: the tracker failed. 502/503/504 are retried, 500 is not.
+    /// 5xx: the tracker failed. 500, 502, 503 and 504 are retried: every request this client
+    /// sends is safe to repeat (reads, PATCH/PUT of values, POSTs with an `Idempotency-Key`), and
+    /// a tracker that fails once for a moment must not fail a whole run (found by the soak).
     #[error("tracker error {status}: {message}")]
     Server { status: u16, retry_after: Option<Duration>, message: String },
     /// The request did not complete: connection refused or reset, timeout.
@@ -56,8 +58,10 @@ impl Retryable for TrackerError {
         match self {
             TrackerError::RateLimited { retry_after: Some(wait), .. } => RetryDecision::RetryAfter(*wait),
             TrackerError::RateLimited { retry_after: None, .. } => RetryDecision::Retry,
-            TrackerError::Server { status: 502..=504, retry_after: Some(wait), .. } => RetryDecision::RetryAfter(*wait),
-            TrackerError::Server { status: 502..=504, retry_after: None, .. } => RetryDecision::Retry,
+            TrackerError::Server { status: 500 | 502..=504, retry_after: Some(wait), .. } => {
+                RetryDecision::RetryAfter(*wait)
+            }
+            TrackerError::Server { status: 500 | 502..=504, retry_after: None, .. } => RetryDecision::Retry,
             TrackerError::Transport { .. } => RetryDecision::Retry,
             TrackerError::Server { .. }
             | TrackerError::NotFound { .. }

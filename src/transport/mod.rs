@@ -206,8 +206,11 @@ async fn run(
                     return Ok(());
                 }
                 let connected_at = Instant::now();
-                let end = session(socket, &options, &resume, &sender, &cancel).await;
-                if connected_at.elapsed() >= options.stable_after {
+                let mut delivered_events = false;
+                let end = session(socket, &options, &resume, &sender, &cancel, &mut delivered_events).await;
+                // A connection that passed events on made progress: a link that keeps dropping
+                // while it delivers (a lossy proxy) must not back off towards `max_backoff`.
+                if delivered_events || connected_at.elapsed() >= options.stable_after {
                     failed_attempts = 0;
                 }
                 match end {
@@ -311,6 +314,7 @@ async fn session(
     resume: &impl ResumePosition,
     sender: &mpsc::Sender<StreamItem>,
     cancel: &CancellationToken,
+    delivered_events: &mut bool,
 ) -> SessionEnd {
     let (mut outgoing, mut incoming) = socket.split();
     let after_seq = match resume.last_processed_seq().await {
@@ -331,6 +335,12 @@ async fn session(
     let mut pings = tokio::time::interval_at(Instant::now() + interval, interval);
     pings.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut last_heard = Instant::now();
+    // The contract numbers a member's events one by one with no gap, and replays from
+    // `after_seq + 1`: the seq due next. An event past it means one went missing on the way
+    // (dropped or reordered by something between us and the tracker); the link is recycled
+    // before that event is passed on, so the resume asks again from the last one processed. A
+    // seq below it (a repeat) is passed on; the router drops repeats by event id.
+    let mut next_seq = after_seq.saturating_add(1);
 
     let end = loop {
         tokio::select! {
@@ -346,6 +356,16 @@ async fn session(
                 };
                 match message {
                     Message::Text(text) => {
+                        if let Some(seq) = event_seq(text.as_str()) {
+                            if seq > next_seq {
+                                break SessionEnd::Lost(format!(
+                                    "event seq {seq} arrived where {next_seq} was due: a frame went missing; resuming"
+                                ));
+                            }
+                            if seq == next_seq {
+                                next_seq += 1;
+                            }
+                        }
                         if let Some(item) = parse_frame(text.as_str()) {
                             if let StreamItem::Status(LinkStatus::CaughtUp { last_seq }) = &item
                                 && *last_seq < after_seq
@@ -358,9 +378,11 @@ async fn session(
                                     "the tracker's event log ends before the last processed seq: was the tracker reset?"
                                 );
                             }
+                            let is_event = matches!(item, StreamItem::Event { .. });
                             if let Err(end) = deliver(sender, item, cancel).await {
                                 break end;
                             }
+                            *delivered_events |= is_event;
                             // Time spent waiting for room in the channel is not the server's silence.
                             last_heard = Instant::now();
                         }
@@ -410,6 +432,20 @@ fn describe_read_error(error: &tungstenite::Error, max_frame_bytes: usize) -> St
             format!("refused a frame over the {max_frame_bytes}-byte limit ({detail}); reconnecting")
         }
         other => format!("read failed: {other}"),
+    }
+}
+
+/// The `seq` of an event frame (known event or not); `None` for control frames and junk.
+fn event_seq(text: &str) -> Option<u64> {
+    #[derive(serde::Deserialize)]
+    struct Numbered {
+        seq: u64,
+        #[serde(rename = "type")]
+        control: Option<serde::de::IgnoredAny>,
+    }
+    match serde_json::from_str::<Numbered>(text) {
+        Ok(Numbered { seq, control: None }) => Some(seq),
+        _ => None,
     }
 }
 

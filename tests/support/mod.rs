@@ -3,6 +3,7 @@
 // Each test binary uses a different part of this module.
 #![allow(dead_code)]
 
+pub mod fault_harness;
 pub mod fault_proxy;
 
 use std::path::{Path, PathBuf};

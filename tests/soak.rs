@@ -1,0 +1,455 @@
+//! The soak: 100 tasks and 300 mentions from two humans while the fault harness drops, delays,
+//! duplicates and reorders the agent's event frames, fails and resets its REST calls, and the
+//! board and the agent (`picogent run`, a child process) are each killed and restarted. Checked
+//! afterwards from the board's database file and the agent's state database: every task worked
+//! exactly once, every mention answered exactly once, no duplicate comment, no event lost.
+
+mod support;
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use picogent::secret::Secret;
+use picogent::tracker::TrackerClient;
+use picogent::tracker::model::{CreateTask, SendMessage};
+use serde_json::json;
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
+use support::fault_harness::{AgentProcess, FaultHarness, FaultKind, FaultRates, RestartableBoard};
+
+const TASKS: usize = 100;
+const MENTIONS: usize = 300;
+/// How long the humans take to send everything.
+const SENDING: Duration = Duration::from_secs(60);
+/// The whole scenario must be over by then.
+const DEADLINE: Duration = Duration::from_secs(270);
+
+fn rates() -> FaultRates {
+    FaultRates {
+        http_500: 0.02,
+        http_503: 0.015,
+        http_429: 0.01,
+        retry_after_secs: 1,
+        timeout: 0.01,
+        timeout_hold: Duration::from_millis(2500),
+        reset_before_board: 0.015,
+        reset_after_board: 0.015,
+        ws_drop: 0.01,
+        ws_delay: 0.05,
+        ws_max_delay: Duration::from_millis(150),
+        ws_duplicate: 0.03,
+        ws_reorder: 0.03,
+        ..FaultRates::none(0x5eed_0009)
+    }
+}
+
+fn human(board_url: &str, token: &str) -> TrackerClient {
+    let config: picogent::config::TrackerConfig = serde_json::from_value(json!({
+        "url": board_url, "timeout_ms": 5000,
+        "retry": {"max_attempts": 10, "initial_delay_ms": 50, "max_delay_ms": 500, "max_elapsed_ms": 8000, "jitter": true}
+    }))
+    .unwrap();
+    TrackerClient::new(&config, Secret::new(token)).unwrap()
+}
+
+fn agent_config(dir: &Path, tracker_url: &str, model_url: &str, http_listen: std::net::SocketAddr) -> PathBuf {
+    let config = json!({
+        "slug": "picogent",
+        "name": "picogent",
+        "tracker": {"url": tracker_url, "timeout_ms": 1500,
+                    "retry": {"max_attempts": 12, "initial_delay_ms": 20, "max_delay_ms": 300, "max_elapsed_ms": 20000, "jitter": true}},
+        "llm": {"base_url": model_url, "model": "offline-planner", "timeout_ms": 20000,
+                "retry": {"max_attempts": 4, "initial_delay_ms": 20, "max_delay_ms": 200, "max_elapsed_ms": 5000, "jitter": true}},
+        "limits": {"max_concurrent_runs": 8, "max_turns": 20, "max_tool_calls": 40,
+                   "max_replies_per_thread_per_hour": 20, "shutdown_grace_ms": 2000},
+        "state": {"path": dir.join("picogent.db")},
+        "http": {"listen": http_listen.to_string()},
+        "prompts_dir": Path::new(env!("CARGO_MANIFEST_DIR")).join("prompts"),
+    });
+    let path = dir.join("agent.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
+    path
+}
+
+async fn open_read_only(path: &Path) -> SqlitePool {
+    let options = SqliteConnectOptions::new().filename(path).read_only(true);
+    SqlitePoolOptions::new().max_connections(1).connect_with(options).await.unwrap()
+}
+
+/// Sends one thing as a human, retrying with the same idempotency key until the board takes it,
+/// so a restart of the board neither loses nor doubles it.
+async fn send_until_taken<T, F, Fut>(what: &str, mut send: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, picogent::tracker::TrackerError>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match send().await {
+            Ok(value) => return value,
+            Err(error) => {
+                assert!(Instant::now() < deadline, "{what} never reached the board: {error}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+/// One human's share of the traffic: `tasks` tasks and `mentions` mentions, spread over
+/// [`SENDING`], interleaved.
+async fn human_traffic(client: TrackerClient, slug: &'static str, chat_id: String, tasks: usize, mentions: usize) {
+    let total = tasks + mentions;
+    let pause = SENDING / total as u32;
+    let started = Instant::now();
+    for n in 0..total {
+        // Tasks spread evenly among the mentions: exactly `tasks` of the items are tasks.
+        let is_task = n * tasks / total != (n + 1) * tasks / total;
+        let key = format!("soak-{slug}-{n}");
+        if is_task {
+            let steps = 1 + n % 3;
+            let description = (1..=steps).map(|s| format!("- step {s} of {slug} {n}")).collect::<Vec<_>>().join("\n");
+            let body = CreateTask {
+                project_slug: "team".into(),
+                title: format!("Soak task {slug} {n}"),
+                description: Some(description),
+                assignee_slug: Some("picogent".into()),
+                ..CreateTask::default()
+            };
+            send_until_taken(&key, || client.create_task(&body, Some(&key))).await;
+        } else {
+            let body = SendMessage {
+                content: format!("@picogent question {n} from {slug}: how many tasks are open?"),
+                chat_id: Some(chat_id.clone()),
+                ..SendMessage::default()
+            };
+            send_until_taken(&key, || client.send_message(&body, Some(&key))).await;
+        }
+        let next = started + pause * (n as u32 + 1);
+        tokio::time::sleep_until(next.into()).await;
+    }
+}
+
+#[derive(Debug, Default)]
+struct Outcome {
+    tasks: i64,
+    tasks_done: i64,
+    mentions: i64,
+    mentions_answered: i64,
+}
+
+impl Outcome {
+    fn finished(&self) -> bool {
+        self.tasks == TASKS as i64
+            && self.tasks_done == TASKS as i64
+            && self.mentions == MENTIONS as i64
+            && self.mentions_answered == MENTIONS as i64
+    }
+}
+
+async fn outcome(board: &SqlitePool) -> Outcome {
+    let tasks: i64 = sqlx::query_scalar("SELECT count(*) FROM tasks WHERE title LIKE 'Soak task %'")
+        .fetch_one(board)
+        .await
+        .unwrap_or(0);
+    // Done: in review, every step ticked, and a summary comment written.
+    let tasks_done: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM tasks t WHERE t.title LIKE 'Soak task %' AND t.status = 'in_review'
+           AND NOT EXISTS (SELECT 1 FROM steps s WHERE s.task_id = t.id AND s.done = 0)
+           AND EXISTS (SELECT 1 FROM messages m WHERE m.task_id = t.id AND m.author_slug = 'picogent')",
+    )
+    .fetch_one(board)
+    .await
+    .unwrap_or(0);
+    let mentions: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM messages WHERE author_slug IN ('alice', 'bob') AND content LIKE '@picogent question %'",
+    )
+    .fetch_one(board)
+    .await
+    .unwrap_or(0);
+    let mentions_answered: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM messages q WHERE q.author_slug IN ('alice', 'bob') AND q.content LIKE '@picogent question %'
+           AND EXISTS (SELECT 1 FROM messages r WHERE r.parent_id = q.id AND r.author_slug = 'picogent')",
+    )
+    .fetch_one(board)
+    .await
+    .unwrap_or(0);
+    Outcome { tasks, tasks_done, mentions, mentions_answered }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn soak_under_faults_loses_nothing_and_repeats_nothing() {
+    let started = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    println!("soak: working in {}", dir.path().display());
+    let board_db = dir.path().join("board.db");
+    let mut board = RestartableBoard::start(&board_db, &support::seed_path()).await;
+    let harness = FaultHarness::start(board.addr, rates()).await;
+    let model = picogent::offline_model::start(picogent::offline_model::OfflineModelOptions::planner()).await.unwrap();
+    // A fixed port for the agent's HTTP listener, so the test can ask `/readyz` after restarts.
+    let http_listen = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let config = agent_config(dir.path(), &harness.url(), &model.url(), http_listen);
+    let log = dir.path().join("agent.log");
+    let mut agent = AgentProcess::start(&config, "tok-picogent", &log);
+
+    let alice = human(&board.url(), "tok-alice");
+    let bob = human(&board.url(), "tok-bob");
+    let chat_id = alice.get_project("team").await.unwrap().chat_id;
+    let senders = [
+        tokio::spawn(human_traffic(alice, "alice", chat_id.clone(), TASKS / 2, MENTIONS / 2)),
+        tokio::spawn(human_traffic(bob, "bob", chat_id, TASKS - TASKS / 2, MENTIONS - MENTIONS / 2)),
+    ];
+
+    // The restarts, spread over the sending: board, agent, board, agent, board.
+    let board_pool = Arc::new(open_read_only(&board_db).await);
+    for (at, which) in [(8, "board"), (18, "agent"), (30, "board"), (42, "agent"), (52, "board"), (75, "agent")] {
+        tokio::time::sleep_until((started + Duration::from_secs(at)).into()).await;
+        match which {
+            "board" => board.restart(Duration::from_millis(400)).await,
+            _ => agent.restart(),
+        }
+    }
+    for sender in senders {
+        sender.await.unwrap();
+    }
+
+    let state_db = dir.path().join("picogent.db");
+    loop {
+        let now = outcome(&board_pool).await;
+        if now.finished() {
+            break;
+        }
+        assert!(agent.is_running(), "the agent exited; its log: {}", std::fs::read_to_string(&log).unwrap_or_default());
+        if started.elapsed() > DEADLINE {
+            let _ = dir.keep();
+            panic!("work not finished in time: {now:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // Caught up: every event the board logged for the agent was processed, and no run is open.
+    let state_pool = open_read_only(&state_db).await;
+    loop {
+        let board_last: i64 =
+            sqlx::query_scalar("SELECT coalesce(max(seq), 0) FROM events WHERE member_slug = 'picogent'")
+                .fetch_one(&*board_pool)
+                .await
+                .unwrap();
+        let agent_last: i64 =
+            sqlx::query_scalar("SELECT last_seq FROM stream_position").fetch_one(&state_pool).await.unwrap();
+        let running: i64 = sqlx::query_scalar("SELECT count(*) FROM runs WHERE status = 'running'")
+            .fetch_one(&state_pool)
+            .await
+            .unwrap();
+        if agent_last >= board_last && running == 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "agent not caught up: board seq {board_last}, agent {agent_last}, {running} running"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Up and caught up (its signal handler installed) before it is asked to stop.
+    let readyz = format!("http://{http_listen}/readyz");
+    loop {
+        let ready = reqwest::get(&readyz).await.is_ok_and(|response| response.status().is_success());
+        if ready {
+            break;
+        }
+        assert!(started.elapsed() < DEADLINE, "the agent never reported ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let exit = agent.terminate();
+    if !exit.is_some_and(|status| status.success()) {
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(20).collect();
+        panic!("the agent did not stop gracefully ({exit:?}); its last log lines, newest first:\n{}", tail.join("\n"));
+    }
+    let elapsed = started.elapsed();
+    let faults = harness.counts();
+    let (rest_calls, frames) = harness.traffic();
+    let report = check(&board_pool, &state_pool).await;
+
+    println!("soak: {TASKS} tasks, {MENTIONS} mentions in {:.1} s", elapsed.as_secs_f64());
+    println!("soak: traffic through the harness: {rest_calls} REST calls, {frames} event frames");
+    for (kind, count) in &faults {
+        println!("soak: injected {kind:?}: {count}");
+    }
+    println!("soak: restarts: board {}, agent {}", board.restarts, agent.restarts);
+    println!(
+        "soak: events for the agent {}, processed {}, runs {} (completed {}), tasks worked {}, mentions answered {}",
+        report.events,
+        report.processed,
+        report.runs,
+        report.completed_runs,
+        report.tasks_worked,
+        report.mentions_answered
+    );
+    println!("soak: duplicates = {}, losses = {}", report.duplicates.len(), report.losses.len());
+
+    assert!(report.duplicates.is_empty(), "duplicates: {:#?}", report.duplicates);
+    assert!(report.losses.is_empty(), "losses: {:#?}", report.losses);
+    assert_eq!(report.tasks_worked, TASKS as i64);
+    assert_eq!(report.mentions_answered, MENTIONS as i64);
+    assert!(board.restarts >= 2 && agent.restarts >= 2);
+    let kinds = [
+        FaultKind::Http500,
+        FaultKind::Http503,
+        FaultKind::Http429,
+        FaultKind::Timeout,
+        FaultKind::ResetBeforeBoard,
+        FaultKind::ResetAfterBoard,
+        FaultKind::WsDrop,
+        FaultKind::WsDelay,
+        FaultKind::WsDuplicate,
+        FaultKind::WsReorder,
+    ];
+    for kind in kinds {
+        assert!(faults.get(&kind).copied().unwrap_or(0) >= 2, "{kind:?} happened too rarely: {faults:?}");
+    }
+    drop(harness);
+    model.shutdown().await;
+    board.shutdown().await;
+}
+
+#[derive(Debug, Default)]
+struct Report {
+    events: i64,
+    processed: i64,
+    runs: i64,
+    completed_runs: i64,
+    tasks_worked: i64,
+    mentions_answered: i64,
+    duplicates: Vec<String>,
+    losses: Vec<String>,
+}
+
+async fn check(board: &SqlitePool, state: &SqlitePool) -> Report {
+    let mut report = Report::default();
+    // Each human item reached the board exactly once.
+    let human_items: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT title, count(*) FROM tasks WHERE title LIKE 'Soak task %' GROUP BY title
+         UNION ALL
+         SELECT content, count(*) FROM messages WHERE author_slug IN ('alice', 'bob') GROUP BY content",
+    )
+    .fetch_all(board)
+    .await
+    .unwrap();
+    for (what, count) in &human_items {
+        if *count != 1 {
+            report.duplicates.push(format!("{count} × human item {what:?}"));
+        }
+    }
+
+    // Tasks: in review, each step once and ticked, exactly one comment from the agent.
+    let tasks: Vec<(String, String, String, String)> = sqlx::query_as(
+        "SELECT id, key, status, coalesce(description, '') FROM tasks WHERE title LIKE 'Soak task %' ORDER BY row",
+    )
+    .fetch_all(board)
+    .await
+    .unwrap();
+    if tasks.len() != TASKS {
+        report.losses.push(format!("{} soak tasks on the board, expected {TASKS}", tasks.len()));
+    }
+    for (id, key, status, description) in &tasks {
+        let steps: Vec<(String, bool)> =
+            sqlx::query_as("SELECT title, done FROM steps WHERE task_id = ? ORDER BY position")
+                .bind(id)
+                .fetch_all(board)
+                .await
+                .unwrap();
+        let expected: Vec<String> = description.lines().map(|line| line.trim_start_matches("- ").to_string()).collect();
+        let titles: Vec<String> = steps.iter().map(|(title, _)| title.clone()).collect();
+        let comments: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM messages WHERE task_id = ? AND author_slug = 'picogent'")
+                .bind(id)
+                .fetch_one(board)
+                .await
+                .unwrap();
+        if titles.len() > expected.len() || comments > 1 {
+            report.duplicates.push(format!("{key}: steps {titles:?}, {comments} agent comments"));
+        } else if status != "in_review" || titles != expected || steps.iter().any(|(_, done)| !done) || comments != 1 {
+            report.losses.push(format!("{key}: {status}, steps {steps:?}, {comments} agent comments"));
+        } else {
+            report.tasks_worked += 1;
+        }
+    }
+
+    // Mentions: exactly one reply each.
+    let replies: Vec<(String, String, i64)> = sqlx::query_as(
+        "SELECT q.id, q.content, (SELECT count(*) FROM messages r WHERE r.parent_id = q.id AND r.author_slug = 'picogent')
+         FROM messages q WHERE q.author_slug IN ('alice', 'bob') AND q.content LIKE '@picogent question %'",
+    )
+    .fetch_all(board)
+    .await
+    .unwrap();
+    if replies.len() != MENTIONS {
+        report.losses.push(format!("{} mentions on the board, expected {MENTIONS}", replies.len()));
+    }
+    for (_, content, count) in &replies {
+        match count {
+            1 => report.mentions_answered += 1,
+            0 => report.losses.push(format!("unanswered: {content:?}")),
+            n => report.duplicates.push(format!("{n} replies to {content:?}")),
+        }
+    }
+
+    // No duplicate comments at all: no two agent messages with the same place and text.
+    let repeated: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT content, count(*) FROM messages WHERE author_slug = 'picogent'
+         GROUP BY coalesce(task_id, ''), coalesce(parent_id, ''), coalesce(chat_id, ''), content HAVING count(*) > 1",
+    )
+    .fetch_all(board)
+    .await
+    .unwrap();
+    for (content, count) in repeated {
+        report.duplicates.push(format!("{count} × agent message {content:?}"));
+    }
+    let agent_messages: i64 = sqlx::query_scalar("SELECT count(*) FROM messages WHERE author_slug = 'picogent'")
+        .fetch_one(board)
+        .await
+        .unwrap();
+    let expected_messages = (TASKS + MENTIONS) as i64;
+    if agent_messages > expected_messages {
+        report.duplicates.push(format!("{agent_messages} agent messages, expected {expected_messages}"));
+    }
+
+    // Events: every event the board logged for the agent was processed by it.
+    let board_events: Vec<(String, i64, String)> =
+        sqlx::query_as("SELECT id, seq, event FROM events WHERE member_slug = 'picogent' ORDER BY seq")
+            .fetch_all(board)
+            .await
+            .unwrap();
+    let processed: HashSet<String> =
+        sqlx::query_scalar("SELECT id FROM processed_events").fetch_all(state).await.unwrap().into_iter().collect();
+    report.events = board_events.len() as i64;
+    report.processed = processed.len() as i64;
+    for (id, seq, name) in &board_events {
+        if !processed.contains(id) {
+            report.losses.push(format!("event {seq} {name} ({id}) never processed"));
+        }
+    }
+
+    // Runs: one per task and one per mention, each completed once.
+    let runs: Vec<(String, String)> =
+        sqlx::query_as("SELECT session_key, status FROM runs").fetch_all(state).await.unwrap();
+    report.runs = runs.len() as i64;
+    let mut by_session: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (session, status) in runs {
+        if status == "completed" {
+            report.completed_runs += 1;
+        }
+        by_session.entry(session).or_default().push(status);
+    }
+    for (session, statuses) in &by_session {
+        if statuses.len() != 1 {
+            report.duplicates.push(format!("{} runs for {session}: {statuses:?}", statuses.len()));
+        } else if statuses[0] != "completed" {
+            report.losses.push(format!("run for {session} ended {}", statuses[0]));
+        }
+    }
+    if by_session.len() != TASKS + MENTIONS {
+        report.losses.push(format!("{} sessions with runs, expected {}", by_session.len(), TASKS + MENTIONS));
+    }
+    report
+}
