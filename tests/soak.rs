@@ -18,6 +18,15 @@ use serde_json::json;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 use support::fault_harness::{AgentProcess, FaultHarness, FaultKind, FaultRates, RestartableBoard};
 
+/// Writes a line of the soak's report straight to the process's stderr: the test harness captures
+/// `println!` of passing tests, and the counts must show in CI's log.
+macro_rules! report_line {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 const TASKS: usize = 100;
 const MENTIONS: usize = 300;
 /// How long the humans take to send everything.
@@ -181,7 +190,7 @@ async fn outcome(board: &SqlitePool) -> Outcome {
 async fn soak_under_faults_loses_nothing_and_repeats_nothing() {
     let started = Instant::now();
     let dir = tempfile::tempdir().unwrap();
-    println!("soak: working in {}", dir.path().display());
+    report_line!("soak: working in {}", dir.path().display());
     let board_db = dir.path().join("board.db");
     let mut board = RestartableBoard::start(&board_db, &support::seed_path()).await;
     let harness = FaultHarness::start(board.addr, rates()).await;
@@ -270,13 +279,13 @@ async fn soak_under_faults_loses_nothing_and_repeats_nothing() {
     let (rest_calls, frames) = harness.traffic();
     let report = check(&board_pool, &state_pool).await;
 
-    println!("soak: {TASKS} tasks, {MENTIONS} mentions in {:.1} s", elapsed.as_secs_f64());
-    println!("soak: traffic through the harness: {rest_calls} REST calls, {frames} event frames");
+    report_line!("soak: {TASKS} tasks, {MENTIONS} mentions in {:.1} s", elapsed.as_secs_f64());
+    report_line!("soak: traffic through the harness: {rest_calls} REST calls, {frames} event frames");
     for (kind, count) in &faults {
-        println!("soak: injected {kind:?}: {count}");
+        report_line!("soak: injected {kind:?}: {count}");
     }
-    println!("soak: restarts: board {}, agent {}", board.restarts, agent.restarts);
-    println!(
+    report_line!("soak: restarts: board {}, agent {}", board.restarts, agent.restarts);
+    report_line!(
         "soak: events for the agent {}, processed {}, runs {} (completed {}), tasks worked {}, mentions answered {}",
         report.events,
         report.processed,
@@ -285,7 +294,7 @@ async fn soak_under_faults_loses_nothing_and_repeats_nothing() {
         report.tasks_worked,
         report.mentions_answered
     );
-    println!("soak: duplicates = {}, losses = {}", report.duplicates.len(), report.losses.len());
+    report_line!("soak: duplicates = {}, losses = {}", report.duplicates.len(), report.losses.len());
 
     assert!(report.duplicates.is_empty(), "duplicates: {:#?}", report.duplicates);
     assert!(report.losses.is_empty(), "losses: {:#?}", report.losses);
