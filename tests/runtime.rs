@@ -63,6 +63,19 @@ fn merge(target: &mut Value, extra: Value) {
     }
 }
 
+/// `picogent run --config <path>` as a child process, quiet, as the agent member.
+fn spawn_agent_process(config_path: &Path) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
+        .args(["run", "--config"])
+        .arg(config_path)
+        .env("TEAMBOARD_TOKEN", "tok-picogent")
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 fn fast_stream() -> StreamOptions {
     StreamOptions {
         heartbeat_interval: Duration::from_millis(300),
@@ -156,6 +169,15 @@ async fn thread(alice: &TrackerClient, root: &str) -> Vec<MessageOut> {
 
 async fn chat_id(alice: &TrackerClient) -> String {
     alice.get_project("team").await.unwrap().chat_id
+}
+
+async fn comment(who: &TrackerClient, task_id: &str, text: &str) -> MessageOut {
+    who.send_message(
+        &SendMessage { content: text.into(), task_id: Some(task_id.into()), ..SendMessage::default() },
+        None,
+    )
+    .await
+    .unwrap()
 }
 
 async fn say(who: &TrackerClient, chat: &str, text: &str) -> MessageOut {
@@ -371,17 +393,7 @@ async fn killed_agent_resumes_its_run_without_repeating_comments() {
     let config = agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({}));
     let config_path = dir.path().join("agent.json");
     std::fs::write(&config_path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
-    let spawn = || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
-            .args(["run", "--config"])
-            .arg(&config_path)
-            .env("TEAMBOARD_TOKEN", "tok-picogent")
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap()
-    };
+    let spawn = || spawn_agent_process(&config_path);
     let mut process = spawn();
     let alice = client(&board, "tok-alice");
     // The agent is up when its HTTP listener... it binds port 0, so wait for the task to move.
@@ -429,17 +441,7 @@ async fn a_comment_during_a_run_steers_it() {
 
     let task = create_assigned(&alice, "Steer me", "- x\n- y").await;
     eventually(Duration::from_secs(10), "run started", || async { (model.request_count() >= 1).then_some(()) }).await;
-    alice
-        .send_message(
-            &SendMessage {
-                content: "@picogent also mention the changelog".into(),
-                task_id: Some(task.id.clone()),
-                ..SendMessage::default()
-            },
-            None,
-        )
-        .await
-        .unwrap();
+    comment(&alice, &task.id, "@picogent also mention the changelog").await;
     wait_status(&alice, &task.id, TaskStatus::InReview).await;
     wait_idle(&agent).await;
     let runs = runs_for(&agent, &format!("task:{}", task.id)).await;
@@ -471,17 +473,7 @@ async fn unassigning_and_stop_cancel_runs_and_say_so_once() {
         .update_task(&unassigned.id, &UpdateTask { assignee_slug: Some(None), ..UpdateTask::default() })
         .await
         .unwrap();
-    alice
-        .send_message(
-            &SendMessage {
-                content: "@picogent stop".into(),
-                task_id: Some(stopped.id.clone()),
-                ..SendMessage::default()
-            },
-            None,
-        )
-        .await
-        .unwrap();
+    comment(&alice, &stopped.id, "@picogent stop").await;
     wait_idle(&agent).await;
     for task in [&unassigned, &stopped] {
         let runs = runs_for(&agent, &format!("task:{}", task.id)).await;
@@ -821,15 +813,7 @@ async fn sigterm_lets_the_running_run_finish_then_exits_zero() {
     let config = agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({}));
     let config_path = dir.path().join("agent.json");
     std::fs::write(&config_path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
-    let mut process = std::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
-        .args(["run", "--config"])
-        .arg(&config_path)
-        .env("TEAMBOARD_TOKEN", "tok-picogent")
-        .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut process = spawn_agent_process(&config_path);
     let alice = client(&board, "tok-alice");
     let task = create_assigned(&alice, "Finish before leaving", "- one\n- two").await;
     eventually(Duration::from_secs(20), "the run started", || async { (model.request_count() >= 2).then_some(()) })
