@@ -123,7 +123,7 @@ const EXIT_USAGE: u8 = 2;
 /// Log targets capped below the level at which they print request headers (found by
 /// `tests/access.rs`, which runs the binary at `RUST_LOG=trace` and greps for tokens).
 const SECRET_LOGGING_TARGETS: [&str; 2] =
-    ["tungstenite::handshake::client=debug", "tungstenite::handshake::server=debug"];
+    ["tungstenite::handshake::client=info", "tungstenite::handshake::server=info"];
 
 /// Sets up tracing on stderr (stdout is kept for command output and, later, MCP over stdio).
 pub fn init_logging(format: LogFormat) {
