@@ -46,7 +46,7 @@ pub async fn start(prompts_dir: Option<PathBuf>) -> anyhow::Result<Demo> {
     let dir = tempfile::tempdir().context("cannot make a temporary folder")?;
     let seed_path = dir.path().join("board-seed.json");
     std::fs::write(&seed_path, SEED).context("cannot write the demo seed")?;
-    let any_port: SocketAddr = "127.0.0.1:0".parse().expect("a literal address");
+    let any_port = SocketAddr::from(([127, 0, 0, 1], 0));
     let board = crate::board::start(crate::board::BoardOptions {
         listen: any_port,
         db: dir.path().join("board.db"),

@@ -13,6 +13,9 @@
 //! Overrides: `MCP_SERVER_TIME`, `MCP_SERVER_GIT` (the executables), `MCP_SERVER_EVERYTHING` (its
 //! `dist/index.js`), `NODE` (the node binary).
 
+#[path = "support/interop.rs"]
+mod interop;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -46,6 +49,7 @@ fn root() -> PathBuf {
 
 /// The path in `var`, or `default`; it must exist.
 fn required(var: &str, default: PathBuf) -> PathBuf {
+    interop::ensure_installed();
     let path = std::env::var_os(var).map(PathBuf::from).unwrap_or(default);
     assert!(path.exists(), "{} not found (set {var} or install: {INSTALL})", path.display());
     path

@@ -5,6 +5,9 @@
 //! The external clients are found through environment variables, with defaults under `.interop/`
 //! (see `docs/mcp-server.md`); a missing one fails the test with the command that installs it.
 
+#[path = "support/interop.rs"]
+mod interop;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -44,6 +47,7 @@ fn manifest_dir() -> &'static Path {
 
 /// The Python with the MCP SDK: `MCP_INTEROP_PYTHON`, default `.interop/venv/bin/python`.
 fn python() -> PathBuf {
+    interop::ensure_installed();
     let path = std::env::var_os("MCP_INTEROP_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|| manifest_dir().join(".interop/venv/bin/python"));
@@ -58,6 +62,7 @@ fn python() -> PathBuf {
 
 /// The MCP Inspector: `MCP_INTEROP_INSPECTOR`, default `.interop/node_modules/.bin/mcp-inspector`.
 fn inspector() -> PathBuf {
+    interop::ensure_installed();
     let path = std::env::var_os("MCP_INTEROP_INSPECTOR")
         .map(PathBuf::from)
         .unwrap_or_else(|| manifest_dir().join(".interop/node_modules/.bin/mcp-inspector"));

@@ -1,6 +1,9 @@
 //! End-to-end tests of the long-lived agent over real sockets: the reference board, the offline
 //! model endpoint and the agent, all on 127.0.0.1:0.
 
+#[path = "support/interop.rs"]
+mod interop;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -683,6 +686,7 @@ async fn a_running_agent_is_driven_over_mcp() {
 
 /// The MCP server-everything script installed by `tests/interop/install.sh`.
 fn everything_script() -> String {
+    interop::ensure_installed();
     let default = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/interop/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     let path = std::env::var("MCP_SERVER_EVERYTHING").map(PathBuf::from).unwrap_or(default);
