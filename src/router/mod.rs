@@ -248,7 +248,11 @@ impl Router {
         }
         match Event::from_envelope(&envelope) {
             Ok(Event::TaskAssigned(data)) => {
-                if filter::works_assignment(&data.task, &self.config.slug, self.config.task_listen) {
+                if self.assignment_already_worked(&data.task, &envelope.ts).await {
+                    // Reconciliation saw this assignment first (its event was slow to arrive) and
+                    // started a run for it after it happened: that run covers it.
+                    self.metrics.event(&envelope.event, "already_worked");
+                } else if filter::works_assignment(&data.task, &self.config.slug, self.config.task_listen) {
                     self.metrics.event(&envelope.event, "run");
                     self.on_assignment(data.task, data.assigned_by, "event").await;
                 } else {
@@ -303,6 +307,14 @@ impl Router {
             claim: None,
         };
         self.start_or_queue(request).await;
+    }
+
+    async fn assignment_already_worked(&self, task: &TaskOut, event_ts: &str) -> bool {
+        let Ok(at) = time::OffsetDateTime::parse(event_ts, &time::format_description::well_known::Rfc3339) else {
+            return false;
+        };
+        let session = SessionKey::Task(task.id.clone()).as_string();
+        self.state.has_run_since(&session, at).await.unwrap_or(false)
     }
 
     async fn on_reconciled_task(&mut self, task: TaskOut) {

@@ -292,6 +292,19 @@ impl State {
         .await?;
         Ok(found.is_some())
     }
+
+    /// Whether a run of `session_key` started at or after `since`: such a run already covers
+    /// whatever happened at `since` (an assignment that reconciliation saw before its event came).
+    pub async fn has_run_since(&self, session_key: &str, since: OffsetDateTime) -> Result<bool, StateError> {
+        let since_ms = (since.unix_timestamp_nanos() / 1_000_000) as i64;
+        let found: Option<i64> =
+            sqlx::query_scalar("SELECT 1 FROM runs WHERE session_key = ? AND started_at_ms >= ? LIMIT 1")
+                .bind(session_key)
+                .bind(since_ms)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(found.is_some())
+    }
 }
 
 fn run_from_row(row: &SqliteRow) -> Result<RunRecord, StateError> {
