@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 
 use crate::config::Config;
+use crate::runtime::run::one_line;
 use crate::secret::Secret;
 use crate::tracker::TrackerClient;
 use crate::tracker::model::{CreateTask, MessageOut, MessageQuery, SendMessage, TaskOut, TaskStatus};
@@ -199,17 +200,12 @@ fn print_outcome(outcome: &Outcome) {
         println!("  [{}] {}", if step.done { "x" } else { " " }, step.title);
     }
     for comment in &outcome.comments {
-        println!("  comment @{}: {}", comment.author_slug, one_line(&comment.content));
+        println!("  comment @{}: {}", comment.author_slug, one_line(&comment.content, 160));
     }
     println!("chat     @alice: {}", outcome.question.content);
     for reply in &outcome.replies {
-        println!("  reply @{}: {}", reply.author_slug, one_line(&reply.content));
+        println!("  reply @{}: {}", reply.author_slug, one_line(&reply.content, 160));
     }
-}
-
-fn one_line(text: &str) -> String {
-    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() > 160 { format!("{}…", flat.chars().take(160).collect::<String>()) } else { flat }
 }
 
 pub async fn run_cli(keep: bool) -> anyhow::Result<ExitCode> {

@@ -24,30 +24,8 @@ use crate::tools::{Conversation, ToolContext, ToolSource};
 use crate::tracker::TrackerClient;
 use crate::tracker::model::{MemberKind, MessageQuery, SendMessage};
 
-/// `*` matches any run of characters, `?` one character; everything else matches itself.
-pub fn glob_match(pattern: &str, name: &str) -> bool {
-    let pattern: Vec<char> = pattern.chars().collect();
-    let name: Vec<char> = name.chars().collect();
-    let (mut p, mut n) = (0, 0);
-    let (mut star, mut star_n) = (None, 0);
-    while n < name.len() {
-        if p < pattern.len() && (pattern[p] == '?' || pattern[p] == name[n]) {
-            p += 1;
-            n += 1;
-        } else if p < pattern.len() && pattern[p] == '*' {
-            star = Some(p);
-            star_n = n;
-            p += 1;
-        } else if let Some(s) = star {
-            p = s + 1;
-            star_n += 1;
-            n = star_n;
-        } else {
-            return false;
-        }
-    }
-    pattern[p..].iter().all(|&c| c == '*')
-}
+/// The registry's glob matching (`*` any run, `?` one character): one matcher for every tool policy.
+pub use crate::tools::registry::glob_matches as glob_match;
 
 /// Allowed when `allowed` is empty or a pattern in it matches, and no pattern in `disallowed` does.
 pub fn allowed_by(allowed: &[String], disallowed: &[String], name: &str) -> bool {

@@ -448,7 +448,8 @@ pub fn timeline_lines(run: &crate::state::RunRecord) -> Vec<String> {
     lines
 }
 
-fn one_line(text: &str, max_chars: usize) -> String {
+/// `text` on one line, whitespace folded, cut at `max_chars` with an ellipsis.
+pub(crate) fn one_line(text: &str, max_chars: usize) -> String {
     let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
     if flat.chars().count() > max_chars {
         format!("{}…", flat.chars().take(max_chars).collect::<String>())
