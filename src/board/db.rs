@@ -174,12 +174,18 @@ pub struct TaskRow {
     pub created_by: String,
     pub created_at: String,
     pub updated_at: String,
+    /// The watchers' slugs as a JSON array, in the order they started watching.
+    pub watchers: String,
 }
 
+/// A task with its project's slug and its watchers, in one statement (a read is one round trip
+/// to the SQLite worker, not one per task and another for its watchers).
 macro_rules! task_select {
     () => {
         "SELECT t.row, t.id, t.key, t.project_id, p.slug AS project_slug, t.title, t.description, t.type, \
-         t.status, t.priority, t.assignee_slug, t.labels, t.created_by, t.created_at, t.updated_at \
+         t.status, t.priority, t.assignee_slug, t.labels, t.created_by, t.created_at, t.updated_at, \
+         (SELECT json_group_array(member_slug) FROM \
+           (SELECT w.member_slug FROM task_watchers w WHERE w.task_id = t.id ORDER BY w.row)) AS watchers \
          FROM tasks t JOIN projects p ON p.id = t.project_id"
     };
 }
@@ -195,8 +201,7 @@ pub async fn find_task_row(conn: &mut SqliteConnection, id_or_key: &str) -> Resu
 }
 
 pub async fn find_task(conn: &mut SqliteConnection, id_or_key: &str) -> Result<TaskOut, BoardError> {
-    let row = find_task_row(conn, id_or_key).await?;
-    task_out(conn, row).await
+    task_out(find_task_row(conn, id_or_key).await?)
 }
 
 pub async fn watchers(conn: &mut SqliteConnection, task_id: &str) -> Result<Vec<String>, BoardError> {
@@ -206,9 +211,8 @@ pub async fn watchers(conn: &mut SqliteConnection, task_id: &str) -> Result<Vec<
         .await?)
 }
 
-/// Builds the answer for a stored task (reads its watchers).
-pub async fn task_out(conn: &mut SqliteConnection, row: TaskRow) -> Result<TaskOut, BoardError> {
-    let watchers = watchers(conn, &row.id).await?;
+/// Builds the answer for a stored task.
+pub fn task_out(row: TaskRow) -> Result<TaskOut, BoardError> {
     Ok(TaskOut {
         task_type: TaskType::parse(&row.task_type).ok_or_else(|| corrupt("task type", &row.task_type))?,
         status: TaskStatus::parse(&row.status).ok_or_else(|| corrupt("task status", &row.status))?,
@@ -220,7 +224,7 @@ pub async fn task_out(conn: &mut SqliteConnection, row: TaskRow) -> Result<TaskO
         title: row.title,
         description: row.description,
         assignee_slug: row.assignee_slug,
-        watchers,
+        watchers: json_list(&row.watchers)?,
         created_by: row.created_by,
         created_at: row.created_at,
         updated_at: row.updated_at,

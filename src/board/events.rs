@@ -119,7 +119,7 @@ pub async fn ws_handler(
         form_urlencoded::parse(q.as_bytes()).find(|(name, _)| name == "token").map(|(_, value)| value.into_owned())
     });
     let token = bearer_token(&headers).map(str::to_string).or(query_token);
-    let caller = match authenticate(&state, token.as_deref()).await {
+    let caller = match authenticate(&state, token.as_deref()) {
         Ok(caller) => caller,
         Err(error) => return error.into_response(),
     };

@@ -40,30 +40,50 @@ pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
 }
 
+/// Every member's token, read once when the board starts: members come only from the seed, so
+/// the set cannot change while the board runs, and a request needs no database read to say who
+/// sent it.
+#[derive(Debug, Default)]
+pub struct Members {
+    by_token: std::collections::HashMap<String, Caller>,
+}
+
+impl Members {
+    pub async fn load(pool: &sqlx::SqlitePool) -> Result<Members, sqlx::Error> {
+        let rows: Vec<(String, String, String)> =
+            sqlx::query_as("SELECT token, slug, kind FROM members").fetch_all(pool).await?;
+        let by_token = rows
+            .into_iter()
+            .map(|(token, slug, kind)| {
+                let kind = match kind.as_str() {
+                    "agent" => MemberKind::Agent,
+                    _ => MemberKind::Human,
+                };
+                (token, Caller { slug, kind })
+            })
+            .collect();
+        Ok(Members { by_token })
+    }
+}
+
 /// Finds the member a token belongs to.
-pub async fn authenticate(state: &BoardState, token: Option<&str>) -> Result<Caller, BoardError> {
+pub fn authenticate(state: &BoardState, token: Option<&str>) -> Result<Caller, BoardError> {
     let Some(token) = token else {
         return Err(BoardError::Unauthorized {
             message: "no bearer token: send Authorization: Bearer <token>".to_string(),
         });
     };
-    let row: Option<(String, String)> = sqlx::query_as("SELECT slug, kind FROM members WHERE token = ?1")
-        .bind(token)
-        .fetch_optional(&state.pool)
-        .await?;
-    let Some((slug, kind)) = row else {
-        return Err(BoardError::Unauthorized { message: "unknown token: no member has it".to_string() });
-    };
-    let kind = match kind.as_str() {
-        "agent" => MemberKind::Agent,
-        _ => MemberKind::Human,
-    };
-    Ok(Caller { slug, kind })
+    state
+        .members
+        .by_token
+        .get(token)
+        .cloned()
+        .ok_or_else(|| BoardError::Unauthorized { message: "unknown token: no member has it".to_string() })
 }
 
 /// Middleware: refuses requests without a known bearer token, and records the caller.
 pub async fn require_member(State(state): State<BoardState>, mut request: Request, next: Next) -> Response {
-    match authenticate(&state, bearer_token(request.headers())).await {
+    match authenticate(&state, bearer_token(request.headers())) {
         Ok(caller) => {
             request.extensions_mut().insert(caller);
             next.run(request).await

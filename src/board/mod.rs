@@ -56,6 +56,8 @@ impl BoardOptions {
 #[derive(Clone)]
 pub struct BoardState {
     pub(crate) pool: SqlitePool,
+    /// Who each token belongs to (members only come from the seed).
+    pub(crate) members: Arc<extract::Members>,
     pub(crate) hub: Arc<events::Hub>,
     /// Woken whenever an idempotent request stores its answer, for duplicates waiting on it.
     pub(crate) idempotency_done: Arc<Notify>,
@@ -130,8 +132,10 @@ pub async fn start(options: BoardOptions) -> anyhow::Result<BoardHandle> {
         .await
         .with_context(|| format!("cannot listen on {}", options.listen))?;
     let addr = listener.local_addr().context("cannot read the board's address")?;
+    let members = extract::Members::load(&pool).await.context("cannot read the members")?;
     let state = BoardState {
         pool,
+        members: Arc::new(members),
         hub: Arc::new(events::Hub::default()),
         idempotency_done: Arc::new(Notify::new()),
         shutdown: CancellationToken::new(),

@@ -117,7 +117,7 @@ pub async fn list_tasks(
     let mut last_row = None;
     for row in rows.into_iter().take(limit as usize) {
         last_row = Some(row.row);
-        items.push(db::task_out(&mut conn, row).await?);
+        items.push(db::task_out(row)?);
     }
     let next_cursor = if has_more { last_row.map(|row| row.to_string()) } else { None };
     Ok(Json(TaskPage { items, next_cursor }))
