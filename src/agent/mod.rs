@@ -96,6 +96,7 @@ pub async fn run(setup: RunSetup<'_>, input: RunInput) -> RunOutput {
     let mut record = RunRecord::new();
     let limits = &setup.limits;
     let mut trimmed_for_this_turn = false;
+    let mut prompt_tokens = crate::llm::PromptCounter::new(&offered.specs);
 
     let outcome = loop {
         if let Some(receiver) = steering.as_mut() {
@@ -113,7 +114,7 @@ pub async fn run(setup: RunSetup<'_>, input: RunInput) -> RunOutput {
         if record.turns >= limits.max_turns {
             break RunOutcome::BudgetTurns;
         }
-        let prompt_estimate = crate::llm::estimate_prompt_tokens(&messages, &offered.specs);
+        let prompt_estimate = prompt_tokens.estimate(&messages);
         let remaining_tokens = limits.max_tokens_per_run.saturating_sub(record.total_tokens());
         if prompt_estimate + MIN_COMPLETION_TOKENS > remaining_tokens {
             record.detail = Some(format!(
@@ -124,11 +125,8 @@ pub async fn run(setup: RunSetup<'_>, input: RunInput) -> RunOutput {
             break RunOutcome::BudgetTokens;
         }
         let max_output_tokens = u32::try_from(remaining_tokens - prompt_estimate).unwrap_or(u32::MAX);
-        let request = ChatRequest {
-            messages: messages.clone(),
-            tools: offered.specs.clone(),
-            max_output_tokens: Some(max_output_tokens),
-        };
+        let request =
+            ChatRequest { messages: &messages, tools: &offered.specs, max_output_tokens: Some(max_output_tokens) };
 
         let model_started = Instant::now();
         let answer = tokio::select! {
@@ -144,6 +142,7 @@ pub async fn run(setup: RunSetup<'_>, input: RunInput) -> RunOutput {
                 trimmed_for_this_turn = true;
                 match drop_old_tool_results(&mut messages) {
                     Some(note) => {
+                        prompt_tokens.reset();
                         tracing::info!(%note, "context length exceeded; retrying once with old tool results dropped");
                         record.context_trims.push(note);
                         continue;

@@ -91,10 +91,11 @@ pub struct ToolSpec {
 
 /// One request to the model. Messages and tools are sent in exactly this order, so the prefix
 /// (system prompt, tool list) stays byte-identical across the turns of a run.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ChatRequest {
-    pub messages: Vec<Message>,
-    pub tools: Vec<ToolSpec>,
+/// Borrows the run's conversation and tool list, so a turn copies neither.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ChatRequest<'a> {
+    pub messages: &'a [Message],
+    pub tools: &'a [ToolSpec],
     /// At most this many completion tokens (the loop sets it from the remaining budget).
     pub max_output_tokens: Option<u32>,
 }
@@ -171,12 +172,49 @@ impl Retryable for LlmError {
 /// loop independent of the wire format.
 pub trait ChatModel: Send + Sync {
     /// Sends one request, retrying transient failures with the project's retry policy.
-    fn complete<'a>(&'a self, request: &'a ChatRequest) -> BoxFuture<'a, Result<ChatResponse, LlmError>>;
+    fn complete<'a>(&'a self, request: &'a ChatRequest<'a>) -> BoxFuture<'a, Result<ChatResponse, LlmError>>;
 }
 
 /// Tokens of `text` in the o200k encoding.
+///
+/// Long texts that come back again and again (the system prompt, tool descriptions and schemas,
+/// sent on every turn of every run) are counted once: their counts are kept in a small memo.
 pub fn count_text_tokens(text: &str) -> u64 {
+    if text.len() < MEMO_MIN_BYTES {
+        return count_uncached(text);
+    }
+    if let Some(count) = memo().lock().ok().and_then(|memo| memo.get(text).copied()) {
+        return count;
+    }
+    let count = count_uncached(text);
+    remember(text.to_string(), count);
+    count
+}
+
+fn remember(text: String, count: u64) {
+    if let Ok(mut memo) = memo().lock() {
+        if memo.len() >= MEMO_ENTRIES {
+            // Crude but bounded: the texts worth keeping come back on the next turn anyway.
+            memo.clear();
+        }
+        memo.insert(text, count);
+    }
+}
+
+fn count_uncached(text: &str) -> u64 {
     tiktoken_rs::o200k_base_singleton().encode_with_special_tokens(text).len() as u64
+}
+
+/// Texts shorter than this are counted every time: counting them costs about as much as a lookup.
+const MEMO_MIN_BYTES: usize = 256;
+/// At most this many texts are remembered (a few hundred KiB at worst): enough for every tool
+/// definition and the system prompts in use.
+const MEMO_ENTRIES: usize = 256;
+
+fn memo() -> &'static std::sync::Mutex<std::collections::HashMap<String, u64>> {
+    static MEMO: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<String, u64>>> =
+        std::sync::OnceLock::new();
+    MEMO.get_or_init(Default::default)
 }
 
 /// Overhead per message (role and separators), as OpenAI documents for its chat format.
@@ -188,27 +226,67 @@ const TOKENS_PER_REQUEST: u64 = 3;
 /// offline model counts with the same rule (from its own parse of the wire), so its `usage`
 /// agrees with this estimate; real servers differ a little.
 pub fn estimate_prompt_tokens(messages: &[Message], tools: &[ToolSpec]) -> u64 {
-    let messages: u64 = messages
-        .iter()
-        .map(|message| {
-            let calls: u64 = match message {
-                Message::Assistant { tool_calls, .. } => tool_calls
-                    .iter()
-                    .map(|call| count_text_tokens(&call.name) + count_text_tokens(&call.arguments))
-                    .sum(),
-                _ => 0,
-            };
-            TOKENS_PER_MESSAGE + count_text_tokens(message.text()) + calls
-        })
-        .sum();
-    let tools: u64 =
-        tools.iter().map(|tool| estimate_tool_tokens(&tool.name, &tool.description, &tool.parameters)).sum();
-    messages + tools + TOKENS_PER_REQUEST
+    let messages: u64 = messages.iter().map(message_tokens).sum();
+    estimate_tools_tokens(tools) + messages + TOKENS_PER_REQUEST
+}
+
+/// What one message adds to a prompt.
+pub fn message_tokens(message: &Message) -> u64 {
+    let calls: u64 = match message {
+        Message::Assistant { tool_calls, .. } => {
+            tool_calls.iter().map(|call| count_text_tokens(&call.name) + count_text_tokens(&call.arguments)).sum()
+        }
+        _ => 0,
+    };
+    TOKENS_PER_MESSAGE + count_text_tokens(message.text()) + calls
+}
+
+/// What a tool list adds to a prompt.
+pub fn estimate_tools_tokens(tools: &[ToolSpec]) -> u64 {
+    tools.iter().map(|tool| estimate_tool_tokens(&tool.name, &tool.description, &tool.parameters)).sum()
+}
+
+/// The prompt tokens of a run's requests, kept up to date as the conversation grows: each message
+/// is counted once when it is added (the conversation only grows, except when old tool results
+/// are dropped, after which [`PromptCounter::reset`] recounts).
+#[derive(Debug)]
+pub struct PromptCounter {
+    tools: u64,
+    counted: Vec<u64>,
+}
+
+impl PromptCounter {
+    pub fn new(tools: &[ToolSpec]) -> PromptCounter {
+        PromptCounter { tools: estimate_tools_tokens(tools), counted: Vec::new() }
+    }
+
+    /// The same figure as [`estimate_prompt_tokens`] for `messages` and the tools given to `new`.
+    pub fn estimate(&mut self, messages: &[Message]) -> u64 {
+        if self.counted.len() > messages.len() {
+            self.counted.clear();
+        }
+        let from = self.counted.len();
+        self.counted.extend(messages[from..].iter().map(message_tokens));
+        self.tools + self.counted.iter().sum::<u64>() + TOKENS_PER_REQUEST
+    }
+
+    /// Forgets the counts: messages already counted were changed in place.
+    pub fn reset(&mut self) {
+        self.counted.clear();
+    }
 }
 
 /// The tokens one offered tool costs in the prompt.
+/// Tool definitions are the same on every turn of every run, so their counts come from the memo.
 pub fn estimate_tool_tokens(name: &str, description: &str, parameters: &serde_json::Value) -> u64 {
-    count_text_tokens(name) + count_text_tokens(description) + count_text_tokens(&parameters.to_string())
+    let parameters = parameters.to_string();
+    let key = format!("{name}\u{0}{description}\u{0}{parameters}");
+    if let Some(count) = memo().lock().ok().and_then(|memo| memo.get(&key).copied()) {
+        return count;
+    }
+    let count = count_uncached(name) + count_uncached(description) + count_uncached(&parameters);
+    remember(key, count);
+    count
 }
 
 #[cfg(test)]
@@ -238,6 +316,43 @@ mod tests {
         let long = estimate_prompt_tokens(&[Message::user("hi there, how are you doing today?")], &[]);
         assert!(long > short);
         assert_eq!(short, TOKENS_PER_MESSAGE + count_text_tokens("hi") + TOKENS_PER_REQUEST);
+    }
+
+    #[test]
+    fn the_memo_and_the_running_count_agree_with_a_fresh_count() {
+        let long = "word ".repeat(200);
+        assert_eq!(count_text_tokens(&long), count_uncached(&long));
+        assert_eq!(count_text_tokens(&long), count_uncached(&long), "second, from the memo");
+        let tools = vec![ToolSpec {
+            name: "get_task".into(),
+            description: "Reads a task. ".repeat(30),
+            parameters: serde_json::json!({"type": "object", "properties": {"task_id": {"type": "string"}}}),
+        }];
+        let mut messages = vec![Message::system(long.clone()), Message::user("Task: TE-1")];
+        let mut counter = PromptCounter::new(&tools);
+        assert_eq!(counter.estimate(&messages), estimate_prompt_tokens(&messages, &tools));
+        let tool = &tools[0];
+        let fresh = count_uncached(&tool.name)
+            + count_uncached(&tool.description)
+            + count_uncached(&tool.parameters.to_string());
+        assert_eq!(estimate_tool_tokens(&tool.name, &tool.description, &tool.parameters), fresh);
+        messages.push(Message::Assistant {
+            content: None,
+            tool_calls: vec![ToolCall { id: "c1".into(), name: "get_task".into(), arguments: "{}".into() }],
+            refusal: None,
+        });
+        messages.push(Message::Tool {
+            tool_call_id: "c1".into(),
+            name: "get_task".into(),
+            content: long,
+            is_error: false,
+        });
+        assert_eq!(counter.estimate(&messages), estimate_prompt_tokens(&messages, &tools));
+        if let Message::Tool { content, .. } = &mut messages[3] {
+            *content = "dropped".into();
+        }
+        counter.reset();
+        assert_eq!(counter.estimate(&messages), estimate_prompt_tokens(&messages, &tools));
     }
 
     #[test]

@@ -128,7 +128,7 @@ impl OpenAiChat {
 }
 
 impl ChatModel for OpenAiChat {
-    fn complete<'a>(&'a self, request: &'a ChatRequest) -> BoxFuture<'a, Result<ChatResponse, LlmError>> {
+    fn complete<'a>(&'a self, request: &'a ChatRequest<'a>) -> BoxFuture<'a, Result<ChatResponse, LlmError>> {
         Box::pin(async move {
             let body = self.wire_request(request);
             let response = with_retry(&self.retry, || self.attempt(&body)).await?;
@@ -226,7 +226,10 @@ fn wire_tool(tool: &ToolSpec) -> ChatCompletionTools {
     })
 }
 
-fn from_wire_response(response: CreateChatCompletionResponse, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
+fn from_wire_response(
+    response: CreateChatCompletionResponse,
+    request: &ChatRequest<'_>,
+) -> Result<ChatResponse, LlmError> {
     let Some(choice) = response.choices.into_iter().next() else {
         return Err(LlmError::BadResponse { message: "the answer has no choices".to_string() });
     };
@@ -267,7 +270,7 @@ fn from_wire_response(response: CreateChatCompletionResponse, request: &ChatRequ
                 .map(|call| super::count_text_tokens(&call.name) + super::count_text_tokens(&call.arguments))
                 .sum();
             Usage {
-                prompt_tokens: super::estimate_prompt_tokens(&request.messages, &request.tools),
+                prompt_tokens: super::estimate_prompt_tokens(request.messages, request.tools),
                 completion_tokens: super::count_text_tokens(&completion_text) + calls,
                 estimated: true,
             }
@@ -307,25 +310,18 @@ mod tests {
     fn the_wire_request_caps_output_and_keeps_order() {
         let chat = OpenAiChat::new(&config(Some(500)), None).unwrap();
         let tool = ToolSpec { name: "get_task".into(), description: "d".into(), parameters: serde_json::json!({}) };
-        let request = ChatRequest {
-            messages: vec![
-                Message::system("s"),
-                Message::user("u"),
-                Message::Assistant {
-                    content: None,
-                    tool_calls: vec![ToolCall { id: "c".into(), name: "get_task".into(), arguments: "{}".into() }],
-                    refusal: None,
-                },
-                Message::Tool {
-                    tool_call_id: "c".into(),
-                    name: "get_task".into(),
-                    content: "r".into(),
-                    is_error: false,
-                },
-            ],
-            tools: vec![tool],
-            max_output_tokens: Some(200),
-        };
+        let messages = vec![
+            Message::system("s"),
+            Message::user("u"),
+            Message::Assistant {
+                content: None,
+                tool_calls: vec![ToolCall { id: "c".into(), name: "get_task".into(), arguments: "{}".into() }],
+                refusal: None,
+            },
+            Message::Tool { tool_call_id: "c".into(), name: "get_task".into(), content: "r".into(), is_error: false },
+        ];
+        let tools = vec![tool];
+        let request = ChatRequest { messages: &messages, tools: &tools, max_output_tokens: Some(200) };
         let wire = serde_json::to_value(chat.wire_request(&request)).unwrap();
         assert_eq!(wire["max_completion_tokens"], 200);
         assert_eq!(wire["parallel_tool_calls"], false);
@@ -335,7 +331,7 @@ mod tests {
         assert_eq!(wire["messages"][2]["tool_calls"][0]["function"]["name"], "get_task");
         assert_eq!(wire["tools"][0]["function"]["name"], "get_task");
 
-        let without_tools = ChatRequest { tools: vec![], max_output_tokens: Some(900), ..request };
+        let without_tools = ChatRequest { tools: &[], max_output_tokens: Some(900), ..request };
         let wire = serde_json::to_value(chat.wire_request(&without_tools)).unwrap();
         assert_eq!(wire["max_completion_tokens"], 500, "the configured cap wins when lower");
         assert!(wire.get("parallel_tool_calls").is_none() && wire.get("tools").is_none());
