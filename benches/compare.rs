@@ -3,7 +3,8 @@
 //! noisy neighbour slows both sides alike. Writes one JSON document (`BENCH_OUT`, default
 //! `target/bench-compare.json`) that `bench/report.py` turns into `bench/RESULTS.md`.
 //!
-//! Run with `cargo bench --bench compare`. Not a criterion bench: criterion measures one function
+//! Run with `cargo bench --bench compare`; `BENCH_ONLY=dispatch,turn,event,demo,filter,tokens`
+//! (any of them) runs only those parts. Not a criterion bench: criterion measures one function
 //! at a time, and these figures are ratios of two sides measured side by side.
 
 mod common;
@@ -44,26 +45,38 @@ fn main() {
     let sizes = sizes();
     let out = std::env::var("BENCH_OUT")
         .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/target/bench-compare.json").to_string());
+    // `BENCH_ONLY=turn,event` runs only those parts (for profiling one path); `bench/run.sh` runs all.
+    let only = std::env::var("BENCH_ONLY").ok();
+    let wanted = |part: &str| only.as_deref().is_none_or(|list| list.split(',').any(|p| p.trim() == part));
+    let mut document = json!({});
     // The filter figure is "on one core": it runs on this thread, outside the runtime.
-    let filter = bench_filter(&sizes);
-    eprintln!("filter: {filter}");
-    let tokens = tool_tokens();
-    eprintln!("tokens: {tokens}");
+    if wanted("filter") {
+        document["filter"] = bench_filter(&sizes);
+        eprintln!("filter: {}", document["filter"]);
+    }
+    if wanted("tokens") {
+        document["tokens"] = tool_tokens();
+        eprintln!("tokens: {}", document["tokens"]);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let results = runtime.block_on(async {
-        let dispatch = bench_dispatch(&sizes).await;
-        eprintln!("dispatch: {dispatch}");
-        let turn = bench_turn(&sizes).await;
-        eprintln!("turn: {turn}");
-        let event = bench_event(&sizes).await;
-        eprintln!("event: {event}");
-        let demo = demo_tokens().await;
-        eprintln!("demo: {demo}");
-        json!({"dispatch": dispatch, "turn": turn, "event": event, "demo": demo})
+    runtime.block_on(async {
+        if wanted("dispatch") {
+            document["dispatch"] = bench_dispatch(&sizes).await;
+            eprintln!("dispatch: {}", document["dispatch"]);
+        }
+        if wanted("turn") {
+            document["turn"] = bench_turn(&sizes).await;
+            eprintln!("turn: {}", document["turn"]);
+        }
+        if wanted("event") {
+            document["event"] = bench_event(&sizes).await;
+            eprintln!("event: {}", document["event"]);
+        }
+        if wanted("demo") {
+            document["demo"] = demo_tokens().await;
+            eprintln!("demo: {}", document["demo"]);
+        }
     });
-    let mut document = results;
-    document["filter"] = filter;
-    document["tokens"] = tokens;
     std::fs::write(&out, serde_json::to_string_pretty(&document).unwrap()).unwrap();
     eprintln!("wrote {out}");
 }

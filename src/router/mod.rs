@@ -289,9 +289,11 @@ impl Router {
             let task_id = task.id.clone();
             Some(tokio::spawn(async move {
                 let update = UpdateTask { status: Some(TaskStatus::InProgress), ..UpdateTask::default() };
-                if let Err(error) = client.update_task(&task_id, &update).await {
-                    tracing::warn!(%error, "could not move the task to in_progress");
-                }
+                client
+                    .update_task(&task_id, &update)
+                    .await
+                    .inspect_err(|error| tracing::warn!(%error, "could not move the task to in_progress"))
+                    .ok()
             }))
         } else {
             None
@@ -625,6 +627,11 @@ impl Router {
             },
             RunKind::Prompt { .. } => return,
         };
+        // What led to the notice (its claim, the run's end) must outlive a power cut first.
+        if let Err(error) = self.state.sync().await {
+            tracing::error!(%error, "not posting a notice the state could not record");
+            return;
+        }
         if let Err(error) = self.client.send_message(&body, Some(key)).await {
             tracing::error!(%error, "could not post a notice");
         }

@@ -37,6 +37,63 @@ pub struct RunServices {
     pub post_guard: Arc<dyn crate::tools::PostGuard>,
 }
 
+/// The run's tools, with one rule added: before the first call — the run's first chance to act
+/// on the board — the run's start record is written and everything the agent has recorded (the
+/// processed event, the claim, the run) is flushed to disk ([`State::sync`]), so neither a crash
+/// nor a power cut can make it forget what it already did. Both overlap the first model request
+/// instead of delaying it.
+struct DurableFirst<'a> {
+    inner: &'a dyn ToolSource,
+    state: &'a State,
+    /// The write of the run's start record, still in flight.
+    start_saved: std::sync::Mutex<Option<tokio::task::JoinHandle<Result<(), crate::state::StateError>>>>,
+    /// Set by the first call: `Err` if the records could not be made safe (no tool then runs).
+    ready: tokio::sync::OnceCell<Result<(), String>>,
+}
+
+impl DurableFirst<'_> {
+    /// Waits for the start record's write, if no call has yet.
+    async fn start_saved(&self) -> Result<(), String> {
+        let pending = self.start_saved.lock().ok().and_then(|mut slot| slot.take());
+        match pending {
+            Some(handle) => match handle.await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(error)) => Err(error.to_string()),
+                Err(error) => Err(format!("saving the run's start failed: {error}")),
+            },
+            None => Ok(()),
+        }
+    }
+
+    async fn ready(&self) -> Result<(), String> {
+        self.start_saved().await?;
+        self.state.sync().await.map_err(|e| e.to_string())
+    }
+}
+
+impl ToolSource for DurableFirst<'_> {
+    fn tools(&self) -> Vec<rmcp::model::Tool> {
+        self.inner.tools()
+    }
+
+    fn call<'a>(
+        &'a self,
+        name: &'a str,
+        arguments: serde_json::Value,
+        context: &'a crate::tools::ToolContext,
+    ) -> futures::future::BoxFuture<'a, rmcp::model::CallToolResult> {
+        Box::pin(async move {
+            if let Err(error) = self.ready.get_or_init(|| self.ready()).await {
+                tracing::error!(%error, "not calling a tool: the run's records are not safe on disk");
+                return rmcp::model::CallToolResult::error(vec![rmcp::model::ContentBlock::text(format!(
+                    "not run: {error}. The agent does not act before its records are safe on disk."
+                ))]);
+            }
+            self.inner.call(name, arguments, context).await
+        })
+    }
+}
+
 /// What a run is for.
 #[derive(Debug, Clone)]
 pub enum RunKind {
@@ -58,8 +115,9 @@ pub struct RunRequest {
     pub steering: Vec<String>,
     /// Set when continuing a run interrupted by a crash or restart.
     pub resume_run_id: Option<String>,
-    /// The assignment acknowledgement (move to in_progress); awaited before the first model call.
-    pub acknowledged: Option<tokio::task::JoinHandle<()>>,
+    /// The assignment acknowledgement (move to in_progress), answering with the task as it now
+    /// is (`None` if it failed); awaited before the first model call.
+    pub acknowledged: Option<tokio::task::JoinHandle<Option<TaskOut>>>,
     /// A claim (kind, key) written in the same transaction as the run's start, so the thing is
     /// handled once and a crash between deciding and starting loses nothing.
     pub claim: Option<(String, String)>,
@@ -109,15 +167,12 @@ pub async fn execute(
 ) -> RunDone {
     let started = Instant::now();
     let RunRequest { session, kind, acknowledged, resume_run_id, .. } = request;
-    if let Some(ack) = acknowledged {
-        let _ = ack.await;
-    }
     let (end, steering_consumed) = match drive(
         &services,
         &run_id,
         &session,
         &kind,
-        resume_run_id.is_some(),
+        if resume_run_id.is_some() { Start::Resumed { acknowledged } } else { Start::Fresh { acknowledged } },
         &cancel,
         steer,
     )
@@ -145,22 +200,36 @@ pub async fn execute(
     RunDone { run_id, session, kind, end, duration: started.elapsed(), steering_consumed }
 }
 
-/// The prompt of a fresh request, with current tracker data.
-pub async fn user_prompt(services: &RunServices, kind: &RunKind) -> Result<String, String> {
+/// The prompt of a fresh request, with current tracker data. `ack` is the assignment's
+/// acknowledgement in flight: the reads that do not depend on it go out at the same time, and
+/// the task is the one it answers with (read afresh if it failed).
+pub async fn user_prompt(
+    services: &RunServices,
+    kind: &RunKind,
+    ack: Option<tokio::task::JoinHandle<Option<TaskOut>>>,
+) -> Result<String, String> {
     let client = &services.client;
     let prompts = &services.prompts;
     match kind {
         RunKind::Task { task, assigned_by } => {
-            let task = client.get_task(&task.id).await.map_err(|e| format!("reading the task failed: {e}"))?;
-            let steps = client.list_steps(&task.id).await.unwrap_or_default();
-            let comments = client
-                .list_messages(&MessageQuery {
-                    task_id: Some(task.id.clone()),
-                    limit: Some(20),
-                    ..MessageQuery::default()
-                })
-                .await
-                .unwrap_or_default();
+            // Independent reads, sent together; the acknowledgement only changes the task's status,
+            // and answers with the task as it then is.
+            let comments_query =
+                MessageQuery { task_id: Some(task.id.clone()), limit: Some(20), ..MessageQuery::default() };
+            let current = async {
+                match ack {
+                    Some(ack) => match ack.await {
+                        Ok(Some(task)) => Ok(task),
+                        _ => client.get_task(&task.id).await,
+                    },
+                    None => client.get_task(&task.id).await,
+                }
+            };
+            let (task, steps, comments) =
+                tokio::join!(current, client.list_steps(&task.id), client.list_messages(&comments_query));
+            let task = task.map_err(|e| format!("reading the task failed: {e}"))?;
+            let steps = steps.unwrap_or_default();
+            let comments = comments.unwrap_or_default();
             prompts
                 .task_assigned(&TaskAssignedVars {
                     task: TaskView::new(&task, &steps),
@@ -183,15 +252,19 @@ pub async fn user_prompt(services: &RunServices, kind: &RunKind) -> Result<Strin
                     crate::prompts::clean_text(&prompt, crate::prompts::MAX_FIELD_CHARS)
                 ));
             }
-            let root = message.thread_root().to_string();
-            let thread = client
-                .list_messages(&MessageQuery { parent_id: Some(root), limit: Some(20), ..MessageQuery::default() })
-                .await
-                .unwrap_or_default();
-            let task = match &message.task_id {
-                Some(task_id) => client.get_task(task_id).await.ok().map(|t| TaskView::new(&t, &[])),
-                None => None,
+            let thread_query = MessageQuery {
+                parent_id: Some(message.thread_root().to_string()),
+                limit: Some(20),
+                ..MessageQuery::default()
             };
+            let task = async {
+                match &message.task_id {
+                    Some(task_id) => client.get_task(task_id).await.ok().map(|t| TaskView::new(&t, &[])),
+                    None => None,
+                }
+            };
+            let (thread, task) = tokio::join!(client.list_messages(&thread_query), task);
+            let thread = thread.unwrap_or_default();
             prompts
                 .message_new(&MessageNewVars {
                     message: MessageView::new(message),
@@ -261,19 +334,48 @@ fn offered_tools(kind: &RunKind, available: &[rmcp::model::Tool]) -> Vec<String>
         .collect()
 }
 
+/// How a run begins, with the assignment's acknowledgement if one is in flight.
+enum Start {
+    Fresh {
+        acknowledged: Option<tokio::task::JoinHandle<Option<TaskOut>>>,
+    },
+    /// Continuing a run a crash or a restart interrupted: its first request is read back.
+    Resumed {
+        acknowledged: Option<tokio::task::JoinHandle<Option<TaskOut>>>,
+    },
+}
+
 async fn drive(
     services: &Arc<RunServices>,
     run_id: &str,
     session: &SessionKey,
     kind: &RunKind,
-    resuming: bool,
+    start: Start,
     cancel: &CancellationToken,
     steer: mpsc::UnboundedReceiver<String>,
 ) -> Result<(RunEnd, usize), String> {
     let state = &services.state;
     let config = &services.config;
     let session_key = session.as_string();
-    let history: Vec<crate::llm::Message> = match state.load_session(&session_key).await {
+    // A fresh run reads its session, the day's spend and the tracker data for its prompt at once.
+    let resuming = matches!(start, Start::Resumed { .. });
+    let (loaded, used_today, fresh_prompt) = match start {
+        Start::Resumed { acknowledged } => {
+            if let Some(ack) = acknowledged {
+                let _ = ack.await;
+            }
+            (state.load_session(&session_key).await, state.tokens_today().await, None)
+        }
+        Start::Fresh { acknowledged } => {
+            let (loaded, used_today, prompt) = tokio::join!(
+                state.load_session(&session_key),
+                state.tokens_today(),
+                user_prompt(services, kind, acknowledged)
+            );
+            (loaded, used_today, Some(prompt))
+        }
+    };
+    let history: Vec<crate::llm::Message> = match loaded {
         Ok(Some(stored)) => serde_json::from_value(stored.messages).unwrap_or_else(|error| {
             tracing::warn!(%error, "stored session unreadable; starting it afresh");
             Vec::new()
@@ -293,20 +395,26 @@ async fn drive(
     } else {
         None
     };
-    let (prompt, history) = match stored_start {
-        Some(start) if start.history_len <= history.len() => {
+    let (prompt, history) = match (stored_start, fresh_prompt) {
+        (Some(start), _) if start.history_len <= history.len() => {
             let history = history[..start.history_len].to_vec();
             (start.prompt, history)
         }
-        _ => (user_prompt(services, kind).await?, history),
+        (_, Some(prompt)) => (prompt?, history),
+        (_, None) => (user_prompt(services, kind, None).await?, history),
     };
     let start = RunStart { prompt: prompt.clone(), history_len: history.len() };
     let start_json = serde_json::to_value(&start).map_err(|e| e.to_string())?;
-    state.save_run_record(run_id, &start_json).await.map_err(|e| format!("the state database failed: {e}"))?;
-
     let system = system_prompt(config, &services.prompts, services.host.instruction_sections())?;
+    // Written while the first model request is out; the first tool call waits for it.
+    let start_saved = {
+        let state = state.clone();
+        let run_id = run_id.to_string();
+        tokio::spawn(async move { state.save_run_record(&run_id, &start_json).await })
+    };
+
     let mut limits = config.limits.clone();
-    let used_today = state.tokens_today().await.unwrap_or(0);
+    let used_today = used_today.unwrap_or(0);
     limits.max_tokens_per_run =
         limits.max_tokens_per_run.min(config.limits.max_tokens_per_day.saturating_sub(used_today));
 
@@ -323,9 +431,15 @@ async fn drive(
         }
         (SessionKey::Thread(_), _) => None,
     };
+    let tools = DurableFirst {
+        inner: services.tools.as_ref(),
+        state,
+        start_saved: std::sync::Mutex::new(Some(start_saved)),
+        ready: tokio::sync::OnceCell::new(),
+    };
     let setup = crate::agent::RunSetup {
         model: services.model.as_ref(),
-        tools: services.tools.as_ref(),
+        tools: &tools,
         offered_tools: offered,
         limits,
         tool_context,
@@ -336,6 +450,10 @@ async fn drive(
         crate::agent::run(setup, crate::agent::RunInput { system_prompt: system, history, prompt: prompt.clone() })
             .await;
     let record = output.record;
+    // The start record is in before anything else is written to the run.
+    if let Err(error) = tools.start_saved().await {
+        return Err(format!("the state database failed: {error}"));
+    }
 
     let shutting_down = services.shutdown.is_cancelled();
     if record.outcome == crate::agent::RunOutcome::Cancelled && shutting_down {

@@ -11,6 +11,11 @@
 //!   `running`, which [`State::unfinished_runs`] finds at the next start-up;
 //! - the resume point ([`State::last_seq`]) never moves backwards and survives pruning of old
 //!   processed events;
+//! - a commit is safe from a crash or kill of the process at once, and from a power cut once
+//!   [`State::sync`] has returned: commits are `synchronous = NORMAL` (no fsync each, so handling
+//!   an event costs no disk flush), and whoever is about to *act* on the board on the strength of
+//!   a record (a run's first tool call, a notice) calls `sync` first. A power cut can then only
+//!   roll back records nothing was done for yet; the replay after it does that work once;
 //! - the messages of a session and the record of a run are opaque JSON owned by the model loop;
 //!   this module stores them whole and never looks inside.
 //!
@@ -82,6 +87,8 @@ pub enum StateError {
     Corrupt { field: &'static str, message: String },
     #[error("could not store {field}: {message}")]
     Unstorable { field: &'static str, message: String },
+    #[error("cannot flush the state database to disk: {message}; check the disk holding `state.path`")]
+    Sync { message: String },
     #[error("run {run_id} not found in the state database")]
     UnknownRun { run_id: String },
 }
@@ -123,8 +130,9 @@ impl State {
             .filename(path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            // FULL: a processed event or a claim must survive a power cut, or it is acted on twice.
-            .synchronous(SqliteSynchronous::Full)
+            // NORMAL: a commit survives a crash of the process but not a power cut until `sync`;
+            // see the module's invariants for who calls it and when.
+            .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true);
         let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options).await.map_err(open_error)?;
@@ -135,6 +143,35 @@ impl State {
     /// The file this state lives in.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Makes every commit so far survive a power cut: flushes the write-ahead log to the disk
+    /// (what `synchronous = FULL` does at each commit). Cheap when nothing was committed since
+    /// the last flush.
+    pub async fn sync(&self) -> Result<(), StateError> {
+        let mut wal = self.path.clone().into_os_string();
+        wal.push("-wal");
+        let wal = PathBuf::from(wal);
+        let directory = self.path.parent().map(Path::to_path_buf);
+        let synced = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            match std::fs::File::open(&wal) {
+                Ok(file) => file.sync_data()?,
+                // No log yet: every commit is in the main file, which checkpoints flush.
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(error) => return Err(error),
+            }
+            // The log's directory entry too, for a log created since the last checkpoint.
+            if let Some(directory) = directory.filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::File::open(directory)?.sync_all()?;
+            }
+            Ok(())
+        })
+        .await;
+        match synced {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(StateError::Sync { message: error.to_string() }),
+            Err(error) => Err(StateError::Sync { message: error.to_string() }),
+        }
     }
 
     /// Closes the pool, waiting for queries in flight; later calls fail.

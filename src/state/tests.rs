@@ -23,6 +23,25 @@ async fn open_creates_the_file_in_wal_mode() {
 }
 
 #[tokio::test]
+async fn commits_are_normal_and_sync_flushes_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = open_in(&dir).await;
+    // 1 = NORMAL: no flush per commit; `sync` is the flush.
+    let synchronous: i64 = sqlx::query_scalar("PRAGMA synchronous").fetch_one(&state.pool).await.unwrap();
+    assert_eq!(synchronous, 1);
+    assert!(state.record_event("ev-1", 1, "task.assigned").await.unwrap());
+    assert!(dir.path().join("state.db-wal").exists(), "the commit went to the write-ahead log");
+    state.sync().await.unwrap();
+    state.sync().await.unwrap();
+    // With the log checkpointed away there is nothing to flush, and that is not an error.
+    state.close().await;
+    let _ = std::fs::remove_file(dir.path().join("state.db-wal"));
+    let state = open_in(&dir).await;
+    state.sync().await.unwrap();
+    assert!(state.is_event_processed("ev-1").await.unwrap());
+}
+
+#[tokio::test]
 async fn open_in_a_missing_folder_names_the_path_and_the_fix() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("no-such-folder").join("state.db");
