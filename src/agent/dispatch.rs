@@ -13,6 +13,8 @@ use crate::tools::{ToolContext, ToolSource};
 /// The tools offered in this run, in the source's fixed order.
 pub(crate) struct OfferedTools {
     pub specs: Vec<ToolSpec>,
+    /// What `specs` add to every prompt (o200k).
+    pub tokens: u64,
     names: Vec<String>,
     /// Tools the source has but this run does not offer, to say so instead of "unknown".
     withheld: HashSet<String>,
@@ -27,13 +29,14 @@ impl OfferedTools {
         let (tools, withheld): (Vec<Tool>, Vec<Tool>) =
             source_tools.into_iter().partition(|tool| wanted.contains(tool.name.as_ref()));
         OfferedTools {
+            tokens: tools.iter().map(crate::llm::tool_tokens).sum(),
             withheld: withheld.iter().map(|tool| tool.name.to_string()).collect(),
             specs: tools
                 .iter()
                 .map(|tool| ToolSpec {
                     name: tool.name.to_string(),
                     description: tool.description.as_deref().unwrap_or_default().to_string(),
-                    parameters: serde_json::Value::Object((*tool.input_schema).clone()),
+                    parameters: tool.input_schema.clone(),
                 })
                 .collect(),
             names: tools.iter().map(|tool| tool.name.to_string()).collect(),

@@ -96,7 +96,7 @@ pub async fn run(setup: RunSetup<'_>, input: RunInput) -> RunOutput {
     let mut record = RunRecord::new();
     let limits = &setup.limits;
     let mut trimmed_for_this_turn = false;
-    let mut prompt_tokens = crate::llm::PromptCounter::new(&offered.specs);
+    let mut prompt_tokens = crate::llm::PromptCounter::new(offered.tokens);
 
     let outcome = loop {
         if let Some(receiver) = steering.as_mut() {

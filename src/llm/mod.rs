@@ -85,8 +85,9 @@ pub struct ToolCall {
 pub struct ToolSpec {
     pub name: String,
     pub description: String,
-    /// JSON Schema of the arguments object.
-    pub parameters: serde_json::Value,
+    /// JSON Schema of the arguments object, shared with the tool source's definition (a run
+    /// offers its tools without copying their schemas).
+    pub parameters: std::sync::Arc<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// One request to the model. Messages and tools are sent in exactly this order, so the prefix
@@ -256,8 +257,9 @@ pub struct PromptCounter {
 }
 
 impl PromptCounter {
-    pub fn new(tools: &[ToolSpec]) -> PromptCounter {
-        PromptCounter { tools: estimate_tools_tokens(tools), counted: Vec::new() }
+    /// `tools`: what the offered tool list adds ([`estimate_tools_tokens`] or [`tool_tokens`]).
+    pub fn new(tools: u64) -> PromptCounter {
+        PromptCounter { tools, counted: Vec::new() }
     }
 
     /// The same figure as [`estimate_prompt_tokens`] for `messages` and the tools given to `new`.
@@ -277,9 +279,41 @@ impl PromptCounter {
 }
 
 /// The tokens one offered tool costs in the prompt.
+/// What one tool definition adds to a prompt, the same figure as [`estimate_tool_tokens`]. A
+/// tool source hands out the same definition (the same shared schema) run after run, so the count
+/// is kept per schema and a run costs no serialization or counting of its tool list.
+pub fn tool_tokens(tool: &rmcp::model::Tool) -> u64 {
+    type Entry = (std::sync::Arc<rmcp::model::JsonObject>, String, String, u64);
+    static COUNTS: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<usize, Entry>>> =
+        std::sync::OnceLock::new();
+    let counts = COUNTS.get_or_init(Default::default);
+    let description = tool.description.as_deref().unwrap_or_default();
+    // The entry holds the schema, so its address cannot be reused by another while it is kept.
+    let key = std::sync::Arc::as_ptr(&tool.input_schema) as usize;
+    if let Ok(counts) = counts.lock()
+        && let Some((_, name, known_description, count)) = counts.get(&key)
+        && name == tool.name.as_ref()
+        && known_description == description
+    {
+        return *count;
+    }
+    let count = estimate_tool_tokens(&tool.name, description, &tool.input_schema);
+    if let Ok(mut counts) = counts.lock() {
+        if counts.len() >= MEMO_ENTRIES {
+            counts.clear();
+        }
+        counts.insert(key, (tool.input_schema.clone(), tool.name.to_string(), description.to_string(), count));
+    }
+    count
+}
+
 /// Tool definitions are the same on every turn of every run, so their counts come from the memo.
-pub fn estimate_tool_tokens(name: &str, description: &str, parameters: &serde_json::Value) -> u64 {
-    let parameters = parameters.to_string();
+pub fn estimate_tool_tokens(
+    name: &str,
+    description: &str,
+    parameters: &serde_json::Map<String, serde_json::Value>,
+) -> u64 {
+    let parameters = serde_json::to_string(parameters).unwrap_or_default();
     let key = format!("{name}\u{0}{description}\u{0}{parameters}");
     if let Some(count) = memo().lock().ok().and_then(|memo| memo.get(&key).copied()) {
         return count;
@@ -326,15 +360,24 @@ mod tests {
         let tools = vec![ToolSpec {
             name: "get_task".into(),
             description: "Reads a task. ".repeat(30),
-            parameters: serde_json::json!({"type": "object", "properties": {"task_id": {"type": "string"}}}),
+            parameters: std::sync::Arc::new(
+                serde_json::json!({"type": "object", "properties": {"task_id": {"type": "string"}}})
+                    .as_object()
+                    .unwrap()
+                    .clone(),
+            ),
         }];
         let mut messages = vec![Message::system(long.clone()), Message::user("Task: TE-1")];
-        let mut counter = PromptCounter::new(&tools);
+        let mut counter = PromptCounter::new(estimate_tools_tokens(&tools));
+        let schema = (*tools[0].parameters).clone();
+        let definition = rmcp::model::Tool::new(tools[0].name.clone(), tools[0].description.clone(), schema);
+        assert_eq!(tool_tokens(&definition), estimate_tools_tokens(&tools));
+        assert_eq!(tool_tokens(&definition), estimate_tools_tokens(&tools), "second, from the memo");
         assert_eq!(counter.estimate(&messages), estimate_prompt_tokens(&messages, &tools));
         let tool = &tools[0];
         let fresh = count_uncached(&tool.name)
             + count_uncached(&tool.description)
-            + count_uncached(&tool.parameters.to_string());
+            + count_uncached(&serde_json::to_string(&*tool.parameters).unwrap());
         assert_eq!(estimate_tool_tokens(&tool.name, &tool.description, &tool.parameters), fresh);
         messages.push(Message::Assistant {
             content: None,

@@ -220,7 +220,7 @@ fn wire_tool(tool: &ToolSpec) -> ChatCompletionTools {
         function: FunctionObject {
             name: tool.name.clone(),
             description: Some(tool.description.clone()),
-            parameters: Some(tool.parameters.clone()),
+            parameters: Some(serde_json::Value::Object((*tool.parameters).clone())),
             strict: None,
         },
     })
@@ -309,7 +309,7 @@ mod tests {
     #[test]
     fn the_wire_request_caps_output_and_keeps_order() {
         let chat = OpenAiChat::new(&config(Some(500)), None).unwrap();
-        let tool = ToolSpec { name: "get_task".into(), description: "d".into(), parameters: serde_json::json!({}) };
+        let tool = ToolSpec { name: "get_task".into(), description: "d".into(), parameters: Default::default() };
         let messages = vec![
             Message::system("s"),
             Message::user("u"),

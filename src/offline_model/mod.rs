@@ -343,7 +343,10 @@ fn read_request(request: &WireRequest) -> Result<(Vec<Message>, Vec<ToolSpec>), 
         .map(|tool| ToolSpec {
             name: tool.function.name.clone(),
             description: tool.function.description.clone().unwrap_or_default(),
-            parameters: tool.function.parameters.clone().unwrap_or_else(|| json!({})),
+            parameters: std::sync::Arc::new(match &tool.function.parameters {
+                Some(Value::Object(schema)) => schema.clone(),
+                _ => serde_json::Map::new(),
+            }),
         })
         .collect();
     Ok((messages, tools))

@@ -416,7 +416,9 @@ mod tests {
         ToolSpec {
             name: name.into(),
             description: String::new(),
-            parameters: json!({"type": "object", "properties": properties}),
+            parameters: std::sync::Arc::new(
+                json!({"type": "object", "properties": properties}).as_object().cloned().unwrap_or_default(),
+            ),
         }
     }
 
