@@ -235,7 +235,10 @@ impl ServerHandler for McpServer {
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.all_tools().into_iter().find(|tool| tool.name == name)
+        match RunTool::parse(name) {
+            Some(tool) if self.inner.agent.is_some() => Some(tool.definition()),
+            _ => self.inner.tools.tool(name),
+        }
     }
 
     async fn list_tools(
@@ -260,7 +263,7 @@ impl ServerHandler for McpServer {
             let call = self.call_agent_tool(&name, arguments);
             return Ok(self.with_progress(&name, progress, call).await.into());
         }
-        if !self.inner.tools.tools().iter().any(|tool| tool.name == name) {
+        if self.inner.tools.tool(&name).is_none() {
             return Err(ErrorData::invalid_params(
                 format!("unknown tool {name}: tools/list names the tools offered"),
                 Some(json!({ "name": name })),

@@ -477,6 +477,12 @@ impl Catalog {
         self.offered.iter().map(|&index| self.compiled[index].tool.clone()).collect()
     }
 
+    /// The definition of an offered tool.
+    pub fn definition(&self, name: &str) -> Option<Tool> {
+        let index = self.index_of(name)?;
+        self.offered.contains(&index).then(|| self.compiled[index].tool.clone())
+    }
+
     fn index_of(&self, name: &str) -> Option<usize> {
         self.compiled.iter().position(|c| c.tool.name == name)
     }
@@ -612,6 +618,10 @@ const MIN_RESULT_BYTES: usize = 256;
 impl ToolSource for Registry {
     fn tools(&self) -> Vec<Tool> {
         self.definitions()
+    }
+
+    fn tool(&self, name: &str) -> Option<Tool> {
+        self.catalog.definition(name)
     }
 
     fn call<'a>(&'a self, name: &'a str, arguments: Value, context: &'a ToolContext) -> BoxFuture<'a, CallToolResult> {
