@@ -1155,6 +1155,20 @@ mod tests {
     }
 
     #[test]
+    fn one_definition_is_found_only_among_the_offered() {
+        let catalog = Catalog::new(&ToolsConfig::default()).unwrap();
+        let chat = catalog.subset(CHAT_REPLY_TOOLS).unwrap();
+        let offered = CHAT_REPLY_TOOLS[0];
+        let not_offered = TASK_RUN_TOOLS.iter().find(|name| !CHAT_REPLY_TOOLS.contains(name)).unwrap();
+        let expected = chat.definitions().into_iter().find(|tool| tool.name == offered);
+        assert_eq!(chat.definition(offered), expected);
+        assert!(expected.is_some());
+        assert_eq!(chat.definition(not_offered), None);
+        assert!(catalog.definition(not_offered).is_some());
+        assert_eq!(catalog.definition("no_such_tool"), None);
+    }
+
+    #[test]
     fn presets_name_real_tools() {
         let catalog = Catalog::new(&ToolsConfig::default()).unwrap();
         assert_eq!(catalog.subset(TASK_RUN_TOOLS).unwrap().offered_names().len(), TASK_RUN_TOOLS.len());
