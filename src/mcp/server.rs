@@ -1004,11 +1004,12 @@ pub async fn serve_http(
 /// When stdin and stdout are pipes (as MCP hosts launch servers) they are read and written on the
 /// runtime's own reactor; Tokio's `stdin()`/`stdout()` would hand every read and write to a
 /// blocking-pool thread and back, which cost more than answering `tools/list` itself. Anything
-/// else (a terminal, a file) falls back to those blocking handles.
+/// else (a terminal, a file) falls back to those blocking handles. The `tools/list` answer is
+/// serialised once while the list stays the same (see [`super::stdio`]).
 pub async fn serve_stdio(server: McpServer, cancel: CancellationToken) -> Result<(), McpServerError> {
     let server = server.with_shutdown(cancel.clone());
     let running = server
-        .serve_with_ct(rmcp::transport::stdio_pipes(), cancel)
+        .serve_with_ct(super::stdio::stdio(), cancel)
         .await
         .map_err(|e| McpServerError::Transport { message: e.to_string() })?;
     running.waiting().await.map_err(|e| McpServerError::Transport { message: e.to_string() })?;
