@@ -171,11 +171,13 @@ impl Decoder for LineDecoder {
     type Error = std::io::Error;
 
     fn decode(&mut self, buffer: &mut BytesMut) -> Result<Option<Incoming>, std::io::Error> {
+        let buffered = buffer.len();
         match self.codec.decode(buffer) {
             Ok(Some(message)) => Ok(Some(Incoming::Message(message))),
-            // The codec also answers `None` when it skipped a whole line (a non-standard
-            // notification); a line still buffered must not wait for more input.
-            Ok(None) if buffer.contains(&b'\n') => Ok(Some(Incoming::Ignored)),
+            // The codec also answers `None` when it consumed a line it skips (a non-standard
+            // notification it cannot parse) or discards (too long): the lines after it must not
+            // wait for more input.
+            Ok(None) if buffer.len() < buffered => Ok(Some(Incoming::Ignored)),
             Ok(None) => Ok(None),
             Err(JsonRpcMessageCodecError::Serde(error)) => match error.classify() {
                 serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
@@ -249,14 +251,18 @@ mod tests {
             .write_all(
                 b"not json\n\
                   {\"jsonrpc\":\"2.0\",\"method\":\"notifications/custom-thing\"}\n\
+                  {\"jsonrpc\":\"2.0\",\"method\":\"notifications/odd\",\"params\":7}\n\
                   {\"hello\":1}\n\
                   {\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n",
             )
             .await
             .unwrap();
         // The unknown notification may be dropped here or passed on for rmcp to ignore.
+        // Every line is already buffered: nothing may wait for more input (hence the timeout).
+        let within = std::time::Duration::from_secs(10);
         let request = loop {
-            match transport.receive().await.expect("the ping") {
+            let received = tokio::time::timeout(within, transport.receive()).await.expect("no line waits");
+            match received.expect("the ping") {
                 JsonRpcMessage::Request(request) => break request,
                 JsonRpcMessage::Notification(_) => {}
                 other => panic!("unexpected {other:?}"),
