@@ -1,6 +1,13 @@
 #!/usr/bin/env python3
-"""Sets up the MCP stdio comparison for bench/run.sh: starts a reference board with one task and
-prints the BENCH_MCP_SERVERS list for benches/mcp_stdio.rs. `--stop DIR` stops that board.
+"""Sets up the MCP stdio comparison for bench/run.sh: starts a reference board with one task,
+prints the BENCH_MCP_SERVERS list for benches/mcp_stdio.rs and writes DIR/board.json, the
+BENCH_MCP_BOARD spec (the bare GET every `get_task` makes). `--stop DIR` stops that board.
+
+The servers: picogent; @modelcontextprotocol/server-everything (the `tools/list` reference the
+issue names; its `echo` call is reported for information); a peer on the same official Node SDK
+with `get_task` (bench/peers/node_server.mjs); a FastMCP peer with `get_task`
+(bench/peers/fastmcp_server.py) and the same peer's `echo`. Every `get_task` does one GET of the
+same task with a bearer token against the same board.
 
 Usage: mcp_setup.py PICOGENT_BINARY DIR   |   mcp_setup.py --stop DIR
 """
@@ -40,16 +47,21 @@ def start(binary, work):
     fastmcp = str(ROOT / "bench" / "peers" / "fastmcp_server.py")
     everything = str(ROOT / "bench" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist"
                      / "index.js")
+    node_peer = str(ROOT / "bench" / "peers" / "node_server.mjs")
     servers = [
         {"name": "picogent", "command": [binary, "mcp", "--stdio", "--config", str(work / "agent.json")],
          "env": env, "tool": "get_task", "arguments": {"task_id": task_key}},
         {"name": "node-everything", "command": ["node", everything, "stdio"], "env": env,
          "tool": "echo", "arguments": {"message": "hello"}},
+        {"name": "node-sdk", "command": ["node", node_peer], "env": env,
+         "tool": "get_task", "arguments": {"task_id": task_key}},
         {"name": "python-fastmcp", "command": [python, fastmcp], "env": env,
          "tool": "get_task", "arguments": {"task_id": task_key}},
         {"name": "python-fastmcp-echo", "command": [python, fastmcp], "env": env,
          "tool": "echo", "arguments": {"message": "hello"}},
     ]
+    board = {"url": board_url, "path": f"/api/tasks/{task_key}", "token": env["TEAMBOARD_TOKEN"]}
+    (work / "board.json").write_text(json.dumps(board))
     print(json.dumps(servers))
 
 

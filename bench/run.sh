@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Whole benchmark run: builds picogent (release), installs the peers (Node's
-# @modelcontextprotocol/server-everything into bench/node_modules, FastMCP into bench/.venv),
+# @modelcontextprotocol/server-everything and @modelcontextprotocol/sdk into bench/node_modules,
+# FastMCP into bench/.venv),
 # runs the in-process comparisons (benches/compare.rs), the whole-process memory figures
 # (bench/procs.py) and the MCP stdio round trips (benches/mcp_stdio.rs), then writes
 # bench/RESULTS.md. Exits non-zero when a target is missed (1) or a figure could not be measured (2).
@@ -26,7 +27,7 @@ BIN="$ROOT/target/release/picogent"
 test -x "$BIN"
 
 say "installing the peers"
-if [ ! -d bench/node_modules/@modelcontextprotocol/server-everything ]; then
+if [ ! -d bench/node_modules/@modelcontextprotocol/server-everything ] || [ ! -d bench/node_modules/@modelcontextprotocol/sdk ]; then
     (cd bench && npm install --no-audit --no-fund --loglevel=error)
 fi
 if [ ! -x bench/.venv/bin/python ] || ! bench/.venv/bin/python -c 'import fastmcp' 2>/dev/null; then
@@ -45,8 +46,8 @@ if "$BIN" mcp --help >/dev/null 2>&1; then
     MCP_DIR=$(mktemp -d)
     trap 'rm -rf "$MCP_DIR"' EXIT
     python3 bench/mcp_setup.py "$BIN" "$MCP_DIR" > "$MCP_DIR/servers.json"
-    BENCH_MCP_SERVERS=$(cat "$MCP_DIR/servers.json") BENCH_MCP_OUT="$OUT/mcp.json" \
-        cargo bench --bench mcp_stdio
+    BENCH_MCP_SERVERS=$(cat "$MCP_DIR/servers.json") BENCH_MCP_BOARD=$(cat "$MCP_DIR/board.json") \
+        BENCH_MCP_OUT="$OUT/mcp.json" cargo bench --bench mcp_stdio
     python3 bench/mcp_setup.py --stop "$MCP_DIR"
 else
     echo '{"skipped": "this build of picogent has no `mcp` command"}' > "$OUT/mcp.json"

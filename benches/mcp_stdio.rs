@@ -3,14 +3,23 @@
 //! MCP stdio transport defines it). The servers run at the same time and take turns in blocks of
 //! 100 round trips, the order rotating every block, so load from elsewhere hits all alike.
 //!
+//! The clock runs from writing the request to reading the line that carries its `id`; only that
+//! envelope is decoded while it runs. The whole answer is parsed and checked after the clock
+//! stops: a client's own parsing of a large answer (a DOM of 22 KB takes this driver ~280 µs) is
+//! the client's cost, and timing it would charge a server for every tool it offers.
+//!
 //! Configured by `BENCH_MCP_SERVERS`, a JSON array of
 //! `{"name", "command": [program, args...], "cwd"?, "env"?, "tool", "arguments"}`, and writes
 //! `BENCH_MCP_OUT` (JSON). `BENCH_MCP_COUNT` sets the round trips per operation (default 1000).
+//! `BENCH_MCP_BOARD` (`{"url", "path", "token"}`, optional) adds a bare HTTP GET of `path` over one
+//! kept-alive connection, taking its turn in the same blocks: the floor under any server's
+//! `tools/call` that reads the board.
 //! Run by `bench/run.sh` as `cargo bench --bench mcp_stdio`.
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -39,6 +48,76 @@ struct Server {
     next_id: u64,
     list: Vec<f64>,
     call: Vec<f64>,
+    /// The last answers, for their sizes in the results.
+    list_answer: Option<Value>,
+    call_answer: Option<Value>,
+}
+
+/// All the timed part decodes of an answer: which request it answers.
+#[derive(Deserialize)]
+struct Envelope {
+    #[serde(default)]
+    id: Option<u64>,
+}
+
+/// A bare HTTP/1.1 GET over one kept-alive connection, the way a server's tool reads the board.
+struct BoardGet {
+    stream: BufReader<TcpStream>,
+    request: Vec<u8>,
+    get: Vec<f64>,
+    body_bytes: usize,
+}
+
+#[derive(Debug, Deserialize)]
+struct BoardSpec {
+    url: String,
+    path: String,
+    token: String,
+}
+
+impl BoardGet {
+    fn connect(spec: &BoardSpec) -> BoardGet {
+        let host = spec.url.trim_start_matches("http://").trim_end_matches('/');
+        let stream = TcpStream::connect(host).unwrap_or_else(|e| panic!("cannot connect to the board at {host}: {e}"));
+        stream.set_nodelay(true).unwrap();
+        let request = format!(
+            "GET {} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {}\r\nAccept: application/json\r\n\r\n",
+            spec.path, spec.token
+        );
+        BoardGet { stream: BufReader::new(stream), request: request.into_bytes(), get: Vec::new(), body_bytes: 0 }
+    }
+
+    /// One GET: time from writing the request to having the whole body.
+    fn get_once(&mut self) -> Duration {
+        let started = Instant::now();
+        self.stream.get_mut().write_all(&self.request).unwrap();
+        let mut line = String::new();
+        let mut content_length = None;
+        let mut status = None;
+        loop {
+            line.clear();
+            let n = self.stream.read_line(&mut line).unwrap();
+            assert!(n > 0, "the board closed the connection");
+            let header = line.trim_end();
+            if header.is_empty() {
+                break;
+            }
+            if status.is_none() {
+                status = header.split_whitespace().nth(1).map(str::to_string);
+            } else if let Some((name, value)) = header.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                content_length = value.trim().parse::<usize>().ok();
+            }
+        }
+        let length = content_length.expect("the board answers with a Content-Length");
+        let mut body = vec![0; length];
+        self.stream.read_exact(&mut body).unwrap();
+        let elapsed = started.elapsed();
+        assert_eq!(status.as_deref(), Some("200"), "the board refused the GET: {}", String::from_utf8_lossy(&body));
+        self.body_bytes = length;
+        elapsed
+    }
 }
 
 impl Server {
@@ -53,7 +132,17 @@ impl Server {
         let mut child = command.spawn().unwrap_or_else(|e| panic!("cannot start {}: {e}", spec.name));
         let stdin = child.stdin.take().unwrap();
         let stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut server = Server { spec, child, stdin, stdout, next_id: 1, list: Vec::new(), call: Vec::new() };
+        let mut server = Server {
+            spec,
+            child,
+            stdin,
+            stdout,
+            next_id: 1,
+            list: Vec::new(),
+            call: Vec::new(),
+            list_answer: None,
+            call_answer: None,
+        };
         let started = Instant::now();
         let answer = server.request(
             "initialize",
@@ -72,44 +161,53 @@ impl Server {
         self.stdin.flush().unwrap();
     }
 
-    /// Sends one request and reads lines until its answer (skipping notifications).
+    /// Sends one request and parses its answer, untimed (set-up).
     fn request(&mut self, method: &str, params: Value) -> Value {
+        let (_, answer) = self.round_trip(method, params);
+        serde_json::from_str(&answer).unwrap()
+    }
+
+    /// Sends one request and reads lines until its answer (skipping notifications); answers the
+    /// time from writing to having the answer's line, and that line.
+    fn round_trip(&mut self, method: &str, params: Value) -> (Duration, String) {
         let id = self.next_id;
         self.next_id += 1;
-        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
-        writeln!(self.stdin, "{line}").unwrap();
+        let mut line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+        line.push('\n');
+        let mut buffer = String::with_capacity(64 * 1024);
+        let started = Instant::now();
+        self.stdin.write_all(line.as_bytes()).unwrap();
         self.stdin.flush().unwrap();
-        let mut buffer = String::new();
         loop {
             buffer.clear();
             let n = self.stdout.read_line(&mut buffer).unwrap();
             assert!(n > 0, "{} closed its stdout", self.spec.name);
-            let Ok(message) = serde_json::from_str::<Value>(buffer.trim()) else { continue };
-            if message.get("id").and_then(Value::as_u64) == Some(id) {
-                return message;
+            let Ok(envelope) = serde_json::from_str::<Envelope>(buffer.trim()) else { continue };
+            if envelope.id == Some(id) {
+                return (started.elapsed(), buffer);
             }
         }
     }
 
     fn list_once(&mut self) -> Duration {
-        let started = Instant::now();
-        let answer = self.request("tools/list", json!({}));
-        let elapsed = started.elapsed();
+        let (elapsed, answer) = self.round_trip("tools/list", json!({}));
+        let answer: Value = serde_json::from_str(&answer).unwrap();
         assert!(answer["result"]["tools"].is_array(), "{}: bad tools/list answer: {answer}", self.spec.name);
+        self.list_answer = Some(answer);
         elapsed
     }
 
     fn call_once(&mut self) -> Duration {
         let params = json!({"name": self.spec.tool, "arguments": self.spec.arguments});
-        let started = Instant::now();
-        let answer = self.request("tools/call", params);
-        let elapsed = started.elapsed();
+        let (elapsed, answer) = self.round_trip("tools/call", params);
+        let answer: Value = serde_json::from_str(&answer).unwrap();
         let result = &answer["result"];
         assert!(
             result.is_object() && result["isError"] != json!(true),
             "{}: tools/call failed: {answer}",
             self.spec.name
         );
+        self.call_answer = Some(answer);
         elapsed
     }
 
@@ -125,19 +223,36 @@ fn main() {
         serde_json::from_str(&std::env::var("BENCH_MCP_SERVERS").expect("BENCH_MCP_SERVERS is set")).unwrap();
     let out = std::env::var("BENCH_MCP_OUT").expect("BENCH_MCP_OUT is set");
     let count: usize = std::env::var("BENCH_MCP_COUNT").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
+    let board_spec: Option<BoardSpec> =
+        std::env::var("BENCH_MCP_BOARD").ok().map(|spec| serde_json::from_str(&spec).expect("BENCH_MCP_BOARD"));
     let block = 100.min(count);
     let mut servers: Vec<Server> = specs.into_iter().map(Server::start).collect();
+    let mut board = board_spec.as_ref().map(BoardGet::connect);
     for server in &mut servers {
         for _ in 0..50 {
             server.list_once();
             server.call_once();
         }
     }
+    if let Some(board) = &mut board {
+        for _ in 0..50 {
+            board.get_once();
+        }
+    }
+    // The board's GET takes its turn after the servers, as one more participant.
+    let participants = servers.len() + usize::from(board.is_some());
     for block_index in 0..count.div_ceil(block) {
         let n = block.min(count - block_index * block);
-        let len = servers.len();
-        for offset in 0..len {
-            let server = &mut servers[(block_index + offset) % len];
+        for offset in 0..participants {
+            let turn = (block_index + offset) % participants;
+            let Some(server) = servers.get_mut(turn) else {
+                let board = board.as_mut().expect("the board is the last participant");
+                for _ in 0..n {
+                    let get = board.get_once();
+                    board.get.push(micros(get));
+                }
+                continue;
+            };
             for _ in 0..n {
                 let list = server.list_once();
                 server.list.push(micros(list));
@@ -151,10 +266,15 @@ fn main() {
     let mut results = serde_json::Map::new();
     for mut server in servers {
         let rss = server.rss_kib();
+        let bytes = |answer: &Option<Value>| answer.as_ref().map(|answer| answer.to_string().len());
+        let n_tools = server.list_answer.as_ref().and_then(|answer| answer["result"]["tools"].as_array()).map(Vec::len);
         let entry = json!({
             "tool": server.spec.tool,
             "tools_list_us": summarize(&server.list),
             "tools_call_us": summarize(&server.call),
+            "tools_listed": n_tools,
+            "list_answer_bytes": bytes(&server.list_answer),
+            "call_answer_bytes": bytes(&server.call_answer),
             "rss_kib_after": rss,
         });
         eprintln!("{}: {entry}", server.spec.name);
@@ -162,6 +282,11 @@ fn main() {
         drop(server.stdin);
         let _ = server.child.kill();
         let _ = server.child.wait();
+    }
+    if let (Some(board), Some(spec)) = (board, board_spec) {
+        let entry = json!({"path": spec.path, "get_us": summarize(&board.get), "body_bytes": board.body_bytes});
+        eprintln!("board GET: {entry}");
+        results.insert("board-get".to_string(), entry);
     }
     std::fs::write(&out, serde_json::to_string_pretty(&Value::Object(results)).unwrap()).unwrap();
     eprintln!("wrote {out}");

@@ -146,7 +146,13 @@ pub fn init_logging(format: LogFormat) {
 
 pub fn main(cli: Cli) -> ExitCode {
     init_logging(cli.log_format);
-    let runtime = match tokio::runtime::Runtime::new() {
+    // `mcp --stdio` serves one client whose requests mostly wait on the tracker: one thread
+    // answers them without passing each message between worker threads (docs/performance.md).
+    let runtime = match &cli.command {
+        Command::Mcp { http: None, .. } => tokio::runtime::Builder::new_current_thread().enable_all().build(),
+        _ => tokio::runtime::Runtime::new(),
+    };
+    let runtime = match runtime {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

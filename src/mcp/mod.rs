@@ -5,6 +5,7 @@
 //! connects external MCP servers (`mcp_servers` in agent.json) and offers their tools to the model
 //! beside the tracker's, under one permission policy:
 //!
+//! - [`stdio`]: the server's stdio transport (rmcp's line codec, the `tools/list` answer cached);
 //! - [`client`]: one server's connection — transport, handshake, restart with backoff, its lists;
 //! - [`host`]: every server together as one [`crate::tools::ToolSource`], with public names,
 //!   resource tools, prompt commands and server instructions;
@@ -16,3 +17,4 @@ pub mod host;
 pub mod policy;
 pub mod results;
 pub mod server;
+pub mod stdio;

@@ -232,7 +232,7 @@ impl PolicySource {
     }
 
     async fn decide(&self, name: &str, arguments: &serde_json::Value, context: &ToolContext) -> Result<(), String> {
-        let Some(tool) = self.inner.tools().into_iter().find(|t| t.name == name) else {
+        let Some(tool) = self.inner.tool(name) else {
             // Unknown names go through: the inner source answers with its own "unknown tool" error.
             return Ok(());
         };
@@ -321,6 +321,10 @@ impl ToolSource for PolicySource {
         self.inner.tools().into_iter().filter(|tool| self.offered(tool)).collect()
     }
 
+    fn tool(&self, name: &str) -> Option<Tool> {
+        self.inner.tool(name).filter(|tool| self.offered(tool))
+    }
+
     fn call<'a>(
         &'a self,
         name: &'a str,
@@ -379,6 +383,10 @@ impl ToolSource for CombinedSource {
         tools
     }
 
+    fn tool(&self, name: &str) -> Option<Tool> {
+        self.sources.iter().find_map(|source| source.tool(name))
+    }
+
     fn call<'a>(
         &'a self,
         name: &'a str,
@@ -387,7 +395,7 @@ impl ToolSource for CombinedSource {
     ) -> BoxFuture<'a, CallToolResult> {
         Box::pin(async move {
             for source in &self.sources {
-                if source.tools().iter().any(|t| t.name == name) {
+                if source.tool(name).is_some() {
                     return source.call(name, arguments, context).await;
                 }
             }

@@ -235,7 +235,10 @@ impl ServerHandler for McpServer {
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.all_tools().into_iter().find(|tool| tool.name == name)
+        match RunTool::parse(name) {
+            Some(tool) if self.inner.agent.is_some() => Some(tool.definition()),
+            _ => self.inner.tools.tool(name),
+        }
     }
 
     async fn list_tools(
@@ -260,7 +263,7 @@ impl ServerHandler for McpServer {
             let call = self.call_agent_tool(&name, arguments);
             return Ok(self.with_progress(&name, progress, call).await.into());
         }
-        if !self.inner.tools.tools().iter().any(|tool| tool.name == name) {
+        if self.inner.tools.tool(&name).is_none() {
             return Err(ErrorData::invalid_params(
                 format!("unknown tool {name}: tools/list names the tools offered"),
                 Some(json!({ "name": name })),
@@ -997,10 +1000,16 @@ pub async fn serve_http(
 }
 
 /// Serves one client on stdin/stdout until it disconnects or `cancel` fires.
+///
+/// When stdin and stdout are pipes (as MCP hosts launch servers) they are read and written on the
+/// runtime's own reactor; Tokio's `stdin()`/`stdout()` would hand every read and write to a
+/// blocking-pool thread and back, which cost more than answering `tools/list` itself. Anything
+/// else (a terminal, a file) falls back to those blocking handles. The `tools/list` answer is
+/// serialised once while the list stays the same (see [`super::stdio`]).
 pub async fn serve_stdio(server: McpServer, cancel: CancellationToken) -> Result<(), McpServerError> {
     let server = server.with_shutdown(cancel.clone());
     let running = server
-        .serve_with_ct(rmcp::transport::stdio(), cancel)
+        .serve_with_ct(super::stdio::stdio(), cancel)
         .await
         .map_err(|e| McpServerError::Transport { message: e.to_string() })?;
     running.waiting().await.map_err(|e| McpServerError::Transport { message: e.to_string() })?;

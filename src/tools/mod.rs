@@ -91,6 +91,13 @@ pub trait ToolSource: Send + Sync {
     /// The tools offered, in a fixed order (so prompts stay byte-identical across turns).
     fn tools(&self) -> Vec<Tool>;
 
+    /// The definition of one offered tool, `None` if no tool of that name is offered. The
+    /// default looks through [`ToolSource::tools`]; a source that can find one tool without
+    /// building every definition overrides it (it is asked on every call).
+    fn tool(&self, name: &str) -> Option<Tool> {
+        self.tools().into_iter().find(|tool| tool.name == name)
+    }
+
     /// Calls one tool. Never fails at the Rust level: every failure, an unknown name included, is
     /// a result with `is_error: Some(true)` and a message the model can act on.
     fn call<'a>(

@@ -477,6 +477,12 @@ impl Catalog {
         self.offered.iter().map(|&index| self.compiled[index].tool.clone()).collect()
     }
 
+    /// The definition of an offered tool.
+    pub fn definition(&self, name: &str) -> Option<Tool> {
+        let index = self.index_of(name)?;
+        self.offered.contains(&index).then(|| self.compiled[index].tool.clone())
+    }
+
     fn index_of(&self, name: &str) -> Option<usize> {
         self.compiled.iter().position(|c| c.tool.name == name)
     }
@@ -612,6 +618,10 @@ const MIN_RESULT_BYTES: usize = 256;
 impl ToolSource for Registry {
     fn tools(&self) -> Vec<Tool> {
         self.definitions()
+    }
+
+    fn tool(&self, name: &str) -> Option<Tool> {
+        self.catalog.definition(name)
     }
 
     fn call<'a>(&'a self, name: &'a str, arguments: Value, context: &'a ToolContext) -> BoxFuture<'a, CallToolResult> {
@@ -1142,6 +1152,20 @@ mod tests {
             }
             assert!(catalog.group_of(name).is_some());
         }
+    }
+
+    #[test]
+    fn one_definition_is_found_only_among_the_offered() {
+        let catalog = Catalog::new(&ToolsConfig::default()).unwrap();
+        let chat = catalog.subset(CHAT_REPLY_TOOLS).unwrap();
+        let offered = CHAT_REPLY_TOOLS[0];
+        let not_offered = TASK_RUN_TOOLS.iter().find(|name| !CHAT_REPLY_TOOLS.contains(name)).unwrap();
+        let expected = chat.definitions().into_iter().find(|tool| tool.name == offered);
+        assert_eq!(chat.definition(offered), expected);
+        assert!(expected.is_some());
+        assert_eq!(chat.definition(not_offered), None);
+        assert!(catalog.definition(not_offered).is_some());
+        assert_eq!(catalog.definition("no_such_tool"), None);
     }
 
     #[test]
