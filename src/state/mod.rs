@@ -186,22 +186,18 @@ impl State {
     /// point moves to `seq` if that is higher, in the same transaction.
     pub async fn record_event(&self, id: &str, seq: u64, name: &str) -> Result<bool, StateError> {
         let seq = to_i64("processed_events.seq", seq)?;
-        let mut transaction = self.pool.begin().await?;
+        // One statement: the trigger `processed_events_advance` moves the resume point with the
+        // insert (a duplicate's seq is behind it already).
         let inserted =
             sqlx::query("INSERT OR IGNORE INTO processed_events (id, seq, name, processed_at_ms) VALUES (?, ?, ?, ?)")
                 .bind(id)
                 .bind(seq)
                 .bind(name)
                 .bind(now_ms())
-                .execute(&mut *transaction)
+                .execute(&self.pool)
                 .await?
                 .rows_affected()
                 == 1;
-        sqlx::query("UPDATE stream_position SET last_seq = MAX(last_seq, ?) WHERE singleton = 1")
-            .bind(seq)
-            .execute(&mut *transaction)
-            .await?;
-        transaction.commit().await?;
         Ok(inserted)
     }
 
