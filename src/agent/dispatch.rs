@@ -33,7 +33,7 @@ impl OfferedTools {
                 .map(|tool| ToolSpec {
                     name: tool.name.to_string(),
                     description: tool.description.as_deref().unwrap_or_default().to_string(),
-                    parameters: serde_json::Value::Object((*tool.input_schema).clone()),
+                    parameters: tool.input_schema.clone(),
                 })
                 .collect(),
             names: tools.iter().map(|tool| tool.name.to_string()).collect(),

@@ -85,8 +85,9 @@ pub struct ToolCall {
 pub struct ToolSpec {
     pub name: String,
     pub description: String,
-    /// JSON Schema of the arguments object.
-    pub parameters: serde_json::Value,
+    /// JSON Schema of the arguments object. Shared with the tool source's definition, so offering
+    /// a tool to a run, or sending it on a turn, copies no schema.
+    pub parameters: std::sync::Arc<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// One request to the model. Messages and tools are sent in exactly this order, so the prefix
@@ -207,8 +208,14 @@ pub fn estimate_prompt_tokens(messages: &[Message], tools: &[ToolSpec]) -> u64 {
 }
 
 /// The tokens one offered tool costs in the prompt.
-pub fn estimate_tool_tokens(name: &str, description: &str, parameters: &serde_json::Value) -> u64 {
-    count_text_tokens(name) + count_text_tokens(description) + count_text_tokens(&parameters.to_string())
+pub fn estimate_tool_tokens(
+    name: &str,
+    description: &str,
+    parameters: &serde_json::Map<String, serde_json::Value>,
+) -> u64 {
+    // The same text as the schema's `Value::to_string()`: compact JSON, keys in order.
+    let parameters = serde_json::to_string(parameters).unwrap_or_default();
+    count_text_tokens(name) + count_text_tokens(description) + count_text_tokens(&parameters)
 }
 
 #[cfg(test)]

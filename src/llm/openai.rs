@@ -220,7 +220,7 @@ fn wire_tool(tool: &ToolSpec) -> ChatCompletionTools {
         function: FunctionObject {
             name: tool.name.clone(),
             description: Some(tool.description.clone()),
-            parameters: Some(tool.parameters.clone()),
+            parameters: Some(serde_json::Value::Object(tool.parameters.as_ref().clone())),
             strict: None,
         },
     })
@@ -306,7 +306,7 @@ mod tests {
     #[test]
     fn the_wire_request_caps_output_and_keeps_order() {
         let chat = OpenAiChat::new(&config(Some(500)), None).unwrap();
-        let tool = ToolSpec { name: "get_task".into(), description: "d".into(), parameters: serde_json::json!({}) };
+        let tool = ToolSpec { name: "get_task".into(), description: "d".into(), parameters: Default::default() };
         let request = ChatRequest {
             messages: vec![
                 Message::system("s"),

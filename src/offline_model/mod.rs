@@ -343,7 +343,10 @@ fn read_request(request: &WireRequest) -> Result<(Vec<Message>, Vec<ToolSpec>), 
         .map(|tool| ToolSpec {
             name: tool.function.name.clone(),
             description: tool.function.description.clone().unwrap_or_default(),
-            parameters: tool.function.parameters.clone().unwrap_or_else(|| json!({})),
+            parameters: match &tool.function.parameters {
+                Some(Value::Object(schema)) => std::sync::Arc::new(schema.clone()),
+                _ => Default::default(),
+            },
         })
         .collect();
     Ok((messages, tools))

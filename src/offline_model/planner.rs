@@ -416,7 +416,10 @@ mod tests {
         ToolSpec {
             name: name.into(),
             description: String::new(),
-            parameters: json!({"type": "object", "properties": properties}),
+            parameters: std::sync::Arc::new(serde_json::Map::from_iter([
+                ("type".to_string(), json!("object")),
+                ("properties".to_string(), Value::Object(properties)),
+            ])),
         }
     }
 
