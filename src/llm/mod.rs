@@ -278,7 +278,6 @@ impl PromptCounter {
     }
 }
 
-/// The tokens one offered tool costs in the prompt.
 /// What one tool definition adds to a prompt, the same figure as [`estimate_tool_tokens`]. A
 /// tool source hands out the same definition (the same shared schema) run after run, so the count
 /// is kept per schema and a run costs no serialization or counting of its tool list.
@@ -307,7 +306,8 @@ pub fn tool_tokens(tool: &rmcp::model::Tool) -> u64 {
     count
 }
 
-/// Tool definitions are the same on every turn of every run, so their counts come from the memo.
+/// The tokens one offered tool costs in the prompt. Tool definitions are the same on every turn
+/// of every run, so their counts come from the memo.
 pub fn estimate_tool_tokens(
     name: &str,
     description: &str,

@@ -78,9 +78,13 @@ impl OpenAiChat {
         self.max_output_tokens
     }
 
-    /// One attempt, no retrying.
-    async fn attempt(&self, body: &CreateChatCompletionRequest) -> Result<CreateChatCompletionResponse, LlmError> {
-        let mut request = self.http.post(format!("{}/chat/completions", self.base_url)).json(body);
+    /// One attempt, no retrying. `body` is the request as JSON; attempts share its bytes.
+    async fn attempt(&self, body: &bytes::Bytes) -> Result<CreateChatCompletionResponse, LlmError> {
+        let mut request = self
+            .http
+            .post(format!("{}/chat/completions", self.base_url))
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.clone());
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key.expose());
         }
@@ -130,7 +134,11 @@ impl OpenAiChat {
 impl ChatModel for OpenAiChat {
     fn complete<'a>(&'a self, request: &'a ChatRequest<'a>) -> BoxFuture<'a, Result<ChatResponse, LlmError>> {
         Box::pin(async move {
-            let body = self.wire_request(request);
+            // Serialised once, before the wait: a run in flight holds these bytes, not the typed
+            // request with its own copy of every tool schema (see docs/performance.md, "Memory").
+            let body = serde_json::to_vec(&self.wire_request(request))
+                .map_err(|e| LlmError::Config { message: format!("cannot serialise the request: {e}") })?;
+            let body = bytes::Bytes::from(body);
             let response = with_retry(&self.retry, || self.attempt(&body)).await?;
             from_wire_response(response, request)
         })

@@ -418,8 +418,9 @@ async fn drive(
     limits.max_tokens_per_run =
         limits.max_tokens_per_run.min(config.limits.max_tokens_per_day.saturating_sub(used_today));
 
-    let available = services.tools.tools();
-    let offered = offered_tools(kind, &available);
+    // Only the names are kept: the definitions themselves are the loop's to fetch, and a list
+    // held here would live as long as the run.
+    let offered = offered_tools(kind, &services.tools.tools());
     let mut tool_context = crate::tools::ToolContext::new(config.slug.clone());
     tool_context.idempotency_key = Some(format!("{run_id}-h{}", history.len()));
     tool_context.post_guard = Some(services.post_guard.clone());
