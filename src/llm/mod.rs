@@ -6,6 +6,7 @@
 
 pub mod openai;
 pub mod probe;
+mod tokens;
 
 use std::time::Duration;
 
@@ -203,7 +204,7 @@ fn remember(text: String, count: u64) {
 }
 
 fn count_uncached(text: &str) -> u64 {
-    tiktoken_rs::o200k_base_singleton().encode_with_special_tokens(text).len() as u64
+    tokens::count(text)
 }
 
 /// Texts shorter than this are counted every time: counting them costs about as much as a lookup.
