@@ -220,11 +220,27 @@ async fn bench_event(sizes: &Sizes) -> Value {
     // agent's own connection does: its arrival is "frame in".
     let ws_url = format!("ws://{}/api/ws?token=tok-picogent", board.addr());
     let (mut observer, _) = tokio_tungstenite::connect_async(&ws_url).await.unwrap();
+    // The observer reads in a task of its own and stamps each assignment frame as it arrives, so
+    // "frame in" does not wait for the sample loop (which is still awaiting the task's creation
+    // when the board sends the frame to both connections).
+    let (frames_tx, mut frames) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
+    tokio::spawn(async move {
+        while let Some(Ok(message)) = observer.next().await {
+            let at = Instant::now();
+            if let WsMessage::Text(text) = message
+                && text.contains("\"task.assigned\"")
+                && frames_tx.send((text.as_str().to_string(), at)).is_err()
+            {
+                break;
+            }
+        }
+    });
 
     let echo = echo_server().await;
     let (mut echo_socket, _) = tokio_tungstenite::connect_async(format!("ws://{echo}/")).await.unwrap();
 
     let (mut ours, mut baseline) = (Vec::new(), Vec::new());
+    let mut observer_late = 0;
     let warmup = 5;
     for sample in 0..sizes.event_samples + warmup {
         wait_until(Duration::from_secs(30), "agent idle", || agent.status.active_runs() == 0).await;
@@ -232,35 +248,27 @@ async fn bench_event(sizes: &Sizes) -> Value {
         // Let the acknowledgement and the finished run's writes settle before the next event.
         tokio::time::sleep(Duration::from_millis(5)).await;
         while arrivals.try_recv().is_ok() {}
+        while frames.try_recv().is_ok() {}
         create_task(&alice, &format!("Event sample {sample}"), Some("picogent")).await;
-        let (frame, frame_in) = loop {
-            let message = tokio::time::timeout(Duration::from_secs(10), observer.next())
-                .await
-                .expect("the observer got the frame")
-                .unwrap()
-                .unwrap();
-            let at = Instant::now();
-            if let WsMessage::Text(text) = message
-                && text.contains("\"task.assigned\"")
-            {
-                break (text.as_str().to_string(), at);
-            }
-        };
-        let first_request = loop {
-            let at = tokio::time::timeout(Duration::from_secs(10), arrivals.recv())
-                .await
-                .expect("the model got a request")
-                .unwrap();
-            if at >= frame_in {
-                break at;
-            }
-        };
+        let (frame, frame_in) = tokio::time::timeout(Duration::from_secs(10), frames.recv())
+            .await
+            .expect("the observer got the frame")
+            .expect("the observer is reading");
+        // The first request after the assignment was sent. The agent's connection and the
+        // observer's get the frame at the same moment; should the agent still be ahead (the
+        // observer's task woken later), the sample counts as 0 and is reported.
+        let first_request = tokio::time::timeout(Duration::from_secs(10), arrivals.recv())
+            .await
+            .expect("the model got a request")
+            .expect("the relay is running");
+        let observer_was_late = first_request < frame_in;
         // The echo round trip of the very same frame, measured right after.
         let started = Instant::now();
         echo_socket.send(WsMessage::text(frame)).await.unwrap();
         let _ = echo_socket.next().await.unwrap().unwrap();
         let echo_time = started.elapsed();
         if sample >= warmup {
+            observer_late += usize::from(observer_was_late);
             ours.push(micros(first_request.saturating_duration_since(frame_in)));
             baseline.push(micros(echo_time));
         }
@@ -268,7 +276,9 @@ async fn bench_event(sizes: &Sizes) -> Value {
     agent.shutdown().await.unwrap();
     model.shutdown().await;
     board.shutdown().await.unwrap();
-    pair(&ours, &baseline, "µs")
+    let mut result = pair(&ours, &baseline, "µs");
+    result["observer_late_samples"] = json!(observer_late);
+    result
 }
 
 async fn echo_server() -> std::net::SocketAddr {
