@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use futures::{SinkExt, StreamExt};
-use picogent::agent::{RunInput, RunSetup};
-use picogent::config::{ChatListen, Limits, LlmConfig, ToolsConfig};
+use picogent::config::{ChatListen, LlmConfig, ToolsConfig};
 use picogent::llm::OpenAiChat;
 use picogent::router::filter::{MessageFacts, MessageFate, is_stop_command, message_fate};
 use picogent::tools::registry::Catalog;
@@ -155,19 +154,7 @@ async fn bench_turn(sizes: &Sizes) -> Value {
     // exactly one turn (one request, no tool calls).
     let prompt = "Say hello to the team.".to_string();
     let one_turn = || async {
-        let output = picogent::agent::run(
-            RunSetup {
-                model: &chat,
-                tools: &registry,
-                offered_tools: TASK_RUN_TOOLS.iter().map(|s| s.to_string()).collect(),
-                limits: Limits::default(),
-                tool_context: ToolContext::new("picogent"),
-                cancel: tokio_util::sync::CancellationToken::new(),
-                steering: None,
-            },
-            RunInput { system_prompt: system_prompt.clone(), history: Vec::new(), prompt: prompt.clone() },
-        )
-        .await;
+        let output = one_turn_run(&chat, &registry, &system_prompt, &prompt).await;
         assert_eq!(output.record.turns, 1, "{:?}", output.record);
     };
     one_turn().await;

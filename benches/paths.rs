@@ -11,11 +11,10 @@ use std::time::Duration;
 
 use common::*;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use picogent::agent::{RunInput, RunSetup};
-use picogent::config::{ChatListen, Limits, LlmConfig, ToolsConfig};
+use picogent::config::{ChatListen, LlmConfig, ToolsConfig};
 use picogent::llm::OpenAiChat;
 use picogent::router::filter::{MessageFacts, MessageFate, message_fate};
-use picogent::tools::{Registry, TASK_RUN_TOOLS, ToolContext};
+use picogent::tools::{Registry, ToolContext};
 use picogent::tracker::model::{Event, MemberKind};
 use picogent::transport::{StreamItem, parse_frame};
 use serde_json::json;
@@ -67,19 +66,7 @@ fn loop_turn(c: &mut Criterion) {
     let chat = OpenAiChat::new(&llm_config, None).unwrap();
     let system_prompt = std::fs::read_to_string(prompts_dir().join("system.md")).unwrap();
     let one_turn = || async {
-        let output = picogent::agent::run(
-            RunSetup {
-                model: &chat,
-                tools: &registry,
-                offered_tools: TASK_RUN_TOOLS.iter().map(|s| s.to_string()).collect(),
-                limits: Limits::default(),
-                tool_context: ToolContext::new("picogent"),
-                cancel: tokio_util::sync::CancellationToken::new(),
-                steering: None,
-            },
-            RunInput { system_prompt: system_prompt.clone(), history: Vec::new(), prompt: "Say hello.".to_string() },
-        )
-        .await;
+        let output = one_turn_run(&chat, &registry, &system_prompt, "Say hello.").await;
         assert_eq!(output.record.turns, 1);
     };
     runtime.block_on(one_turn());

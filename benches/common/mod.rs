@@ -170,3 +170,30 @@ pub fn summarize(samples: &[f64]) -> Summary {
 pub fn micros(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e6
 }
+
+/// One run of the agent loop as both turn benches measure it: the task-run tools offered, default
+/// limits, and a prompt the offline planner answers with text at once (one request, no tool call).
+pub async fn one_turn_run(
+    model: &picogent::llm::OpenAiChat,
+    tools: &picogent::tools::Registry,
+    system_prompt: &str,
+    prompt: &str,
+) -> picogent::agent::RunOutput {
+    picogent::agent::run(
+        picogent::agent::RunSetup {
+            model,
+            tools,
+            offered_tools: picogent::tools::TASK_RUN_TOOLS.iter().map(|s| s.to_string()).collect(),
+            limits: picogent::config::Limits::default(),
+            tool_context: picogent::tools::ToolContext::new("picogent"),
+            cancel: tokio_util::sync::CancellationToken::new(),
+            steering: None,
+        },
+        picogent::agent::RunInput {
+            system_prompt: system_prompt.to_string(),
+            history: Vec::new(),
+            prompt: prompt.to_string(),
+        },
+    )
+    .await
+}
