@@ -146,10 +146,13 @@ pub fn init_logging(format: LogFormat) {
 
 pub fn main(cli: Cli) -> ExitCode {
     init_logging(cli.log_format);
-    // `mcp --stdio` serves one client whose requests mostly wait on the tracker: one thread
-    // answers them without passing each message between worker threads (docs/performance.md).
+    // `mcp --stdio` serves one client whose requests mostly wait on the tracker, and the board's
+    // requests mostly wait on SQLite (which runs on sqlx's own threads): one thread answers them
+    // without passing each message between worker threads (docs/performance.md).
     let runtime = match &cli.command {
-        Command::Mcp { http: None, .. } => tokio::runtime::Builder::new_current_thread().enable_all().build(),
+        Command::Mcp { http: None, .. } | Command::Board { .. } => {
+            tokio::runtime::Builder::new_current_thread().enable_all().build()
+        }
         _ => tokio::runtime::Runtime::new(),
     };
     let runtime = match runtime {

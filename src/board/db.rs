@@ -28,6 +28,8 @@ pub async fn open(path: &Path) -> anyhow::Result<SqlitePool> {
         .foreign_keys(true);
     let pool = SqlitePoolOptions::new()
         .max_connections(8)
+        // A connection to a local file does not go stale: no ping round trip before each use.
+        .test_before_acquire(false)
         .connect_with(options)
         .await
         .with_context(|| format!("cannot open the board database {}", path.display()))?;

@@ -221,6 +221,9 @@ pub async fn update_task(
     if changed_fields(&before, &after).is_empty() {
         return Ok(Json(before));
     }
+    // The task as stored after the UPDATE is `after` with its new time: nothing else in the row
+    // changes (no trigger touches it, and watchers are not changed here), so it is not read back.
+    after.updated_at = db::now();
     sqlx::query(
         "UPDATE tasks SET title = ?2, description = ?3, status = ?4, priority = ?5, type = ?6, assignee_slug = ?7, \
          labels = ?8, updated_at = ?9 WHERE id = ?1",
@@ -233,10 +236,9 @@ pub async fn update_task(
     .bind(after.task_type.as_str())
     .bind(&after.assignee_slug)
     .bind(json_text(&after.labels))
-    .bind(db::now())
+    .bind(&after.updated_at)
     .execute(&mut *tx)
     .await?;
-    let after = db::find_task(&mut tx, &before.id).await?;
     let mut outbox = Outbox::default();
     announce_change(&mut tx, &mut outbox, &before, &after, &caller.slug).await?;
     tx.commit().await?;
