@@ -107,6 +107,10 @@ pub struct Session {
 pub struct State {
     pool: SqlitePool,
     path: PathBuf,
+    /// The spend of the last day asked about or added to, as stored. This handle and its clones
+    /// are the file's only writer while the agent runs, so the figure stays true; the lock is
+    /// held across each read or write of the table, so no stale read can overwrite a newer sum.
+    spend: std::sync::Arc<tokio::sync::Mutex<Option<(Date, u64)>>>,
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/state");
@@ -135,9 +139,15 @@ impl State {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true);
-        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options).await.map_err(open_error)?;
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            // A connection to a local file does not go stale: no ping round trip before each use.
+            .test_before_acquire(false)
+            .connect_with(options)
+            .await
+            .map_err(open_error)?;
         MIGRATOR.run(&pool).await.map_err(|source| StateError::Migrate { path: path.to_path_buf(), source })?;
-        Ok(State { pool, path: path.to_path_buf() })
+        Ok(State { pool, path: path.to_path_buf(), spend: Default::default() })
     }
 
     /// The file this state lives in.
@@ -310,6 +320,7 @@ impl State {
 
     /// Adds `tokens` to the spend of the UTC `day`; returns the day's new total.
     pub async fn add_tokens(&self, day: Date, tokens: u64) -> Result<u64, StateError> {
+        let mut known = self.spend.lock().await;
         let total: i64 = sqlx::query_scalar(
             "INSERT INTO daily_spend (day, tokens) VALUES (?, ?) \
              ON CONFLICT (day) DO UPDATE SET tokens = tokens + excluded.tokens RETURNING tokens",
@@ -318,16 +329,27 @@ impl State {
         .bind(to_i64("daily_spend.tokens", tokens)?)
         .fetch_one(&self.pool)
         .await?;
-        to_u64("daily_spend.tokens", total)
+        let total = to_u64("daily_spend.tokens", total)?;
+        *known = Some((day, total));
+        Ok(total)
     }
 
-    /// Tokens spent on the UTC `day`.
+    /// Tokens spent on the UTC `day`. Asked before every run; read from the database only when
+    /// the day changes.
     pub async fn tokens_on(&self, day: Date) -> Result<u64, StateError> {
+        let mut known = self.spend.lock().await;
+        if let Some((known_day, total)) = *known
+            && known_day == day
+        {
+            return Ok(total);
+        }
         let total: Option<i64> = sqlx::query_scalar("SELECT tokens FROM daily_spend WHERE day = ?")
             .bind(day.to_string())
             .fetch_optional(&self.pool)
             .await?;
-        to_u64("daily_spend.tokens", total.unwrap_or(0))
+        let total = to_u64("daily_spend.tokens", total.unwrap_or(0))?;
+        *known = Some((day, total));
+        Ok(total)
     }
 
     /// Tokens spent today (UTC).
