@@ -220,10 +220,12 @@ async fn assignment_is_acknowledged_then_worked_to_review() {
     let task = wait_status(&alice, &task.id, TaskStatus::InReview).await;
     wait_idle(&agent).await;
 
-    // The acknowledgement came before the first model call: the prompt, rendered from a fresh
-    // read after it, already says in_progress.
+    // The acknowledgement overlaps the first model call, so the prompt shows the task in the
+    // status it gives it; and it landed before the run's first tool call, so it cannot have
+    // overtaken the run's own move to in_review.
     let prompt = first_user_prompt(&model);
     assert!(prompt.contains("Status: in_progress"), "{prompt}");
+    assert_eq!(alice.get_task(&task.id).await.unwrap().status, TaskStatus::InReview);
     let steps = alice.list_steps(&task.id).await.unwrap();
     let titles: Vec<_> = steps.iter().map(|s| s.title.as_str()).collect();
     assert_eq!(titles, ["write the guide", "proofread it"]);

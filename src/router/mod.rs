@@ -231,7 +231,18 @@ impl Router {
     }
 
     async fn on_envelope(&mut self, envelope: EventEnvelope) {
-        match self.state.record_event(&envelope.id, envelope.seq, &envelope.event).await {
+        let event = Event::from_envelope(&envelope);
+        // An assignment is also checked against runs started since it happened (reconciliation
+        // may have got there first): a read, sent with the record rather than after it.
+        let worked_since = async {
+            match &event {
+                Ok(Event::TaskAssigned(data)) => self.assignment_already_worked(&data.task, &envelope.ts).await,
+                _ => false,
+            }
+        };
+        let (recorded, worked_since) =
+            tokio::join!(self.state.record_event(&envelope.id, envelope.seq, &envelope.event), worked_since);
+        match recorded {
             Ok(true) => {}
             Ok(false) => {
                 self.metrics.event(&envelope.event, "duplicate");
@@ -246,9 +257,9 @@ impl Router {
                 return;
             }
         }
-        match Event::from_envelope(&envelope) {
+        match event {
             Ok(Event::TaskAssigned(data)) => {
-                if self.assignment_already_worked(&data.task, &envelope.ts).await {
+                if worked_since {
                     // Reconciliation saw this assignment first (its event was slow to arrive) and
                     // started a run for it after it happened: that run covers it.
                     self.metrics.event(&envelope.event, "already_worked");
@@ -299,6 +310,10 @@ impl Router {
             None
         };
         tracing::info!(task = %task.key, %source, "working assigned task");
+        // With a slot free the run starts now: its prompt's reads go out with the acknowledgement,
+        // while the run's records are written.
+        let prefetched = (self.active.len() < self.config.limits.max_concurrent_runs as usize)
+            .then(|| crate::runtime::run::prefetch_task_reads(self.client.clone(), task.id.clone()));
         let request = RunRequest {
             session,
             trigger: format!("task.assigned {}", task.key),
@@ -306,6 +321,7 @@ impl Router {
             steering: Vec::new(),
             resume_run_id: None,
             acknowledged: ack,
+            prefetched,
             claim: None,
         };
         self.start_or_queue(request).await;
@@ -413,6 +429,7 @@ impl Router {
             steering: Vec::new(),
             resume_run_id: None,
             acknowledged: None,
+            prefetched: None,
         };
         self.accepted_messages.insert(request_message_id(&request));
         self.start_or_queue(request).await;
@@ -481,7 +498,7 @@ impl Router {
     }
 
     /// Starts the run now if a slot is free, else queues it. Returns the run id when started.
-    async fn start_or_queue(&mut self, request: RunRequest) -> Option<String> {
+    async fn start_or_queue(&mut self, mut request: RunRequest) -> Option<String> {
         if self.shutdown.is_cancelled() {
             return None;
         }
@@ -489,6 +506,10 @@ impl Router {
             return None;
         }
         if self.active.len() >= self.config.limits.max_concurrent_runs as usize {
+            // Reads made now would be stale when the run starts: it reads afresh then.
+            if let Some(prefetched) = request.prefetched.take() {
+                prefetched.abort();
+            }
             self.waiting_sessions.insert(request.session.clone());
             self.waiting.push_back(request);
             return None;
@@ -597,6 +618,7 @@ impl Router {
                 steering: leftover,
                 resume_run_id: None,
                 acknowledged: None,
+                prefetched: None,
                 claim: None,
             };
             self.start_or_queue(request).await;
@@ -678,6 +700,7 @@ impl Router {
                 steering: Vec::new(),
                 resume_run_id: Some(run.id.clone()),
                 acknowledged: None,
+                prefetched: None,
                 claim: None,
             };
             self.start_or_queue(request).await;

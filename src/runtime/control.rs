@@ -134,6 +134,7 @@ impl AgentControl for RuntimeControl {
                 steering: Vec::new(),
                 resume_run_id: None,
                 acknowledged: None,
+                prefetched: None,
                 claim: None,
             };
             let (reply, answer) = oneshot::channel();

@@ -16,7 +16,7 @@ use crate::runtime::status::StatusBoard;
 use crate::state::State;
 use crate::tools::ToolSource;
 use crate::tracker::TrackerClient;
-use crate::tracker::model::{MessageOut, MessageQuery, TaskOut};
+use crate::tracker::model::{MessageOut, MessageQuery, StepOut, TaskOut, TaskStatus};
 
 /// What every run needs, shared by all of them.
 pub struct RunServices {
@@ -37,16 +37,46 @@ pub struct RunServices {
     pub post_guard: Arc<dyn crate::tools::PostGuard>,
 }
 
+/// The assignment's acknowledgement (moving the task to `in_progress`) in flight, answering with
+/// the task as it then is (`None` if it failed; the failure is logged where it happens).
+pub type Acknowledgement = tokio::task::JoinHandle<Option<TaskOut>>;
+
+/// What a task run's prompt reads besides the task: its steps and its latest comments.
+#[derive(Debug)]
+pub struct TaskReads {
+    steps: Vec<StepOut>,
+    comments: Vec<MessageOut>,
+}
+
+/// A task run's reads, sent before the run starts.
+pub type Prefetch = tokio::task::JoinHandle<TaskReads>;
+
+/// Sends a task run's reads now, so they overlap the writes that start the run (see
+/// `RunRequest::prefetched`). Reads only: nothing is lost if the run never takes them.
+pub fn prefetch_task_reads(client: TrackerClient, task_id: String) -> Prefetch {
+    tokio::spawn(async move { task_reads(&client, &task_id).await })
+}
+
+async fn task_reads(client: &TrackerClient, task_id: &str) -> TaskReads {
+    let comments_query =
+        MessageQuery { task_id: Some(task_id.to_string()), limit: Some(20), ..MessageQuery::default() };
+    let (steps, comments) = tokio::join!(client.list_steps(task_id), client.list_messages(&comments_query));
+    TaskReads { steps: steps.unwrap_or_default(), comments: comments.unwrap_or_default() }
+}
+
 /// The run's tools, with one rule added: before the first call — the run's first chance to act
 /// on the board — the run's start record is written and everything the agent has recorded (the
 /// processed event, the claim, the run) is flushed to disk ([`State::sync`]), so neither a crash
-/// nor a power cut can make it forget what it already did. Both overlap the first model request
-/// instead of delaying it.
+/// nor a power cut can make it forget what it already did; and the assignment's acknowledgement
+/// has landed, so it cannot overtake a change the model makes. All of these overlap the first
+/// model request instead of delaying it.
 struct DurableFirst<'a> {
     inner: &'a dyn ToolSource,
     state: &'a State,
     /// The write of the run's start record, still in flight.
     start_saved: std::sync::Mutex<Option<tokio::task::JoinHandle<Result<(), crate::state::StateError>>>>,
+    /// The acknowledgement, if it was still in flight when the prompt was built.
+    acknowledged: std::sync::Mutex<Option<Acknowledgement>>,
     /// Set by the first call: `Err` if the records could not be made safe (no tool then runs).
     ready: tokio::sync::OnceCell<Result<(), String>>,
 }
@@ -65,8 +95,21 @@ impl DurableFirst<'_> {
         }
     }
 
+    /// Waits for the start record's write and the acknowledgement, whichever are still out.
+    async fn landed(&self) -> Result<(), String> {
+        let acknowledged = self.acknowledged.lock().ok().and_then(|mut slot| slot.take());
+        let acknowledged = async {
+            if let Some(ack) = acknowledged {
+                // Its failure is logged by the acknowledgement itself and does not stop the run.
+                let _ = ack.await;
+            }
+        };
+        let (saved, ()) = tokio::join!(self.start_saved(), acknowledged);
+        saved
+    }
+
     async fn ready(&self) -> Result<(), String> {
-        self.start_saved().await?;
+        self.landed().await?;
         self.state.sync().await.map_err(|e| e.to_string())
     }
 }
@@ -115,9 +158,12 @@ pub struct RunRequest {
     pub steering: Vec<String>,
     /// Set when continuing a run interrupted by a crash or restart.
     pub resume_run_id: Option<String>,
-    /// The assignment acknowledgement (move to in_progress), answering with the task as it now
-    /// is (`None` if it failed); awaited before the first model call.
-    pub acknowledged: Option<tokio::task::JoinHandle<Option<TaskOut>>>,
+    /// The assignment's acknowledgement (move to in_progress); it overlaps the first model
+    /// request, and the run's first tool call waits for it.
+    pub acknowledged: Option<Acknowledgement>,
+    /// A task run's prompt reads, sent when the assignment was accepted with a free slot (so they
+    /// are fresh); `None` if the run waited, and then it reads when it starts.
+    pub prefetched: Option<Prefetch>,
     /// A claim (kind, key) written in the same transaction as the run's start, so the thing is
     /// handled once and a crash between deciding and starting loses nothing.
     pub claim: Option<(String, String)>,
@@ -166,13 +212,17 @@ pub async fn execute(
     steer: mpsc::UnboundedReceiver<String>,
 ) -> RunDone {
     let started = Instant::now();
-    let RunRequest { session, kind, acknowledged, resume_run_id, .. } = request;
+    let RunRequest { session, kind, acknowledged, prefetched, resume_run_id, .. } = request;
     let (end, steering_consumed) = match drive(
         &services,
         &run_id,
         &session,
         &kind,
-        if resume_run_id.is_some() { Start::Resumed { acknowledged } } else { Start::Fresh { acknowledged } },
+        if resume_run_id.is_some() {
+            Start::Resumed { acknowledged }
+        } else {
+            Start::Fresh { acknowledged, prefetched }
+        },
         &cancel,
         steer,
     )
@@ -200,56 +250,76 @@ pub async fn execute(
     RunDone { run_id, session, kind, end, duration: started.elapsed(), steering_consumed }
 }
 
-/// The prompt of a fresh request, with current tracker data. `ack` is the assignment's
-/// acknowledgement in flight: the reads that do not depend on it go out at the same time, and
-/// the task is the one it answers with (read afresh if it failed).
+/// The prompt of a fresh request, with current tracker data, and the assignment's
+/// acknowledgement if it is still in flight (for the run's first tool call to wait for).
+///
+/// The prompt does not wait for the acknowledgement: while it is in flight, the task is the one
+/// the assignment arrived with, in the status the acknowledgement gives it; once it has landed
+/// (the run waited for a free slot), the task it answered with. Without one, or if it failed,
+/// the task is read afresh. The other reads go out at the same time, unless `prefetched` sent
+/// them already.
 pub async fn user_prompt(
     services: &RunServices,
     kind: &RunKind,
-    ack: Option<tokio::task::JoinHandle<Option<TaskOut>>>,
-) -> Result<String, String> {
+    ack: Option<Acknowledgement>,
+    prefetched: Option<Prefetch>,
+) -> Result<(String, Option<Acknowledgement>), String> {
     let client = &services.client;
     let prompts = &services.prompts;
     match kind {
         RunKind::Task { task, assigned_by } => {
-            // Independent reads, sent together; the acknowledgement only changes the task's status,
-            // and answers with the task as it then is.
-            let comments_query =
-                MessageQuery { task_id: Some(task.id.clone()), limit: Some(20), ..MessageQuery::default() };
+            let (landed, in_flight) = match ack {
+                Some(ack) if ack.is_finished() => (Some(ack), None),
+                ack => (None, ack),
+            };
             let current = async {
-                match ack {
-                    Some(ack) => match ack.await {
-                        Ok(Some(task)) => Ok(task),
-                        _ => client.get_task(&task.id).await,
+                if in_flight.is_some() {
+                    let mut task = task.as_ref().clone();
+                    task.status = TaskStatus::InProgress;
+                    return Ok(task);
+                }
+                if let Some(ack) = landed
+                    && let Ok(Some(task)) = ack.await
+                {
+                    return Ok(task);
+                }
+                client.get_task(&task.id).await
+            };
+            let reads = async {
+                match prefetched.map(|reads| async { reads.await.ok() }) {
+                    Some(prefetched) => match prefetched.await {
+                        Some(reads) => reads,
+                        None => task_reads(client, &task.id).await,
                     },
-                    None => client.get_task(&task.id).await,
+                    None => task_reads(client, &task.id).await,
                 }
             };
-            let (task, steps, comments) =
-                tokio::join!(current, client.list_steps(&task.id), client.list_messages(&comments_query));
+            let (task, reads) = tokio::join!(current, reads);
             let task = task.map_err(|e| format!("reading the task failed: {e}"))?;
-            let steps = steps.unwrap_or_default();
-            let comments = comments.unwrap_or_default();
-            prompts
+            let prompt = prompts
                 .task_assigned(&TaskAssignedVars {
-                    task: TaskView::new(&task, &steps),
+                    task: TaskView::new(&task, &reads.steps),
                     assigned_by: assigned_by.clone(),
-                    comments: comments.iter().map(MessageView::new).collect(),
+                    comments: reads.comments.iter().map(MessageView::new).collect(),
                 })
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string())?;
+            Ok((prompt, in_flight))
         }
         RunKind::Message { message } => {
             // `/mcp__<server>__<prompt> key=value ...`: the server's rendered prompt is the request.
             if let Some(expanded) = services.host.expand_prompt_command(&message.content).await {
                 let prompt = expanded.map_err(|e| format!("the prompt command failed: {e}"))?;
-                return Ok(format!(
-                    "Message id: {}\nThread id: {}\n@{} asked you to run an MCP prompt. Do what it says, then answer \
-                     in the thread with reply_message (parent_id {}), once.\n\n{}",
-                    message.id,
-                    message.thread_root(),
-                    message.author_slug,
-                    message.thread_root(),
-                    crate::prompts::clean_text(&prompt, crate::prompts::MAX_FIELD_CHARS)
+                return Ok((
+                    format!(
+                        "Message id: {}\nThread id: {}\n@{} asked you to run an MCP prompt. Do what it says, then \
+                         answer in the thread with reply_message (parent_id {}), once.\n\n{}",
+                        message.id,
+                        message.thread_root(),
+                        message.author_slug,
+                        message.thread_root(),
+                        crate::prompts::clean_text(&prompt, crate::prompts::MAX_FIELD_CHARS)
+                    ),
+                    ack,
                 ));
             }
             let thread_query = MessageQuery {
@@ -265,16 +335,17 @@ pub async fn user_prompt(
             };
             let (thread, task) = tokio::join!(client.list_messages(&thread_query), task);
             let thread = thread.unwrap_or_default();
-            prompts
+            let prompt = prompts
                 .message_new(&MessageNewVars {
                     message: MessageView::new(message),
                     thread: thread.iter().filter(|m| m.id != message.id).map(MessageView::new).collect(),
                     task,
                     agent_slug: services.config.slug.clone(),
                 })
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string())?;
+            Ok((prompt, ack))
         }
-        RunKind::Prompt { text } => Ok(crate::prompts::clean_text(text, crate::prompts::MAX_FIELD_CHARS)),
+        RunKind::Prompt { text } => Ok((crate::prompts::clean_text(text, crate::prompts::MAX_FIELD_CHARS), ack)),
     }
 }
 
@@ -337,11 +408,12 @@ fn offered_tools(kind: &RunKind, available: &[rmcp::model::Tool]) -> Vec<String>
 /// How a run begins, with the assignment's acknowledgement if one is in flight.
 enum Start {
     Fresh {
-        acknowledged: Option<tokio::task::JoinHandle<Option<TaskOut>>>,
+        acknowledged: Option<Acknowledgement>,
+        prefetched: Option<Prefetch>,
     },
     /// Continuing a run a crash or a restart interrupted: its first request is read back.
     Resumed {
-        acknowledged: Option<tokio::task::JoinHandle<Option<TaskOut>>>,
+        acknowledged: Option<Acknowledgement>,
     },
 }
 
@@ -366,11 +438,11 @@ async fn drive(
             }
             (state.load_session(&session_key).await, state.tokens_today().await, None)
         }
-        Start::Fresh { acknowledged } => {
+        Start::Fresh { acknowledged, prefetched } => {
             let (loaded, used_today, prompt) = tokio::join!(
                 state.load_session(&session_key),
                 state.tokens_today(),
-                user_prompt(services, kind, acknowledged)
+                user_prompt(services, kind, acknowledged, prefetched)
             );
             (loaded, used_today, Some(prompt))
         }
@@ -395,13 +467,16 @@ async fn drive(
     } else {
         None
     };
-    let (prompt, history) = match (stored_start, fresh_prompt) {
+    let (prompt, history, acknowledged) = match (stored_start, fresh_prompt) {
         (Some(start), _) if start.history_len <= history.len() => {
             let history = history[..start.history_len].to_vec();
-            (start.prompt, history)
+            (start.prompt, history, None)
         }
-        (_, Some(prompt)) => (prompt?, history),
-        (_, None) => (user_prompt(services, kind, None).await?, history),
+        (_, Some(fresh)) => {
+            let (prompt, acknowledged) = fresh?;
+            (prompt, history, acknowledged)
+        }
+        (_, None) => (user_prompt(services, kind, None, None).await?.0, history, None),
     };
     let start = RunStart { prompt: prompt.clone(), history_len: history.len() };
     let start_json = serde_json::to_value(&start).map_err(|e| e.to_string())?;
@@ -436,6 +511,7 @@ async fn drive(
         inner: services.tools.as_ref(),
         state,
         start_saved: std::sync::Mutex::new(Some(start_saved)),
+        acknowledged: std::sync::Mutex::new(acknowledged),
         ready: tokio::sync::OnceCell::new(),
     };
     let setup = crate::agent::RunSetup {
@@ -451,8 +527,9 @@ async fn drive(
         crate::agent::run(setup, crate::agent::RunInput { system_prompt: system, history, prompt: prompt.clone() })
             .await;
     let record = output.record;
-    // The start record is in before anything else is written to the run.
-    if let Err(error) = tools.start_saved().await {
+    // The start record is in before anything else is written to the run, and the acknowledgement
+    // has landed before the run is reported done.
+    if let Err(error) = tools.landed().await {
         return Err(format!("the state database failed: {error}"));
     }
 
