@@ -7,6 +7,11 @@
 
 mod common;
 
+/// The allocator the `picogent` binary ships with (src/main.rs), so the in-process figures are
+/// those of the program people run; both sides of each comparison share it.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::time::Duration;
 
 use common::*;
