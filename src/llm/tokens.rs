@@ -3,9 +3,11 @@
 //!
 //! tiktoken-rs keeps every one of the 200,000 tokens three times (encoder, decoder, and a sorted
 //! copy for decoding partial text) plus 256 copies of its regexes; counting needs only the
-//! encoder. So the table is built once from tiktoken-rs's own vocabulary (its tokenizer is
-//! dropped right after) and the text is split into the same pieces and merged with the same
-//! byte-pair function. `tests` compares the two on varied and on random text.
+//! encoder. So the table is built once, straight from the vocabulary file tiktoken ships
+//! (`o200k_base.tiktoken`, the same file tiktoken-rs embeds, SHA-256 `446a9538…cfb1a2d`; building
+//! it through tiktoken-rs's tokenizer briefly held both, ~30 MB more), and the text is split
+//! into the same pieces and merged with the same byte-pair function. `tests` compares the two on
+//! varied and on random text.
 //!
 //! The pieces: o200k's pattern ends in `\s+(?!\S)|\s+`, a look-ahead the `regex` crate does not
 //! have; tiktoken-rs runs the whole pattern on a backtracking engine, which was most of the cost
@@ -14,16 +16,17 @@
 
 use std::sync::OnceLock;
 
+use base64::Engine as _;
 use regex::Regex;
 use rustc_hash::FxHashMap;
 use tiktoken_rs::Rank;
 
 /// The special tokens o200k knows, each one token when it appears in text.
 const SPECIAL: [&str; 2] = ["<|endoftext|>", "<|endofprompt|>"];
-/// Ranks of the special tokens, which are not in the byte-pair table.
-const SPECIAL_RANKS: [Rank; 2] = [199_999, 200_018];
-/// One past the highest rank.
-const RANKS: Rank = 200_019;
+/// o200k's byte-pair vocabulary: one token a line, its bytes in base64, a space, its rank.
+const VOCABULARY: &str = include_str!("o200k_base.tiktoken");
+/// Tokens in [`VOCABULARY`].
+const VOCABULARY_TOKENS: usize = 199_998;
 
 /// The end of o200k's pattern that needs a look-ahead.
 const LOOKAHEAD_TAIL: &str = r"\s+(?!\S)|\s+";
@@ -36,17 +39,17 @@ struct O200k {
 fn o200k() -> &'static O200k {
     static TABLE: OnceLock<O200k> = OnceLock::new();
     TABLE.get_or_init(|| {
-        let mut ranks = FxHashMap::default();
-        // The vocabulary is embedded in tiktoken-rs and parsed by it; read it back token by token.
-        if let Ok(full) = tiktoken_rs::o200k_base() {
-            ranks.reserve(RANKS as usize);
-            for rank in (0..RANKS).filter(|rank| !SPECIAL_RANKS.contains(rank)) {
-                if let Ok(bytes) = full.decode_bytes(&[rank]) {
-                    ranks.insert(bytes, rank);
-                }
+        let mut ranks = FxHashMap::with_capacity_and_hasher(VOCABULARY_TOKENS, Default::default());
+        for line in VOCABULARY.lines() {
+            // The file is compiled in and checked by the tests; a bad line cannot occur in
+            // practice, and would only make counts of text using that token a little high.
+            if let Some((bytes, rank)) = line.split_once(' ')
+                && let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(bytes)
+                && let Ok(rank) = rank.parse::<Rank>()
+            {
+                ranks.insert(bytes, rank);
             }
         }
-        ranks.shrink_to_fit();
         let pattern = tiktoken_rs::O200K_BASE_PAT_STR.replace(LOOKAHEAD_TAIL, r"\s+");
         let pieces = Regex::new(&pattern).unwrap_or_else(|_| {
             // The pattern is a constant, tested below; this cannot fail in practice.
@@ -153,6 +156,7 @@ mod tests {
             texts.push((0..length).map(|_| alphabet[(next() % alphabet.len() as u64) as usize]).collect());
         }
         assert!(tiktoken_rs::O200K_BASE_PAT_STR.ends_with(LOOKAHEAD_TAIL), "o200k's pattern changed");
+        assert_eq!(o200k().ranks.len(), VOCABULARY_TOKENS, "every line of the vocabulary is read");
         for text in &texts {
             assert_eq!(
                 count(text),
