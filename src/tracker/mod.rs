@@ -22,6 +22,9 @@ use crate::config::TrackerConfig;
 use crate::retry::{RetryConfig, parse_retry_after, with_retry};
 use crate::secret::Secret;
 
+/// Idle connections to the tracker kept for reuse.
+const IDLE_CONNECTIONS: usize = 16;
+
 /// One member's connection to the tracker. Cheap to clone; clones share the connection pool.
 #[derive(Clone)]
 pub struct TrackerClient {
@@ -56,6 +59,9 @@ impl TrackerClient {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_millis(config.timeout_ms))
             .connect_timeout(Duration::from_millis(config.timeout_ms.min(5_000)))
+            // Many runs at once open many connections; past a few, an idle one only holds
+            // buffers (each of 200 runs in flight left ~2 behind: +10 MB; docs/performance.md).
+            .pool_max_idle_per_host(IDLE_CONNECTIONS)
             .build()
             .map_err(|e| TrackerError::Transport { message: e.to_string(), timed_out: false })?;
         Ok(TrackerClient { http, api_base: config.api_base(), token, retry: config.retry.clone() })
