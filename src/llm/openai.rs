@@ -111,6 +111,7 @@ impl OpenAiChat {
         }
     }
 
+    /// The request as async-openai types, without its tool list (see [`OpenAiChat::wire_body`]).
     fn wire_request(&self, request: &ChatRequest) -> CreateChatCompletionRequest {
         // The loop asks for what remains of the token budget, which can be far above what a model
         // accepts (servers refuse a `max_completion_tokens` past the model's limit), so an
@@ -121,7 +122,7 @@ impl OpenAiChat {
         CreateChatCompletionRequest {
             model: self.model.clone(),
             messages: request.messages.iter().map(wire_message).collect(),
-            tools: has_tools.then(|| request.tools.iter().map(wire_tool).collect()),
+            tools: None,
             // Some servers refuse `parallel_tool_calls` without tools.
             parallel_tool_calls: has_tools.then_some(self.parallel_tool_calls),
             temperature: self.temperature,
@@ -129,6 +130,53 @@ impl OpenAiChat {
             ..Default::default()
         }
     }
+
+    /// The request's JSON body. The tool list is the same on every turn of every run, so each
+    /// definition is serialised once per shared schema ([`tool_json`]) and written after the
+    /// rest, instead of being copied into async-openai's types and serialised again each turn.
+    fn wire_body(&self, request: &ChatRequest) -> Result<Vec<u8>, serde_json::Error> {
+        let mut body = serde_json::to_vec(&self.wire_request(request))?;
+        if !request.tools.is_empty() && body.last() == Some(&b'}') {
+            body.pop();
+            body.extend_from_slice(br#","tools":["#);
+            for (i, tool) in request.tools.iter().enumerate() {
+                if i > 0 {
+                    body.push(b',');
+                }
+                body.extend_from_slice(tool_json(tool)?.as_bytes());
+            }
+            body.extend_from_slice(b"]}");
+        }
+        Ok(body)
+    }
+}
+
+/// One tool's definition as async-openai serialises it, kept per shared schema: a tool source
+/// hands out the same definition run after run (as for [`crate::llm::tool_tokens`]).
+fn tool_json(tool: &ToolSpec) -> Result<std::sync::Arc<str>, serde_json::Error> {
+    type Entry = (std::sync::Arc<serde_json::Map<String, serde_json::Value>>, String, String, std::sync::Arc<str>);
+    static KNOWN: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<usize, Entry>>> =
+        std::sync::OnceLock::new();
+    /// Bound on the entries kept; far above the tools of any agent.
+    const MAX_ENTRIES: usize = 1024;
+    let known = KNOWN.get_or_init(Default::default);
+    // The entry holds the schema, so its address cannot be reused by another while it is kept.
+    let key = std::sync::Arc::as_ptr(&tool.parameters) as usize;
+    if let Ok(known) = known.lock()
+        && let Some((_, name, description, json)) = known.get(&key)
+        && *name == tool.name
+        && *description == tool.description
+    {
+        return Ok(json.clone());
+    }
+    let json: std::sync::Arc<str> = serde_json::to_string(&wire_tool(tool))?.into();
+    if let Ok(mut known) = known.lock() {
+        if known.len() >= MAX_ENTRIES {
+            known.clear();
+        }
+        known.insert(key, (tool.parameters.clone(), tool.name.clone(), tool.description.clone(), json.clone()));
+    }
+    Ok(json)
 }
 
 impl ChatModel for OpenAiChat {
@@ -136,7 +184,8 @@ impl ChatModel for OpenAiChat {
         Box::pin(async move {
             // Serialised once, before the wait: a run in flight holds these bytes, not the typed
             // request with its own copy of every tool schema (see docs/performance.md, "Memory").
-            let body = serde_json::to_vec(&self.wire_request(request))
+            let body = self
+                .wire_body(request)
                 .map_err(|e| LlmError::Config { message: format!("cannot serialise the request: {e}") })?;
             let body = bytes::Bytes::from(body);
             let response = with_retry(&self.retry, || self.attempt(&body)).await?;
@@ -330,7 +379,7 @@ mod tests {
         ];
         let tools = vec![tool];
         let request = ChatRequest { messages: &messages, tools: &tools, max_output_tokens: Some(200) };
-        let wire = serde_json::to_value(chat.wire_request(&request)).unwrap();
+        let wire: serde_json::Value = serde_json::from_slice(&chat.wire_body(&request).unwrap()).unwrap();
         assert_eq!(wire["max_completion_tokens"], 200);
         assert_eq!(wire["parallel_tool_calls"], false);
         let roles: Vec<&str> =
@@ -338,9 +387,19 @@ mod tests {
         assert_eq!(roles, ["system", "user", "assistant", "tool"]);
         assert_eq!(wire["messages"][2]["tool_calls"][0]["function"]["name"], "get_task");
         assert_eq!(wire["tools"][0]["function"]["name"], "get_task");
+        // The body is the request async-openai would send with the tools in its own types.
+        let mut typed = chat.wire_request(&request);
+        typed.tools = Some(tools.iter().map(wire_tool).collect());
+        assert_eq!(wire, serde_json::to_value(&typed).unwrap());
+        // A second request reuses the kept definitions, and a changed one is not mistaken for them.
+        assert_eq!(serde_json::from_slice::<serde_json::Value>(&chat.wire_body(&request).unwrap()).unwrap(), wire);
+        let renamed = vec![ToolSpec { name: "get_step".into(), ..tools[0].clone() }];
+        let other = ChatRequest { tools: &renamed, ..request };
+        let other: serde_json::Value = serde_json::from_slice(&chat.wire_body(&other).unwrap()).unwrap();
+        assert_eq!(other["tools"][0]["function"]["name"], "get_step");
 
         let without_tools = ChatRequest { tools: &[], max_output_tokens: Some(900), ..request };
-        let wire = serde_json::to_value(chat.wire_request(&without_tools)).unwrap();
+        let wire: serde_json::Value = serde_json::from_slice(&chat.wire_body(&without_tools).unwrap()).unwrap();
         assert_eq!(wire["max_completion_tokens"], 500, "the configured cap wins when lower");
         assert!(wire.get("parallel_tool_calls").is_none() && wire.get("tools").is_none());
 
