@@ -210,6 +210,11 @@ async fn steps() {
     assert_eq!(steps.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), [one.id.as_str(), two.id.as_str()]);
     assert!(matches!(agent.complete_step("TE-1", "no-such-step", None).await, Err(TrackerError::NotFound { .. })));
     assert!(matches!(agent.list_steps("TE-9").await, Err(TrackerError::NotFound { .. })));
+    // By id as by key (the board remembers both); an unknown task is not found for its comments
+    // either.
+    assert_eq!(agent.list_steps(&task.id).await.unwrap(), steps);
+    let unknown = MessageQuery { task_id: Some("TE-9".into()), ..Default::default() };
+    assert!(matches!(agent.list_messages(&unknown).await, Err(TrackerError::NotFound { .. })));
     assert_eq!(invalid_field(agent.add_step("TE-1", &"s".repeat(201), None).await.unwrap_err()), "title");
 }
 

@@ -118,8 +118,8 @@ async fn list_steps(
     Path(task): Path<String>,
 ) -> Result<Json<Vec<StepOut>>, BoardError> {
     let mut conn = state.pool.acquire().await?;
-    let task = db::find_task_row(&mut conn, &task).await?;
-    Ok(Json(db::list_steps(&mut conn, &task.id).await?))
+    let task_id = state.task_ids.resolve(&mut conn, &task).await?;
+    Ok(Json(db::list_steps(&mut conn, &task_id).await?))
 }
 
 /// Appends a step; positions count from 1.

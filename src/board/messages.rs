@@ -270,7 +270,7 @@ pub async fn list_messages(
         None => None,
     };
     let task_id = match &query.task_id {
-        Some(task) => Some(db::find_task_row(&mut conn, task).await?.id),
+        Some(task) => Some(state.task_ids.resolve(&mut conn, task).await?),
         None => None,
     };
     let thread_id = match &query.parent_id {

@@ -65,6 +65,43 @@ pub struct BoardState {
     pub(crate) shutdown: CancellationToken,
     /// Tasks that outlive a request (WebSocket connections, idempotent work), awaited at shutdown.
     pub(crate) tasks: TaskTracker,
+    pub(crate) task_ids: Arc<TaskIds>,
+}
+
+/// Task ids by id or key, for the reads that only need to know a task exists and its id (its
+/// steps, its comments). Tasks are never deleted and never change id or key, so an answer once
+/// read stays true, and those reads are one query instead of two.
+#[derive(Default)]
+pub(crate) struct TaskIds(std::sync::Mutex<std::collections::HashMap<String, String>>);
+
+impl TaskIds {
+    /// Bound on the entries kept (two a task); past it the map starts again.
+    const MAX_ENTRIES: usize = 200_000;
+
+    /// The id of the task `id_or_key` names, or not found.
+    pub(crate) async fn resolve(
+        &self,
+        conn: &mut sqlx::SqliteConnection,
+        id_or_key: &str,
+    ) -> Result<String, error::BoardError> {
+        if let Some(id) = self.0.lock().ok().and_then(|known| known.get(id_or_key).cloned()) {
+            return Ok(id);
+        }
+        let task = db::find_task_row(conn, id_or_key).await?;
+        self.remember(&task.id, &task.key);
+        Ok(task.id)
+    }
+
+    /// Notes a task that exists (committed).
+    pub(crate) fn remember(&self, id: &str, key: &str) {
+        if let Ok(mut known) = self.0.lock() {
+            if known.len() >= Self::MAX_ENTRIES {
+                known.clear();
+            }
+            known.insert(id.to_string(), id.to_string());
+            known.insert(key.to_string(), id.to_string());
+        }
+    }
 }
 
 /// A running board. Dropping it stops the server without waiting; [`BoardHandle::shutdown`]
@@ -140,6 +177,7 @@ pub async fn start(options: BoardOptions) -> anyhow::Result<BoardHandle> {
         idempotency_done: Arc::new(Notify::new()),
         shutdown: CancellationToken::new(),
         tasks: TaskTracker::new(),
+        task_ids: Arc::default(),
     };
     let app = api::router(state.clone());
     let stop = state.shutdown.clone();

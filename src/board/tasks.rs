@@ -182,6 +182,7 @@ pub async fn create_task(
         outbox.log(&mut tx, assignee, EVENT_TASK_ASSIGNED, data).await?;
     }
     tx.commit().await?;
+    state.task_ids.remember(&task.id, &task.key);
     state.hub.poke(&outbox.members);
     Ok((StatusCode::CREATED, Json(task)))
 }
