@@ -294,6 +294,10 @@ impl Router {
             tracing::info!(task = %task.key, "assignment for a task already being worked");
             return;
         }
+        // With a slot free the run starts now: its prompt's reads go out first, then the
+        // acknowledgement, while the run's records are written.
+        let prefetched = (self.active.len() < self.config.limits.max_concurrent_runs as usize)
+            .then(|| crate::runtime::run::prefetch_task_reads(self.client.clone(), task.id.clone()));
         // Acknowledge at once, before any model call: the human sees the agent took it.
         let ack = if matches!(task.status, TaskStatus::Backlog | TaskStatus::Todo) {
             let client = self.client.clone();
@@ -310,10 +314,6 @@ impl Router {
             None
         };
         tracing::info!(task = %task.key, %source, "working assigned task");
-        // With a slot free the run starts now: its prompt's reads go out with the acknowledgement,
-        // while the run's records are written.
-        let prefetched = (self.active.len() < self.config.limits.max_concurrent_runs as usize)
-            .then(|| crate::runtime::run::prefetch_task_reads(self.client.clone(), task.id.clone()));
         let request = RunRequest {
             session,
             trigger: format!("task.assigned {}", task.key),
