@@ -294,15 +294,24 @@ impl Router {
             tracing::info!(task = %task.key, "assignment for a task already being worked");
             return;
         }
-        // With a slot free the run starts now: its prompt's reads go out first, then the
-        // acknowledgement, while the run's records are written.
-        let prefetched = (self.active.len() < self.config.limits.max_concurrent_runs as usize)
-            .then(|| crate::runtime::run::prefetch_task_reads(self.client.clone(), task.id.clone()));
-        // Acknowledge at once, before any model call: the human sees the agent took it.
+        // With a slot free the run starts now: its prompt's reads go out at once, while the run's
+        // records are written.
+        let (prefetched, reads_answered) = if self.active.len() < self.config.limits.max_concurrent_runs as usize {
+            let (reads, answered) = crate::runtime::run::prefetch_task_reads(self.client.clone(), task.id.clone());
+            (Some(reads), Some(answered))
+        } else {
+            (None, None)
+        };
+        // Acknowledge at once (moving the task to in_progress): the human sees the agent took it.
         let ack = if matches!(task.status, TaskStatus::Backlog | TaskStatus::Todo) {
             let client = self.client.clone();
             let task_id = task.id.clone();
             Some(tokio::spawn(async move {
+                // After the prompt's reads have their answers: a write on the tracker would hold
+                // them up, and nothing needs it sooner (the run's first tool call waits for it).
+                if let Some(answered) = reads_answered {
+                    let _ = answered.await;
+                }
                 let update = UpdateTask { status: Some(TaskStatus::InProgress), ..UpdateTask::default() };
                 client
                     .update_task(&task_id, &update)

@@ -52,9 +52,16 @@ pub struct TaskReads {
 pub type Prefetch = tokio::task::JoinHandle<TaskReads>;
 
 /// Sends a task run's reads now, so they overlap the writes that start the run (see
-/// `RunRequest::prefetched`). Reads only: nothing is lost if the run never takes them.
-pub fn prefetch_task_reads(client: TrackerClient, task_id: String) -> Prefetch {
-    tokio::spawn(async move { task_reads(&client, &task_id).await })
+/// `RunRequest::prefetched`). Reads only: nothing is lost if the run never takes them. The
+/// receiver hears when they have their answers (or the reads were dropped).
+pub fn prefetch_task_reads(client: TrackerClient, task_id: String) -> (Prefetch, tokio::sync::oneshot::Receiver<()>) {
+    let (answered, on_answered) = tokio::sync::oneshot::channel();
+    let reads = tokio::spawn(async move {
+        let reads = task_reads(&client, &task_id).await;
+        let _ = answered.send(());
+        reads
+    });
+    (reads, on_answered)
 }
 
 async fn task_reads(client: &TrackerClient, task_id: &str) -> TaskReads {
