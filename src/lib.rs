@@ -40,6 +40,7 @@ pub mod retry;
 pub mod router;
 pub mod runtime;
 pub mod secret;
+pub mod sqlite;
 pub mod state;
 pub mod tools;
 pub mod tracker;

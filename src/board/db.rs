@@ -26,6 +26,7 @@ pub async fn open(path: &Path) -> anyhow::Result<SqlitePool> {
         .synchronous(SqliteSynchronous::Normal)
         .busy_timeout(Duration::from_secs(10))
         .foreign_keys(true);
+    let options = crate::sqlite::without_commit_checkpoints(options);
     let pool = SqlitePoolOptions::new()
         .max_connections(8)
         // A connection to a local file does not go stale: no ping round trip before each use.
@@ -37,6 +38,7 @@ pub async fn open(path: &Path) -> anyhow::Result<SqlitePool> {
         .run(&pool)
         .await
         .with_context(|| format!("cannot migrate the board database {}", path.display()))?;
+    crate::sqlite::checkpoint_in_background(pool.clone());
     Ok(pool)
 }
 

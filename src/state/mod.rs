@@ -139,6 +139,7 @@ impl State {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true);
+        let options = crate::sqlite::without_commit_checkpoints(options);
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
             // A connection to a local file does not go stale: no ping round trip before each use.
@@ -147,6 +148,7 @@ impl State {
             .await
             .map_err(open_error)?;
         MIGRATOR.run(&pool).await.map_err(|source| StateError::Migrate { path: path.to_path_buf(), source })?;
+        crate::sqlite::checkpoint_in_background(pool.clone());
         Ok(State { pool, path: path.to_path_buf(), spend: Default::default() })
     }
 

@@ -23,6 +23,28 @@ async fn open_creates_the_file_in_wal_mode() {
 }
 
 #[tokio::test]
+async fn the_log_is_checkpointed_in_the_background_not_in_a_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = open_in(&dir).await;
+    let per_commit: i64 = sqlx::query_scalar("PRAGMA wal_autocheckpoint").fetch_one(&state.pool).await.unwrap();
+    assert_eq!(per_commit, 0, "no commit checkpoints");
+    let database = dir.path().join("state.db");
+    let size = || std::fs::metadata(&database).unwrap().len();
+    // Give the first background checkpoint (of the migrations) time to pass, then write.
+    tokio::time::sleep(crate::sqlite::CHECKPOINT_EVERY * 2).await;
+    let before = size();
+    let big = json!([{"role": "user", "content": "x".repeat(200_000)}]);
+    state.save_session("task:t1", &big).await.unwrap();
+    assert_eq!(size(), before, "the commit went to the log only");
+    let deadline = std::time::Instant::now() + crate::sqlite::CHECKPOINT_EVERY * 5;
+    while size() == before {
+        assert!(std::time::Instant::now() < deadline, "no background checkpoint copied the log into the file");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    state.close().await;
+}
+
+#[tokio::test]
 async fn commits_are_normal_and_sync_flushes_the_log() {
     let dir = tempfile::tempdir().unwrap();
     let state = open_in(&dir).await;
