@@ -8,6 +8,7 @@ pub mod openai;
 pub mod probe;
 mod tokens;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -279,32 +280,62 @@ impl PromptCounter {
     }
 }
 
-/// What one tool definition adds to a prompt, the same figure as [`estimate_tool_tokens`]. A
-/// tool source hands out the same definition (the same shared schema) run after run, so the count
-/// is kept per schema and a run costs no serialization or counting of its tool list.
-pub fn tool_tokens(tool: &rmcp::model::Tool) -> u64 {
-    type Entry = (std::sync::Arc<rmcp::model::JsonObject>, String, String, u64);
-    static COUNTS: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<usize, Entry>>> =
-        std::sync::OnceLock::new();
-    let counts = COUNTS.get_or_init(Default::default);
-    let description = tool.description.as_deref().unwrap_or_default();
-    // The entry holds the schema, so its address cannot be reused by another while it is kept.
-    let key = std::sync::Arc::as_ptr(&tool.input_schema) as usize;
-    if let Ok(counts) = counts.lock()
-        && let Some((_, name, known_description, count)) = counts.get(&key)
-        && name == tool.name.as_ref()
-        && known_description == description
-    {
-        return *count;
+/// Something worked out from one tool definition and kept for it: a tool source hands out the
+/// same definition (the same shared schema) run after run, so a run costs no work on its tool
+/// list. Bounded by [`MEMO_ENTRIES`].
+pub(crate) struct PerDefinition<T> {
+    /// By the schema's address; the entry holds the schema, so the address cannot be reused by
+    /// another while it is kept, and the name and description are compared too.
+    entries: std::sync::Mutex<std::collections::HashMap<usize, Kept<T>>>,
+}
+
+/// A kept value with the definition it was worked out from: schema, name, description.
+type Kept<T> = (Arc<rmcp::model::JsonObject>, String, String, T);
+
+impl<T: Clone> PerDefinition<T> {
+    pub(crate) fn new() -> PerDefinition<T> {
+        PerDefinition { entries: std::sync::Mutex::new(std::collections::HashMap::new()) }
     }
-    let count = estimate_tool_tokens(&tool.name, description, &tool.input_schema);
-    if let Ok(mut counts) = counts.lock() {
-        if counts.len() >= MEMO_ENTRIES {
-            counts.clear();
+
+    /// The kept value for the definition, or `make()`'s, then kept.
+    pub(crate) fn get<E>(
+        &self,
+        name: &str,
+        description: &str,
+        schema: &Arc<rmcp::model::JsonObject>,
+        make: impl FnOnce() -> Result<T, E>,
+    ) -> Result<T, E> {
+        let key = Arc::as_ptr(schema) as usize;
+        if let Ok(entries) = self.entries.lock()
+            && let Some((_, known_name, known_description, value)) = entries.get(&key)
+            && known_name == name
+            && known_description == description
+        {
+            return Ok(value.clone());
         }
-        counts.insert(key, (tool.input_schema.clone(), tool.name.to_string(), description.to_string(), count));
+        let value = make()?;
+        if let Ok(mut entries) = self.entries.lock() {
+            if entries.len() >= MEMO_ENTRIES {
+                entries.clear();
+            }
+            entries.insert(key, (schema.clone(), name.to_string(), description.to_string(), value.clone()));
+        }
+        Ok(value)
     }
-    count
+}
+
+/// What one tool definition adds to a prompt, the same figure as [`estimate_tool_tokens`], kept
+/// per definition ([`PerDefinition`]).
+pub fn tool_tokens(tool: &rmcp::model::Tool) -> u64 {
+    static COUNTS: std::sync::OnceLock<PerDefinition<u64>> = std::sync::OnceLock::new();
+    let description = tool.description.as_deref().unwrap_or_default();
+    let counted = COUNTS.get_or_init(PerDefinition::new).get(&tool.name, description, &tool.input_schema, || {
+        Ok::<_, std::convert::Infallible>(estimate_tool_tokens(&tool.name, description, &tool.input_schema))
+    });
+    match counted {
+        Ok(count) => count,
+        Err(never) => match never {},
+    }
 }
 
 /// The tokens one offered tool costs in the prompt. Tool definitions are the same on every turn

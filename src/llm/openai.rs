@@ -151,32 +151,13 @@ impl OpenAiChat {
     }
 }
 
-/// One tool's definition as async-openai serialises it, kept per shared schema: a tool source
-/// hands out the same definition run after run (as for [`crate::llm::tool_tokens`]).
+/// One tool's definition as async-openai serialises it, kept per definition
+/// ([`crate::llm::PerDefinition`]).
 fn tool_json(tool: &ToolSpec) -> Result<std::sync::Arc<str>, serde_json::Error> {
-    type Entry = (std::sync::Arc<serde_json::Map<String, serde_json::Value>>, String, String, std::sync::Arc<str>);
-    static KNOWN: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<usize, Entry>>> =
-        std::sync::OnceLock::new();
-    /// Bound on the entries kept; far above the tools of any agent.
-    const MAX_ENTRIES: usize = 1024;
-    let known = KNOWN.get_or_init(Default::default);
-    // The entry holds the schema, so its address cannot be reused by another while it is kept.
-    let key = std::sync::Arc::as_ptr(&tool.parameters) as usize;
-    if let Ok(known) = known.lock()
-        && let Some((_, name, description, json)) = known.get(&key)
-        && *name == tool.name
-        && *description == tool.description
-    {
-        return Ok(json.clone());
-    }
-    let json: std::sync::Arc<str> = serde_json::to_string(&wire_tool(tool))?.into();
-    if let Ok(mut known) = known.lock() {
-        if known.len() >= MAX_ENTRIES {
-            known.clear();
-        }
-        known.insert(key, (tool.parameters.clone(), tool.name.clone(), tool.description.clone(), json.clone()));
-    }
-    Ok(json)
+    static KNOWN: std::sync::OnceLock<crate::llm::PerDefinition<std::sync::Arc<str>>> = std::sync::OnceLock::new();
+    KNOWN.get_or_init(crate::llm::PerDefinition::new).get(&tool.name, &tool.description, &tool.parameters, || {
+        serde_json::to_string(&wire_tool(tool)).map(std::sync::Arc::from)
+    })
 }
 
 impl ChatModel for OpenAiChat {
