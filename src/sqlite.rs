@@ -1,26 +1,62 @@
-//! What the board's database and the agent's state share about SQLite: the write-ahead log is
-//! copied into the database (a checkpoint, with its disk flushes) by a background task, not by
-//! whichever commit happens to fill it.
+//! How the board's database and the agent's state open SQLite: one file in WAL mode, commits
+//! `synchronous = NORMAL`, a pool whose connections are not pinged before each use, and the
+//! write-ahead log copied into the database (a checkpoint, with its disk flushes) by a background
+//! task, not by whichever commit happens to fill it.
 //!
 //! SQLite's default checkpoints inside the commit that crosses 1,000 pages of log, so one event
-//! in a few dozen waited for two disk flushes (~4 ms each here); that was most of the event path's
-//! slowest 1 % (docs/performance.md). A passive checkpoint neither waits for nor blocks readers
-//! and writers, so the background one costs requests nothing.
+//! in a few dozen waited for two disk flushes (~4 ms each here). A passive checkpoint neither
+//! waits for nor blocks readers and writers, so the background one costs requests nothing.
+//! sqlx's default pings a pooled connection before handing it out: one more round trip to the
+//! connection's worker thread per statement, for a local file that cannot go stale.
 
+use std::path::Path;
 use std::time::Duration;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
+use sqlx::migrate::{MigrateError, Migrator};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
 /// How often the background checkpoint runs. The log holds at most about this much work.
 pub const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 
-/// Connection settings: no checkpoint inside a commit (see [`checkpoint_in_background`]).
-pub fn without_commit_checkpoints(options: SqliteConnectOptions) -> SqliteConnectOptions {
-    options.pragma("wal_autocheckpoint", "0")
+/// Why a database could not be opened.
+#[derive(Debug)]
+pub enum OpenError {
+    /// The file could not be opened or is not an SQLite database.
+    Connect(sqlx::Error),
+    /// Its schema could not be brought up to date.
+    Migrate(MigrateError),
+}
+
+/// Opens the database at `path` (creating the file if it is missing), brings its schema up to
+/// date with `migrator`, and checkpoints it in the background until the pool is closed.
+///
+/// Commits are `synchronous = NORMAL`: they survive a crash of the process at once, a power cut
+/// once the log is flushed (by a checkpoint, or by whoever must be sure sooner).
+pub async fn open(path: &Path, max_connections: u32, migrator: &Migrator) -> Result<SqlitePool, OpenError> {
+    let options = SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .busy_timeout(Duration::from_secs(10))
+        .foreign_keys(true)
+        .pragma("wal_autocheckpoint", "0");
+    let pool = SqlitePoolOptions::new()
+        .max_connections(max_connections)
+        .test_before_acquire(false)
+        .connect_with(options)
+        .await
+        .map_err(OpenError::Connect)?;
+    if let Err(error) = migrator.run(&pool).await {
+        pool.close().await;
+        return Err(OpenError::Migrate(error));
+    }
+    checkpoint_in_background(pool.clone());
+    Ok(pool)
 }
 
 /// Checkpoints `pool`'s database every [`CHECKPOINT_EVERY`] until the pool is closed.
-pub fn checkpoint_in_background(pool: SqlitePool) {
+fn checkpoint_in_background(pool: SqlitePool) {
     tokio::spawn(async move {
         let mut every = tokio::time::interval(CHECKPOINT_EVERY);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

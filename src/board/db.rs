@@ -6,9 +6,7 @@
 //! plain read and a step inside a write transaction.
 
 use std::path::Path;
-use std::time::Duration;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{SqliteConnection, SqlitePool, Transaction};
 
 use super::error::BoardError;
@@ -16,30 +14,19 @@ use crate::tracker::model::{
     AttachmentOut, MemberKind, MemberOut, MessageOut, Priority, ProjectOut, StepOut, TaskOut, TaskStatus, TaskType,
 };
 
-/// Opens (creating if missing) the database in WAL mode and runs the embedded migrations.
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/board");
+
+/// Opens (creating if missing) the database ([`crate::sqlite::open`]) and runs the embedded
+/// migrations.
 pub async fn open(path: &Path) -> anyhow::Result<SqlitePool> {
-    use anyhow::Context as _;
-    let options = SqliteConnectOptions::new()
-        .filename(path)
-        .create_if_missing(true)
-        .journal_mode(SqliteJournalMode::Wal)
-        .synchronous(SqliteSynchronous::Normal)
-        .busy_timeout(Duration::from_secs(10))
-        .foreign_keys(true);
-    let options = crate::sqlite::without_commit_checkpoints(options);
-    let pool = SqlitePoolOptions::new()
-        .max_connections(8)
-        // A connection to a local file does not go stale: no ping round trip before each use.
-        .test_before_acquire(false)
-        .connect_with(options)
-        .await
-        .with_context(|| format!("cannot open the board database {}", path.display()))?;
-    sqlx::migrate!("./migrations/board")
-        .run(&pool)
-        .await
-        .with_context(|| format!("cannot migrate the board database {}", path.display()))?;
-    crate::sqlite::checkpoint_in_background(pool.clone());
-    Ok(pool)
+    crate::sqlite::open(path, 8, &MIGRATOR).await.map_err(|error| match error {
+        crate::sqlite::OpenError::Connect(source) => {
+            anyhow::Error::new(source).context(format!("cannot open the board database {}", path.display()))
+        }
+        crate::sqlite::OpenError::Migrate(source) => {
+            anyhow::Error::new(source).context(format!("cannot migrate the board database {}", path.display()))
+        }
+    })
 }
 
 /// Starts a write transaction that holds SQLite's write lock from its first statement.

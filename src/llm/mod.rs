@@ -329,13 +329,10 @@ impl<T: Clone> PerDefinition<T> {
 pub fn tool_tokens(tool: &rmcp::model::Tool) -> u64 {
     static COUNTS: std::sync::OnceLock<PerDefinition<u64>> = std::sync::OnceLock::new();
     let description = tool.description.as_deref().unwrap_or_default();
-    let counted = COUNTS.get_or_init(PerDefinition::new).get(&tool.name, description, &tool.input_schema, || {
+    let Ok(count) = COUNTS.get_or_init(PerDefinition::new).get(&tool.name, description, &tool.input_schema, || {
         Ok::<_, std::convert::Infallible>(estimate_tool_tokens(&tool.name, description, &tool.input_schema))
     });
-    match counted {
-        Ok(count) => count,
-        Err(never) => match never {},
-    }
+    count
 }
 
 /// The tokens one offered tool costs in the prompt. Tool definitions are the same on every turn

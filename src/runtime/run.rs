@@ -293,13 +293,12 @@ pub async fn user_prompt(
                 client.get_task(&task.id).await
             };
             let reads = async {
-                match prefetched.map(|reads| async { reads.await.ok() }) {
-                    Some(prefetched) => match prefetched.await {
-                        Some(reads) => reads,
-                        None => task_reads(client, &task.id).await,
-                    },
-                    None => task_reads(client, &task.id).await,
+                if let Some(prefetched) = prefetched
+                    && let Ok(reads) = prefetched.await
+                {
+                    return reads;
                 }
+                task_reads(client, &task.id).await
             };
             let (task, reads) = tokio::join!(current, reads);
             let task = task.map_err(|e| format!("reading the task failed: {e}"))?;

@@ -41,11 +41,9 @@ mod runs;
 mod values;
 
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
-use std::time::Duration;
 
 use sqlx::Row;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::SqlitePool;
 use time::{Date, OffsetDateTime};
 
 pub use runs::{FinishRun, RunRecord, RunStatus};
@@ -129,26 +127,12 @@ impl State {
             };
             StateError::Open { path: path.to_path_buf(), source, hint }
         };
-        let options = SqliteConnectOptions::from_str("sqlite:")
-            .map_err(open_error)?
-            .filename(path)
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            // NORMAL: a commit survives a crash of the process but not a power cut until `sync`;
-            // see the module's invariants for who calls it and when.
-            .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(10))
-            .foreign_keys(true);
-        let options = crate::sqlite::without_commit_checkpoints(options);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            // A connection to a local file does not go stale: no ping round trip before each use.
-            .test_before_acquire(false)
-            .connect_with(options)
-            .await
-            .map_err(open_error)?;
-        MIGRATOR.run(&pool).await.map_err(|source| StateError::Migrate { path: path.to_path_buf(), source })?;
-        crate::sqlite::checkpoint_in_background(pool.clone());
+        // Commits are NORMAL: one survives a crash of the process but not a power cut until
+        // `sync`; see the module's invariants for who calls it and when.
+        let pool = crate::sqlite::open(path, 4, &MIGRATOR).await.map_err(|error| match error {
+            crate::sqlite::OpenError::Connect(source) => open_error(source),
+            crate::sqlite::OpenError::Migrate(source) => StateError::Migrate { path: path.to_path_buf(), source },
+        })?;
         Ok(State { pool, path: path.to_path_buf(), spend: Default::default() })
     }
 
