@@ -8,6 +8,12 @@
 //! schemas are shared `Arc`s, compared by pointer first) is written from those bytes, anything
 //! else is serialised as before. What goes out is byte for byte what rmcp would have written.
 //!
+//! Requests for `tools/call` and `tools/list` are decoded straight into their variant
+//! ([`Incoming`]'s `Decoded`); rmcp's generic decoding buffers the message and tries its request
+//! types one by one, building an error for each miss, which was a fifth of the server's
+//! instructions per `get_task` (docs/performance.md). Any other line, or one the short way cannot
+//! read, goes through rmcp's decoding unchanged.
+//!
 //! Input is handled as rmcp handles it: lines over `DEFAULT_MAX_LINE_LENGTH` are dropped,
 //! unparsable lines and non-standard notifications are ignored, and well-formed JSON that is not
 //! a JSON-RPC message is answered with `Invalid Request`. Every write is one whole line under one
@@ -18,10 +24,14 @@ use std::sync::Arc;
 use futures::StreamExt;
 use rmcp::ErrorData;
 use rmcp::RoleServer;
-use rmcp::model::{JsonRpcMessage, ListToolsResult, ServerResult};
+use rmcp::model::{
+    CallToolRequest, ClientRequest, JsonRpcMessage, JsonRpcRequest, JsonRpcVersion2_0, ListToolsRequest,
+    ListToolsResult, RequestId, ServerResult,
+};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::async_rw::{DEFAULT_MAX_LINE_LENGTH, JsonRpcMessageCodec, JsonRpcMessageCodecError};
 use rmcp::transport::{StdioReader, StdioWriter, Transport};
+use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Mutex;
 use tokio_util::bytes::BytesMut;
@@ -157,7 +167,7 @@ enum Incoming {
 /// rmcp's line codec, with its per-line errors turned into [`Incoming`] so one bad line does not
 /// end the stream (a codec error would end the `FramedRead`).
 struct LineDecoder {
-    codec: JsonRpcMessageCodec<RxJsonRpcMessage<RoleServer>>,
+    codec: JsonRpcMessageCodec<Decoded>,
 }
 
 impl Default for LineDecoder {
@@ -173,7 +183,7 @@ impl Decoder for LineDecoder {
     fn decode(&mut self, buffer: &mut BytesMut) -> Result<Option<Incoming>, std::io::Error> {
         let buffered = buffer.len();
         match self.codec.decode(buffer) {
-            Ok(Some(message)) => Ok(Some(Incoming::Message(message))),
+            Ok(Some(Decoded(message))) => Ok(Some(Incoming::Message(message))),
             // The codec also answers `None` when it consumed a line it skips (a non-standard
             // notification it cannot parse) or discards (too long): the lines after it must not
             // wait for more input.
@@ -208,6 +218,64 @@ impl Decoder for LineDecoder {
     }
 }
 
+/// One client message, read by [`Decoded::from_line`]. rmcp's codec finds the lines, skips the
+/// ones it skips and classifies errors as before; only the decoding of a line is ours.
+struct Decoded(RxJsonRpcMessage<RoleServer>);
+
+impl<'de> serde::Deserialize<'de> for Decoded {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Decoded, D::Error> {
+        // The codec decodes with serde_json from the line's bytes, so the line can be borrowed
+        // whole. A syntax error surfaces here with its own category, as before.
+        let line = <&serde_json::value::RawValue>::deserialize(deserializer)?;
+        Decoded::from_line(line.get()).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The members that tell a message's kind and method, borrowed; the rest is skipped unread.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(rename = "jsonrpc")]
+    _jsonrpc: JsonRpcVersion2_0,
+    id: Option<RequestId>,
+    #[serde(borrow)]
+    method: Option<std::borrow::Cow<'a, str>>,
+    /// Present at all (even `null`): the message is a response or an error, not a request.
+    #[serde(default, deserialize_with = "present")]
+    result: bool,
+    #[serde(default, deserialize_with = "present")]
+    error: bool,
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
+    serde::de::IgnoredAny::deserialize(deserializer).map(|_| true)
+}
+
+impl Decoded {
+    fn from_line(line: &str) -> serde_json::Result<Decoded> {
+        if let Some(message) = Decoded::tool_request(line) {
+            return Ok(Decoded(message));
+        }
+        serde_json::from_str(line).map(Decoded)
+    }
+
+    /// A `tools/call` or `tools/list` request, decoded as its own type (the same `Deserialize`
+    /// rmcp reaches in the end, `_meta` included); `None` for anything else, or anything this
+    /// cannot read, which rmcp's decoding then handles (and reports) as it would have.
+    fn tool_request(line: &str) -> Option<RxJsonRpcMessage<RoleServer>> {
+        let envelope: Envelope = serde_json::from_str(line).ok()?;
+        let (Some(id), Some(method), false, false) = (envelope.id, envelope.method, envelope.result, envelope.error)
+        else {
+            return None;
+        };
+        let request = match &*method {
+            "tools/call" => ClientRequest::CallToolRequest(serde_json::from_str::<CallToolRequest>(line).ok()?),
+            "tools/list" => ClientRequest::ListToolsRequest(serde_json::from_str::<ListToolsRequest>(line).ok()?),
+            _ => return None,
+        };
+        Some(JsonRpcMessage::Request(JsonRpcRequest::new(id, request)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,6 +307,60 @@ mod tests {
         changed[0].description = Some("Something else".into());
         let message = list_answer(RequestId::Number(9), changed);
         assert_eq!(transport.encode(&message).unwrap(), line_of(&message).unwrap());
+    }
+
+    /// What rmcp's own decoding makes of a line, as JSON (the message types have no `PartialEq`;
+    /// serialising shows every member, `_meta` from the extensions included).
+    fn rmcp_reads(line: &str) -> Result<serde_json::Value, String> {
+        serde_json::from_str::<RxJsonRpcMessage<RoleServer>>(line)
+            .map(|message| serde_json::to_value(message).unwrap())
+            .map_err(|e| format!("{:?}", e.classify()))
+    }
+
+    fn we_read(line: &str) -> Result<serde_json::Value, String> {
+        serde_json::from_str::<Decoded>(line)
+            .map(|Decoded(message)| serde_json::to_value(message).unwrap())
+            .map_err(|e| format!("{:?}", e.classify()))
+    }
+
+    #[test]
+    fn tool_requests_decode_as_rmcp_decodes_them_and_everything_else_goes_to_rmcp() {
+        let lines = [
+            // The short way.
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_task","arguments":{"task_id":"TE-1"}}}"#,
+            r#"{"id":"a\"b","params":{"name":"x","_meta":{"progressToken":7}},"method":"tools/call","jsonrpc":"2.0"}"#,
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools\/call","params":{"name":"x","arguments":{},"task":{"ttl":5}}}"#,
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#,
+            r#"{"jsonrpc":"2.0","id":4,"method":"tools/list","params":{"cursor":"c1","_meta":{"k":[1]}}}"#,
+            // rmcp's way: other methods, shapes and mistakes.
+            r#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","id":6,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","result":null,"params":{"name":"x"}}"#,
+            r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","error":{"code":1,"message":"m"},"params":{"name":"x"}}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"x"}}"#,
+            r#"{"jsonrpc":"1.0","id":9,"method":"tools/call","params":{"name":"x"}}"#,
+            r#"{"id":10,"method":"tools/call","params":{"name":"x"}}"#,
+            r#"{"jsonrpc":"2.0","id":11,"method":"tools/call"}"#,
+            r#"{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"arguments":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":13,"method":"tools/call","method":"tools/list","params":{"name":"x"}}"#,
+            r#"{"jsonrpc":"2.0","id":14.5,"method":"tools/call","params":{"name":"x"}}"#,
+            r#"{"jsonrpc":"2.0","id":15,"method":"tools/list","params":7}"#,
+            r#"{"hello":1}"#,
+            r#"[1,2]"#,
+            r#"{"jsonrpc":"2.0","id":16,"method":"tools/call","params":{"name":"x"}"#,
+            "not json",
+        ];
+        for line in lines {
+            assert_eq!(we_read(line), rmcp_reads(line), "{line}");
+        }
+        // The first five took the short way; a line that it cannot read is left to rmcp.
+        for line in &lines[..5] {
+            assert!(Decoded::tool_request(line).is_some(), "{line}");
+        }
+        for line in &lines[5..] {
+            assert!(Decoded::tool_request(line).is_none(), "{line}");
+        }
     }
 
     #[tokio::test]
