@@ -31,6 +31,9 @@ pub struct TrackerClient {
     http: reqwest::Client,
     /// `{url}{api_prefix}`, no trailing slash.
     api_base: String,
+    /// `api_base` parsed once: a request's URL is a copy with its path set, which parses only
+    /// the path (the host's IDNA processing was a tenth of an MCP `get_task`'s instructions).
+    api_url: reqwest::Url,
     token: Secret,
     retry: RetryConfig,
 }
@@ -64,12 +67,28 @@ impl TrackerClient {
             .pool_max_idle_per_host(IDLE_CONNECTIONS)
             .build()
             .map_err(|e| TrackerError::Transport { message: e.to_string(), timed_out: false })?;
-        Ok(TrackerClient { http, api_base: config.api_base(), token, retry: config.retry.clone() })
+        let api_base = config.api_base();
+        let api_url = reqwest::Url::parse(&api_base).ok().filter(|url| !url.cannot_be_a_base()).ok_or_else(|| {
+            TrackerError::Transport {
+                message: "tracker.url is not an http(s) URL: set it to the board's address, as http://host:port"
+                    .to_string(),
+                timed_out: false,
+            }
+        })?;
+        Ok(TrackerClient { http, api_base, api_url, token, retry: config.retry.clone() })
     }
 
     /// The same connection acting as another member (the demo plays humans with it).
     pub fn with_token(&self, token: Secret) -> TrackerClient {
         TrackerClient { token, ..self.clone() }
+    }
+
+    /// `{api_base}{path}` as a URL; `path` starts with `/` and has its segments encoded.
+    fn url(&self, path: &str) -> reqwest::Url {
+        let mut url = self.api_url.clone();
+        let base = self.api_url.path().trim_end_matches('/');
+        url.set_path(&format!("{base}{path}"));
+        url
     }
 
     pub fn api_base(&self) -> &str {
@@ -254,13 +273,13 @@ impl TrackerClient {
         B: Serialize + ?Sized,
         T: DeserializeOwned,
     {
-        let url = format!("{}{}", self.api_base, path);
+        let url = self.url(path);
         let body_bytes = match body {
             Some(body) => Some(serde_json::to_vec(body).map_err(|e| TrackerError::Decode { message: e.to_string() })?),
             None => None,
         };
         with_retry(&self.retry, || {
-            let mut request = self.http.request(method.clone(), &url).bearer_auth(self.token.expose()).query(query);
+            let mut request = self.http.request(method.clone(), url.clone()).bearer_auth(self.token.expose()).query(query);
             if let Some(bytes) = &body_bytes {
                 request = request.header(header::CONTENT_TYPE, "application/json").body(bytes.clone());
             }
@@ -345,6 +364,25 @@ mod tests {
                 message: "Too Many Requests".into()
             }
         );
+    }
+
+    #[test]
+    fn request_urls_are_the_base_and_the_path_parsed_together() {
+        for (url, prefix) in [("http://127.0.0.1:8700", "/api"), ("http://h:1/", ""), ("https://x.example/p/", "/api/")]
+        {
+            let config = TrackerConfig {
+                url: url.into(),
+                api_prefix: prefix.into(),
+                token_env: "X".into(),
+                timeout_ms: 100,
+                retry: RetryConfig::default(),
+            };
+            let client = TrackerClient::new(&config, Secret::new("t")).unwrap();
+            for path in ["/tasks", &format!("/tasks/{}", segment("TE 1/../x?y#z%")), "/projects/team/members"] {
+                let expected = reqwest::Url::parse(&format!("{}{path}", client.api_base())).unwrap();
+                assert_eq!(client.url(path), expected, "{url} {prefix} {path}");
+            }
+        }
     }
 
     #[test]
