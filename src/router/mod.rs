@@ -32,6 +32,10 @@ use crate::tracker::model::{
 use crate::transport::{LinkStatus, StreamItem};
 use filter::{MessageFacts, MessageFate, SessionKey};
 
+/// A task run's prompt reads sent ahead (`run::prefetch_task_reads`): the reads, and the signal
+/// that they have answered.
+type EarlyReads = (crate::runtime::run::Prefetch, tokio::sync::oneshot::Receiver<()>);
+
 /// Everything the router reacts to.
 #[derive(Debug)]
 pub enum Input {
@@ -232,6 +236,14 @@ impl Router {
 
     async fn on_envelope(&mut self, envelope: EventEnvelope) {
         let event = Event::from_envelope(&envelope);
+        // An assignment that will start a run now has its prompt's reads sent with the record,
+        // not after it: GETs only, dropped if the event turns out a duplicate or already worked.
+        let mut early_reads: Option<EarlyReads> = match &event {
+            Ok(Event::TaskAssigned(data)) if self.starts_now(&data.task) => {
+                Some(crate::runtime::run::prefetch_task_reads(self.client.clone(), data.task.id.clone()))
+            }
+            _ => None,
+        };
         // An assignment is also checked against runs started since it happened (reconciliation
         // may have got there first): a read, sent with the record rather than after it.
         let worked_since = async {
@@ -242,6 +254,11 @@ impl Router {
         };
         let (recorded, worked_since) =
             tokio::join!(self.state.record_event(&envelope.id, envelope.seq, &envelope.event), worked_since);
+        if (!matches!(recorded, Ok(true)) || worked_since)
+            && let Some((reads, _)) = early_reads.take()
+        {
+            reads.abort();
+        }
         match recorded {
             Ok(true) => {}
             Ok(false) => {
@@ -265,7 +282,7 @@ impl Router {
                     self.metrics.event(&envelope.event, "already_worked");
                 } else if filter::works_assignment(&data.task, &self.config.slug, self.config.task_listen) {
                     self.metrics.event(&envelope.event, "run");
-                    self.on_assignment(data.task, data.assigned_by, "event").await;
+                    self.on_assignment(data.task, data.assigned_by, "event", early_reads).await;
                 } else {
                     self.metrics.event(&envelope.event, "ignored");
                 }
@@ -288,19 +305,41 @@ impl Router {
         }
     }
 
-    async fn on_assignment(&mut self, task: TaskOut, assigned_by: String, source: &str) {
+    /// Whether an assignment of `task` would start a run at once: the agent works it, the task
+    /// has no run yet and a slot is free.
+    fn starts_now(&self, task: &TaskOut) -> bool {
+        let session = SessionKey::Task(task.id.clone());
+        filter::works_assignment(task, &self.config.slug, self.config.task_listen)
+            && !self.active.contains_key(&session)
+            && !self.waiting_sessions.contains(&session)
+            && self.active.len() < self.config.limits.max_concurrent_runs as usize
+    }
+
+    /// `early_reads`: the prompt's reads, if the caller already sent them (see `starts_now`).
+    async fn on_assignment(
+        &mut self,
+        task: TaskOut,
+        assigned_by: String,
+        source: &str,
+        early_reads: Option<EarlyReads>,
+    ) {
         let session = SessionKey::Task(task.id.clone());
         if self.active.contains_key(&session) || self.waiting_sessions.contains(&session) {
             tracing::info!(task = %task.key, "assignment for a task already being worked");
+            if let Some((reads, _)) = early_reads {
+                reads.abort();
+            }
             return;
         }
-        // With a slot free the run starts now: its prompt's reads go out at once, while the run's
-        // records are written.
-        let (prefetched, reads_answered) = if self.active.len() < self.config.limits.max_concurrent_runs as usize {
-            let (reads, answered) = crate::runtime::run::prefetch_task_reads(self.client.clone(), task.id.clone());
-            (Some(reads), Some(answered))
-        } else {
-            (None, None)
+        // With a slot free the run starts now: its prompt's reads go out at once (if they are not
+        // out already), while the run's records are written.
+        let (prefetched, reads_answered) = match early_reads {
+            Some((reads, answered)) => (Some(reads), Some(answered)),
+            None if self.active.len() < self.config.limits.max_concurrent_runs as usize => {
+                let (reads, answered) = crate::runtime::run::prefetch_task_reads(self.client.clone(), task.id.clone());
+                (Some(reads), Some(answered))
+            }
+            None => (None, None),
         };
         // Acknowledge at once (moving the task to in_progress): the human sees the agent took it.
         let ack = if matches!(task.status, TaskStatus::Backlog | TaskStatus::Todo) {
@@ -331,6 +370,7 @@ impl Router {
             resume_run_id: None,
             acknowledged: ack,
             prefetched,
+            session_loaded: None,
             claim: None,
         };
         self.start_or_queue(request).await;
@@ -365,7 +405,7 @@ impl Router {
         }
         self.metrics.event("task.assigned", "reconciled");
         let assigned_by = task.created_by.clone();
-        self.on_assignment(task, assigned_by, "reconciliation").await;
+        self.on_assignment(task, assigned_by, "reconciliation", None).await;
     }
 
     async fn on_message(&mut self, message: MessageOut, source: &str) {
@@ -439,6 +479,7 @@ impl Router {
             resume_run_id: None,
             acknowledged: None,
             prefetched: None,
+            session_loaded: None,
         };
         self.accepted_messages.insert(request_message_id(&request));
         self.start_or_queue(request).await;
@@ -548,6 +589,13 @@ impl Router {
 
     async fn spawn_run(&mut self, mut request: RunRequest) -> String {
         let session_key = request.session.as_string();
+        // A fresh run's stored conversation is read while its start is recorded (the pool's
+        // other connection), not after.
+        if request.resume_run_id.is_none() {
+            let state = self.state.clone();
+            let key = session_key.clone();
+            request.session_loaded = Some(tokio::spawn(async move { state.load_session(&key).await }));
+        }
         let started = match (&request.resume_run_id, &request.claim) {
             (Some(id), _) => Ok(Some(id.clone())),
             (None, Some((kind, key))) => {
@@ -560,10 +608,12 @@ impl Router {
             Ok(Some(id)) => id,
             Ok(None) => {
                 tracing::info!(session = %request.session, "already handled; not starting a second run");
+                request.session_loaded.take().inspect(|load| load.abort());
                 return String::new();
             }
             Err(error) => {
                 tracing::error!(%error, "cannot record a new run; not starting it");
+                request.session_loaded.take().inspect(|load| load.abort());
                 return String::new();
             }
         };
@@ -628,6 +678,7 @@ impl Router {
                 resume_run_id: None,
                 acknowledged: None,
                 prefetched: None,
+                session_loaded: None,
                 claim: None,
             };
             self.start_or_queue(request).await;
@@ -710,6 +761,7 @@ impl Router {
                 resume_run_id: Some(run.id.clone()),
                 acknowledged: None,
                 prefetched: None,
+                session_loaded: None,
                 claim: None,
             };
             self.start_or_queue(request).await;

@@ -135,6 +135,7 @@ impl AgentControl for RuntimeControl {
                 resume_run_id: None,
                 acknowledged: None,
                 prefetched: None,
+                session_loaded: None,
                 claim: None,
             };
             let (reply, answer) = oneshot::channel();

@@ -51,6 +51,9 @@ pub struct TaskReads {
 /// A task run's reads, sent before the run starts.
 pub type Prefetch = tokio::task::JoinHandle<TaskReads>;
 
+/// The session's stored conversation, read while the run's start is recorded.
+pub type SessionLoad = tokio::task::JoinHandle<Result<Option<crate::state::Session>, crate::state::StateError>>;
+
 /// Sends a task run's reads now, so they overlap the writes that start the run (see
 /// `RunRequest::prefetched`). Reads only: nothing is lost if the run never takes them. The
 /// receiver hears when they have their answers (or the reads were dropped).
@@ -171,6 +174,9 @@ pub struct RunRequest {
     /// A task run's prompt reads, sent when the assignment was accepted with a free slot (so they
     /// are fresh); `None` if the run waited, and then it reads when it starts.
     pub prefetched: Option<Prefetch>,
+    /// A fresh run's stored conversation, read by the router while it records the run's start;
+    /// `None`, and the run reads it itself.
+    pub session_loaded: Option<SessionLoad>,
     /// A claim (kind, key) written in the same transaction as the run's start, so the thing is
     /// handled once and a crash between deciding and starting loses nothing.
     pub claim: Option<(String, String)>,
@@ -219,7 +225,7 @@ pub async fn execute(
     steer: mpsc::UnboundedReceiver<String>,
 ) -> RunDone {
     let started = Instant::now();
-    let RunRequest { session, kind, acknowledged, prefetched, resume_run_id, .. } = request;
+    let RunRequest { session, kind, acknowledged, prefetched, session_loaded, resume_run_id, .. } = request;
     let (end, steering_consumed) = match drive(
         &services,
         &run_id,
@@ -228,7 +234,7 @@ pub async fn execute(
         if resume_run_id.is_some() {
             Start::Resumed { acknowledged }
         } else {
-            Start::Fresh { acknowledged, prefetched }
+            Start::Fresh { acknowledged, prefetched, session_loaded }
         },
         &cancel,
         steer,
@@ -416,6 +422,7 @@ enum Start {
     Fresh {
         acknowledged: Option<Acknowledgement>,
         prefetched: Option<Prefetch>,
+        session_loaded: Option<SessionLoad>,
     },
     /// Continuing a run a crash or a restart interrupted: its first request is read back.
     Resumed {
@@ -444,12 +451,18 @@ async fn drive(
             }
             (state.load_session(&session_key).await, state.tokens_today().await, None)
         }
-        Start::Fresh { acknowledged, prefetched } => {
-            let (loaded, used_today, prompt) = tokio::join!(
-                state.load_session(&session_key),
-                state.tokens_today(),
-                user_prompt(services, kind, acknowledged, prefetched)
-            );
+        Start::Fresh { acknowledged, prefetched, session_loaded } => {
+            let loaded = async {
+                match session_loaded {
+                    Some(load) => match load.await {
+                        Ok(loaded) => loaded,
+                        Err(_) => state.load_session(&session_key).await,
+                    },
+                    None => state.load_session(&session_key).await,
+                }
+            };
+            let (loaded, used_today, prompt) =
+                tokio::join!(loaded, state.tokens_today(), user_prompt(services, kind, acknowledged, prefetched));
             (loaded, used_today, Some(prompt))
         }
     };
