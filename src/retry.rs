@@ -117,10 +117,10 @@ mod tests {
     }
 
     fn policy(max_attempts: u32) -> RetryConfig {
-        RetryConfig { max_attempts, initial_delay_ms: 100, max_delay_ms: 1_000, max_elapsed_ms: 10_000, jitter: false }
+        RetryConfig { max_attempts, initial_delay_ms: 5, max_delay_ms: 50, max_elapsed_ms: 10_000, jitter: false }
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn retries_until_success() {
         let attempts = AtomicU32::new(0);
         let result: Result<u32, TestError> = with_retry(&policy(5), || async {
@@ -132,7 +132,7 @@ mod tests {
         assert_eq!(attempts.load(Ordering::SeqCst), 3);
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn stops_at_max_attempts() {
         let attempts = AtomicU32::new(0);
         let result: Result<(), TestError> = with_retry(&policy(3), || async {
@@ -144,7 +144,7 @@ mod tests {
         assert_eq!(attempts.load(Ordering::SeqCst), 3);
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn never_retries_a_final_error() {
         let attempts = AtomicU32::new(0);
         let result: Result<(), TestError> = with_retry(&policy(5), || async {
@@ -156,20 +156,20 @@ mod tests {
         assert_eq!(attempts.load(Ordering::SeqCst), 1);
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn honours_retry_after() {
         let attempts = AtomicU32::new(0);
         let start = tokio::time::Instant::now();
         let result: Result<(), TestError> = with_retry(&policy(2), || async {
             if attempts.fetch_add(1, Ordering::SeqCst) == 0 {
-                Err(TestError(RetryDecision::RetryAfter(Duration::from_secs(3))))
+                Err(TestError(RetryDecision::RetryAfter(Duration::from_millis(300))))
             } else {
                 Ok(())
             }
         })
         .await;
         assert!(result.is_ok());
-        assert!(start.elapsed() >= Duration::from_secs(3), "waited {:?}", start.elapsed());
+        assert!(start.elapsed() >= Duration::from_millis(300), "waited {:?}", start.elapsed());
     }
 
     #[test]
