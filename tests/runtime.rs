@@ -247,6 +247,38 @@ async fn assignment_is_acknowledged_then_worked_to_review() {
     board.shutdown().await.unwrap();
 }
 
+/// The acknowledgement waits for the run's first model request; a run that ends before making
+/// one (here its token budget cannot fit the first request) must still let it go, end, and say so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_ends_before_its_first_model_request_is_acknowledged_and_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let extra = json!({"limits": {"max_tokens_per_run": 100}});
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+
+    let task = create_assigned(&alice, "Too big a budget", "Anything\n- one step").await;
+    let session = format!("task:{}", task.id);
+    let run = eventually(Duration::from_secs(30), "the run to end", || async {
+        runs_for(&agent, &session).await.into_iter().find(|run| run.status != RunStatus::Running)
+    })
+    .await;
+    wait_idle(&agent).await;
+    assert_eq!(run.status, RunStatus::Failed, "{run:?}");
+    assert!(model.requests().is_empty(), "no model request was made");
+    assert_eq!(alice.get_task(&task.id).await.unwrap().status, TaskStatus::InProgress, "acknowledged");
+    let notice = eventually(Duration::from_secs(20), "the run's notice", || async {
+        comments(&alice, &task.id).await.into_iter().find(|m| m.author_slug == "picogent")
+    })
+    .await;
+    assert!(notice.content.contains("budget") || notice.content.contains("token"), "{notice:#?}");
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mention_gets_one_reply_and_the_rest_is_ignored() {
     let dir = tempfile::tempdir().unwrap();

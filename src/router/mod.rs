@@ -32,9 +32,8 @@ use crate::tracker::model::{
 use crate::transport::{LinkStatus, StreamItem};
 use filter::{MessageFacts, MessageFate, SessionKey};
 
-/// A task run's prompt reads sent ahead (`run::prefetch_task_reads`): the reads, and the signal
-/// that they have answered.
-type EarlyReads = (crate::runtime::run::Prefetch, tokio::sync::oneshot::Receiver<()>);
+/// A task run's prompt reads sent ahead (`run::prefetch_task_reads`).
+type EarlyReads = crate::runtime::run::Prefetch;
 
 /// Everything the router reacts to.
 #[derive(Debug)]
@@ -255,7 +254,7 @@ impl Router {
         let (recorded, worked_since) =
             tokio::join!(self.state.record_event(&envelope.id, envelope.seq, &envelope.event), worked_since);
         if (!matches!(recorded, Ok(true)) || worked_since)
-            && let Some((reads, _)) = early_reads.take()
+            && let Some(reads) = early_reads.take()
         {
             reads.abort();
         }
@@ -326,18 +325,22 @@ impl Router {
         let session = SessionKey::Task(task.id.clone());
         if self.active.contains_key(&session) || self.waiting_sessions.contains(&session) {
             tracing::info!(task = %task.key, "assignment for a task already being worked");
-            if let Some((reads, _)) = early_reads {
+            if let Some(reads) = early_reads {
                 reads.abort();
             }
             return;
         }
         // With a slot free the run starts now: its prompt's reads go out at once (if they are not
         // out already), while the run's records are written.
-        let (prefetched, reads_answered) = match early_reads {
-            Some((reads, answered)) => (Some(reads), Some(answered)),
-            None if self.active.len() < self.config.limits.max_concurrent_runs as usize => {
-                let (reads, answered) = crate::runtime::run::prefetch_task_reads(self.client.clone(), task.id.clone());
-                (Some(reads), Some(answered))
+        let prefetched = early_reads.or_else(|| {
+            (self.active.len() < self.config.limits.max_concurrent_runs as usize)
+                .then(|| crate::runtime::run::prefetch_task_reads(self.client.clone(), task.id.clone()))
+        });
+        // A run starting now tells the acknowledgement when its first model request is out.
+        let (first_request, request_out) = match prefetched {
+            Some(_) => {
+                let (sender, receiver) = tokio::sync::oneshot::channel();
+                (Some(sender), Some(receiver))
             }
             None => (None, None),
         };
@@ -346,10 +349,12 @@ impl Router {
             let client = self.client.clone();
             let task_id = task.id.clone();
             Some(tokio::spawn(async move {
-                // After the prompt's reads have their answers: a write on the tracker would hold
-                // them up, and nothing needs it sooner (the run's first tool call waits for it).
-                if let Some(answered) = reads_answered {
-                    let _ = answered.await;
+                // After the run's first model request is out (or the run ended before it): its
+                // write on the tracker, and the `task.updated` event that comes back for it, would
+                // hold up the run's start, and nothing needs it sooner (the run's first tool call
+                // waits for it). A run that waits for a slot does not make it wait.
+                if let Some(request_out) = request_out {
+                    let _ = request_out.await;
                 }
                 let update = UpdateTask { status: Some(TaskStatus::InProgress), ..UpdateTask::default() };
                 client
@@ -371,6 +376,7 @@ impl Router {
             acknowledged: ack,
             prefetched,
             session_loaded: None,
+            first_request,
             claim: None,
         };
         self.start_or_queue(request).await;
@@ -480,6 +486,7 @@ impl Router {
             acknowledged: None,
             prefetched: None,
             session_loaded: None,
+            first_request: None,
         };
         self.accepted_messages.insert(request_message_id(&request));
         self.start_or_queue(request).await;
@@ -560,6 +567,8 @@ impl Router {
             if let Some(prefetched) = request.prefetched.take() {
                 prefetched.abort();
             }
+            // The acknowledgement must not wait for a run that waits for it.
+            request.first_request = None;
             self.waiting_sessions.insert(request.session.clone());
             self.waiting.push_back(request);
             return None;
@@ -679,6 +688,7 @@ impl Router {
                 acknowledged: None,
                 prefetched: None,
                 session_loaded: None,
+                first_request: None,
                 claim: None,
             };
             self.start_or_queue(request).await;
@@ -762,6 +772,7 @@ impl Router {
                 acknowledged: None,
                 prefetched: None,
                 session_loaded: None,
+                first_request: None,
                 claim: None,
             };
             self.start_or_queue(request).await;

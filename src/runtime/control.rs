@@ -136,6 +136,7 @@ impl AgentControl for RuntimeControl {
                 acknowledged: None,
                 prefetched: None,
                 session_loaded: None,
+                first_request: None,
                 claim: None,
             };
             let (reply, answer) = oneshot::channel();

@@ -55,16 +55,38 @@ pub type Prefetch = tokio::task::JoinHandle<TaskReads>;
 pub type SessionLoad = tokio::task::JoinHandle<Result<Option<crate::state::Session>, crate::state::StateError>>;
 
 /// Sends a task run's reads now, so they overlap the writes that start the run (see
-/// `RunRequest::prefetched`). Reads only: nothing is lost if the run never takes them. The
-/// receiver hears when they have their answers (or the reads were dropped).
-pub fn prefetch_task_reads(client: TrackerClient, task_id: String) -> (Prefetch, tokio::sync::oneshot::Receiver<()>) {
-    let (answered, on_answered) = tokio::sync::oneshot::channel();
-    let reads = tokio::spawn(async move {
-        let reads = task_reads(&client, &task_id).await;
-        let _ = answered.send(());
-        reads
-    });
-    (reads, on_answered)
+/// `RunRequest::prefetched`). Reads only: nothing is lost if the run never takes them.
+pub fn prefetch_task_reads(client: TrackerClient, task_id: String) -> Prefetch {
+    tokio::spawn(async move { task_reads(&client, &task_id).await })
+}
+
+/// Told when a run's first model request is on its way (or dropped if the run never gets that
+/// far). The assignment's acknowledgement waits for it: its write on the tracker, and the
+/// `task.updated` event the tracker sends back for it, then do not compete with the run's start.
+pub type FirstRequest = tokio::sync::oneshot::Sender<()>;
+
+/// The run's model, telling `signal` once the first request has been handed to the HTTP client
+/// (its first poll builds the request and queues it on a connection).
+struct SignalFirstRequest<'m> {
+    inner: &'m dyn crate::llm::ChatModel,
+    signal: std::sync::Mutex<Option<FirstRequest>>,
+}
+
+impl crate::llm::ChatModel for SignalFirstRequest<'_> {
+    fn complete<'a>(
+        &'a self,
+        request: &'a crate::llm::ChatRequest<'a>,
+    ) -> futures::future::BoxFuture<'a, Result<crate::llm::ChatResponse, crate::llm::LlmError>> {
+        let mut signal = self.signal.lock().ok().and_then(|mut slot| slot.take());
+        let mut sending = self.inner.complete(request);
+        Box::pin(std::future::poll_fn(move |cx| {
+            let polled = sending.as_mut().poll(cx);
+            if let Some(signal) = signal.take() {
+                let _ = signal.send(());
+            }
+            polled
+        }))
+    }
 }
 
 async fn task_reads(client: &TrackerClient, task_id: &str) -> TaskReads {
@@ -177,6 +199,8 @@ pub struct RunRequest {
     /// A fresh run's stored conversation, read by the router while it records the run's start;
     /// `None`, and the run reads it itself.
     pub session_loaded: Option<SessionLoad>,
+    /// Told when the run's first model request is on its way (see [`FirstRequest`]).
+    pub first_request: Option<FirstRequest>,
     /// A claim (kind, key) written in the same transaction as the run's start, so the thing is
     /// handled once and a crash between deciding and starting loses nothing.
     pub claim: Option<(String, String)>,
@@ -225,7 +249,8 @@ pub async fn execute(
     steer: mpsc::UnboundedReceiver<String>,
 ) -> RunDone {
     let started = Instant::now();
-    let RunRequest { session, kind, acknowledged, prefetched, session_loaded, resume_run_id, .. } = request;
+    let RunRequest { session, kind, acknowledged, prefetched, session_loaded, first_request, resume_run_id, .. } =
+        request;
     let (end, steering_consumed) = match drive(
         &services,
         &run_id,
@@ -234,7 +259,7 @@ pub async fn execute(
         if resume_run_id.is_some() {
             Start::Resumed { acknowledged }
         } else {
-            Start::Fresh { acknowledged, prefetched, session_loaded }
+            Start::Fresh { acknowledged, prefetched, session_loaded, first_request }
         },
         &cancel,
         steer,
@@ -423,11 +448,10 @@ enum Start {
         acknowledged: Option<Acknowledgement>,
         prefetched: Option<Prefetch>,
         session_loaded: Option<SessionLoad>,
+        first_request: Option<FirstRequest>,
     },
     /// Continuing a run a crash or a restart interrupted: its first request is read back.
-    Resumed {
-        acknowledged: Option<Acknowledgement>,
-    },
+    Resumed { acknowledged: Option<Acknowledgement> },
 }
 
 async fn drive(
@@ -444,14 +468,14 @@ async fn drive(
     let session_key = session.as_string();
     // A fresh run reads its session, the day's spend and the tracker data for its prompt at once.
     let resuming = matches!(start, Start::Resumed { .. });
-    let (loaded, used_today, fresh_prompt) = match start {
+    let (loaded, used_today, fresh_prompt, first_request) = match start {
         Start::Resumed { acknowledged } => {
             if let Some(ack) = acknowledged {
                 let _ = ack.await;
             }
-            (state.load_session(&session_key).await, state.tokens_today().await, None)
+            (state.load_session(&session_key).await, state.tokens_today().await, None, None)
         }
-        Start::Fresh { acknowledged, prefetched, session_loaded } => {
+        Start::Fresh { acknowledged, prefetched, session_loaded, first_request } => {
             let loaded = async {
                 match session_loaded {
                     Some(load) => match load.await {
@@ -463,7 +487,7 @@ async fn drive(
             };
             let (loaded, used_today, prompt) =
                 tokio::join!(loaded, state.tokens_today(), user_prompt(services, kind, acknowledged, prefetched));
-            (loaded, used_today, Some(prompt))
+            (loaded, used_today, Some(prompt), first_request)
         }
     };
     let history: Vec<crate::llm::Message> = match loaded {
@@ -533,8 +557,9 @@ async fn drive(
         acknowledged: std::sync::Mutex::new(acknowledged),
         ready: tokio::sync::OnceCell::new(),
     };
+    let model = SignalFirstRequest { inner: services.model.as_ref(), signal: std::sync::Mutex::new(first_request) };
     let setup = crate::agent::RunSetup {
-        model: services.model.as_ref(),
+        model: &model,
         tools: &tools,
         offered_tools: offered,
         limits,
@@ -545,6 +570,9 @@ async fn drive(
     let output =
         crate::agent::run(setup, crate::agent::RunInput { system_prompt: system, history, prompt: prompt.clone() })
             .await;
+    // A run that ended before its first model request (stopped at once, say) lets the
+    // acknowledgement go now: `landed` below waits for it.
+    drop(model);
     let record = output.record;
     // The start record is in before anything else is written to the run, and the acknowledgement
     // has landed before the run is reported done.
