@@ -344,7 +344,7 @@ impl Router {
             }
             None => (None, None),
         };
-        // Acknowledge at once (moving the task to in_progress): the human sees the agent took it.
+        // Acknowledge (moving the task to in_progress): the human sees the agent took it.
         let ack = if matches!(task.status, TaskStatus::Backlog | TaskStatus::Todo) {
             let client = self.client.clone();
             let task_id = task.id.clone();
