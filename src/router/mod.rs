@@ -187,7 +187,7 @@ impl Router {
                     let _ = reply.send(Err(format!("session {session} is busy with run {}", active.run_id)));
                     return;
                 }
-                if self.active.len() >= self.config.limits.max_concurrent_runs as usize {
+                if !self.slot_free() {
                     let _ = reply.send(Err(format!(
                         "all {} run slots are busy (limits.max_concurrent_runs); try again when a run ends",
                         self.config.limits.max_concurrent_runs
@@ -311,7 +311,12 @@ impl Router {
         filter::works_assignment(task, &self.config.slug, self.config.task_listen)
             && !self.active.contains_key(&session)
             && !self.waiting_sessions.contains(&session)
-            && self.active.len() < self.config.limits.max_concurrent_runs as usize
+            && self.slot_free()
+    }
+
+    /// Whether fewer than `max_concurrent_runs` runs are running.
+    fn slot_free(&self) -> bool {
+        self.active.len() < self.config.limits.max_concurrent_runs as usize
     }
 
     /// `early_reads`: the prompt's reads, if the caller already sent them (see `starts_now`).
@@ -333,17 +338,10 @@ impl Router {
         // With a slot free the run starts now: its prompt's reads go out at once (if they are not
         // out already), while the run's records are written.
         let prefetched = early_reads.or_else(|| {
-            (self.active.len() < self.config.limits.max_concurrent_runs as usize)
-                .then(|| crate::runtime::run::prefetch_task_reads(self.client.clone(), task.id.clone()))
+            self.slot_free().then(|| crate::runtime::run::prefetch_task_reads(self.client.clone(), task.id.clone()))
         });
         // A run starting now tells the acknowledgement when its first model request is out.
-        let (first_request, request_out) = match prefetched {
-            Some(_) => {
-                let (sender, receiver) = tokio::sync::oneshot::channel();
-                (Some(sender), Some(receiver))
-            }
-            None => (None, None),
-        };
+        let (first_request, request_out) = prefetched.is_some().then(tokio::sync::oneshot::channel).unzip();
         // Acknowledge (moving the task to in_progress): the human sees the agent took it.
         let ack = if matches!(task.status, TaskStatus::Backlog | TaskStatus::Todo) {
             let client = self.client.clone();
@@ -562,7 +560,7 @@ impl Router {
         if request.resume_run_id.is_none() && !self.spend_allows(&request).await {
             return None;
         }
-        if self.active.len() >= self.config.limits.max_concurrent_runs as usize {
+        if !self.slot_free() {
             // Reads made now would be stale when the run starts: it reads afresh then.
             if let Some(prefetched) = request.prefetched.take() {
                 prefetched.abort();
@@ -693,7 +691,7 @@ impl Router {
             };
             self.start_or_queue(request).await;
         }
-        while self.active.len() < self.config.limits.max_concurrent_runs as usize {
+        while self.slot_free() {
             let Some(next) = self.waiting.pop_front() else { break };
             self.waiting_sessions.remove(&next.session);
             if self.active.contains_key(&next.session) {

@@ -477,13 +477,12 @@ async fn drive(
         }
         Start::Fresh { acknowledged, prefetched, session_loaded, first_request } => {
             let loaded = async {
-                match session_loaded {
-                    Some(load) => match load.await {
-                        Ok(loaded) => loaded,
-                        Err(_) => state.load_session(&session_key).await,
-                    },
-                    None => state.load_session(&session_key).await,
+                if let Some(load) = session_loaded
+                    && let Ok(loaded) = load.await
+                {
+                    return loaded;
                 }
+                state.load_session(&session_key).await
             };
             let (loaded, used_today, prompt) =
                 tokio::join!(loaded, state.tokens_today(), user_prompt(services, kind, acknowledged, prefetched));

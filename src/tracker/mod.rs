@@ -29,10 +29,9 @@ const IDLE_CONNECTIONS: usize = 16;
 #[derive(Clone)]
 pub struct TrackerClient {
     http: reqwest::Client,
-    /// `{url}{api_prefix}`, no trailing slash.
-    api_base: String,
-    /// `api_base` parsed once: a request's URL is a copy with its path set, which parses only
-    /// the path (the host's IDNA processing was a tenth of an MCP `get_task`'s instructions).
+    /// `{url}{api_prefix}`, parsed once: a request's URL is a copy with its path set, which
+    /// parses only the path (the host's IDNA processing was a tenth of an MCP `get_task`'s
+    /// instructions).
     api_url: reqwest::Url,
     token: Secret,
     retry: RetryConfig,
@@ -40,7 +39,7 @@ pub struct TrackerClient {
 
 impl std::fmt::Debug for TrackerClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TrackerClient").field("api_base", &self.api_base).field("token", &self.token).finish()
+        f.debug_struct("TrackerClient").field("api_base", &self.api_base()).field("token", &self.token).finish()
     }
 }
 
@@ -67,15 +66,15 @@ impl TrackerClient {
             .pool_max_idle_per_host(IDLE_CONNECTIONS)
             .build()
             .map_err(|e| TrackerError::Transport { message: e.to_string(), timed_out: false })?;
-        let api_base = config.api_base();
-        let api_url = reqwest::Url::parse(&api_base).ok().filter(|url| !url.cannot_be_a_base()).ok_or_else(|| {
-            TrackerError::Transport {
-                message: "tracker.url is not an http(s) URL: set it to the board's address, as http://host:port"
-                    .to_string(),
-                timed_out: false,
-            }
-        })?;
-        Ok(TrackerClient { http, api_base, api_url, token, retry: config.retry.clone() })
+        let api_url =
+            reqwest::Url::parse(&config.api_base()).ok().filter(|url| !url.cannot_be_a_base()).ok_or_else(|| {
+                TrackerError::Transport {
+                    message: "tracker.url is not an http(s) URL: set it to the board's address, as http://host:port"
+                        .to_string(),
+                    timed_out: false,
+                }
+            })?;
+        Ok(TrackerClient { http, api_url, token, retry: config.retry.clone() })
     }
 
     /// The same connection acting as another member (the demo plays humans with it).
@@ -86,13 +85,13 @@ impl TrackerClient {
     /// `{api_base}{path}` as a URL; `path` starts with `/` and has its segments encoded.
     fn url(&self, path: &str) -> reqwest::Url {
         let mut url = self.api_url.clone();
-        let base = self.api_url.path().trim_end_matches('/');
-        url.set_path(&format!("{base}{path}"));
+        url.set_path(&format!("{}{path}", self.api_url.path().trim_end_matches('/')));
         url
     }
 
+    /// `{url}{api_prefix}`, without a trailing slash.
     pub fn api_base(&self) -> &str {
-        &self.api_base
+        self.api_url.as_str().trim_end_matches('/')
     }
 
     pub fn token(&self) -> &Secret {
@@ -101,12 +100,13 @@ impl TrackerClient {
 
     /// The event stream's URL (`ws://` or `wss://`), without the token.
     pub fn ws_url(&self) -> String {
-        let base = if let Some(rest) = self.api_base.strip_prefix("https://") {
+        let api_base = self.api_base();
+        let base = if let Some(rest) = api_base.strip_prefix("https://") {
             format!("wss://{rest}")
-        } else if let Some(rest) = self.api_base.strip_prefix("http://") {
+        } else if let Some(rest) = api_base.strip_prefix("http://") {
             format!("ws://{rest}")
         } else {
-            self.api_base.clone()
+            api_base.to_string()
         };
         format!("{base}/ws")
     }
