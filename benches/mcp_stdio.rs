@@ -14,6 +14,12 @@
 //! `BENCH_MCP_BOARD` (`{"url", "path", "token"}`, optional) adds a bare HTTP GET of `path` over one
 //! kept-alive connection, taking its turn in the same blocks: the floor under any server's
 //! `tools/call` that reads the board.
+//!
+//! With `BENCH_MCP_BOARD` set, two floor servers take their turns too: this same binary, started
+//! again with `BENCH_MCP_FLOOR`, answering `tools/call` with that board GET and nothing an MCP
+//! library would add (see [`floor`]). `floor-std` uses blocking std I/O; `floor-tokio` uses
+//! picogent's runtime and HTTP client (tokio's current-thread runtime on the pipes, reqwest).
+//! They show how fast any stdio server doing that GET can be on this machine.
 //! Run by `bench/run.sh` as `cargo bench --bench mcp_stdio`.
 
 mod common;
@@ -26,6 +32,10 @@ use std::time::{Duration, Instant};
 use common::{micros, summarize};
 use serde::Deserialize;
 use serde_json::{Value, json};
+
+/// picogent's allocator, for the floor servers this binary also runs.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Debug, Deserialize)]
 struct ServerSpec {
@@ -90,6 +100,14 @@ impl BoardGet {
     /// One GET: time from writing the request to having the whole body.
     fn get_once(&mut self) -> Duration {
         let started = Instant::now();
+        let body = self.get();
+        let elapsed = started.elapsed();
+        self.body_bytes = body.len();
+        elapsed
+    }
+
+    /// One GET: the body of a 200 answer.
+    fn get(&mut self) -> Vec<u8> {
         self.stream.get_mut().write_all(&self.request).unwrap();
         let mut line = String::new();
         let mut content_length = None;
@@ -113,10 +131,8 @@ impl BoardGet {
         let length = content_length.expect("the board answers with a Content-Length");
         let mut body = vec![0; length];
         self.stream.read_exact(&mut body).unwrap();
-        let elapsed = started.elapsed();
         assert_eq!(status.as_deref(), Some("200"), "the board refused the GET: {}", String::from_utf8_lossy(&body));
-        self.body_bytes = length;
-        elapsed
+        body
     }
 }
 
@@ -219,12 +235,18 @@ impl Server {
 }
 
 fn main() {
-    let specs: Vec<ServerSpec> =
+    if let Ok(kind) = std::env::var("BENCH_MCP_FLOOR") {
+        return floor::serve(&kind);
+    }
+    let mut specs: Vec<ServerSpec> =
         serde_json::from_str(&std::env::var("BENCH_MCP_SERVERS").expect("BENCH_MCP_SERVERS is set")).unwrap();
     let out = std::env::var("BENCH_MCP_OUT").expect("BENCH_MCP_OUT is set");
     let count: usize = std::env::var("BENCH_MCP_COUNT").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
     let board_spec: Option<BoardSpec> =
         std::env::var("BENCH_MCP_BOARD").ok().map(|spec| serde_json::from_str(&spec).expect("BENCH_MCP_BOARD"));
+    if board_spec.is_some() {
+        specs.extend(floor::specs());
+    }
     let block = 100.min(count);
     let mut servers: Vec<Server> = specs.into_iter().map(Server::start).collect();
     let mut board = board_spec.as_ref().map(BoardGet::connect);
@@ -290,4 +312,107 @@ fn main() {
     }
     std::fs::write(&out, serde_json::to_string_pretty(&Value::Object(results)).unwrap()).unwrap();
     eprintln!("wrote {out}");
+}
+
+/// The floor servers: the least a stdio server must do to answer `get_task` from the board. Each
+/// line is parsed (id and method, with serde_json), `tools/call` makes the board GET of
+/// `BENCH_MCP_BOARD` and answers its body as text, and the answer is written as one line. Nothing
+/// else: no MCP library, no argument validation, no result formatting, no retries, no timeouts.
+mod floor {
+    use super::*;
+
+    /// The floor servers as participants, started from this same binary.
+    pub fn specs() -> Vec<ServerSpec> {
+        let exe = std::env::current_exe().expect("the bench binary's path");
+        ["std", "tokio"]
+            .into_iter()
+            .map(|kind| ServerSpec {
+                name: format!("floor-{kind}"),
+                command: vec![exe.to_string_lossy().into_owned()],
+                cwd: None,
+                env: [("BENCH_MCP_FLOOR".to_string(), kind.to_string())].into(),
+                tool: "get_task".to_string(),
+                arguments: json!({}),
+            })
+            .collect()
+    }
+
+    #[derive(Deserialize)]
+    struct Request {
+        #[serde(default)]
+        id: Option<Value>,
+        method: String,
+    }
+
+    /// A request's id and method; `None` for a notification.
+    fn parse(line: &str) -> Option<(Value, String)> {
+        let request: Request = serde_json::from_str(line).expect("a JSON-RPC line");
+        Some((request.id?, request.method))
+    }
+
+    /// The answer line to a request; `body` is the board's answer to a `tools/call`'s GET.
+    fn answer(id: Value, method: &str, body: Option<Vec<u8>>) -> String {
+        let result = match method {
+            "initialize" => json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                                   "serverInfo": {"name": "floor", "version": "0"}}),
+            "tools/list" => json!({"tools": [{"name": "get_task", "description": "One task.",
+                                   "inputSchema": {"type": "object", "properties": {"task_id": {"type": "string"}}}}]}),
+            "tools/call" => {
+                let body = String::from_utf8(body.expect("the GET's body")).expect("the board answers UTF-8");
+                json!({"content": [{"type": "text", "text": body}], "isError": false})
+            }
+            other => panic!("the floor server has no {other}"),
+        };
+        let mut line = json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string();
+        line.push('\n');
+        line
+    }
+
+    pub fn serve(kind: &str) {
+        let spec: BoardSpec =
+            serde_json::from_str(&std::env::var("BENCH_MCP_BOARD").expect("BENCH_MCP_BOARD is set")).unwrap();
+        match kind {
+            "std" => serve_std(&spec),
+            "tokio" => serve_tokio(&spec),
+            other => panic!("BENCH_MCP_FLOOR is std or tokio, not {other}"),
+        }
+    }
+
+    fn serve_std(spec: &BoardSpec) {
+        let mut board = BoardGet::connect(spec);
+        let mut stdout = std::io::stdout().lock();
+        for line in std::io::stdin().lock().lines() {
+            let Some((id, method)) = parse(&line.unwrap()) else { continue };
+            let body = (method == "tools/call").then(|| board.get());
+            stdout.write_all(answer(id, &method, body).as_bytes()).unwrap();
+            stdout.flush().unwrap();
+        }
+    }
+
+    /// On the pipes as rmcp's `stdio_pipes` opens them (non-blocking, on tokio's reactor), one
+    /// thread, reqwest with one kept-alive connection: picogent's I/O stack without the rest.
+    fn serve_tokio(spec: &BoardSpec) {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        use tokio::net::unix::pipe;
+
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let stdin = std::fs::File::open("/proc/self/fd/0").unwrap();
+            let stdout = std::fs::OpenOptions::new().write(true).open("/proc/self/fd/1").unwrap();
+            let mut lines = tokio::io::BufReader::new(pipe::Receiver::from_file(stdin).unwrap()).lines();
+            let mut stdout = pipe::Sender::from_file(stdout).unwrap();
+            let client = reqwest::Client::new();
+            let url = format!("{}{}", spec.url.trim_end_matches('/'), spec.path);
+            while let Some(line) = lines.next_line().await.unwrap() {
+                let Some((id, method)) = parse(&line) else { continue };
+                let mut body = None;
+                if method == "tools/call" {
+                    let response = client.get(&url).bearer_auth(&spec.token).send().await.unwrap();
+                    assert_eq!(response.status(), 200, "the board refused the GET");
+                    body = Some(response.bytes().await.unwrap().to_vec());
+                }
+                stdout.write_all(answer(id, &method, body).as_bytes()).await.unwrap();
+            }
+        });
+    }
 }
