@@ -350,8 +350,9 @@ mod floor {
         Some((request.id?, request.method))
     }
 
-    /// The answer line to a request; `body` is the board's answer to a `tools/call`'s GET.
-    fn answer(id: Value, method: &str, body: Option<Vec<u8>>) -> String {
+    /// The answer line to a request; `body` is the board's answer to a `tools/call`'s GET. The
+    /// `tools/call` answer is written straight, with serde_json escaping the id and the text.
+    fn answer(id: Value, method: &str, body: Option<Vec<u8>>) -> Vec<u8> {
         let result = match method {
             "initialize" => json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
                                    "serverInfo": {"name": "floor", "version": "0"}}),
@@ -359,12 +360,18 @@ mod floor {
                                    "inputSchema": {"type": "object", "properties": {"task_id": {"type": "string"}}}}]}),
             "tools/call" => {
                 let body = String::from_utf8(body.expect("the GET's body")).expect("the board answers UTF-8");
-                json!({"content": [{"type": "text", "text": body}], "isError": false})
+                let mut line = Vec::with_capacity(body.len() + 128);
+                line.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+                serde_json::to_writer(&mut line, &id).unwrap();
+                line.extend_from_slice(b",\"result\":{\"content\":[{\"type\":\"text\",\"text\":");
+                serde_json::to_writer(&mut line, &body).unwrap();
+                line.extend_from_slice(b"}],\"isError\":false}}\n");
+                return line;
             }
             other => panic!("the floor server has no {other}"),
         };
-        let mut line = json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string();
-        line.push('\n');
+        let mut line = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "result": result})).unwrap();
+        line.push(b'\n');
         line
     }
 
@@ -384,7 +391,7 @@ mod floor {
         for line in std::io::stdin().lock().lines() {
             let Some((id, method)) = parse(&line.unwrap()) else { continue };
             let body = (method == "tools/call").then(|| board.get());
-            stdout.write_all(answer(id, &method, body).as_bytes()).unwrap();
+            stdout.write_all(&answer(id, &method, body)).unwrap();
             stdout.flush().unwrap();
         }
     }
@@ -402,16 +409,17 @@ mod floor {
             let mut lines = tokio::io::BufReader::new(pipe::Receiver::from_file(stdin).unwrap()).lines();
             let mut stdout = pipe::Sender::from_file(stdout).unwrap();
             let client = reqwest::Client::new();
-            let url = format!("{}{}", spec.url.trim_end_matches('/'), spec.path);
+            let url: reqwest::Url =
+                format!("{}{}", spec.url.trim_end_matches('/'), spec.path).parse().expect("the board's URL");
             while let Some(line) = lines.next_line().await.unwrap() {
                 let Some((id, method)) = parse(&line) else { continue };
                 let mut body = None;
                 if method == "tools/call" {
-                    let response = client.get(&url).bearer_auth(&spec.token).send().await.unwrap();
+                    let response = client.get(url.clone()).bearer_auth(&spec.token).send().await.unwrap();
                     assert_eq!(response.status(), 200, "the board refused the GET");
                     body = Some(response.bytes().await.unwrap().to_vec());
                 }
-                stdout.write_all(answer(id, &method, body).as_bytes()).await.unwrap();
+                stdout.write_all(&answer(id, &method, body)).await.unwrap();
             }
         });
     }
