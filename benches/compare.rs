@@ -41,7 +41,7 @@ fn sizes() -> Sizes {
     if std::env::var("BENCH_QUICK").is_ok_and(|v| v == "1") {
         Sizes { rounds: 5, dispatch_batch: 10, turn_batch: 5, event_samples: 20, filter_frames: 20_000 }
     } else {
-        Sizes { rounds: 40, dispatch_batch: 50, turn_batch: 20, event_samples: 300, filter_frames: 100_000 }
+        Sizes { rounds: 100, dispatch_batch: 50, turn_batch: 20, event_samples: 1000, filter_frames: 100_000 }
     }
 }
 
