@@ -396,18 +396,16 @@ mod floor {
         }
     }
 
-    /// On the pipes as rmcp's `stdio_pipes` opens them (non-blocking, on tokio's reactor), one
-    /// thread, reqwest with one kept-alive connection: picogent's I/O stack without the rest.
+    /// On the pipes as `picogent mcp --stdio` opens them (`rmcp::transport::stdio_pipes`:
+    /// non-blocking, on tokio's reactor), one thread, reqwest with one kept-alive connection:
+    /// picogent's I/O stack without the rest.
     fn serve_tokio(spec: &BoardSpec) {
         use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-        use tokio::net::unix::pipe;
 
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         runtime.block_on(async {
-            let stdin = std::fs::File::open("/proc/self/fd/0").unwrap();
-            let stdout = std::fs::OpenOptions::new().write(true).open("/proc/self/fd/1").unwrap();
-            let mut lines = tokio::io::BufReader::new(pipe::Receiver::from_file(stdin).unwrap()).lines();
-            let mut stdout = pipe::Sender::from_file(stdout).unwrap();
+            let (stdin, mut stdout) = rmcp::transport::stdio_pipes();
+            let mut lines = tokio::io::BufReader::new(stdin).lines();
             let client = reqwest::Client::new();
             let url: reqwest::Url =
                 format!("{}{}", spec.url.trim_end_matches('/'), spec.path).parse().expect("the board's URL");
@@ -420,6 +418,7 @@ mod floor {
                     body = Some(response.bytes().await.unwrap().to_vec());
                 }
                 stdout.write_all(&answer(id, &method, body)).await.unwrap();
+                stdout.flush().await.unwrap();
             }
         });
     }

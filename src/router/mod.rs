@@ -307,11 +307,14 @@ impl Router {
     /// Whether an assignment of `task` would start a run at once: the agent works it, the task
     /// has no run yet and a slot is free.
     fn starts_now(&self, task: &TaskOut) -> bool {
-        let session = SessionKey::Task(task.id.clone());
         filter::works_assignment(task, &self.config.slug, self.config.task_listen)
-            && !self.active.contains_key(&session)
-            && !self.waiting_sessions.contains(&session)
+            && !self.session_busy(&SessionKey::Task(task.id.clone()))
             && self.slot_free()
+    }
+
+    /// Whether `session` has a run, running or waiting for a slot.
+    fn session_busy(&self, session: &SessionKey) -> bool {
+        self.active.contains_key(session) || self.waiting_sessions.contains(session)
     }
 
     /// Whether fewer than `max_concurrent_runs` runs are running.
@@ -328,7 +331,7 @@ impl Router {
         early_reads: Option<EarlyReads>,
     ) {
         let session = SessionKey::Task(task.id.clone());
-        if self.active.contains_key(&session) || self.waiting_sessions.contains(&session) {
+        if self.session_busy(&session) {
             tracing::info!(task = %task.key, "assignment for a task already being worked");
             if let Some(reads) = early_reads {
                 reads.abort();
@@ -365,17 +368,12 @@ impl Router {
             None
         };
         tracing::info!(task = %task.key, %source, "working assigned task");
+        let trigger = format!("task.assigned {}", task.key);
         let request = RunRequest {
-            session,
-            trigger: format!("task.assigned {}", task.key),
-            kind: RunKind::Task { task: Box::new(task), assigned_by },
-            steering: Vec::new(),
-            resume_run_id: None,
             acknowledged: ack,
             prefetched,
-            session_loaded: None,
             first_request,
-            claim: None,
+            ..RunRequest::new(session, trigger, RunKind::Task { task: Box::new(task), assigned_by })
         };
         self.start_or_queue(request).await;
     }
@@ -390,7 +388,7 @@ impl Router {
 
     async fn on_reconciled_task(&mut self, task: TaskOut) {
         let session = SessionKey::Task(task.id.clone());
-        if self.active.contains_key(&session) || self.waiting_sessions.contains(&session) {
+        if self.session_busy(&session) {
             return;
         }
         match self.state.has_finished_run_for(&session.as_string()).await {
@@ -474,17 +472,10 @@ impl Router {
             return;
         }
         self.metrics.event(EVENT, "run");
+        let trigger = format!("message.new {}", message.id);
         let request = RunRequest {
-            session,
-            trigger: format!("message.new {}", message.id),
             claim: Some(("message".to_string(), message.id.clone())),
-            kind: RunKind::Message { message: Box::new(message) },
-            steering: Vec::new(),
-            resume_run_id: None,
-            acknowledged: None,
-            prefetched: None,
-            session_loaded: None,
-            first_request: None,
+            ..RunRequest::new(session, trigger, RunKind::Message { message: Box::new(message) })
         };
         self.accepted_messages.insert(request_message_id(&request));
         self.start_or_queue(request).await;
@@ -495,7 +486,7 @@ impl Router {
         let thread = SessionKey::Thread(parent_id.clone());
         if matches!(session, SessionKey::Thread(_)) {
             // Answering now, or answered before: either way the agent is in this thread.
-            if self.active.contains_key(&thread) || self.waiting_sessions.contains(&thread) {
+            if self.session_busy(&thread) {
                 return true;
             }
             if matches!(self.state.load_session(&thread.as_string()).await, Ok(Some(_))) {
@@ -677,18 +668,9 @@ impl Router {
         }
         // Input that arrived after the run's last turn boundary starts a follow-up run.
         if !leftover.is_empty() && done.end == RunEnd::Completed {
-            let request = RunRequest {
-                session: done.session.clone(),
-                trigger: format!("follow-up of {}", done.run_id),
-                kind: done.kind.clone(),
-                steering: leftover,
-                resume_run_id: None,
-                acknowledged: None,
-                prefetched: None,
-                session_loaded: None,
-                first_request: None,
-                claim: None,
-            };
+            let trigger = format!("follow-up of {}", done.run_id);
+            let request =
+                RunRequest { steering: leftover, ..RunRequest::new(done.session.clone(), trigger, done.kind.clone()) };
             self.start_or_queue(request).await;
         }
         while self.slot_free() {
@@ -762,16 +744,8 @@ impl Router {
             };
             tracing::info!(run_id = %run.id, session = %session, "resuming interrupted run");
             let request = RunRequest {
-                session,
-                trigger: run.trigger.clone(),
-                kind,
-                steering: Vec::new(),
                 resume_run_id: Some(run.id.clone()),
-                acknowledged: None,
-                prefetched: None,
-                session_loaded: None,
-                first_request: None,
-                claim: None,
+                ..RunRequest::new(session, run.trigger.clone(), kind)
             };
             self.start_or_queue(request).await;
         }

@@ -127,18 +127,7 @@ impl AgentControl for RuntimeControl {
                     "start_run prompt".to_string(),
                 ),
             };
-            let request = RunRequest {
-                session,
-                trigger,
-                kind,
-                steering: Vec::new(),
-                resume_run_id: None,
-                acknowledged: None,
-                prefetched: None,
-                session_loaded: None,
-                first_request: None,
-                claim: None,
-            };
+            let request = RunRequest::new(session, trigger, kind);
             let (reply, answer) = oneshot::channel();
             self.inputs
                 .send(Input::StartRun { request: Box::new(request), reply })

@@ -206,6 +206,25 @@ pub struct RunRequest {
     pub claim: Option<(String, String)>,
 }
 
+impl RunRequest {
+    /// A fresh run of `kind` for `session`, with nothing sent ahead for it: no steering, claim,
+    /// acknowledgement, prefetched reads, preloaded session or first-request signal.
+    pub fn new(session: SessionKey, trigger: String, kind: RunKind) -> RunRequest {
+        RunRequest {
+            session,
+            trigger,
+            kind,
+            steering: Vec::new(),
+            resume_run_id: None,
+            acknowledged: None,
+            prefetched: None,
+            session_loaded: None,
+            first_request: None,
+            claim: None,
+        }
+    }
+}
+
 /// How a run ended, as the router needs to know it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RunEnd {
