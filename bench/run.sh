@@ -18,10 +18,8 @@ started=$(date +%s)
 say() { echo "[bench $(($(date +%s) - started))s] $*" >&2; }
 
 say "building picogent (release profile) and the bench drivers"
-# One build: `cargo bench` builds the picogent binary too (target/release/picogent, release
-# settings, linked in the order of bench/picogent.order by build.rs). It is the binary
-# `cargo build --release` makes: no dev-dependency turns on a feature of a normal dependency, so
-# both builds compile the same crates with the same features.
+# One build: `cargo bench` builds the picogent binary too (target/release/picogent, an ordinary
+# release build).
 cargo bench --no-run --bench compare --bench mcp_stdio
 BIN="$ROOT/target/release/picogent"
 test -x "$BIN"

@@ -11,6 +11,8 @@
 //!   written from `docs/tracker-api.md`, used by the demo and the tests.
 //! - [`tools`]: what the model can call; [`tools::ToolSource`] is the one shape of every tool source.
 //! - [`transport`]: the tracker's event stream (WebSocket): reconnects, heartbeats, resumes.
+//! - [`session`]: [`session::SessionKey`], the conversation an event belongs to (a task, a chat
+//!   thread, a prompt), shared by the router, the runtime, the loop guard and the tools.
 //! - [`state`]: the agent's durable state (SQLite): processed events, claims, sessions, runs, spend.
 //! - [`llm`]: the project's chat types and the OpenAI-compatible adapter ([`llm::openai`], the only
 //!   module importing async-openai).
@@ -40,6 +42,7 @@ pub mod retry;
 pub mod router;
 pub mod runtime;
 pub mod secret;
+pub mod session;
 pub mod sqlite;
 pub mod state;
 pub mod tools;

@@ -33,7 +33,8 @@ use picogent::offline_model::script::Script;
 use picogent::offline_model::{self, OfflineModelOptions};
 use picogent::retry::RetryConfig;
 use picogent::secret::Secret;
-use picogent::tools::{Conversation, Registry, ToolContext, ToolSource};
+use picogent::session::SessionKey;
+use picogent::tools::{Registry, ToolContext, ToolSource};
 use picogent::tracker::TrackerClient;
 use picogent::tracker::model::{CreateTask, MessageQuery, ReplyMessage, SendMessage};
 use rmcp::model::CallToolResult;
@@ -498,7 +499,7 @@ async fn ask_mode_approved_refused_and_timed_out_through_board_threads() {
         .await
         .unwrap();
     let mut in_thread = context();
-    in_thread.conversation = Some(Conversation::Thread { root_message_id: root_message.id.clone() });
+    in_thread.session = Some(SessionKey::Thread(root_message.id.clone()));
     let call = tokio::spawn({
         let policy = policy.clone();
         async move { policy.call("mcp__time__get_current_time", json!({"timezone": "Europe/Paris"}), &in_thread).await }
@@ -525,7 +526,7 @@ async fn ask_mode_approved_refused_and_timed_out_through_board_threads() {
         .await
         .unwrap();
     let mut in_task = context();
-    in_task.conversation = Some(Conversation::Task { task_id: task.id.clone() });
+    in_task.session = Some(SessionKey::Task(task.id.clone()));
     let call = tokio::spawn({
         let policy = policy.clone();
         async move { policy.call("mcp__time__get_current_time", json!({"timezone": "UTC"}), &in_task).await }
@@ -548,7 +549,7 @@ async fn ask_mode_approved_refused_and_timed_out_through_board_threads() {
     // Nobody answers: denied when the ask timeout passes.
     let short = policy_with(1_500);
     let mut in_thread = context();
-    in_thread.conversation = Some(Conversation::Thread { root_message_id: root_message.id.clone() });
+    in_thread.session = Some(SessionKey::Thread(root_message.id.clone()));
     let timed_out = short.call("mcp__time__get_current_time", json!({"timezone": "UTC"}), &in_thread).await;
     assert_eq!(timed_out.is_error, Some(true));
     assert!(text(&timed_out).contains("nobody approved"), "{}", text(&timed_out));

@@ -20,7 +20,8 @@ use futures::future::BoxFuture;
 use rmcp::model::{CallToolResult, ContentBlock, Tool};
 
 use crate::config::{PermissionMode, PermissionsConfig};
-use crate::tools::{Conversation, ToolContext, ToolSource};
+use crate::session::SessionKey;
+use crate::tools::{ToolContext, ToolSource};
 use crate::tracker::TrackerClient;
 use crate::tracker::model::{MemberKind, MessageQuery, SendMessage};
 
@@ -101,9 +102,8 @@ impl TrackerAsker {
     }
 
     async fn ask_on_tracker(&self, request: &ApprovalRequest, context: &ToolContext) -> Approval {
-        let Some(conversation) = &context.conversation else {
-            return Approval::Unavailable { reason: "the run has no task or thread to ask in".to_string() };
-        };
+        let no_place = || Approval::Unavailable { reason: "the run has no task or thread to ask in".to_string() };
+        let Some(session) = &context.session else { return no_place() };
         let arguments =
             serde_json::to_string_pretty(&request.arguments).unwrap_or_else(|_| request.arguments.to_string());
         let origin = match &request.server {
@@ -116,12 +116,13 @@ impl TrackerAsker {
             request.reason,
             self.timeout.as_secs()
         );
-        let (mut body, query) = match conversation {
-            Conversation::Task { task_id } => (
+        let (mut body, query) = match session {
+            SessionKey::Prompt(_) => return no_place(),
+            SessionKey::Task(task_id) => (
                 SendMessage { content, chat_id: None, task_id: Some(task_id.clone()), parent_id: None, mentions: None },
                 MessageQuery { task_id: Some(task_id.clone()), ..MessageQuery::default() },
             ),
-            Conversation::Thread { root_message_id } => (
+            SessionKey::Thread(root_message_id) => (
                 SendMessage {
                     content,
                     chat_id: None,

@@ -5,46 +5,6 @@
 use crate::config::{ChatListen, TaskListen};
 use crate::tracker::model::{MemberKind, MessageOut, TaskOut};
 
-/// The conversation an event belongs to: one run at a time per session.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum SessionKey {
-    /// A task: its run, its comments.
-    Task(String),
-    /// A chat thread, named by its first message.
-    Thread(String),
-}
-
-impl SessionKey {
-    /// The stable text form stored in the state database.
-    pub fn as_string(&self) -> String {
-        match self {
-            SessionKey::Task(id) => format!("task:{id}"),
-            SessionKey::Thread(id) => format!("thread:{id}"),
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<SessionKey> {
-        if let Some(id) = text.strip_prefix("task:") {
-            return Some(SessionKey::Task(id.to_string()));
-        }
-        text.strip_prefix("thread:").map(|id| SessionKey::Thread(id.to_string()))
-    }
-
-    /// The session a message belongs to: its task when it is a task comment, else its thread.
-    pub fn of_message(message: &MessageOut) -> SessionKey {
-        match &message.task_id {
-            Some(task_id) => SessionKey::Task(task_id.clone()),
-            None => SessionKey::Thread(message.thread_root().to_string()),
-        }
-    }
-}
-
-impl std::fmt::Display for SessionKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.as_string())
-    }
-}
-
 /// Whether `text` contains `@slug` as a whole word (not `@slugger`, not `me@slug.com`).
 pub fn mentions_by_text(text: &str, slug: &str) -> bool {
     let needle = format!("@{slug}");
@@ -215,18 +175,5 @@ mod tests {
         for (message, facts, listen, expected) in cases {
             assert_eq!(message_fate(&message, facts, "picogent", listen, &allowed), expected, "{message:?} {listen:?}");
         }
-    }
-
-    #[test]
-    fn session_keys_round_trip() {
-        for key in [SessionKey::Task("t1".into()), SessionKey::Thread("m1".into())] {
-            assert_eq!(SessionKey::parse(&key.as_string()), Some(key));
-        }
-        let mut comment = message("alice", "x", &[]);
-        comment.task_id = Some("t9".into());
-        assert_eq!(SessionKey::of_message(&comment), SessionKey::Task("t9".into()));
-        let mut reply = message("alice", "x", &[]);
-        reply.parent_id = Some("root".into());
-        assert_eq!(SessionKey::of_message(&reply), SessionKey::Thread("root".into()));
     }
 }

@@ -24,13 +24,14 @@ use crate::config::Config;
 use crate::runtime::metrics::Metrics;
 use crate::runtime::run::{RunDone, RunEnd, RunKind, RunRequest, RunServices};
 use crate::runtime::status::StatusBoard;
-use crate::state::State;
+use crate::state::{ClaimKind, State};
 use crate::tracker::TrackerClient;
 use crate::tracker::model::{
     Event, EventEnvelope, MemberKind, MessageOut, MessageQuery, SendMessage, TaskOut, TaskQuery, TaskStatus, UpdateTask,
 };
 use crate::transport::{LinkStatus, StreamItem};
-use filter::{MessageFacts, MessageFate, SessionKey};
+use crate::session::SessionKey;
+use filter::{MessageFacts, MessageFate};
 
 /// A task run's prompt reads sent ahead (`run::prefetch_task_reads`).
 type EarlyReads = crate::runtime::run::Prefetch;
@@ -415,7 +416,7 @@ impl Router {
         tracing::debug!(id = %message.id, source, "message");
         // Seen before: claimed durably, or accepted for a run that has not started yet.
         let seen = self.accepted_messages.contains(&message.id)
-            || self.state.is_claimed("message", &message.id).await.unwrap_or(true);
+            || self.state.is_claimed(ClaimKind::Message, &message.id).await.unwrap_or(true);
         if seen {
             self.metrics.event(EVENT, "duplicate");
             return;
@@ -438,16 +439,16 @@ impl Router {
             self.config.chat_listen,
             &self.config.allowed_bots,
         );
-        let thread_key = crate::runtime::guard::cap_key(&message);
+        let thread_key = session.as_string();
         if fate != MessageFate::Answer {
-            self.claim("message", &message.id).await;
+            self.claim(ClaimKind::Message, &message.id).await;
             self.metrics.event(EVENT, fate.as_str());
             tracing::debug!(id = %message.id, fate = fate.as_str(), "message not answered");
             return;
         }
         match self.state.replies_in_last_hour(&thread_key).await {
             Ok(count) if count >= self.config.limits.max_replies_per_thread_per_hour => {
-                self.claim("message", &message.id).await;
+                self.claim(ClaimKind::Message, &message.id).await;
                 tracing::warn!(thread = %thread_key, count, "thread reply cap reached: not answering (loop guard)");
                 self.metrics.event(EVENT, "reply_cap");
                 return;
@@ -461,7 +462,7 @@ impl Router {
             && active.steer.send(steering.clone()).is_ok()
         {
             active.steered.push(steering);
-            self.claim("message", &message.id).await;
+            self.claim(ClaimKind::Message, &message.id).await;
             self.metrics.event(EVENT, "steered");
             return;
         }
@@ -474,7 +475,7 @@ impl Router {
         self.metrics.event(EVENT, "run");
         let trigger = format!("message.new {}", message.id);
         let request = RunRequest {
-            claim: Some(("message".to_string(), message.id.clone())),
+            claim: Some((ClaimKind::Message, message.id.clone())),
             ..RunRequest::new(session, trigger, RunKind::Message { message: Box::new(message) })
         };
         self.accepted_messages.insert(request_message_id(&request));
@@ -515,11 +516,11 @@ impl Router {
         }
     }
 
-    async fn claim(&self, kind: &str, key: &str) -> bool {
+    async fn claim(&self, kind: ClaimKind, key: &str) -> bool {
         match self.state.claim(kind, key).await {
             Ok(fresh) => fresh,
             Err(error) => {
-                tracing::error!(%error, kind, key, "cannot claim in the state database; not acting");
+                tracing::error!(%error, kind = kind.as_str(), key, "cannot claim in the state database; not acting");
                 false
             }
         }
@@ -574,7 +575,7 @@ impl Router {
         self.metrics.event("run", "spend_guard");
         let day = time::OffsetDateTime::now_utc().date().to_string();
         tracing::warn!(used, limit = self.config.limits.max_tokens_per_day, "daily token budget reached; run refused");
-        if self.claim("spend_notice", &day).await {
+        if self.claim(ClaimKind::SpendNotice, &day).await {
             let text = format!(
                 "I have used my daily model budget ({} tokens) and will not start new work until tomorrow (UTC). \
                  Ask an admin to raise limits.max_tokens_per_day if this is urgent.",
@@ -598,7 +599,7 @@ impl Router {
             (Some(id), _) => Ok(Some(id.clone())),
             (None, Some((kind, key))) => {
                 self.accepted_messages.remove(key);
-                self.state.start_claimed_run(kind, key, &session_key, &request.trigger).await
+                self.state.start_claimed_run(*kind, key, &session_key, &request.trigger).await
             }
             (None, None) => self.state.start_run(&session_key, &request.trigger).await.map(Some),
         };
@@ -662,7 +663,7 @@ impl Router {
             (RunEnd::Completed, _) => None,
         };
         if let Some(text) = text
-            && self.claim("run_notice", &done.run_id).await
+            && self.claim(ClaimKind::RunNotice, &done.run_id).await
         {
             self.post_notice(&done.kind, &text, &format!("notice-{}", done.run_id)).await;
         }
@@ -734,6 +735,11 @@ impl Router {
                         continue;
                     }
                 },
+                SessionKey::Prompt(_) => {
+                    // Its prompt came from a client that is gone; nobody waits for the answer.
+                    let _ = self.state.mark_interrupted(&run.id, "a prompt run is not resumed after a restart").await;
+                    continue;
+                }
                 SessionKey::Thread(root) => match self.client.get_message(root).await {
                     Ok(message) => RunKind::Message { message: Box::new(message) },
                     Err(error) => {
@@ -780,7 +786,9 @@ fn steering_text(message: &MessageOut, session: &SessionKey) -> String {
             "Message id: {}\nThread id: {root}\n@{} wrote in this thread while you were working:\n\n{content}",
             message.id, message.author_slug
         ),
-        SessionKey::Task(_) => format!("@{} commented while you were working:\n\n{content}", message.author_slug),
+        SessionKey::Task(_) | SessionKey::Prompt(_) => {
+            format!("@{} commented while you were working:\n\n{content}", message.author_slug)
+        }
     }
 }
 

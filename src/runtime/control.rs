@@ -9,7 +9,7 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::mcp::server::{AgentControl, AgentControlError, StartRun};
 use crate::router::Input;
-use crate::router::filter::SessionKey;
+use crate::session::SessionKey;
 use crate::runtime::run::{RunKind, RunRequest, StoredRun, timeline_lines};
 use crate::runtime::status::StatusBoard;
 use crate::state::State;
@@ -122,7 +122,7 @@ impl AgentControl for RuntimeControl {
                     (SessionKey::Task(task.id.clone()), RunKind::Task { task: Box::new(task), assigned_by }, trigger)
                 }
                 StartRun::Prompt { prompt } => (
-                    SessionKey::Thread(format!("mcp-{}", uuid::Uuid::new_v4())),
+                    SessionKey::new_prompt(),
                     RunKind::Prompt { text: prompt },
                     "start_run prompt".to_string(),
                 ),

@@ -7,19 +7,10 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-use crate::router::filter::SessionKey;
+use crate::session::SessionKey;
 use crate::state::State;
 use crate::tools::{PostGuard, PostPlace};
 use crate::tracker::TrackerClient;
-use crate::tracker::model::MessageOut;
-
-/// The key replies are counted under: the task for a task comment, else the chat thread.
-pub fn cap_key(message: &MessageOut) -> String {
-    match &message.task_id {
-        Some(task_id) => SessionKey::Task(task_id.clone()).as_string(),
-        None => SessionKey::Thread(message.thread_root().to_string()).as_string(),
-    }
-}
 
 pub struct ReplyCap {
     pub state: State,
@@ -33,7 +24,7 @@ impl ReplyCap {
     async fn key_of(&self, place: &PostPlace) -> Result<Option<String>, String> {
         match place {
             PostPlace::Reply { parent_id } => match self.client.get_message(parent_id).await {
-                Ok(parent) => Ok(Some(cap_key(&parent))),
+                Ok(parent) => Ok(Some(SessionKey::of_message(&parent).as_string())),
                 // The post itself will fail with the tracker's answer; let it say why.
                 Err(_) => Ok(None),
             },

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::prompts::{MessageNewVars, MessageView, Prompts, SystemVars, TaskAssignedVars, TaskView};
-use crate::router::filter::SessionKey;
+use crate::session::SessionKey;
 use crate::runtime::metrics::Metrics;
 use crate::runtime::status::StatusBoard;
 use crate::state::State;
@@ -203,7 +203,7 @@ pub struct RunRequest {
     pub first_request: Option<FirstRequest>,
     /// A claim (kind, key) written in the same transaction as the run's start, so the thing is
     /// handled once and a crash between deciding and starting loses nothing.
-    pub claim: Option<(String, String)>,
+    pub claim: Option<(crate::state::ClaimKind, String)>,
 }
 
 impl RunRequest {
@@ -561,13 +561,7 @@ async fn drive(
     tool_context.idempotency_key = Some(format!("{run_id}-h{}", history.len()));
     tool_context.post_guard = Some(services.post_guard.clone());
     tool_context.run_id = Some(run_id.to_string());
-    tool_context.conversation = match (session, kind) {
-        (SessionKey::Task(task_id), _) => Some(crate::tools::Conversation::Task { task_id: task_id.clone() }),
-        (SessionKey::Thread(_), RunKind::Message { message }) => {
-            Some(crate::tools::Conversation::Thread { root_message_id: message.thread_root().to_string() })
-        }
-        (SessionKey::Thread(_), _) => None,
-    };
+    tool_context.session = Some(session.clone());
     let tools = DurableFirst {
         inner: services.tools.as_ref(),
         state,

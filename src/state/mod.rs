@@ -48,24 +48,27 @@ use time::{Date, OffsetDateTime};
 
 pub use runs::{FinishRun, RunRecord, RunStatus};
 
-/// Well-known kinds for [`State::claim`], so the event path and reconciliation spell them alike.
-pub mod claim_kind {
-    /// Key: the task id. The assignment of a task to the agent has been acted on.
-    pub const TASK_ASSIGNMENT: &str = "task_assignment";
-    /// Key: the message id. A message addressed to the agent has been answered.
-    pub const MESSAGE_ANSWERED: &str = "message_answered";
-    /// Key: the run id. The comment telling people a run failed has been posted.
-    pub const FAILURE_NOTICE: &str = "failure_notice";
+/// What a claim in [`State::claim`] is for; its key says which one. The words are what the
+/// database stores, so they never change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ClaimKind {
+    /// Key: the message id. A message was taken in (answered, steered into a run, or decided
+    /// against), so no later path acts on it again.
+    Message,
+    /// Key: the run id. The notice of a failed or stopped run was posted.
+    RunNotice,
+    /// Key: the UTC day. The notice that the daily budget is spent was posted.
+    SpendNotice,
 }
 
-/// The session key of a task's conversation.
-pub fn task_session_key(task_id: &str) -> String {
-    format!("task:{task_id}")
-}
-
-/// The session key of a chat thread's conversation, named by the thread's first message.
-pub fn thread_session_key(root_message_id: &str) -> String {
-    format!("thread:{root_message_id}")
+impl ClaimKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClaimKind::Message => "message",
+            ClaimKind::RunNotice => "run_notice",
+            ClaimKind::SpendNotice => "spend_notice",
+        }
+    }
 }
 
 /// Why the state could not be read or written. `Open` and `Migrate` happen at start-up and are
@@ -229,10 +232,10 @@ impl State {
     // ---- once-only claims ----
 
     /// Claims `(kind, key)`. Returns `true` for the first caller ever — it does the thing — and
-    /// `false` for every later one. See [`claim_kind`] for the kinds in use.
-    pub async fn claim(&self, kind: &str, key: &str) -> Result<bool, StateError> {
+    /// `false` for every later one.
+    pub async fn claim(&self, kind: ClaimKind, key: &str) -> Result<bool, StateError> {
         let inserted = sqlx::query("INSERT OR IGNORE INTO claims (kind, key, claimed_at_ms) VALUES (?, ?, ?)")
-            .bind(kind)
+            .bind(kind.as_str())
             .bind(key)
             .bind(now_ms())
             .execute(&self.pool)
@@ -243,9 +246,9 @@ impl State {
     }
 
     /// Whether `(kind, key)` has been claimed.
-    pub async fn is_claimed(&self, kind: &str, key: &str) -> Result<bool, StateError> {
+    pub async fn is_claimed(&self, kind: ClaimKind, key: &str) -> Result<bool, StateError> {
         let found: Option<i64> = sqlx::query_scalar("SELECT 1 FROM claims WHERE kind = ? AND key = ?")
-            .bind(kind)
+            .bind(kind.as_str())
             .bind(key)
             .fetch_optional(&self.pool)
             .await?;
@@ -254,9 +257,9 @@ impl State {
 
     /// Gives a claim back, so the thing may be done again (e.g. a task unassigned and assigned
     /// anew). Returns whether there was a claim.
-    pub async fn release(&self, kind: &str, key: &str) -> Result<bool, StateError> {
+    pub async fn release(&self, kind: ClaimKind, key: &str) -> Result<bool, StateError> {
         let deleted = sqlx::query("DELETE FROM claims WHERE kind = ? AND key = ?")
-            .bind(kind)
+            .bind(kind.as_str())
             .bind(key)
             .execute(&self.pool)
             .await?

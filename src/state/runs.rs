@@ -150,7 +150,7 @@ impl State {
     /// for why the two go together.
     pub async fn start_claimed_run(
         &self,
-        kind: &str,
+        kind: super::ClaimKind,
         key: &str,
         session_key: &str,
         trigger: &str,
@@ -158,7 +158,7 @@ impl State {
         let now = now_ms();
         let mut transaction = self.pool.begin().await?;
         let claimed = sqlx::query("INSERT OR IGNORE INTO claims (kind, key, claimed_at_ms) VALUES (?, ?, ?)")
-            .bind(kind)
+            .bind(kind.as_str())
             .bind(key)
             .bind(now)
             .execute(&mut *transaction)

@@ -126,13 +126,13 @@ async fn last_seq_survives_reopen_and_pruning() {
 async fn claims_are_once_only_and_can_be_released() {
     let dir = tempfile::tempdir().unwrap();
     let state = open_in(&dir).await;
-    assert!(state.claim(claim_kind::TASK_ASSIGNMENT, "TE-3").await.unwrap());
-    assert!(!state.claim(claim_kind::TASK_ASSIGNMENT, "TE-3").await.unwrap());
-    assert!(state.claim(claim_kind::MESSAGE_ANSWERED, "TE-3").await.unwrap(), "kinds are separate");
-    assert!(state.is_claimed(claim_kind::TASK_ASSIGNMENT, "TE-3").await.unwrap());
-    assert!(state.release(claim_kind::TASK_ASSIGNMENT, "TE-3").await.unwrap());
-    assert!(!state.release(claim_kind::TASK_ASSIGNMENT, "TE-3").await.unwrap());
-    assert!(state.claim(claim_kind::TASK_ASSIGNMENT, "TE-3").await.unwrap());
+    assert!(state.claim(ClaimKind::Message, "TE-3").await.unwrap());
+    assert!(!state.claim(ClaimKind::Message, "TE-3").await.unwrap());
+    assert!(state.claim(ClaimKind::RunNotice, "TE-3").await.unwrap(), "kinds are separate");
+    assert!(state.is_claimed(ClaimKind::Message, "TE-3").await.unwrap());
+    assert!(state.release(ClaimKind::Message, "TE-3").await.unwrap());
+    assert!(!state.release(ClaimKind::Message, "TE-3").await.unwrap());
+    assert!(state.claim(ClaimKind::Message, "TE-3").await.unwrap());
 }
 
 #[tokio::test]
@@ -142,7 +142,7 @@ async fn concurrent_claims_have_exactly_one_winner() {
     let attempts: Vec<_> = (0..8)
         .map(|_| {
             let state = state.clone();
-            tokio::spawn(async move { state.claim(claim_kind::FAILURE_NOTICE, "run-1").await.unwrap() })
+            tokio::spawn(async move { state.claim(ClaimKind::RunNotice, "run-1").await.unwrap() })
         })
         .collect();
     let mut winners = 0;
@@ -156,19 +156,18 @@ async fn concurrent_claims_have_exactly_one_winner() {
 async fn claims_survive_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let state = open_in(&dir).await;
-    state.claim(claim_kind::FAILURE_NOTICE, "run-7").await.unwrap();
+    state.claim(ClaimKind::RunNotice, "run-7").await.unwrap();
     state.close().await;
     let state = open_in(&dir).await;
-    assert!(!state.claim(claim_kind::FAILURE_NOTICE, "run-7").await.unwrap());
+    assert!(!state.claim(ClaimKind::RunNotice, "run-7").await.unwrap());
 }
 
 #[tokio::test]
 async fn sessions_round_trip_and_replace_whole() {
     let dir = tempfile::tempdir().unwrap();
     let state = open_in(&dir).await;
-    let key = task_session_key("task-1");
+    let key = crate::session::SessionKey::Task("task-1".into()).as_string();
     assert_eq!(key, "task:task-1");
-    assert_eq!(thread_session_key("msg-9"), "thread:msg-9");
     assert!(state.load_session(&key).await.unwrap().is_none());
 
     let first = json!([{"role": "user", "content": "do TE-3"}]);
@@ -316,15 +315,15 @@ async fn replies_are_counted_per_thread_within_the_hour() {
 async fn a_claimed_run_starts_once_and_is_found_unfinished_after_a_crash() {
     let dir = tempfile::tempdir().unwrap();
     let state = open_in(&dir).await;
-    let session = task_session_key("t3");
+    let session = crate::session::SessionKey::Task("t3".into()).as_string();
     let run_id = state
-        .start_claimed_run(claim_kind::TASK_ASSIGNMENT, "t3", &session, "task.assigned TE-3")
+        .start_claimed_run(ClaimKind::Message, "t3", &session, "task.assigned TE-3")
         .await
         .unwrap()
         .expect("the first claim starts a run");
     // The replayed event and the reconciliation both find it taken, and start nothing.
-    assert_eq!(state.start_claimed_run(claim_kind::TASK_ASSIGNMENT, "t3", &session, "replay").await.unwrap(), None);
-    assert!(!state.claim(claim_kind::TASK_ASSIGNMENT, "t3").await.unwrap());
+    assert_eq!(state.start_claimed_run(ClaimKind::Message, "t3", &session, "replay").await.unwrap(), None);
+    assert!(!state.claim(ClaimKind::Message, "t3").await.unwrap());
     state.close().await;
 
     let state = open_in(&dir).await;

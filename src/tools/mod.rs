@@ -35,8 +35,8 @@ pub struct ToolContext {
     /// Asked before every message the agent posts; `None` lets every post through (the MCP
     /// server and the command line act for a person, not for the agent's loop).
     pub post_guard: Option<std::sync::Arc<dyn PostGuard>>,
-    /// Where the run is talking (set by the runtime): the permission policy asks a human there.
-    pub conversation: Option<Conversation>,
+    /// The run's session (set by the runtime): the permission policy asks a human there.
+    pub session: Option<crate::session::SessionKey>,
     /// The run's id (set by the runtime): large tool results are saved under it as artifacts.
     pub run_id: Option<String>,
 }
@@ -64,15 +64,6 @@ impl std::fmt::Debug for dyn PostGuard {
     }
 }
 
-/// The conversation a run belongs to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Conversation {
-    /// A task's comments.
-    Task { task_id: String },
-    /// A chat thread, named by its first message.
-    Thread { root_message_id: String },
-}
-
 impl ToolContext {
     pub fn new(agent_slug: impl Into<String>) -> ToolContext {
         ToolContext {
@@ -80,7 +71,7 @@ impl ToolContext {
             idempotency_key: None,
             cancel: CancellationToken::new(),
             post_guard: None,
-            conversation: None,
+            session: None,
             run_id: None,
         }
     }
