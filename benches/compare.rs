@@ -23,7 +23,7 @@ use picogent::llm::OpenAiChat;
 use picogent::router::filter::{MessageFacts, MessageFate, is_stop_command, message_fate};
 use picogent::tools::registry::Catalog;
 use picogent::tools::{CHAT_REPLY_TOOLS, Registry, TASK_RUN_TOOLS, ToolContext, count_tool_tokens};
-use picogent::tracker::model::{Event, MemberKind};
+use picogent::tracker::model::{Event, MemberKind, ReceivedEvent};
 use picogent::transport::{StreamItem, parse_frame};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
@@ -321,7 +321,11 @@ pub fn chatter_frames(count: usize) -> Vec<String> {
 pub fn parse_and_filter(frames: &[String]) -> usize {
     let mut ignored = 0;
     for frame in frames {
-        let Some(StreamItem::Event { event: Event::MessageNew(data), .. }) = parse_frame(frame) else { continue };
+        let Some(StreamItem::Event(ReceivedEvent { event: Event::MessageNew(data), .. })) =
+            parse_frame(frame).into_item()
+        else {
+            continue;
+        };
         let message = data.message;
         if is_stop_command(&message.content, "picogent") {
             continue;

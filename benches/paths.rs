@@ -20,7 +20,7 @@ use picogent::config::{ChatListen, LlmConfig, ToolsConfig};
 use picogent::llm::OpenAiChat;
 use picogent::router::filter::{MessageFacts, MessageFate, message_fate};
 use picogent::tools::{Registry, ToolContext};
-use picogent::tracker::model::{Event, MemberKind};
+use picogent::tracker::model::{Event, MemberKind, ReceivedEvent};
 use picogent::transport::{StreamItem, parse_frame};
 use serde_json::json;
 
@@ -105,7 +105,9 @@ fn parse_filter(c: &mut Criterion) {
     group.throughput(Throughput::Elements(1));
     group.bench_function("parse_filter_message_new", |b| {
         b.iter(|| {
-            let Some(StreamItem::Event { event: Event::MessageNew(data), .. }) = parse_frame(&frame) else {
+            let Some(StreamItem::Event(ReceivedEvent { event: Event::MessageNew(data), .. })) =
+                parse_frame(&frame).into_item()
+            else {
                 panic!("not a message.new")
             };
             let facts = MessageFacts { author_kind: Some(MemberKind::Human), replies_to_agent: false };

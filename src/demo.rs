@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 
 use crate::config::Config;
-use crate::runtime::run::one_line;
+use crate::runtime::record::one_line;
 use crate::secret::Secret;
 use crate::tracker::TrackerClient;
 use crate::tracker::model::{CreateTask, MessageOut, MessageQuery, SendMessage, TaskOut, TaskStatus};
@@ -186,7 +186,7 @@ async fn print_timeline(demo: &Demo) -> anyhow::Result<()> {
     for run in runs {
         println!();
         println!("event    {} (run {})", run.trigger, &run.id[..8.min(run.id.len())]);
-        for line in crate::runtime::run::timeline_lines(&run) {
+        for line in crate::runtime::record::timeline_lines(&run) {
             println!("  {line}");
         }
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use picogent::offline_model::{Faults, OfflineModelHandle, OfflineModelOptions};
 use picogent::runtime::AgentHandle;
-use picogent::state::{RunRecord, RunStatus};
+use picogent::state::{RunRow, RunStatus};
 use picogent::tracker::model::*;
 use serde_json::{Value, json};
 use support::TestBoard;
@@ -43,7 +43,7 @@ async fn assign(board: &TestBoard, title: &str) -> TaskOut {
 }
 
 /// The finished runs of `task`, once there is one and none is running.
-async fn finished_runs(agent: &AgentHandle, task: &TaskOut) -> Vec<RunRecord> {
+async fn finished_runs(agent: &AgentHandle, task: &TaskOut) -> Vec<RunRow> {
     let session = format!("task:{}", task.id);
     eventually(Duration::from_secs(60), &format!("the run of {}", task.key), || async {
         let runs: Vec<_> =
@@ -53,7 +53,7 @@ async fn finished_runs(agent: &AgentHandle, task: &TaskOut) -> Vec<RunRecord> {
     .await
 }
 
-fn outcome(run: &RunRecord) -> String {
+fn outcome(run: &RunRow) -> String {
     run.record.as_ref().and_then(|r| r["record"]["outcome"].as_str()).unwrap_or_default().to_string()
 }
 

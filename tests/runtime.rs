@@ -189,7 +189,7 @@ async fn say(who: &TrackerClient, chat: &str, text: &str) -> MessageOut {
         .unwrap()
 }
 
-async fn runs_for(agent: &AgentHandle, session: &str) -> Vec<picogent::state::RunRecord> {
+async fn runs_for(agent: &AgentHandle, session: &str) -> Vec<picogent::state::RunRow> {
     agent.state.list_runs(500).await.unwrap().into_iter().filter(|r| r.session_key == session).collect()
 }
 
@@ -350,8 +350,7 @@ async fn duplicates_replays_and_reconciliation_are_handled_once() {
     // The same events again, twice: as a redelivery and as a replay would bring them.
     for _ in 0..2 {
         for envelope in &envelopes {
-            let event = Event::from_envelope(envelope).unwrap();
-            let item = picogent::transport::StreamItem::Event { envelope: envelope.clone(), event };
+            let item = picogent::transport::StreamItem::Event(envelope.clone().into_received().unwrap());
             agent.inputs.send(picogent::router::Input::Stream(Box::new(item))).await.unwrap();
         }
     }

@@ -13,7 +13,7 @@ use picogent::retry::RetryConfig;
 use picogent::secret::Secret;
 use picogent::state::State;
 use picogent::tracker::TrackerClient;
-use picogent::tracker::model::{ClientFrame, CreateTask, Event};
+use picogent::tracker::model::{ClientFrame, CreateTask, Event, ReceivedEvent};
 use picogent::transport::{self, LinkStatus, StreamError, StreamItem, StreamOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -152,7 +152,7 @@ fn event_frame(id: &str, seq: u64) -> Message {
 
 fn event_id(item: &StreamItem) -> Option<(String, u64)> {
     match item {
-        StreamItem::Event { envelope, .. } => Some((envelope.id.clone(), envelope.seq)),
+        StreamItem::Event(event) => Some((event.id.clone(), event.seq)),
         StreamItem::Status(_) => None,
     }
 }
@@ -266,7 +266,7 @@ async fn junk_is_skipped_and_an_oversized_frame_recycles_the_connection() {
     let delivered = next_item(&mut items).await;
     assert_eq!(event_id(&delivered), Some(("e42".to_string(), 42)), "junk before it was skipped: {delivered:?}");
     assert!(
-        matches!(&delivered, StreamItem::Event { event: Event::MessageNew(data), .. } if data.message.content == "hello")
+        matches!(&delivered, StreamItem::Event(ReceivedEvent { event: Event::MessageNew(data), .. }) if data.message.content == "hello")
     );
     assert_eq!(next_item(&mut items).await, StreamItem::Status(LinkStatus::CaughtUp { last_seq: 42 }));
     match next_item(&mut items).await {
@@ -480,7 +480,7 @@ async fn assign_new_task(alice: &TrackerClient, title: &str) -> String {
 /// The key of the task in a `task.assigned` item.
 fn assigned_key(item: &StreamItem) -> Option<String> {
     match item {
-        StreamItem::Event { event: Event::TaskAssigned(data), .. } => Some(data.task.key.clone()),
+        StreamItem::Event(ReceivedEvent { event: Event::TaskAssigned(data), .. }) => Some(data.task.key.clone()),
         _ => None,
     }
 }
@@ -497,11 +497,11 @@ async fn the_board_delivers_task_assigned_over_the_stream() {
     assert_eq!(next_item(&mut items).await, StreamItem::Status(LinkStatus::CaughtUp { last_seq: 0 }));
 
     let key = assign_new_task(&alice, "Write the release notes").await;
-    let item = wait_for(&mut items, |item| matches!(item, StreamItem::Event { .. })).await;
+    let item = wait_for(&mut items, |item| matches!(item, StreamItem::Event(_))).await;
     match item {
-        StreamItem::Event { envelope, event: Event::TaskAssigned(data) } => {
-            assert_eq!(envelope.event, "task.assigned");
-            assert_eq!(envelope.seq, 1);
+        StreamItem::Event(ReceivedEvent { name, seq, event: Event::TaskAssigned(data), .. }) => {
+            assert_eq!(name, "task.assigned");
+            assert_eq!(seq, 1);
             assert_eq!(data.task.key, key);
             assert_eq!(data.task.assignee_slug.as_deref(), Some("picogent"));
             assert_eq!(data.assigned_by, "alice");
@@ -544,7 +544,7 @@ async fn after_a_board_restart_resume_delivers_exactly_the_missed_events_in_orde
     let mut before = Vec::new();
     for title in ["one", "two"] {
         let key = assign_new_task(&alice, title).await;
-        let item = wait_for(&mut items, |item| matches!(item, StreamItem::Event { .. })).await;
+        let item = wait_for(&mut items, |item| matches!(item, StreamItem::Event(_))).await;
         assert_eq!(assigned_key(&item), Some(key.clone()));
         let (id, seq) = event_id(&item).unwrap();
         assert!(seen_ids.insert(id.clone()));
@@ -576,7 +576,7 @@ async fn after_a_board_restart_resume_delivers_exactly_the_missed_events_in_orde
         match next_item(&mut items).await {
             StreamItem::Status(LinkStatus::CaughtUp { last_seq }) => break last_seq,
             StreamItem::Status(LinkStatus::Connected | LinkStatus::Disconnected { .. }) => {}
-            item @ StreamItem::Event { .. } => {
+            item @ StreamItem::Event(_) => {
                 let (id, seq) = event_id(&item).unwrap();
                 assert!(seen_ids.insert(id.clone()), "event {id} (seq {seq}) delivered twice");
                 assert!(state.record_event(&id, seq, "task.assigned").await.unwrap());
@@ -593,7 +593,7 @@ async fn after_a_board_restart_resume_delivers_exactly_the_missed_events_in_orde
 
     // Live events follow the replay with no gap.
     let key = assign_new_task(&alice, "six").await;
-    let item = wait_for(&mut items, |item| matches!(item, StreamItem::Event { .. })).await;
+    let item = wait_for(&mut items, |item| matches!(item, StreamItem::Event(_))).await;
     assert_eq!(assigned_key(&item), Some(key));
     assert_eq!(event_id(&item).unwrap().1, 6);
     board.shutdown().await.unwrap();
@@ -622,7 +622,7 @@ async fn a_stalled_link_to_the_board_is_detected_and_the_stream_catches_up() {
 
     // The link heals; the stream reconnects on its own and the resume brings the event.
     relay.set(RelayMode::Forward);
-    let item = wait_for(&mut items, |item| matches!(item, StreamItem::Event { .. })).await;
+    let item = wait_for(&mut items, |item| matches!(item, StreamItem::Event(_))).await;
     assert_eq!(assigned_key(&item), Some(key));
     board.shutdown().await.unwrap();
 }

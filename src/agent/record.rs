@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::state::RunStatus;
+
 /// How a run ended. Every run ends with exactly one of these and a short final message; a run
 /// never ends silently.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -31,6 +33,37 @@ pub enum RunOutcome {
 }
 
 impl RunOutcome {
+    /// The word stored and shown for it (`budget_turns`, `model_error`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunOutcome::Completed => "completed",
+            RunOutcome::BudgetTurns => "budget_turns",
+            RunOutcome::BudgetToolCalls => "budget_tool_calls",
+            RunOutcome::BudgetTokens => "budget_tokens",
+            RunOutcome::Deadline => "deadline",
+            RunOutcome::Cancelled => "cancelled",
+            RunOutcome::ModelError => "model_error",
+            RunOutcome::EmptyAnswer => "empty_answer",
+            RunOutcome::Refusal => "refusal",
+        }
+    }
+
+    /// Where the run's life ends for this outcome: the one mapping from how the loop ended to
+    /// the status a run is stored and counted with.
+    pub fn status(self) -> RunStatus {
+        match self {
+            RunOutcome::Completed => RunStatus::Completed,
+            RunOutcome::Cancelled => RunStatus::Stopped,
+            RunOutcome::BudgetTurns
+            | RunOutcome::BudgetToolCalls
+            | RunOutcome::BudgetTokens
+            | RunOutcome::Deadline
+            | RunOutcome::ModelError
+            | RunOutcome::EmptyAnswer
+            | RunOutcome::Refusal => RunStatus::Failed,
+        }
+    }
+
     /// A short sentence the caller can post when the run did not complete.
     pub fn describe(self, record: &RunRecord) -> String {
         match self {
@@ -68,6 +101,19 @@ pub enum ToolCallOutcome {
     /// Not run: the tool-call budget was spent, or the run was stopped first. Not counted in
     /// [`RunRecord::tool_calls`].
     NotRun,
+}
+
+impl ToolCallOutcome {
+    /// The word stored and counted for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolCallOutcome::Ok => "ok",
+            ToolCallOutcome::Error => "error",
+            ToolCallOutcome::InvalidArguments => "invalid_arguments",
+            ToolCallOutcome::UnknownTool => "unknown_tool",
+            ToolCallOutcome::NotRun => "not_run",
+        }
+    }
 }
 
 /// One tool call as it happened.
@@ -162,5 +208,38 @@ impl RunRecord {
             self.tool_calls += 1;
         }
         self.calls.push(call);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_are_the_serialised_names() {
+        let outcomes = [
+            RunOutcome::Completed,
+            RunOutcome::BudgetTurns,
+            RunOutcome::BudgetToolCalls,
+            RunOutcome::BudgetTokens,
+            RunOutcome::Deadline,
+            RunOutcome::Cancelled,
+            RunOutcome::ModelError,
+            RunOutcome::EmptyAnswer,
+            RunOutcome::Refusal,
+        ];
+        for outcome in outcomes {
+            assert_eq!(serde_json::to_value(outcome).unwrap(), outcome.as_str());
+        }
+        let calls = [
+            ToolCallOutcome::Ok,
+            ToolCallOutcome::Error,
+            ToolCallOutcome::InvalidArguments,
+            ToolCallOutcome::UnknownTool,
+            ToolCallOutcome::NotRun,
+        ];
+        for outcome in calls {
+            assert_eq!(serde_json::to_value(outcome).unwrap(), outcome.as_str());
+        }
     }
 }

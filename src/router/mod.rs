@@ -12,6 +12,7 @@
 //!   trace (claimed by run id before it is posted).
 
 pub mod filter;
+mod reconcile;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -22,21 +23,18 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::runtime::metrics::Metrics;
-use crate::runtime::run::{RunDone, RunEnd, RunKind, RunRequest, RunServices};
+use crate::runtime::run::{RunDone, RunKind, RunRequest, RunServices};
 use crate::runtime::status::StatusBoard;
-use crate::state::{ClaimKind, State};
-use crate::tracker::TrackerClient;
-use crate::tracker::model::{
-    Event, EventEnvelope, MemberKind, MessageOut, MessageQuery, SendMessage, TaskOut, TaskQuery, TaskStatus, UpdateTask,
-};
-use crate::transport::{LinkStatus, StreamItem};
 use crate::session::SessionKey;
+use crate::state::{ClaimKind, RunStatus, State};
+use crate::tracker::TrackerClient;
+use crate::tracker::model::{Event, MemberKind, MessageOut, ReceivedEvent, SendMessage, TaskOut};
+use crate::transport::{LinkStatus, StreamItem};
 use filter::{MessageFacts, MessageFate};
 
-/// A task run's prompt reads sent ahead (`run::prefetch_task_reads`).
-type EarlyReads = crate::runtime::run::Prefetch;
-
-/// Everything the router reacts to.
+/// Everything the router reacts to, in one channel: the event stream puts its items here
+/// directly ([`crate::transport::spawn_into`]), runs send their end, MCP and the CLI their
+/// commands.
 #[derive(Debug)]
 pub enum Input {
     Stream(Box<StreamItem>),
@@ -50,13 +48,44 @@ pub enum Input {
     /// Start a run now (the MCP `start_run` tool, the CLI).
     StartRun {
         request: Box<RunRequest>,
-        reply: tokio::sync::oneshot::Sender<Result<String, String>>,
+        reply: tokio::sync::oneshot::Sender<Result<String, StartRefused>>,
     },
     /// Stop the run of a session, or a run by id.
     StopRun {
         run_id: String,
         reply: tokio::sync::oneshot::Sender<bool>,
     },
+}
+
+impl From<StreamItem> for Input {
+    fn from(item: StreamItem) -> Input {
+        Input::Stream(Box::new(item))
+    }
+}
+
+/// Why a run was not started at once.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StartRefused {
+    #[error("session {session} is busy with run {run_id}")]
+    Busy { session: SessionKey, run_id: String },
+    #[error("all {max} run slots are busy (limits.max_concurrent_runs); try again when a run ends")]
+    NoSlot { max: u32 },
+    #[error("the daily token budget is spent (limits.max_tokens_per_day); new runs start again tomorrow (UTC)")]
+    DailyBudget,
+    #[error("the agent is shutting down")]
+    ShuttingDown,
+    #[error("it was handled already; no second run was started")]
+    AlreadyHandled,
+    #[error("the run could not be recorded in the state database: {message}")]
+    State { message: String },
+}
+
+/// What became of a request the router took.
+enum Started {
+    /// Running, with this id.
+    Now(String),
+    /// Waiting for a free slot; it starts when a run ends.
+    Queued,
 }
 
 /// A run in flight.
@@ -165,10 +194,9 @@ impl Router {
     async fn handle(&mut self, input: Input) {
         match input {
             Input::Stream(item) => match *item {
-                StreamItem::Event { envelope, .. } => {
-                    let span =
-                        tracing::info_span!("event", id = %envelope.id, seq = envelope.seq, name = %envelope.event);
-                    tracing::Instrument::instrument(self.on_envelope(envelope), span).await
+                StreamItem::Event(event) => {
+                    let span = tracing::info_span!("event", id = %event.id, seq = event.seq, name = %event.name);
+                    tracing::Instrument::instrument(self.on_event(event), span).await
                 }
                 StreamItem::Status(status) => self.on_link(status).await,
             },
@@ -183,27 +211,7 @@ impl Router {
                 self.status.set_caught_up(true);
             }
             Input::StartRun { request, reply } => {
-                let session = request.session.clone();
-                if let Some(active) = self.active.get(&session) {
-                    let _ = reply.send(Err(format!("session {session} is busy with run {}", active.run_id)));
-                    return;
-                }
-                if !self.slot_free() {
-                    let _ = reply.send(Err(format!(
-                        "all {} run slots are busy (limits.max_concurrent_runs); try again when a run ends",
-                        self.config.limits.max_concurrent_runs
-                    )));
-                    return;
-                }
-                match self.start_or_queue(*request).await {
-                    Some(run_id) => {
-                        let _ = reply.send(Ok(run_id));
-                    }
-                    None => {
-                        let _ = reply
-                            .send(Err("the run was refused (daily token budget reached, or shutting down)".into()));
-                    }
-                }
+                let _ = reply.send(self.start_now(*request).await);
             }
             Input::StopRun { run_id, reply } => {
                 let session = self.active.iter().find(|(_, run)| run.run_id == run_id).map(|(s, _)| s.clone());
@@ -234,83 +242,46 @@ impl Router {
         }
     }
 
-    async fn on_envelope(&mut self, envelope: EventEnvelope) {
-        let event = Event::from_envelope(&envelope);
-        // An assignment that will start a run now has its prompt's reads sent with the record,
-        // not after it: GETs only, dropped if the event turns out a duplicate or already worked.
-        let mut early_reads: Option<EarlyReads> = match &event {
-            Ok(Event::TaskAssigned(data)) if self.starts_now(&data.task) => {
-                Some(crate::runtime::run::prefetch_task_reads(self.client.clone(), data.task.id.clone()))
-            }
-            _ => None,
-        };
-        // An assignment is also checked against runs started since it happened (reconciliation
-        // may have got there first): a read, sent with the record rather than after it.
-        let worked_since = async {
-            match &event {
-                Ok(Event::TaskAssigned(data)) => self.assignment_already_worked(&data.task, &envelope.ts).await,
-                _ => false,
-            }
-        };
-        let (recorded, worked_since) =
-            tokio::join!(self.state.record_event(&envelope.id, envelope.seq, &envelope.event), worked_since);
-        if (!matches!(recorded, Ok(true)) || worked_since)
-            && let Some(reads) = early_reads.take()
-        {
-            reads.abort();
-        }
-        match recorded {
+    async fn on_event(&mut self, received: ReceivedEvent) {
+        let name = received.name.as_str();
+        match self.state.record_event(&received.id, received.seq, name).await {
             Ok(true) => {}
             Ok(false) => {
-                self.metrics.event(&envelope.event, "duplicate");
-                tracing::debug!(id = %envelope.id, "duplicate event dropped");
+                self.metrics.event(name, "duplicate");
+                tracing::debug!(id = %received.id, "duplicate event dropped");
                 return;
             }
             Err(error) => {
                 // Acting without the record could act twice later; dropping it loses nothing,
                 // because reconciliation finds the task or mention again.
-                tracing::error!(%error, id = %envelope.id, "cannot record event; skipped until reconciliation");
-                self.metrics.event(&envelope.event, "state_error");
+                tracing::error!(%error, id = %received.id, "cannot record event; skipped until reconciliation");
+                self.metrics.event(name, "state_error");
                 return;
             }
         }
-        match event {
-            Ok(Event::TaskAssigned(data)) => {
-                if worked_since {
+        match received.event {
+            Event::TaskAssigned(data) => {
+                if !filter::works_assignment(&data.task, &self.config.slug, self.config.task_listen) {
+                    self.metrics.event(name, "ignored");
+                } else if self.assignment_already_worked(&data.task, &received.ts).await {
                     // Reconciliation saw this assignment first (its event was slow to arrive) and
                     // started a run for it after it happened: that run covers it.
-                    self.metrics.event(&envelope.event, "already_worked");
-                } else if filter::works_assignment(&data.task, &self.config.slug, self.config.task_listen) {
-                    self.metrics.event(&envelope.event, "run");
-                    self.on_assignment(data.task, data.assigned_by, "event", early_reads).await;
+                    self.metrics.event(name, "already_worked");
                 } else {
-                    self.metrics.event(&envelope.event, "ignored");
+                    self.metrics.event(name, "run");
+                    self.on_assignment(data.task, data.assigned_by, "event").await;
                 }
             }
-            Ok(Event::TaskUnassigned(data)) => {
+            Event::TaskUnassigned(data) => {
                 let session = SessionKey::Task(data.task.id.clone());
                 let stopped = self.stop(&session, &format!("the task was unassigned by @{}", data.unassigned_by));
-                self.metrics.event(&envelope.event, if stopped { "stop" } else { "ignored" });
+                self.metrics.event(name, if stopped { "stop" } else { "ignored" });
             }
-            Ok(Event::MessageNew(data)) => self.on_message(data.message, "event").await,
-            Ok(Event::TaskUpdated(_)) => self.metrics.event(&envelope.event, "ignored"),
-            Ok(Event::Unknown(name)) => {
-                tracing::debug!(%name, "unknown event ignored");
-                self.metrics.event("unknown", "ignored");
-            }
-            Err(error) => {
-                tracing::warn!(%error, "malformed event ignored");
-                self.metrics.event(&envelope.event, "malformed");
-            }
+            Event::MessageNew(data) => self.on_message(data.message, "event").await,
+            Event::TaskUpdated(_) => self.metrics.event(name, "ignored"),
+            // The stream passes on known events only; an unknown one is ignored all the same.
+            Event::Unknown(_) => self.metrics.event("unknown", "ignored"),
         }
-    }
-
-    /// Whether an assignment of `task` would start a run at once: the agent works it, the task
-    /// has no run yet and a slot is free.
-    fn starts_now(&self, task: &TaskOut) -> bool {
-        filter::works_assignment(task, &self.config.slug, self.config.task_listen)
-            && !self.session_busy(&SessionKey::Task(task.id.clone()))
-            && self.slot_free()
     }
 
     /// Whether `session` has a run, running or waiting for a slot.
@@ -323,60 +294,18 @@ impl Router {
         self.active.len() < self.config.limits.max_concurrent_runs as usize
     }
 
-    /// `early_reads`: the prompt's reads, if the caller already sent them (see `starts_now`).
-    async fn on_assignment(
-        &mut self,
-        task: TaskOut,
-        assigned_by: String,
-        source: &str,
-        early_reads: Option<EarlyReads>,
-    ) {
+    async fn on_assignment(&mut self, task: TaskOut, assigned_by: String, source: &str) {
         let session = SessionKey::Task(task.id.clone());
         if self.session_busy(&session) {
             tracing::info!(task = %task.key, "assignment for a task already being worked");
-            if let Some(reads) = early_reads {
-                reads.abort();
-            }
             return;
         }
-        // With a slot free the run starts now: its prompt's reads go out at once (if they are not
-        // out already), while the run's records are written.
-        let prefetched = early_reads.or_else(|| {
-            self.slot_free().then(|| crate::runtime::run::prefetch_task_reads(self.client.clone(), task.id.clone()))
-        });
-        // A run starting now tells the acknowledgement when its first model request is out.
-        let (first_request, request_out) = prefetched.is_some().then(tokio::sync::oneshot::channel).unzip();
-        // Acknowledge (moving the task to in_progress): the human sees the agent took it.
-        let ack = if matches!(task.status, TaskStatus::Backlog | TaskStatus::Todo) {
-            let client = self.client.clone();
-            let task_id = task.id.clone();
-            Some(tokio::spawn(async move {
-                // After the run's first model request is out (or the run ended before it): its
-                // write on the tracker, and the `task.updated` event that comes back for it, would
-                // hold up the run's start, and nothing needs it sooner (the run's first tool call
-                // waits for it). A run that waits for a slot does not make it wait.
-                if let Some(request_out) = request_out {
-                    let _ = request_out.await;
-                }
-                let update = UpdateTask { status: Some(TaskStatus::InProgress), ..UpdateTask::default() };
-                client
-                    .update_task(&task_id, &update)
-                    .await
-                    .inspect_err(|error| tracing::warn!(%error, "could not move the task to in_progress"))
-                    .ok()
-            }))
-        } else {
-            None
-        };
         tracing::info!(task = %task.key, %source, "working assigned task");
         let trigger = format!("task.assigned {}", task.key);
-        let request = RunRequest {
-            acknowledged: ack,
-            prefetched,
-            first_request,
-            ..RunRequest::new(session, trigger, RunKind::Task { task: Box::new(task), assigned_by })
-        };
-        self.start_or_queue(request).await;
+        let request = RunRequest::new(session, trigger, RunKind::Task { task: Box::new(task), assigned_by });
+        if let Err(refused) = self.start_or_queue(request).await {
+            tracing::info!(%refused, "the task run was not started");
+        }
     }
 
     async fn assignment_already_worked(&self, task: &TaskOut, event_ts: &str) -> bool {
@@ -408,7 +337,7 @@ impl Router {
         }
         self.metrics.event("task.assigned", "reconciled");
         let assigned_by = task.created_by.clone();
-        self.on_assignment(task, assigned_by, "reconciliation", None).await;
+        self.on_assignment(task, assigned_by, "reconciliation").await;
     }
 
     async fn on_message(&mut self, message: MessageOut, source: &str) {
@@ -474,12 +403,15 @@ impl Router {
         }
         self.metrics.event(EVENT, "run");
         let trigger = format!("message.new {}", message.id);
+        let message_id = message.id.clone();
         let request = RunRequest {
             claim: Some((ClaimKind::Message, message.id.clone())),
             ..RunRequest::new(session, trigger, RunKind::Message { message: Box::new(message) })
         };
-        self.accepted_messages.insert(request_message_id(&request));
-        self.start_or_queue(request).await;
+        self.accepted_messages.insert(message_id);
+        if let Err(refused) = self.start_or_queue(request).await {
+            tracing::info!(%refused, "the reply run was not started");
+        }
     }
 
     async fn replies_to_agent(&self, message: &MessageOut, session: &SessionKey) -> bool {
@@ -544,26 +476,36 @@ impl Router {
         }
     }
 
-    /// Starts the run now if a slot is free, else queues it. Returns the run id when started.
-    async fn start_or_queue(&mut self, mut request: RunRequest) -> Option<String> {
-        if self.shutdown.is_cancelled() {
-            return None;
-        }
-        if request.resume_run_id.is_none() && !self.spend_allows(&request).await {
-            return None;
+    /// Starts `request` now, or says why not: its session is busy, no slot is free, the day's
+    /// budget is spent (the MCP `start_run` tool, which does not queue).
+    async fn start_now(&mut self, request: RunRequest) -> Result<String, StartRefused> {
+        if let Some(active) = self.active.get(&request.session) {
+            return Err(StartRefused::Busy { session: request.session.clone(), run_id: active.run_id.clone() });
         }
         if !self.slot_free() {
-            // Reads made now would be stale when the run starts: it reads afresh then.
-            if let Some(prefetched) = request.prefetched.take() {
-                prefetched.abort();
-            }
-            // The acknowledgement must not wait for a run that waits for it.
-            request.first_request = None;
+            return Err(StartRefused::NoSlot { max: self.config.limits.max_concurrent_runs });
+        }
+        match self.start_or_queue(request).await? {
+            Started::Now(run_id) => Ok(run_id),
+            // A slot was free just above, and nothing ran in between.
+            Started::Queued => Err(StartRefused::NoSlot { max: self.config.limits.max_concurrent_runs }),
+        }
+    }
+
+    /// Starts the run now if a slot is free, else queues it.
+    async fn start_or_queue(&mut self, request: RunRequest) -> Result<Started, StartRefused> {
+        if self.shutdown.is_cancelled() {
+            return Err(StartRefused::ShuttingDown);
+        }
+        if request.resume_run_id.is_none() && !self.spend_allows(&request).await {
+            return Err(StartRefused::DailyBudget);
+        }
+        if !self.slot_free() {
             self.waiting_sessions.insert(request.session.clone());
             self.waiting.push_back(request);
-            return None;
+            return Ok(Started::Queued);
         }
-        Some(self.spawn_run(request).await)
+        self.spawn_run(request).await.map(Started::Now)
     }
 
     /// The daily spend guard: past `max_tokens_per_day`, new runs are refused with one notice a day.
@@ -586,15 +528,9 @@ impl Router {
         false
     }
 
-    async fn spawn_run(&mut self, mut request: RunRequest) -> String {
+    /// Records the run's start (with its claim, in one transaction) and spawns it.
+    async fn spawn_run(&mut self, mut request: RunRequest) -> Result<String, StartRefused> {
         let session_key = request.session.as_string();
-        // A fresh run's stored conversation is read while its start is recorded (the pool's
-        // other connection), not after.
-        if request.resume_run_id.is_none() {
-            let state = self.state.clone();
-            let key = session_key.clone();
-            request.session_loaded = Some(tokio::spawn(async move { state.load_session(&key).await }));
-        }
         let started = match (&request.resume_run_id, &request.claim) {
             (Some(id), _) => Ok(Some(id.clone())),
             (None, Some((kind, key))) => {
@@ -607,13 +543,11 @@ impl Router {
             Ok(Some(id)) => id,
             Ok(None) => {
                 tracing::info!(session = %request.session, "already handled; not starting a second run");
-                request.session_loaded.take().inspect(|load| load.abort());
-                return String::new();
+                return Err(StartRefused::AlreadyHandled);
             }
             Err(error) => {
                 tracing::error!(%error, "cannot record a new run; not starting it");
-                request.session_loaded.take().inspect(|load| load.abort());
-                return String::new();
+                return Err(StartRefused::State { message: error.to_string() });
             }
         };
         // Not a child of the shutdown token: a shutdown lets running runs finish within the grace
@@ -640,7 +574,7 @@ impl Router {
             },
             span,
         ));
-        run_id
+        Ok(run_id)
     }
 
     async fn finish(&mut self, done: RunDone) {
@@ -655,12 +589,12 @@ impl Router {
             _ => (None, Vec::new()),
         };
         self.status.set_active_runs(self.active.len());
-        self.metrics.run_finished(done.end.outcome_word(), done.duration);
-        let text = match (&done.end, stop_reason) {
-            (RunEnd::Cancelled, Some(reason)) => Some(format!("Stopped: {reason}.")),
-            (RunEnd::Cancelled, None) => None, // shutdown: the run resumes at the next start
-            (RunEnd::Failed { notice }, _) => Some(notice.clone()),
-            (RunEnd::Completed, _) => None,
+        self.metrics.run_finished(done.status.as_str(), done.duration);
+        let text = match (done.status, stop_reason) {
+            (RunStatus::Stopped, Some(reason)) => Some(format!("Stopped: {reason}.")),
+            (RunStatus::Failed, _) => done.notice.clone(),
+            // Completed; or cut short by the shutdown, and it resumes at the next start.
+            _ => None,
         };
         if let Some(text) = text
             && self.claim(ClaimKind::RunNotice, &done.run_id).await
@@ -668,12 +602,19 @@ impl Router {
             self.post_notice(&done.kind, &text, &format!("notice-{}", done.run_id)).await;
         }
         // Input that arrived after the run's last turn boundary starts a follow-up run.
-        if !leftover.is_empty() && done.end == RunEnd::Completed {
+        if !leftover.is_empty() && done.status == RunStatus::Completed {
             let trigger = format!("follow-up of {}", done.run_id);
             let request =
                 RunRequest { steering: leftover, ..RunRequest::new(done.session.clone(), trigger, done.kind.clone()) };
-            self.start_or_queue(request).await;
+            if let Err(refused) = self.start_or_queue(request).await {
+                tracing::warn!(%refused, session = %done.session, "the follow-up run was not started");
+            }
         }
+        self.start_waiting().await;
+    }
+
+    /// Starts waiting runs while slots are free, in the order they came.
+    async fn start_waiting(&mut self) {
         while self.slot_free() {
             let Some(next) = self.waiting.pop_front() else { break };
             self.waiting_sessions.remove(&next.session);
@@ -682,7 +623,9 @@ impl Router {
                 self.waiting.push_back(next);
                 break;
             }
-            self.spawn_run(next).await;
+            if let Err(refused) = self.spawn_run(next).await {
+                tracing::warn!(%refused, "a waiting run was not started");
+            }
         }
     }
 
@@ -753,7 +696,9 @@ impl Router {
                 resume_run_id: Some(run.id.clone()),
                 ..RunRequest::new(session, run.trigger.clone(), kind)
             };
-            self.start_or_queue(request).await;
+            if let Err(refused) = self.start_or_queue(request).await {
+                tracing::warn!(%refused, run_id = %run.id, "the interrupted run was not resumed");
+            }
         }
     }
 
@@ -763,16 +708,9 @@ impl Router {
         let inputs = self.inputs.clone();
         let slug = self.config.slug.clone();
         tokio::spawn(async move {
-            let (tasks, messages) = reconcile(&client, &state, &slug).await;
+            let (tasks, messages) = reconcile::reconcile(&client, &state, &slug).await;
             let _ = inputs.send(Input::Reconciled { tasks, messages }).await;
         });
-    }
-}
-
-fn request_message_id(request: &RunRequest) -> String {
-    match &request.kind {
-        RunKind::Message { message } => message.id.clone(),
-        _ => String::new(),
     }
 }
 
@@ -790,55 +728,4 @@ fn steering_text(message: &MessageOut, session: &SessionKey) -> String {
             format!("@{} commented while you were working:\n\n{content}", message.author_slug)
         }
     }
-}
-
-/// Asks the tracker what the event stream may have missed: open tasks assigned to the agent,
-/// and messages mentioning it after the last one seen.
-async fn reconcile(client: &TrackerClient, state: &State, slug: &str) -> (Vec<TaskOut>, Vec<MessageOut>) {
-    let mut tasks = Vec::new();
-    let mut cursor = None;
-    loop {
-        let query = TaskQuery {
-            assignee: Some(slug.to_string()),
-            status: Some("todo,in_progress".into()),
-            limit: Some(200),
-            cursor: cursor.clone(),
-            ..TaskQuery::default()
-        };
-        match client.list_tasks(&query).await {
-            Ok(page) => {
-                tasks.extend(page.items);
-                match page.next_cursor {
-                    Some(next) => cursor = Some(next),
-                    None => break,
-                }
-            }
-            Err(error) => {
-                tracing::warn!(%error, "reconciliation: cannot list assigned tasks");
-                break;
-            }
-        }
-    }
-    let mut messages = Vec::new();
-    let after = state.get_value("mention_cursor").await.ok().flatten();
-    let first_start = after.is_none();
-    let query = MessageQuery {
-        mentioning: Some(slug.to_string()),
-        after: after.clone(),
-        limit: Some(200),
-        ..MessageQuery::default()
-    };
-    match client.list_messages(&query).await {
-        Ok(found) => {
-            if let Some(last) = found.last() {
-                let _ = state.set_value("mention_cursor", &last.id).await;
-            }
-            // At the very first start, old mentions are history, not requests: only the cursor moves.
-            if !first_start {
-                messages = found;
-            }
-        }
-        Err(error) => tracing::warn!(%error, "reconciliation: cannot list mentions"),
-    }
-    (tasks, messages)
 }

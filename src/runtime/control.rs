@@ -9,9 +9,10 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::mcp::server::{AgentControl, AgentControlError, StartRun};
 use crate::router::Input;
-use crate::session::SessionKey;
-use crate::runtime::run::{RunKind, RunRequest, StoredRun, timeline_lines};
+use crate::runtime::record::{StoredRun, timeline_lines};
+use crate::runtime::run::{RunKind, RunRequest};
 use crate::runtime::status::StatusBoard;
+use crate::session::SessionKey;
 use crate::state::State;
 use crate::tools::ToolSource;
 use crate::tracker::TrackerClient;
@@ -25,7 +26,7 @@ pub struct RuntimeControl {
     pub max_tokens_per_day: u64,
 }
 
-fn run_summary(run: &crate::state::RunRecord) -> Value {
+fn run_summary(run: &crate::state::RunRow) -> Value {
     json!({
         "id": run.id,
         "session": run.session_key,
@@ -45,7 +46,7 @@ fn run_summary(run: &crate::state::RunRecord) -> Value {
 }
 
 impl RuntimeControl {
-    async fn run(&self, run_id: &str) -> Result<crate::state::RunRecord, AgentControlError> {
+    async fn run(&self, run_id: &str) -> Result<crate::state::RunRow, AgentControlError> {
         match self.state.get_run(run_id).await {
             Ok(Some(run)) => Ok(run),
             Ok(None) => Err(AgentControlError::NotFound { run_id: run_id.to_string() }),
@@ -81,7 +82,7 @@ impl AgentControl for RuntimeControl {
         Box::pin(async move {
             let run = self.run(run_id).await?;
             let mut text = format!("run {} ({})\ntrigger: {}\n", run.id, run.status.as_str(), run.trigger);
-            if let Some(stored) = run.record.clone().and_then(|r| serde_json::from_value::<StoredRun>(r).ok()) {
+            if let Some(stored) = StoredRun::of(&run) {
                 text.push_str(&format!("request:\n{}\n\n", stored.prompt));
             }
             for line in timeline_lines(&run) {
@@ -95,7 +96,7 @@ impl AgentControl for RuntimeControl {
     fn run_result<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Value, AgentControlError>> {
         Box::pin(async move {
             let run = self.run(run_id).await?;
-            let stored = run.record.clone().and_then(|r| serde_json::from_value::<StoredRun>(r).ok());
+            let stored = StoredRun::of(&run);
             let record = stored.and_then(|s| s.record);
             Ok(json!({
                 "id": run.id,
@@ -121,11 +122,9 @@ impl AgentControl for RuntimeControl {
                     let assigned_by = task.created_by.clone();
                     (SessionKey::Task(task.id.clone()), RunKind::Task { task: Box::new(task), assigned_by }, trigger)
                 }
-                StartRun::Prompt { prompt } => (
-                    SessionKey::new_prompt(),
-                    RunKind::Prompt { text: prompt },
-                    "start_run prompt".to_string(),
-                ),
+                StartRun::Prompt { prompt } => {
+                    (SessionKey::new_prompt(), RunKind::Prompt { text: prompt }, "start_run prompt".to_string())
+                }
             };
             let request = RunRequest::new(session, trigger, kind);
             let (reply, answer) = oneshot::channel();
@@ -134,9 +133,8 @@ impl AgentControl for RuntimeControl {
                 .await
                 .map_err(|_| AgentControlError::Refused { message: "the agent is shutting down".into() })?;
             match answer.await {
-                Ok(Ok(run_id)) if !run_id.is_empty() => Ok(run_id),
-                Ok(Ok(_)) => Err(AgentControlError::Refused { message: "the run could not be recorded".into() }),
-                Ok(Err(message)) => Err(AgentControlError::Refused { message }),
+                Ok(Ok(run_id)) => Ok(run_id),
+                Ok(Err(refused)) => Err(AgentControlError::Refused { message: refused.to_string() }),
                 Err(_) => Err(AgentControlError::Refused { message: "the agent is shutting down".into() }),
             }
         })

@@ -9,6 +9,8 @@ pub mod control;
 pub mod guard;
 pub mod http;
 pub mod metrics;
+pub mod prompt;
+pub mod record;
 pub mod run;
 pub mod status;
 
@@ -129,17 +131,8 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     let (inputs_tx, inputs_rx) = mpsc::channel::<Input>(1024);
     let stream_options = stream.unwrap_or_else(|| StreamOptions::from_config(&config));
     let stream_cancel = shutdown.child_token();
-    let (mut events, stream) = crate::transport::spawn(stream_options, &client, state.clone(), stream_cancel);
-    // Forward stream items into the router's one input channel: the router is a closed loop over
-    // one enum, and the stream is only one of its sources.
-    let forward = inputs_tx.clone();
-    tokio::spawn(async move {
-        while let Some(item) = events.recv().await {
-            if forward.send(Input::Stream(Box::new(item))).await.is_err() {
-                break;
-            }
-        }
-    });
+    // The stream puts its items straight into the router's one input channel.
+    let stream = crate::transport::spawn_into(stream_options, &client, state.clone(), inputs_tx.clone(), stream_cancel);
 
     let (http_addr, http) = if serve_http {
         let listen: SocketAddr = config.http.listen.parse().context("http.listen is not an address")?;

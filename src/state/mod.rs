@@ -46,7 +46,7 @@ use sqlx::Row;
 use sqlx::sqlite::SqlitePool;
 use time::{Date, OffsetDateTime};
 
-pub use runs::{FinishRun, RunRecord, RunStatus};
+pub use runs::{FinishRun, RunRow, RunStatus};
 
 /// What a claim in [`State::claim`] is for; its key says which one. The words are what the
 /// database stores, so they never change.

@@ -18,9 +18,11 @@ pub enum RunStatus {
     Running,
     Completed,
     Failed,
-    /// Ended on purpose: a limit was hit or the agent was told to stop.
+    /// Stopped on purpose: a person said stop, the task was unassigned, or MCP `stop_run`.
     Stopped,
-    /// Found `running` after a restart and closed as such.
+    /// Cut short by a shutdown or a crash. Stored as such only when a restart found it `running`
+    /// and did not resume it; a run a shutdown cuts short stays `running` so the next start
+    /// resumes it.
     Interrupted,
 }
 
@@ -90,7 +92,7 @@ impl FinishRun {
 
 /// One stored run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RunRecord {
+pub struct RunRow {
     pub id: String,
     pub session_key: String,
     /// What started the run, e.g. `task.assigned TE-3`, `message.new <id>`, `manual`.
@@ -112,7 +114,7 @@ pub struct RunRecord {
     pub record: Option<serde_json::Value>,
 }
 
-impl RunRecord {
+impl RunRow {
     /// Wall-clock time from start to finish; `None` while running.
     pub fn duration(&self) -> Option<Duration> {
         let finished = self.finished_at?;
@@ -247,7 +249,7 @@ impl State {
         Ok(updated.rows_affected() == 1)
     }
 
-    pub async fn get_run(&self, run_id: &str) -> Result<Option<RunRecord>, StateError> {
+    pub async fn get_run(&self, run_id: &str) -> Result<Option<RunRow>, StateError> {
         let row = sqlx::query(concat!("SELECT ", run_columns!(), " FROM runs WHERE id = ?"))
             .bind(run_id)
             .fetch_optional(&self.pool)
@@ -256,7 +258,7 @@ impl State {
     }
 
     /// The latest `limit` runs, newest first.
-    pub async fn list_runs(&self, limit: u32) -> Result<Vec<RunRecord>, StateError> {
+    pub async fn list_runs(&self, limit: u32) -> Result<Vec<RunRow>, StateError> {
         let rows = sqlx::query(concat!(
             "SELECT ",
             run_columns!(),
@@ -270,7 +272,7 @@ impl State {
 
     /// Runs still `running`, oldest first. At start-up these are runs a crash or a kill cut
     /// short: candidates to resume, or to close with [`State::mark_interrupted`].
-    pub async fn unfinished_runs(&self) -> Result<Vec<RunRecord>, StateError> {
+    pub async fn unfinished_runs(&self) -> Result<Vec<RunRow>, StateError> {
         let rows = sqlx::query(concat!(
             "SELECT ",
             run_columns!(),
@@ -307,7 +309,7 @@ impl State {
     }
 }
 
-fn run_from_row(row: &SqliteRow) -> Result<RunRecord, StateError> {
+fn run_from_row(row: &SqliteRow) -> Result<RunRow, StateError> {
     let status_text: String = row.try_get("status")?;
     let status = RunStatus::parse(&status_text).ok_or_else(|| StateError::Corrupt {
         field: "runs.status",
@@ -319,7 +321,7 @@ fn run_from_row(row: &SqliteRow) -> Result<RunRecord, StateError> {
         .transpose()
         .map_err(|e| StateError::Corrupt { field: "runs.record", message: e.to_string() })?;
     let finished_at: Option<i64> = row.try_get("finished_at_ms")?;
-    Ok(RunRecord {
+    Ok(RunRow {
         id: row.try_get("id")?,
         session_key: row.try_get("session_key")?,
         trigger: row.try_get("trigger")?,

@@ -496,17 +496,40 @@ impl Event {
     /// Types the data of a known event. A known name with data of the wrong shape is an error
     /// that says which event and what is wrong.
     pub fn from_envelope(envelope: &EventEnvelope) -> Result<Event, String> {
-        fn typed<T: serde::de::DeserializeOwned>(envelope: &EventEnvelope) -> Result<T, String> {
-            T::deserialize(&envelope.data)
-                .map_err(|e| format!("event {} ({}) has malformed data: {e}", envelope.event, envelope.id))
+        Event::typed(&envelope.event, &envelope.id, envelope.data.clone())
+    }
+
+    fn typed(name: &str, id: &str, data: serde_json::Value) -> Result<Event, String> {
+        fn typed<T: serde::de::DeserializeOwned>(name: &str, id: &str, data: serde_json::Value) -> Result<T, String> {
+            serde_json::from_value(data).map_err(|e| format!("event {name} ({id}) has malformed data: {e}"))
         }
-        Ok(match envelope.event.as_str() {
-            EVENT_TASK_ASSIGNED => Event::TaskAssigned(typed(envelope)?),
-            EVENT_TASK_UNASSIGNED => Event::TaskUnassigned(typed(envelope)?),
-            EVENT_TASK_UPDATED => Event::TaskUpdated(typed(envelope)?),
-            EVENT_MESSAGE_NEW => Event::MessageNew(typed(envelope)?),
+        Ok(match name {
+            EVENT_TASK_ASSIGNED => Event::TaskAssigned(typed(name, id, data)?),
+            EVENT_TASK_UNASSIGNED => Event::TaskUnassigned(typed(name, id, data)?),
+            EVENT_TASK_UPDATED => Event::TaskUpdated(typed(name, id, data)?),
+            EVENT_MESSAGE_NEW => Event::MessageNew(typed(name, id, data)?),
             other => Event::Unknown(other.to_string()),
         })
+    }
+}
+
+/// An event as the agent's stream hands it on: the envelope's fields, with its data typed. The
+/// frame is parsed once, into this, at the transport.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReceivedEvent {
+    pub id: String,
+    pub seq: u64,
+    /// The event's name as the tracker sent it (`task.assigned`), also for unknown events.
+    pub name: String,
+    pub ts: String,
+    pub event: Event,
+}
+
+impl EventEnvelope {
+    /// Types the envelope's data (see [`Event::from_envelope`]), keeping the envelope's fields.
+    pub fn into_received(self) -> Result<ReceivedEvent, String> {
+        let event = Event::typed(&self.event, &self.id, self.data)?;
+        Ok(ReceivedEvent { id: self.id, seq: self.seq, name: self.event, ts: self.ts, event })
     }
 }
 

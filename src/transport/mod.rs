@@ -1,9 +1,11 @@
 //! The tracker's event stream: one WebSocket to `{api_base}/ws`, kept alive and caught up.
 //!
-//! [`spawn`] runs a task that connects with the agent's bearer token, sends `resume` with the
+//! [`spawn_into`] runs a task that connects with the agent's bearer token, sends `resume` with the
 //! last processed seq after every (re)connect, pings on a heartbeat, and reconnects with
 //! exponential backoff and jitter when the link drops or goes quiet. Events and link status
-//! changes come out of one `mpsc` channel, in the order they arrived.
+//! changes go into one `mpsc` channel, in the order they arrived: the consumer's own (the
+//! router's input channel), so nothing forwards from one channel to another. Each frame is
+//! parsed once, here, into its typed [`StreamItem`].
 //!
 //! Invariants:
 //! - nothing is lost: a frame that parses as an event of a known name is put into the channel
@@ -45,7 +47,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::state::State;
 use crate::tracker::TrackerClient;
-use crate::tracker::model::{ClientFrame, Event, EventEnvelope, ServerControl, limits};
+use crate::tracker::model::{ClientFrame, Event, EventEnvelope, ReceivedEvent, ServerControl, limits};
 
 /// How the stream behaves. [`StreamOptions::new`] gives the production values; tests shorten
 /// the times.
@@ -97,9 +99,9 @@ impl StreamOptions {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum StreamItem {
-    /// An event of a name this build knows, with its data typed. Record `envelope.id` as
-    /// processed before acting on it.
-    Event { envelope: EventEnvelope, event: Event },
+    /// An event of a name this build knows, with its data typed. Record its id as processed
+    /// before acting on it.
+    Event(ReceivedEvent),
     /// The link changed state.
     Status(LinkStatus),
 }
@@ -150,9 +152,8 @@ impl ResumePosition for Arc<AtomicU64> {
     }
 }
 
-/// Starts the event stream of `client`'s member. The task runs until `cancel` fires (`Ok`),
-/// the receiver is dropped (`Ok`), or the token is refused (`Err`); the channel closes when it
-/// ends, so a consumer that sees `None` awaits the handle for the reason.
+/// Starts the event stream of `client`'s member on a channel of its own (for tools and tests
+/// that read the stream alone). See [`spawn_into`].
 pub fn spawn(
     options: StreamOptions,
     client: &TrackerClient,
@@ -160,10 +161,22 @@ pub fn spawn(
     cancel: CancellationToken,
 ) -> (mpsc::Receiver<StreamItem>, JoinHandle<Result<(), StreamError>>) {
     let (sender, receiver) = mpsc::channel(options.channel_capacity.max(1));
+    (receiver, spawn_into(options, client, resume, sender, cancel))
+}
+
+/// Starts the event stream of `client`'s member, putting its items into `sink` (any channel
+/// whose items can be made from a [`StreamItem`]). The task runs until `cancel` fires (`Ok`),
+/// the receiver is dropped (`Ok`), or the token is refused (`Err`).
+pub fn spawn_into<T: From<StreamItem> + Send + 'static>(
+    options: StreamOptions,
+    client: &TrackerClient,
+    resume: impl ResumePosition,
+    sink: mpsc::Sender<T>,
+    cancel: CancellationToken,
+) -> JoinHandle<Result<(), StreamError>> {
     let url = client.ws_url();
     let bearer = format!("Bearer {}", client.token().expose());
-    let handle = tokio::spawn(run(options, url, bearer, resume, sender, cancel));
-    (receiver, handle)
+    tokio::spawn(run(options, url, bearer, resume, sink, cancel))
 }
 
 /// How one connection ended.
@@ -173,12 +186,12 @@ enum SessionEnd {
     Lost(String),
 }
 
-async fn run(
+async fn run<T: From<StreamItem>>(
     options: StreamOptions,
     url: String,
     bearer: String,
     resume: impl ResumePosition,
-    sender: mpsc::Sender<StreamItem>,
+    sender: mpsc::Sender<T>,
     cancel: CancellationToken,
 ) -> Result<(), StreamError> {
     let request = build_request(&url, &bearer, &options.token_env)?;
@@ -294,25 +307,25 @@ fn describe_connect_error(error: &tungstenite::Error) -> String {
 }
 
 /// Puts `item` into the channel, waiting for room; fails if the consumer is gone or on cancel.
-async fn deliver(
-    sender: &mpsc::Sender<StreamItem>,
+async fn deliver<T: From<StreamItem>>(
+    sender: &mpsc::Sender<T>,
     item: StreamItem,
     cancel: &CancellationToken,
 ) -> Result<(), SessionEnd> {
     tokio::select! {
         _ = cancel.cancelled() => Err(SessionEnd::Cancelled),
-        sent = sender.send(item) => sent.map_err(|_| SessionEnd::ConsumerGone),
+        sent = sender.send(T::from(item)) => sent.map_err(|_| SessionEnd::ConsumerGone),
     }
 }
 
 type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// Serves one connection until it is lost, cancelled, or the consumer goes away.
-async fn session(
+async fn session<T: From<StreamItem>>(
     socket: Socket,
     options: &StreamOptions,
     resume: &impl ResumePosition,
-    sender: &mpsc::Sender<StreamItem>,
+    sender: &mpsc::Sender<T>,
     cancel: &CancellationToken,
     delivered_events: &mut bool,
 ) -> SessionEnd {
@@ -356,17 +369,18 @@ async fn session(
                 };
                 match message {
                     Message::Text(text) => {
-                        if let Some(seq) = event_seq(text.as_str()) {
-                            if seq > next_seq {
+                        let frame = parse_frame(text.as_str());
+                        if let Frame::Numbered { seq, .. } = &frame {
+                            if *seq > next_seq {
                                 break SessionEnd::Lost(format!(
                                     "event seq {seq} arrived where {next_seq} was due: a frame went missing; resuming"
                                 ));
                             }
-                            if seq == next_seq {
+                            if *seq == next_seq {
                                 next_seq += 1;
                             }
                         }
-                        if let Some(item) = parse_frame(text.as_str()) {
+                        if let Some(item) = frame.into_item() {
                             if let StreamItem::Status(LinkStatus::CaughtUp { last_seq }) = &item
                                 && *last_seq < after_seq
                             {
@@ -378,7 +392,7 @@ async fn session(
                                     "the tracker's event log ends before the last processed seq: was the tracker reset?"
                                 );
                             }
-                            let is_event = matches!(item, StreamItem::Event { .. });
+                            let is_event = matches!(item, StreamItem::Event(_));
                             if let Err(end) = deliver(sender, item, cancel).await {
                                 break end;
                             }
@@ -435,61 +449,75 @@ fn describe_read_error(error: &tungstenite::Error, max_frame_bytes: usize) -> St
     }
 }
 
-/// The `seq` of an event frame (known event or not); `None` for control frames and junk.
-fn event_seq(text: &str) -> Option<u64> {
-    #[derive(serde::Deserialize)]
-    struct Numbered {
-        seq: u64,
-        #[serde(rename = "type")]
-        control: Option<serde::de::IgnoredAny>,
-    }
-    match serde_json::from_str::<Numbered>(text) {
-        Ok(Numbered { seq, control: None }) => Some(seq),
-        _ => None,
+/// One text frame, read once.
+#[derive(Debug)]
+pub enum Frame {
+    /// A frame with a seq: an event, passed on if its name is known and its data well formed
+    /// (`None` otherwise: it is logged and skipped, but its seq still counts).
+    Numbered { seq: u64, event: Option<ReceivedEvent> },
+    /// A control frame worth reporting.
+    Status(LinkStatus),
+    /// A pong, junk, or an unknown control frame.
+    Skipped,
+}
+
+impl Frame {
+    /// What the consumer is given for it, if anything.
+    pub fn into_item(self) -> Option<StreamItem> {
+        match self {
+            Frame::Numbered { event, .. } => event.map(StreamItem::Event),
+            Frame::Status(status) => Some(StreamItem::Status(status)),
+            Frame::Skipped => None,
+        }
     }
 }
 
-/// Reads one text frame: an event to pass on, a control frame to report, or junk to skip.
-/// Public for the benchmarks, which measure it on its own.
-pub fn parse_frame(text: &str) -> Option<StreamItem> {
+/// Reads one text frame: an event to pass on, a control frame to report, or junk to skip. The
+/// text is parsed once; the envelope and its data are typed from that parse.
+pub fn parse_frame(text: &str) -> Frame {
     let value: serde_json::Value = match serde_json::from_str(text) {
         Ok(value) => value,
         Err(error) => {
             tracing::warn!(%error, frame = %preview(text), "event stream: skipped a frame that is not JSON");
-            return None;
+            return Frame::Skipped;
         }
     };
     if value.get("type").is_some() {
         return match serde_json::from_value::<ServerControl>(value) {
-            Ok(ServerControl::Pong) => None,
+            Ok(ServerControl::Pong) => Frame::Skipped,
             Ok(ServerControl::Resumed { last_seq }) => {
                 tracing::debug!(last_seq, "event stream caught up");
-                Some(StreamItem::Status(LinkStatus::CaughtUp { last_seq }))
+                Frame::Status(LinkStatus::CaughtUp { last_seq })
             }
             Err(error) => {
                 tracing::warn!(%error, frame = %preview(text), "event stream: skipped an unknown control frame");
-                None
+                Frame::Skipped
             }
         };
     }
+    let Some(seq) = value.get("seq").and_then(serde_json::Value::as_u64) else {
+        tracing::warn!(frame = %preview(text), "event stream: skipped a frame that is not an event");
+        return Frame::Skipped;
+    };
     let envelope: EventEnvelope = match serde_json::from_value(value) {
         Ok(envelope) => envelope,
         Err(error) => {
             tracing::warn!(%error, frame = %preview(text), "event stream: skipped a frame that is not an event");
-            return None;
+            return Frame::Numbered { seq, event: None };
         }
     };
-    match Event::from_envelope(&envelope) {
-        Ok(Event::Unknown(name)) => {
-            tracing::debug!(event = %name, id = %envelope.id, seq = envelope.seq, "event stream: ignored an unknown event");
+    let event = match envelope.into_received() {
+        Ok(ReceivedEvent { event: Event::Unknown(name), id, .. }) => {
+            tracing::debug!(event = %name, %id, seq, "event stream: ignored an unknown event");
             None
         }
-        Ok(event) => Some(StreamItem::Event { envelope, event }),
+        Ok(event) => Some(event),
         Err(message) => {
-            tracing::warn!(seq = envelope.seq, "event stream: skipped an event: {message}");
+            tracing::warn!(seq, "event stream: skipped an event: {message}");
             None
         }
-    }
+    };
+    Frame::Numbered { seq, event }
 }
 
 /// The start of a frame, for a log line.

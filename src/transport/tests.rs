@@ -30,16 +30,16 @@ fn frames_are_sorted_into_events_status_and_junk() {
     let assigned = format!(
         r#"{{"id": "e1", "seq": 4, "event": "task.assigned", "data": {{"task": {TASK}, "assigned_by": "alice"}}, "ts": "2026-11-30T10:00:00Z"}}"#
     );
-    match parse_frame(&assigned) {
-        Some(StreamItem::Event { envelope, event: Event::TaskAssigned(data) }) => {
-            assert_eq!((envelope.id.as_str(), envelope.seq), ("e1", 4));
+    match parse_frame(&assigned).into_item() {
+        Some(StreamItem::Event(ReceivedEvent { id, seq, event: Event::TaskAssigned(data), .. })) => {
+            assert_eq!((id.as_str(), seq), ("e1", 4));
             assert_eq!(data.task.key, "TE-3");
             assert_eq!(data.assigned_by, "alice");
         }
         other => panic!("expected task.assigned, got {other:?}"),
     }
     assert_eq!(
-        parse_frame(r#"{"type": "resumed", "last_seq": 12}"#),
+        parse_frame(r#"{"type": "resumed", "last_seq": 12}"#).into_item(),
         Some(StreamItem::Status(LinkStatus::CaughtUp { last_seq: 12 }))
     );
 
@@ -58,7 +58,14 @@ fn frames_are_sorted_into_events_status_and_junk() {
         ("a lone quote", "\"".to_string()),
     ];
     for (case, frame) in skipped {
-        assert_eq!(parse_frame(&frame), None, "{case}");
+        assert_eq!(parse_frame(&frame).into_item(), None, "{case}");
+    }
+    // Skipped events still count towards the seqs due next: no gap is seen where they were.
+    for (frame, seq) in [
+        (r#"{"id": "e2", "seq": 5, "event": "task.teleported", "data": {}}"#, 5),
+        (r#"{"id": "e3", "seq": 6, "event": "message.new", "data": {"x": 1}}"#, 6),
+    ] {
+        assert!(matches!(parse_frame(frame), Frame::Numbered { seq: found, event: None } if found == seq), "{frame}");
     }
 }
 

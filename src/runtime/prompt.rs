@@ -1,0 +1,91 @@
+//! What a run tells the model: the system prompt and the request, rendered from `prompts/` with
+//! fresh tracker data (or, for a chat `/mcp__<server>__<prompt>` command, an MCP server's prompt).
+
+use crate::config::Config;
+use crate::prompts::{
+    MAX_FIELD_CHARS, MessageNewVars, MessageView, PromptError, Prompts, Section, SystemVars, TaskAssignedVars,
+    TaskView, clean_text,
+};
+use crate::runtime::run::{RunError, RunKind, RunServices};
+use crate::tracker::model::{MessageOut, MessageQuery, TaskOut};
+
+/// How many of a task's comments, or of a thread's messages, the request shows.
+const RECENT_MESSAGES: u32 = 20;
+
+/// The request of a fresh run of `kind`. `task` is a task run's task as it is now (the
+/// acknowledgement's answer, or a fresh read); the rest is read here.
+pub async fn user_prompt(services: &RunServices, kind: &RunKind, task: Option<TaskOut>) -> Result<String, RunError> {
+    match kind {
+        RunKind::Task { task: assigned, assigned_by } => {
+            let task = match task {
+                Some(task) => task,
+                None => services.client.get_task(&assigned.id).await.map_err(RunError::ReadTask)?,
+            };
+            task_prompt(services, &task, assigned_by).await
+        }
+        RunKind::Message { message } => message_prompt(services, message).await,
+        RunKind::Prompt { text } => Ok(clean_text(text, MAX_FIELD_CHARS)),
+    }
+}
+
+/// A task run's request: the task with its steps and latest comments.
+async fn task_prompt(services: &RunServices, task: &TaskOut, assigned_by: &str) -> Result<String, RunError> {
+    let client = &services.client;
+    let comments_query =
+        MessageQuery { task_id: Some(task.id.clone()), limit: Some(RECENT_MESSAGES), ..MessageQuery::default() };
+    // A read that fails leaves its part of the prompt empty; the model can read it with a tool.
+    let (steps, comments) = tokio::join!(client.list_steps(&task.id), client.list_messages(&comments_query));
+    let (steps, comments) = (steps.unwrap_or_default(), comments.unwrap_or_default());
+    Ok(services.prompts.task_assigned(&TaskAssignedVars {
+        task: TaskView::new(task, &steps),
+        assigned_by: assigned_by.to_string(),
+        comments: comments.iter().map(MessageView::new).collect(),
+    })?)
+}
+
+/// A chat run's request: the message, its thread and the task it is about, if any.
+async fn message_prompt(services: &RunServices, message: &MessageOut) -> Result<String, RunError> {
+    // `/mcp__<server>__<prompt> key=value ...`: the server's rendered prompt is the request.
+    if let Some(expanded) = services.host.expand_prompt_command(&message.content).await {
+        let prompt = expanded.map_err(RunError::PromptCommand)?;
+        return Ok(format!(
+            "Message id: {}\nThread id: {}\n@{} asked you to run an MCP prompt. Do what it says, then answer in the \
+             thread with reply_message (parent_id {}), once.\n\n{}",
+            message.id,
+            message.thread_root(),
+            message.author_slug,
+            message.thread_root(),
+            clean_text(&prompt, MAX_FIELD_CHARS)
+        ));
+    }
+    let client = &services.client;
+    let thread_query = MessageQuery {
+        parent_id: Some(message.thread_root().to_string()),
+        limit: Some(RECENT_MESSAGES),
+        ..MessageQuery::default()
+    };
+    let task = async {
+        match &message.task_id {
+            Some(task_id) => client.get_task(task_id).await.ok().map(|task| TaskView::new(&task, &[])),
+            None => None,
+        }
+    };
+    let (thread, task) = tokio::join!(client.list_messages(&thread_query), task);
+    let thread = thread.unwrap_or_default();
+    Ok(services.prompts.message_new(&MessageNewVars {
+        message: MessageView::new(message),
+        thread: thread.iter().filter(|m| m.id != message.id).map(MessageView::new).collect(),
+        task,
+        agent_slug: services.config.slug.clone(),
+    })?)
+}
+
+/// The system prompt: who the agent is, plus one section per external MCP server's instructions.
+pub fn system_prompt(config: &Config, prompts: &Prompts, extra_sections: Vec<Section>) -> Result<String, PromptError> {
+    prompts.system(&SystemVars {
+        name: config.name.clone(),
+        slug: config.slug.clone(),
+        capabilities: config.capabilities.clone(),
+        extra_sections,
+    })
+}

@@ -1,0 +1,81 @@
+//! What is stored with a run beside its counts (the `record` column of its row): its start, so
+//! a resumed run sends the model the same request, and at its end the loop's record and the
+//! transcript; and the timeline a person reads of it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::llm::Message;
+
+/// What is stored with a run from its start, so a resumed run sends the model the same request
+/// and reuses the same idempotency keys for the same calls.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunStart {
+    pub prompt: String,
+    /// How many messages of the session's stored conversation came before the prompt.
+    pub history_len: usize,
+}
+
+/// What is stored with a run when it ends: its start, the loop's record and the transcript.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StoredRun {
+    pub prompt: String,
+    pub history_len: usize,
+    #[serde(default)]
+    pub record: Option<crate::agent::RunRecord>,
+    #[serde(default)]
+    pub conversation: Vec<Message>,
+}
+
+impl StoredRun {
+    /// The stored run of a run row, if it holds one (a run that ended before its start was
+    /// recorded holds none).
+    pub fn of(run: &crate::state::RunRow) -> Option<StoredRun> {
+        run.record.clone().and_then(|record| serde_json::from_value(record).ok())
+    }
+}
+
+/// One line per step of a stored run: tool calls with a one-line result, then the final answer.
+pub fn timeline_lines(run: &crate::state::RunRow) -> Vec<String> {
+    let Some(stored) = StoredRun::of(run) else {
+        return vec![format!("({})", run.status.as_str())];
+    };
+    let mut lines = Vec::new();
+    let mut names = std::collections::HashMap::new();
+    for message in stored.conversation.iter().skip(stored.history_len + 1) {
+        match message {
+            Message::Assistant { tool_calls, .. } => {
+                for call in tool_calls {
+                    names.insert(call.id.clone(), format!("{}({})", call.name, one_line(&call.arguments, 90)));
+                }
+            }
+            Message::Tool { tool_call_id, content, is_error, .. } => {
+                let call = names.remove(tool_call_id).unwrap_or_default();
+                let mark = if *is_error { "✗" } else { "→" };
+                lines.push(format!("tool  {call} {mark} {}", one_line(content, 100)));
+            }
+            Message::User { content } => lines.push(format!("input {}", one_line(content, 100))),
+            Message::System { .. } => {}
+        }
+    }
+    if let Some(record) = &stored.record {
+        lines.push(format!(
+            "end   {} after {} turns, {} tool calls, {} tokens: {}",
+            record.outcome.as_str(),
+            record.turns,
+            record.tool_calls,
+            record.total_tokens(),
+            one_line(&record.final_message, 100)
+        ));
+    }
+    lines
+}
+
+/// `text` on one line, whitespace folded, cut at `max_chars` with an ellipsis.
+pub fn one_line(text: &str, max_chars: usize) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() > max_chars {
+        format!("{}…", flat.chars().take(max_chars).collect::<String>())
+    } else {
+        flat
+    }
+}
