@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 pub use record::{RunOutcome, RunRecord, ToolCallCounts, ToolCallOutcome, ToolCallRecord};
 
 use crate::config::Limits;
-use crate::llm::{ChatModel, ChatRequest, LlmError, Message};
+use crate::llm::{ChatModel, ChatRequest, LlmError, Message, ToolCall};
 use crate::tools::{ToolContext, ToolSource};
 use dispatch::{CallResult, OfferedTools, TurnContext};
 
@@ -78,193 +78,279 @@ enum Interrupt {
     Deadline,
 }
 
+/// What a step of the loop decided.
+enum Step<T> {
+    /// Go on with this.
+    Go(T),
+    /// Ask the model again at once (after a context trim).
+    Again,
+    /// The run ends with this outcome.
+    End(RunOutcome),
+}
+
 /// Runs the loop until a final answer or a limit. Never fails: failures are outcomes.
 pub async fn run(setup: RunSetup<'_>, input: RunInput) -> RunOutput {
-    let started = Instant::now();
-    let deadline = started + Duration::from_millis(setup.limits.run_timeout_ms);
-    let run_cancel = setup.cancel.child_token();
-    let mut tool_context = setup.tool_context.clone();
-    tool_context.cancel = run_cancel.clone();
-    let offered = OfferedTools::new(setup.tools.tools(), &setup.offered_tools);
-    let mut steering = setup.steering;
-
-    let mut messages = Vec::with_capacity(input.history.len() + 2);
-    messages.push(Message::system(input.system_prompt));
-    messages.extend(input.history);
-    messages.push(Message::user(input.prompt));
-
-    let mut record = RunRecord::new();
-    let limits = &setup.limits;
-    let mut trimmed_for_this_turn = false;
-    let mut prompt_tokens = crate::llm::PromptCounter::new(offered.tokens);
-
+    let mut run = Turns::new(setup, input);
     let outcome = loop {
-        if let Some(receiver) = steering.as_mut() {
+        let max_output_tokens = match run.before_turn() {
+            Step::Go(tokens) => tokens,
+            Step::Again => continue,
+            Step::End(outcome) => break outcome,
+        };
+        let answer = match run.ask_model(max_output_tokens).await {
+            Step::Go(answer) => answer,
+            Step::Again => continue,
+            Step::End(outcome) => break outcome,
+        };
+        let calls = match run.take_answer(answer, max_output_tokens) {
+            Step::Go(calls) => calls,
+            Step::Again => continue,
+            Step::End(outcome) => break outcome,
+        };
+        if let Some(outcome) = run.run_tools(calls).await {
+            break outcome;
+        }
+    };
+    run.finish(outcome)
+}
+
+/// One run's loop in progress: the conversation so far and its account.
+struct Turns<'a> {
+    setup: RunSetup<'a>,
+    offered: OfferedTools,
+    tool_context: ToolContext,
+    /// Cancelled when the run ends or is interrupted, so tools still running give up.
+    run_cancel: CancellationToken,
+    started: Instant,
+    deadline: Instant,
+    /// The system prompt first; returned without it.
+    messages: Vec<Message>,
+    record: RunRecord,
+    prompt_tokens: crate::llm::PromptCounter,
+    /// Set after a context-length error led to a trim: a second one in the same turn ends the run.
+    trimmed_for_this_turn: bool,
+}
+
+impl<'a> Turns<'a> {
+    fn new(mut setup: RunSetup<'a>, input: RunInput) -> Turns<'a> {
+        let started = Instant::now();
+        let run_cancel = setup.cancel.child_token();
+        let mut tool_context = setup.tool_context.clone();
+        tool_context.cancel = run_cancel.clone();
+        let offered = OfferedTools::new(setup.tools.tools(), &std::mem::take(&mut setup.offered_tools));
+        let mut messages = Vec::with_capacity(input.history.len() + 2);
+        messages.push(Message::system(input.system_prompt));
+        messages.extend(input.history);
+        messages.push(Message::user(input.prompt));
+        Turns {
+            deadline: started + Duration::from_millis(setup.limits.run_timeout_ms),
+            prompt_tokens: crate::llm::PromptCounter::new(offered.tokens),
+            setup,
+            offered,
+            tool_context,
+            run_cancel,
+            started,
+            messages,
+            record: RunRecord::new(),
+            trimmed_for_this_turn: false,
+        }
+    }
+
+    /// Takes in steering and checks every budget before a request; gives the output cap the
+    /// request may ask for.
+    fn before_turn(&mut self) -> Step<u32> {
+        if let Some(receiver) = self.setup.steering.as_mut() {
             while let Ok(text) = receiver.try_recv() {
-                messages.push(Message::user(text));
-                record.steering_inputs += 1;
+                self.messages.push(Message::user(text));
+                self.record.steering_inputs += 1;
             }
         }
-        if setup.cancel.is_cancelled() {
-            break RunOutcome::Cancelled;
+        let limits = &self.setup.limits;
+        if self.setup.cancel.is_cancelled() {
+            return Step::End(RunOutcome::Cancelled);
         }
-        if Instant::now() >= deadline {
-            break RunOutcome::Deadline;
+        if Instant::now() >= self.deadline {
+            return Step::End(RunOutcome::Deadline);
         }
-        if record.turns >= limits.max_turns {
-            break RunOutcome::BudgetTurns;
+        if self.record.turns >= limits.max_turns {
+            return Step::End(RunOutcome::BudgetTurns);
         }
-        let prompt_estimate = prompt_tokens.estimate(&messages);
-        let remaining_tokens = limits.max_tokens_per_run.saturating_sub(record.total_tokens());
+        let prompt_estimate = self.prompt_tokens.estimate(&self.messages);
+        let remaining_tokens = limits.max_tokens_per_run.saturating_sub(self.record.total_tokens());
         if prompt_estimate + MIN_COMPLETION_TOKENS > remaining_tokens {
-            record.detail = Some(format!(
+            self.record.detail = Some(format!(
                 "the next request needs about {prompt_estimate} prompt tokens plus {MIN_COMPLETION_TOKENS} for the \
                  answer; {remaining_tokens} of {} remain",
                 limits.max_tokens_per_run
             ));
-            break RunOutcome::BudgetTokens;
+            return Step::End(RunOutcome::BudgetTokens);
         }
-        let max_output_tokens = u32::try_from(remaining_tokens - prompt_estimate).unwrap_or(u32::MAX);
-        let request =
-            ChatRequest { messages: &messages, tools: &offered.specs, max_output_tokens: Some(max_output_tokens) };
+        Step::Go(u32::try_from(remaining_tokens - prompt_estimate).unwrap_or(u32::MAX))
+    }
 
+    /// Sends one request; a context-length error is met once per turn by dropping old tool
+    /// results and asking again.
+    async fn ask_model(&mut self, max_output_tokens: u32) -> Step<crate::llm::ChatResponse> {
+        let request = ChatRequest {
+            messages: &self.messages,
+            tools: &self.offered.specs,
+            max_output_tokens: Some(max_output_tokens),
+        };
         let model_started = Instant::now();
         let answer = tokio::select! {
-            _ = setup.cancel.cancelled() => Err(Interrupt::Cancelled),
-            _ = tokio::time::sleep_until(deadline) => Err(Interrupt::Deadline),
-            answer = setup.model.complete(&request) => Ok(answer),
+            _ = self.setup.cancel.cancelled() => Err(Interrupt::Cancelled),
+            _ = tokio::time::sleep_until(self.deadline) => Err(Interrupt::Deadline),
+            answer = self.setup.model.complete(&request) => Ok(answer),
         };
-        record.model_time_ms += millis(model_started.elapsed());
-        let answer = match answer {
-            Err(Interrupt::Cancelled) => break RunOutcome::Cancelled,
-            Err(Interrupt::Deadline) => break RunOutcome::Deadline,
-            Ok(Err(LlmError::ContextLength { message })) if !trimmed_for_this_turn => {
-                trimmed_for_this_turn = true;
-                match drop_old_tool_results(&mut messages) {
+        self.record.model_time_ms += millis(model_started.elapsed());
+        match answer {
+            Err(Interrupt::Cancelled) => Step::End(RunOutcome::Cancelled),
+            Err(Interrupt::Deadline) => Step::End(RunOutcome::Deadline),
+            Ok(Err(LlmError::ContextLength { message })) if !self.trimmed_for_this_turn => {
+                self.trimmed_for_this_turn = true;
+                match drop_old_tool_results(&mut self.messages) {
                     Some(note) => {
-                        prompt_tokens.reset();
+                        self.prompt_tokens.reset();
                         tracing::info!(%note, "context length exceeded; retrying once with old tool results dropped");
-                        record.context_trims.push(note);
-                        continue;
+                        self.record.context_trims.push(note);
+                        Step::Again
                     }
                     None => {
-                        record.detail =
+                        self.record.detail =
                             Some(format!("context length exceeded and nothing could be dropped: {message}"));
-                        break RunOutcome::ModelError;
+                        Step::End(RunOutcome::ModelError)
                     }
                 }
             }
             Ok(Err(error)) => {
-                record.detail = Some(error.to_string());
-                break RunOutcome::ModelError;
+                self.record.detail = Some(error.to_string());
+                Step::End(RunOutcome::ModelError)
             }
-            Ok(Ok(answer)) => answer,
-        };
-        trimmed_for_this_turn = false;
+            Ok(Ok(answer)) => {
+                self.trimmed_for_this_turn = false;
+                Step::Go(answer)
+            }
+        }
+    }
+
+    /// Counts the answer and adds it to the conversation; an answer without tool calls ends the
+    /// run, with its text as the final message or a reason why there is none.
+    fn take_answer(&mut self, answer: crate::llm::ChatResponse, max_output_tokens: u32) -> Step<Vec<ToolCall>> {
+        let record = &mut self.record;
         record.turns += 1;
         record.prompt_tokens += answer.usage.prompt_tokens;
         record.completion_tokens += answer.usage.completion_tokens;
         record.tokens_estimated |= answer.usage.estimated;
-        let turn = record.turns;
         let content = answer.content.filter(|text| !text.trim().is_empty());
-        messages.push(Message::Assistant {
+        self.messages.push(Message::Assistant {
             content: content.clone(),
             tool_calls: answer.tool_calls.clone(),
             refusal: answer.refusal.clone(),
         });
-
-        if answer.tool_calls.is_empty() {
-            match (content, answer.refusal) {
-                (_, Some(refusal)) => {
-                    record.detail = Some(format!("the model declined: {refusal}"));
-                    break RunOutcome::Refusal;
-                }
-                (Some(text), None) => {
-                    record.final_message = text;
-                    break RunOutcome::Completed;
-                }
-                (None, None) if answer.finish_reason == crate::llm::FinishReason::ContentFilter => {
-                    record.detail = Some("the answer was withheld by the server's content filter".to_string());
-                    break RunOutcome::Refusal;
-                }
-                (None, None) if answer.finish_reason == crate::llm::FinishReason::Length => {
-                    // The answer was cut at the output cap, which is what remained of the budget.
-                    record.detail = Some(format!(
-                        "the answer was cut at {max_output_tokens} output tokens, what remained of the budget"
-                    ));
-                    break RunOutcome::BudgetTokens;
-                }
-                (None, None) => {
-                    record.detail = Some(format!("finish reason {:?}", answer.finish_reason));
-                    break RunOutcome::EmptyAnswer;
-                }
-            }
+        if !answer.tool_calls.is_empty() {
+            return Step::Go(answer.tool_calls);
         }
+        let outcome = match (content, answer.refusal) {
+            (_, Some(refusal)) => {
+                record.detail = Some(format!("the model declined: {refusal}"));
+                RunOutcome::Refusal
+            }
+            (Some(text), None) => {
+                record.final_message = text;
+                RunOutcome::Completed
+            }
+            (None, None) if answer.finish_reason == crate::llm::FinishReason::ContentFilter => {
+                record.detail = Some("the answer was withheld by the server's content filter".to_string());
+                RunOutcome::Refusal
+            }
+            (None, None) if answer.finish_reason == crate::llm::FinishReason::Length => {
+                // The answer was cut at the output cap, which is what remained of the budget.
+                record.detail = Some(format!(
+                    "the answer was cut at {max_output_tokens} output tokens, what remained of the budget"
+                ));
+                RunOutcome::BudgetTokens
+            }
+            (None, None) => {
+                record.detail = Some(format!("finish reason {:?}", answer.finish_reason));
+                RunOutcome::EmptyAnswer
+            }
+        };
+        Step::End(outcome)
+    }
 
-        let remaining_calls = limits.max_tool_calls.saturating_sub(record.tool_calls) as usize;
-        let (to_run, over_budget) = answer.tool_calls.split_at(remaining_calls.min(answer.tool_calls.len()));
+    /// Runs the turn's calls within the call budget; every call gets its one tool message.
+    /// Returns the outcome if the run ends here.
+    async fn run_tools(&mut self, calls: Vec<ToolCall>) -> Option<RunOutcome> {
+        let limits = &self.setup.limits;
+        let turn = self.record.turns;
+        let remaining_calls = limits.max_tool_calls.saturating_sub(self.record.tool_calls) as usize;
+        let (to_run, over_budget) = calls.split_at(remaining_calls.min(calls.len()));
         let mut results: Vec<Option<CallResult>> = vec![None; to_run.len()];
         let context = TurnContext {
-            source: setup.tools,
-            offered: &offered,
-            tool_context: &tool_context,
-            run_start: started,
+            source: self.setup.tools,
+            offered: &self.offered,
+            tool_context: &self.tool_context,
+            run_start: self.started,
             turn,
             max_result_bytes: limits.max_tool_result_bytes,
         };
         let tools_started = Instant::now();
         let interrupted = tokio::select! {
-            _ = setup.cancel.cancelled() => Some(RunOutcome::Cancelled),
-            _ = tokio::time::sleep_until(deadline) => Some(RunOutcome::Deadline),
+            _ = self.setup.cancel.cancelled() => Some(RunOutcome::Cancelled),
+            _ = tokio::time::sleep_until(self.deadline) => Some(RunOutcome::Deadline),
             _ = dispatch::run_calls(&context, to_run, &mut results) => None,
         };
         if interrupted.is_some() {
             // Tools still running see the cancellation and give up.
-            run_cancel.cancel();
+            self.run_cancel.cancel();
         }
-        record.tool_time_ms += millis(tools_started.elapsed());
-        let now_us = dispatch::micros_since(started);
+        self.record.tool_time_ms += millis(tools_started.elapsed());
+        let now_us = dispatch::micros_since(self.started);
         for (call, result) in to_run.iter().zip(results) {
             let (call_record, message) =
                 result.unwrap_or_else(|| dispatch::not_run(call, turn, now_us, "the run was stopped before it ran"));
-            record.add_call(call_record);
-            messages.push(message);
+            self.record.add_call(call_record);
+            self.messages.push(message);
         }
         let budget_note = format!("the run's budget of {} tool calls is spent", limits.max_tool_calls);
         for call in over_budget {
             let (call_record, message) = dispatch::not_run(call, turn, now_us, &budget_note);
-            record.add_call(call_record);
-            messages.push(message);
+            self.record.add_call(call_record);
+            self.messages.push(message);
         }
-        if let Some(outcome) = interrupted {
-            break outcome;
+        if interrupted.is_some() {
+            return interrupted;
         }
-        if !over_budget.is_empty() {
-            record.detail = Some(format!(
-                "turn {turn} asked for {} tool calls; {} ran within the budget of {}",
-                answer.tool_calls.len(),
-                to_run.len(),
-                limits.max_tool_calls
-            ));
-            break RunOutcome::BudgetToolCalls;
+        if over_budget.is_empty() {
+            return None;
         }
-    };
-
-    run_cancel.cancel();
-    record.outcome = outcome;
-    if outcome != RunOutcome::Completed {
-        record.final_message = outcome.describe(&record);
+        self.record.detail = Some(format!(
+            "turn {turn} asked for {} tool calls; {} ran within the budget of {}",
+            calls.len(),
+            to_run.len(),
+            limits.max_tool_calls
+        ));
+        Some(RunOutcome::BudgetToolCalls)
     }
-    record.wall_time_ms = millis(started.elapsed());
-    tracing::info!(
-        outcome = ?record.outcome,
-        turns = record.turns,
-        tool_calls = record.tool_calls,
-        tokens = record.total_tokens(),
-        "run finished"
-    );
-    messages.remove(0);
-    RunOutput { record, conversation: messages }
+
+    fn finish(mut self, outcome: RunOutcome) -> RunOutput {
+        self.run_cancel.cancel();
+        let record = &mut self.record;
+        record.outcome = outcome;
+        if outcome != RunOutcome::Completed {
+            record.final_message = outcome.describe(record);
+        }
+        record.wall_time_ms = millis(self.started.elapsed());
+        tracing::info!(
+            outcome = ?record.outcome,
+            turns = record.turns,
+            tool_calls = record.tool_calls,
+            tokens = record.total_tokens(),
+            "run finished"
+        );
+        self.messages.remove(0);
+        RunOutput { record: self.record, conversation: self.messages }
+    }
 }
 
 fn millis(duration: Duration) -> u64 {
