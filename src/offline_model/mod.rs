@@ -387,40 +387,8 @@ fn decide(
     state: &ServerState,
     parsed: Result<WireRequest, serde_json::Error>,
 ) -> Result<(Answer, RequestFacts), Box<Response>> {
-    let faults = &state.options.faults;
-    {
-        let mut counters = lock(&state.counters);
-        if counters.rate_limited < faults.rate_limit_burst {
-            counters.rate_limited += 1;
-            let mut response = error_response(
-                StatusCode::TOO_MANY_REQUESTS,
-                "rate_limit_error",
-                Some("rate_limit_exceeded"),
-                "slow down (offline fault)",
-            );
-            if let Ok(value) = HeaderValue::from_str(&faults.retry_after_secs.to_string()) {
-                response.headers_mut().insert(header::RETRY_AFTER, value);
-            }
-            return Err(Box::new(response));
-        }
-        if counters.server_errors < faults.server_error_burst {
-            counters.server_errors += 1;
-            return Err(Box::new(error_response(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "server_error",
-                None,
-                "internal error (offline fault)",
-            )));
-        }
-        if counters.truncated < faults.truncated_body_burst {
-            counters.truncated += 1;
-            let full = json!({"id": "offline-truncated", "object": "chat.completion", "choices": [
-                {"index": 0, "message": {"role": "assistant", "content": "this answer is cut short"}, "finish_reason": "stop"}
-            ]})
-            .to_string();
-            let cut = full[..full.len() / 2].to_string();
-            return Err(Box::new((StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], cut).into_response()));
-        }
+    if let Some(fault) = injected_fault(state) {
+        return Err(Box::new(fault));
     }
     let request = parsed.map_err(|e| {
         Box::new(error_response(
@@ -439,71 +407,109 @@ fn decide(
         request.max_completion_tokens.or(request.max_tokens),
     );
     let answer = match &state.options.mode {
-        Mode::Planner => {
-            let planned = if faults.endless_tool_calls {
-                planner::endless(&messages, &tools)
-            } else {
-                planner::plan(&messages, &tools)
-            };
-            match planned {
-                PlannedTurn::Text(text) => Answer::Turn { content: Some(text), tool_calls: vec![], refusal: None },
-                PlannedTurn::ToolCalls(mut calls) => {
-                    let mut counters = lock(&state.counters);
-                    if counters.invalid_arguments < faults.invalid_arguments {
-                        counters.invalid_arguments += 1;
-                        if let Some((_, arguments)) = calls.first_mut() {
-                            // Cut before the closing brace: the JSON no longer parses.
-                            arguments.truncate(arguments.len().saturating_sub(1));
-                        }
-                    }
-                    Answer::Turn { content: None, tool_calls: calls, refusal: None }
-                }
-            }
-        }
-        Mode::Script(script) => {
-            let position = {
-                let mut counters = lock(&state.counters);
-                counters.script_position += 1;
-                counters.script_position
-            };
-            let Some(turn) = script.turns.get(position - 1) else {
-                let message = format!(
-                    "script mismatch: request {position} arrived but the script has only {} turns",
-                    script.turns.len()
-                );
-                lock(&state.mismatches).push(message.clone());
-                return Err(Box::new(error_response(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "script_mismatch",
-                    None,
-                    &message,
-                )));
-            };
-            let problems = script::check(&turn.expect, &messages, &tools);
-            if !problems.is_empty() {
-                let message = format!("script mismatch at turn {position}: {}", problems.join("; "));
-                tracing::error!(%message, "offline model script mismatch");
-                lock(&state.mismatches).push(message.clone());
-                return Err(Box::new(error_response(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "script_mismatch",
-                    None,
-                    &message,
-                )));
-            }
-            match (&turn.fault, &turn.reply) {
-                (Some(fault), _) => Answer::Fault(fault_response(fault)),
-                (None, Some(reply)) => Answer::Turn {
-                    content: reply.content.clone(),
-                    tool_calls: reply.tool_calls.iter().map(|c| (c.name.clone(), c.arguments_text())).collect(),
-                    refusal: reply.refusal.clone(),
-                },
-                // `Script::from_json` refuses turns with neither.
-                (None, None) => Answer::Turn { content: None, tool_calls: vec![], refusal: None },
-            }
-        }
+        Mode::Planner => planner_answer(state, &messages, &tools),
+        Mode::Script(script) => script_answer(state, script, &messages, &tools)?,
     };
     Ok((answer, facts))
+}
+
+/// The next of the configured bursts of faults (rate limits, server errors, cut bodies), if any
+/// is left.
+fn injected_fault(state: &ServerState) -> Option<Response> {
+    let faults = &state.options.faults;
+    let mut counters = lock(&state.counters);
+    if counters.rate_limited < faults.rate_limit_burst {
+        counters.rate_limited += 1;
+        let mut response = error_response(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            Some("rate_limit_exceeded"),
+            "slow down (offline fault)",
+        );
+        if let Ok(value) = HeaderValue::from_str(&faults.retry_after_secs.to_string()) {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
+        return Some(response);
+    }
+    if counters.server_errors < faults.server_error_burst {
+        counters.server_errors += 1;
+        return Some(error_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            None,
+            "internal error (offline fault)",
+        ));
+    }
+    if counters.truncated < faults.truncated_body_burst {
+        counters.truncated += 1;
+        let full = json!({"id": "offline-truncated", "object": "chat.completion", "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "this answer is cut short"}, "finish_reason": "stop"}
+        ]})
+        .to_string();
+        let cut = full[..full.len() / 2].to_string();
+        return Some((StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], cut).into_response());
+    }
+    None
+}
+
+/// The planner's turn, with the configured argument faults applied.
+fn planner_answer(state: &ServerState, messages: &[Message], tools: &[ToolSpec]) -> Answer {
+    let faults = &state.options.faults;
+    let planned =
+        if faults.endless_tool_calls { planner::endless(messages, tools) } else { planner::plan(messages, tools) };
+    match planned {
+        PlannedTurn::Text(text) => Answer::Turn { content: Some(text), tool_calls: vec![], refusal: None },
+        PlannedTurn::ToolCalls(mut calls) => {
+            let mut counters = lock(&state.counters);
+            if counters.invalid_arguments < faults.invalid_arguments {
+                counters.invalid_arguments += 1;
+                if let Some((_, arguments)) = calls.first_mut() {
+                    // Cut before the closing brace: the JSON no longer parses.
+                    arguments.truncate(arguments.len().saturating_sub(1));
+                }
+            }
+            Answer::Turn { content: None, tool_calls: calls, refusal: None }
+        }
+    }
+}
+
+/// The script's next turn, after checking the request against what the turn expects.
+fn script_answer(
+    state: &ServerState,
+    script: &script::Script,
+    messages: &[Message],
+    tools: &[ToolSpec],
+) -> Result<Answer, Box<Response>> {
+    let position = {
+        let mut counters = lock(&state.counters);
+        counters.script_position += 1;
+        counters.script_position
+    };
+    let mismatch = |message: String| {
+        tracing::error!(%message, "offline model script mismatch");
+        lock(&state.mismatches).push(message.clone());
+        Box::new(error_response(StatusCode::INTERNAL_SERVER_ERROR, "script_mismatch", None, &message))
+    };
+    let Some(turn) = script.turns.get(position - 1) else {
+        return Err(mismatch(format!(
+            "script mismatch: request {position} arrived but the script has only {} turns",
+            script.turns.len()
+        )));
+    };
+    let problems = script::check(&turn.expect, messages, tools);
+    if !problems.is_empty() {
+        return Err(mismatch(format!("script mismatch at turn {position}: {}", problems.join("; "))));
+    }
+    Ok(match (&turn.fault, &turn.reply) {
+        (Some(fault), _) => Answer::Fault(fault_response(fault)),
+        (None, Some(reply)) => Answer::Turn {
+            content: reply.content.clone(),
+            tool_calls: reply.tool_calls.iter().map(|c| (c.name.clone(), c.arguments_text())).collect(),
+            refusal: reply.refusal.clone(),
+        },
+        // `Script::from_json` refuses turns with neither.
+        (None, None) => Answer::Turn { content: None, tool_calls: vec![], refusal: None },
+    })
 }
 
 fn fault_response(fault: &script::ScriptFault) -> Response {

@@ -231,6 +231,8 @@ fn call(name: &str, arguments: Value) -> (String, String) {
     (name.to_string(), arguments.to_string())
 }
 
+// One function on purpose: the planner's rules for a task run, numbered, in the order it follows
+// them; each returns the next turn. Split up, the order would be spread over several places.
 fn plan_task(key: &str, task_id: Option<&str>, history: &History, offered: &Offered) -> PlannedTurn {
     let any = |_: &Value| true;
     // 1. Read the task.

@@ -13,6 +13,9 @@
 
 pub mod filter;
 mod reconcile;
+mod runs;
+
+pub use runs::StartRefused;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -26,9 +29,9 @@ use crate::runtime::metrics::Metrics;
 use crate::runtime::run::{RunDone, RunKind, RunRequest, RunServices};
 use crate::runtime::status::StatusBoard;
 use crate::session::SessionKey;
-use crate::state::{ClaimKind, RunStatus, State};
+use crate::state::{ClaimKind, State};
 use crate::tracker::TrackerClient;
-use crate::tracker::model::{Event, MemberKind, MessageOut, ReceivedEvent, SendMessage, TaskOut};
+use crate::tracker::model::{Event, MemberKind, MessageOut, ReceivedEvent, TaskOut};
 use crate::transport::{LinkStatus, StreamItem};
 use filter::{MessageFacts, MessageFate};
 
@@ -61,31 +64,6 @@ impl From<StreamItem> for Input {
     fn from(item: StreamItem) -> Input {
         Input::Stream(Box::new(item))
     }
-}
-
-/// Why a run was not started at once.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StartRefused {
-    #[error("session {session} is busy with run {run_id}")]
-    Busy { session: SessionKey, run_id: String },
-    #[error("all {max} run slots are busy (limits.max_concurrent_runs); try again when a run ends")]
-    NoSlot { max: u32 },
-    #[error("the daily token budget is spent (limits.max_tokens_per_day); new runs start again tomorrow (UTC)")]
-    DailyBudget,
-    #[error("the agent is shutting down")]
-    ShuttingDown,
-    #[error("it was handled already; no second run was started")]
-    AlreadyHandled,
-    #[error("the run could not be recorded in the state database: {message}")]
-    State { message: String },
-}
-
-/// What became of a request the router took.
-enum Started {
-    /// Running, with this id.
-    Now(String),
-    /// Waiting for a free slot; it starts when a run ends.
-    Queued,
 }
 
 /// A run in flight.
@@ -454,250 +432,6 @@ impl Router {
             Err(error) => {
                 tracing::error!(%error, kind = kind.as_str(), key, "cannot claim in the state database; not acting");
                 false
-            }
-        }
-    }
-
-    /// Cancels the run of `session`, remembering why so it is said once when the run ends.
-    fn stop(&mut self, session: &SessionKey, reason: &str) -> bool {
-        if let Some(pos) = self.waiting.iter().position(|r| &r.session == session) {
-            self.waiting.remove(pos);
-            self.waiting_sessions.remove(session);
-            return true;
-        }
-        match self.active.get_mut(session) {
-            Some(run) => {
-                tracing::info!(%session, run_id = %run.run_id, reason, "stopping run");
-                run.stop_reason.get_or_insert_with(|| reason.to_string());
-                run.cancel.cancel();
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Starts `request` now, or says why not: its session is busy, no slot is free, the day's
-    /// budget is spent (the MCP `start_run` tool, which does not queue).
-    async fn start_now(&mut self, request: RunRequest) -> Result<String, StartRefused> {
-        if let Some(active) = self.active.get(&request.session) {
-            return Err(StartRefused::Busy { session: request.session.clone(), run_id: active.run_id.clone() });
-        }
-        if !self.slot_free() {
-            return Err(StartRefused::NoSlot { max: self.config.limits.max_concurrent_runs });
-        }
-        match self.start_or_queue(request).await? {
-            Started::Now(run_id) => Ok(run_id),
-            // A slot was free just above, and nothing ran in between.
-            Started::Queued => Err(StartRefused::NoSlot { max: self.config.limits.max_concurrent_runs }),
-        }
-    }
-
-    /// Starts the run now if a slot is free, else queues it.
-    async fn start_or_queue(&mut self, request: RunRequest) -> Result<Started, StartRefused> {
-        if self.shutdown.is_cancelled() {
-            return Err(StartRefused::ShuttingDown);
-        }
-        if request.resume_run_id.is_none() && !self.spend_allows(&request).await {
-            return Err(StartRefused::DailyBudget);
-        }
-        if !self.slot_free() {
-            self.waiting_sessions.insert(request.session.clone());
-            self.waiting.push_back(request);
-            return Ok(Started::Queued);
-        }
-        self.spawn_run(request).await.map(Started::Now)
-    }
-
-    /// The daily spend guard: past `max_tokens_per_day`, new runs are refused with one notice a day.
-    async fn spend_allows(&mut self, request: &RunRequest) -> bool {
-        let used = self.state.tokens_today().await.unwrap_or(0);
-        if used < self.config.limits.max_tokens_per_day {
-            return true;
-        }
-        self.metrics.event("run", "spend_guard");
-        let day = time::OffsetDateTime::now_utc().date().to_string();
-        tracing::warn!(used, limit = self.config.limits.max_tokens_per_day, "daily token budget reached; run refused");
-        if self.claim(ClaimKind::SpendNotice, &day).await {
-            let text = format!(
-                "I have used my daily model budget ({} tokens) and will not start new work until tomorrow (UTC). \
-                 Ask an admin to raise limits.max_tokens_per_day if this is urgent.",
-                self.config.limits.max_tokens_per_day
-            );
-            self.post_notice(&request.kind, &text, &format!("spend-{day}")).await;
-        }
-        false
-    }
-
-    /// Records the run's start (with its claim, in one transaction) and spawns it.
-    async fn spawn_run(&mut self, mut request: RunRequest) -> Result<String, StartRefused> {
-        let session_key = request.session.as_string();
-        let started = match (&request.resume_run_id, &request.claim) {
-            (Some(id), _) => Ok(Some(id.clone())),
-            (None, Some((kind, key))) => {
-                self.accepted_messages.remove(key);
-                self.state.start_claimed_run(*kind, key, &session_key, &request.trigger).await
-            }
-            (None, None) => self.state.start_run(&session_key, &request.trigger).await.map(Some),
-        };
-        let run_id = match started {
-            Ok(Some(id)) => id,
-            Ok(None) => {
-                tracing::info!(session = %request.session, "already handled; not starting a second run");
-                return Err(StartRefused::AlreadyHandled);
-            }
-            Err(error) => {
-                tracing::error!(%error, "cannot record a new run; not starting it");
-                return Err(StartRefused::State { message: error.to_string() });
-            }
-        };
-        // Not a child of the shutdown token: a shutdown lets running runs finish within the grace
-        // period, and only then cancels what is left (see `drain`).
-        let cancel = CancellationToken::new();
-        let (steer_tx, steer_rx) = mpsc::unbounded_channel();
-        let steered: Vec<String> = request.steering.drain(..).collect();
-        for text in &steered {
-            let _ = steer_tx.send(text.clone());
-        }
-        self.active.insert(
-            request.session.clone(),
-            ActiveRun { run_id: run_id.clone(), cancel: cancel.clone(), steer: steer_tx, steered, stop_reason: None },
-        );
-        self.status.set_active_runs(self.active.len());
-        let services = self.services.clone();
-        let inputs = self.inputs.clone();
-        let run_id_for_task = run_id.clone();
-        let span = tracing::info_span!("run", run_id = %run_id, session = %request.session);
-        tokio::spawn(tracing::Instrument::instrument(
-            async move {
-                let done = crate::runtime::run::execute(services, run_id_for_task, request, cancel, steer_rx).await;
-                let _ = inputs.send(Input::RunDone(Box::new(done))).await;
-            },
-            span,
-        ));
-        Ok(run_id)
-    }
-
-    async fn finish(&mut self, done: RunDone) {
-        let (stop_reason, leftover) = match self.active.get(&done.session) {
-            Some(active) if active.run_id == done.run_id => match self.active.remove(&done.session) {
-                Some(active) => {
-                    let leftover = active.steered.get(done.steering_consumed..).unwrap_or_default().to_vec();
-                    (active.stop_reason, leftover)
-                }
-                None => (None, Vec::new()),
-            },
-            _ => (None, Vec::new()),
-        };
-        self.status.set_active_runs(self.active.len());
-        self.metrics.run_finished(done.status.as_str(), done.duration);
-        let text = match (done.status, stop_reason) {
-            (RunStatus::Stopped, Some(reason)) => Some(format!("Stopped: {reason}.")),
-            (RunStatus::Failed, _) => done.notice.clone(),
-            // Completed; or cut short by the shutdown, and it resumes at the next start.
-            _ => None,
-        };
-        if let Some(text) = text
-            && self.claim(ClaimKind::RunNotice, &done.run_id).await
-        {
-            self.post_notice(&done.kind, &text, &format!("notice-{}", done.run_id)).await;
-        }
-        // Input that arrived after the run's last turn boundary starts a follow-up run.
-        if !leftover.is_empty() && done.status == RunStatus::Completed {
-            let trigger = format!("follow-up of {}", done.run_id);
-            let request =
-                RunRequest { steering: leftover, ..RunRequest::new(done.session.clone(), trigger, done.kind.clone()) };
-            if let Err(refused) = self.start_or_queue(request).await {
-                tracing::warn!(%refused, session = %done.session, "the follow-up run was not started");
-            }
-        }
-        self.start_waiting().await;
-    }
-
-    /// Starts waiting runs while slots are free, in the order they came.
-    async fn start_waiting(&mut self) {
-        while self.slot_free() {
-            let Some(next) = self.waiting.pop_front() else { break };
-            self.waiting_sessions.remove(&next.session);
-            if self.active.contains_key(&next.session) {
-                self.waiting_sessions.insert(next.session.clone());
-                self.waiting.push_back(next);
-                break;
-            }
-            if let Err(refused) = self.spawn_run(next).await {
-                tracing::warn!(%refused, "a waiting run was not started");
-            }
-        }
-    }
-
-    /// Posts a short notice where the run was asked for: a comment on the task, or a reply in the
-    /// thread. The idempotency key makes a retried post land once.
-    async fn post_notice(&self, kind: &RunKind, text: &str, key: &str) {
-        let body = match kind {
-            RunKind::Task { task, .. } => {
-                SendMessage { content: text.to_string(), task_id: Some(task.id.clone()), ..SendMessage::default() }
-            }
-            RunKind::Message { message } => SendMessage {
-                content: text.to_string(),
-                parent_id: Some(message.thread_root().to_string()),
-                ..SendMessage::default()
-            },
-            RunKind::Prompt { .. } => return,
-        };
-        // What led to the notice (its claim, the run's end) must outlive a power cut first.
-        if let Err(error) = self.state.sync().await {
-            tracing::error!(%error, "not posting a notice the state could not record");
-            return;
-        }
-        if let Err(error) = self.client.send_message(&body, Some(key)).await {
-            tracing::error!(%error, "could not post a notice");
-        }
-    }
-
-    /// Runs left `running` by a crash or a shutdown are resumed from their sessions.
-    async fn resume_interrupted_runs(&mut self) {
-        let runs = match self.state.unfinished_runs().await {
-            Ok(runs) => runs,
-            Err(error) => {
-                tracing::error!(%error, "cannot read unfinished runs");
-                return;
-            }
-        };
-        for run in runs {
-            let Some(session) = SessionKey::parse(&run.session_key) else { continue };
-            let kind = match &session {
-                SessionKey::Task(task_id) => match self.client.get_task(task_id).await {
-                    Ok(task) if task.assignee_slug.as_deref() == Some(self.config.slug.as_str()) => {
-                        RunKind::Task { assigned_by: task.created_by.clone(), task: Box::new(task) }
-                    }
-                    Ok(_) => {
-                        let _ = self.state.mark_interrupted(&run.id, "task no longer assigned to the agent").await;
-                        continue;
-                    }
-                    Err(error) => {
-                        tracing::warn!(%error, run_id = %run.id, "cannot load the task of an interrupted run");
-                        continue;
-                    }
-                },
-                SessionKey::Prompt(_) => {
-                    // Its prompt came from a client that is gone; nobody waits for the answer.
-                    let _ = self.state.mark_interrupted(&run.id, "a prompt run is not resumed after a restart").await;
-                    continue;
-                }
-                SessionKey::Thread(root) => match self.client.get_message(root).await {
-                    Ok(message) => RunKind::Message { message: Box::new(message) },
-                    Err(error) => {
-                        tracing::warn!(%error, run_id = %run.id, "cannot load the thread of an interrupted run");
-                        continue;
-                    }
-                },
-            };
-            tracing::info!(run_id = %run.id, session = %session, "resuming interrupted run");
-            let request = RunRequest {
-                resume_run_id: Some(run.id.clone()),
-                ..RunRequest::new(session, run.trigger.clone(), kind)
-            };
-            if let Err(refused) = self.start_or_queue(request).await {
-                tracing::warn!(%refused, run_id = %run.id, "the interrupted run was not resumed");
             }
         }
     }

@@ -135,36 +135,8 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     let stream = crate::transport::spawn_into(stream_options, &client, state.clone(), inputs_tx.clone(), stream_cancel);
 
     let (http_addr, http) = if serve_http {
+        let routes = http_routes(&config, &services, mcp_token, inputs_tx.clone());
         let listen: SocketAddr = config.http.listen.parse().context("http.listen is not an address")?;
-        let mut routes = http::routes(metrics.clone(), status.clone());
-        match mcp_token {
-            Some(token) => {
-                let control = Arc::new(control::RuntimeControl {
-                    state: state.clone(),
-                    status: status.clone(),
-                    inputs: inputs_tx.clone(),
-                    client: client.clone(),
-                    tools: services.tools.clone(),
-                    max_tokens_per_day: config.limits.max_tokens_per_day,
-                });
-                let server = crate::mcp::server::McpServer::new(
-                    services.tools.clone(),
-                    client.clone(),
-                    services.prompts.clone(),
-                    config.slug.clone(),
-                )
-                .with_agent(control)
-                .with_shutdown(shutdown.child_token());
-                let security = crate::mcp::server::HttpSecurity::new(
-                    token,
-                    config.mcp.allowed_origins.clone(),
-                    config.mcp.allowed_hosts.clone(),
-                );
-                routes =
-                    routes.nest("/mcp", crate::mcp::server::http_router(server, &security, shutdown.child_token()));
-            }
-            None => tracing::warn!("MCP at /mcp is off: set {} to serve it", config.mcp.token_env),
-        }
         let (addr, handle) = http::serve(listen, routes, shutdown.child_token())
             .await
             .with_context(|| format!("cannot listen on {listen} (http.listen)"))?;
@@ -177,6 +149,42 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     let router = Router::new(services, inputs_tx.clone(), shutdown.clone());
     let router = tokio::spawn(router.run(inputs_rx));
     Ok(AgentHandle { metrics, status, state, http_addr, inputs: inputs_tx, shutdown, router, stream, http, host })
+}
+
+/// `/healthz`, `/readyz`, `/metrics`, and `/mcp` with the running agent when an MCP token is set.
+fn http_routes(
+    config: &Config,
+    services: &RunServices,
+    mcp_token: Option<Secret>,
+    inputs: mpsc::Sender<Input>,
+) -> axum::Router {
+    let routes = http::routes(services.metrics.clone(), services.status.clone());
+    let Some(token) = mcp_token else {
+        tracing::warn!("MCP at /mcp is off: set {} to serve it", config.mcp.token_env);
+        return routes;
+    };
+    let control = Arc::new(control::RuntimeControl {
+        state: services.state.clone(),
+        status: services.status.clone(),
+        inputs,
+        client: services.client.clone(),
+        tools: services.tools.clone(),
+        max_tokens_per_day: config.limits.max_tokens_per_day,
+    });
+    let server = crate::mcp::server::McpServer::new(
+        services.tools.clone(),
+        services.client.clone(),
+        services.prompts.clone(),
+        config.slug.clone(),
+    )
+    .with_agent(control)
+    .with_shutdown(services.shutdown.child_token());
+    let security = crate::mcp::server::HttpSecurity::new(
+        token,
+        config.mcp.allowed_origins.clone(),
+        config.mcp.allowed_hosts.clone(),
+    );
+    routes.nest("/mcp", crate::mcp::server::http_router(server, &security, services.shutdown.child_token()))
 }
 
 fn build_tools(config: &Config, client: &TrackerClient) -> anyhow::Result<crate::tools::registry::Registry> {

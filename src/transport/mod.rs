@@ -45,7 +45,7 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_util::sync::CancellationToken;
 
-use crate::state::State;
+use crate::state::{State, StateError};
 use crate::tracker::TrackerClient;
 use crate::tracker::model::{ClientFrame, Event, EventEnvelope, ReceivedEvent, ServerControl, limits};
 
@@ -135,18 +135,18 @@ pub enum StreamError {
 /// Where the stream reads the resume point from before each `resume`.
 pub trait ResumePosition: Send + Sync + 'static {
     /// The highest seq already processed; the server replays everything after it.
-    fn last_processed_seq(&self) -> BoxFuture<'_, Result<u64, String>>;
+    fn last_processed_seq(&self) -> BoxFuture<'_, Result<u64, StateError>>;
 }
 
 impl ResumePosition for State {
-    fn last_processed_seq(&self) -> BoxFuture<'_, Result<u64, String>> {
-        Box::pin(async move { self.last_seq().await.map_err(|e| e.to_string()) })
+    fn last_processed_seq(&self) -> BoxFuture<'_, Result<u64, StateError>> {
+        Box::pin(self.last_seq())
     }
 }
 
 /// A counter kept by the consumer (tools and tests that keep no database).
 impl ResumePosition for Arc<AtomicU64> {
-    fn last_processed_seq(&self) -> BoxFuture<'_, Result<u64, String>> {
+    fn last_processed_seq(&self) -> BoxFuture<'_, Result<u64, StateError>> {
         let seq = self.load(Ordering::SeqCst);
         Box::pin(async move { Ok(seq) })
     }
@@ -213,25 +213,10 @@ async fn run<T: From<StreamItem>>(
         };
         let reason = match attempt {
             Ok(Ok((socket, _response))) => {
-                tracing::info!(url = %url, "event stream connected");
                 down_reported = false;
-                if deliver(&sender, StreamItem::Status(LinkStatus::Connected), &cancel).await.is_err() {
-                    return Ok(());
-                }
-                let connected_at = Instant::now();
-                let mut delivered_events = false;
-                let end = session(socket, &options, &resume, &sender, &cancel, &mut delivered_events).await;
-                // A connection that passed events on made progress: a link that keeps dropping
-                // while it delivers (a lossy proxy) must not back off towards `max_backoff`.
-                if delivered_events || connected_at.elapsed() >= options.stable_after {
-                    failed_attempts = 0;
-                }
-                match end {
-                    SessionEnd::Cancelled | SessionEnd::ConsumerGone => return Ok(()),
-                    SessionEnd::Lost(reason) => {
-                        tracing::warn!(url = %url, %reason, "event stream disconnected; reconnecting");
-                        reason
-                    }
+                match serve(socket, &options, &url, &resume, &sender, &cancel, &mut failed_attempts).await {
+                    Some(reason) => reason,
+                    None => return Ok(()),
                 }
             }
             Ok(Err(tungstenite::Error::Http(response)))
@@ -269,6 +254,37 @@ async fn run<T: From<StreamItem>>(
         tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
             _ = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+/// Serves one established connection: reports it, runs the session, and resets the backoff if
+/// the connection made progress. Returns why it was lost, or `None` when the stream is to stop
+/// (cancelled, or the consumer is gone).
+async fn serve<T: From<StreamItem>>(
+    socket: Socket,
+    options: &StreamOptions,
+    url: &str,
+    resume: &impl ResumePosition,
+    sender: &mpsc::Sender<T>,
+    cancel: &CancellationToken,
+    failed_attempts: &mut u32,
+) -> Option<String> {
+    tracing::info!(url = %url, "event stream connected");
+    deliver(sender, StreamItem::Status(LinkStatus::Connected), cancel).await.ok()?;
+    let connected_at = Instant::now();
+    let mut delivered_events = false;
+    let end = session(socket, options, resume, sender, cancel, &mut delivered_events).await;
+    // A connection that passed events on made progress: a link that keeps dropping while it
+    // delivers (a lossy proxy) must not back off towards `max_backoff`.
+    if delivered_events || connected_at.elapsed() >= options.stable_after {
+        *failed_attempts = 0;
+    }
+    match end {
+        SessionEnd::Cancelled | SessionEnd::ConsumerGone => None,
+        SessionEnd::Lost(reason) => {
+            tracing::warn!(url = %url, %reason, "event stream disconnected; reconnecting");
+            Some(reason)
         }
     }
 }
@@ -332,7 +348,7 @@ async fn session<T: From<StreamItem>>(
     let (mut outgoing, mut incoming) = socket.split();
     let after_seq = match resume.last_processed_seq().await {
         Ok(seq) => seq,
-        Err(message) => return SessionEnd::Lost(format!("cannot read the resume point: {message}")),
+        Err(error) => return SessionEnd::Lost(format!("cannot read the resume point: {error}")),
     };
     let interval = options.heartbeat_interval;
     let silence_limit = interval * 2;
@@ -367,52 +383,18 @@ async fn session<T: From<StreamItem>>(
                     Some(Err(error)) => break SessionEnd::Lost(describe_read_error(&error, options.max_frame_bytes)),
                     Some(Ok(message)) => message,
                 };
-                match message {
-                    Message::Text(text) => {
-                        let frame = parse_frame(text.as_str());
-                        if let Frame::Numbered { seq, .. } = &frame {
-                            if *seq > next_seq {
-                                break SessionEnd::Lost(format!(
-                                    "event seq {seq} arrived where {next_seq} was due: a frame went missing; resuming"
-                                ));
-                            }
-                            if *seq == next_seq {
-                                next_seq += 1;
-                            }
+                match read_message(message, &mut next_seq, after_seq) {
+                    Ok(Some(item)) => {
+                        let is_event = matches!(item, StreamItem::Event(_));
+                        if let Err(end) = deliver(sender, item, cancel).await {
+                            break end;
                         }
-                        if let Some(item) = frame.into_item() {
-                            if let StreamItem::Status(LinkStatus::CaughtUp { last_seq }) = &item
-                                && *last_seq < after_seq
-                            {
-                                // Seqs only grow, so a log behind our resume point was reset or
-                                // replaced: events numbered up to `after_seq` will not be replayed.
-                                tracing::warn!(
-                                    after_seq,
-                                    server_last_seq = *last_seq,
-                                    "the tracker's event log ends before the last processed seq: was the tracker reset?"
-                                );
-                            }
-                            let is_event = matches!(item, StreamItem::Event(_));
-                            if let Err(end) = deliver(sender, item, cancel).await {
-                                break end;
-                            }
-                            *delivered_events |= is_event;
-                            // Time spent waiting for room in the channel is not the server's silence.
-                            last_heard = Instant::now();
-                        }
+                        *delivered_events |= is_event;
+                        // Time spent waiting for room in the channel is not the server's silence.
+                        last_heard = Instant::now();
                     }
-                    Message::Binary(bytes) => {
-                        tracing::warn!(bytes = bytes.len(), "event stream: skipped a binary frame (the tracker sends text)");
-                    }
-                    Message::Close(frame) => {
-                        let reason = match frame {
-                            Some(frame) => format!("the server closed the connection ({} {})", frame.code, frame.reason),
-                            None => "the server closed the connection".to_string(),
-                        };
-                        break SessionEnd::Lost(reason);
-                    }
-                    // Protocol pings are answered by tungstenite; any frame proves the link alive.
-                    Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
+                    Ok(None) => {}
+                    Err(end) => break end,
                 }
             }
             _ = tokio::time::sleep_until(last_heard + silence_limit) => {
@@ -435,6 +417,49 @@ async fn session<T: From<StreamItem>>(
     end
 }
 
+/// What one message from the server means: an item to pass on, nothing, or the end of the
+/// connection. `next_seq` is the seq due next; it moves as events arrive in order.
+fn read_message(message: Message, next_seq: &mut u64, after_seq: u64) -> Result<Option<StreamItem>, SessionEnd> {
+    match message {
+        Message::Text(text) => {
+            let frame = parse_frame(text.as_str());
+            if let Frame::Numbered { seq, .. } = &frame {
+                if *seq > *next_seq {
+                    return Err(SessionEnd::Lost(format!(
+                        "event seq {seq} arrived where {next_seq} was due: a frame went missing; resuming"
+                    )));
+                }
+                if *seq == *next_seq {
+                    *next_seq += 1;
+                }
+            }
+            let item = frame.into_item();
+            if let Some(StreamItem::Status(LinkStatus::CaughtUp { last_seq })) = &item
+                && *last_seq < after_seq
+            {
+                // Seqs only grow, so a log behind our resume point was reset or replaced: events
+                // numbered up to `after_seq` will not be replayed.
+                tracing::warn!(
+                    after_seq,
+                    server_last_seq = *last_seq,
+                    "the tracker's event log ends before the last processed seq: was the tracker reset?"
+                );
+            }
+            Ok(item)
+        }
+        Message::Binary(bytes) => {
+            tracing::warn!(bytes = bytes.len(), "event stream: skipped a binary frame (the tracker sends text)");
+            Ok(None)
+        }
+        Message::Close(frame) => Err(SessionEnd::Lost(match frame {
+            Some(frame) => format!("the server closed the connection ({} {})", frame.code, frame.reason),
+            None => "the server closed the connection".to_string(),
+        })),
+        // Protocol pings are answered by tungstenite; any frame proves the link alive.
+        Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => Ok(None),
+    }
+}
+
 fn client_frame(frame: &ClientFrame) -> Message {
     // A unit-like enum of plain fields always serializes; the fallback keeps this panic-free.
     Message::text(serde_json::to_string(frame).unwrap_or_else(|_| r#"{"type":"ping"}"#.to_string()))
@@ -450,6 +475,8 @@ fn describe_read_error(error: &tungstenite::Error, max_frame_bytes: usize) -> St
 }
 
 /// One text frame, read once.
+// Short-lived (read and taken apart at once), so the big variant is not boxed; see StreamItem.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Frame {
     /// A frame with a seq: an event, passed on if its name is known and its data well formed
