@@ -113,18 +113,76 @@ pub struct LlmConfig {
     /// The environment variable holding the API key; absent for local servers that need none.
     #[serde(default)]
     pub api_key_env: Option<String>,
+    /// Sent only when set: reasoning models refuse it.
     #[serde(default)]
     pub temperature: Option<f32>,
     #[serde(default)]
     pub max_output_tokens: Option<u32>,
+    /// Which request field carries the output cap: `max_completion_tokens` (OpenAI's current
+    /// name, the default) or `max_tokens` (for servers that read only the older name).
+    #[serde(default)]
+    pub max_tokens_field: MaxTokensField,
+    /// The model's context window in tokens: every request (system prompt, tools, the stored
+    /// session, the current input) is kept within it.
+    #[serde(default = "default_context_tokens")]
+    pub context_tokens: u64,
     /// Timeout of one model request, in milliseconds.
     #[serde(default = "default_llm_timeout_ms")]
     pub timeout_ms: u64,
-    /// Let the model ask for several tool calls in one turn.
-    #[serde(default = "default_true")]
-    pub parallel_tool_calls: bool,
+    /// Whether the model may ask for several tool calls in one turn. Sent only when set (some
+    /// servers refuse the field); `false` is also enforced by picogent itself, for servers that
+    /// ignore it: one call of a turn runs, the others are answered with an error.
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
+    /// What the model costs, per million tokens; with it, runs show their cost and
+    /// `limits.max_cost_per_day` caps the day's spend in money.
+    #[serde(default)]
+    pub price: Option<Price>,
     #[serde(default)]
     pub retry: RetryConfig,
+}
+
+impl LlmConfig {
+    /// `model` at `base_url`, with every other field at its default.
+    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> LlmConfig {
+        LlmConfig {
+            base_url: base_url.into(),
+            model: model.into(),
+            api_key_env: None,
+            temperature: None,
+            max_output_tokens: None,
+            max_tokens_field: MaxTokensField::default(),
+            context_tokens: default_context_tokens(),
+            timeout_ms: default_llm_timeout_ms(),
+            parallel_tool_calls: None,
+            price: None,
+            retry: RetryConfig::default(),
+        }
+    }
+}
+
+/// The request field that carries the output cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MaxTokensField {
+    #[default]
+    MaxCompletionTokens,
+    MaxTokens,
+}
+
+/// A model's price, in any currency, per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub input_per_million: f64,
+    pub output_per_million: f64,
+}
+
+impl Price {
+    /// The cost of `prompt` input and `completion` output tokens.
+    pub fn cost(&self, prompt: u64, completion: u64) -> f64 {
+        (prompt as f64 * self.input_per_million + completion as f64 * self.output_per_million) / 1_000_000.0
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -148,6 +206,15 @@ pub struct Limits {
     pub max_tool_result_bytes: usize,
     /// On SIGINT/SIGTERM, how long running runs may take to finish.
     pub shutdown_grace_ms: u64,
+    /// The same tool with the same arguments this many times in a row is not run again: the
+    /// model is told it repeats itself.
+    pub max_identical_calls: u32,
+    /// The day's spend in money (needs `llm.price`); past it new runs are refused as past
+    /// `max_tokens_per_day`.
+    pub max_cost_per_day: Option<f64>,
+    /// Whether the answer picogent posts for a run ends with a line of what it spent (turns, tool
+    /// calls, tokens, cost).
+    pub spend_footer: bool,
 }
 
 impl Default for Limits {
@@ -162,6 +229,9 @@ impl Default for Limits {
             max_concurrent_runs: 4,
             max_tool_result_bytes: 8 * 1024,
             shutdown_grace_ms: 30_000,
+            max_identical_calls: 3,
+            max_cost_per_day: None,
+            spend_footer: true,
         }
     }
 }
@@ -316,8 +386,10 @@ fn default_tracker_timeout_ms() -> u64 {
 fn default_llm_timeout_ms() -> u64 {
     120_000
 }
-fn default_true() -> bool {
-    true
+/// Large enough for the prompt, the tools and a long session on current models; local servers
+/// with a smaller window set it.
+fn default_context_tokens() -> u64 {
+    32_768
 }
 
 /// Why a configuration could not be loaded. Each says which file and, where it can, which field.
@@ -425,6 +497,22 @@ impl Config {
         {
             return Err(field("llm.temperature", "expected a number from 0 to 2"));
         }
+        if self.llm.context_tokens < 1_024 {
+            return Err(field("llm.context_tokens", "expected the model's context window, at least 1024 tokens"));
+        }
+        if let Some(price) = self.llm.price
+            && !(price.input_per_million >= 0.0 && price.output_per_million >= 0.0)
+        {
+            return Err(field("llm.price", "expected prices of 0 or more per million tokens"));
+        }
+        if let Some(cost) = self.limits.max_cost_per_day {
+            if !(cost > 0.0) {
+                return Err(field("limits.max_cost_per_day", "expected an amount greater than 0"));
+            }
+            if self.llm.price.is_none() {
+                return Err(field("limits.max_cost_per_day", "needs llm.price to count the cost"));
+            }
+        }
         let positive = [
             ("tracker.timeout_ms", self.tracker.timeout_ms),
             ("llm.timeout_ms", self.llm.timeout_ms),
@@ -436,6 +524,7 @@ impl Config {
             ("limits.max_concurrent_runs", self.limits.max_concurrent_runs as u64),
             ("limits.max_tool_result_bytes", self.limits.max_tool_result_bytes as u64),
             ("tracker.retry.max_attempts", self.tracker.retry.max_attempts as u64),
+            ("limits.max_identical_calls", self.limits.max_identical_calls as u64),
             ("llm.retry.max_attempts", self.llm.retry.max_attempts as u64),
         ];
         for (name, value) in positive {

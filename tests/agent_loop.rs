@@ -22,13 +22,10 @@ use tokio_util::sync::CancellationToken;
 
 fn llm_config(url: &str) -> LlmConfig {
     LlmConfig {
-        base_url: url.to_string(),
-        model: "offline-planner".to_string(),
-        api_key_env: None,
         temperature: Some(0.0),
         max_output_tokens: Some(2_000),
         timeout_ms: 10_000,
-        parallel_tool_calls: true,
+        parallel_tool_calls: Some(true),
         retry: RetryConfig {
             max_attempts: 5,
             initial_delay_ms: 10,
@@ -36,6 +33,7 @@ fn llm_config(url: &str) -> LlmConfig {
             max_elapsed_ms: 10_000,
             jitter: false,
         },
+        ..LlmConfig::new(url, "offline-planner")
     }
 }
 

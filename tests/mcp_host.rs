@@ -568,14 +568,11 @@ async fn the_agent_loop_calls_an_mcp_tool_with_the_scripted_offline_model() {
     let script = Script::from_file(&root().join("fixtures/mcp/time_call.json")).unwrap();
     let model = offline_model::start(OfflineModelOptions::script(script)).await.unwrap();
     let llm = LlmConfig {
-        base_url: model.url(),
-        model: "offline-script".to_string(),
-        api_key_env: None,
         temperature: Some(0.0),
         max_output_tokens: Some(2_000),
         timeout_ms: 10_000,
-        parallel_tool_calls: true,
-        retry: RetryConfig::default(),
+        parallel_tool_calls: Some(true),
+        ..LlmConfig::new(model.url(), "offline-script")
     };
     let chat = OpenAiChat::new(&llm, None).unwrap();
     let host: Arc<dyn ToolSource> = Arc::new(start(vec![("time", time_server(false))], dir.path(), 8192).await);

@@ -150,10 +150,59 @@ pub enum LlmError {
     BadResponse { message: String },
     #[error("the conversation is longer than the model's context window: {message}")]
     ContextLength { message: String },
+    #[error("the model server refused the API key ({status}): {message}")]
+    Unauthorized { status: u16, message: String },
+    #[error("the model server does not know the model (404): {message}")]
+    ModelNotFound { message: String },
+    #[error("the model server refused the parameter `{parameter}` ({status}): {message}")]
+    ParameterRefused { status: u16, parameter: String, message: String },
+    #[error("the model does not support tool calls: {message}")]
+    ToolsUnsupported { message: String },
     #[error("the model server refused the request ({status}): {message}")]
     Rejected { status: u16, message: String },
     #[error("the model client is misconfigured: {message}")]
     Config { message: String },
+}
+
+impl LlmError {
+    /// What kind of failure this is, for the run record and the notice people read.
+    pub fn kind(&self) -> ModelFailure {
+        match self {
+            LlmError::RateLimited { .. } => ModelFailure::RateLimited,
+            LlmError::Server { .. } | LlmError::BadResponse { .. } => ModelFailure::ServerError,
+            LlmError::Timeout { .. } => ModelFailure::Timeout,
+            LlmError::Connection { .. } => ModelFailure::Unreachable,
+            LlmError::ContextLength { .. } => ModelFailure::ContextLength,
+            LlmError::Unauthorized { .. } => ModelFailure::Unauthorized,
+            LlmError::ModelNotFound { .. } => ModelFailure::ModelNotFound,
+            LlmError::ParameterRefused { parameter, .. } => {
+                ModelFailure::ParameterRefused { parameter: parameter.clone() }
+            }
+            LlmError::ToolsUnsupported { .. } => ModelFailure::ToolsUnsupported,
+            LlmError::Rejected { .. } | LlmError::Config { .. } => ModelFailure::Rejected,
+        }
+    }
+}
+
+/// Why the model service failed a run, in the terms of what a person can do about it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ModelFailure {
+    /// No connection to `llm.base_url`.
+    Unreachable,
+    Timeout,
+    /// 401 or 403: the key in `llm.api_key_env` was refused.
+    Unauthorized,
+    /// 404: the server does not serve `llm.model`.
+    ModelNotFound,
+    /// A 400 naming a request parameter.
+    ParameterRefused { parameter: String },
+    ToolsUnsupported,
+    ContextLength,
+    RateLimited,
+    ServerError,
+    /// Another refusal (4xx).
+    Rejected,
 }
 
 impl Retryable for LlmError {
@@ -166,7 +215,13 @@ impl Retryable for LlmError {
             | LlmError::Timeout { .. }
             | LlmError::Connection { .. }
             | LlmError::BadResponse { .. } => RetryDecision::Retry,
-            LlmError::ContextLength { .. } | LlmError::Rejected { .. } | LlmError::Config { .. } => RetryDecision::Stop,
+            LlmError::ContextLength { .. }
+            | LlmError::Unauthorized { .. }
+            | LlmError::ModelNotFound { .. }
+            | LlmError::ParameterRefused { .. }
+            | LlmError::ToolsUnsupported { .. }
+            | LlmError::Rejected { .. }
+            | LlmError::Config { .. } => RetryDecision::Stop,
         }
     }
 }
@@ -176,6 +231,33 @@ impl Retryable for LlmError {
 pub trait ChatModel: Send + Sync {
     /// Sends one request, retrying transient failures with the project's retry policy.
     fn complete<'a>(&'a self, request: &'a ChatRequest<'a>) -> BoxFuture<'a, Result<ChatResponse, LlmError>>;
+}
+
+/// The answer without the model's reasoning: `<think>…</think>` blocks (and a block cut off by
+/// the output cap, open to the end) are removed. Reasoning is neither posted to the board nor fed
+/// back as the assistant's text; servers that send it apart (`reasoning_content`) are not read.
+pub fn strip_reasoning(text: &str) -> String {
+    const OPEN: &str = "<think>";
+    const CLOSE: &str = "</think>";
+    let mut kept = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find(OPEN) {
+        kept.push_str(&rest[..start]);
+        match rest[start..].find(CLOSE) {
+            Some(end) => rest = &rest[start + end + CLOSE.len()..],
+            None => {
+                rest = "";
+                break;
+            }
+        }
+    }
+    kept.push_str(rest);
+    // A server that puts the opening tag in the template leaves only the closing one.
+    let kept = match kept.find(CLOSE) {
+        Some(end) => kept[end + CLOSE.len()..].to_string(),
+        None => kept,
+    };
+    kept.trim().to_string()
 }
 
 /// Tokens of `text` in the o200k encoding.
@@ -425,6 +507,20 @@ mod tests {
         }
         counter.reset();
         assert_eq!(counter.estimate(&messages), estimate_prompt_tokens(&messages, &tools));
+    }
+
+    #[test]
+    fn reasoning_is_stripped() {
+        let cases = [
+            ("<think>let me see</think>There are 3 open tasks.", "There are 3 open tasks."),
+            ("Before <think>a</think>middle<think>b</think> after", "Before middle after"),
+            ("<think>cut off at the output cap", ""),
+            ("reasoning the template opened</think>\n\nThe answer.", "The answer."),
+            ("No reasoning here.", "No reasoning here."),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(strip_reasoning(text), expected, "{text:?}");
+        }
     }
 
     #[test]

@@ -20,7 +20,9 @@ use async_openai::types::chat::{
 use futures::future::BoxFuture;
 
 use super::{ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Message, ToolCall, ToolSpec, Usage};
-use crate::config::LlmConfig;
+#[cfg(test)]
+use super::ModelFailure;
+use crate::config::{LlmConfig, MaxTokensField};
 use crate::retry::{RetryConfig, parse_retry_after, with_retry};
 use crate::secret::Secret;
 
@@ -39,8 +41,9 @@ pub struct OpenAiChat {
     temperature: Option<f32>,
     /// The configured cap; the loop may ask for less.
     max_output_tokens: Option<u32>,
+    max_tokens_field: MaxTokensField,
     timeout_ms: u64,
-    parallel_tool_calls: bool,
+    parallel_tool_calls: Option<bool>,
     retry: RetryConfig,
 }
 
@@ -67,6 +70,7 @@ impl OpenAiChat {
             api_key,
             temperature: config.temperature,
             max_output_tokens: config.max_output_tokens,
+            max_tokens_field: config.max_tokens_field,
             timeout_ms: config.timeout_ms,
             parallel_tool_calls: config.parallel_tool_calls,
             retry: config.retry.clone(),
@@ -119,14 +123,22 @@ impl OpenAiChat {
         let configured = self.max_output_tokens.unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS);
         let max_output_tokens = Some(request.max_output_tokens.map_or(configured, |asked| configured.min(asked)));
         let has_tools = !request.tools.is_empty();
+        // Only what is configured is sent: servers refuse fields they do not know (and some
+        // refuse `parallel_tool_calls` without tools), reasoning models refuse `temperature`.
+        #[allow(deprecated)] // `max_tokens` is deprecated by OpenAI but the only name some servers read
+        let (max_completion_tokens, max_tokens) = match self.max_tokens_field {
+            MaxTokensField::MaxCompletionTokens => (max_output_tokens, None),
+            MaxTokensField::MaxTokens => (None, max_output_tokens),
+        };
+        #[allow(deprecated)]
         CreateChatCompletionRequest {
             model: self.model.clone(),
             messages: request.messages.iter().map(wire_message).collect(),
             tools: None,
-            // Some servers refuse `parallel_tool_calls` without tools.
-            parallel_tool_calls: has_tools.then_some(self.parallel_tool_calls),
+            parallel_tool_calls: self.parallel_tool_calls.filter(|_| has_tools),
             temperature: self.temperature,
-            max_completion_tokens: max_output_tokens,
+            max_completion_tokens,
+            max_tokens,
             ..Default::default()
         }
     }
@@ -186,32 +198,81 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     message
 }
 
+/// A failed answer's body as servers send it: OpenAI's `{"error": {"message", "type", "code",
+/// "param"}}`, where llama.cpp sends a numeric `code` and others a bare string or HTML.
+struct ErrorBody {
+    code: String,
+    kind: String,
+    param: Option<String>,
+    message: String,
+}
+
+impl ErrorBody {
+    fn parse(body: &[u8]) -> ErrorBody {
+        let value: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+        let error = value.get("error").unwrap_or(&value);
+        let text = |key: &str| match error.get(key) {
+            Some(serde_json::Value::String(text)) => Some(text.clone()),
+            Some(serde_json::Value::Number(number)) => Some(number.to_string()),
+            _ => None,
+        };
+        let message = match (text("message"), error.as_str()) {
+            (Some(message), _) => message,
+            (None, Some(message)) => message.to_string(),
+            (None, None) => String::from_utf8_lossy(&body[..body.len().min(500)]).trim().to_string(),
+        };
+        ErrorBody {
+            code: text("code").unwrap_or_default(),
+            kind: text("type").unwrap_or_default(),
+            param: text("param").filter(|param| !param.is_empty()),
+            message,
+        }
+    }
+}
+
+/// The request fields picogent may send, as a 400 about one of them names it.
+const REQUEST_FIELDS: [&str; 7] =
+    ["parallel_tool_calls", "max_completion_tokens", "max_tokens", "temperature", "tool_choice", "stream", "tools"];
+
 /// Maps a failed HTTP answer to the error the caller acts on. The context-length check reads the
-/// error `code` first and the message only as a fallback, because servers other than OpenAI
-/// (llama.cpp, vLLM, Ollama) send no code, only a sentence about the context.
+/// error `code` and `type` first and the message only as a fallback, because servers other than
+/// OpenAI (llama.cpp, vLLM, Ollama) often send no code, only a sentence about the context.
 fn classify_error(status: u16, retry_after: Option<Duration>, body: &[u8]) -> LlmError {
-    let parsed: Option<async_openai::error::WrappedError> = serde_json::from_slice(body).ok();
-    let (code, message) = match parsed {
-        Some(wrapped) => (wrapped.error.code.unwrap_or_default(), wrapped.error.message),
-        None => (String::new(), String::from_utf8_lossy(&body[..body.len().min(500)]).trim().to_string()),
-    };
+    let ErrorBody { code, kind, param, message } = ErrorBody::parse(body);
+    let lower = message.to_lowercase();
     match status {
         // Out of credit is a 429 too, but waiting does not help.
         429 if code == "insufficient_quota" => LlmError::Rejected { status, message },
         429 => LlmError::RateLimited { retry_after, message },
         500..=599 => LlmError::Server { status, retry_after, message },
-        400 | 413 if code == "context_length_exceeded" || mentions_context_length(&message) => {
-            LlmError::ContextLength { message }
-        }
         // A server-side request timeout: as transient as a 5xx.
         408 => LlmError::Server { status, retry_after, message },
+        400 | 413
+            if code == "context_length_exceeded"
+                || kind == "exceed_context_size_error"
+                || mentions_context_length(&lower) =>
+        {
+            LlmError::ContextLength { message }
+        }
+        401 | 403 => LlmError::Unauthorized { status, message },
+        404 => LlmError::ModelNotFound { message },
+        400 | 422 if mentions_tools_unsupported(&lower) => LlmError::ToolsUnsupported { message },
+        400 | 422 => match param.or_else(|| REQUEST_FIELDS.iter().find(|f| lower.contains(*f)).map(|f| f.to_string())) {
+            Some(parameter) => LlmError::ParameterRefused { status, parameter, message },
+            None => LlmError::Rejected { status, message },
+        },
         _ => LlmError::Rejected { status, message },
     }
 }
 
-fn mentions_context_length(message: &str) -> bool {
-    let lower = message.to_lowercase();
-    ["context length", "context_length", "context window", "maximum context", "too many tokens"]
+fn mentions_context_length(lower: &str) -> bool {
+    ["context length", "context_length", "context window", "context size", "maximum context", "too many tokens"]
+        .iter()
+        .any(|needle| lower.contains(needle))
+}
+
+fn mentions_tools_unsupported(lower: &str) -> bool {
+    ["does not support tools", "tools are not supported", "tool use is not supported", "does not support tool"]
         .iter()
         .any(|needle| lower.contains(needle))
 }
@@ -314,7 +375,8 @@ fn from_wire_response(
             }
         }
     };
-    Ok(ChatResponse { content: message.content, tool_calls, refusal: message.refusal, finish_reason, usage })
+    let content = message.content.map(|text| super::strip_reasoning(&text));
+    Ok(ChatResponse { content, tool_calls, refusal: message.refusal, finish_reason, usage })
 }
 
 #[cfg(test)]
@@ -333,14 +395,10 @@ mod tests {
 
     fn config(max_output_tokens: Option<u32>) -> LlmConfig {
         LlmConfig {
-            base_url: "http://127.0.0.1:1/v1/".to_string(),
-            model: "m".to_string(),
-            api_key_env: None,
-            temperature: None,
             max_output_tokens,
             timeout_ms: 1_000,
-            parallel_tool_calls: false,
-            retry: RetryConfig::default(),
+            parallel_tool_calls: Some(false),
+            ..LlmConfig::new("http://127.0.0.1:1/v1/", "m")
         }
     }
 
@@ -390,6 +448,66 @@ mod tests {
         let huge = ChatRequest { max_output_tokens: Some(60_000), ..without_tools };
         let wire = serde_json::to_value(unconfigured.wire_request(&huge)).unwrap();
         assert_eq!(wire["max_completion_tokens"], DEFAULT_MAX_OUTPUT_TOKENS);
+    }
+
+    #[test]
+    fn sends_only_what_is_configured() {
+        let tool = ToolSpec { name: "get_task".into(), description: "d".into(), parameters: Default::default() };
+        let messages = vec![Message::user("u")];
+        let tools = vec![tool];
+        let request = ChatRequest { messages: &messages, tools: &tools, max_output_tokens: Some(200) };
+        let mut unset = config(None);
+        unset.parallel_tool_calls = None;
+        let wire: serde_json::Value =
+            serde_json::from_slice(&OpenAiChat::new(&unset, None).unwrap().wire_body(&request).unwrap()).unwrap();
+        assert!(wire.get("parallel_tool_calls").is_none() && wire.get("temperature").is_none(), "{wire}");
+        assert_eq!(wire["max_completion_tokens"], 200);
+        assert!(wire.get("max_tokens").is_none());
+        let mut old_name = config(None);
+        old_name.max_tokens_field = MaxTokensField::MaxTokens;
+        old_name.temperature = Some(0.5);
+        let wire: serde_json::Value =
+            serde_json::from_slice(&OpenAiChat::new(&old_name, None).unwrap().wire_body(&request).unwrap()).unwrap();
+        assert_eq!(wire["max_tokens"], 200);
+        assert!(wire.get("max_completion_tokens").is_none());
+        assert_eq!(wire["temperature"], 0.5);
+    }
+
+    #[test]
+    fn classifies_what_the_user_must_fix() {
+        let cases: [(u16, &[u8], ModelFailure); 9] = [
+            (401, br#"{"error": {"message": "Incorrect API key provided"}}"#, ModelFailure::Unauthorized),
+            (403, b"forbidden", ModelFailure::Unauthorized),
+            (404, br#"{"error": {"message": "The model `gpt-9` does not exist"}}"#, ModelFailure::ModelNotFound),
+            (
+                400,
+                br#"{"error": {"message": "Unsupported value: 'temperature' does not support 0.2", "param": "temperature"}}"#,
+                ModelFailure::ParameterRefused { parameter: "temperature".into() },
+            ),
+            (
+                400,
+                br#"{"detail": "unknown field parallel_tool_calls"}"#,
+                ModelFailure::ParameterRefused { parameter: "parallel_tool_calls".into() },
+            ),
+            (
+                400,
+                br#"{"error": {"message": "registry.ollama.ai/library/gemma:2b does not support tools"}}"#,
+                ModelFailure::ToolsUnsupported,
+            ),
+            (
+                400,
+                br#"{"error":{"code":400,"message":"request (2115 tokens) exceeds the available context size (2048 tokens), try increasing it","type":"exceed_context_size_error"}}"#,
+                ModelFailure::ContextLength,
+            ),
+            (400, br#"{"error": {"message": "bad request"}}"#, ModelFailure::Rejected),
+            (502, b"<html>bad gateway</html>", ModelFailure::ServerError),
+        ];
+        for (status, body, expected) in cases {
+            let error = classify_error(status, None, body);
+            assert_eq!(error.kind(), expected, "{status} {}", String::from_utf8_lossy(body));
+        }
+        let error = classify_error(400, None, br#"{"error":{"code":400,"message":"the context size","type":"x"}}"#);
+        assert!(error.to_string().contains("context size"), "{error}");
     }
 
     #[test]
