@@ -10,6 +10,7 @@
 //!   to the error code of the peer's era, so this module raises `resource_not_found` only;
 //! - over HTTP nothing is served without the bearer token, and `Host`/`Origin` are checked
 //!   (loopback always allowed); the token is compared in constant time and never logged;
+//! - the transports are rmcp's own: its stdio transport, its Streamable HTTP service;
 //! - on stdio nothing but protocol goes to stdout (logs go to stderr, see `cli::init_logging`).
 
 use std::borrow::Cow;
@@ -999,17 +1000,13 @@ pub async fn serve_http(
         .map_err(|e| McpServerError::Transport { message: e.to_string() })
 }
 
-/// Serves one client on stdin/stdout until it disconnects or `cancel` fires.
-///
-/// When stdin and stdout are pipes (as MCP hosts launch servers) they are read and written on the
-/// runtime's own reactor; Tokio's `stdin()`/`stdout()` would hand every read and write to a
-/// blocking-pool thread and back, which cost more than answering `tools/list` itself. Anything
-/// else (a terminal, a file) falls back to those blocking handles. The `tools/list` answer is
-/// serialised once while the list stays the same (see [`super::stdio`]).
+/// Serves one client on stdin/stdout until it disconnects or `cancel` fires, on rmcp's stdio
+/// transport: when both are pipes (as MCP hosts launch servers) they are read and written on the
+/// runtime's own reactor rather than through blocking-pool threads.
 pub async fn serve_stdio(server: McpServer, cancel: CancellationToken) -> Result<(), McpServerError> {
     let server = server.with_shutdown(cancel.clone());
     let running = server
-        .serve_with_ct(super::stdio::stdio(), cancel)
+        .serve_with_ct(rmcp::transport::stdio_pipes(), cancel)
         .await
         .map_err(|e| McpServerError::Transport { message: e.to_string() })?;
     running.waiting().await.map_err(|e| McpServerError::Transport { message: e.to_string() })?;
