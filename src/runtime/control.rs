@@ -4,14 +4,13 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
-use crate::mcp::server::{AgentControl, AgentControlError, StartRun};
+use crate::mcp::server::{AgentControl, AgentControlError, AgentStatus, RunResult, RunSummary, StartRun};
 use crate::router::Input;
-use crate::session::SessionKey;
 use crate::runtime::run::{RunKind, RunRequest, StoredRun, timeline_lines};
 use crate::runtime::status::StatusBoard;
+use crate::session::SessionKey;
 use crate::state::State;
 use crate::tools::ToolSource;
 use crate::tracker::TrackerClient;
@@ -25,23 +24,23 @@ pub struct RuntimeControl {
     pub max_tokens_per_day: u64,
 }
 
-fn run_summary(run: &crate::state::RunRecord) -> Value {
-    json!({
-        "id": run.id,
-        "session": run.session_key,
-        "trigger": run.trigger,
-        "status": run.status.as_str(),
-        "turns": run.turns,
-        "tool_calls": run.tool_calls,
-        "prompt_tokens": run.prompt_tokens,
-        "completion_tokens": run.completion_tokens,
-        "model_duration_ms": run.model_duration_ms,
-        "tool_duration_ms": run.tool_duration_ms,
-        "outcome": run.outcome,
-        "error": run.error,
-        "started_at": run.started_at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default(),
-        "finished_at": run.finished_at.and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok()),
-    })
+fn run_summary(run: &crate::state::RunRecord) -> RunSummary {
+    RunSummary {
+        id: run.id.clone(),
+        session: run.session_key.clone(),
+        trigger: run.trigger.clone(),
+        status: run.status,
+        turns: run.turns,
+        tool_calls: run.tool_calls,
+        prompt_tokens: run.prompt_tokens,
+        completion_tokens: run.completion_tokens,
+        model_duration_ms: run.model_duration_ms,
+        tool_duration_ms: run.tool_duration_ms,
+        outcome: run.outcome.clone(),
+        error: run.error.clone(),
+        started_at: run.started_at,
+        finished_at: run.finished_at,
+    }
 }
 
 impl RuntimeControl {
@@ -55,25 +54,25 @@ impl RuntimeControl {
 }
 
 impl AgentControl for RuntimeControl {
-    fn status(&self) -> BoxFuture<'_, Value> {
+    fn status(&self) -> BoxFuture<'_, AgentStatus> {
         Box::pin(async move {
             let used = self.state.tokens_today().await.unwrap_or(0);
-            json!({
-                "connected": self.status.connected(),
-                "caught_up": self.status.caught_up(),
-                "active_runs": self.status.active_runs(),
-                "tokens_today": used,
-                "max_tokens_per_day": self.max_tokens_per_day,
-                "tools": self.tools.tools().iter().map(|t| t.name.to_string()).collect::<Vec<_>>(),
-            })
+            AgentStatus {
+                connected: self.status.connected(),
+                caught_up: self.status.caught_up(),
+                active_runs: self.status.active_runs(),
+                tokens_today: used,
+                max_tokens_per_day: self.max_tokens_per_day,
+                tools: self.tools.tools().iter().map(|t| t.name.to_string()).collect(),
+            }
         })
     }
 
-    fn list_runs(&self) -> BoxFuture<'_, Vec<Value>> {
+    fn list_runs(&self) -> BoxFuture<'_, Vec<RunSummary>> {
         Box::pin(async move { self.state.list_runs(100).await.unwrap_or_default().iter().map(run_summary).collect() })
     }
 
-    fn get_run<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Value, AgentControlError>> {
+    fn get_run<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<RunSummary, AgentControlError>> {
         Box::pin(async move { Ok(run_summary(&self.run(run_id).await?)) })
     }
 
@@ -92,19 +91,19 @@ impl AgentControl for RuntimeControl {
         })
     }
 
-    fn run_result<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Value, AgentControlError>> {
+    fn run_result<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<RunResult, AgentControlError>> {
         Box::pin(async move {
             let run = self.run(run_id).await?;
             let stored = run.record.clone().and_then(|r| serde_json::from_value::<StoredRun>(r).ok());
             let record = stored.and_then(|s| s.record);
-            Ok(json!({
-                "id": run.id,
-                "status": run.status.as_str(),
-                "finished": run.finished_at.is_some(),
-                "outcome": record.as_ref().map(|r| r.outcome),
-                "final_message": record.as_ref().map(|r| r.final_message.clone()).or(run.outcome.clone()),
-                "error": run.error,
-            }))
+            Ok(RunResult {
+                id: run.id,
+                status: run.status,
+                finished: run.finished_at.is_some(),
+                outcome: record.as_ref().map(|r| r.outcome),
+                final_message: record.map(|r| r.final_message).or(run.outcome),
+                error: run.error,
+            })
         })
     }
 
@@ -121,11 +120,9 @@ impl AgentControl for RuntimeControl {
                     let assigned_by = task.created_by.clone();
                     (SessionKey::Task(task.id.clone()), RunKind::Task { task: Box::new(task), assigned_by }, trigger)
                 }
-                StartRun::Prompt { prompt } => (
-                    SessionKey::new_prompt(),
-                    RunKind::Prompt { text: prompt },
-                    "start_run prompt".to_string(),
-                ),
+                StartRun::Prompt { prompt } => {
+                    (SessionKey::new_prompt(), RunKind::Prompt { text: prompt }, "start_run prompt".to_string())
+                }
             };
             let request = RunRequest::new(session, trigger, kind);
             let (reply, answer) = oneshot::channel();

@@ -38,7 +38,7 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-pub use control::{AgentControl, AgentControlError, StartRun};
+pub use control::{AgentControl, AgentControlError, AgentStatus, RunResult, RunSummary, StartRun};
 pub use http::{HttpSecurity, check_listen_address, http_router, serve_http};
 
 use crate::prompts::Prompts;

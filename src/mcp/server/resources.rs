@@ -14,7 +14,7 @@ use rmcp::model::{
     CacheScope, ListResourceTemplatesResult, ListResourcesResult, ReadResourceResult, Resource, ResourceContents,
     ResourceTemplate,
 };
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::{AgentControlError, JSON_MIME, McpServer, STATIC_LIST_TTL_MS};
 use crate::tracker::TrackerError;
@@ -42,13 +42,11 @@ impl McpServer {
                     .with_mime_type(JSON_MIME),
             );
             for run in agent.list_runs().await {
-                if let Some(run_id) = run.get("id").and_then(Value::as_str) {
-                    resources.push(
-                        Resource::new(format!("run://{run_id}"), format!("run-{run_id}"))
-                            .with_title(format!("Run {run_id}"))
-                            .with_mime_type(JSON_MIME),
-                    );
-                }
+                resources.push(
+                    Resource::new(format!("run://{}", run.id), format!("run-{}", run.id))
+                        .with_title(format!("Run {}", run.id))
+                        .with_mime_type(JSON_MIME),
+                );
             }
         }
         // Runs come and go, so with an agent the list is never cached.
@@ -145,10 +143,12 @@ impl McpServer {
             other => ErrorData::internal_error(format!("cannot read {uri}: {other}"), None),
         };
         match resource {
-            ResourceUri::AgentStatus => json_contents(uri, &agent.status().await),
-            ResourceUri::RunList => json_contents(uri, &agent.list_runs().await),
-            ResourceUri::Run(run_id) => json_contents(uri, &agent.get_run(&run_id).await.map_err(missing)?),
-            ResourceUri::RunResult(run_id) => json_contents(uri, &agent.run_result(&run_id).await.map_err(missing)?),
+            ResourceUri::AgentStatus => sorted_json_contents(uri, &agent.status().await),
+            ResourceUri::RunList => sorted_json_contents(uri, &agent.list_runs().await),
+            ResourceUri::Run(run_id) => sorted_json_contents(uri, &agent.get_run(&run_id).await.map_err(missing)?),
+            ResourceUri::RunResult(run_id) => {
+                sorted_json_contents(uri, &agent.run_result(&run_id).await.map_err(missing)?)
+            }
             ResourceUri::RunLog(run_id) => {
                 let text = agent.run_log(&run_id).await.map_err(missing)?;
                 Ok(ResourceContents::TextResourceContents {
@@ -217,6 +217,14 @@ fn json_contents(uri: &str, value: &impl serde::Serialize) -> Result<ResourceCon
         text,
         meta: None,
     })
+}
+
+/// [`json_contents`] with every object's fields in name order, as `report_run` lists the same
+/// records (through a `serde_json::Value`), so the two views of a run read alike.
+fn sorted_json_contents(uri: &str, value: &impl serde::Serialize) -> Result<ResourceContents, ErrorData> {
+    let value = serde_json::to_value(value)
+        .map_err(|e| ErrorData::internal_error(format!("cannot encode {uri}: {e}"), None))?;
+    json_contents(uri, &value)
 }
 
 #[cfg(test)]
