@@ -24,13 +24,13 @@ use crate::config::Config;
 use crate::runtime::metrics::Metrics;
 use crate::runtime::run::{RunDone, RunEnd, RunKind, RunRequest, RunServices};
 use crate::runtime::status::StatusBoard;
+use crate::session::SessionKey;
 use crate::state::{ClaimKind, State};
 use crate::tracker::TrackerClient;
 use crate::tracker::model::{
     Event, EventEnvelope, MemberKind, MessageOut, MessageQuery, SendMessage, TaskOut, TaskQuery, TaskStatus, UpdateTask,
 };
 use crate::transport::{LinkStatus, StreamItem};
-use crate::session::SessionKey;
 use filter::{MessageFacts, MessageFate};
 
 /// A task run's prompt reads sent ahead (`run::prefetch_task_reads`).

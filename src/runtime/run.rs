@@ -10,9 +10,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::prompts::{MessageNewVars, MessageView, Prompts, SystemVars, TaskAssignedVars, TaskView};
-use crate::session::SessionKey;
 use crate::runtime::metrics::Metrics;
 use crate::runtime::status::StatusBoard;
+use crate::session::SessionKey;
 use crate::state::State;
 use crate::tools::ToolSource;
 use crate::tracker::TrackerClient;
