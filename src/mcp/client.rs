@@ -1,5 +1,5 @@
 //! One external MCP server: a supervisor task that keeps it connected, its lists, and the calls
-//! made to it. Opening the transport and the handshake are in [`connect`].
+//! made to it. Opening the transport and the handshake are in `client/connect.rs`.
 //!
 //! Invariants:
 //! - the supervisor owns the connection; callers only borrow its `Peer`, so a server that exits

@@ -3,8 +3,8 @@
 //! runtime's listener).
 //!
 //! This file holds [`McpServer`] and its rmcp handler, which answers each request by delegating
-//! to the module for it: [`tools`] (progress, the agent's tools), [`resources`], [`prompts`],
-//! [`control`] (the running agent, [`AgentControl`]) and [`http`] (Streamable HTTP and its auth).
+//! to the file for it: `tools.rs` (progress, the agent's tools), `resources.rs`, `prompts.rs`,
+//! `control.rs` (the running agent, [`AgentControl`]) and `http.rs` (Streamable HTTP and its auth).
 //!
 //! Invariants:
 //! - tools are the [`ToolSource`]'s own definitions and results, passed through unchanged; a tool
