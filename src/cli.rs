@@ -4,7 +4,6 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-
 use std::sync::Arc;
 
 use anyhow::Context;
