@@ -4,8 +4,18 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::mcp::server::{self as mcp, McpServer};
+use crate::prompts::Prompts;
+use crate::secret::Secret;
+use crate::tools::ToolSource;
+use crate::tracker::TrackerClient;
 
 #[derive(Debug, Parser)]
 #[command(name = "picogent", version, about = "A team agent for the Team Board task tracker")]
@@ -167,10 +177,10 @@ pub fn main(cli: Cli) -> ExitCode {
             Command::Board { listen, db, seed } => crate::board::run_cli(listen, db, seed).await,
             Command::Mcp { stdio: _, http, config } => {
                 let listen = match http {
-                    Some(addr) => crate::mcp::server::Listen::Http(addr),
-                    None => crate::mcp::server::Listen::Stdio,
+                    Some(addr) => McpListen::Http(addr),
+                    None => McpListen::Stdio,
                 };
-                crate::mcp::server::run_cli(config, listen, |config, tracker| {
+                serve_mcp(config, listen, |config, tracker| {
                     let registry = crate::tools::Registry::new(
                         tracker.clone(),
                         &config.tools,
@@ -201,6 +211,53 @@ pub fn main(cli: Cli) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// How `picogent mcp` talks to its client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum McpListen {
+    Stdio,
+    Http(SocketAddr),
+}
+
+/// `picogent mcp`: serves the tools `tools` builds, the tracker's resources and the prompt
+/// templates of `prompts_dir`, until the client disconnects (stdio) or Ctrl-C.
+async fn serve_mcp(
+    config_path: PathBuf,
+    listen: McpListen,
+    tools: impl FnOnce(&Config, &TrackerClient) -> anyhow::Result<Arc<dyn ToolSource>>,
+) -> anyhow::Result<ExitCode> {
+    let config = Config::load(&config_path)?;
+    let token = Secret::from_env(&config.tracker.token_env).context("tracker.token_env")?;
+    let tracker = TrackerClient::new(&config.tracker, token).context("cannot build the tracker client")?;
+    let tools = tools(&config, &tracker)?;
+    let prompts = Prompts::load(&config.prompts_dir).context("cannot load the prompt templates")?;
+    let server = McpServer::new(tools, tracker, Arc::new(prompts), config.slug.clone());
+    let cancel = CancellationToken::new();
+    tokio::spawn({
+        let cancel = cancel.clone();
+        async move {
+            let _ = tokio::signal::ctrl_c().await;
+            cancel.cancel();
+        }
+    });
+    match listen {
+        McpListen::Stdio => {
+            tracing::info!("serving MCP on stdio");
+            mcp::serve_stdio(server, cancel).await?;
+        }
+        McpListen::Http(addr) => {
+            mcp::check_listen_address(addr, &config.mcp)?;
+            let security = mcp::HttpSecurity::from_config(&config.mcp)?;
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| mcp::McpServerError::Bind { addr, source })?;
+            let local = listener.local_addr().map_err(|source| mcp::McpServerError::Bind { addr, source })?;
+            tracing::info!(url = %format!("http://{local}/mcp"), "serving MCP over Streamable HTTP");
+            mcp::serve_http(server, listener, &security, cancel).await?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `picogent tools list`: the definitions, optionally under a config's policy, with token counts.

@@ -17,10 +17,13 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use picogent::board::{self, BoardHandle, BoardOptions};
 use picogent::config::TrackerConfig;
-use picogent::mcp::server::{self as mcp, AgentControl, AgentControlError, HttpSecurity, McpServer, StartRun};
+use picogent::mcp::server::{
+    self as mcp, AgentControl, AgentControlError, AgentStatus, HttpSecurity, McpServer, RunResult, RunSummary, StartRun,
+};
 use picogent::prompts::Prompts;
 use picogent::retry::RetryConfig;
 use picogent::secret::Secret;
+use picogent::state::RunStatus;
 use picogent::tools::{Registry, ToolContext, ToolSource};
 use picogent::tracker::TrackerClient;
 use picogent::tracker::model::{CreateTask, SendMessage};
@@ -572,7 +575,7 @@ async fn mcp_inspector_cli_lists_tools_and_calls_one() {
 
 /// Runs kept in memory; each start or stop fires the change channel, as the runtime's will.
 struct TestAgent {
-    runs: Mutex<BTreeMap<String, Value>>,
+    runs: Mutex<BTreeMap<String, RunSummary>>,
     changes: broadcast::Sender<()>,
 }
 
@@ -594,18 +597,47 @@ impl TestAgent {
     }
 }
 
+/// A run just started, every count zero.
+fn started_run(run_id: &str, trigger: String) -> RunSummary {
+    RunSummary {
+        id: run_id.to_string(),
+        session: format!("session-{run_id}"),
+        trigger,
+        status: RunStatus::Running,
+        turns: 0,
+        tool_calls: 0,
+        prompt_tokens: 0,
+        completion_tokens: 0,
+        model_duration_ms: 0,
+        tool_duration_ms: 0,
+        outcome: None,
+        error: None,
+        started_at: time::OffsetDateTime::now_utc(),
+        finished_at: None,
+    }
+}
+
 impl AgentControl for TestAgent {
-    fn status(&self) -> BoxFuture<'_, Value> {
-        let running = self.runs.lock().unwrap().values().filter(|run| run["status"] == "running").count();
-        Box::pin(async move { json!({ "connected": true, "runs_in_flight": running }) })
+    fn status(&self) -> BoxFuture<'_, AgentStatus> {
+        let running = self.runs.lock().unwrap().values().filter(|run| run.status == RunStatus::Running).count();
+        Box::pin(async move {
+            AgentStatus {
+                connected: true,
+                caught_up: true,
+                active_runs: running,
+                tokens_today: 0,
+                max_tokens_per_day: 0,
+                tools: Vec::new(),
+            }
+        })
     }
 
-    fn list_runs(&self) -> BoxFuture<'_, Vec<Value>> {
+    fn list_runs(&self) -> BoxFuture<'_, Vec<RunSummary>> {
         let runs = self.runs.lock().unwrap().values().cloned().collect();
         Box::pin(async move { runs })
     }
 
-    fn get_run<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Value, AgentControlError>> {
+    fn get_run<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<RunSummary, AgentControlError>> {
         let run = self.runs.lock().unwrap().get(run_id).cloned();
         Box::pin(async move { run.ok_or_else(|| AgentControlError::NotFound { run_id: run_id.to_string() }) })
     }
@@ -613,14 +645,21 @@ impl AgentControl for TestAgent {
     fn run_log<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<String, AgentControlError>> {
         Box::pin(async move {
             let run = self.get_run(run_id).await?;
-            Ok(format!("run {run_id} started for {}\n", run["trigger"]))
+            Ok(format!("run {run_id} started for {}\n", run.trigger))
         })
     }
 
-    fn run_result<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Value, AgentControlError>> {
+    fn run_result<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<RunResult, AgentControlError>> {
         Box::pin(async move {
             let run = self.get_run(run_id).await?;
-            Ok(json!({ "status": run["status"], "answer": null }))
+            Ok(RunResult {
+                id: run.id,
+                status: run.status,
+                finished: run.finished_at.is_some(),
+                outcome: None,
+                final_message: None,
+                error: None,
+            })
         })
     }
 
@@ -631,7 +670,7 @@ impl AgentControl for TestAgent {
         };
         let mut runs = self.runs.lock().unwrap();
         let run_id = format!("run-{}", runs.len() + 1);
-        runs.insert(run_id.clone(), json!({ "id": run_id, "status": "running", "trigger": trigger }));
+        runs.insert(run_id.clone(), started_run(&run_id, trigger));
         let _ = self.changes.send(());
         Box::pin(async move { Ok(run_id) })
     }
@@ -639,8 +678,8 @@ impl AgentControl for TestAgent {
     fn stop_run<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<bool, AgentControlError>> {
         let stopped = match self.runs.lock().unwrap().get_mut(run_id) {
             None => Err(AgentControlError::NotFound { run_id: run_id.to_string() }),
-            Some(run) if run["status"] == "running" => {
-                run["status"] = json!("stopped");
+            Some(run) if run.status == RunStatus::Running => {
+                run.status = RunStatus::Stopped;
                 Ok(true)
             }
             Some(_) => Ok(false),
@@ -787,7 +826,7 @@ async fn agent_extension_serves_runs_and_announces_changes() {
     assert!(matches!(notification, Some(ServerNotification::ResourceListChangedNotification(_))), "{notification:?}");
     tokio::time::timeout(CLIENT_DEADLINE, list_changed.recv()).await.expect("legacy list_changed after stop").unwrap();
     let status = modern.read_resource(ReadResourceRequestParams::new("agent://status")).await.unwrap();
-    assert!(format!("{:?}", status.contents).contains("runs_in_flight"), "{status:?}");
+    assert!(format!("{:?}", status.contents).contains("active_runs"), "{status:?}");
     let missing = modern.read_resource(ReadResourceRequestParams::new("run://run-999/result")).await.unwrap_err();
     assert!(matches!(&missing, ServiceError::McpError(e) if e.code.0 == -32602), "{missing:?}");
 

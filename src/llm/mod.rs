@@ -196,7 +196,9 @@ pub enum ModelFailure {
     /// 404: the server does not serve `llm.model`.
     ModelNotFound,
     /// A 400 naming a request parameter.
-    ParameterRefused { parameter: String },
+    ParameterRefused {
+        parameter: String,
+    },
     ToolsUnsupported,
     ContextLength,
     RateLimited,

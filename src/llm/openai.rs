@@ -19,9 +19,9 @@ use async_openai::types::chat::{
 };
 use futures::future::BoxFuture;
 
-use super::{ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Message, ToolCall, ToolSpec, Usage};
 #[cfg(test)]
 use super::ModelFailure;
+use super::{ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Message, ToolCall, ToolSpec, Usage};
 use crate::config::{LlmConfig, MaxTokensField};
 use crate::retry::{RetryConfig, parse_retry_after, with_retry};
 use crate::secret::Secret;
@@ -257,10 +257,12 @@ fn classify_error(status: u16, retry_after: Option<Duration>, body: &[u8]) -> Ll
         401 | 403 => LlmError::Unauthorized { status, message },
         404 => LlmError::ModelNotFound { message },
         400 | 422 if mentions_tools_unsupported(&lower) => LlmError::ToolsUnsupported { message },
-        400 | 422 => match param.or_else(|| REQUEST_FIELDS.iter().find(|f| lower.contains(*f)).map(|f| f.to_string())) {
-            Some(parameter) => LlmError::ParameterRefused { status, parameter, message },
-            None => LlmError::Rejected { status, message },
-        },
+        400 | 422 => {
+            match param.or_else(|| REQUEST_FIELDS.iter().find(|f| lower.contains(*f)).map(|f| f.to_string())) {
+                Some(parameter) => LlmError::ParameterRefused { status, parameter, message },
+                None => LlmError::Rejected { status, message },
+            }
+        }
         _ => LlmError::Rejected { status, message },
     }
 }

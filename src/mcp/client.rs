@@ -1,6 +1,5 @@
-//! One external MCP server: its transport (a child process over stdio, or Streamable HTTP), the
-//! handshake (2026-07-28 `server/discover`, falling back to the 2025-11-25 `initialize`), and a
-//! supervisor task that keeps it connected.
+//! One external MCP server: a supervisor task that keeps it connected, its lists, and the calls
+//! made to it. Opening the transport and the handshake are in `client/connect.rs`.
 //!
 //! Invariants:
 //! - the supervisor owns the connection; callers only borrow its `Peer`, so a server that exits
@@ -15,8 +14,9 @@
 //!   and never logged (only header names are); a stdio server inherits only a minimal environment
 //!   (PATH, HOME, locale…) plus its `env`, never picogent's own tokens.
 
+mod connect;
+
 use std::collections::VecDeque;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -26,15 +26,13 @@ use rmcp::model::{
     Resource, Tool,
 };
 use rmcp::service::{MaybeSendFuture, NotificationContext, RunningService};
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, Peer, RoleClient, ServiceError};
-use tokio::io::AsyncBufReadExt;
+use rmcp::{ClientHandler, Peer, RoleClient, ServiceError};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+pub use connect::{ConnectError, expand_env};
+
 use crate::config::McpServerConfig;
-use crate::secret::Secret;
 
 /// The protocol version tried first, and the one fallen back to with servers that predate it.
 pub const PREFERRED_PROTOCOL: ProtocolVersion = ProtocolVersion::V_2026_07_28;
@@ -42,8 +40,6 @@ pub const FALLBACK_PROTOCOL: ProtocolVersion = ProtocolVersion::V_2025_11_25;
 
 /// Progress notifications kept per server for the run record (the oldest are dropped).
 const PROGRESS_KEPT: usize = 256;
-/// The only variables of picogent's environment a stdio server inherits.
-const INHERITED_ENV: &[&str] = &["HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TMPDIR", "TZ"];
 const BACKOFF_START: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
@@ -59,21 +55,6 @@ pub enum ServerCallError {
     Cancelled { server: String },
     #[error("mcp server {server} failed the request: {message}")]
     Failed { server: String, message: String },
-}
-
-/// Why connecting failed (logged; the supervisor retries).
-#[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
-    #[error("cannot start `{command}`: {source}")]
-    Spawn { command: String, source: std::io::Error },
-    #[error("{what} names environment variable {name}, which is not set or empty")]
-    MissingSecret { what: String, name: String },
-    #[error("header {name:?} is not a valid HTTP header: {message}")]
-    BadHeader { name: String, message: String },
-    #[error("handshake failed: {0}")]
-    Handshake(String),
-    #[error("handshake did not finish within {0} ms")]
-    HandshakeTimedOut(u64),
 }
 
 /// Whether a server is usable right now.
@@ -115,6 +96,13 @@ struct State {
     pid: Option<u32>,
     /// Connections made so far; 2 or more means the server was restarted.
     connections: u32,
+}
+
+/// How one connection ended: the server went away (to be restarted), or the host shut down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ConnectionEnd {
+    Lost,
+    Shutdown,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -313,12 +301,13 @@ impl ServerConnection {
         self.request(cancel, peer.read_resource(ReadResourceRequestParams::new(uri))).await
     }
 
-    /// Keeps the server connected until `shutdown`.
+    /// Keeps the server connected until `shutdown`: connect, serve the connection until it ends,
+    /// wait out the backoff, and again.
     async fn supervise(self: Arc<Self>, shutdown: CancellationToken) {
         let mut backoff = BACKOFF_START;
         loop {
             self.update(|state| state.status = ServerStatus::Connecting);
-            let (events_tx, mut events_rx) = mpsc::unbounded_channel();
+            let (events_tx, events_rx) = mpsc::unbounded_channel();
             let handler =
                 Handler { server: self.name.clone(), events: events_tx.clone(), progress: Arc::clone(&self.progress) };
             let connected = tokio::select! {
@@ -328,66 +317,10 @@ impl ServerConnection {
             match connected {
                 Ok((running, pid)) => {
                     backoff = BACKOFF_START;
-                    let peer = running.peer().clone();
-                    let info = peer.peer_info();
-                    let mut snapshot = ServerSnapshot {
-                        has_resources: info.as_ref().is_some_and(|info| info.capabilities.resources.is_some()),
-                        instructions: info.as_ref().and_then(|info| info.instructions.clone()),
-                        protocol_version: info.as_ref().map(|info| info.protocol_version.to_string()),
-                        ..ServerSnapshot::default()
-                    };
-                    // From 2026-07-28 a server sends list changes only on a listen stream. It is
-                    // open before the lists are read, so no change between the two is missed.
-                    if info.as_ref().is_some_and(|info| !info.protocol_version.has_initialize())
-                        && let Some(subscription) = self.listen(&peer).await
-                    {
-                        tokio::spawn(forward_list_changes(subscription, events_tx.clone()));
+                    let ended = self.serve_connection(running, pid, (events_tx, events_rx), &shutdown).await;
+                    if ended == ConnectionEnd::Shutdown {
+                        return;
                     }
-                    let capabilities = info.as_ref().map(|info| info.capabilities.clone()).unwrap_or_default();
-                    if capabilities.tools.is_some() {
-                        snapshot.tools = self.list_tools(&peer).await.unwrap_or_default();
-                    }
-                    if capabilities.prompts.is_some() {
-                        snapshot.prompts = self.list_prompts(&peer).await.unwrap_or_default();
-                    }
-                    if capabilities.resources.is_some() {
-                        snapshot.resources = self.list_resources(&peer).await.unwrap_or_default();
-                    }
-                    tracing::info!(
-                        server = %self.name,
-                        protocol = snapshot.protocol_version.as_deref().unwrap_or("?"),
-                        tools = snapshot.tools.len(),
-                        prompts = snapshot.prompts.len(),
-                        resources = snapshot.resources.len(),
-                        "mcp server connected"
-                    );
-                    self.update(|state| {
-                        state.peer = Some(peer.clone());
-                        state.status = ServerStatus::Ready;
-                        state.snapshot = snapshot;
-                        state.pid = pid;
-                        state.connections += 1;
-                    });
-                    let stop = running.cancellation_token();
-                    let mut finished = Box::pin(running.waiting());
-                    let reason = loop {
-                        tokio::select! {
-                            quit = &mut finished => break format!("connection ended ({quit:?})"),
-                            Some(what) = events_rx.recv() => self.refresh(&peer, what).await,
-                            _ = shutdown.cancelled() => {
-                                stop.cancel();
-                                let _ = finished.await;
-                                self.update(|state| { state.peer = None; state.status = ServerStatus::Stopped; });
-                                return;
-                            }
-                        }
-                    };
-                    tracing::warn!(server = %self.name, %reason, "mcp server went away; restarting it");
-                    self.update(|state| {
-                        state.peer = None;
-                        state.pid = None;
-                        state.status = ServerStatus::Down { reason: "the server exited".to_string() };
-                    });
                 }
                 Err(error) => {
                     tracing::warn!(server = %self.name, %error, retry_in_ms = backoff.as_millis() as u64, "cannot connect mcp server");
@@ -404,6 +337,86 @@ impl ServerConnection {
             state.peer = None;
             state.status = ServerStatus::Stopped;
         });
+    }
+
+    /// Reads what a fresh connection offers, marks the server ready, and refreshes its lists on
+    /// list-changed notifications until the connection ends (the server is then down) or
+    /// `shutdown` fires (it is then stopped).
+    async fn serve_connection(
+        &self,
+        running: RunningService<RoleClient, Handler>,
+        pid: Option<u32>,
+        (events_tx, mut events_rx): (mpsc::UnboundedSender<Refresh>, mpsc::UnboundedReceiver<Refresh>),
+        shutdown: &CancellationToken,
+    ) -> ConnectionEnd {
+        let peer = running.peer().clone();
+        let snapshot = self.first_snapshot(&peer, &events_tx).await;
+        tracing::info!(
+            server = %self.name,
+            protocol = snapshot.protocol_version.as_deref().unwrap_or("?"),
+            tools = snapshot.tools.len(),
+            prompts = snapshot.prompts.len(),
+            resources = snapshot.resources.len(),
+            "mcp server connected"
+        );
+        self.update(|state| {
+            state.peer = Some(peer.clone());
+            state.status = ServerStatus::Ready;
+            state.snapshot = snapshot;
+            state.pid = pid;
+            state.connections += 1;
+        });
+        let stop = running.cancellation_token();
+        let mut finished = Box::pin(running.waiting());
+        let reason = loop {
+            tokio::select! {
+                quit = &mut finished => break format!("connection ended ({quit:?})"),
+                Some(what) = events_rx.recv() => self.refresh(&peer, what).await,
+                _ = shutdown.cancelled() => {
+                    stop.cancel();
+                    let _ = finished.await;
+                    self.update(|state| { state.peer = None; state.status = ServerStatus::Stopped; });
+                    return ConnectionEnd::Shutdown;
+                }
+            }
+        };
+        tracing::warn!(server = %self.name, %reason, "mcp server went away; restarting it");
+        self.update(|state| {
+            state.peer = None;
+            state.pid = None;
+            state.status = ServerStatus::Down { reason: "the server exited".to_string() };
+        });
+        ConnectionEnd::Lost
+    }
+
+    /// What a fresh connection offers: the server's info, then the lists its capabilities
+    /// declare (an empty list where one cannot be read).
+    async fn first_snapshot(&self, peer: &Peer<RoleClient>, events: &mpsc::UnboundedSender<Refresh>) -> ServerSnapshot {
+        let info = peer.peer_info();
+        let mut snapshot = ServerSnapshot {
+            has_resources: info.as_ref().is_some_and(|info| info.capabilities.resources.is_some()),
+            instructions: info.as_ref().and_then(|info| info.instructions.clone()),
+            protocol_version: info.as_ref().map(|info| info.protocol_version.to_string()),
+            ..ServerSnapshot::default()
+        };
+        // From 2026-07-28 a server sends list changes only on a listen stream. It is open before
+        // the lists are read, so no change between the two is missed.
+        if info.as_ref().is_some_and(|info| !info.protocol_version.has_initialize())
+            && let Some(subscription) = self.listen(peer).await
+        {
+            tokio::spawn(forward_list_changes(subscription, events.clone()));
+        }
+        let capabilities = info.as_ref().map(|info| info.capabilities.clone()).unwrap_or_default();
+        if capabilities.tools.is_some() {
+            snapshot.tools = self.list_tools(peer).await.unwrap_or_default();
+        }
+        if capabilities.prompts.is_some() {
+            snapshot.prompts = self.list_prompts(peer).await.unwrap_or_default();
+        }
+        if capabilities.resources.is_some() {
+            snapshot.resources = self.list_resources(peer).await.unwrap_or_default();
+        }
+        snapshot
     }
 
     /// Opens the list-change stream of a 2026-07-28 server. A server that refuses it only loses
@@ -493,96 +506,6 @@ impl ServerConnection {
             }
         }
     }
-
-    /// Connects once: 2026-07-28 discovery with fallback to 2025-11-25 on the same transport, and
-    /// if that fails, a fresh transport with the plain 2025-11-25 `initialize`.
-    async fn connect(
-        &self,
-        handler: Handler,
-    ) -> Result<(RunningService<RoleClient, Handler>, Option<u32>), ConnectError> {
-        let auto = ClientLifecycleMode::Auto {
-            preferred_versions: vec![PREFERRED_PROTOCOL],
-            legacy_version: Some(FALLBACK_PROTOCOL),
-        };
-        match self.connect_with(handler.clone(), auto).await {
-            Ok(connected) => Ok(connected),
-            Err(ConnectError::Handshake(message)) => {
-                tracing::info!(server = %self.name, %message, "discovery failed; retrying with initialize (2025-11-25)");
-                self.connect_with(handler, ClientLifecycleMode::Initialize).await
-            }
-            Err(other) => Err(other),
-        }
-    }
-
-    async fn connect_with(
-        &self,
-        handler: Handler,
-        lifecycle: ClientLifecycleMode,
-    ) -> Result<(RunningService<RoleClient, Handler>, Option<u32>), ConnectError> {
-        // A server may start slowly (an interpreter, a package download): the handshake gets at
-        // least 30 s whatever the per-request timeout, and discovery alone may wait 10 s for a
-        // silent legacy server before falling back.
-        let limit = self.timeout().max(Duration::from_secs(30)) + Duration::from_secs(10);
-        let handshake = |error: rmcp::service::ClientInitializeError| ConnectError::Handshake(error.to_string());
-        if let Some(command) = &self.config.command {
-            let mut child = tokio::process::Command::new(command);
-            // The child gets a minimal environment plus its `env`: picogent's own secrets (the
-            // tracker token, the model key) are not handed to third-party code.
-            child.args(&self.config.args).kill_on_drop(true).env_clear();
-            for key in INHERITED_ENV {
-                if let Some(value) = std::env::var_os(key) {
-                    child.env(key, value);
-                }
-            }
-            for (key, value) in &self.config.env {
-                child.env(key, expand_env(value, &format!("env {key}"))?.expose());
-            }
-            if let Some(cwd) = &self.config.cwd {
-                child.current_dir(cwd);
-            }
-            let (transport, stderr) = TokioChildProcess::builder(child)
-                .stderr(Stdio::piped())
-                .spawn()
-                .map_err(|source| ConnectError::Spawn { command: command.clone(), source })?;
-            let pid = transport.id();
-            if let Some(stderr) = stderr {
-                let server = self.name.clone();
-                tokio::spawn(async move {
-                    let mut lines = tokio::io::BufReader::new(stderr).lines();
-                    while let Ok(Some(line)) = lines.next_line().await {
-                        tracing::debug!(server = %server, "mcp server stderr: {line}");
-                    }
-                });
-            }
-            let running = tokio::time::timeout(limit, handler.serve_with_lifecycle(transport, lifecycle))
-                .await
-                .map_err(|_| ConnectError::HandshakeTimedOut(limit.as_millis() as u64))?
-                .map_err(handshake)?;
-            Ok((running, pid))
-        } else {
-            let url = self.config.url.clone().unwrap_or_default();
-            let mut headers = std::collections::HashMap::new();
-            for (name, value) in &self.config.headers {
-                let header_name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
-                    .map_err(|e| ConnectError::BadHeader { name: name.clone(), message: e.to_string() })?;
-                let secret = expand_env(value, &format!("header {name}"))?;
-                let mut header_value =
-                    reqwest::header::HeaderValue::from_str(secret.expose()).map_err(|_| ConnectError::BadHeader {
-                        name: name.clone(),
-                        message: "the value has characters not allowed in a header".into(),
-                    })?;
-                header_value.set_sensitive(true);
-                headers.insert(header_name, header_value);
-            }
-            let config = StreamableHttpClientTransportConfig::with_uri(url).custom_headers(headers);
-            let transport = StreamableHttpClientTransport::from_config(config);
-            let running = tokio::time::timeout(limit, handler.serve_with_lifecycle(transport, lifecycle))
-                .await
-                .map_err(|_| ConnectError::HandshakeTimedOut(limit.as_millis() as u64))?
-                .map_err(handshake)?;
-            Ok((running, None))
-        }
-    }
 }
 
 /// Forwards list-changed notifications from a `subscriptions/listen` stream to the supervisor;
@@ -600,29 +523,6 @@ async fn forward_list_changes(mut subscription: rmcp::service::Subscription, eve
             return;
         }
     }
-}
-
-/// Replaces every `${NAME}` in `value` with that environment variable (a secret: the result is
-/// never logged). A missing or empty variable is an error naming it.
-pub fn expand_env(value: &str, what: &str) -> Result<Secret, ConnectError> {
-    let mut out = String::with_capacity(value.len());
-    let mut rest = value;
-    while let Some(start) = rest.find("${") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        let Some(end) = after.find('}') else {
-            out.push_str(&rest[start..]);
-            rest = "";
-            break;
-        };
-        let name = &after[..end];
-        let secret = Secret::from_env(name)
-            .map_err(|_| ConnectError::MissingSecret { what: what.to_string(), name: name.to_string() })?;
-        out.push_str(secret.expose());
-        rest = &after[end + 1..];
-    }
-    out.push_str(rest);
-    Ok(Secret::new(out))
 }
 
 /// The client side of one connection: it hears the server's notifications.
@@ -688,21 +588,5 @@ impl ClientHandler for Handler {
             kept.push_back(record);
         }
         std::future::ready(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn expand_env_reads_named_variables_and_names_missing_ones() {
-        // Cargo sets CARGO_PKG_NAME for the test process; setting a variable here would race with
-        // other tests' threads.
-        let value = expand_env("Bearer ${CARGO_PKG_NAME}!", "header Authorization").unwrap();
-        assert_eq!(value.expose(), "Bearer picogent!");
-        let error = expand_env("${PICOGENT_TEST_MCP_ABSENT}", "header X").unwrap_err().to_string();
-        assert!(error.contains("PICOGENT_TEST_MCP_ABSENT") && error.contains("header X"), "{error}");
-        assert_eq!(expand_env("plain", "x").unwrap().expose(), "plain");
     }
 }

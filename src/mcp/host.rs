@@ -16,7 +16,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use rmcp::model::{CallToolResult, ContentBlock, JsonObject, ResourceContents, Tool, ToolAnnotations};
+use rmcp::model::{
+    CallToolResult, ContentBlock, JsonObject, Prompt, PromptArgument, ResourceContents, Tool, ToolAnnotations,
+};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -280,6 +282,20 @@ impl McpHost {
     }
 
     async fn run_prompt_command(&self, command: &str, arguments_text: &str) -> Result<String, String> {
+        let (server, prompt) = self.find_prompt(command)?;
+        let declared = prompt.arguments.clone().unwrap_or_default();
+        let arguments = prompt_arguments(command, &declared, arguments_text)?;
+        let result =
+            server.get_prompt(&prompt.name, arguments, &CancellationToken::new()).await.map_err(|e| e.to_string())?;
+        let parts: Vec<String> = result.messages.iter().filter_map(|message| message_text(&message.content)).collect();
+        if parts.is_empty() {
+            return Err(format!("the prompt /{command} rendered no text"));
+        }
+        Ok(parts.join("\n\n"))
+    }
+
+    /// The server and prompt whose public name is `command`; the error lists the commands there are.
+    fn find_prompt(&self, command: &str) -> Result<(Arc<ServerConnection>, Prompt), String> {
         let mut found = None;
         for server in &self.servers {
             for prompt in server.snapshot().prompts {
@@ -288,7 +304,7 @@ impl McpHost {
                 }
             }
         }
-        let Some((server, prompt)) = found else {
+        found.ok_or_else(|| {
             let known: Vec<String> = self
                 .servers
                 .iter()
@@ -300,63 +316,55 @@ impl McpHost {
                         .collect::<Vec<_>>()
                 })
                 .collect();
-            return Err(format!(
+            format!(
                 "unknown prompt command /{command}; available: {}",
                 if known.is_empty() { "none".to_string() } else { known.join(", ") }
-            ));
-        };
-        let declared = prompt.arguments.clone().unwrap_or_default();
-        let usage = format!(
-            "usage: /{command}{}",
-            declared
-                .iter()
-                .map(|a| if a.required == Some(true) {
-                    format!(" {}=…", a.name)
-                } else {
-                    format!(" [{}=…]", a.name)
-                })
-                .collect::<String>()
-        );
-        let given = parse_prompt_arguments(arguments_text).map_err(|e| format!("{e}; {usage}"))?;
-        let unknown: Vec<&String> = given.keys().filter(|k| !declared.iter().any(|a| &a.name == *k)).collect();
-        if !unknown.is_empty() {
-            return Err(format!(
-                "unknown argument(s) {} for /{command}; {usage}",
-                unknown.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ")
-            ));
-        }
-        let missing: Vec<&str> = declared
-            .iter()
-            .filter(|a| a.required == Some(true) && !given.contains_key(&a.name))
-            .map(|a| a.name.as_str())
-            .collect();
-        if !missing.is_empty() {
-            return Err(format!("missing required argument(s) {} for /{command}; {usage}", missing.join(", ")));
-        }
-        let arguments: JsonObject = given.into_iter().map(|(k, v)| (k, Value::String(v))).collect();
-        let result =
-            server.get_prompt(&prompt.name, arguments, &CancellationToken::new()).await.map_err(|e| e.to_string())?;
-        let parts: Vec<String> = result
-            .messages
-            .iter()
-            .filter_map(|message| {
-                let text = match &message.content {
-                    ContentBlock::Text(text) => text.text.clone(),
-                    ContentBlock::Resource(embedded) => match &embedded.resource {
-                        ResourceContents::TextResourceContents { text, uri, .. } => format!("[resource {uri}]\n{text}"),
-                        _ => return None,
-                    },
-                    ContentBlock::ResourceLink(link) => format!("[resource link] {}", link.uri),
-                    _ => return None,
-                };
-                Some(text)
-            })
-            .collect();
-        if parts.is_empty() {
-            return Err(format!("the prompt /{command} rendered no text"));
-        }
-        Ok(parts.join("\n\n"))
+            )
+        })
     }
+}
+
+/// The arguments of a prompt command, checked against what the prompt declares: none unknown,
+/// none required missing. The error ends with the command's usage.
+fn prompt_arguments(command: &str, declared: &[PromptArgument], arguments_text: &str) -> Result<JsonObject, String> {
+    let usage = format!(
+        "usage: /{command}{}",
+        declared
+            .iter()
+            .map(|a| if a.required == Some(true) { format!(" {}=…", a.name) } else { format!(" [{}=…]", a.name) })
+            .collect::<String>()
+    );
+    let given = parse_prompt_arguments(arguments_text).map_err(|e| format!("{e}; {usage}"))?;
+    let unknown: Vec<&String> = given.keys().filter(|k| !declared.iter().any(|a| &a.name == *k)).collect();
+    if !unknown.is_empty() {
+        return Err(format!(
+            "unknown argument(s) {} for /{command}; {usage}",
+            unknown.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    let missing: Vec<&str> = declared
+        .iter()
+        .filter(|a| a.required == Some(true) && !given.contains_key(&a.name))
+        .map(|a| a.name.as_str())
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!("missing required argument(s) {} for /{command}; {usage}", missing.join(", ")));
+    }
+    Ok(given.into_iter().map(|(k, v)| (k, Value::String(v))).collect())
+}
+
+/// The text of one rendered prompt message; `None` for content with no text (an image).
+fn message_text(content: &ContentBlock) -> Option<String> {
+    let text = match content {
+        ContentBlock::Text(text) => text.text.clone(),
+        ContentBlock::Resource(embedded) => match &embedded.resource {
+            ResourceContents::TextResourceContents { text, uri, .. } => format!("[resource {uri}]\n{text}"),
+            _ => return None,
+        },
+        ContentBlock::ResourceLink(link) => format!("[resource link] {}", link.uri),
+        _ => return None,
+    };
+    Some(text)
 }
 
 impl Drop for McpHost {
@@ -449,78 +457,72 @@ fn resource_tools(servers: &[Arc<ServerConnection>]) -> Vec<Tool> {
 /// `key=value key2="quoted value" key3='it''s'` or one JSON object; values are strings.
 pub fn parse_prompt_arguments(text: &str) -> Result<BTreeMap<String, String>, String> {
     let text = text.trim();
-    let mut out = BTreeMap::new();
-    if text.is_empty() {
-        return Ok(out);
-    }
     if text.starts_with('{') {
-        let value: Value =
-            serde_json::from_str(text).map_err(|e| format!("the arguments are not a valid JSON object: {e}"))?;
-        let Value::Object(map) = value else {
-            return Err("the arguments must be a JSON object".to_string());
-        };
-        for (key, value) in map {
-            let value = match value {
-                Value::String(s) => s,
-                other => other.to_string(),
-            };
-            out.insert(key, value);
-        }
-        return Ok(out);
+        return json_prompt_arguments(text);
     }
+    let mut out = BTreeMap::new();
     let mut chars = text.chars().peekable();
     loop {
-        while chars.peek().is_some_and(|c| c.is_whitespace()) {
-            chars.next();
-        }
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
         if chars.peek().is_none() {
             break;
         }
-        let mut key = String::new();
-        while let Some(&c) = chars.peek() {
-            if c == '=' || c.is_whitespace() {
-                break;
-            }
-            key.push(c);
-            chars.next();
-        }
+        let key = take_until(&mut chars, |c| c == '=' || c.is_whitespace());
         if chars.next() != Some('=') || key.is_empty() {
             return Err(format!("expected key=value, got {key:?}"));
         }
-        let mut value = String::new();
-        match chars.peek().copied() {
-            Some(quote @ ('"' | '\'')) => {
-                chars.next();
-                let mut closed = false;
-                while let Some(c) = chars.next() {
-                    if c == '\\' && quote == '"' {
-                        if let Some(escaped) = chars.next() {
-                            value.push(escaped);
-                        }
-                    } else if c == quote {
-                        closed = true;
-                        break;
-                    } else {
-                        value.push(c);
-                    }
-                }
-                if !closed {
-                    return Err(format!("the value of `{key}` has no closing {quote}"));
-                }
+        let value = match chars.next_if(|c| matches!(*c, '"' | '\'')) {
+            Some(quote) => {
+                quoted_value(&mut chars, quote).ok_or_else(|| format!("the value of `{key}` has no closing {quote}"))?
             }
-            _ => {
-                while let Some(&c) = chars.peek() {
-                    if c.is_whitespace() {
-                        break;
-                    }
-                    value.push(c);
-                    chars.next();
-                }
-            }
-        }
+            None => take_until(&mut chars, char::is_whitespace),
+        };
         out.insert(key, value);
     }
     Ok(out)
+}
+
+/// One JSON object; values that are not strings are kept as their JSON text.
+fn json_prompt_arguments(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let value: Value =
+        serde_json::from_str(text).map_err(|e| format!("the arguments are not a valid JSON object: {e}"))?;
+    let Value::Object(map) = value else {
+        return Err("the arguments must be a JSON object".to_string());
+    };
+    Ok(map
+        .into_iter()
+        .map(|(key, value)| match value {
+            Value::String(s) => (key, s),
+            other => (key, other.to_string()),
+        })
+        .collect())
+}
+
+/// The characters up to (not including) the first for which `stop` holds, or to the end.
+fn take_until(chars: &mut std::iter::Peekable<std::str::Chars<'_>>, stop: impl Fn(char) -> bool) -> String {
+    let mut taken = String::new();
+    while let Some(c) = chars.next_if(|c| !stop(*c)) {
+        taken.push(c);
+    }
+    taken
+}
+
+/// The rest of a value opened by `quote`, up to its closing quote (consumed); inside double
+/// quotes a backslash escapes the next character. `None` when the quote is never closed.
+fn quoted_value(chars: &mut std::iter::Peekable<std::str::Chars<'_>>, quote: char) -> Option<String> {
+    let mut value = String::new();
+    while let Some(c) = chars.next() {
+        if c == '\\' && quote == '"' {
+            if let Some(escaped) = chars.next() {
+                value.push(escaped);
+            }
+        } else if c == quote {
+            return Some(value);
+        } else {
+            value.push(c);
+        }
+    }
+    None
 }
 
 #[cfg(test)]

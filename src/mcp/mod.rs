@@ -1,11 +1,10 @@
 //! MCP both ways; the only module that imports rmcp's server and client machinery.
 //!
 //! As a server, picogent offers the tracker's tools, tasks as resources and its prompt templates
-//! to any MCP host, and `picogent run` adds the running agent ([`server`]). As a host, picogent
-//! connects external MCP servers (`mcp_servers` in agent.json) and offers their tools to the model
-//! beside the tracker's, under one permission policy:
+//! to any MCP host over rmcp's own transports, and `picogent run` adds the running agent
+//! ([`server`]). As a host, picogent connects external MCP servers (`mcp_servers` in agent.json)
+//! and offers their tools to the model beside the tracker's, under one permission policy:
 //!
-//! - [`stdio`]: the server's stdio transport (rmcp's line codec, the `tools/list` answer cached);
 //! - [`client`]: one server's connection — transport, handshake, restart with backoff, its lists;
 //! - [`host`]: every server together as one [`crate::tools::ToolSource`], with public names,
 //!   resource tools, prompt commands and server instructions;
@@ -17,4 +16,3 @@ pub mod host;
 pub mod policy;
 pub mod results;
 pub mod server;
-pub mod stdio;

@@ -4,10 +4,9 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
-use crate::mcp::server::{AgentControl, AgentControlError, StartRun};
+use crate::mcp::server::{AgentControl, AgentControlError, AgentStatus, RunResult, RunSummary, StartRun};
 use crate::router::Input;
 use crate::runtime::record::{StoredRun, timeline_lines};
 use crate::runtime::run::{RunKind, RunRequest};
@@ -26,23 +25,23 @@ pub struct RuntimeControl {
     pub max_tokens_per_day: u64,
 }
 
-fn run_summary(run: &crate::state::RunRow) -> Value {
-    json!({
-        "id": run.id,
-        "session": run.session_key,
-        "trigger": run.trigger,
-        "status": run.status.as_str(),
-        "turns": run.turns,
-        "tool_calls": run.tool_calls,
-        "prompt_tokens": run.prompt_tokens,
-        "completion_tokens": run.completion_tokens,
-        "model_duration_ms": run.model_duration_ms,
-        "tool_duration_ms": run.tool_duration_ms,
-        "outcome": run.outcome,
-        "error": run.error,
-        "started_at": run.started_at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default(),
-        "finished_at": run.finished_at.and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok()),
-    })
+fn run_summary(run: &crate::state::RunRow) -> RunSummary {
+    RunSummary {
+        id: run.id.clone(),
+        session: run.session_key.clone(),
+        trigger: run.trigger.clone(),
+        status: run.status,
+        turns: run.turns,
+        tool_calls: run.tool_calls,
+        prompt_tokens: run.prompt_tokens,
+        completion_tokens: run.completion_tokens,
+        model_duration_ms: run.model_duration_ms,
+        tool_duration_ms: run.tool_duration_ms,
+        outcome: run.outcome.clone(),
+        error: run.error.clone(),
+        started_at: run.started_at,
+        finished_at: run.finished_at,
+    }
 }
 
 impl RuntimeControl {
@@ -56,25 +55,25 @@ impl RuntimeControl {
 }
 
 impl AgentControl for RuntimeControl {
-    fn status(&self) -> BoxFuture<'_, Value> {
+    fn status(&self) -> BoxFuture<'_, AgentStatus> {
         Box::pin(async move {
             let used = self.state.tokens_today().await.unwrap_or(0);
-            json!({
-                "connected": self.status.connected(),
-                "caught_up": self.status.caught_up(),
-                "active_runs": self.status.active_runs(),
-                "tokens_today": used,
-                "max_tokens_per_day": self.max_tokens_per_day,
-                "tools": self.tools.tools().iter().map(|t| t.name.to_string()).collect::<Vec<_>>(),
-            })
+            AgentStatus {
+                connected: self.status.connected(),
+                caught_up: self.status.caught_up(),
+                active_runs: self.status.active_runs(),
+                tokens_today: used,
+                max_tokens_per_day: self.max_tokens_per_day,
+                tools: self.tools.tools().iter().map(|t| t.name.to_string()).collect(),
+            }
         })
     }
 
-    fn list_runs(&self) -> BoxFuture<'_, Vec<Value>> {
+    fn list_runs(&self) -> BoxFuture<'_, Vec<RunSummary>> {
         Box::pin(async move { self.state.list_runs(100).await.unwrap_or_default().iter().map(run_summary).collect() })
     }
 
-    fn get_run<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Value, AgentControlError>> {
+    fn get_run<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<RunSummary, AgentControlError>> {
         Box::pin(async move { Ok(run_summary(&self.run(run_id).await?)) })
     }
 
@@ -93,19 +92,19 @@ impl AgentControl for RuntimeControl {
         })
     }
 
-    fn run_result<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<Value, AgentControlError>> {
+    fn run_result<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<RunResult, AgentControlError>> {
         Box::pin(async move {
             let run = self.run(run_id).await?;
             let stored = StoredRun::of(&run);
             let record = stored.and_then(|s| s.record);
-            Ok(json!({
-                "id": run.id,
-                "status": run.status.as_str(),
-                "finished": run.finished_at.is_some(),
-                "outcome": record.as_ref().map(|r| r.outcome),
-                "final_message": record.as_ref().map(|r| r.final_message.clone()).or(run.outcome.clone()),
-                "error": run.error,
-            }))
+            Ok(RunResult {
+                id: run.id,
+                status: run.status,
+                finished: run.finished_at.is_some(),
+                outcome: record.as_ref().map(|r| r.outcome),
+                final_message: record.map(|r| r.final_message).or(run.outcome),
+                error: run.error,
+            })
         })
     }
 
