@@ -3,18 +3,16 @@
 //! As a server, picogent offers the tracker's tools, tasks as resources and its prompt templates
 //! to any MCP host, and `picogent run` adds the running agent ([`server`]). As a host, picogent
 //! connects external MCP servers (`mcp_servers` in agent.json) and offers their tools to the model
-//! beside the tracker's, under one permission policy:
+//! beside the tracker's, under the one permission policy of [`crate::tools::policy`]:
 //!
 //! - [`stdio`]: the server's stdio transport (rmcp's line codec, the `tools/list` answer cached);
 //! - [`client`]: one server's connection — transport, handshake, restart with backoff, its lists;
 //! - [`host`]: every server together as one [`crate::tools::ToolSource`], with public names,
 //!   resource tools, prompt commands and server instructions;
-//! - [`results`]: what a tool result becomes for the model (inline text or an artifact on disk);
-//! - [`policy`]: the permission policy as a `ToolSource` wrapper, and [`policy::CombinedSource`].
+//! - [`results`]: what a tool result becomes for the model (inline text or an artifact on disk).
 
 pub mod client;
 pub mod host;
-pub mod policy;
 pub mod results;
 pub mod server;
 pub mod stdio;
