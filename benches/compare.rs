@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 use common::*;
 use futures::{SinkExt, StreamExt};
 use picogent::config::{ChatListen, LlmConfig};
-use picogent::llm::OpenAiChat;
+use picogent::llm::{OpenAiChat, count_text_tokens, count_tools_json_tokens};
 use picogent::router::filter::{MessageFacts, MessageFate, is_stop_command, message_fate};
-use picogent::tools::{CHAT_REPLY_TOOLS, Catalog, Registry, TASK_RUN_TOOLS, ToolContext, count_tool_tokens};
+use picogent::tools::{CHAT_REPLY_TOOLS, Catalog, Registry, TASK_RUN_TOOLS, ToolContext};
 use picogent::tracker::model::{Event, MemberKind};
 use picogent::transport::{StreamItem, parse_frame};
 use serde_json::{Value, json};
@@ -354,9 +354,9 @@ fn tool_tokens() -> Value {
     let task_run = catalog.subset(TASK_RUN_TOOLS).unwrap().definitions();
     let chat_reply = catalog.subset(CHAT_REPLY_TOOLS).unwrap().definitions();
     json!({
-        "all": {"tools": all.len(), "tokens": count_tool_tokens(&all)},
-        "task_run": {"tools": task_run.len(), "tokens": count_tool_tokens(&task_run)},
-        "chat_reply": {"tools": chat_reply.len(), "tokens": count_tool_tokens(&chat_reply)},
+        "all": {"tools": all.len(), "tokens": count_tools_json_tokens(&all)},
+        "task_run": {"tools": task_run.len(), "tokens": count_tools_json_tokens(&task_run)},
+        "chat_reply": {"tools": chat_reply.len(), "tokens": count_tools_json_tokens(&chat_reply)},
     })
 }
 
@@ -367,8 +367,7 @@ async fn demo_tokens() -> Value {
     demo.play(Duration::from_secs(60)).await.unwrap();
     let runs = demo.agent.state.list_runs(100).await.unwrap();
     let requests = demo.model.requests();
-    let wire_tokens: usize =
-        requests.iter().map(|body| picogent::tools::count_tokens(&serde_json::to_string(body).unwrap())).sum();
+    let wire_tokens: u64 = requests.iter().map(|body| count_text_tokens(&serde_json::to_string(body).unwrap())).sum();
     let runs_json: Vec<Value> = runs
         .iter()
         .map(|run| {

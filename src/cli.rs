@@ -206,7 +206,8 @@ pub fn main(cli: Cli) -> ExitCode {
 
 /// `picogent tools list`: the definitions, optionally under a config's policy, with token counts.
 fn tools_list(json: bool, tokens: bool, config: Option<&std::path::Path>) -> ExitCode {
-    use crate::tools::{CHAT_REPLY_TOOLS, Catalog, Policy, TASK_RUN_TOOLS, count_tool_tokens};
+    use crate::llm::count_tools_json_tokens;
+    use crate::tools::{CHAT_REPLY_TOOLS, Catalog, Policy, TASK_RUN_TOOLS};
 
     let policy = match config.map(crate::config::Config::load).transpose() {
         Ok(config) => Policy::from(&config.map(|c| c.permissions).unwrap_or_default()),
@@ -227,9 +228,10 @@ fn tools_list(json: bool, tokens: bool, config: Option<&std::path::Path>) -> Exi
         catalog.definitions().into_iter().filter(|tool| policy.offers(tool)).collect()
     };
     let definitions = offered(&catalog);
-    let total = count_tool_tokens(&definitions);
+    let total = count_tools_json_tokens(&definitions);
     // The presets are counted under the same policy, so a denied tool is not counted.
-    let preset_tokens = |names: &[&str]| catalog.subset(names).map(|c| count_tool_tokens(&offered(&c))).unwrap_or(0);
+    let preset_tokens =
+        |names: &[&str]| catalog.subset(names).map(|c| count_tools_json_tokens(&offered(&c))).unwrap_or(0);
     if json {
         let mut out = serde_json::json!({ "tools": definitions });
         if tokens {
@@ -250,7 +252,7 @@ fn tools_list(json: bool, tokens: bool, config: Option<&std::path::Path>) -> Exi
         let access = if read_only { "read" } else { "write" };
         let description = tool.description.as_deref().unwrap_or_default();
         if tokens {
-            let count = count_tool_tokens(std::slice::from_ref(tool));
+            let count = count_tools_json_tokens(std::slice::from_ref(tool));
             out.push_str(&format!("{:<17} {:<9} {:<5} {:>4} tokens  {description}\n", tool.name, group, access, count));
         } else {
             out.push_str(&format!("{:<17} {:<9} {:<5} {description}\n", tool.name, group, access));

@@ -603,9 +603,12 @@ async fn the_cli_lists_and_calls_tools_with_exit_codes() {
     assert_eq!(code, 0);
     assert_eq!(stdout.lines().count(), 24, "{stdout}");
     let total_line = stdout.lines().last().unwrap();
-    let total: usize = total_line.strip_prefix("total: ").unwrap().split(' ').next().unwrap().parse().unwrap();
+    let total: u64 = total_line.strip_prefix("total: ").unwrap().split(' ').next().unwrap().parse().unwrap();
     assert!(total <= 2_000, "{total_line}");
-    assert_eq!(total, picogent::tools::count_tool_tokens(&registry_for("http://127.0.0.1:9", "x", 8192).definitions()));
+    assert_eq!(
+        total,
+        picogent::llm::count_tools_json_tokens(&registry_for("http://127.0.0.1:9", "x", 8192).definitions())
+    );
     let (code, stdout, _) = picogent(&["tools", "list", "--json", "--tokens"], None).await;
     assert_eq!(code, 0);
     let listed: Value = serde_json::from_str(&stdout).unwrap();

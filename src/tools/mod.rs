@@ -29,10 +29,7 @@ pub mod tasks;
 pub use combined::CombinedSource;
 pub use kernel::{ToolError, ToolGroup};
 pub use policy::{Policy, PolicySource, governed};
-pub use registry::{
-    CHAT_REPLY_TOOLS, Catalog, Registry, RegistryError, TASK_RUN_TOOLS, count_tokens, count_tool_tokens,
-    openai_tools_json,
-};
+pub use registry::{CHAT_REPLY_TOOLS, Catalog, Registry, RegistryError, TASK_RUN_TOOLS};
 
 use futures::future::BoxFuture;
 use rmcp::model::{CallToolResult, Tool};

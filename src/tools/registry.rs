@@ -15,11 +15,11 @@
 //!   (`tools::policy`), which wraps it wherever tools are used.
 
 use std::collections::HashSet;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use rmcp::model::{CallToolResult, ContentBlock, Tool};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::tools::format;
 use crate::tools::kernel::{RunFn, ToolEntry, ToolError, ToolGroup, ToolOutput};
@@ -336,48 +336,11 @@ fn edit_distance(a: &str, b: &str) -> usize {
     previous[b.len()]
 }
 
-/// The definitions as an OpenAI chat-completions `tools` array:
-/// `[{"type":"function","function":{"name","description","parameters"}}]`.
-pub fn openai_tools_json(tools: &[Tool]) -> Value {
-    Value::Array(
-        tools
-            .iter()
-            .map(|tool| {
-                json!({
-                    "type": "function",
-                    "function": {
-                        "name": tool.name,
-                        "description": tool.description.as_deref().unwrap_or_default(),
-                        "parameters": Value::Object(tool.input_schema.as_ref().clone()),
-                    }
-                })
-            })
-            .collect(),
-    )
-}
-
-/// Tokens of `text` under OpenAI's `o200k_base` encoding.
-pub fn count_tokens(text: &str) -> usize {
-    static BPE: OnceLock<tiktoken_rs::CoreBPE> = OnceLock::new();
-    // The table is compiled into the binary; failing to load it is a build defect, not input.
-    let bpe = BPE.get_or_init(|| tiktoken_rs::o200k_base().expect("the o200k_base table is compiled in"));
-    bpe.encode_ordinary(text).len()
-}
-
-/// Tokens of the definitions as the model receives them (compact OpenAI `tools` JSON).
-pub fn count_tool_tokens(tools: &[Tool]) -> usize {
-    count_tokens(&openai_tools_json(tools).to_string())
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use serde_json::json;
 
-    #[test]
-    fn counts_tokens() {
-        assert!(count_tokens("hello world") >= 2);
-        assert_eq!(count_tokens(""), 0);
-    }
+    use super::*;
 
     #[test]
     fn edit_distances() {
@@ -470,13 +433,14 @@ mod tests {
 
     #[test]
     fn token_budgets_hold() {
+        use crate::llm::{count_tools_json_tokens, openai_tools_json};
         let catalog = Catalog::new().unwrap();
-        let all = count_tool_tokens(&catalog.definitions());
-        let task_run = count_tool_tokens(&catalog.subset(TASK_RUN_TOOLS).unwrap().definitions());
-        let chat = count_tool_tokens(&catalog.subset(CHAT_REPLY_TOOLS).unwrap().definitions());
+        let all = count_tools_json_tokens(&catalog.definitions());
+        let task_run = count_tools_json_tokens(&catalog.subset(TASK_RUN_TOOLS).unwrap().definitions());
+        let chat = count_tools_json_tokens(&catalog.subset(CHAT_REPLY_TOOLS).unwrap().definitions());
         println!("tokens: all {all}, task run {task_run}, chat {chat}");
         for tool in catalog.definitions() {
-            println!("{} {}", count_tool_tokens(std::slice::from_ref(&tool)), openai_tools_json(&[tool]));
+            println!("{} {}", count_tools_json_tokens(std::slice::from_ref(&tool)), openai_tools_json(&[tool]));
         }
         assert!(all <= 2_000, "all 23 tools take {all} tokens");
         assert!(task_run <= 1_500, "the task-run preset takes {task_run} tokens");
