@@ -18,11 +18,10 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use futures::{SinkExt, StreamExt};
-use picogent::config::{ChatListen, LlmConfig, ToolsConfig};
-use picogent::llm::OpenAiChat;
+use picogent::config::{ChatListen, LlmConfig};
+use picogent::llm::{OpenAiChat, count_text_tokens, count_tools_json_tokens};
 use picogent::router::filter::{MessageFacts, MessageFate, is_stop_command, message_fate};
-use picogent::tools::registry::Catalog;
-use picogent::tools::{CHAT_REPLY_TOOLS, Registry, TASK_RUN_TOOLS, ToolContext, count_tool_tokens};
+use picogent::tools::{CHAT_REPLY_TOOLS, Catalog, Registry, TASK_RUN_TOOLS, ToolContext};
 use picogent::tracker::model::{Event, MemberKind, ReceivedEvent};
 use picogent::transport::{StreamItem, parse_frame};
 use serde_json::{Value, json};
@@ -104,7 +103,7 @@ async fn bench_dispatch(sizes: &Sizes) -> Value {
     let board = start_board(dir.path()).await;
     let alice = client(&board.url(), "tok-alice");
     let task = create_task(&alice, "Dispatch target", None).await;
-    let registry = Registry::new(client(&board.url(), "tok-picogent"), &ToolsConfig::default(), 16 * 1024).unwrap();
+    let registry = Registry::new(client(&board.url(), "tok-picogent"), 16 * 1024).unwrap();
     let context = ToolContext::new("picogent");
     let bare = reqwest::Client::new();
     let url = format!("{}/api/tasks/{}", board.url(), task.id);
@@ -149,7 +148,7 @@ async fn bench_turn(sizes: &Sizes) -> Value {
     let dir = tempfile::tempdir().unwrap();
     let board = start_board(dir.path()).await;
     let model = start_model(Duration::ZERO).await;
-    let registry = Registry::new(client(&board.url(), "tok-picogent"), &ToolsConfig::default(), 16 * 1024).unwrap();
+    let registry = Registry::new(client(&board.url(), "tok-picogent"), 16 * 1024).unwrap();
     let llm_config: LlmConfig =
         serde_json::from_value(json!({"base_url": model.url(), "model": "offline-planner", "timeout_ms": 20000}))
             .unwrap();
@@ -354,14 +353,14 @@ fn bench_filter(sizes: &Sizes) -> Value {
 // ---- tokens of the tool definitions ----
 
 fn tool_tokens() -> Value {
-    let catalog = Catalog::new(&ToolsConfig::default()).unwrap();
+    let catalog = Catalog::new().unwrap();
     let all = catalog.definitions();
     let task_run = catalog.subset(TASK_RUN_TOOLS).unwrap().definitions();
     let chat_reply = catalog.subset(CHAT_REPLY_TOOLS).unwrap().definitions();
     json!({
-        "all": {"tools": all.len(), "tokens": count_tool_tokens(&all)},
-        "task_run": {"tools": task_run.len(), "tokens": count_tool_tokens(&task_run)},
-        "chat_reply": {"tools": chat_reply.len(), "tokens": count_tool_tokens(&chat_reply)},
+        "all": {"tools": all.len(), "tokens": count_tools_json_tokens(&all)},
+        "task_run": {"tools": task_run.len(), "tokens": count_tools_json_tokens(&task_run)},
+        "chat_reply": {"tools": chat_reply.len(), "tokens": count_tools_json_tokens(&chat_reply)},
     })
 }
 
@@ -372,8 +371,7 @@ async fn demo_tokens() -> Value {
     demo.play(Duration::from_secs(60)).await.unwrap();
     let runs = demo.agent.state.list_runs(100).await.unwrap();
     let requests = demo.model.requests();
-    let wire_tokens: usize =
-        requests.iter().map(|body| picogent::tools::count_tokens(&serde_json::to_string(body).unwrap())).sum();
+    let wire_tokens: u64 = requests.iter().map(|body| count_text_tokens(&serde_json::to_string(body).unwrap())).sum();
     let runs_json: Vec<Value> = runs
         .iter()
         .map(|run| {

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use common::*;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use picogent::config::{ChatListen, LlmConfig, ToolsConfig};
+use picogent::config::{ChatListen, LlmConfig};
 use picogent::llm::OpenAiChat;
 use picogent::router::filter::{MessageFacts, MessageFate, message_fate};
 use picogent::tools::{Registry, ToolContext};
@@ -34,7 +34,7 @@ fn dispatch(c: &mut Criterion) {
     let (board, task_id, registry) = runtime.block_on(async {
         let board = start_board(dir.path()).await;
         let task = create_task(&client(&board.url(), "tok-alice"), "Dispatch target", None).await;
-        let registry = Registry::new(client(&board.url(), "tok-picogent"), &ToolsConfig::default(), 16 * 1024).unwrap();
+        let registry = Registry::new(client(&board.url(), "tok-picogent"), 16 * 1024).unwrap();
         (board, task.id, registry)
     });
     let context = ToolContext::new("picogent");
@@ -63,7 +63,7 @@ fn loop_turn(c: &mut Criterion) {
     let (board, model, registry) = runtime.block_on(async {
         let board = start_board(dir.path()).await;
         let model = start_model(Duration::ZERO).await;
-        let registry = Registry::new(client(&board.url(), "tok-picogent"), &ToolsConfig::default(), 16 * 1024).unwrap();
+        let registry = Registry::new(client(&board.url(), "tok-picogent"), 16 * 1024).unwrap();
         (board, model, registry)
     });
     let llm_config: LlmConfig =

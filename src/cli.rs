@@ -107,7 +107,8 @@ pub enum ToolsCommand {
         /// Count the tokens of each definition as the model receives it (OpenAI tools JSON, o200k_base).
         #[arg(long)]
         tokens: bool,
-        /// Apply the `tools.allowed`/`tools.disallowed` policy of this config file.
+        /// List only what the `permissions` of this config file offer (`allowed_tools`,
+        /// `disallowed_tools`; in `read_only` mode, read-only tools).
         #[arg(long)]
         config: Option<PathBuf>,
     },
@@ -181,12 +182,11 @@ pub fn main(cli: Cli) -> ExitCode {
                     None => McpListen::Stdio,
                 };
                 serve_mcp(config, listen, |config, tracker| {
-                    let registry = crate::tools::Registry::new(
-                        tracker.clone(),
-                        &config.tools,
-                        config.limits.max_tool_result_bytes,
-                    )?;
-                    Ok(std::sync::Arc::new(registry))
+                    let registry = crate::tools::Registry::new(tracker.clone(), config.limits.max_tool_result_bytes)?;
+                    Ok(std::sync::Arc::new(crate::tools::policy::governed_for_person(
+                        vec![std::sync::Arc::new(registry)],
+                        config,
+                    )))
                 })
                 .await
             }
@@ -262,27 +262,32 @@ async fn serve_mcp(
 
 /// `picogent tools list`: the definitions, optionally under a config's policy, with token counts.
 fn tools_list(json: bool, tokens: bool, config: Option<&std::path::Path>) -> ExitCode {
-    use crate::tools::registry::{CHAT_REPLY_TOOLS, Catalog, TASK_RUN_TOOLS, count_tool_tokens};
+    use crate::llm::count_tools_json_tokens;
+    use crate::tools::{CHAT_REPLY_TOOLS, Catalog, Policy, TASK_RUN_TOOLS};
 
     let policy = match config.map(crate::config::Config::load).transpose() {
-        Ok(config) => config.map(|c| c.tools).unwrap_or_default(),
+        Ok(config) => Policy::from(&config.map(|c| c.permissions).unwrap_or_default()),
         Err(error) => {
             eprintln!("error: {error}");
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let catalog = match Catalog::new(&policy) {
+    let catalog = match Catalog::new() {
         Ok(catalog) => catalog,
         Err(error) => {
             eprintln!("error: {error}");
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let definitions = catalog.definitions();
-    let total = count_tool_tokens(&definitions);
+    // What the policy offers, as the model would be offered it.
+    let offered = |catalog: &Catalog| -> Vec<rmcp::model::Tool> {
+        catalog.definitions().into_iter().filter(|tool| policy.offers(tool)).collect()
+    };
+    let definitions = offered(&catalog);
+    let total = count_tools_json_tokens(&definitions);
     // The presets are counted under the same policy, so a denied tool is not counted.
     let preset_tokens =
-        |names: &[&str]| catalog.subset(names).map(|c| count_tool_tokens(&c.definitions())).unwrap_or(0);
+        |names: &[&str]| catalog.subset(names).map(|c| count_tools_json_tokens(&offered(&c))).unwrap_or(0);
     if json {
         let mut out = serde_json::json!({ "tools": definitions });
         if tokens {
@@ -303,7 +308,7 @@ fn tools_list(json: bool, tokens: bool, config: Option<&std::path::Path>) -> Exi
         let access = if read_only { "read" } else { "write" };
         let description = tool.description.as_deref().unwrap_or_default();
         if tokens {
-            let count = count_tool_tokens(std::slice::from_ref(tool));
+            let count = count_tools_json_tokens(std::slice::from_ref(tool));
             out.push_str(&format!("{:<17} {:<9} {:<5} {:>4} tokens  {description}\n", tool.name, group, access, count));
         } else {
             out.push_str(&format!("{:<17} {:<9} {:<5} {description}\n", tool.name, group, access));
@@ -350,20 +355,22 @@ async fn tools_call(name: &str, arguments: &str, config_path: &std::path::Path, 
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let registry =
+    // The same policy as the running agent's: a tool it may not call cannot be called from here.
+    let tools =
         crate::tracker::TrackerClient::new(&config.tracker, token).map_err(|e| e.to_string()).and_then(|client| {
-            crate::tools::Registry::new(client, &config.tools, config.limits.max_tool_result_bytes)
-                .map_err(|e| e.to_string())
+            let registry = crate::tools::Registry::new(client.clone(), config.limits.max_tool_result_bytes)
+                .map_err(|e| e.to_string())?;
+            Ok(crate::tools::policy::governed_for_person(vec![std::sync::Arc::new(registry)], &config))
         });
-    let registry = match registry {
-        Ok(registry) => registry,
+    let tools = match tools {
+        Ok(tools) => tools,
         Err(error) => {
             eprintln!("error: {error}");
             return ExitCode::from(EXIT_USAGE);
         }
     };
     let context = crate::tools::ToolContext::new(config.slug.clone());
-    let result = registry.call(name, arguments, &context).await;
+    let result = crate::tools::ToolSource::call(&tools, name, arguments, &context).await;
     let mut out = String::new();
     if json {
         let structured = result.structured_content.clone().unwrap_or(serde_json::Value::Null);

@@ -36,8 +36,6 @@ pub struct Config {
     #[serde(default)]
     pub limits: Limits,
     #[serde(default)]
-    pub tools: ToolsConfig,
-    #[serde(default)]
     pub state: StateConfig,
     #[serde(default)]
     pub http: HttpConfig,
@@ -236,12 +234,14 @@ impl Default for Limits {
     }
 }
 
+/// `mcp_servers.<name>.tools`: which of one external server's tools the host takes, by their
+/// original names, before the permission policy sees them under their public names.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct ToolsConfig {
-    /// Tool names or globs (`*`, `?`) offered; empty means all.
+pub struct ServerToolsConfig {
+    /// Original tool names or globs (`*`, `?`) taken; empty means all.
     pub allowed: Vec<String>,
-    /// Tool names or globs never offered; wins over `allowed`.
+    /// Original tool names or globs never taken; wins over `allowed`.
     pub disallowed: Vec<String>,
 }
 
@@ -326,13 +326,13 @@ pub struct McpServerConfig {
     pub trusted: bool,
     /// The server's tools offered, by their original names (globs `*`, `?`).
     #[serde(default)]
-    pub tools: ToolsConfig,
+    pub tools: ServerToolsConfig,
     /// Timeout of one request to the server, in milliseconds; a call that runs out is cancelled.
     #[serde(default = "default_mcp_timeout_ms")]
     pub timeout_ms: u64,
 }
 
-/// The permission policy over every tool, the tracker's included.
+/// The permission policy over every tool, the tracker's included (`tools::policy`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PermissionsConfig {
@@ -403,6 +403,11 @@ pub enum ConfigError {
     Field { path: PathBuf, field: String, message: String },
 }
 
+/// What an old file with a top-level `tools` section (or a `PICOGENT_TOOLS__*` override) is told:
+/// the one tool policy is `permissions`.
+const MOVED_TOOLS_SECTION: &str = "the section moved into `permissions`: rename `tools.allowed` to \
+     `permissions.allowed_tools` and `tools.disallowed` to `permissions.disallowed_tools`";
+
 /// The environment prefix of overrides: `PICOGENT_TRACKER__URL` sets `tracker.url`.
 pub const ENV_PREFIX: &str = "PICOGENT";
 
@@ -433,8 +438,6 @@ impl Config {
                     .list_separator(",")
                     .with_list_parse_key("capabilities")
                     .with_list_parse_key("allowed_bots")
-                    .with_list_parse_key("tools.allowed")
-                    .with_list_parse_key("tools.disallowed")
                     .with_list_parse_key("mcp.allowed_origins")
                     .with_list_parse_key("mcp.allowed_hosts")
                     .with_list_parse_key("permissions.allowed_tools")
@@ -443,6 +446,13 @@ impl Config {
             )
             .build()
             .map_err(|e| ConfigError::Invalid { path: path.to_path_buf(), message: e.to_string() })?;
+        if built.get::<config::Value>("tools").is_ok() {
+            return Err(ConfigError::Field {
+                path: path.to_path_buf(),
+                field: "tools".to_string(),
+                message: MOVED_TOOLS_SECTION.to_string(),
+            });
+        }
         let mut config: Config = built
             .try_deserialize()
             .map_err(|e| ConfigError::Invalid { path: path.to_path_buf(), message: describe(&e) })?;
@@ -501,12 +511,12 @@ impl Config {
             return Err(field("llm.context_tokens", "expected the model's context window, at least 1024 tokens"));
         }
         if let Some(price) = self.llm.price
-            && !(price.input_per_million >= 0.0 && price.output_per_million >= 0.0)
+            && [price.input_per_million, price.output_per_million].iter().any(|p| p.is_nan() || *p < 0.0)
         {
             return Err(field("llm.price", "expected prices of 0 or more per million tokens"));
         }
         if let Some(cost) = self.limits.max_cost_per_day {
-            if !(cost > 0.0) {
+            if cost.is_nan() || cost <= 0.0 {
                 return Err(field("limits.max_cost_per_day", "expected an amount greater than 0"));
             }
             if self.llm.price.is_none() {
@@ -567,6 +577,14 @@ impl Config {
         }
         if self.permissions.ask_timeout_ms == 0 {
             return Err(field("permissions.ask_timeout_ms", "expected a number greater than 0"));
+        }
+        for (name, patterns) in [
+            ("permissions.allowed_tools", &self.permissions.allowed_tools),
+            ("permissions.disallowed_tools", &self.permissions.disallowed_tools),
+        ] {
+            if patterns.iter().any(|pattern| pattern.trim().is_empty()) {
+                return Err(field(name, "expected tool names or globs like get_*, not an empty one"));
+            }
         }
         Ok(())
     }
@@ -733,6 +751,23 @@ mod tests {
         );
         let error = Config::load_with_env(&write(dir.path(), &text), []).unwrap_err().to_string();
         assert!(error.contains("mcp_servers.both"), "{error}");
+    }
+
+    #[test]
+    fn the_old_tools_section_names_what_to_rename() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = MINIMAL.replace("\"slug\"", r#""tools": {"allowed": ["get_*"], "disallowed": []}, "slug""#);
+        let error = Config::load_with_env(&write(dir.path(), &text), []).unwrap_err().to_string();
+        assert!(error.contains("agent.json"), "{error}");
+        assert!(error.contains("`tools.allowed` to `permissions.allowed_tools`"), "{error}");
+        assert!(error.contains("`tools.disallowed` to `permissions.disallowed_tools`"), "{error}");
+        // The same from an override, and the new section loads.
+        let vars = [("PICOGENT_TOOLS__DISALLOWED".to_string(), "take_task".to_string())];
+        let error = Config::load_with_env(&write(dir.path(), MINIMAL), vars).unwrap_err().to_string();
+        assert!(error.contains("permissions.disallowed_tools"), "{error}");
+        let vars = [("PICOGENT_PERMISSIONS__DISALLOWED_TOOLS".to_string(), "take_task,*_file".to_string())];
+        let config = Config::load_with_env(&write(dir.path(), MINIMAL), vars).unwrap();
+        assert_eq!(config.permissions.disallowed_tools, vec!["take_task", "*_file"]);
     }
 
     #[test]

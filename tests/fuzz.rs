@@ -8,7 +8,6 @@ mod support;
 
 use std::path::Path;
 
-use picogent::config::ToolsConfig;
 use picogent::prompts::{self, MessageNewVars, MessageView, Prompts, TaskAssignedVars, TaskView};
 use picogent::tools::ToolContext;
 use picogent::tools::registry::Registry;
@@ -252,7 +251,7 @@ fn hostile_text_is_cleaned_capped_and_never_panics() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_arguments_are_validated_without_panics() {
     let board = support::TestBoard::start().await;
-    let registry = Registry::new(board.client("picogent"), &ToolsConfig::default(), 16 * 1024).unwrap();
+    let registry = Registry::new(board.client("picogent"), 16 * 1024).unwrap();
     let names: Vec<String> = registry.offered_names().into_iter().map(str::to_string).collect();
     assert!(names.len() >= 20, "{names:?}");
     let mut with_unknown = names.clone();

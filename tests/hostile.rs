@@ -99,7 +99,7 @@ async fn injection_in_a_task_description_is_stopped_by_code() {
     let board = TestBoard::start().await;
     let model = scripted_model("injection_task.json").await;
     let dir = tempfile::tempdir().unwrap();
-    let extra = json!({"tools": {"disallowed": ["update_task", "assign_task"]}});
+    let extra = json!({"permissions": {"disallowed_tools": ["update_task", "assign_task"]}});
     let agent =
         start_agent_in_process(agent_config_json(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
     let alice = board.client("alice");

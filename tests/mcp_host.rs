@@ -23,18 +23,18 @@ use std::time::Duration;
 
 use picogent::agent::{self, RunInput, RunOutcome, RunSetup, ToolCallOutcome};
 use picogent::board::BoardOptions;
-use picogent::config::{Limits, LlmConfig, McpServerConfig, PermissionMode, ToolsConfig, TrackerConfig};
+use picogent::config::{Limits, LlmConfig, McpServerConfig, PermissionMode, TrackerConfig};
 use picogent::llm::OpenAiChat;
 use picogent::mcp::client::{ServerConnection, ServerStatus};
 use picogent::mcp::host::McpHost;
-use picogent::mcp::policy::{CombinedSource, Policy, PolicySource, TrackerAsker, is_read_only};
 use picogent::mcp::results::ArtifactStore;
 use picogent::offline_model::script::Script;
 use picogent::offline_model::{self, OfflineModelOptions};
 use picogent::retry::RetryConfig;
 use picogent::secret::Secret;
 use picogent::session::SessionKey;
-use picogent::tools::{Registry, ToolContext, ToolSource};
+use picogent::tools::policy::{Policy, PolicySource, TrackerAsker, is_read_only};
+use picogent::tools::{CombinedSource, Registry, ToolContext, ToolSource};
 use picogent::tracker::TrackerClient;
 use picogent::tracker::model::{CreateTask, MessageQuery, ReplyMessage, SendMessage};
 use rmcp::model::CallToolResult;
@@ -456,7 +456,7 @@ async fn ask_mode_approved_refused_and_timed_out_through_board_threads() {
     // Untrusted time server: its tools are destructive. Trusted everything: its read-only tools are not.
     let host: Arc<dyn ToolSource> =
         Arc::new(start(vec![("time", time_server(false)), ("everything", everything_stdio())], dir.path(), 8192).await);
-    let registry: Arc<dyn ToolSource> = Arc::new(Registry::new(agent.clone(), &ToolsConfig::default(), 8192).unwrap());
+    let registry: Arc<dyn ToolSource> = Arc::new(Registry::new(agent.clone(), 8192).unwrap());
     let combined: Arc<dyn ToolSource> = Arc::new(CombinedSource::new([registry, host]));
     let policy_with = |timeout_ms: u64| {
         let asker = TrackerAsker::new(agent.clone(), Duration::from_millis(timeout_ms))

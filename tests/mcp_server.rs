@@ -377,7 +377,7 @@ async fn http_needs_the_token_and_a_local_origin_and_host() {
 async fn configured_origins_and_hosts_are_allowed_too() {
     // server/discover never reaches the tracker, so none runs here.
     let tracker = tracker_as("http://127.0.0.1:9", "tok-unused");
-    let registry = Registry::new(tracker.clone(), &Default::default(), 8 * 1024).unwrap();
+    let registry = Registry::new(tracker.clone(), 8 * 1024).unwrap();
     let prompts = Arc::new(Prompts::load(&manifest_dir().join("prompts")).unwrap());
     let server = McpServer::new(Arc::new(registry), tracker, prompts, "picogent");
     let security = HttpSecurity::new(
@@ -761,7 +761,7 @@ async fn agent_extension_serves_runs_and_announces_changes() {
     let fixture = Fixture::start().await;
     let agent = TestAgent::new();
     let (cancelled_tx, mut cancelled_rx) = mpsc::unbounded_channel();
-    let registry = Registry::new(fixture.tracker(), &Default::default(), 8 * 1024).unwrap();
+    let registry = Registry::new(fixture.tracker(), 8 * 1024).unwrap();
     let tools = Arc::new(WithWaitingTool { registry, cancelled: cancelled_tx });
     let server = McpServer::new(tools, fixture.tracker(), fixture.prompts(), "picogent")
         .with_agent(agent.clone())

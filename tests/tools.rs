@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 
 use picogent::board::{BoardHandle, BoardOptions};
-use picogent::config::{ToolsConfig, TrackerConfig};
+use picogent::config::TrackerConfig;
 use picogent::retry::RetryConfig;
 use picogent::secret::Secret;
-use picogent::tools::{CHAT_REPLY_TOOLS, Registry, TASK_RUN_TOOLS, ToolContext};
+use picogent::tools::{CHAT_REPLY_TOOLS, Policy, PolicySource, Registry, TASK_RUN_TOOLS, ToolContext, ToolSource};
 use picogent::tracker::TrackerClient;
 use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
@@ -29,9 +29,14 @@ fn tracker_config(url: &str, timeout_ms: u64) -> TrackerConfig {
     }
 }
 
-fn registry_for(url: &str, token: &str, policy: &ToolsConfig, max_bytes: usize) -> Registry {
+fn registry_for(url: &str, token: &str, max_bytes: usize) -> Registry {
     let client = TrackerClient::new(&tracker_config(url, 5_000), Secret::new(token)).unwrap();
-    Registry::new(client, policy, max_bytes).unwrap()
+    Registry::new(client, max_bytes).unwrap()
+}
+
+/// The registry under a permission policy, as every user of tools gets it.
+fn governed(registry: Registry, policy: Policy) -> PolicySource {
+    PolicySource::new(std::sync::Arc::new(registry), policy, None)
 }
 
 struct Fixture {
@@ -49,8 +54,8 @@ async fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let board =
         picogent::board::start(BoardOptions::loopback(dir.path().join("board.db"), Some(seed_path()))).await.unwrap();
-    let agent = registry_for(&board.url(), "tok-picogent", &ToolsConfig::default(), MAX_RESULT_BYTES);
-    let alice = registry_for(&board.url(), "tok-alice", &ToolsConfig::default(), MAX_RESULT_BYTES);
+    let agent = registry_for(&board.url(), "tok-picogent", MAX_RESULT_BYTES);
+    let alice = registry_for(&board.url(), "tok-alice", MAX_RESULT_BYTES);
     Fixture {
         board,
         _dir: dir,
@@ -67,13 +72,13 @@ fn text_of(result: &CallToolResult) -> String {
 
 /// Checks what every result must satisfy: no token anywhere, and the structured content of a
 /// success fits the tool's output schema.
-fn check_result(registry: &Registry, name: &str, result: &CallToolResult) {
+fn check_result(registry: &dyn ToolSource, name: &str, result: &CallToolResult) {
     let whole = serde_json::to_string(result).unwrap();
     assert!(!whole.contains("tok-"), "a token leaked into the result of {name}: {whole}");
     if result.is_error == Some(true) {
         return;
     }
-    let tool = registry.definitions().into_iter().find(|t| t.name == name).unwrap();
+    let tool = registry.tools().into_iter().find(|t| t.name == name).unwrap();
     if let Some(schema) = &tool.output_schema {
         let schema = Value::Object(schema.as_ref().clone());
         let structured = result.structured_content.as_ref().expect("structured content");
@@ -83,14 +88,14 @@ fn check_result(registry: &Registry, name: &str, result: &CallToolResult) {
     }
 }
 
-async fn call(registry: &Registry, context: &ToolContext, name: &str, arguments: Value) -> CallToolResult {
+async fn call(registry: &dyn ToolSource, context: &ToolContext, name: &str, arguments: Value) -> CallToolResult {
     let result = registry.call(name, arguments, context).await;
     check_result(registry, name, &result);
     result
 }
 
 /// A call that must succeed: its text and structured content.
-async fn ok(registry: &Registry, context: &ToolContext, name: &str, arguments: Value) -> (String, Value) {
+async fn ok(registry: &dyn ToolSource, context: &ToolContext, name: &str, arguments: Value) -> (String, Value) {
     let result = call(registry, context, name, arguments.clone()).await;
     let text = text_of(&result);
     assert_ne!(result.is_error, Some(true), "{name} {arguments} failed: {text}");
@@ -98,7 +103,7 @@ async fn ok(registry: &Registry, context: &ToolContext, name: &str, arguments: V
 }
 
 /// A call that must fail: its text and the `error` object of its structured content.
-async fn fail(registry: &Registry, context: &ToolContext, name: &str, arguments: Value) -> (String, Value) {
+async fn fail(registry: &dyn ToolSource, context: &ToolContext, name: &str, arguments: Value) -> (String, Value) {
     let result = call(registry, context, name, arguments.clone()).await;
     let text = text_of(&result);
     assert_eq!(result.is_error, Some(true), "{name} {arguments} should have failed: {text}");
@@ -321,7 +326,7 @@ async fn project_and_member_tools_work_and_fail_usefully() {
     assert_eq!(error["fields"], json!(["status"]), "{text}");
 
     // A token the tracker does not know: an error result that does not repeat the token.
-    let stranger = registry_for(&f.board.url(), "tok-unknown-123", &ToolsConfig::default(), MAX_RESULT_BYTES);
+    let stranger = registry_for(&f.board.url(), "tok-unknown-123", MAX_RESULT_BYTES);
     let (text, error) = fail(&stranger, ctx, "list_members", json!({})).await;
     assert_eq!((error["code"].as_str(), error["status"].as_u64()), (Some("unauthorized"), Some(401)), "{text}");
     assert!(text.contains("tell a human"), "{text}");
@@ -447,7 +452,7 @@ async fn acting_as_another_member_is_refused_before_any_request() {
     assert_eq!(task["assignee_slug"], "picogent");
 
     // No request is made at all: against a tracker that is not there the refusal is the same.
-    let nowhere = registry_for("http://127.0.0.1:9", "tok-picogent", &ToolsConfig::default(), MAX_RESULT_BYTES);
+    let nowhere = registry_for("http://127.0.0.1:9", "tok-picogent", MAX_RESULT_BYTES);
     let (_, error) = fail(&nowhere, &f.context, "take_task", json!({"task_id": "TE-1", "agent_slug": "bob"})).await;
     assert_eq!(error["code"], "refused");
     f.board.shutdown().await.unwrap();
@@ -462,9 +467,14 @@ async fn names_policy_and_subsets() {
     assert_eq!(error["suggestions"][0], "get_task", "{text}");
 
     // A denied tool is not offered and a call to it is refused.
-    let policy = ToolsConfig { allowed: vec![], disallowed: vec!["*_task".into(), "upload_?ile".into()] };
-    let limited = registry_for(&f.board.url(), "tok-picogent", &policy, MAX_RESULT_BYTES);
-    let offered = limited.offered_names();
+    let policy = Policy {
+        allowed_tools: vec![],
+        disallowed_tools: vec!["*_task".into(), "upload_?ile".into()],
+        mode: picogent::config::PermissionMode::Auto,
+    };
+    let limited = governed(registry_for(&f.board.url(), "tok-picogent", MAX_RESULT_BYTES), policy);
+    let names: Vec<String> = limited.tools().iter().map(|tool| tool.name.to_string()).collect();
+    let offered: Vec<&str> = names.iter().map(String::as_str).collect();
     assert!(!offered.contains(&"take_task") && !offered.contains(&"upload_file"), "{offered:?}");
     assert!(offered.contains(&"list_tasks") && offered.contains(&"add_step"), "{offered:?}");
     let (text, error) = fail(&limited, &f.context, "create_task", json!({"project_slug": "team", "title": "x"})).await;
@@ -495,7 +505,7 @@ async fn long_results_are_cut_with_a_paging_line() {
         let title = format!("task {n} {}", "é".repeat(150));
         ok(&f.agent, &f.context, "create_task", json!({"project_slug": "team", "title": title})).await;
     }
-    let small = registry_for(&f.board.url(), "tok-picogent", &ToolsConfig::default(), 1_000);
+    let small = registry_for(&f.board.url(), "tok-picogent", 1_000);
     let (text, page) = ok(&small, &f.context, "list_tasks", json!({"limit": 30})).await;
     assert!(text.len() <= 1_000, "{} bytes", text.len());
     assert!(text.starts_with("30 tasks:"), "{text}");
@@ -531,7 +541,7 @@ async fn an_unreachable_or_silent_tracker_is_an_error_result() {
     let context = ToolContext::new("picogent");
     // Nothing listens on a port we bound and closed.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let gone = registry_for(&format!("http://127.0.0.1:{port}"), "tok-picogent", &ToolsConfig::default(), 8192);
+    let gone = registry_for(&format!("http://127.0.0.1:{port}"), "tok-picogent", 8192);
     let (text, error) = fail(&gone, &context, "get_task", json!({"task_id": "TE-1"})).await;
     assert_eq!(error["code"], "unreachable", "{text}");
 
@@ -545,7 +555,7 @@ async fn an_unreachable_or_silent_tracker_is_an_error_result() {
         }
     });
     let client = TrackerClient::new(&tracker_config(&url, 200), Secret::new("tok-picogent")).unwrap();
-    let slow = Registry::new(client, &ToolsConfig::default(), 8192).unwrap();
+    let slow = Registry::new(client, 8192).unwrap();
     let (text, error) = fail(&slow, &context, "create_task", json!({"project_slug": "team", "title": "x"})).await;
     assert_eq!(error["code"], "timeout", "{text}");
     assert!(text.contains("check before repeating"), "{text}");
@@ -563,7 +573,7 @@ async fn a_cancelled_run_stops_the_call() {
         }
     });
     let client = TrackerClient::new(&tracker_config(&url, 60_000), Secret::new("tok-picogent")).unwrap();
-    let registry = Registry::new(client, &ToolsConfig::default(), 8192).unwrap();
+    let registry = Registry::new(client, 8192).unwrap();
     let context = ToolContext::new("picogent");
     context.cancel.cancel();
     let (text, error) = fail(&registry, &context, "get_task", json!({"task_id": "TE-1"})).await;
@@ -593,13 +603,11 @@ async fn the_cli_lists_and_calls_tools_with_exit_codes() {
     assert_eq!(code, 0);
     assert_eq!(stdout.lines().count(), 24, "{stdout}");
     let total_line = stdout.lines().last().unwrap();
-    let total: usize = total_line.strip_prefix("total: ").unwrap().split(' ').next().unwrap().parse().unwrap();
+    let total: u64 = total_line.strip_prefix("total: ").unwrap().split(' ').next().unwrap().parse().unwrap();
     assert!(total <= 2_000, "{total_line}");
     assert_eq!(
         total,
-        picogent::tools::count_tool_tokens(
-            &registry_for("http://127.0.0.1:9", "x", &ToolsConfig::default(), 8192).definitions()
-        )
+        picogent::llm::count_tools_json_tokens(&registry_for("http://127.0.0.1:9", "x", 8192).definitions())
     );
     let (code, stdout, _) = picogent(&["tools", "list", "--json", "--tokens"], None).await;
     assert_eq!(code, 0);

@@ -436,6 +436,33 @@ pub fn estimate_tool_tokens(
     count
 }
 
+/// The definitions as an OpenAI chat-completions `tools` array:
+/// `[{"type":"function","function":{"name","description","parameters"}}]`.
+pub fn openai_tools_json(tools: &[rmcp::model::Tool]) -> serde_json::Value {
+    serde_json::Value::Array(
+        tools
+            .iter()
+            .map(|tool| {
+                serde_json::json!({
+                    "type": "function",
+                    "function": {
+                        "name": tool.name,
+                        "description": tool.description.as_deref().unwrap_or_default(),
+                        "parameters": serde_json::Value::Object(tool.input_schema.as_ref().clone()),
+                    }
+                })
+            })
+            .collect(),
+    )
+}
+
+/// Tokens of the definitions as a model receives them: the compact [`openai_tools_json`] text,
+/// the figure `picogent tools list --tokens` shows. A little above the sum of [`tool_tokens`],
+/// which leaves out the JSON around each name, description and schema.
+pub fn count_tools_json_tokens(tools: &[rmcp::model::Tool]) -> u64 {
+    count_text_tokens(&openai_tools_json(tools).to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -455,6 +482,12 @@ mod tests {
         let text = serde_json::to_string(&messages).unwrap();
         let back: Vec<Message> = serde_json::from_str(&text).unwrap();
         assert_eq!(back, messages);
+    }
+
+    #[test]
+    fn counts_tokens() {
+        assert!(count_text_tokens("hello world") >= 2);
+        assert_eq!(count_text_tokens(""), 0);
     }
 
     #[test]

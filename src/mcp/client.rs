@@ -470,7 +470,7 @@ impl ServerConnection {
                 tools
                     .into_iter()
                     .filter(|tool| {
-                        crate::mcp::policy::allowed_by(
+                        crate::tools::policy::allowed_by(
                             &self.config.tools.allowed,
                             &self.config.tools.disallowed,
                             &tool.name,

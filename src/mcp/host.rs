@@ -24,8 +24,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, McpServerConfig};
 use crate::mcp::client::{ServerConnection, ServerStatus};
-use crate::mcp::policy::ORIGIN_META_KEY;
 use crate::mcp::results::ArtifactStore;
+use crate::tools::policy::ORIGIN_META_KEY;
 use crate::tools::{ToolContext, ToolSource};
 
 /// The two tools offered when any server lists resources.

@@ -3,16 +3,15 @@
 //! As a server, picogent offers the tracker's tools, tasks as resources and its prompt templates
 //! to any MCP host over rmcp's own transports, and `picogent run` adds the running agent
 //! ([`server`]). As a host, picogent connects external MCP servers (`mcp_servers` in agent.json)
-//! and offers their tools to the model beside the tracker's, under one permission policy:
+//! and offers their tools to the model beside the tracker's, under the one permission policy of
+//! [`crate::tools::policy`]:
 //!
 //! - [`client`]: one server's connection — transport, handshake, restart with backoff, its lists;
 //! - [`host`]: every server together as one [`crate::tools::ToolSource`], with public names,
 //!   resource tools, prompt commands and server instructions;
-//! - [`results`]: what a tool result becomes for the model (inline text or an artifact on disk);
-//! - [`policy`]: the permission policy as a `ToolSource` wrapper, and [`policy::CombinedSource`].
+//! - [`results`]: what a tool result becomes for the model (inline text or an artifact on disk).
 
 pub mod client;
 pub mod host;
-pub mod policy;
 pub mod results;
 pub mod server;

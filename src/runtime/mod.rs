@@ -100,8 +100,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     let registry: Arc<dyn ToolSource> = Arc::new(build_tools(&config, &client)?);
     // External MCP servers join the tracker's tools; one permission policy governs them all.
     let host = Arc::new(crate::mcp::host::McpHost::start(&config).await);
-    let tools: Arc<dyn ToolSource> =
-        Arc::new(crate::mcp::policy::governed(vec![registry, host.clone()], &config, &client));
+    let tools: Arc<dyn ToolSource> = Arc::new(crate::tools::governed(vec![registry, host.clone()], &config, &client));
     let model: Arc<dyn crate::llm::ChatModel> = Arc::new(
         crate::llm::openai::OpenAiChat::new(&config.llm, llm_api_key).context("cannot build the model client")?,
     );
@@ -187,8 +186,8 @@ fn http_routes(
     routes.nest("/mcp", crate::mcp::server::http_router(server, &security, services.shutdown.child_token()))
 }
 
-fn build_tools(config: &Config, client: &TrackerClient) -> anyhow::Result<crate::tools::registry::Registry> {
-    crate::tools::registry::Registry::new(client.clone(), &config.tools, config.limits.max_tool_result_bytes)
+fn build_tools(config: &Config, client: &TrackerClient) -> anyhow::Result<crate::tools::Registry> {
+    crate::tools::Registry::new(client.clone(), config.limits.max_tool_result_bytes)
         .context("cannot build the tool registry")
 }
 

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::tools::ToolContext;
 use crate::tools::format;
-use crate::tools::registry::{ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write};
+use crate::tools::kernel::{ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write};
 use crate::tracker::TrackerClient;
 use crate::tracker::model::{self, AttachmentOut, FileContent, limits};
 

@@ -68,26 +68,6 @@ pub fn message_line(message: &MessageOut) -> String {
     line
 }
 
-/// A message in full, content unshortened.
-pub fn message_detail(message: &MessageOut) -> String {
-    let mut line = format!("msg {} {} {}", message.id, message.author_slug, message.created_at);
-    if let Some(chat) = &message.chat_id {
-        line.push_str(&format!(" chat {chat}"));
-    }
-    if let Some(task) = &message.task_id {
-        line.push_str(&format!(" task {task}"));
-    }
-    if let Some(parent) = &message.parent_id {
-        line.push_str(&format!(" reply to {parent}"));
-    }
-    if !message.mentions.is_empty() {
-        line.push_str(&format!(" mentions {}", message.mentions.join(",")));
-    }
-    line.push_str(": ");
-    line.push_str(&message.content);
-    line
-}
-
 /// `web WEB Website (chat <id>)`, with `inactive` when so.
 pub fn project_line(project: &ProjectOut) -> String {
     let mut line =

@@ -4,7 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::tools::format;
-use crate::tools::registry::{ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write};
+use crate::tools::kernel::{ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write};
 use crate::tools::{PostPlace, ToolContext};
 use crate::tracker::TrackerClient;
 use crate::tracker::model::{self, MessageOut, limits};

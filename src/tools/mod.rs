@@ -1,22 +1,35 @@
-//! Tools the model can call. The tracker's tools live in the registry (issue 3); other sources
-//! (external MCP servers) implement the same [`ToolSource`] trait, so the LLM loop sees one shape.
+//! Tools the model can call. The tracker's tools are in the registry; other sources (external
+//! MCP servers) implement the same [`ToolSource`] trait, so the LLM loop sees one shape, and one
+//! permission policy wraps them all.
+//!
+//! - [`kernel`]: what a tracker tool is ([`kernel::TrackerTool`], its output and errors);
+//! - [`schema`]: argument and answer schemas, and the check of a call's arguments;
+//! - [`registry`]: the catalog of the 23 tools, the presets, and [`Registry`], which runs them;
+//! - one file per group of tools: [`tasks`], [`steps`], [`messages`], [`projects`], [`members`],
+//!   [`files`], with [`format`](mod@format) for their text;
+//! - [`policy`]: the permission policy over every tool, as a [`ToolSource`] wrapper;
+//! - [`combined`]: several sources offered as one.
 //!
 //! Tool definitions are rmcp's `Tool` and results are rmcp's `CallToolResult`: the shapes are
-//! MCP's from the start, so serving them over MCP later translates nothing.
+//! MCP's from the start, so serving them over MCP translates nothing.
 
+pub mod combined;
 pub mod files;
 pub mod format;
+pub mod kernel;
 pub mod members;
 pub mod messages;
+pub mod policy;
 pub mod projects;
 pub mod registry;
+pub mod schema;
 pub mod steps;
 pub mod tasks;
 
-pub use registry::{
-    CHAT_REPLY_TOOLS, Catalog, Registry, RegistryError, TASK_RUN_TOOLS, ToolError, ToolGroup, count_tokens,
-    count_tool_tokens, openai_tools_json,
-};
+pub use combined::CombinedSource;
+pub use kernel::{ToolError, ToolGroup};
+pub use policy::{Policy, PolicySource, governed};
+pub use registry::{CHAT_REPLY_TOOLS, Catalog, Registry, RegistryError, TASK_RUN_TOOLS};
 
 use futures::future::BoxFuture;
 use rmcp::model::{CallToolResult, Tool};

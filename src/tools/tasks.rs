@@ -8,7 +8,7 @@ use serde::{Deserialize, Deserializer};
 
 use crate::tools::ToolContext;
 use crate::tools::format;
-use crate::tools::registry::{ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write};
+use crate::tools::kernel::{ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write};
 use crate::tracker::TrackerClient;
 use crate::tracker::model::{self, Priority, RejectOut, TaskOut, TaskPage, TaskStatus, TaskType, WatchOut, limits};
 

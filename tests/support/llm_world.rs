@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use picogent::board::{BoardHandle, BoardOptions};
-use picogent::config::{ToolsConfig, TrackerConfig};
+use picogent::config::TrackerConfig;
 use picogent::retry::RetryConfig;
 use picogent::secret::Secret;
 use picogent::tools::{Registry, TASK_RUN_TOOLS, ToolContext, ToolSource};
@@ -50,7 +50,7 @@ impl World {
             picogent::board::start(BoardOptions::loopback(dir.path().join("board.db"), Some(seed))).await.unwrap();
         let config = tracker_config(&board.url());
         let agent = TrackerClient::new(&config, Secret::new("tok-picogent")).unwrap();
-        let registry = Registry::new(agent, &ToolsConfig::default(), 8 * 1024).unwrap();
+        let registry = Registry::new(agent, 8 * 1024).unwrap();
         let alice = TrackerClient::new(&config, Secret::new("tok-alice")).unwrap();
         World { board, _dir: dir, registry, alice }
     }

@@ -1,9 +1,12 @@
-//! The permission policy over every tool (`permissions` in agent.json), as a [`ToolSource`]
-//! wrapper, and [`CombinedSource`], which merges several sources into one.
+//! The one tool policy (`permissions` in agent.json): which tools are offered and may run, and
+//! whether a human must approve a destructive call first. [`PolicySource`] wraps a
+//! [`ToolSource`] in it; [`governed`] builds the wrapper every user of tools goes through.
 //!
 //! Invariants:
-//! - the policy governs every source it wraps, the tracker's tools included: build it as
-//!   `PolicySource::new(CombinedSource::new([registry, mcp_host]), ...)`;
+//! - the policy governs every source it wraps, the tracker's tools included: the runtime, the
+//!   `picogent tools` and `picogent mcp` commands all build their tools with [`governed`];
+//! - names are matched by globs (`*` any run of characters, `?` one), the disallowed list winning
+//!   over the allowed one; the per-server filter of the MCP host uses the same matcher;
 //! - a tool is read-only only if its annotations say `readOnlyHint: true` (the MCP host already
 //!   rewrote untrusted servers' annotations); a tool is destructive unless it is read-only or says
 //!   `destructiveHint: false` — absent means destructive, as in the MCP spec;
@@ -12,26 +15,50 @@
 //! - a denied call is an error result telling the model why; every decision is logged with the
 //!   server, original tool name, public name and annotations.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use rmcp::model::{CallToolResult, ContentBlock, Tool};
+use rmcp::model::{CallToolResult, Tool};
 
 use crate::config::{PermissionMode, PermissionsConfig};
 use crate::session::SessionKey;
+use crate::tools::combined::CombinedSource;
+use crate::tools::kernel::refusal;
 use crate::tools::{ToolContext, ToolSource};
 use crate::tracker::TrackerClient;
 use crate::tracker::model::{MemberKind, MessageQuery, SendMessage};
-
-/// The registry's glob matching (`*` any run, `?` one character): one matcher for every tool policy.
-pub use crate::tools::registry::glob_matches as glob_match;
 
 /// Allowed when `allowed` is empty or a pattern in it matches, and no pattern in `disallowed` does.
 pub fn allowed_by(allowed: &[String], disallowed: &[String], name: &str) -> bool {
     (allowed.is_empty() || allowed.iter().any(|p| glob_match(p, name)))
         && !disallowed.iter().any(|p| glob_match(p, name))
+}
+
+/// Matches `*` (any run of characters) and `?` (one character); everything else is literal.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let pattern: Vec<char> = pattern.chars().collect();
+    let text: Vec<char> = text.chars().collect();
+    // Two-pointer matching, backtracking to the last `*` seen.
+    let (mut p, mut t) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        if p < pattern.len() && (pattern[p] == '?' || pattern[p] == text[t]) {
+            p += 1;
+            t += 1;
+        } else if p < pattern.len() && pattern[p] == '*' {
+            star = Some((p, t));
+            p += 1;
+        } else if let Some((star_p, star_t)) = star {
+            p = star_p + 1;
+            t = star_t + 1;
+            star = Some((star_p, star_t + 1));
+        } else {
+            return false;
+        }
+    }
+    pattern[p..].iter().all(|&c| c == '*')
 }
 
 /// Where a tool comes from, as the MCP host records it in the tool's `_meta`.
@@ -204,6 +231,18 @@ pub struct Policy {
     pub mode: PermissionMode,
 }
 
+impl Policy {
+    /// Whether `name` passes `allowed_tools` / `disallowed_tools`.
+    pub fn allows(&self, name: &str) -> bool {
+        allowed_by(&self.allowed_tools, &self.disallowed_tools, name)
+    }
+
+    /// Whether `tool` is offered at all: allowed by name, and read-only in `read_only` mode.
+    pub fn offers(&self, tool: &Tool) -> bool {
+        self.allows(&tool.name) && (self.mode != PermissionMode::ReadOnly || is_read_only(tool))
+    }
+}
+
 impl From<&PermissionsConfig> for Policy {
     fn from(config: &PermissionsConfig) -> Policy {
         Policy {
@@ -227,11 +266,6 @@ impl PolicySource {
         PolicySource { inner, policy, asker }
     }
 
-    fn offered(&self, tool: &Tool) -> bool {
-        allowed_by(&self.policy.allowed_tools, &self.policy.disallowed_tools, &tool.name)
-            && (self.policy.mode != PermissionMode::ReadOnly || is_read_only(tool))
-    }
-
     async fn decide(&self, name: &str, arguments: &serde_json::Value, context: &ToolContext) -> Result<(), String> {
         let Some(tool) = self.inner.tool(name) else {
             // Unknown names go through: the inner source answers with its own "unknown tool" error.
@@ -253,10 +287,10 @@ impl PolicySource {
                 "tool permission decision"
             );
         };
-        if !allowed_by(&self.policy.allowed_tools, &self.policy.disallowed_tools, name) {
+        if !self.policy.allows(name) {
             log("denied", "not allowed by permissions.allowed_tools / disallowed_tools");
             return Err(format!(
-                "permission denied: the tool `{name}` is not allowed by this agent's permissions; do not retry it, use another way or say you cannot"
+                "permission denied: the tool `{name}` is not allowed by this agent's tool policy; do not retry it, use another way or say you cannot"
             ));
         }
         match self.policy.mode {
@@ -319,11 +353,11 @@ impl PolicySource {
 
 impl ToolSource for PolicySource {
     fn tools(&self) -> Vec<Tool> {
-        self.inner.tools().into_iter().filter(|tool| self.offered(tool)).collect()
+        self.inner.tools().into_iter().filter(|tool| self.policy.offers(tool)).collect()
     }
 
     fn tool(&self, name: &str) -> Option<Tool> {
-        self.inner.tool(name).filter(|tool| self.offered(tool))
+        self.inner.tool(name).filter(|tool| self.policy.offers(tool))
     }
 
     fn call<'a>(
@@ -335,14 +369,14 @@ impl ToolSource for PolicySource {
         Box::pin(async move {
             match self.decide(name, &arguments, context).await {
                 Ok(()) => self.inner.call(name, arguments, context).await,
-                Err(why) => CallToolResult::error(vec![ContentBlock::text(why)]),
+                Err(why) => refusal(why),
             }
         })
     }
 }
 
-/// The runtime's tool source: `sources` combined in this order (the registry first, then the MCP
-/// host), under `config.permissions`; in `ask` mode a [`TrackerAsker`] posts through `client`.
+/// Tools ready for use: `sources` combined in this order (the registry first, then the MCP host,
+/// if any), under `config.permissions`; in `ask` mode a [`TrackerAsker`] posts through `client`.
 pub fn governed(
     sources: Vec<Arc<dyn ToolSource>>,
     config: &crate::config::Config,
@@ -357,59 +391,40 @@ pub fn governed(
     PolicySource::new(Arc::new(CombinedSource::new(sources)), Policy::from(&config.permissions), asker)
 }
 
-/// Several sources as one, in a fixed order. A name offered by two sources goes to the first.
-pub struct CombinedSource {
-    sources: Vec<Arc<dyn ToolSource>>,
-}
-
-impl CombinedSource {
-    pub fn new(sources: impl IntoIterator<Item = Arc<dyn ToolSource>>) -> CombinedSource {
-        CombinedSource { sources: sources.into_iter().collect() }
+/// Tools for a person at the other end (`picogent mcp`, `picogent tools call`): the same
+/// policy, except that `ask` mode does not ask on the tracker — the person calling is the human
+/// who decides (an MCP host asks its user before each call), and there is no run's conversation
+/// to ask in.
+pub fn governed_for_person(sources: Vec<Arc<dyn ToolSource>>, config: &crate::config::Config) -> PolicySource {
+    let mut policy = Policy::from(&config.permissions);
+    if policy.mode == PermissionMode::Ask {
+        policy.mode = PermissionMode::Auto;
     }
-}
-
-impl ToolSource for CombinedSource {
-    fn tools(&self) -> Vec<Tool> {
-        let mut seen = BTreeSet::new();
-        let mut tools = Vec::new();
-        for source in &self.sources {
-            for tool in source.tools() {
-                if seen.insert(tool.name.to_string()) {
-                    tools.push(tool);
-                } else {
-                    tracing::warn!(tool = %tool.name, "two tool sources offer the same name; the first one wins");
-                }
-            }
-        }
-        tools
-    }
-
-    fn tool(&self, name: &str) -> Option<Tool> {
-        self.sources.iter().find_map(|source| source.tool(name))
-    }
-
-    fn call<'a>(
-        &'a self,
-        name: &'a str,
-        arguments: serde_json::Value,
-        context: &'a ToolContext,
-    ) -> BoxFuture<'a, CallToolResult> {
-        Box::pin(async move {
-            for source in &self.sources {
-                if source.tool(name).is_some() {
-                    return source.call(name, arguments, context).await;
-                }
-            }
-            CallToolResult::error(vec![ContentBlock::text(format!(
-                "unknown tool `{name}`: use one of the tools listed in this conversation"
-            ))])
-        })
-    }
+    PolicySource::new(Arc::new(CombinedSource::new(sources)), policy, None)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn globs_match() {
+        let cases = [
+            ("get_*", "get_task", true),
+            ("get_*", "list_tasks", false),
+            ("*_task", "take_task", true),
+            ("?et_task", "get_task", true),
+            ("get_task", "get_task", true),
+            ("get_task", "get_tasks", false),
+            ("*", "anything", true),
+            ("*step*", "complete_step", true),
+            ("a*b*c", "axxbyyc", true),
+            ("a*b*c", "axxbyy", false),
+        ];
+        for (pattern, name, expected) in cases {
+            assert_eq!(glob_match(pattern, name), expected, "{pattern} vs {name}");
+        }
+    }
 
     #[test]
     fn globs_match_stars_and_question_marks() {
@@ -430,6 +445,19 @@ mod tests {
         assert!(!allowed_by(&allowed, &disallowed, "mcp__git__x"));
         assert!(!allowed_by(&allowed, &disallowed, "send_message"));
         assert!(allowed_by(&[], &[], "anything"));
+    }
+
+    #[test]
+    fn policy_disallowed_wins() {
+        let policy = Policy {
+            allowed_tools: vec!["get_*".into(), "list_tasks".into()],
+            disallowed_tools: vec!["get_member".into()],
+            mode: PermissionMode::Auto,
+        };
+        assert!(policy.allows("get_task"));
+        assert!(policy.allows("list_tasks"));
+        assert!(!policy.allows("get_member"));
+        assert!(!policy.allows("create_task"));
     }
 
     #[test]

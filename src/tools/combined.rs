@@ -1,0 +1,60 @@
+//! [`CombinedSource`]: several tool sources offered as one (the tracker's registry, then the MCP
+//! host), so the permission policy wraps them all at once.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use rmcp::model::{CallToolResult, ContentBlock, Tool};
+
+use crate::tools::{ToolContext, ToolSource};
+
+/// Several sources as one, in a fixed order. A name offered by two sources goes to the first.
+pub struct CombinedSource {
+    sources: Vec<Arc<dyn ToolSource>>,
+}
+
+impl CombinedSource {
+    pub fn new(sources: impl IntoIterator<Item = Arc<dyn ToolSource>>) -> CombinedSource {
+        CombinedSource { sources: sources.into_iter().collect() }
+    }
+}
+
+impl ToolSource for CombinedSource {
+    fn tools(&self) -> Vec<Tool> {
+        let mut seen = BTreeSet::new();
+        let mut tools = Vec::new();
+        for source in &self.sources {
+            for tool in source.tools() {
+                if seen.insert(tool.name.to_string()) {
+                    tools.push(tool);
+                } else {
+                    tracing::warn!(tool = %tool.name, "two tool sources offer the same name; the first one wins");
+                }
+            }
+        }
+        tools
+    }
+
+    fn tool(&self, name: &str) -> Option<Tool> {
+        self.sources.iter().find_map(|source| source.tool(name))
+    }
+
+    fn call<'a>(
+        &'a self,
+        name: &'a str,
+        arguments: serde_json::Value,
+        context: &'a ToolContext,
+    ) -> BoxFuture<'a, CallToolResult> {
+        Box::pin(async move {
+            for source in &self.sources {
+                if source.tool(name).is_some() {
+                    return source.call(name, arguments, context).await;
+                }
+            }
+            CallToolResult::error(vec![ContentBlock::text(format!(
+                "unknown tool `{name}`: use one of the tools listed in this conversation"
+            ))])
+        })
+    }
+}

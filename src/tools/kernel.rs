@@ -1,0 +1,297 @@
+//! What a tracker tool is: the [`TrackerTool`] trait a tool implements, what it returns
+//! ([`ToolOutput`], [`ToolError`]), its group and annotations, and [`ToolEntry`], the tool with
+//! its type erased, as the catalog stores it.
+//!
+//! Tool files import this module (and `format`), never the catalog: the catalog imports them.
+//!
+//! Invariant: the tracker token never reaches a result. Results are built from answers and from
+//! [`TrackerError`] messages, which never carry it.
+
+use std::future::Future;
+
+use futures::future::BoxFuture;
+use rmcp::model::{CallToolResult, ContentBlock, ToolAnnotations};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::tools::ToolContext;
+use crate::tools::schema::input_schema_for;
+use crate::tracker::{TrackerClient, TrackerError};
+
+/// Tools name the shape of their structured content with it, beside [`read_only`] and [`write()`].
+pub use crate::tools::schema::output_schema_for;
+
+/// The group a tool belongs to: `picogent tools list` shows it, and a catalog can be narrowed to groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ToolGroup {
+    Tasks,
+    Steps,
+    Messages,
+    Projects,
+    Members,
+    Files,
+}
+
+impl ToolGroup {
+    pub const ALL: [ToolGroup; 6] = [
+        ToolGroup::Tasks,
+        ToolGroup::Steps,
+        ToolGroup::Messages,
+        ToolGroup::Projects,
+        ToolGroup::Members,
+        ToolGroup::Files,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolGroup::Tasks => "tasks",
+            ToolGroup::Steps => "steps",
+            ToolGroup::Messages => "messages",
+            ToolGroup::Projects => "projects",
+            ToolGroup::Members => "members",
+            ToolGroup::Files => "files",
+        }
+    }
+}
+
+/// What a tool produced: short text for the model and the full answer as JSON.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput {
+    pub text: String,
+    /// The full answer; always a JSON object, so MCP clients can take it as `structuredContent`.
+    pub structured: Value,
+}
+
+impl ToolOutput {
+    pub fn new(text: impl Into<String>, structured: &impl Serialize) -> Result<ToolOutput, ToolError> {
+        let structured = serde_json::to_value(structured)
+            .map_err(|e| ToolError::Internal { message: format!("cannot serialize the answer: {e}") })?;
+        Ok(ToolOutput { text: text.into(), structured })
+    }
+}
+
+/// One field of the arguments that is wrong, in words a model can act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArgumentProblem {
+    /// The field's path, `status` or `labels[2]`; empty for the arguments as a whole.
+    pub field: String,
+    /// What the field accepts; for an unknown field, the fields there are.
+    pub expected: String,
+    pub got: String,
+    /// The field is not one of the tool's.
+    pub unknown_field: bool,
+}
+
+impl std::fmt::Display for ArgumentProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.unknown_field {
+            write!(f, "field `{}` is not a field of this tool; {}", self.field, self.expected)
+        } else if self.field.is_empty() {
+            write!(f, "expected {} (got {})", self.expected, self.got)
+        } else {
+            write!(f, "field `{}`: expected {} (got {})", self.field, self.expected, self.got)
+        }
+    }
+}
+
+/// Why a tool call failed. Each becomes an error result; none is a protocol error.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    /// The arguments do not fit the tool's schema, or break a rule the schema cannot say.
+    #[error("invalid arguments: {}", join_problems(.0))]
+    InvalidArguments(Vec<ArgumentProblem>),
+    /// The call is not allowed: a tool not offered for this run, or acting as another member.
+    #[error("refused: {message}")]
+    Refused { message: String },
+    /// No tool has this name.
+    #[error("unknown tool `{name}`; the closest tools are: {}", .suggestions.join(", "))]
+    UnknownTool { name: String, suggestions: Vec<String> },
+    #[error(transparent)]
+    Tracker(#[from] TrackerError),
+    #[error("cancelled: the run was stopped before the call finished")]
+    Cancelled,
+    #[error("internal error: {message}")]
+    Internal { message: String },
+}
+
+fn join_problems(problems: &[ArgumentProblem]) -> String {
+    problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+}
+
+impl ToolError {
+    /// One argument problem found by the tool itself (a rule the schema does not express).
+    pub fn invalid(field: &str, expected: impl Into<String>, got: impl Into<String>) -> ToolError {
+        ToolError::InvalidArguments(vec![ArgumentProblem {
+            field: field.to_string(),
+            expected: expected.into(),
+            got: got.into(),
+            unknown_field: false,
+        }])
+    }
+
+    /// A short machine-readable name of the failure, put in the result's structured content.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ToolError::InvalidArguments(_) => "invalid_arguments",
+            ToolError::Refused { .. } => "refused",
+            ToolError::UnknownTool { .. } => "unknown_tool",
+            ToolError::Tracker(error) => match error {
+                TrackerError::NotFound { .. } => "not_found",
+                TrackerError::Conflict { .. } => "conflict",
+                TrackerError::Invalid { .. } => "invalid",
+                TrackerError::Unauthorized { .. } => "unauthorized",
+                TrackerError::Forbidden { .. } => "forbidden",
+                TrackerError::RateLimited { .. } => "rate_limited",
+                TrackerError::Server { .. } => "tracker_error",
+                TrackerError::Transport { timed_out: true, .. } => "timeout",
+                TrackerError::Transport { .. } => "unreachable",
+                TrackerError::Decode { .. } => "bad_answer",
+            },
+            ToolError::Cancelled => "cancelled",
+            ToolError::Internal { .. } => "internal",
+        }
+    }
+
+    /// The message the model reads: what went wrong and what to do next.
+    pub fn message_for_model(&self) -> String {
+        match self {
+            ToolError::InvalidArguments(_) => format!("{self}; fix the arguments and call again"),
+            ToolError::Tracker(error) => match error {
+                TrackerError::NotFound { .. } => {
+                    format!("{error}; check the id or key (the list_* tools show them)")
+                }
+                TrackerError::Conflict { .. } => {
+                    format!("{error}; the task's current state forbids this, get_task shows it")
+                }
+                TrackerError::Invalid { field: Some(field), .. } => {
+                    format!("{error}; fix field `{field}` and call again")
+                }
+                TrackerError::Unauthorized { .. } => {
+                    "the tracker refused the agent's credentials; a tool call cannot fix this, tell a human".to_string()
+                }
+                TrackerError::RateLimited { .. } => format!("{error}; wait before calling again"),
+                TrackerError::Transport { timed_out: true, .. } => {
+                    format!("{error}; a write may or may not have happened, check before repeating it")
+                }
+                TrackerError::Server { .. } | TrackerError::Transport { .. } => {
+                    format!("{error}; try again later")
+                }
+                _ => error.to_string(),
+            },
+            _ => self.to_string(),
+        }
+    }
+
+    /// The error result the caller receives; its structured content names the failure.
+    pub(super) fn into_result(self) -> CallToolResult {
+        let mut detail = json!({"code": self.code(), "message": self.message_for_model()});
+        if let ToolError::Tracker(error) = &self {
+            if let Some(status) = error.status() {
+                detail["status"] = json!(status);
+            }
+            if let TrackerError::Invalid { field: Some(field), .. } = error {
+                detail["field"] = json!(field);
+            }
+        }
+        if let ToolError::InvalidArguments(problems) = &self {
+            detail["fields"] = problems.iter().map(|p| json!(p.field)).collect();
+        }
+        if let ToolError::UnknownTool { suggestions, .. } = &self {
+            detail["suggestions"] = json!(suggestions);
+        }
+        let mut result = CallToolResult::error(vec![ContentBlock::text(self.message_for_model())]);
+        result.structured_content = Some(json!({ "error": detail }));
+        result
+    }
+}
+
+/// The error result of a call refused before it ran, its text exactly `message` (what the
+/// permission policy answers), its structured content shaped like every tool error's.
+pub fn refusal(message: String) -> CallToolResult {
+    let mut result = CallToolResult::error(vec![ContentBlock::text(message.clone())]);
+    result.structured_content = Some(json!({ "error": {"code": "refused", "message": message} }));
+    result
+}
+
+/// One tool of the tracker: its name, words, argument type and behaviour.
+pub trait TrackerTool: Send + Sync + 'static {
+    /// The arguments; `deny_unknown_fields` and a `///` line per field (the schema's words).
+    type Args: DeserializeOwned + JsonSchema + Send;
+    const NAME: &'static str;
+    const TITLE: &'static str;
+    const DESCRIPTION: &'static str;
+    const GROUP: ToolGroup;
+    /// How to ask for the rest when the text is cut.
+    const PAGING_HINT: &'static str = "ask for fewer items (a smaller limit, or one item by id)";
+
+    /// The MCP hints; use [`read_only`] or [`write()`].
+    fn annotations() -> ToolAnnotations;
+
+    /// The shape of the structured content, when it is stable.
+    fn output_schema() -> Option<Value> {
+        None
+    }
+
+    fn run(
+        args: Self::Args,
+        client: &TrackerClient,
+        context: &ToolContext,
+    ) -> impl Future<Output = Result<ToolOutput, ToolError>> + Send;
+}
+
+/// The hints of a tool that only reads.
+pub fn read_only() -> ToolAnnotations {
+    ToolAnnotations::new().read_only(true).destructive(false).idempotent(true).open_world(false)
+}
+
+/// The hints of a tool that writes.
+pub fn write(destructive: bool, idempotent: bool) -> ToolAnnotations {
+    ToolAnnotations::new().read_only(false).destructive(destructive).idempotent(idempotent).open_world(false)
+}
+
+pub(super) type RunFn =
+    for<'a> fn(Value, &'a TrackerClient, &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>>;
+
+/// A tool with its type erased: what the catalog compiles and stores.
+pub struct ToolEntry {
+    pub(super) name: &'static str,
+    pub(super) title: &'static str,
+    pub(super) description: &'static str,
+    pub(super) group: ToolGroup,
+    pub(super) paging_hint: &'static str,
+    pub(super) annotations: fn() -> ToolAnnotations,
+    pub(super) output_schema: fn() -> Option<Value>,
+    pub(super) input_schema: fn() -> Value,
+    pub(super) run: RunFn,
+}
+
+impl ToolEntry {
+    pub fn of<T: TrackerTool>() -> ToolEntry {
+        ToolEntry {
+            name: T::NAME,
+            title: T::TITLE,
+            description: T::DESCRIPTION,
+            group: T::GROUP,
+            paging_hint: T::PAGING_HINT,
+            annotations: T::annotations,
+            output_schema: T::output_schema,
+            input_schema: input_schema_for::<T::Args>,
+            run: run_erased::<T>,
+        }
+    }
+}
+
+fn run_erased<'a, T: TrackerTool>(
+    arguments: Value,
+    client: &'a TrackerClient,
+    context: &'a ToolContext,
+) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+    Box::pin(async move {
+        // The schema was checked first, so this only fails where the schema and the type disagree.
+        let args: T::Args = serde_json::from_value(arguments)
+            .map_err(|e| ToolError::invalid("", "arguments matching the tool's schema", e.to_string()))?;
+        T::run(args, client, context).await
+    })
+}
