@@ -13,15 +13,19 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 OUT="$ROOT/target/bench-results"
 mkdir -p "$OUT"
-rm -f "$OUT"/*.json
+rm -f "$OUT"/*.json "$OUT/picogent"
 started=$(date +%s)
 say() { echo "[bench $(($(date +%s) - started))s] $*" >&2; }
 
-say "building picogent (release profile) and the bench drivers"
-# One build: `cargo bench` builds the picogent binary too (target/release/picogent, an ordinary
-# release build).
+say "building the bench drivers and picogent (release profile)"
 cargo bench --no-run --bench compare --bench mcp_stdio
-BIN="$ROOT/target/release/picogent"
+# The processes measured are the binary people run: `cargo build --release`. The one `cargo bench`
+# leaves in target/release is built with the dev-dependencies' features too (tokio's test-util,
+# criterion's), so it is built again without them and copied aside, where a later `cargo bench`
+# cannot replace it.
+cargo build --release --bin picogent
+BIN="$OUT/picogent"
+cp "$ROOT/target/release/picogent" "$BIN"
 test -x "$BIN"
 
 say "installing the peers"

@@ -120,9 +120,13 @@ mod tests {
         RetryConfig { max_attempts, initial_delay_ms: 5, max_delay_ms: 50, max_elapsed_ms: 10_000, jitter: false }
     }
 
-    #[tokio::test]
+    // Paused time: the clock moves only when every task waits on a timer, and then straight to
+    // it, so the schedule is checked to the millisecond and no test waits for real.
+
+    #[tokio::test(start_paused = true)]
     async fn retries_until_success() {
         let attempts = AtomicU32::new(0);
+        let start = tokio::time::Instant::now();
         let result: Result<u32, TestError> = with_retry(&policy(5), || async {
             let n = attempts.fetch_add(1, Ordering::SeqCst);
             if n < 2 { Err(TestError(RetryDecision::Retry)) } else { Ok(n) }
@@ -130,11 +134,14 @@ mod tests {
         .await;
         assert_eq!(result.unwrap(), 2);
         assert_eq!(attempts.load(Ordering::SeqCst), 3);
+        // 5 ms, then doubled: 10 ms.
+        assert_eq!(start.elapsed(), Duration::from_millis(15));
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn stops_at_max_attempts() {
         let attempts = AtomicU32::new(0);
+        let start = tokio::time::Instant::now();
         let result: Result<(), TestError> = with_retry(&policy(3), || async {
             attempts.fetch_add(1, Ordering::SeqCst);
             Err(TestError(RetryDecision::Retry))
@@ -142,11 +149,28 @@ mod tests {
         .await;
         assert!(result.is_err());
         assert_eq!(attempts.load(Ordering::SeqCst), 3);
+        assert_eq!(start.elapsed(), Duration::from_millis(15), "no sleep after the last attempt");
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
+    async fn delays_are_capped_at_max_delay() {
+        let attempts = AtomicU32::new(0);
+        let start = tokio::time::Instant::now();
+        let result: Result<(), TestError> = with_retry(&policy(6), || async {
+            attempts.fetch_add(1, Ordering::SeqCst);
+            Err(TestError(RetryDecision::Retry))
+        })
+        .await;
+        assert!(result.is_err());
+        assert_eq!(attempts.load(Ordering::SeqCst), 6);
+        // 5, 10, 20, 40, then 50 ms (the cap) instead of 80.
+        assert_eq!(start.elapsed(), Duration::from_millis(125));
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn never_retries_a_final_error() {
         let attempts = AtomicU32::new(0);
+        let start = tokio::time::Instant::now();
         let result: Result<(), TestError> = with_retry(&policy(5), || async {
             attempts.fetch_add(1, Ordering::SeqCst);
             Err(TestError(RetryDecision::Stop))
@@ -154,9 +178,10 @@ mod tests {
         .await;
         assert!(result.is_err());
         assert_eq!(attempts.load(Ordering::SeqCst), 1);
+        assert_eq!(start.elapsed(), Duration::ZERO);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn honours_retry_after() {
         let attempts = AtomicU32::new(0);
         let start = tokio::time::Instant::now();
@@ -169,7 +194,22 @@ mod tests {
         })
         .await;
         assert!(result.is_ok());
-        assert!(start.elapsed() >= Duration::from_millis(300), "waited {:?}", start.elapsed());
+        // Exactly the server's wait, not the computed 5 ms.
+        assert_eq!(start.elapsed(), Duration::from_millis(300));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_after_past_max_elapsed_ends_the_retrying() {
+        let attempts = AtomicU32::new(0);
+        let start = tokio::time::Instant::now();
+        let result: Result<(), TestError> = with_retry(&policy(5), || async {
+            attempts.fetch_add(1, Ordering::SeqCst);
+            Err(TestError(RetryDecision::RetryAfter(Duration::from_secs(11))))
+        })
+        .await;
+        assert!(result.is_err());
+        assert_eq!(attempts.load(Ordering::SeqCst), 1);
+        assert_eq!(start.elapsed(), Duration::ZERO);
     }
 
     #[test]
