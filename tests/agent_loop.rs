@@ -92,6 +92,7 @@ impl Harness {
             tool_context: ToolContext::new(self.world.agent_slug()),
             cancel,
             steering,
+            window: agent::ModelWindow::default(),
         };
         let input = RunInput { system_prompt: SYSTEM.to_string(), history: vec![], prompt: prompt.to_string() };
         let run = agent::run(setup, input);
@@ -126,30 +127,29 @@ async fn planner_works_a_task_end_to_end() {
     let titles: Vec<&str> = steps.iter().map(|s| s.title.as_str()).collect();
     assert_eq!(titles, ["write the code", "test it", "document it"]);
     assert!(steps.iter().all(|s| s.done), "every step ticked: {steps:?}");
-    let comments = harness.world.comments(&key).await;
-    assert_eq!(comments.len(), 1, "{comments:?}");
-    assert_eq!(comments[0].author_slug, "picogent");
-    assert!(comments[0].content.contains("offline planner"), "{}", comments[0].content);
+    // The summary is the run's final answer; the runtime posts it on the task (tests/runtime.rs).
+    assert!(record.final_message.contains("offline planner"), "{}", record.final_message);
+    assert!(harness.world.comments(&key).await.is_empty(), "the loop itself posts no summary");
 
-    // get_task, 3 add_step, update_task, 3 complete_step, send_message, update_task; then text.
-    assert_eq!(record.turns, 7);
-    assert_eq!(record.tool_calls, 10);
+    // get_task, 3 add_step, update_task, 3 complete_step, update_task; then the summary.
+    assert_eq!(record.turns, 6);
+    assert_eq!(record.tool_calls, 9);
     let counts = |name: &str| record.tool_calls_by_name[name];
     assert_eq!(counts("add_step").ok, 3);
     assert_eq!(counts("complete_step").ok, 3);
     assert_eq!(counts("update_task").ok, 2);
-    assert_eq!(counts("send_message").ok, 1);
+    assert!(!record.tool_calls_by_name.contains_key("send_message"));
     assert_eq!(counts("get_task").ok, 1);
     assert!(record.prompt_tokens > 0 && record.completion_tokens > 0);
     assert!(!record.tokens_estimated);
 
-    // The conversation comes back whole, ready to resume: prompt, 7 assistant turns, 10 results.
-    assert_eq!(output.conversation.len(), 1 + 7 + 10);
+    // The conversation comes back whole, ready to resume: prompt, 6 assistant turns, 9 results.
+    assert_eq!(output.conversation.len(), 1 + 6 + 9);
     assert!(matches!(output.conversation[0], Message::User { .. }));
 
     // Prompt caching: system prompt and tool list byte-identical on every turn.
     let requests = harness.model.requests();
-    assert_eq!(requests.len(), 7);
+    assert_eq!(requests.len(), 6);
     let prefix = |request: &serde_json::Value| (request["messages"][0].to_string(), request["tools"].to_string());
     for request in &requests[1..] {
         assert_eq!(prefix(request), prefix(&requests[0]));
@@ -352,7 +352,9 @@ async fn tool_call_budget_stops_exactly() {
     let faults = Faults { endless_tool_calls: true, ..Faults::default() };
     let harness = Harness::start(OfflineModelOptions { faults, ..OfflineModelOptions::planner() }).await;
     let key = harness.world.create_task("").await;
-    let output = harness.run(Limits { max_tool_calls: 5, ..limits() }, &task_prompt(&key)).await;
+    // Every endless call is the same `get_task`: the repetition guard stays out of the way here.
+    let output =
+        harness.run(Limits { max_tool_calls: 5, max_identical_calls: 100, ..limits() }, &task_prompt(&key)).await;
     let record = &output.record;
     assert_eq!(record.outcome, RunOutcome::BudgetToolCalls);
     assert_eq!(record.tool_calls, 5);

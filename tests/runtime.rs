@@ -1,211 +1,19 @@
 //! End-to-end tests of the long-lived agent over real sockets: the reference board, the offline
 //! model endpoint and the agent, all on 127.0.0.1:0.
 
+#[path = "support/agent.rs"]
+mod agent_support;
 #[path = "support/interop.rs"]
 mod interop;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use picogent::board::{BoardHandle, BoardOptions};
-use picogent::config::Config;
-use picogent::offline_model::{OfflineModelHandle, OfflineModelOptions};
-use picogent::runtime::{AgentHandle, AgentOptions};
-use picogent::secret::Secret;
+use agent_support::*;
+use picogent::runtime::AgentHandle;
 use picogent::state::RunStatus;
-use picogent::tracker::TrackerClient;
 use picogent::tracker::model::*;
-use picogent::transport::StreamOptions;
 use serde_json::{Value, json};
-
-const MCP_TOKEN: &str = "tok-mcp-test";
-const SEED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/board-seed.json");
-
-fn prompts_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("prompts")
-}
-
-async fn start_board(dir: &Path) -> BoardHandle {
-    start_board_at(dir, "127.0.0.1:0".parse().unwrap()).await
-}
-
-async fn start_board_at(dir: &Path, listen: std::net::SocketAddr) -> BoardHandle {
-    picogent::board::start(BoardOptions { listen, db: dir.join("board.db"), seed: Some(SEED.into()) }).await.unwrap()
-}
-
-async fn start_model(delay_ms: u64) -> OfflineModelHandle {
-    let options = OfflineModelOptions { delay: Duration::from_millis(delay_ms), ..OfflineModelOptions::planner() };
-    picogent::offline_model::start(options).await.unwrap()
-}
-
-/// An agent config as JSON, so fields not named take their defaults; `extra` is merged on top.
-fn agent_config(dir: &Path, board: &str, model: &str, slug: &str, extra: Value) -> Config {
-    let mut config = json!({
-        "slug": slug,
-        "name": slug,
-        "tracker": {"url": board, "timeout_ms": 5000,
-                    "retry": {"max_attempts": 8, "initial_delay_ms": 20, "max_delay_ms": 200, "max_elapsed_ms": 10000, "jitter": true}},
-        "llm": {"base_url": model, "model": "offline-planner", "timeout_ms": 20000,
-                "retry": {"max_attempts": 3, "initial_delay_ms": 20, "max_delay_ms": 200, "max_elapsed_ms": 5000, "jitter": false}},
-        "state": {"path": dir.join(format!("{slug}.db"))},
-        "http": {"listen": "127.0.0.1:0"},
-        "prompts_dir": prompts_dir(),
-    });
-    merge(&mut config, extra);
-    serde_json::from_value(config).unwrap()
-}
-
-fn merge(target: &mut Value, extra: Value) {
-    match (target, extra) {
-        (Value::Object(target), Value::Object(extra)) => {
-            for (key, value) in extra {
-                merge(target.entry(key).or_insert(Value::Null), value);
-            }
-        }
-        (target, extra) => *target = extra,
-    }
-}
-
-/// `picogent run --config <path>` as a child process, quiet, as the agent member.
-fn spawn_agent_process(config_path: &Path) -> std::process::Child {
-    std::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
-        .args(["run", "--config"])
-        .arg(config_path)
-        .env("TEAMBOARD_TOKEN", "tok-picogent")
-        .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap()
-}
-
-fn fast_stream() -> StreamOptions {
-    StreamOptions {
-        heartbeat_interval: Duration::from_millis(300),
-        initial_backoff: Duration::from_millis(50),
-        max_backoff: Duration::from_millis(300),
-        ..StreamOptions::new("TEAMBOARD_TOKEN")
-    }
-}
-
-async fn start_agent(config: Config) -> AgentHandle {
-    let token = format!("tok-{}", config.slug);
-    picogent::runtime::start(AgentOptions {
-        config,
-        tracker_token: Secret::new(token),
-        llm_api_key: None,
-        mcp_token: Some(Secret::new(MCP_TOKEN)),
-        stream: Some(fast_stream()),
-        serve_http: true,
-    })
-    .await
-    .unwrap()
-}
-
-fn client(board: &BoardHandle, token: &str) -> TrackerClient {
-    let config: picogent::config::TrackerConfig = serde_json::from_value(json!({"url": board.url()})).unwrap();
-    TrackerClient::new(&config, Secret::new(token)).unwrap()
-}
-
-/// Polls `check` until it returns `Some`, failing with `what` after `timeout`.
-async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn wait_ready(agent: &AgentHandle) {
-    eventually(Duration::from_secs(10), "agent caught up", || async { agent.status.caught_up().then_some(()) }).await;
-}
-
-async fn wait_idle(agent: &AgentHandle) {
-    eventually(Duration::from_secs(20), "agent idle", || async { (agent.status.active_runs() == 0).then_some(()) })
-        .await;
-}
-
-async fn create_assigned(alice: &TrackerClient, title: &str, description: &str) -> TaskOut {
-    alice
-        .create_task(
-            &CreateTask {
-                project_slug: "team".into(),
-                title: title.into(),
-                description: Some(description.into()),
-                assignee_slug: Some("picogent".into()),
-                ..CreateTask::default()
-            },
-            None,
-        )
-        .await
-        .unwrap()
-}
-
-async fn wait_status(alice: &TrackerClient, task_id: &str, status: TaskStatus) -> TaskOut {
-    eventually(Duration::from_secs(30), &format!("task {task_id} in {status}"), || async {
-        let task = alice.get_task(task_id).await.ok()?;
-        (task.status == status).then_some(task)
-    })
-    .await
-}
-
-async fn comments(alice: &TrackerClient, task_id: &str) -> Vec<MessageOut> {
-    alice
-        .list_messages(&MessageQuery { task_id: Some(task_id.into()), limit: Some(200), ..MessageQuery::default() })
-        .await
-        .unwrap()
-}
-
-async fn thread(alice: &TrackerClient, root: &str) -> Vec<MessageOut> {
-    alice
-        .list_messages(&MessageQuery { parent_id: Some(root.into()), limit: Some(200), ..MessageQuery::default() })
-        .await
-        .unwrap()
-}
-
-async fn chat_id(alice: &TrackerClient) -> String {
-    alice.get_project("team").await.unwrap().chat_id
-}
-
-async fn comment(who: &TrackerClient, task_id: &str, text: &str) -> MessageOut {
-    who.send_message(
-        &SendMessage { content: text.into(), task_id: Some(task_id.into()), ..SendMessage::default() },
-        None,
-    )
-    .await
-    .unwrap()
-}
-
-async fn say(who: &TrackerClient, chat: &str, text: &str) -> MessageOut {
-    who.send_message(&SendMessage { content: text.into(), chat_id: Some(chat.into()), ..SendMessage::default() }, None)
-        .await
-        .unwrap()
-}
-
-async fn runs_for(agent: &AgentHandle, session: &str) -> Vec<picogent::state::RunRow> {
-    agent.state.list_runs(500).await.unwrap().into_iter().filter(|r| r.session_key == session).collect()
-}
-
-/// The text of every user message of the first chat request the model received.
-fn first_user_prompt(model: &OfflineModelHandle) -> String {
-    let requests = model.requests();
-    let first = requests.first().expect("the model got a request");
-    first["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "user")
-        .map(|m| m["content"].as_str().unwrap_or_default().to_string())
-        .collect::<Vec<_>>()
-        .join("\n")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn assignment_is_acknowledged_then_worked_to_review() {
@@ -449,8 +257,6 @@ async fn killed_agent_resumes_its_run_without_repeating_comments() {
     let steps = alice.list_steps(&task.id).await.unwrap();
     assert_eq!(steps.len(), 3, "{steps:#?}");
     assert!(steps.iter().all(|s| s.done));
-    let mine = comments(&alice, &task.id).await.into_iter().filter(|m| m.author_slug == "picogent").count();
-    assert_eq!(mine, 1);
 
     let state = picogent::state::State::open(&config.state.path).await.unwrap();
     let runs = eventually(Duration::from_secs(10), "the run recorded as finished", || async {
@@ -458,6 +264,9 @@ async fn killed_agent_resumes_its_run_without_repeating_comments() {
         runs.iter().all(|r| r.status != RunStatus::Running).then_some(runs)
     })
     .await;
+    // The summary is posted as the run ends, after the task moved to review.
+    let mine = comments(&alice, &task.id).await.into_iter().filter(|m| m.author_slug == "picogent").count();
+    assert_eq!(mine, 1);
     process.kill().unwrap();
     process.wait().unwrap();
     assert_eq!(runs.len(), 1, "the interrupted run was resumed, not duplicated: {runs:#?}");

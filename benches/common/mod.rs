@@ -188,6 +188,7 @@ pub async fn one_turn_run(
             tool_context: picogent::tools::ToolContext::new("picogent"),
             cancel: tokio_util::sync::CancellationToken::new(),
             steering: None,
+            window: picogent::agent::ModelWindow::default(),
         },
         picogent::agent::RunInput {
             system_prompt: system_prompt.to_string(),

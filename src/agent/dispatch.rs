@@ -48,6 +48,39 @@ impl OfferedTools {
         }
     }
 
+    /// What a tool's arguments look like, in words for an error: its required and other fields.
+    pub fn expected_arguments(&self, name: &str) -> String {
+        let Some(spec) = self.specs.iter().find(|spec| spec.name == name) else {
+            return "matching the tool's schema".to_string();
+        };
+        let required: Vec<&str> = spec
+            .parameters
+            .get("required")
+            .and_then(|r| r.as_array())
+            .map(|r| r.iter().filter_map(|v| v.as_str()).collect())
+            .unwrap_or_default();
+        let fields = |wanted: bool| -> Vec<String> {
+            let Some(properties) = spec.parameters.get("properties").and_then(|p| p.as_object()) else {
+                return Vec::new();
+            };
+            properties
+                .iter()
+                .filter(|(field, _)| required.contains(&field.as_str()) == wanted)
+                .map(|(field, schema)| match schema.get("type") {
+                    Some(kind) => format!("\"{field}\" ({})", kind.to_string().trim_matches('"')),
+                    None => format!("\"{field}\""),
+                })
+                .collect()
+        };
+        let (needed, optional) = (fields(true), fields(false));
+        match (needed.is_empty(), optional.is_empty()) {
+            (true, true) => "`{}` (this tool takes no arguments)".to_string(),
+            (false, true) => format!("with the fields {}", needed.join(", ")),
+            (true, false) => format!("with any of the optional fields {}", optional.join(", ")),
+            (false, false) => format!("with the fields {}; optional: {}", needed.join(", "), optional.join(", ")),
+        }
+    }
+
     fn is_offered(&self, name: &str) -> bool {
         self.names.iter().any(|offered| offered == name)
     }
@@ -67,7 +100,69 @@ enum Checked {
     Refused { outcome: ToolCallOutcome, message: String },
 }
 
-fn check(call: &ToolCall, offered: &OfferedTools) -> Checked {
+/// A call as the model asked for it, with its arguments read once: what goes back into the
+/// conversation is always valid JSON (servers such as llama.cpp refuse every later request of a
+/// conversation holding invalid JSON), and what the model wrote is kept for the record.
+#[derive(Debug, Clone)]
+pub(crate) struct PreparedCall {
+    /// The call as the conversation keeps it: its arguments are valid JSON text.
+    pub call: ToolCall,
+    /// The model's own text, when it differs from `call.arguments` (repaired, or not JSON).
+    pub raw_arguments: Option<String>,
+    /// The arguments, or why they cannot be used.
+    arguments: Result<serde_json::Value, String>,
+    /// Set when the call must not run although its arguments are fine (cut off by the output
+    /// limit, a repeat, one call per turn).
+    refusal: Option<String>,
+}
+
+impl PreparedCall {
+    /// Reads the arguments, repairing a fenced object or one followed by stray text.
+    pub fn new(call: ToolCall, offered: &OfferedTools) -> PreparedCall {
+        // Some models send an empty string for a call without arguments.
+        let text = if call.arguments.trim().is_empty() { "{}" } else { call.arguments.trim() };
+        let (arguments, canonical) = match read_arguments(text) {
+            Ok((value, repaired)) => {
+                let canonical = if repaired { Some(value.to_string()) } else { None };
+                (Ok(value), canonical)
+            }
+            Err(problem) => (
+                Err(format!(
+                    "the arguments of `{}` are not one JSON object ({problem}); send exactly one JSON object, {}",
+                    call.name,
+                    offered.expected_arguments(&call.name)
+                )),
+                // Valid JSON in the conversation; the model reads why in the tool's answer.
+                Some("{}".to_string()),
+            ),
+        };
+        match canonical {
+            Some(canonical) => {
+                let raw = call.arguments.clone();
+                PreparedCall {
+                    call: ToolCall { arguments: canonical, ..call },
+                    raw_arguments: Some(raw),
+                    arguments,
+                    refusal: None,
+                }
+            }
+            None => PreparedCall { call, raw_arguments: None, arguments, refusal: None },
+        }
+    }
+
+    /// The parsed arguments, when they can be used.
+    pub fn arguments(&self) -> Option<&serde_json::Value> {
+        self.arguments.as_ref().ok()
+    }
+
+    /// Marks the call as not to be run, saying why.
+    pub fn refuse(&mut self, why: String) {
+        self.refusal.get_or_insert(why);
+    }
+}
+
+fn check(prepared: &PreparedCall, offered: &OfferedTools) -> Checked {
+    let call = &prepared.call;
     if !offered.is_offered(&call.name) {
         let closest = offered.closest(&call.name);
         let what = if offered.withheld.contains(&call.name) {
@@ -82,28 +177,73 @@ fn check(call: &ToolCall, offered: &OfferedTools) -> Checked {
         };
         return Checked::Refused { outcome: ToolCallOutcome::UnknownTool, message };
     }
-    // Some models send an empty string for a call without arguments.
-    let text = if call.arguments.trim().is_empty() { "{}" } else { call.arguments.as_str() };
-    match serde_json::from_str::<serde_json::Value>(text) {
-        Ok(arguments @ serde_json::Value::Object(_)) => {
-            Checked::Run { arguments, read_only: offered.read_only.contains(&call.name) }
-        }
-        Ok(other) => Checked::Refused {
-            outcome: ToolCallOutcome::InvalidArguments,
-            message: format!(
-                "the arguments of `{}` must be a JSON object, got {}; send one object matching the tool's schema",
-                call.name,
-                json_kind(&other)
-            ),
-        },
-        Err(e) => Checked::Refused {
-            outcome: ToolCallOutcome::InvalidArguments,
-            message: format!(
-                "the arguments of `{}` are not valid JSON ({e}); send one JSON object matching the tool's schema",
-                call.name
-            ),
-        },
+    if let Some(why) = &prepared.refusal {
+        return Checked::Refused { outcome: ToolCallOutcome::Refused, message: why.clone() };
     }
+    match &prepared.arguments {
+        Ok(arguments) => {
+            Checked::Run { arguments: arguments.clone(), read_only: offered.read_only.contains(&call.name) }
+        }
+        Err(message) => Checked::Refused { outcome: ToolCallOutcome::InvalidArguments, message: message.clone() },
+    }
+}
+
+/// Reads tool arguments: one JSON object, also when wrapped in a Markdown code fence or followed
+/// by stray text, as long as exactly one object is there. Returns it and whether it had to be
+/// repaired, or what is wrong.
+fn read_arguments(text: &str) -> Result<(serde_json::Value, bool), String> {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(value @ serde_json::Value::Object(_)) => return Ok((value, false)),
+        Ok(other) => return Err(format!("got {}", json_kind(&other))),
+        Err(_) => {}
+    }
+    let unfenced = strip_fence(text);
+    let start = unfenced.find('{').ok_or_else(|| "no JSON object found".to_string())?;
+    let end = object_end(&unfenced[start..]).ok_or_else(|| "the JSON object is cut off or unbalanced".to_string())?;
+    let (object, rest) = unfenced[start..].split_at(end);
+    // Text around the object is tolerated; a second object is ambiguous.
+    if unfenced[..start].contains('}') || rest.contains('{') {
+        return Err("more than one JSON value: which one is meant is not clear".to_string());
+    }
+    match serde_json::from_str::<serde_json::Value>(object) {
+        Ok(value @ serde_json::Value::Object(_)) => Ok((value, true)),
+        Ok(other) => Err(format!("got {}", json_kind(&other))),
+        Err(error) => Err(format!("not valid JSON: {error}")),
+    }
+}
+
+/// `text` without a surrounding Markdown code fence (```` ```json … ``` ````).
+fn strip_fence(text: &str) -> &str {
+    let text = text.trim();
+    let Some(inner) = text.strip_prefix("```") else { return text };
+    // A language tag (`json`) runs to the end of the first line; the object search skips it
+    // when the fence has no line break.
+    let inner = inner.split_once('\n').map_or(inner, |(_language, body)| body);
+    inner.trim_end().strip_suffix("```").unwrap_or(inner).trim()
+}
+
+/// The length of the JSON object `text` starts with (a `{`), counting braces outside strings;
+/// `None` if it never closes.
+fn object_end(text: &str) -> Option<usize> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for (index, c) in text.char_indices() {
+        match (in_string, escaped, c) {
+            (true, true, _) => escaped = false,
+            (true, false, '\\') => escaped = true,
+            (true, false, '"') => in_string = false,
+            (true, false, _) => {}
+            (false, _, '"') => in_string = true,
+            (false, _, '{') => depth += 1,
+            (false, _, '}') => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(index + 1);
+                }
+            }
+            (false, _, _) => {}
+        }
+    }
+    None
 }
 
 fn json_kind(value: &serde_json::Value) -> &'static str {
@@ -133,7 +273,7 @@ pub(crate) struct TurnContext<'a> {
 /// Runs `calls` and writes each result into the same index of `results` as soon as it is known,
 /// so a caller that stops this future early (cancellation, deadline) keeps the finished ones.
 /// Consecutive read-only calls run concurrently; any other call runs alone, in the given order.
-pub(crate) async fn run_calls(context: &TurnContext<'_>, calls: &[ToolCall], results: &mut [Option<CallResult>]) {
+pub(crate) async fn run_calls(context: &TurnContext<'_>, calls: &[PreparedCall], results: &mut [Option<CallResult>]) {
     let checked: Vec<Checked> = calls.iter().map(|call| check(call, context.offered)).collect();
     let mut index = 0;
     while index < calls.len() {
@@ -155,7 +295,13 @@ pub(crate) async fn run_calls(context: &TurnContext<'_>, calls: &[ToolCall], res
     }
 }
 
-async fn run_one(context: &TurnContext<'_>, call: &ToolCall, checked: &Checked, index: usize) -> (usize, CallResult) {
+async fn run_one(
+    context: &TurnContext<'_>,
+    prepared: &PreparedCall,
+    checked: &Checked,
+    index: usize,
+) -> (usize, CallResult) {
+    let call = &prepared.call;
     let started_us = micros_since(context.run_start);
     let (outcome, content) = match checked {
         Checked::Refused { outcome, message } => (*outcome, message.clone()),
@@ -177,6 +323,7 @@ async fn run_one(context: &TurnContext<'_>, call: &ToolCall, checked: &Checked, 
         outcome,
         started_us,
         ended_us: micros_since(context.run_start),
+        raw_arguments: prepared.raw_arguments.clone(),
     };
     let content = if is_error { format!("{TOOL_ERROR_PREFIX}{content}") } else { content };
     (index, (record, Message::Tool { tool_call_id: call.id.clone(), name: call.name.clone(), content, is_error }))
@@ -192,6 +339,7 @@ pub(crate) fn not_run(call: &ToolCall, turn: u32, at_us: u64, reason: &str) -> C
         outcome: ToolCallOutcome::NotRun,
         started_us: at_us,
         ended_us: at_us,
+        raw_arguments: None,
     };
     let message = Message::Tool {
         tool_call_id: call.id.clone(),
@@ -219,7 +367,9 @@ fn result_text(result: &CallToolResult, max_bytes: usize) -> String {
         (Some(value), true) => value.to_string(),
         _ => text,
     };
-    truncate(text, max_bytes)
+    // Tracker text (and an external server's) reaches the model through results too: it passes
+    // the same cleaning as prompts, so hidden text never reaches the model from any path.
+    truncate(crate::prompts::clean_text(&text, usize::MAX), max_bytes)
 }
 
 fn truncate(text: String, max_bytes: usize) -> String {
@@ -260,7 +410,9 @@ mod tests {
     fn unknown_names_suggest_the_closest() {
         let tools = offered(&["get_task", "list_tasks", "send_message", "get_member"]);
         let call = ToolCall { id: "1".into(), name: "get_taks".into(), arguments: "{}".into() };
-        let Checked::Refused { outcome, message } = check(&call, &tools) else { panic!("accepted") };
+        let Checked::Refused { outcome, message } = check(&PreparedCall::new(call, &tools), &tools) else {
+            panic!("accepted")
+        };
         assert_eq!(outcome, ToolCallOutcome::UnknownTool);
         assert!(message.contains("closest offered tools are: get_task"), "{message}");
     }
@@ -268,14 +420,50 @@ mod tests {
     #[test]
     fn malformed_and_non_object_arguments_are_refused() {
         let tools = offered(&["get_task"]);
-        for (arguments, expected) in [("{\"task_id\": ", "not valid JSON"), ("[1]", "got an array")] {
+        let cases = [
+            ("{\"task_id\": ", "cut off"),
+            ("[1]", "got an array"),
+            ("{\"a\": 1} {\"b\": 2}", "more than one"),
+            ("not json", "no JSON object"),
+        ];
+        for (arguments, expected) in cases {
             let call = ToolCall { id: "1".into(), name: "get_task".into(), arguments: arguments.into() };
-            let Checked::Refused { outcome, message } = check(&call, &tools) else { panic!("accepted") };
+            let prepared = PreparedCall::new(call, &tools);
+            assert_eq!(prepared.call.arguments, "{}", "the conversation keeps valid JSON");
+            assert_eq!(prepared.raw_arguments.as_deref(), Some(arguments), "the record keeps the model's text");
+            let Checked::Refused { outcome, message } = check(&prepared, &tools) else { panic!("accepted") };
             assert_eq!(outcome, ToolCallOutcome::InvalidArguments);
             assert!(message.contains(expected), "{message}");
+            assert!(message.contains("send exactly one JSON object"), "{message}");
         }
         let call = ToolCall { id: "1".into(), name: "get_task".into(), arguments: "".into() };
-        assert!(matches!(check(&call, &tools), Checked::Run { .. }));
+        assert!(matches!(check(&PreparedCall::new(call, &tools), &tools), Checked::Run { .. }));
+    }
+
+    #[test]
+    fn fenced_arguments_and_stray_text_are_repaired() {
+        let tools = offered(&["get_task"]);
+        let cases = [
+            "```json\n{\"task_id\": \"TE-1\"}\n```",
+            "```\n{\"task_id\": \"TE-1\"}```",
+            "{\"task_id\": \"TE-1\"} I will now read the task.",
+            "Arguments: {\"task_id\": \"TE-1\"}",
+            "{\"task_id\": \"TE-1\"}}",
+        ];
+        for arguments in cases {
+            let call = ToolCall { id: "1".into(), name: "get_task".into(), arguments: arguments.into() };
+            let prepared = PreparedCall::new(call, &tools);
+            assert_eq!(prepared.call.arguments, r#"{"task_id":"TE-1"}"#, "{arguments}");
+            assert_eq!(prepared.raw_arguments.as_deref(), Some(arguments));
+            let Checked::Run { arguments: parsed, .. } = check(&prepared, &tools) else {
+                panic!("refused {arguments}")
+            };
+            assert_eq!(parsed["task_id"], "TE-1");
+        }
+        // A brace inside a string does not confuse the repair.
+        let call =
+            ToolCall { id: "1".into(), name: "get_task".into(), arguments: "```{\"task_id\": \"a}b\"}```".into() };
+        assert_eq!(PreparedCall::new(call, &tools).arguments().unwrap()["task_id"], "a}b");
     }
 
     #[test]

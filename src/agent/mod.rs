@@ -14,6 +14,7 @@
 //! - Every tool call the model made gets exactly one tool message, even when it was not run,
 //!   so the returned conversation is always valid to send again (a session resumes from it).
 
+mod context;
 mod dispatch;
 mod record;
 
@@ -26,9 +27,9 @@ use tokio_util::sync::CancellationToken;
 pub use record::{RunOutcome, RunRecord, ToolCallCounts, ToolCallOutcome, ToolCallRecord};
 
 use crate::config::Limits;
-use crate::llm::{ChatModel, ChatRequest, LlmError, Message, ToolCall};
+use crate::llm::{ChatModel, ChatRequest, LlmError, Message, ModelFailure};
 use crate::tools::{ToolContext, ToolSource};
-use dispatch::{CallResult, OfferedTools, TurnContext};
+use dispatch::{CallResult, OfferedTools, PreparedCall, TurnContext};
 
 /// A request is only sent if at least this many completion tokens fit in the budget after it.
 pub const MIN_COMPLETION_TOKENS: u64 = 16;
@@ -51,6 +52,36 @@ pub struct RunSetup<'a> {
     pub cancel: CancellationToken,
     /// Extra user inputs (steering), drained at each turn boundary and appended as user messages.
     pub steering: Option<UnboundedReceiver<String>>,
+    /// What the model and its server allow.
+    pub window: ModelWindow,
+}
+
+/// What the model and its server allow a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelWindow {
+    /// The context window (`llm.context_tokens`): no request is sent that does not fit in it.
+    pub context_tokens: u64,
+    /// The configured cap of one answer (`llm.max_output_tokens`).
+    pub output_cap: u32,
+    /// `llm.parallel_tool_calls: false`: one call of a turn runs, the others are refused, also
+    /// when the server ignored the setting.
+    pub one_call_per_turn: bool,
+}
+
+impl ModelWindow {
+    pub fn from_config(config: &crate::config::LlmConfig) -> ModelWindow {
+        ModelWindow {
+            context_tokens: config.context_tokens,
+            output_cap: config.max_output_tokens.unwrap_or(crate::llm::openai::DEFAULT_MAX_OUTPUT_TOKENS),
+            one_call_per_turn: config.parallel_tool_calls == Some(false),
+        }
+    }
+}
+
+impl Default for ModelWindow {
+    fn default() -> ModelWindow {
+        ModelWindow::from_config(&crate::config::LlmConfig::new("http://127.0.0.1/v1", "model"))
+    }
 }
 
 /// The conversation a run starts from.
@@ -125,10 +156,15 @@ struct Turns<'a> {
     deadline: Instant,
     /// The system prompt first; returned without it.
     messages: Vec<Message>,
+    /// Where this run's prompt is in `messages`: what comes before it (after the system prompt)
+    /// is the stored session, which may be shortened to fit the context window.
+    prompt_index: usize,
     record: RunRecord,
     prompt_tokens: crate::llm::PromptCounter,
     /// Set after a context-length error led to a trim: a second one in the same turn ends the run.
     trimmed_for_this_turn: bool,
+    /// The last call that ran (name, arguments), how many times in a row, and in which turn.
+    last_call: Option<(String, serde_json::Value, u32, u32)>,
 }
 
 impl<'a> Turns<'a> {
@@ -138,9 +174,19 @@ impl<'a> Turns<'a> {
         let mut tool_context = setup.tool_context.clone();
         tool_context.cancel = run_cancel.clone();
         let offered = OfferedTools::new(setup.tools.tools(), &std::mem::take(&mut setup.offered_tools));
-        let mut messages = Vec::with_capacity(input.history.len() + 2);
+        let mut record = RunRecord::new();
+        let mut history = input.history;
+        let fixed = crate::llm::count_text_tokens(&input.system_prompt)
+            + crate::llm::count_text_tokens(&input.prompt)
+            + offered.tokens;
+        if let Some(note) = context::fit_history(&mut history, history_budget(&setup, fixed)) {
+            tracing::info!(%note, "the stored session was shortened to fit");
+            record.context_trims.push(note);
+        }
+        let mut messages = Vec::with_capacity(history.len() + 2);
         messages.push(Message::system(input.system_prompt));
-        messages.extend(input.history);
+        messages.extend(history);
+        let prompt_index = messages.len();
         messages.push(Message::user(input.prompt));
         Turns {
             deadline: started + Duration::from_millis(setup.limits.run_timeout_ms),
@@ -151,8 +197,10 @@ impl<'a> Turns<'a> {
             run_cancel,
             started,
             messages,
-            record: RunRecord::new(),
+            prompt_index,
+            record,
             trimmed_for_this_turn: false,
+            last_call: None,
         }
     }
 
@@ -176,6 +224,10 @@ impl<'a> Turns<'a> {
             return Step::End(RunOutcome::BudgetTurns);
         }
         let prompt_estimate = self.prompt_tokens.estimate(&self.messages);
+        let context = self.setup.window.context_tokens;
+        if prompt_estimate + MIN_COMPLETION_TOKENS > context {
+            return self.make_room(prompt_estimate);
+        }
         let remaining_tokens = limits.max_tokens_per_run.saturating_sub(self.record.total_tokens());
         if prompt_estimate + MIN_COMPLETION_TOKENS > remaining_tokens {
             self.record.detail = Some(format!(
@@ -185,7 +237,33 @@ impl<'a> Turns<'a> {
             ));
             return Step::End(RunOutcome::BudgetTokens);
         }
-        Step::Go(u32::try_from(remaining_tokens - prompt_estimate).unwrap_or(u32::MAX))
+        let room = (remaining_tokens - prompt_estimate).min(context - prompt_estimate);
+        Step::Go(u32::try_from(room).unwrap_or(u32::MAX).min(self.setup.window.output_cap))
+    }
+
+    /// The next request would not fit the context window: drops old tool results of this run,
+    /// then older messages of the stored session, and asks again; ends the run when nothing is
+    /// left to drop.
+    fn make_room(&mut self, prompt_estimate: u64) -> Step<u32> {
+        let note = drop_old_tool_results(&mut self.messages)
+            .or_else(|| context::drop_oldest(&mut self.messages, &mut self.prompt_index));
+        match note {
+            Some(note) => {
+                self.prompt_tokens.reset();
+                tracing::info!(%note, "the next request would not fit the context window; shortened");
+                self.record.context_trims.push(note);
+                Step::Again
+            }
+            None => {
+                self.record.detail = Some(format!(
+                    "the next request needs about {prompt_estimate} tokens, more than the model's context window \
+                     (llm.context_tokens {}), and nothing more can be dropped",
+                    self.setup.window.context_tokens
+                ));
+                self.record.model_failure = Some(ModelFailure::ContextLength);
+                Step::End(RunOutcome::ModelError)
+            }
+        }
     }
 
     /// Sends one request; a context-length error is met once per turn by dropping old tool
@@ -208,22 +286,26 @@ impl<'a> Turns<'a> {
             Err(Interrupt::Deadline) => Step::End(RunOutcome::Deadline),
             Ok(Err(LlmError::ContextLength { message })) if !self.trimmed_for_this_turn => {
                 self.trimmed_for_this_turn = true;
-                match drop_old_tool_results(&mut self.messages) {
+                let note = drop_old_tool_results(&mut self.messages)
+                    .or_else(|| context::drop_oldest(&mut self.messages, &mut self.prompt_index));
+                match note {
                     Some(note) => {
                         self.prompt_tokens.reset();
-                        tracing::info!(%note, "context length exceeded; retrying once with old tool results dropped");
+                        tracing::info!(%note, "context length exceeded; retrying once with older context dropped");
                         self.record.context_trims.push(note);
                         Step::Again
                     }
                     None => {
                         self.record.detail =
                             Some(format!("context length exceeded and nothing could be dropped: {message}"));
+                        self.record.model_failure = Some(ModelFailure::ContextLength);
                         Step::End(RunOutcome::ModelError)
                     }
                 }
             }
             Ok(Err(error)) => {
                 self.record.detail = Some(error.to_string());
+                self.record.model_failure = Some(error.kind());
                 Step::End(RunOutcome::ModelError)
             }
             Ok(Ok(answer)) => {
@@ -233,27 +315,42 @@ impl<'a> Turns<'a> {
         }
     }
 
-    /// Counts the answer and adds it to the conversation; an answer without tool calls ends the
-    /// run, with its text as the final message or a reason why there is none.
-    fn take_answer(&mut self, answer: crate::llm::ChatResponse, max_output_tokens: u32) -> Step<Vec<ToolCall>> {
+    /// Counts the answer and adds it to the conversation (its tool calls with valid JSON
+    /// arguments); an answer without tool calls ends the run, with its text as the final message
+    /// or a reason why there is none.
+    fn take_answer(&mut self, answer: crate::llm::ChatResponse, max_output_tokens: u32) -> Step<Vec<PreparedCall>> {
         let record = &mut self.record;
         record.turns += 1;
         record.prompt_tokens += answer.usage.prompt_tokens;
         record.completion_tokens += answer.usage.completion_tokens;
         record.tokens_estimated |= answer.usage.estimated;
+        record.finish_reason = Some(answer.finish_reason);
         let content = answer.content.filter(|text| !text.trim().is_empty());
+        let mut calls: Vec<PreparedCall> =
+            answer.tool_calls.into_iter().map(|call| PreparedCall::new(call, &self.offered)).collect();
+        self.refuse_by_rule(&mut calls, answer.finish_reason);
         self.messages.push(Message::Assistant {
             content: content.clone(),
-            tool_calls: answer.tool_calls.clone(),
+            tool_calls: calls.iter().map(|prepared| prepared.call.clone()).collect(),
             refusal: answer.refusal.clone(),
         });
-        if !answer.tool_calls.is_empty() {
-            return Step::Go(answer.tool_calls);
+        if !calls.is_empty() {
+            return Step::Go(calls);
         }
+        let record = &mut self.record;
+        let cut_off = answer.finish_reason == crate::llm::FinishReason::Length;
+        // The cap that bit: what remained of the run's token budget, or the configured one.
+        let by_budget = max_output_tokens < self.setup.window.output_cap;
         let outcome = match (content, answer.refusal) {
             (_, Some(refusal)) => {
                 record.detail = Some(format!("the model declined: {refusal}"));
                 RunOutcome::Refusal
+            }
+            (Some(text), None) if cut_off => {
+                record.final_message = text;
+                record.detail =
+                    Some(format!("the answer was cut off at the output limit of {max_output_tokens} tokens"));
+                if by_budget { RunOutcome::BudgetTokens } else { RunOutcome::CutOff }
             }
             (Some(text), None) => {
                 record.final_message = text;
@@ -263,12 +360,11 @@ impl<'a> Turns<'a> {
                 record.detail = Some("the answer was withheld by the server's content filter".to_string());
                 RunOutcome::Refusal
             }
-            (None, None) if answer.finish_reason == crate::llm::FinishReason::Length => {
-                // The answer was cut at the output cap, which is what remained of the budget.
+            (None, None) if cut_off => {
                 record.detail = Some(format!(
-                    "the answer was cut at {max_output_tokens} output tokens, what remained of the budget"
+                    "the answer was cut off at the output limit of {max_output_tokens} tokens before any text"
                 ));
-                RunOutcome::BudgetTokens
+                if by_budget { RunOutcome::BudgetTokens } else { RunOutcome::CutOff }
             }
             (None, None) => {
                 record.detail = Some(format!("finish reason {:?}", answer.finish_reason));
@@ -278,9 +374,56 @@ impl<'a> Turns<'a> {
         Step::End(outcome)
     }
 
+    /// The rules a call must pass besides its arguments: a call cut off by the output limit is
+    /// never run; with one call per turn, the rest wait; a call repeated too often is not run again.
+    fn refuse_by_rule(&mut self, calls: &mut [PreparedCall], finish_reason: crate::llm::FinishReason) {
+        if finish_reason == crate::llm::FinishReason::Length
+            && let Some(last) = calls.last_mut()
+        {
+            last.refuse(
+                "this call was cut off by the output limit before it was complete, so it was not run; call it \
+                 again, with shorter arguments if they were long"
+                    .to_string(),
+            );
+        }
+        if self.setup.window.one_call_per_turn {
+            for call in calls.iter_mut().skip(1) {
+                call.refuse(
+                    "only one tool call runs per turn (llm.parallel_tool_calls is false); this one was not run: \
+                     call it again on its own"
+                        .to_string(),
+                );
+            }
+        }
+        let turn = self.record.turns;
+        let max = self.setup.limits.max_identical_calls;
+        for call in calls.iter_mut() {
+            let Some(arguments) = call.arguments().cloned() else { continue };
+            let name = call.call.name.clone();
+            let repeats = match &mut self.last_call {
+                Some((last_name, last_arguments, count, at)) if *last_name == name && *last_arguments == arguments => {
+                    if *count >= max {
+                        call.refuse(format!(
+                            "you called `{name}` with these same arguments {count} times in a row; it was not run \
+                             again. Its result is in the conversation above (turn {at}): use it, or do something else"
+                        ));
+                        continue;
+                    }
+                    *count += 1;
+                    *at = turn;
+                    *count
+                }
+                _ => 1,
+            };
+            if repeats == 1 {
+                self.last_call = Some((name, arguments, 1, turn));
+            }
+        }
+    }
+
     /// Runs the turn's calls within the call budget; every call gets its one tool message.
     /// Returns the outcome if the run ends here.
-    async fn run_tools(&mut self, calls: Vec<ToolCall>) -> Option<RunOutcome> {
+    async fn run_tools(&mut self, calls: Vec<PreparedCall>) -> Option<RunOutcome> {
         let limits = &self.setup.limits;
         let turn = self.record.turns;
         let remaining_calls = limits.max_tool_calls.saturating_sub(self.record.tool_calls) as usize;
@@ -306,15 +449,16 @@ impl<'a> Turns<'a> {
         }
         self.record.tool_time_ms += millis(tools_started.elapsed());
         let now_us = dispatch::micros_since(self.started);
-        for (call, result) in to_run.iter().zip(results) {
-            let (call_record, message) =
-                result.unwrap_or_else(|| dispatch::not_run(call, turn, now_us, "the run was stopped before it ran"));
+        for (prepared, result) in to_run.iter().zip(results) {
+            let (call_record, message) = result.unwrap_or_else(|| {
+                dispatch::not_run(&prepared.call, turn, now_us, "the run was stopped before it ran")
+            });
             self.record.add_call(call_record);
             self.messages.push(message);
         }
         let budget_note = format!("the run's budget of {} tool calls is spent", limits.max_tool_calls);
-        for call in over_budget {
-            let (call_record, message) = dispatch::not_run(call, turn, now_us, &budget_note);
+        for prepared in over_budget {
+            let (call_record, message) = dispatch::not_run(&prepared.call, turn, now_us, &budget_note);
             self.record.add_call(call_record);
             self.messages.push(message);
         }
@@ -337,7 +481,7 @@ impl<'a> Turns<'a> {
         self.run_cancel.cancel();
         let record = &mut self.record;
         record.outcome = outcome;
-        if outcome != RunOutcome::Completed {
+        if !matches!(outcome, RunOutcome::Completed | RunOutcome::CutOff) {
             record.final_message = outcome.describe(record);
         }
         record.wall_time_ms = millis(self.started.elapsed());
@@ -351,6 +495,16 @@ impl<'a> Turns<'a> {
         self.messages.remove(0);
         RunOutput { record: self.record, conversation: self.messages }
     }
+}
+
+/// How many tokens the stored session may take in a request: what the context window leaves
+/// after the fixed part (system prompt, tools, this run's prompt) and room for an answer, and
+/// never more than an eighth of the run's token budget, since every turn sends it again.
+fn history_budget(setup: &RunSetup<'_>, fixed: u64) -> u64 {
+    let window = setup.window;
+    let answer_room = u64::from(window.output_cap).min(window.context_tokens / 4);
+    let room = window.context_tokens.saturating_sub(fixed + answer_room);
+    room.min(setup.limits.max_tokens_per_run / 8)
 }
 
 fn millis(duration: Duration) -> u64 {

@@ -30,6 +30,9 @@ pub enum RunOutcome {
     EmptyAnswer,
     /// The model declined to answer.
     Refusal,
+    /// The answer was cut off by the configured output limit (`finish_reason: length`): not a
+    /// clean completion; the final message holds what there was.
+    CutOff,
 }
 
 impl RunOutcome {
@@ -45,6 +48,7 @@ impl RunOutcome {
             RunOutcome::ModelError => "model_error",
             RunOutcome::EmptyAnswer => "empty_answer",
             RunOutcome::Refusal => "refusal",
+            RunOutcome::CutOff => "cut_off",
         }
     }
 
@@ -60,7 +64,8 @@ impl RunOutcome {
             | RunOutcome::Deadline
             | RunOutcome::ModelError
             | RunOutcome::EmptyAnswer
-            | RunOutcome::Refusal => RunStatus::Failed,
+            | RunOutcome::Refusal
+            | RunOutcome::CutOff => RunStatus::Failed,
         }
     }
 
@@ -83,6 +88,7 @@ impl RunOutcome {
             RunOutcome::ModelError => "I could not finish: the model service failed.".to_string(),
             RunOutcome::EmptyAnswer => "I could not finish: the model returned an empty answer.".to_string(),
             RunOutcome::Refusal => "I could not finish: the model declined to answer.".to_string(),
+            RunOutcome::CutOff => "My answer was cut off by the output limit before it was complete.".to_string(),
         }
     }
 }
@@ -98,6 +104,9 @@ pub enum ToolCallOutcome {
     InvalidArguments,
     /// The name is not an offered tool; nothing was run.
     UnknownTool,
+    /// Not run by a rule of the loop: cut off by the output limit, the same call repeated past
+    /// `limits.max_identical_calls`, or a second call of a turn with `parallel_tool_calls: false`.
+    Refused,
     /// Not run: the tool-call budget was spent, or the run was stopped first. Not counted in
     /// [`RunRecord::tool_calls`].
     NotRun,
@@ -111,6 +120,7 @@ impl ToolCallOutcome {
             ToolCallOutcome::Error => "error",
             ToolCallOutcome::InvalidArguments => "invalid_arguments",
             ToolCallOutcome::UnknownTool => "unknown_tool",
+            ToolCallOutcome::Refused => "refused",
             ToolCallOutcome::NotRun => "not_run",
         }
     }
@@ -129,6 +139,10 @@ pub struct ToolCallRecord {
     /// intervals show calls that ran concurrently.
     pub started_us: u64,
     pub ended_us: u64,
+    /// The arguments as the model wrote them, when the conversation holds other text for them
+    /// (repaired from a code fence or stray text, or replaced by `{}` because they were not JSON).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_arguments: Option<String>,
 }
 
 /// Counts of one tool's calls by outcome.
@@ -138,6 +152,8 @@ pub struct ToolCallCounts {
     pub error: u32,
     pub invalid_arguments: u32,
     pub unknown_tool: u32,
+    #[serde(default)]
+    pub refused: u32,
     pub not_run: u32,
 }
 
@@ -168,6 +184,12 @@ pub struct RunRecord {
     pub context_trims: Vec<String>,
     /// Extra user inputs taken from the steering channel.
     pub steering_inputs: u32,
+    /// Why the model stopped writing its last answer (`length`: cut off by the output limit).
+    #[serde(default)]
+    pub finish_reason: Option<crate::llm::FinishReason>,
+    /// Why the model service failed the run, when it did (`ModelError`).
+    #[serde(default)]
+    pub model_failure: Option<crate::llm::ModelFailure>,
 }
 
 impl RunRecord {
@@ -188,6 +210,8 @@ impl RunRecord {
             wall_time_ms: 0,
             context_trims: Vec::new(),
             steering_inputs: 0,
+            finish_reason: None,
+            model_failure: None,
         }
     }
 
@@ -202,6 +226,7 @@ impl RunRecord {
             ToolCallOutcome::Error => counts.error += 1,
             ToolCallOutcome::InvalidArguments => counts.invalid_arguments += 1,
             ToolCallOutcome::UnknownTool => counts.unknown_tool += 1,
+            ToolCallOutcome::Refused => counts.refused += 1,
             ToolCallOutcome::NotRun => counts.not_run += 1,
         }
         if call.outcome != ToolCallOutcome::NotRun {
@@ -227,6 +252,7 @@ mod tests {
             RunOutcome::ModelError,
             RunOutcome::EmptyAnswer,
             RunOutcome::Refusal,
+            RunOutcome::CutOff,
         ];
         for outcome in outcomes {
             assert_eq!(serde_json::to_value(outcome).unwrap(), outcome.as_str());
@@ -236,6 +262,7 @@ mod tests {
             ToolCallOutcome::Error,
             ToolCallOutcome::InvalidArguments,
             ToolCallOutcome::UnknownTool,
+            ToolCallOutcome::Refused,
             ToolCallOutcome::NotRun,
         ];
         for outcome in calls {

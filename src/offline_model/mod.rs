@@ -358,8 +358,18 @@ fn error_response(status: StatusCode, kind: &str, code: Option<&str>, message: &
 }
 
 /// What the request gets, decided before the delay.
+/// One answer of the model: its text, its tool calls (name, arguments as text), a refusal.
+#[derive(Debug, Default)]
+struct Reply {
+    content: Option<String>,
+    tool_calls: Vec<(String, String)>,
+    refusal: Option<String>,
+    /// The finish reason to send whatever the cap (a script's `finish_reason`).
+    finish: Option<String>,
+}
+
 enum Answer {
-    Turn { content: Option<String>, tool_calls: Vec<(String, String)>, refusal: Option<String> },
+    Turn(Reply),
     Fault(Response),
 }
 
@@ -374,8 +384,8 @@ async fn chat_completions(State(state): State<Arc<ServerState>>, body: Bytes) ->
     }
     match answer {
         Ok((Answer::Fault(response), _)) => response,
-        Ok((Answer::Turn { content, tool_calls, refusal }, (model, prompt_tokens, max_tokens))) => {
-            render(&state, &model, content, tool_calls, refusal, prompt_tokens, max_tokens)
+        Ok((Answer::Turn(reply), (model, prompt_tokens, max_tokens))) => {
+            render(&state, &model, reply, prompt_tokens, max_tokens)
         }
         Err(response) => *response,
     }
@@ -458,7 +468,7 @@ fn planner_answer(state: &ServerState, messages: &[Message], tools: &[ToolSpec])
     let planned =
         if faults.endless_tool_calls { planner::endless(messages, tools) } else { planner::plan(messages, tools) };
     match planned {
-        PlannedTurn::Text(text) => Answer::Turn { content: Some(text), tool_calls: vec![], refusal: None },
+        PlannedTurn::Text(text) => Answer::Turn(Reply { content: Some(text), ..Reply::default() }),
         PlannedTurn::ToolCalls(mut calls) => {
             let mut counters = lock(&state.counters);
             if counters.invalid_arguments < faults.invalid_arguments {
@@ -468,7 +478,7 @@ fn planner_answer(state: &ServerState, messages: &[Message], tools: &[ToolSpec])
                     arguments.truncate(arguments.len().saturating_sub(1));
                 }
             }
-            Answer::Turn { content: None, tool_calls: calls, refusal: None }
+            Answer::Turn(Reply { tool_calls: calls, ..Reply::default() })
         }
     }
 }
@@ -502,13 +512,14 @@ fn script_answer(
     }
     Ok(match (&turn.fault, &turn.reply) {
         (Some(fault), _) => Answer::Fault(fault_response(fault)),
-        (None, Some(reply)) => Answer::Turn {
+        (None, Some(reply)) => Answer::Turn(Reply {
             content: reply.content.clone(),
             tool_calls: reply.tool_calls.iter().map(|c| (c.name.clone(), c.arguments_text())).collect(),
             refusal: reply.refusal.clone(),
-        },
+            finish: reply.finish_reason.clone(),
+        }),
         // `Script::from_json` refuses turns with neither.
-        (None, None) => Answer::Turn { content: None, tool_calls: vec![], refusal: None },
+        (None, None) => Answer::Turn(Reply::default()),
     })
 }
 
@@ -529,15 +540,8 @@ fn fault_response(fault: &script::ScriptFault) -> Response {
 
 /// Builds the chat completion, honouring `max_completion_tokens`: a text longer than allowed is
 /// cut (finish reason `length`), and tool calls that do not fit are withheld the same way.
-fn render(
-    state: &ServerState,
-    model: &str,
-    content: Option<String>,
-    tool_calls: Vec<(String, String)>,
-    refusal: Option<String>,
-    prompt_tokens: u64,
-    max_tokens: Option<u64>,
-) -> Response {
+fn render(state: &ServerState, model: &str, reply: Reply, prompt_tokens: u64, max_tokens: Option<u64>) -> Response {
+    let Reply { content, tool_calls, refusal, finish } = reply;
     let answer_number = {
         let mut counters = lock(&state.counters);
         counters.answers += 1;
@@ -546,13 +550,18 @@ fn render(
     let calls_tokens: u64 =
         tool_calls.iter().map(|(name, arguments)| count_text_tokens(name) + count_text_tokens(arguments)).sum();
     let text_tokens = content.iter().chain(refusal.iter()).map(|t| count_text_tokens(t)).sum::<u64>();
-    let (content, tool_calls, completion_tokens, finish_reason) = match max_tokens {
-        Some(max) if text_tokens + calls_tokens > max => {
+    let (content, tool_calls, completion_tokens, finish_reason) = match (max_tokens, finish.as_deref()) {
+        // A scripted finish reason is sent as it is, with the reply as it is.
+        (_, Some(finish)) => {
+            let finish: &'static str = if finish == "length" { "length" } else { "stop" };
+            (content, tool_calls, text_tokens + calls_tokens, finish)
+        }
+        (Some(max), None) if text_tokens + calls_tokens > max => {
             let cut = content.map(|text| cut_to_tokens(&text, max)).filter(|t| !t.is_empty());
             let tokens = cut.as_deref().map(count_text_tokens).unwrap_or(0);
             (cut, Vec::new(), tokens, "length")
         }
-        _ => {
+        (_, None) => {
             let finish = if tool_calls.is_empty() { "stop" } else { "tool_calls" };
             (content, tool_calls, text_tokens + calls_tokens, finish)
         }

@@ -29,8 +29,8 @@
 //! For a task: `get_task`; `add_step` for each bullet line (`- x`, `* x`) of the description, or
 //! a default plan of three steps (skipped when the prompt lists the task's existing checklist as
 //! `- [ ] title (step id X)` lines, as `prompts/task_assigned.md` does); `update_task` to
-//! `in_progress`; `complete_step` for each open step; `send_message` with `task_id` (a summary comment); `update_task` to `in_review`; then a
-//! final short text. For a mention: `reply_message` with the message id as parent (or
+//! `in_progress`; `complete_step` for each open step; `update_task` to `in_review`; then the
+//! summary as its final text (the agent posts it on the task). For a mention: `reply_message` with the message id as parent (or
 //! `send_message` with `parent_id`), then a final text. A step whose tool is not offered is
 //! skipped; a call that failed is tried again once, then skipped.
 
@@ -297,33 +297,18 @@ fn plan_task(key: &str, task_id: Option<&str>, history: &History, offered: &Offe
         }
     }
 
-    // 5. Comment with a summary.
-    let is_comment = |a: &Value| a.get("task_id").is_some();
-    if offered.get("send_message").is_some() && history.wanted("send_message", is_comment) {
-        let content_argument = offered.argument("send_message", &CONTENT_ARGUMENT);
-        let summary = format!(
-            "Summary from the offline planner (a rule-based stand-in, not an LLM) for {key}: worked through {} \
-             steps — {}. Ready for review.",
-            plan.len(),
-            plan.join("; ")
-        );
-        return PlannedTurn::ToolCalls(vec![call(
-            "send_message",
-            json!({ "task_id": task_ref, content_argument: summary }),
-        )]);
-    }
-
-    // 6. Hand it over for review.
+    // 5. Hand it over for review.
     if let Some(turn) = set_status(history, offered, &task_ref, "in_review") {
         return turn;
     }
 
-    let commented = history.successes("send_message", is_comment).next().is_some();
+    // 6. The summary, as the final answer: the agent posts it on the task.
     PlannedTurn::Text(format!(
-        "{key}: {} of {} steps done{}; status set to in_review. (offline planner)",
+        "Summary from the offline planner (a rule-based stand-in, not an LLM) for {key}: {} of {} steps done — \
+         {}. Status set to in_review: ready for review.",
         already_done + history.successes("complete_step", |_| true).count(),
         plan.len(),
-        if commented { ", summary comment posted" } else { "" }
+        plan.join("; ")
     ))
 }
 
@@ -484,18 +469,10 @@ mod tests {
         });
         assert_eq!(
             names(&messages),
-            [
-                "get_task",
-                "add_step",
-                "add_step",
-                "update_task",
-                "complete_step",
-                "complete_step",
-                "send_message",
-                "update_task"
-            ]
+            ["get_task", "add_step", "add_step", "update_task", "complete_step", "complete_step", "update_task"]
         );
-        assert!(messages.last().unwrap().text().contains("in_review"));
+        let summary = messages.last().unwrap().text();
+        assert!(summary.contains("in_review") && summary.contains("2 of 2 steps done"), "{summary}");
     }
 
     #[test]
@@ -535,15 +512,15 @@ mod tests {
 
     #[test]
     fn retries_a_failed_call_once_then_moves_on() {
-        let messages = play("Task: TE-1", &tools(), |name, _| match name {
+        let messages = play("Task: TE-1", &tools(), |name, arguments| match name {
             "get_task" => Ok(json!({"id": "u", "description": ""})),
-            "send_message" => Err("boom".to_string()),
-            "add_step" => Ok(json!({"id": "s"})),
+            "complete_step" => Err("boom".to_string()),
+            "add_step" => Ok(json!({"id": format!("step-{}", arguments["title"].as_str().unwrap())})),
             _ => Ok(json!({})),
         });
-        let sends = names(&messages).iter().filter(|n| *n == "send_message").count();
-        assert_eq!(sends, MAX_ATTEMPTS);
-        assert!(!messages.last().unwrap().text().contains("summary comment posted"));
+        let attempts = names(&messages).iter().filter(|n| *n == "complete_step").count();
+        assert_eq!(attempts, MAX_ATTEMPTS * 3, "each of the three steps is tried twice");
+        assert!(messages.last().unwrap().text().contains("0 of 3 steps done"));
     }
 
     #[test]

@@ -76,6 +76,9 @@ pub struct ScriptReply {
     pub tool_calls: Vec<ScriptToolCall>,
     #[serde(default)]
     pub refusal: Option<String>,
+    /// Sent as the answer's finish reason (`length`: as if cut off by the output limit).
+    #[serde(default)]
+    pub finish_reason: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

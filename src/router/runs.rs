@@ -183,8 +183,12 @@ impl Router {
         // Input that arrived after the run's last turn boundary starts a follow-up run.
         if !leftover.is_empty() && done.status == RunStatus::Completed {
             let trigger = format!("follow-up of {}", done.run_id);
-            let request =
-                RunRequest { steering: leftover, ..RunRequest::new(done.session.clone(), trigger, done.kind.clone()) };
+            let mut inputs = leftover.into_iter();
+            let request = RunRequest {
+                prompt: inputs.next(),
+                steering: inputs.collect(),
+                ..RunRequest::new(done.session.clone(), trigger, done.kind.clone())
+            };
             if let Err(refused) = self.start_or_queue(request).await {
                 tracing::warn!(%refused, session = %done.session, "the follow-up run was not started");
             }

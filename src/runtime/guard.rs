@@ -9,7 +9,7 @@ use futures::future::BoxFuture;
 
 use crate::session::SessionKey;
 use crate::state::State;
-use crate::tools::{PostGuard, PostPlace};
+use crate::tools::{PostGuard, PostPlace, PostRefused};
 use crate::tracker::TrackerClient;
 
 pub struct ReplyCap {
@@ -21,41 +21,34 @@ pub struct ReplyCap {
 }
 
 impl ReplyCap {
-    async fn key_of(&self, place: &PostPlace) -> Result<Option<String>, String> {
+    async fn key_of(&self, place: &PostPlace) -> Option<String> {
         match place {
             PostPlace::Reply { parent_id } => match self.client.get_message(parent_id).await {
-                Ok(parent) => Ok(Some(SessionKey::of_message(&parent).as_string())),
+                Ok(parent) => Some(SessionKey::of_message(&parent).as_string()),
                 // The post itself will fail with the tracker's answer; let it say why.
-                Err(_) => Ok(None),
+                Err(_) => None,
             },
             PostPlace::Task { task_id } => match self.client.get_task(task_id).await {
-                Ok(task) => Ok(Some(SessionKey::Task(task.id).as_string())),
-                Err(_) => Ok(None),
+                Ok(task) => Some(SessionKey::Task(task.id).as_string()),
+                Err(_) => None,
             },
             // A new top-level message starts a thread of its own.
-            PostPlace::Chat { .. } => Ok(None),
+            PostPlace::Chat { .. } => None,
         }
     }
 }
 
 impl PostGuard for ReplyCap {
-    fn before_post<'a>(&'a self, place: &'a PostPlace) -> BoxFuture<'a, Result<(), String>> {
+    fn before_post<'a>(&'a self, place: &'a PostPlace) -> BoxFuture<'a, Result<(), PostRefused>> {
         Box::pin(async move {
-            let Some(key) = self.key_of(place).await? else { return Ok(()) };
+            let Some(key) = self.key_of(place).await else { return Ok(()) };
             let _held = self.lock.lock().await;
-            let count =
-                self.state.replies_in_last_hour(&key).await.map_err(|e| format!("cannot check the reply cap: {e}"))?;
+            let count = self.state.replies_in_last_hour(&key).await?;
             if count >= self.max_per_hour {
                 tracing::warn!(thread = %key, count, "post refused by the thread reply cap");
-                return Err(format!(
-                    "the agent has posted {count} messages here in the last hour, the limit \
-                     (limits.max_replies_per_thread_per_hour); do not post here again, finish with a short final answer"
-                ));
+                return Err(PostRefused::ReplyCap { count });
             }
-            self.state
-                .record_reply(&key, time::OffsetDateTime::now_utc())
-                .await
-                .map_err(|e| format!("cannot count the post: {e}"))?;
+            self.state.record_reply(&key, time::OffsetDateTime::now_utc()).await?;
             Ok(())
         })
     }

@@ -5,6 +5,7 @@
 //! running runs finish within `limits.shutdown_grace_ms`, leaves what is unfinished recorded as
 //! running (resumed at the next start), closes the database and stops the HTTP listener.
 
+pub mod answer;
 pub mod control;
 pub mod guard;
 pub mod http;

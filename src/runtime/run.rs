@@ -25,6 +25,7 @@ use crate::agent::{RunOutcome, RunOutput, RunRecord};
 use crate::config::Config;
 use crate::llm::Message;
 use crate::prompts::{PromptError, Prompts};
+use crate::runtime::answer::{RunPosts, answer_text, failure_notice, post_answer};
 use crate::runtime::metrics::Metrics;
 use crate::runtime::prompt::{system_prompt, user_prompt};
 use crate::runtime::record::{RunStart, StoredRun};
@@ -75,6 +76,10 @@ pub struct RunRequest {
     pub steering: Vec<String>,
     /// Set when continuing a run interrupted by a crash or restart.
     pub resume_run_id: Option<String>,
+    /// The request itself, when it is given rather than rendered from `kind`: a follow-up run's
+    /// prompt is the first input that came too late for the run before it, never that run's
+    /// prompt again.
+    pub prompt: Option<String>,
     /// A claim (kind, key) written in the same transaction as the run's start, so the thing is
     /// handled once and a crash between deciding and starting loses nothing.
     pub claim: Option<(ClaimKind, String)>,
@@ -83,7 +88,7 @@ pub struct RunRequest {
 impl RunRequest {
     /// A fresh run of `kind` for `session`, with no steering and no claim.
     pub fn new(session: SessionKey, trigger: String, kind: RunKind) -> RunRequest {
-        RunRequest { session, trigger, kind, steering: Vec::new(), resume_run_id: None, claim: None }
+        RunRequest { session, trigger, kind, steering: Vec::new(), resume_run_id: None, prompt: None, claim: None }
     }
 }
 
@@ -176,9 +181,18 @@ async fn drive(
     cancel: &CancellationToken,
     steer: mpsc::UnboundedReceiver<String>,
 ) -> Result<Ended, RunError> {
-    let task = acknowledge(&services.client, &request.kind).await;
+    // A follow-up run's task was acknowledged by the run it follows (and may be in review now).
+    let task = match request.prompt {
+        None => acknowledge(&services.client, &request.kind).await,
+        Some(_) => None,
+    };
     let begun = begin(services, run_id, request, task).await?;
-    let output = model_loop(services, run_id, request, &begun, cancel, steer).await;
+    let posts = Arc::new(RunPosts::new(services.post_guard.clone()));
+    let output = model_loop(services, run_id, request, &begun, posts.clone(), cancel, steer).await;
+    if output.record.outcome == RunOutcome::Completed {
+        let text = answer_text(&output.record, &services.config.limits, services.config.llm.price.as_ref());
+        post_answer(&services.client, &posts, &request.session, run_id, &request.kind, text).await;
+    }
     Ok(finish(services, run_id, &request.session, begun.start, output).await)
 }
 
@@ -223,7 +237,10 @@ async fn begin(
             (start, history)
         }
         None => {
-            let prompt = user_prompt(services, &request.kind, task).await?;
+            let prompt = match &request.prompt {
+                Some(prompt) => prompt.clone(),
+                None => user_prompt(services, &request.kind, task).await?,
+            };
             (RunStart { prompt, history_len: history.len() }, history)
         }
     };
@@ -252,6 +269,7 @@ async fn model_loop(
     run_id: &str,
     request: &RunRequest,
     begun: &Begun,
+    posts: Arc<RunPosts>,
     cancel: &CancellationToken,
     steer: mpsc::UnboundedReceiver<String>,
 ) -> RunOutput {
@@ -262,7 +280,7 @@ async fn model_loop(
         limits.max_tokens_per_run.min(config.limits.max_tokens_per_day.saturating_sub(used_today));
     let mut tool_context = crate::tools::ToolContext::new(config.slug.clone());
     tool_context.idempotency_key = Some(format!("{run_id}-h{}", begun.start.history_len));
-    tool_context.post_guard = Some(services.post_guard.clone());
+    tool_context.post_guard = Some(posts);
     tool_context.run_id = Some(run_id.to_string());
     tool_context.session = Some(request.session.clone());
     let setup = crate::agent::RunSetup {
@@ -273,6 +291,7 @@ async fn model_loop(
         tool_context,
         cancel: cancel.clone(),
         steering: Some(steer),
+        window: crate::agent::ModelWindow::from_config(&config.llm),
     };
     let input = crate::agent::RunInput {
         system_prompt: begun.system.clone(),
@@ -349,21 +368,6 @@ fn count_in_metrics(metrics: &Metrics, record: &RunRecord) {
     if record.turns > 0 {
         metrics.turn(Duration::from_millis(record.model_time_ms / u64::from(record.turns)));
     }
-}
-
-/// The one comment a failed run leaves: what happened and what to do. Never a stack trace.
-fn failure_notice(record: &RunRecord) -> String {
-    let what_to_do = match record.outcome {
-        RunOutcome::BudgetTurns | RunOutcome::BudgetToolCalls | RunOutcome::BudgetTokens | RunOutcome::Deadline => {
-            "Mention me to continue where I stopped, or split the work into smaller tasks."
-        }
-        RunOutcome::ModelError => {
-            "The model endpoint may be down or refusing requests; mention me to retry once it is back."
-        }
-        RunOutcome::EmptyAnswer | RunOutcome::Refusal => "Rephrase the request and mention me again.",
-        RunOutcome::Completed | RunOutcome::Cancelled => "",
-    };
-    format!("{} {what_to_do}", record.outcome.describe(record)).trim().to_string()
 }
 
 /// The tools a run of this kind is offered: fewer for a chat reply than for a task run.

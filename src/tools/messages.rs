@@ -85,6 +85,7 @@ impl TrackerTool for SendMessage {
             mentions: args.mentions,
         };
         let message = client.send_message(&body, context.idempotency_key.as_deref()).await?;
+        posted(context, &message);
         ToolOutput::new(format!("sent {}", format::message_line(&message)), &message)
     }
 }
@@ -192,6 +193,7 @@ impl TrackerTool for ReplyMessage {
         guard(context, &PostPlace::Reply { parent_id: args.parent_id.clone() }).await?;
         let body = model::ReplyMessage { content: args.content, mentions: args.mentions };
         let message = client.reply_message(&args.parent_id, &body, context.idempotency_key.as_deref()).await?;
+        posted(context, &message);
         ToolOutput::new(format!("sent {}", format::message_line(&message)), &message)
     }
 }
@@ -199,7 +201,16 @@ impl TrackerTool for ReplyMessage {
 /// Asks the context's post guard (the loop guard) whether this post may go out.
 async fn guard(context: &ToolContext, place: &PostPlace) -> Result<(), ToolError> {
     match &context.post_guard {
-        Some(guard) => guard.before_post(place).await.map_err(|message| ToolError::Refused { message }),
+        Some(guard) => {
+            guard.before_post(place).await.map_err(|refused| ToolError::Refused { message: refused.to_string() })
+        }
         None => Ok(()),
+    }
+}
+
+/// Tells the context's post guard that a post landed.
+fn posted(context: &ToolContext, message: &model::MessageOut) {
+    if let Some(guard) = &context.post_guard {
+        guard.posted(message);
     }
 }

@@ -66,9 +66,25 @@ pub enum PostPlace {
 }
 
 /// The loop guard's hook into the message tools: it may refuse a post, with a reason the model
-/// reads. The runtime implements it with the per-thread reply cap.
+/// reads, and hears of every post that landed. The runtime implements it with the per-thread
+/// reply cap, and each run wraps it to know where it has posted.
 pub trait PostGuard: Send + Sync {
-    fn before_post<'a>(&'a self, place: &'a PostPlace) -> BoxFuture<'a, Result<(), String>>;
+    fn before_post<'a>(&'a self, place: &'a PostPlace) -> BoxFuture<'a, Result<(), PostRefused>>;
+
+    /// Told after a post landed, with the message as the tracker stored it.
+    fn posted(&self, _message: &crate::tracker::model::MessageOut) {}
+}
+
+/// Why a post was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum PostRefused {
+    #[error(
+        "the agent has posted {count} messages here in the last hour, the limit \
+         (limits.max_replies_per_thread_per_hour); do not post here again, finish with a short final answer"
+    )]
+    ReplyCap { count: u32 },
+    #[error("cannot check the reply cap: {0}")]
+    State(#[from] crate::state::StateError),
 }
 
 impl std::fmt::Debug for dyn PostGuard {

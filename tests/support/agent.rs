@@ -1,0 +1,206 @@
+#![allow(dead_code)] // each test binary uses a different part of this module
+//! The long-lived agent under test, over real sockets: the reference board, the offline model
+//! endpoint and `picogent run` in process or as a child, all on 127.0.0.1:0, with helpers that
+//! read the board as a person would.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use picogent::board::{BoardHandle, BoardOptions};
+use picogent::config::Config;
+use picogent::offline_model::{OfflineModelHandle, OfflineModelOptions};
+use picogent::runtime::{AgentHandle, AgentOptions};
+use picogent::secret::Secret;
+use picogent::tracker::TrackerClient;
+use picogent::tracker::model::*;
+use picogent::transport::StreamOptions;
+use serde_json::{Value, json};
+
+pub const MCP_TOKEN: &str = "tok-mcp-test";
+pub const SEED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/board-seed.json");
+
+pub fn prompts_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("prompts")
+}
+
+pub async fn start_board(dir: &Path) -> BoardHandle {
+    start_board_at(dir, "127.0.0.1:0".parse().unwrap()).await
+}
+
+pub async fn start_board_at(dir: &Path, listen: std::net::SocketAddr) -> BoardHandle {
+    picogent::board::start(BoardOptions { listen, db: dir.join("board.db"), seed: Some(SEED.into()) }).await.unwrap()
+}
+
+pub async fn start_model(delay_ms: u64) -> OfflineModelHandle {
+    let options = OfflineModelOptions { delay: Duration::from_millis(delay_ms), ..OfflineModelOptions::planner() };
+    picogent::offline_model::start(options).await.unwrap()
+}
+
+/// An agent config as JSON, so fields not named take their defaults; `extra` is merged on top.
+pub fn agent_config(dir: &Path, board: &str, model: &str, slug: &str, extra: Value) -> Config {
+    let mut config = json!({
+        "slug": slug,
+        "name": slug,
+        "tracker": {"url": board, "timeout_ms": 5000,
+                    "retry": {"max_attempts": 8, "initial_delay_ms": 20, "max_delay_ms": 200, "max_elapsed_ms": 10000, "jitter": true}},
+        "llm": {"base_url": model, "model": "offline-planner", "timeout_ms": 20000,
+                "retry": {"max_attempts": 3, "initial_delay_ms": 20, "max_delay_ms": 200, "max_elapsed_ms": 5000, "jitter": false}},
+        "state": {"path": dir.join(format!("{slug}.db"))},
+        "http": {"listen": "127.0.0.1:0"},
+        "prompts_dir": prompts_dir(),
+    });
+    merge(&mut config, extra);
+    serde_json::from_value(config).unwrap()
+}
+
+pub fn merge(target: &mut Value, extra: Value) {
+    match (target, extra) {
+        (Value::Object(target), Value::Object(extra)) => {
+            for (key, value) in extra {
+                merge(target.entry(key).or_insert(Value::Null), value);
+            }
+        }
+        (target, extra) => *target = extra,
+    }
+}
+
+/// `picogent run --config <path>` as a child process, quiet, as the agent member.
+pub fn spawn_agent_process(config_path: &Path) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
+        .args(["run", "--config"])
+        .arg(config_path)
+        .env("TEAMBOARD_TOKEN", "tok-picogent")
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+pub fn fast_stream() -> StreamOptions {
+    StreamOptions {
+        heartbeat_interval: Duration::from_millis(300),
+        initial_backoff: Duration::from_millis(50),
+        max_backoff: Duration::from_millis(300),
+        ..StreamOptions::new("TEAMBOARD_TOKEN")
+    }
+}
+
+pub async fn start_agent(config: Config) -> AgentHandle {
+    let token = format!("tok-{}", config.slug);
+    picogent::runtime::start(AgentOptions {
+        config,
+        tracker_token: Secret::new(token),
+        llm_api_key: None,
+        mcp_token: Some(Secret::new(MCP_TOKEN)),
+        stream: Some(fast_stream()),
+        serve_http: true,
+    })
+    .await
+    .unwrap()
+}
+
+pub fn client(board: &BoardHandle, token: &str) -> TrackerClient {
+    let config: picogent::config::TrackerConfig = serde_json::from_value(json!({"url": board.url()})).unwrap();
+    TrackerClient::new(&config, Secret::new(token)).unwrap()
+}
+
+/// Polls `check` until it returns `Some`, failing with `what` after `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+pub async fn wait_ready(agent: &AgentHandle) {
+    eventually(Duration::from_secs(10), "agent caught up", || async { agent.status.caught_up().then_some(()) }).await;
+}
+
+pub async fn wait_idle(agent: &AgentHandle) {
+    eventually(Duration::from_secs(20), "agent idle", || async { (agent.status.active_runs() == 0).then_some(()) })
+        .await;
+}
+
+pub async fn create_assigned(alice: &TrackerClient, title: &str, description: &str) -> TaskOut {
+    alice
+        .create_task(
+            &CreateTask {
+                project_slug: "team".into(),
+                title: title.into(),
+                description: Some(description.into()),
+                assignee_slug: Some("picogent".into()),
+                ..CreateTask::default()
+            },
+            None,
+        )
+        .await
+        .unwrap()
+}
+
+pub async fn wait_status(alice: &TrackerClient, task_id: &str, status: TaskStatus) -> TaskOut {
+    eventually(Duration::from_secs(30), &format!("task {task_id} in {status}"), || async {
+        let task = alice.get_task(task_id).await.ok()?;
+        (task.status == status).then_some(task)
+    })
+    .await
+}
+
+pub async fn comments(alice: &TrackerClient, task_id: &str) -> Vec<MessageOut> {
+    alice
+        .list_messages(&MessageQuery { task_id: Some(task_id.into()), limit: Some(200), ..MessageQuery::default() })
+        .await
+        .unwrap()
+}
+
+pub async fn thread(alice: &TrackerClient, root: &str) -> Vec<MessageOut> {
+    alice
+        .list_messages(&MessageQuery { parent_id: Some(root.into()), limit: Some(200), ..MessageQuery::default() })
+        .await
+        .unwrap()
+}
+
+pub async fn chat_id(alice: &TrackerClient) -> String {
+    alice.get_project("team").await.unwrap().chat_id
+}
+
+pub async fn comment(who: &TrackerClient, task_id: &str, text: &str) -> MessageOut {
+    who.send_message(
+        &SendMessage { content: text.into(), task_id: Some(task_id.into()), ..SendMessage::default() },
+        None,
+    )
+    .await
+    .unwrap()
+}
+
+pub async fn say(who: &TrackerClient, chat: &str, text: &str) -> MessageOut {
+    who.send_message(&SendMessage { content: text.into(), chat_id: Some(chat.into()), ..SendMessage::default() }, None)
+        .await
+        .unwrap()
+}
+
+pub async fn runs_for(agent: &AgentHandle, session: &str) -> Vec<picogent::state::RunRow> {
+    agent.state.list_runs(500).await.unwrap().into_iter().filter(|r| r.session_key == session).collect()
+}
+
+/// The text of every user message of the first chat request the model received.
+pub fn first_user_prompt(model: &OfflineModelHandle) -> String {
+    let requests = model.requests();
+    let first = requests.first().expect("the model got a request");
+    first["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
