@@ -77,7 +77,12 @@ pub async fn run_cli(config_path: &Path) -> anyhow::Result<ExitCode> {
             Err(error) => lines.push(Line { ok: false, what: "tracker REST".into(), detail: error.to_string() }),
         }
     }
-    lines.push(check_model(&config).await);
+    let model = check_model(&config).await;
+    let reachable = model.ok;
+    lines.push(model);
+    if reachable {
+        lines.push(check_tool_call(&config).await);
+    }
     print(&lines);
     Ok(if lines.iter().all(|l| l.ok) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
@@ -116,5 +121,44 @@ async fn check_model(config: &Config) -> Line {
     match crate::llm::probe::probe(&config.llm, key).await {
         Ok(detail) => Line { ok: true, what, detail },
         Err(error) => Line { ok: false, what, detail: error },
+    }
+}
+
+/// One small request with one tool: does the model call tools, and does the server take the
+/// configured parameters?
+async fn check_tool_call(config: &Config) -> Line {
+    let what = "model tool call".to_string();
+    let key = match &config.llm.api_key_env {
+        Some(name) => match Secret::from_env(name) {
+            Ok(key) => Some(key),
+            Err(error) => return Line { ok: false, what, detail: error.to_string() },
+        },
+        None => None,
+    };
+    match crate::llm::probe::probe_tool_call(&config.llm, key).await {
+        Ok(probe) => {
+            let refused = (!probe.refused_parameters.is_empty()).then(|| {
+                let named: Vec<String> = probe.refused_parameters.iter().map(|p| format!("`{p}`")).collect();
+                format!(
+                    "; the server refused {}: change that setting in the llm section (see docs/llm.md)",
+                    named.join(", ")
+                )
+            });
+            let called = if probe.called_tool {
+                format!("{} called the offered tool", config.llm.model)
+            } else {
+                format!(
+                    "{} answered in text instead of calling the offered tool: it may not support tool calling \
+                     (or the server's chat template drops tools)",
+                    config.llm.model
+                )
+            };
+            Line {
+                ok: probe.called_tool && refused.is_none(),
+                what,
+                detail: format!("{called}{}", refused.unwrap_or_default()),
+            }
+        }
+        Err(error) => Line { ok: false, what, detail: error.to_string() },
     }
 }

@@ -293,3 +293,46 @@ async fn notice_for_a_mention(agent: &picogent::runtime::AgentHandle, board: &pi
     assert_eq!(mine(&thread(&alice, &question.id).await).len(), 1, "one notice");
     notice
 }
+
+/// `picogent check` against a scripted model: its report line about the tool-call probe.
+async fn check_line(model: &OfflineModelHandle, extra: Value) -> (bool, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let config = agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra);
+    let config_path = dir.path().join("agent.json");
+    std::fs::write(&config_path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
+            .args(["check", "--config"])
+            .arg(&config_path)
+            .env("TEAMBOARD_TOKEN", "tok-picogent")
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    board.shutdown().await.unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    let line = stdout.lines().find(|l| l.contains("model tool call")).unwrap_or_else(|| panic!("{stdout}"));
+    (output.status.success(), line.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_asks_the_model_whether_it_calls_tools_and_which_parameters_it_refuses() {
+    let calls = json!({"tool_calls": [{"name": "report_status", "arguments": {"status": "ready"}}]});
+    let model = scripted(json!([{"expect": {"tools_include": ["report_status"]}, "reply": calls}])).await;
+    let (ok, line) = check_line(&model, json!({})).await;
+    assert!(ok && line.starts_with("ok") && line.contains("called the offered tool"), "{line}");
+
+    let model = scripted(json!([{"reply": {"content": "I am ready."}}])).await;
+    let (ok, line) = check_line(&model, json!({})).await;
+    assert!(!ok && line.starts_with("FAIL") && line.contains("answered in text"), "{line}");
+
+    let refusal =
+        json!({"status": 400, "message": "Unsupported parameter: 'temperature' is not supported with this model."});
+    let model = scripted(json!([{"fault": refusal}, {"reply": calls}])).await;
+    let (ok, line) = check_line(&model, json!({"llm": {"temperature": 0.2}})).await;
+    assert!(!ok && line.contains("refused `temperature`") && line.contains("called the offered tool"), "{line}");
+    assert_eq!(model.request_count(), 2, "asked again without it");
+}

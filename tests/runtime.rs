@@ -639,7 +639,9 @@ async fn check_reports_each_dependency_on_one_line() {
     let good = check("tok-picogent").await.unwrap();
     let stdout = String::from_utf8_lossy(&good.stdout).to_string();
     assert!(good.status.success(), "{stdout}");
-    for what in ["config", "prompts", "tracker token", "tracker REST", "tracker events", "model endpoint"] {
+    for what in
+        ["config", "prompts", "tracker token", "tracker REST", "tracker events", "model endpoint", "model tool call"]
+    {
         assert!(stdout.lines().any(|l| l.starts_with("ok") && l.contains(what)), "{what}: {stdout}");
     }
     let bad = check("tok-wrong").await.unwrap();

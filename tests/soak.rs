@@ -188,13 +188,33 @@ async fn outcome(board: &SqlitePool) -> Outcome {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn soak_under_faults_loses_nothing_and_repeats_nothing() {
+    soak(picogent::offline_model::OfflineModelOptions::planner()).await;
+}
+
+/// The same soak with a model that answers mentions in plain text, as many real models do: every
+/// reply then comes from the agent posting the run's final answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn soak_with_plain_text_answers_loses_nothing_and_repeats_nothing() {
+    let faults = picogent::offline_model::Faults { plain_text_replies: true, ..Default::default() };
+    soak(picogent::offline_model::OfflineModelOptions {
+        faults,
+        ..picogent::offline_model::OfflineModelOptions::planner()
+    })
+    .await;
+}
+
+/// One soak at a time: two on two cores would starve each other's timing.
+static ONE_SOAK_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+async fn soak(model_options: picogent::offline_model::OfflineModelOptions) {
+    let _one_at_a_time = ONE_SOAK_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let started = Instant::now();
     let dir = tempfile::tempdir().unwrap();
     report_line!("soak: working in {}", dir.path().display());
     let board_db = dir.path().join("board.db");
     let mut board = RestartableBoard::start(&board_db, &support::seed_path()).await;
     let harness = FaultHarness::start(board.addr, rates()).await;
-    let model = picogent::offline_model::start(picogent::offline_model::OfflineModelOptions::planner()).await.unwrap();
+    let model = picogent::offline_model::start(model_options).await.unwrap();
     // A fixed port for the agent's HTTP listener, so the test can ask `/readyz` after restarts.
     let http_listen = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let config = agent_config(dir.path(), &harness.url(), &model.url(), http_listen);

@@ -1,4 +1,6 @@
-//! A one-shot check of the model endpoint for `picogent check`: `GET {base_url}/models`.
+//! The checks of the model endpoint for `picogent check`: `GET {base_url}/models`, and one small
+//! chat request with one tool, sent with the configured parameters, to see whether the model
+//! will work before the first task does.
 
 use std::time::Duration;
 
@@ -36,4 +38,72 @@ pub async fn probe(config: &LlmConfig, api_key: Option<Secret>) -> Result<String
     } else {
         format!("{base} answers (model {} not in its list; some servers list none)", config.model)
     })
+}
+
+/// What the tool-call probe found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolProbe {
+    /// The model called the offered tool (`false`: it answered in text).
+    pub called_tool: bool,
+    /// The configured request parameters the server refused (each was left out to try again).
+    pub refused_parameters: Vec<String>,
+}
+
+/// Sends one small request with one tool, with the parameters `config` sends. A parameter the
+/// server refuses is reported and left out for the next try, so every refused one is named.
+pub async fn probe_tool_call(config: &LlmConfig, api_key: Option<Secret>) -> Result<ToolProbe, super::LlmError> {
+    use super::{ChatModel, ChatRequest, LlmError, Message, ToolSpec};
+    let mut config = LlmConfig {
+        timeout_ms: config.timeout_ms.min(60_000),
+        retry: crate::retry::RetryConfig { max_attempts: 1, ..config.retry.clone() },
+        ..config.clone()
+    };
+    let parameters = serde_json::json!({
+        "type": "object",
+        "properties": {"status": {"type": "string", "description": "the word ready"}},
+        "required": ["status"]
+    });
+    let tools = [ToolSpec {
+        name: "report_status".to_string(),
+        description: "Report your status.".to_string(),
+        parameters: std::sync::Arc::new(parameters.as_object().cloned().unwrap_or_default()),
+    }];
+    let messages = [
+        Message::system("You are a health check. Call the tool you are given."),
+        Message::user("Call report_status with status \"ready\"."),
+    ];
+    let mut refused_parameters = Vec::new();
+    // One try per parameter that can be left out, and the last.
+    for _ in 0..5 {
+        let chat = super::OpenAiChat::new(&config, api_key.clone())?;
+        let request = ChatRequest { messages: &messages, tools: &tools, max_output_tokens: Some(256) };
+        match chat.complete(&request).await {
+            Ok(answer) => return Ok(ToolProbe { called_tool: !answer.tool_calls.is_empty(), refused_parameters }),
+            Err(LlmError::ParameterRefused { parameter, status, message }) => {
+                if !leave_out(&mut config, &parameter) || refused_parameters.contains(&parameter) {
+                    return Err(LlmError::ParameterRefused { parameter, status, message });
+                }
+                refused_parameters.push(parameter);
+            }
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(ToolProbe { called_tool: false, refused_parameters })
+}
+
+/// Leaves `parameter` out of the next request; `false` if it cannot be left out.
+fn leave_out(config: &mut LlmConfig, parameter: &str) -> bool {
+    use crate::config::MaxTokensField;
+    match parameter {
+        "temperature" if config.temperature.is_some() => config.temperature = None,
+        "parallel_tool_calls" if config.parallel_tool_calls.is_some() => config.parallel_tool_calls = None,
+        "max_completion_tokens" if config.max_tokens_field == MaxTokensField::MaxCompletionTokens => {
+            config.max_tokens_field = MaxTokensField::MaxTokens
+        }
+        "max_tokens" if config.max_tokens_field == MaxTokensField::MaxTokens => {
+            config.max_tokens_field = MaxTokensField::MaxCompletionTokens
+        }
+        _ => return false,
+    }
+    true
 }

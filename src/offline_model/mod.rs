@@ -66,6 +66,9 @@ pub struct Faults {
     pub invalid_arguments: u32,
     /// The planner never answers with text: each turn asks for two more tool calls.
     pub endless_tool_calls: bool,
+    /// The planner answers mentions in plain text instead of with a reply tool, as many real
+    /// models do.
+    pub plain_text_replies: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -465,8 +468,12 @@ fn injected_fault(state: &ServerState) -> Option<Response> {
 /// The planner's turn, with the configured argument faults applied.
 fn planner_answer(state: &ServerState, messages: &[Message], tools: &[ToolSpec]) -> Answer {
     let faults = &state.options.faults;
-    let planned =
-        if faults.endless_tool_calls { planner::endless(messages, tools) } else { planner::plan(messages, tools) };
+    let plain_text = faults.plain_text_replies.then(|| planner::plain_text_reply(messages)).flatten();
+    let planned = match plain_text {
+        Some(reply) => reply,
+        None if faults.endless_tool_calls => planner::endless(messages, tools),
+        None => planner::plan(messages, tools),
+    };
     match planned {
         PlannedTurn::Text(text) => Answer::Turn(Reply { content: Some(text), ..Reply::default() }),
         PlannedTurn::ToolCalls(mut calls) => {

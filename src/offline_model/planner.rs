@@ -215,6 +215,7 @@ const CONTENT_ARGUMENT: [&str; 4] = ["content", "text", "body", "message"];
 pub fn plan(messages: &[Message], tools: &[ToolSpec]) -> PlannedTurn {
     let offered = Offered { tools };
     match History::read(messages) {
+        None if let Some(turn) = plan_health_check(messages, &offered) => turn,
         None => PlannedTurn::Text(
             "The offline planner (a rule-based stand-in, not an LLM) found no `Task: KEY` or `Message id: <uuid>` \
              line in the prompt, so there is nothing for it to do."
@@ -225,6 +226,24 @@ pub fn plan(messages: &[Message], tools: &[ToolSpec]) -> PlannedTurn {
             plan_mention(&message_id, text.as_deref(), &history, &offered)
         }
     }
+}
+
+/// `picogent check` asks "Call <tool> with status \"ready\"": the tool is called once, each of its
+/// required fields given the quoted word, and the answer after it is a short text.
+fn plan_health_check(messages: &[Message], offered: &Offered) -> Option<PlannedTurn> {
+    let Some(Message::User { content }) = messages.iter().rev().find(|m| matches!(m, Message::User { .. })) else {
+        return None;
+    };
+    if messages.iter().any(|m| matches!(m, Message::Tool { .. })) {
+        return Some(PlannedTurn::Text("Status reported. (offline planner)".to_string()));
+    }
+    let name = content.strip_prefix("Call ")?.split_whitespace().next()?;
+    let tool = offered.get(name)?;
+    let word = content.split('"').nth(1).unwrap_or("ready");
+    let required = tool.parameters.get("required").and_then(Value::as_array).cloned().unwrap_or_default();
+    let arguments: serde_json::Map<String, Value> =
+        required.iter().filter_map(Value::as_str).map(|field| (field.to_string(), json!(word))).collect();
+    Some(PlannedTurn::ToolCalls(vec![call(name, Value::Object(arguments))]))
 }
 
 fn call(name: &str, arguments: Value) -> (String, String) {
@@ -343,14 +362,27 @@ pub fn plan_steps(description: &str) -> Vec<String> {
     if bullets.is_empty() { DEFAULT_PLAN.iter().map(|s| s.to_string()).collect() } else { bullets }
 }
 
-fn plan_mention(message_id: &str, text: Option<&str>, history: &History, offered: &Offered) -> PlannedTurn {
-    let reply = match text {
+/// A mention answered the way many real models answer: in plain text, with no reply tool (the
+/// agent posts the answer). `None` when the prompt is not a mention.
+pub fn plain_text_reply(messages: &[Message]) -> Option<PlannedTurn> {
+    match History::read(messages) {
+        Some((Job::Mention { text, .. }, _)) => Some(PlannedTurn::Text(mention_reply(text.as_deref()))),
+        _ => None,
+    }
+}
+
+fn mention_reply(text: Option<&str>) -> String {
+    match text {
         Some(text) => {
             let excerpt: String = text.chars().take(120).collect();
             format!("Hello from the offline planner (a rule-based stand-in, not an LLM). I read: \"{excerpt}\".")
         }
         None => "Hello from the offline planner (a rule-based stand-in, not an LLM). I read your message.".to_string(),
-    };
+    }
+}
+
+fn plan_mention(message_id: &str, text: Option<&str>, history: &History, offered: &Offered) -> PlannedTurn {
+    let reply = mention_reply(text);
     let any = |_: &Value| true;
     if offered.get("reply_message").is_some() {
         if history.wanted("reply_message", any) {
