@@ -222,7 +222,9 @@ async fn step_tools_work_and_fail_usefully() {
     let (text, done) = ok(agent, ctx, "complete_step", json!({"task_id": "TE-1", "step_id": first["id"]})).await;
     assert!(text.starts_with("completed [x]"), "{text}");
     assert_eq!(done["done"], true);
-    let (_, error) = fail(agent, ctx, "complete_step", json!({"task_id": "TE-1", "step_id": "no-such-step"})).await;
+    let (text, error) = fail(agent, ctx, "complete_step", json!({"task_id": "TE-1", "step_id": "no-such-step"})).await;
+    // A made-up id is answered with how to find the right one.
+    assert!(text.contains("list_steps"), "{text}");
     assert_eq!(error["code"], "not_found");
 
     let (text, renamed) =

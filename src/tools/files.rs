@@ -40,6 +40,7 @@ pub struct UploadFileArgs {
 impl TrackerTool for UploadFile {
     type Args = UploadFileArgs;
     const NAME: &'static str = "upload_file";
+    const NOT_FOUND_HINT: &'static str = "check the id or key: list_messages shows the messages and their ids";
     const TITLE: &'static str = "Upload a file";
     const DESCRIPTION: &'static str = "Attach a file to a message.";
     const GROUP: ToolGroup = ToolGroup::Files;
@@ -130,6 +131,7 @@ pub struct DownloadFileArgs {
 impl TrackerTool for DownloadFile {
     type Args = DownloadFileArgs;
     const NAME: &'static str = "download_file";
+    const NOT_FOUND_HINT: &'static str = "check the id or key: list_files shows the attachments and their ids";
     const TITLE: &'static str = "Download a file";
     const DESCRIPTION: &'static str = "Read an attachment.";
     const GROUP: ToolGroup = ToolGroup::Files;

@@ -110,6 +110,9 @@ pub enum ToolError {
     UnknownTool { name: String, suggestions: Vec<String> },
     #[error(transparent)]
     Tracker(#[from] TrackerError),
+    /// The tracker knows nothing by the id given; `hint` says how to find the right one.
+    #[error("not found: {message}")]
+    NotFound { message: String, hint: &'static str },
     #[error("cancelled: the run was stopped before the call finished")]
     Cancelled,
     #[error("internal error: {message}")]
@@ -137,6 +140,7 @@ impl ToolError {
             ToolError::InvalidArguments(_) => "invalid_arguments",
             ToolError::Refused { .. } => "refused",
             ToolError::UnknownTool { .. } => "unknown_tool",
+            ToolError::NotFound { .. } => "not_found",
             ToolError::Tracker(error) => match error {
                 TrackerError::NotFound { .. } => "not_found",
                 TrackerError::Conflict { .. } => "conflict",
@@ -158,6 +162,7 @@ impl ToolError {
     pub fn message_for_model(&self) -> String {
         match self {
             ToolError::InvalidArguments(_) => format!("{self}; fix the arguments and call again"),
+            ToolError::NotFound { hint, .. } => format!("{self}; {hint}"),
             ToolError::Tracker(error) => match error {
                 TrackerError::NotFound { .. } => {
                     format!("{error}; check the id or key (the list_* tools show them)")
@@ -184,9 +189,20 @@ impl ToolError {
         }
     }
 
+    /// A tracker's not-found answer, with `hint` on how to find the right id.
+    pub(super) fn with_not_found_hint(self, hint: &'static str) -> ToolError {
+        match self {
+            ToolError::Tracker(TrackerError::NotFound { message }) => ToolError::NotFound { message, hint },
+            other => other,
+        }
+    }
+
     /// The error result the caller receives; its structured content names the failure.
     pub(super) fn into_result(self) -> CallToolResult {
         let mut detail = json!({"code": self.code(), "message": self.message_for_model()});
+        if let ToolError::NotFound { .. } = &self {
+            detail["status"] = json!(404);
+        }
         if let ToolError::Tracker(error) = &self {
             if let Some(status) = error.status() {
                 detail["status"] = json!(status);
@@ -225,6 +241,9 @@ pub trait TrackerTool: Send + Sync + 'static {
     const GROUP: ToolGroup;
     /// How to ask for the rest when the text is cut.
     const PAGING_HINT: &'static str = "ask for fewer items (a smaller limit, or one item by id)";
+    /// How to find the right id when the tracker knows none by the one given (a model that made
+    /// one up reads this).
+    const NOT_FOUND_HINT: &'static str = "check the id or key: the list_* tools show them";
 
     /// The MCP hints; use [`read_only`] or [`write()`].
     fn annotations() -> ToolAnnotations;
@@ -261,6 +280,7 @@ pub struct ToolEntry {
     pub(super) description: &'static str,
     pub(super) group: ToolGroup,
     pub(super) paging_hint: &'static str,
+    pub(super) not_found_hint: &'static str,
     pub(super) annotations: fn() -> ToolAnnotations,
     pub(super) output_schema: fn() -> Option<Value>,
     pub(super) input_schema: fn() -> Value,
@@ -275,6 +295,7 @@ impl ToolEntry {
             description: T::DESCRIPTION,
             group: T::GROUP,
             paging_hint: T::PAGING_HINT,
+            not_found_hint: T::NOT_FOUND_HINT,
             annotations: T::annotations,
             output_schema: T::output_schema,
             input_schema: input_schema_for::<T::Args>,

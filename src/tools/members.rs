@@ -56,6 +56,7 @@ pub struct GetMemberArgs {
 impl TrackerTool for GetMember {
     type Args = GetMemberArgs;
     const NAME: &'static str = "get_member";
+    const NOT_FOUND_HINT: &'static str = "check the id or key: list_members shows the members and their slugs";
     const TITLE: &'static str = "Get a member";
     const DESCRIPTION: &'static str = "Read one member.";
     const GROUP: ToolGroup = ToolGroup::Members;

@@ -43,6 +43,8 @@ pub struct SendMessageArgs {
 impl TrackerTool for SendMessage {
     type Args = SendMessageArgs;
     const NAME: &'static str = "send_message";
+    const NOT_FOUND_HINT: &'static str =
+        "check the id or key: list_messages shows message ids, list_tasks task keys, list_projects the chats";
     const TITLE: &'static str = "Send a message";
     const DESCRIPTION: &'static str = "Post a message; give one of chat_id, task_id, parent_id.";
     const GROUP: ToolGroup = ToolGroup::Messages;
@@ -115,6 +117,7 @@ pub struct ListMessagesArgs {
 impl TrackerTool for ListMessages {
     type Args = ListMessagesArgs;
     const NAME: &'static str = "list_messages";
+    const NOT_FOUND_HINT: &'static str = "check the id or key: list_tasks shows task keys, list_projects the chats";
     const TITLE: &'static str = "List messages";
     const DESCRIPTION: &'static str =
         "Read messages, oldest first; give one of chat_id, task_id, parent_id, mentioning.";
@@ -173,6 +176,7 @@ pub struct ReplyMessageArgs {
 impl TrackerTool for ReplyMessage {
     type Args = ReplyMessageArgs;
     const NAME: &'static str = "reply_message";
+    const NOT_FOUND_HINT: &'static str = "check the id or key: list_messages shows the messages and their ids";
     const TITLE: &'static str = "Reply to a message";
     const DESCRIPTION: &'static str = "Reply in a message's thread.";
     const GROUP: ToolGroup = ToolGroup::Messages;

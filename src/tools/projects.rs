@@ -61,6 +61,7 @@ pub struct GetProjectArgs {
 impl TrackerTool for GetProject {
     type Args = GetProjectArgs;
     const NAME: &'static str = "get_project";
+    const NOT_FOUND_HINT: &'static str = "check the id or key: list_projects shows the projects and their slugs";
     const TITLE: &'static str = "Get a project";
     const DESCRIPTION: &'static str = "Read one project.";
     const GROUP: ToolGroup = ToolGroup::Projects;

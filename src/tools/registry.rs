@@ -95,6 +95,7 @@ struct Compiled {
     tool: Tool,
     group: ToolGroup,
     paging_hint: &'static str,
+    not_found_hint: &'static str,
     arguments: ArgumentSchema,
     run: RunFn,
 }
@@ -147,6 +148,7 @@ impl Catalog {
                 tool,
                 group: entry.group,
                 paging_hint: entry.paging_hint,
+                not_found_hint: entry.not_found_hint,
                 arguments,
                 run: entry.run,
             });
@@ -298,7 +300,9 @@ impl Registry {
             // Cancellation first: a run already stopped does not start a request.
             biased;
             () = context.cancel.cancelled() => return Err(ToolError::Cancelled),
-            output = (compiled.run)(arguments, &self.client, context) => output?,
+            output = (compiled.run)(arguments, &self.client, context) => {
+                output.map_err(|error| error.with_not_found_hint(compiled.not_found_hint))?
+            }
         };
         Ok((output, compiled.paging_hint))
     }

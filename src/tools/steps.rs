@@ -29,6 +29,7 @@ pub struct ListStepsArgs {
 impl TrackerTool for ListSteps {
     type Args = ListStepsArgs;
     const NAME: &'static str = "list_steps";
+    const NOT_FOUND_HINT: &'static str = "check the id or key: list_tasks shows the tasks and their keys";
     const TITLE: &'static str = "List steps";
     const DESCRIPTION: &'static str = "List a task's steps.";
     const GROUP: ToolGroup = ToolGroup::Steps;
@@ -68,6 +69,7 @@ pub struct AddStepArgs {
 impl TrackerTool for AddStep {
     type Args = AddStepArgs;
     const NAME: &'static str = "add_step";
+    const NOT_FOUND_HINT: &'static str = "check the id or key: list_tasks shows the tasks and their keys";
     const TITLE: &'static str = "Add a step";
     const DESCRIPTION: &'static str = "Append a step to a task.";
     const GROUP: ToolGroup = ToolGroup::Steps;
@@ -101,6 +103,8 @@ pub struct StepIdArgs {
 impl TrackerTool for CompleteStep {
     type Args = StepIdArgs;
     const NAME: &'static str = "complete_step";
+    const NOT_FOUND_HINT: &'static str =
+        "check the id or key: list_steps with the task's key shows its steps and their ids";
     const TITLE: &'static str = "Complete a step";
     const DESCRIPTION: &'static str = "Mark a step done.";
     const GROUP: ToolGroup = ToolGroup::Steps;
@@ -137,6 +141,8 @@ pub struct UpdateStepArgs {
 impl TrackerTool for UpdateStep {
     type Args = UpdateStepArgs;
     const NAME: &'static str = "update_step";
+    const NOT_FOUND_HINT: &'static str =
+        "check the id or key: list_steps with the task's key shows its steps and their ids";
     const TITLE: &'static str = "Update a step";
     const DESCRIPTION: &'static str = "Rename a step or set done.";
     const GROUP: ToolGroup = ToolGroup::Steps;

@@ -102,6 +102,7 @@ pub struct TaskIdArgs {
 impl TrackerTool for GetTask {
     type Args = TaskIdArgs;
     const NAME: &'static str = "get_task";
+    const NOT_FOUND_HINT: &'static str = "check the id or key: list_tasks shows the tasks and their keys";
     const TITLE: &'static str = "Get a task";
     const DESCRIPTION: &'static str = "Read a task in full.";
     const GROUP: ToolGroup = ToolGroup::Tasks;
@@ -145,6 +146,8 @@ pub struct CreateTaskArgs {
 impl TrackerTool for CreateTask {
     type Args = CreateTaskArgs;
     const NAME: &'static str = "create_task";
+    const NOT_FOUND_HINT: &'static str =
+        "check the id or key: list_projects shows the projects, list_members the member slugs";
     const TITLE: &'static str = "Create a task";
     const DESCRIPTION: &'static str = "Create a task in a project.";
     const GROUP: ToolGroup = ToolGroup::Tasks;
@@ -204,6 +207,7 @@ pub struct UpdateTaskArgs {
 impl TrackerTool for UpdateTask {
     type Args = UpdateTaskArgs;
     const NAME: &'static str = "update_task";
+    const NOT_FOUND_HINT: &'static str = "check the id or key: list_tasks shows the tasks and their keys";
     const TITLE: &'static str = "Update a task";
     const DESCRIPTION: &'static str = "Change a task; fields left out stay as they are.";
     const GROUP: ToolGroup = ToolGroup::Tasks;
@@ -249,6 +253,7 @@ pub struct TakeTaskArgs {
 impl TrackerTool for TakeTask {
     type Args = TakeTaskArgs;
     const NAME: &'static str = "take_task";
+    const NOT_FOUND_HINT: &'static str = "check the id or key: list_tasks shows the tasks and their keys";
     const TITLE: &'static str = "Take a task";
     const DESCRIPTION: &'static str = "Assign a task to yourself.";
     const GROUP: ToolGroup = ToolGroup::Tasks;
@@ -285,6 +290,7 @@ pub struct RejectTaskArgs {
 impl TrackerTool for RejectTask {
     type Args = RejectTaskArgs;
     const NAME: &'static str = "reject_task";
+    const NOT_FOUND_HINT: &'static str = "check the id or key: list_tasks shows the tasks and their keys";
     const TITLE: &'static str = "Reject a task";
     const DESCRIPTION: &'static str = "Give back a task assigned to you, saying why.";
     const GROUP: ToolGroup = ToolGroup::Tasks;
@@ -318,6 +324,8 @@ pub struct AssignTaskArgs {
 impl TrackerTool for AssignTask {
     type Args = AssignTaskArgs;
     const NAME: &'static str = "assign_task";
+    const NOT_FOUND_HINT: &'static str =
+        "check the id or key: list_tasks shows the tasks and their keys, list_members the member slugs";
     const TITLE: &'static str = "Assign a task";
     const DESCRIPTION: &'static str = "Assign a task to a member.";
     const GROUP: ToolGroup = ToolGroup::Tasks;
@@ -343,6 +351,7 @@ pub struct WatchTask;
 impl TrackerTool for WatchTask {
     type Args = TakeTaskArgs;
     const NAME: &'static str = "watch_task";
+    const NOT_FOUND_HINT: &'static str = "check the id or key: list_tasks shows the tasks and their keys";
     const TITLE: &'static str = "Watch a task";
     const DESCRIPTION: &'static str = "Follow a task's updates.";
     const GROUP: ToolGroup = ToolGroup::Tasks;
