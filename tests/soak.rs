@@ -204,10 +204,10 @@ async fn soak_with_plain_text_answers_loses_nothing_and_repeats_nothing() {
 }
 
 /// One soak at a time: two on two cores would starve each other's timing.
-static ONE_SOAK_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+static ONE_SOAK_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn soak(model_options: picogent::offline_model::OfflineModelOptions) {
-    let _one_at_a_time = ONE_SOAK_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _one_at_a_time = ONE_SOAK_AT_A_TIME.lock().await;
     let started = Instant::now();
     let dir = tempfile::tempdir().unwrap();
     report_line!("soak: working in {}", dir.path().display());
