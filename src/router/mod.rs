@@ -363,11 +363,12 @@ impl Router {
             Ok(_) => {}
             Err(error) => tracing::warn!(%error, "cannot read the thread reply count"),
         }
-        // A busy session takes the message as steering: no second run.
+        // A busy session takes the message as steering: no second run. A run whose loop has
+        // already ended (its channel is closed) hands what it did not take in to a follow-up
+        // run when its end comes back, so the message is kept with the run either way.
         let steering = steering_text(&message, &session);
-        if let Some(active) = self.active.get_mut(&session)
-            && active.steer.send(steering.clone()).is_ok()
-        {
+        if let Some(active) = self.active.get_mut(&session) {
+            let _ = active.steer.send(steering.clone());
             active.steered.push(steering);
             self.claim(ClaimKind::Message, &message.id).await;
             self.metrics.event(EVENT, "steered");
@@ -375,6 +376,7 @@ impl Router {
         }
         if let Some(waiting) = self.waiting.iter_mut().find(|r| r.session == session) {
             waiting.steering.push(steering);
+            waiting.steering_message_ids.push(message.id.clone());
             self.accepted_messages.insert(message.id.clone());
             self.metrics.event(EVENT, "steered");
             return;

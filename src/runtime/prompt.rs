@@ -13,23 +13,35 @@ use crate::tracker::model::{MessageOut, MessageQuery, TaskOut};
 const RECENT_MESSAGES: u32 = 20;
 
 /// The request of a fresh run of `kind`. `task` is a task run's task as it is now (the
-/// acknowledgement's answer, or a fresh read); the rest is read here.
-pub async fn user_prompt(services: &RunServices, kind: &RunKind, task: Option<TaskOut>) -> Result<String, RunError> {
+/// acknowledgement's answer, or a fresh read); the rest is read here. Messages in `steered` reach
+/// the run as steering, so the comments and the thread shown leave them out: each input reaches
+/// the model once.
+pub async fn user_prompt(
+    services: &RunServices,
+    kind: &RunKind,
+    task: Option<TaskOut>,
+    steered: &[String],
+) -> Result<String, RunError> {
     match kind {
         RunKind::Task { task: assigned, assigned_by } => {
             let task = match task {
                 Some(task) => task,
                 None => services.client.get_task(&assigned.id).await.map_err(RunError::ReadTask)?,
             };
-            task_prompt(services, &task, assigned_by).await
+            task_prompt(services, &task, assigned_by, steered).await
         }
-        RunKind::Message { message } => message_prompt(services, message).await,
+        RunKind::Message { message } => message_prompt(services, message, steered).await,
         RunKind::Prompt { text } => Ok(clean_text(text, MAX_FIELD_CHARS)),
     }
 }
 
 /// A task run's request: the task with its steps and latest comments.
-async fn task_prompt(services: &RunServices, task: &TaskOut, assigned_by: &str) -> Result<String, RunError> {
+async fn task_prompt(
+    services: &RunServices,
+    task: &TaskOut,
+    assigned_by: &str,
+    steered: &[String],
+) -> Result<String, RunError> {
     let client = &services.client;
     let comments_query =
         MessageQuery { task_id: Some(task.id.clone()), limit: Some(RECENT_MESSAGES), ..MessageQuery::default() };
@@ -39,12 +51,12 @@ async fn task_prompt(services: &RunServices, task: &TaskOut, assigned_by: &str) 
     Ok(services.prompts.task_assigned(&TaskAssignedVars {
         task: TaskView::new(task, &steps),
         assigned_by: assigned_by.to_string(),
-        comments: comments.iter().map(MessageView::new).collect(),
+        comments: comments.iter().filter(|m| !steered.contains(&m.id)).map(MessageView::new).collect(),
     })?)
 }
 
 /// A chat run's request: the message, its thread and the task it is about, if any.
-async fn message_prompt(services: &RunServices, message: &MessageOut) -> Result<String, RunError> {
+async fn message_prompt(services: &RunServices, message: &MessageOut, steered: &[String]) -> Result<String, RunError> {
     // `/mcp__<server>__<prompt> key=value ...`: the server's rendered prompt is the request.
     if let Some(expanded) = services.host.expand_prompt_command(&message.content).await {
         let prompt = expanded.map_err(RunError::PromptCommand)?;
@@ -74,7 +86,11 @@ async fn message_prompt(services: &RunServices, message: &MessageOut) -> Result<
     let thread = thread.unwrap_or_default();
     Ok(services.prompts.message_new(&MessageNewVars {
         message: MessageView::new(message),
-        thread: thread.iter().filter(|m| m.id != message.id).map(MessageView::new).collect(),
+        thread: thread
+            .iter()
+            .filter(|m| m.id != message.id && !steered.contains(&m.id))
+            .map(MessageView::new)
+            .collect(),
         task,
         agent_slug: services.config.slug.clone(),
     })?)

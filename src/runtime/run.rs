@@ -74,6 +74,8 @@ pub struct RunRequest {
     pub kind: RunKind,
     /// Input that arrived before the run started; handed to it at its first turn boundary.
     pub steering: Vec<String>,
+    /// The messages `steering` came from: the prompt does not show them again.
+    pub steering_message_ids: Vec<String>,
     /// Set when continuing a run interrupted by a crash or restart.
     pub resume_run_id: Option<String>,
     /// The request itself, when it is given rather than rendered from `kind`: a follow-up run's
@@ -88,7 +90,16 @@ pub struct RunRequest {
 impl RunRequest {
     /// A fresh run of `kind` for `session`, with no steering and no claim.
     pub fn new(session: SessionKey, trigger: String, kind: RunKind) -> RunRequest {
-        RunRequest { session, trigger, kind, steering: Vec::new(), resume_run_id: None, prompt: None, claim: None }
+        RunRequest {
+            session,
+            trigger,
+            kind,
+            steering: Vec::new(),
+            steering_message_ids: Vec::new(),
+            resume_run_id: None,
+            prompt: None,
+            claim: None,
+        }
     }
 }
 
@@ -239,7 +250,7 @@ async fn begin(
         None => {
             let prompt = match &request.prompt {
                 Some(prompt) => prompt.clone(),
-                None => user_prompt(services, &request.kind, task).await?,
+                None => user_prompt(services, &request.kind, task, &request.steering_message_ids).await?,
             };
             (RunStart { prompt, history_len: history.len() }, history)
         }
