@@ -614,6 +614,7 @@ fn started_run(run_id: &str, trigger: String) -> RunSummary {
         error: None,
         started_at: time::OffsetDateTime::now_utc(),
         finished_at: None,
+        cost: None,
     }
 }
 

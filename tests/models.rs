@@ -94,6 +94,12 @@ async fn a_plain_text_task_answer_is_posted_once_as_the_summary_comment() {
     assert_eq!(summary.len(), 1, "{posted:#?}");
     assert!(summary[0].content.starts_with("Summary: the guide is written and checked."));
     assert!(summary[0].content.contains("1 turn · 0 tool calls ·") && summary[0].content.contains("cost "));
+    // The cost is in the run's record and in /metrics too.
+    assert!(run.cost.is_some_and(|cost| cost > 0.0), "{run:?}");
+    let metrics =
+        reqwest::get(format!("http://{}/metrics", agent.http_addr.unwrap())).await.unwrap().text().await.unwrap();
+    let cost_line = metrics.lines().find(|l| l.starts_with("picogent_model_cost_total ")).unwrap();
+    assert!(cost_line.split(' ').nth(1).unwrap().parse::<f64>().unwrap() > 0.0, "{cost_line}");
     // A reconciliation finds the task again: nothing is posted twice.
     let caught_up = picogent::transport::LinkStatus::CaughtUp { last_seq: 0 };
     agent.inputs.send(picogent::transport::StreamItem::Status(caught_up).into()).await.unwrap();
@@ -469,6 +475,37 @@ async fn input_reaches_the_model_once_whenever_it_lands() {
     assert_eq!(thread_runs.len(), 2, "{thread_runs:#?}");
     assert!(thread_runs[0].trigger.starts_with("follow-up of"), "the late message went to a follow-up run");
     let _ = early;
+    agent.shutdown().await.unwrap();
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daily_cost_budget_refuses_new_runs_with_one_notice() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = picogent::offline_model::start(OfflineModelOptions::planner()).await.unwrap();
+    let extra = json!({"llm": {"price": {"input_per_million": 1.0, "output_per_million": 4.0}},
+                       "limits": {"max_cost_per_day": 0.5}});
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    wait_ready(&agent).await;
+    let today = time::OffsetDateTime::now_utc().date();
+    agent.state.add_spend(today, picogent::state::Spend { tokens: 10, cost: 0.5 }).await.unwrap();
+    let alice = client(&board, "tok-alice");
+    let chat = chat_id(&alice).await;
+    let first = say(&alice, &chat, "@picogent one").await;
+    let notice = eventually(Duration::from_secs(20), "the budget notice", || async {
+        mine(&thread(&alice, &first.id).await).first().map(|m| m.content.clone())
+    })
+    .await;
+    assert!(notice.contains("daily model budget") && notice.contains("limits.max_cost_per_day"), "{notice}");
+    let second = say(&alice, &chat, "@picogent two").await;
+    eventually(Duration::from_secs(10), "the second refusal", || async {
+        (agent.metrics.event_count("run", "spend_guard") >= 2).then_some(())
+    })
+    .await;
+    wait_idle(&agent).await;
+    assert!(mine(&thread(&alice, &second.id).await).is_empty(), "one notice a day");
+    assert_eq!(model.request_count(), 0, "no model call past the budget");
     agent.shutdown().await.unwrap();
     board.shutdown().await.unwrap();
 }

@@ -87,20 +87,26 @@ impl Router {
         self.spawn_run(request).await.map(Started::Now)
     }
 
-    /// The daily spend guard: past `max_tokens_per_day`, new runs are refused with one notice a day.
-    async fn spend_allows(&mut self, request: &RunRequest) -> bool {
-        let used = self.state.tokens_today().await.unwrap_or(0);
-        if used < self.config.limits.max_tokens_per_day {
+    /// The daily spend guard: past `max_tokens_per_day` (or `max_cost_per_day`), new runs are
+    /// refused with one notice a day.
+    pub(super) async fn spend_allows(&mut self, request: &RunRequest) -> bool {
+        let limits = &self.config.limits;
+        let spent = self.state.spend_today().await.unwrap_or_default();
+        let over_cost = limits.max_cost_per_day.is_some_and(|max| spent.cost >= max);
+        if spent.tokens < limits.max_tokens_per_day && !over_cost {
             return true;
         }
         self.metrics.event("run", "spend_guard");
         let day = time::OffsetDateTime::now_utc().date().to_string();
-        tracing::warn!(used, limit = self.config.limits.max_tokens_per_day, "daily token budget reached; run refused");
+        tracing::warn!(tokens = spent.tokens, cost = spent.cost, "daily model budget reached; run refused");
         if self.claim(ClaimKind::SpendNotice, &day).await {
+            let (budget, setting) = match (over_cost, limits.max_cost_per_day) {
+                (true, Some(max)) => (format!("{max} in cost"), "limits.max_cost_per_day"),
+                _ => (format!("{} tokens", limits.max_tokens_per_day), "limits.max_tokens_per_day"),
+            };
             let text = format!(
-                "I have used my daily model budget ({} tokens) and will not start new work until tomorrow (UTC). \
-                 Ask an admin to raise limits.max_tokens_per_day if this is urgent.",
-                self.config.limits.max_tokens_per_day
+                "I have used my daily model budget ({budget}) and will not start new work until tomorrow (UTC). \
+                 Ask an admin to raise {setting} if this is urgent."
             );
             self.post_notice(&request.kind, &text, &format!("spend-{day}")).await;
         }

@@ -41,6 +41,7 @@ fn run_summary(run: &crate::state::RunRow) -> RunSummary {
         error: run.error.clone(),
         started_at: run.started_at,
         finished_at: run.finished_at,
+        cost: run.cost,
     }
 }
 

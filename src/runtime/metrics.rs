@@ -23,6 +23,8 @@ struct Inner {
     tool_calls: BTreeMap<(String, String), u64>,
     /// kind (prompt | completion) → count.
     tokens: BTreeMap<String, u64>,
+    /// What the model cost, when it has a price (`llm.price`).
+    cost: f64,
     reconnects: u64,
     run_seconds: Summary,
     turn_seconds: Summary,
@@ -77,6 +79,10 @@ impl Metrics {
         });
     }
 
+    pub fn cost(&self, cost: f64) {
+        self.with(|m| m.cost += cost);
+    }
+
     pub fn turn(&self, duration: Duration) {
         self.with(|m| m.turn_seconds.observe(duration));
     }
@@ -114,6 +120,10 @@ impl Metrics {
             for (kind, n) in &m.tokens {
                 let _ = writeln!(out, "picogent_model_tokens_total{{kind=\"{kind}\"}} {n}");
             }
+            let _ =
+                writeln!(out, "# HELP picogent_model_cost_total What the model cost, at llm.price (0 without one).");
+            let _ = writeln!(out, "# TYPE picogent_model_cost_total counter");
+            let _ = writeln!(out, "picogent_model_cost_total {}", m.cost);
             for (name, help, summary) in [
                 ("picogent_run_duration_seconds", "Run latency.", m.run_seconds),
                 ("picogent_turn_duration_seconds", "Model turn latency.", m.turn_seconds),

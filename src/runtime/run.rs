@@ -286,9 +286,11 @@ async fn model_loop(
 ) -> RunOutput {
     let config = &services.config;
     let mut limits = config.limits.clone();
-    let used_today = services.state.tokens_today().await.unwrap_or(0);
-    limits.max_tokens_per_run =
-        limits.max_tokens_per_run.min(config.limits.max_tokens_per_day.saturating_sub(used_today));
+    let spent_today = services.state.spend_today().await.unwrap_or_default();
+    limits.max_tokens_per_run = limits
+        .max_tokens_per_run
+        .min(config.limits.max_tokens_per_day.saturating_sub(spent_today.tokens))
+        .min(tokens_left_by_cost(config, spent_today.cost));
     let mut tool_context = crate::tools::ToolContext::new(config.slug.clone());
     tool_context.idempotency_key = Some(format!("{run_id}-h{}", begun.start.history_len));
     tool_context.post_guard = Some(posts);
@@ -333,10 +335,13 @@ async fn finish(
         tracing::error!(%error, "cannot save the session");
     }
     let today = time::OffsetDateTime::now_utc().date();
-    if let Err(error) = state.add_tokens(today, record.total_tokens()).await {
+    let cost = services.config.llm.price.map(|price| price.cost(record.prompt_tokens, record.completion_tokens));
+    let spent = crate::state::Spend { tokens: record.total_tokens(), cost: cost.unwrap_or(0.0) };
+    if let Err(error) = state.add_spend(today, spent).await {
         tracing::error!(%error, "cannot record the day's spend");
     }
     count_in_metrics(&services.metrics, &record);
+    services.metrics.cost(spent.cost);
     let status = record.outcome.status();
     let notice = (status == RunStatus::Failed).then(|| failure_notice(&record));
     let finish = FinishRun {
@@ -350,6 +355,7 @@ async fn finish(
         outcome: Some(record.final_message.clone()),
         error: record.detail.clone(),
         record: None,
+        cost,
     };
     tracing::info!(
         outcome = record.outcome.as_str(),
@@ -379,6 +385,16 @@ fn count_in_metrics(metrics: &Metrics, record: &RunRecord) {
     if record.turns > 0 {
         metrics.turn(Duration::from_millis(record.model_time_ms / u64::from(record.turns)));
     }
+}
+
+/// How many tokens the day's money budget still pays for, at the dearer of the two prices.
+fn tokens_left_by_cost(config: &Config, spent: f64) -> u64 {
+    let (Some(max), Some(price)) = (config.limits.max_cost_per_day, config.llm.price) else { return u64::MAX };
+    let per_token = price.input_per_million.max(price.output_per_million) / 1_000_000.0;
+    if per_token <= 0.0 {
+        return u64::MAX;
+    }
+    ((max - spent).max(0.0) / per_token) as u64
 }
 
 /// The tools a run of this kind is offered: fewer for a chat reply than for a task run.

@@ -94,6 +94,13 @@ pub enum StateError {
     UnknownRun { run_id: String },
 }
 
+/// What was spent on one day: tokens, and money when the model has a price.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Spend {
+    pub tokens: u64,
+    pub cost: f64,
+}
+
 /// A stored conversation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Session {
@@ -111,7 +118,7 @@ pub struct State {
     /// The spend of the last day asked about or added to, as stored. This handle and its clones
     /// are the file's only writer while the agent runs, so the figure stays true; the lock is
     /// held across each read or write of the table, so no stale read can overwrite a newer sum.
-    spend: std::sync::Arc<tokio::sync::Mutex<Option<(Date, u64)>>>,
+    spend: std::sync::Arc<tokio::sync::Mutex<Option<(Date, Spend)>>>,
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/state");
@@ -307,43 +314,65 @@ impl State {
 
     // ---- spend ----
 
-    /// Adds `tokens` to the spend of the UTC `day`; returns the day's new total.
+    /// Adds `tokens` to the spend of the UTC `day`; returns the day's new total of tokens.
     pub async fn add_tokens(&self, day: Date, tokens: u64) -> Result<u64, StateError> {
+        Ok(self.add_spend(day, Spend { tokens, cost: 0.0 }).await?.tokens)
+    }
+
+    /// Adds `spent` to the spend of the UTC `day`; returns the day's new totals.
+    pub async fn add_spend(&self, day: Date, spent: Spend) -> Result<Spend, StateError> {
         let mut known = self.spend.lock().await;
-        let total: i64 = sqlx::query_scalar(
-            "INSERT INTO daily_spend (day, tokens) VALUES (?, ?) \
-             ON CONFLICT (day) DO UPDATE SET tokens = tokens + excluded.tokens RETURNING tokens",
+        let row = sqlx::query(
+            "INSERT INTO daily_spend (day, tokens, cost) VALUES (?, ?, ?) \
+             ON CONFLICT (day) DO UPDATE SET tokens = tokens + excluded.tokens, cost = cost + excluded.cost \
+             RETURNING tokens, cost",
         )
         .bind(day.to_string())
-        .bind(to_i64("daily_spend.tokens", tokens)?)
+        .bind(to_i64("daily_spend.tokens", spent.tokens)?)
+        .bind(spent.cost)
         .fetch_one(&self.pool)
         .await?;
-        let total = to_u64("daily_spend.tokens", total)?;
+        let total = Spend { tokens: to_u64("daily_spend.tokens", row.try_get("tokens")?)?, cost: row.try_get("cost")? };
         *known = Some((day, total));
         Ok(total)
     }
 
-    /// Tokens spent on the UTC `day`. Asked before every run; read from the database only when
+    /// What was spent on the UTC `day`. Asked before every run; read from the database only when
     /// the day changes.
-    pub async fn tokens_on(&self, day: Date) -> Result<u64, StateError> {
+    pub async fn spend_on(&self, day: Date) -> Result<Spend, StateError> {
         let mut known = self.spend.lock().await;
         if let Some((known_day, total)) = *known
             && known_day == day
         {
             return Ok(total);
         }
-        let total: Option<i64> = sqlx::query_scalar("SELECT tokens FROM daily_spend WHERE day = ?")
+        let row = sqlx::query("SELECT tokens, cost FROM daily_spend WHERE day = ?")
             .bind(day.to_string())
             .fetch_optional(&self.pool)
             .await?;
-        let total = to_u64("daily_spend.tokens", total.unwrap_or(0))?;
+        let total = match row {
+            Some(row) => {
+                Spend { tokens: to_u64("daily_spend.tokens", row.try_get("tokens")?)?, cost: row.try_get("cost")? }
+            }
+            None => Spend::default(),
+        };
         *known = Some((day, total));
         Ok(total)
+    }
+
+    /// Tokens spent on the UTC `day`.
+    pub async fn tokens_on(&self, day: Date) -> Result<u64, StateError> {
+        Ok(self.spend_on(day).await?.tokens)
     }
 
     /// Tokens spent today (UTC).
     pub async fn tokens_today(&self) -> Result<u64, StateError> {
         self.tokens_on(OffsetDateTime::now_utc().date()).await
+    }
+
+    /// What was spent today (UTC).
+    pub async fn spend_today(&self) -> Result<Spend, StateError> {
+        self.spend_on(OffsetDateTime::now_utc().date()).await
     }
 
     // ---- replies, for the loop guard ----

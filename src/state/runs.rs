@@ -70,6 +70,8 @@ pub struct FinishRun {
     pub error: Option<String>,
     /// The full run record and transcript; `None` keeps what [`State::save_run_record`] stored.
     pub record: Option<serde_json::Value>,
+    /// What the run cost, when the model has a price.
+    pub cost: Option<f64>,
 }
 
 impl FinishRun {
@@ -86,6 +88,7 @@ impl FinishRun {
             outcome: None,
             error: None,
             record: None,
+            cost: None,
         }
     }
 }
@@ -112,6 +115,8 @@ pub struct RunRow {
     pub finished_at: Option<OffsetDateTime>,
     /// The full run record and transcript, as the model loop stored it.
     pub record: Option<serde_json::Value>,
+    /// What the run cost, when the model has a price.
+    pub cost: Option<f64>,
 }
 
 impl RunRow {
@@ -127,7 +132,7 @@ impl RunRow {
 macro_rules! run_columns {
     () => {
         "id, session_key, trigger, status, turns, tool_calls, prompt_tokens, completion_tokens, \
-         model_duration_ms, tool_duration_ms, outcome, error, started_at_ms, finished_at_ms, record"
+         model_duration_ms, tool_duration_ms, outcome, error, started_at_ms, finished_at_ms, record, cost"
     };
 }
 
@@ -209,7 +214,7 @@ impl State {
         let updated = sqlx::query(
             "UPDATE runs SET status = ?, turns = ?, tool_calls = ?, prompt_tokens = ?, completion_tokens = ?, \
              model_duration_ms = ?, tool_duration_ms = ?, outcome = ?, error = ?, finished_at_ms = ?, \
-             record = COALESCE(?, record) \
+             record = COALESCE(?, record), cost = ? \
              WHERE id = ? AND status = 'running'",
         )
         .bind(finish.status.as_str())
@@ -223,6 +228,7 @@ impl State {
         .bind(finish.error.as_deref())
         .bind(now_ms())
         .bind(record)
+        .bind(finish.cost)
         .bind(run_id)
         .execute(&self.pool)
         .await?;
@@ -337,6 +343,7 @@ fn run_from_row(row: &SqliteRow) -> Result<RunRow, StateError> {
         started_at: from_ms(row.try_get("started_at_ms")?)?,
         finished_at: finished_at.map(from_ms).transpose()?,
         record,
+        cost: row.try_get("cost")?,
     })
 }
 

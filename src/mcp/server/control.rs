@@ -51,7 +51,7 @@ pub struct AgentStatus {
 }
 
 /// One run's record, as `run://list` and `run://{id}` show it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunSummary {
     pub id: String,
     /// The session (task or chat thread) the run belongs to.
@@ -73,6 +73,9 @@ pub struct RunSummary {
     pub started_at: OffsetDateTime,
     #[serde(serialize_with = "rfc3339_option")]
     pub finished_at: Option<OffsetDateTime>,
+    /// What the run cost, when the model has a price (`llm.price`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<f64>,
 }
 
 /// How one run ended, as `run://{id}/result` shows it.
