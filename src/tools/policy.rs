@@ -328,25 +328,37 @@ impl PolicySource {
                         .map(|d| format!("the tool may change or delete things; it is described as: {d}"))
                         .unwrap_or_else(|| "the tool may change or delete things".to_string()),
                 };
-                match asker.ask(&request, context).await {
-                    Approval::Approved { by } => {
-                        log("approved", &format!("approved by {by}"));
-                        Ok(())
-                    }
-                    Approval::Refused { by } => {
-                        log("refused", &format!("refused by {by}"));
-                        Err(format!("permission denied: {by} answered no to running `{name}`; do not retry it"))
-                    }
-                    Approval::TimedOut => {
-                        log("timed_out", "no answer in time");
-                        Err(format!("permission denied: nobody approved running `{name}` in time; do not retry it now"))
-                    }
-                    Approval::Unavailable { reason } => {
-                        log("denied", &reason);
-                        Err(format!("permission denied: approval for `{name}` could not be asked ({reason})"))
-                    }
-                }
+                let approval = asker.ask(&request, context).await;
+                let (decision, why) = approval_log(&approval);
+                log(decision, &why);
+                approval_verdict(approval, name)
             }
+        }
+    }
+}
+
+/// How an answer to a permission request is logged: the decision and why.
+fn approval_log(approval: &Approval) -> (&'static str, String) {
+    match approval {
+        Approval::Approved { by } => ("approved", format!("approved by {by}")),
+        Approval::Refused { by } => ("refused", format!("refused by {by}")),
+        Approval::TimedOut => ("timed_out", "no answer in time".to_string()),
+        Approval::Unavailable { reason } => ("denied", reason.clone()),
+    }
+}
+
+/// Whether the call may run, or what the model reads about why not.
+fn approval_verdict(approval: Approval, name: &str) -> Result<(), String> {
+    match approval {
+        Approval::Approved { .. } => Ok(()),
+        Approval::Refused { by } => {
+            Err(format!("permission denied: {by} answered no to running `{name}`; do not retry it"))
+        }
+        Approval::TimedOut => {
+            Err(format!("permission denied: nobody approved running `{name}` in time; do not retry it now"))
+        }
+        Approval::Unavailable { reason } => {
+            Err(format!("permission denied: approval for `{name}` could not be asked ({reason})"))
         }
     }
 }

@@ -473,56 +473,68 @@ impl Config {
 
     /// Checks what types alone cannot: values in range, URLs that parse, names that are sane.
     pub fn validate(&self, path: &Path) -> Result<(), ConfigError> {
-        let field = |field: &str, message: &str| ConfigError::Field {
-            path: path.to_path_buf(),
-            field: field.to_string(),
-            message: message.to_string(),
-        };
-        let slug_ok = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        self.check_identity()
+            .and_then(|()| self.check_llm())
+            .and_then(|()| self.check_numbers())
+            .and_then(|()| self.check_mcp_servers())
+            .and_then(|()| self.check_permissions())
+            .map_err(|(field, message)| ConfigError::Field { path: path.to_path_buf(), field, message })
+    }
+
+    fn check_identity(&self) -> Result<(), Problem> {
         if !slug_ok(&self.slug) {
-            return Err(field("slug", "expected a member slug: letters, digits, '-' or '_'"));
+            return problem("slug", "expected a member slug: letters, digits, '-' or '_'");
         }
         if self.name.trim().is_empty() {
-            return Err(field("name", "expected a non-empty display name"));
+            return problem("name", "expected a non-empty display name");
         }
         for (name, url) in [("tracker.url", &self.tracker.url), ("llm.base_url", &self.llm.base_url)] {
-            if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < 8 {
-                return Err(field(name, &format!("expected an http:// or https:// URL, got {url:?}")));
-            }
+            check_url(name, url)?;
         }
         if !self.tracker.api_prefix.is_empty() && !self.tracker.api_prefix.starts_with('/') {
-            return Err(field("tracker.api_prefix", "expected a path starting with '/', or empty"));
+            return problem("tracker.api_prefix", "expected a path starting with '/', or empty");
         }
-        if self.tracker.token_env.trim().is_empty() {
-            return Err(field("tracker.token_env", "expected the name of an environment variable"));
+        for (name, variable) in [("tracker.token_env", &self.tracker.token_env), ("mcp.token_env", &self.mcp.token_env)]
+        {
+            if variable.trim().is_empty() {
+                return problem(name, "expected the name of an environment variable");
+            }
         }
-        if self.mcp.token_env.trim().is_empty() {
-            return Err(field("mcp.token_env", "expected the name of an environment variable"));
+        if self.http.listen.parse::<std::net::SocketAddr>().is_err() {
+            return problem("http.listen", "expected an address like 127.0.0.1:9464");
         }
+        Ok(())
+    }
+
+    fn check_llm(&self) -> Result<(), Problem> {
         if self.llm.model.trim().is_empty() {
-            return Err(field("llm.model", "expected a model name"));
+            return problem("llm.model", "expected a model name");
         }
         if let Some(t) = self.llm.temperature
             && !(0.0..=2.0).contains(&t)
         {
-            return Err(field("llm.temperature", "expected a number from 0 to 2"));
+            return problem("llm.temperature", "expected a number from 0 to 2");
         }
         if self.llm.context_tokens < 1_024 {
-            return Err(field("llm.context_tokens", "expected the model's context window, at least 1024 tokens"));
+            return problem("llm.context_tokens", "expected the model's context window, at least 1024 tokens");
         }
         if let Some(price) = self.llm.price
             && [price.input_per_million, price.output_per_million].iter().any(|p| p.is_nan() || *p < 0.0)
         {
-            return Err(field("llm.price", "expected prices of 0 or more per million tokens"));
+            return problem("llm.price", "expected prices of 0 or more per million tokens");
         }
         if let Some(cost) = self.limits.max_cost_per_day {
             if cost.is_nan() || cost <= 0.0 {
-                return Err(field("limits.max_cost_per_day", "expected an amount greater than 0"));
+                return problem("limits.max_cost_per_day", "expected an amount greater than 0");
             }
             if self.llm.price.is_none() {
-                return Err(field("limits.max_cost_per_day", "needs llm.price to count the cost"));
+                return problem("limits.max_cost_per_day", "needs llm.price to count the cost");
             }
         }
+        Ok(())
+    }
+
+    fn check_numbers(&self) -> Result<(), Problem> {
         let positive = [
             ("tracker.timeout_ms", self.tracker.timeout_ms),
             ("llm.timeout_ms", self.llm.timeout_ms),
@@ -533,61 +545,76 @@ impl Config {
             ("limits.max_tokens_per_day", self.limits.max_tokens_per_day),
             ("limits.max_concurrent_runs", self.limits.max_concurrent_runs as u64),
             ("limits.max_tool_result_bytes", self.limits.max_tool_result_bytes as u64),
-            ("tracker.retry.max_attempts", self.tracker.retry.max_attempts as u64),
             ("limits.max_identical_calls", self.limits.max_identical_calls as u64),
+            ("tracker.retry.max_attempts", self.tracker.retry.max_attempts as u64),
             ("llm.retry.max_attempts", self.llm.retry.max_attempts as u64),
+            ("permissions.ask_timeout_ms", self.permissions.ask_timeout_ms),
         ];
-        for (name, value) in positive {
-            if value == 0 {
-                return Err(field(name, "expected a number greater than 0"));
-            }
+        match positive.iter().find(|(_, value)| *value == 0) {
+            Some((name, _)) => problem(name, "expected a number greater than 0"),
+            None => Ok(()),
         }
-        if self.http.listen.parse::<std::net::SocketAddr>().is_err() {
-            return Err(field("http.listen", "expected an address like 127.0.0.1:9464"));
-        }
+    }
+
+    fn check_mcp_servers(&self) -> Result<(), Problem> {
         for (name, server) in &self.mcp_servers {
             let at = |key: &str| format!("mcp_servers.{name}{key}");
             if !slug_ok(name) {
-                return Err(field(&at(""), "expected a server name of letters, digits, '-' or '_'"));
+                return problem(&at(""), "expected a server name of letters, digits, '-' or '_'");
             }
             match (&server.command, &server.url) {
                 (Some(command), None) => {
                     if command.trim().is_empty() {
-                        return Err(field(&at(".command"), "expected a program to run"));
+                        return problem(&at(".command"), "expected a program to run");
                     }
                     if !server.headers.is_empty() {
-                        return Err(field(&at(".headers"), "headers apply to a `url` server only"));
+                        return problem(&at(".headers"), "headers apply to a `url` server only");
                     }
                 }
                 (None, Some(url)) => {
-                    if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < 8 {
-                        return Err(field(&at(".url"), &format!("expected an http:// or https:// URL, got {url:?}")));
-                    }
+                    check_url(&at(".url"), url)?;
                     if !server.args.is_empty() || !server.env.is_empty() || server.cwd.is_some() {
-                        return Err(field(&at(""), "`args`, `env` and `cwd` apply to a `command` server only"));
+                        return problem(&at(""), "`args`, `env` and `cwd` apply to a `command` server only");
                     }
                 }
-                _ => {
-                    return Err(field(&at(""), "expected exactly one of `command` (stdio) or `url` (Streamable HTTP)"));
-                }
+                _ => return problem(&at(""), "expected exactly one of `command` (stdio) or `url` (Streamable HTTP)"),
             }
             if server.timeout_ms == 0 {
-                return Err(field(&at(".timeout_ms"), "expected a number greater than 0"));
+                return problem(&at(".timeout_ms"), "expected a number greater than 0");
             }
         }
-        if self.permissions.ask_timeout_ms == 0 {
-            return Err(field("permissions.ask_timeout_ms", "expected a number greater than 0"));
-        }
+        Ok(())
+    }
+
+    fn check_permissions(&self) -> Result<(), Problem> {
         for (name, patterns) in [
             ("permissions.allowed_tools", &self.permissions.allowed_tools),
             ("permissions.disallowed_tools", &self.permissions.disallowed_tools),
         ] {
             if patterns.iter().any(|pattern| pattern.trim().is_empty()) {
-                return Err(field(name, "expected tool names or globs like get_*, not an empty one"));
+                return problem(name, "expected tool names or globs like get_*, not an empty one");
             }
         }
         Ok(())
     }
+}
+
+/// A field that is wrong, and what it should be.
+type Problem = (String, String);
+
+fn problem(field: &str, message: &str) -> Result<(), Problem> {
+    Err((field.to_string(), message.to_string()))
+}
+
+fn slug_ok(text: &str) -> bool {
+    !text.is_empty() && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+fn check_url(field: &str, url: &str) -> Result<(), Problem> {
+    if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < 8 {
+        return problem(field, &format!("expected an http:// or https:// URL, got {url:?}"));
+    }
+    Ok(())
 }
 
 /// The environment variables the file names as holding secrets (`tracker.token_env`,
@@ -626,153 +653,4 @@ fn describe(error: &config::ConfigError) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn write(dir: &Path, text: &str) -> PathBuf {
-        let path = dir.join("agent.json");
-        std::fs::write(&path, text).unwrap();
-        path
-    }
-
-    const MINIMAL: &str = r#"{
-        "slug": "picogent", "name": "Picogent",
-        "tracker": {"url": "http://127.0.0.1:8700"},
-        "llm": {"base_url": "http://127.0.0.1:8790/v1", "model": "offline-planner"}
-    }"#;
-
-    #[test]
-    fn loads_a_minimal_file_with_defaults() {
-        let dir = tempfile::tempdir().unwrap();
-        let config = Config::load_with_env(&write(dir.path(), MINIMAL), []).unwrap();
-        assert_eq!(config.slug, "picogent");
-        assert_eq!(config.limits.max_turns, 12);
-        assert_eq!(config.tracker.api_base(), "http://127.0.0.1:8700/api");
-        assert_eq!(config.chat_listen, ChatListen::Mentions);
-        assert_eq!(config.prompts_dir, dir.path().join("prompts"));
-    }
-
-    #[test]
-    fn environment_overrides_nested_fields() {
-        let dir = tempfile::tempdir().unwrap();
-        let vars = [
-            ("PICOGENT_LIMITS__MAX_TURNS".to_string(), "3".to_string()),
-            ("PICOGENT_TRACKER__URL".to_string(), "http://10.0.0.1:9".to_string()),
-            ("OTHER".to_string(), "x".to_string()),
-        ];
-        let config = Config::load_with_env(&write(dir.path(), MINIMAL), vars).unwrap();
-        assert_eq!(config.limits.max_turns, 3);
-        assert_eq!(config.tracker.url, "http://10.0.0.1:9");
-    }
-
-    #[test]
-    fn secret_variables_are_not_overrides() {
-        let dir = tempfile::tempdir().unwrap();
-        let vars = [
-            ("PICOGENT_MCP_TOKEN".to_string(), "tok-mcp".to_string()),
-            ("PICOGENT_MCP__ALLOWED_HOSTS".to_string(), "agent.example.com,other.example.com".to_string()),
-        ];
-        let config = Config::load_with_env(&write(dir.path(), MINIMAL), vars).unwrap();
-        assert_eq!(config.mcp.token_env, "PICOGENT_MCP_TOKEN");
-        assert_eq!(config.mcp.allowed_hosts, vec!["agent.example.com", "other.example.com"]);
-        assert!(config.mcp.allowed_origins.is_empty());
-    }
-
-    #[test]
-    fn unknown_field_is_an_error_naming_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let text = MINIMAL.replace("\"name\"", "\"nmae\": 1, \"name\"");
-        let error = Config::load_with_env(&write(dir.path(), &text), []).unwrap_err().to_string();
-        assert!(error.contains("nmae"), "{error}");
-        assert!(error.contains("agent.json"), "{error}");
-    }
-
-    #[test]
-    fn wrong_type_names_field_and_expectation() {
-        let dir = tempfile::tempdir().unwrap();
-        let text = MINIMAL.replace("\"slug\"", "\"limits\": {\"max_turns\": \"many\"}, \"slug\"");
-        let error = Config::load_with_env(&write(dir.path(), &text), []).unwrap_err().to_string();
-        assert!(error.contains("max_turns"), "{error}");
-    }
-
-    #[test]
-    fn bad_value_names_field() {
-        let dir = tempfile::tempdir().unwrap();
-        let text = MINIMAL.replace("http://127.0.0.1:8700", "ftp://x");
-        let error = Config::load_with_env(&write(dir.path(), &text), []).unwrap_err().to_string();
-        assert!(error.contains("tracker.url"), "{error}");
-    }
-
-    #[test]
-    fn bad_enum_value_is_an_error() {
-        let dir = tempfile::tempdir().unwrap();
-        let text = MINIMAL.replace("\"slug\"", "\"chat_listen\": \"sometimes\", \"slug\"");
-        let error = Config::load_with_env(&write(dir.path(), &text), []).unwrap_err().to_string();
-        assert!(error.contains("sometimes"), "{error}");
-    }
-
-    #[test]
-    fn missing_file_names_it() {
-        let error = Config::load_with_env(Path::new("/nonexistent/agent.json"), []).unwrap_err().to_string();
-        assert!(error.contains("/nonexistent/agent.json"), "{error}");
-    }
-
-    #[test]
-    fn mcp_servers_and_permissions_load_with_defaults() {
-        let dir = tempfile::tempdir().unwrap();
-        let text = MINIMAL.replace(
-            "\"slug\"",
-            r#""mcp_servers": {
-                "time": {"command": "mcp-server-time", "args": ["--local-timezone", "UTC"], "cwd": "servers"},
-                "gh": {"url": "https://example.com/mcp", "headers": {"Authorization": "Bearer ${GITHUB_TOKEN}"},
-                       "trusted": true, "tools": {"disallowed": ["delete_*"]}}
-            },
-            "permissions": {"mode": "ask", "disallowed_tools": ["mcp__gh__*"]},
-            "slug""#,
-        );
-        let config = Config::load_with_env(&write(dir.path(), &text), []).unwrap();
-        let time = &config.mcp_servers["time"];
-        assert_eq!(time.timeout_ms, 60_000);
-        assert_eq!(time.cwd.as_deref(), Some(dir.path().join("servers").as_path()));
-        assert!(!time.trusted);
-        let gh = &config.mcp_servers["gh"];
-        assert_eq!(gh.headers["Authorization"], "Bearer ${GITHUB_TOKEN}");
-        assert_eq!(gh.tools.disallowed, vec!["delete_*".to_string()]);
-        assert_eq!(config.permissions.mode, PermissionMode::Ask);
-        assert_eq!(config.permissions.ask_timeout_ms, 300_000);
-    }
-
-    #[test]
-    fn an_mcp_server_needs_exactly_one_transport() {
-        let dir = tempfile::tempdir().unwrap();
-        let text = MINIMAL.replace(
-            "\"slug\"",
-            r#""mcp_servers": {"both": {"command": "x", "url": "http://127.0.0.1:1/mcp"}}, "slug""#,
-        );
-        let error = Config::load_with_env(&write(dir.path(), &text), []).unwrap_err().to_string();
-        assert!(error.contains("mcp_servers.both"), "{error}");
-    }
-
-    #[test]
-    fn the_old_tools_section_names_what_to_rename() {
-        let dir = tempfile::tempdir().unwrap();
-        let text = MINIMAL.replace("\"slug\"", r#""tools": {"allowed": ["get_*"], "disallowed": []}, "slug""#);
-        let error = Config::load_with_env(&write(dir.path(), &text), []).unwrap_err().to_string();
-        assert!(error.contains("agent.json"), "{error}");
-        assert!(error.contains("`tools.allowed` to `permissions.allowed_tools`"), "{error}");
-        assert!(error.contains("`tools.disallowed` to `permissions.disallowed_tools`"), "{error}");
-        // The same from an override, and the new section loads.
-        let vars = [("PICOGENT_TOOLS__DISALLOWED".to_string(), "take_task".to_string())];
-        let error = Config::load_with_env(&write(dir.path(), MINIMAL), vars).unwrap_err().to_string();
-        assert!(error.contains("permissions.disallowed_tools"), "{error}");
-        let vars = [("PICOGENT_PERMISSIONS__DISALLOWED_TOOLS".to_string(), "take_task,*_file".to_string())];
-        let config = Config::load_with_env(&write(dir.path(), MINIMAL), vars).unwrap();
-        assert_eq!(config.permissions.disallowed_tools, vec!["take_task", "*_file"]);
-    }
-
-    #[test]
-    fn the_shipped_agent_json_is_valid() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("agent.json");
-        Config::load_with_env(&path, []).unwrap();
-    }
-}
+mod tests;
