@@ -509,3 +509,23 @@ async fn the_daily_cost_budget_refuses_new_runs_with_one_notice() {
     agent.shutdown().await.unwrap();
     board.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_cut_off_by_the_output_limit_is_not_a_clean_completion() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = scripted(json!([
+        {"reply": {"finish_reason": "length", "content": "The open tasks are TE-1, TE-2 and"}}
+    ]))
+    .await;
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({}))).await;
+    let notice = notice_for_a_mention(&agent, &board).await;
+    assert!(notice.contains("cut off by the output limit"), "{notice}");
+    assert!(notice.contains("TE-1, TE-2 and") && notice.contains("llm.max_output_tokens"), "{notice}");
+    let run = agent.state.list_runs(10).await.unwrap().remove(0);
+    assert_eq!(run.status, RunStatus::Failed, "{run:?}");
+    let record = &run.record.unwrap()["record"];
+    assert_eq!((record["outcome"].as_str(), record["finish_reason"].as_str()), (Some("cut_off"), Some("length")));
+    agent.shutdown().await.unwrap();
+    board.shutdown().await.unwrap();
+}
