@@ -529,3 +529,48 @@ async fn an_answer_cut_off_by_the_output_limit_is_not_a_clean_completion() {
     agent.shutdown().await.unwrap();
     board.shutdown().await.unwrap();
 }
+
+/// A slow local model with one slot: streamed answers are read as they come (an idle timeout
+/// between bytes, not one deadline for the whole answer), and requests are queued by picogent
+/// rather than at the server. The same model without streaming times out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_model_is_read_as_it_streams_and_a_one_slot_server_is_not_flooded() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let options = OfflineModelOptions { delay: Duration::from_millis(1_200), ..OfflineModelOptions::planner() };
+    let model = picogent::offline_model::start(options).await.unwrap();
+    let extra =
+        json!({"llm": {"stream": true, "idle_timeout_ms": 800, "timeout_ms": 500, "max_concurrent_requests": 1}});
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+    let chat = chat_id(&alice).await;
+    let mut questions = Vec::new();
+    for n in 0..3 {
+        questions.push(say(&alice, &chat, &format!("@picogent question {n}")).await);
+    }
+    for question in &questions {
+        eventually(Duration::from_secs(40), "a streamed answer", || async {
+            (mine(&thread(&alice, &question.id).await).len() == 1).then_some(())
+        })
+        .await;
+    }
+    wait_idle(&agent).await;
+    assert!(model.requests().iter().all(|r| r["stream"] == true), "every request asked for a stream");
+    assert_eq!(model.max_in_flight(), 1, "one request at a time reached the one-slot server");
+    for question in &questions {
+        let posted = thread(&alice, &question.id).await;
+        let reply = &mine(&posted)[0].content;
+        assert!(reply.contains("offline planner"), "{reply}");
+    }
+    agent.shutdown().await.unwrap();
+
+    // The same answers without streaming pass the whole-request timeout.
+    let dir = tempfile::tempdir().unwrap();
+    let extra = json!({"llm": {"timeout_ms": 500, "retry": {"max_attempts": 1}}});
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    let notice = notice_for_a_mention(&agent, &board).await;
+    assert!(notice.contains("did not answer in time") && notice.contains("llm.stream"), "{notice}");
+    agent.shutdown().await.unwrap();
+    board.shutdown().await.unwrap();
+}

@@ -124,9 +124,20 @@ pub struct LlmConfig {
     /// session, the current input) is kept within it.
     #[serde(default = "default_context_tokens")]
     pub context_tokens: u64,
-    /// Timeout of one model request, in milliseconds.
+    /// Timeout of one model request, in milliseconds (a streamed one: see `idle_timeout_ms`).
     #[serde(default = "default_llm_timeout_ms")]
     pub timeout_ms: u64,
+    /// Read the answer as it is generated (server-sent events), bounded by `idle_timeout_ms`
+    /// without a byte instead of one deadline for the whole answer: for slow local models.
+    #[serde(default)]
+    pub stream: bool,
+    /// With `stream`, how long the server may send nothing before the request is given up.
+    #[serde(default = "default_idle_timeout_ms")]
+    pub idle_timeout_ms: u64,
+    /// At most this many requests in flight to the endpoint at once (a local server with one
+    /// slot queues the rest and lets them time out); unset: no cap.
+    #[serde(default)]
+    pub max_concurrent_requests: Option<u32>,
     /// Whether the model may ask for several tool calls in one turn. Sent only when set (some
     /// servers refuse the field); `false` is also enforced by picogent itself, for servers that
     /// ignore it: one call of a turn runs, the others are answered with an error.
@@ -152,6 +163,9 @@ impl LlmConfig {
             max_tokens_field: MaxTokensField::default(),
             context_tokens: default_context_tokens(),
             timeout_ms: default_llm_timeout_ms(),
+            stream: false,
+            idle_timeout_ms: default_idle_timeout_ms(),
+            max_concurrent_requests: None,
             parallel_tool_calls: None,
             price: None,
             retry: RetryConfig::default(),
@@ -386,6 +400,9 @@ fn default_tracker_timeout_ms() -> u64 {
 fn default_llm_timeout_ms() -> u64 {
     120_000
 }
+fn default_idle_timeout_ms() -> u64 {
+    30_000
+}
 /// Large enough for the prompt, the tools and a long session on current models; local servers
 /// with a smaller window set it.
 fn default_context_tokens() -> u64 {
@@ -538,6 +555,8 @@ impl Config {
         let positive = [
             ("tracker.timeout_ms", self.tracker.timeout_ms),
             ("llm.timeout_ms", self.llm.timeout_ms),
+            ("llm.idle_timeout_ms", self.llm.idle_timeout_ms),
+            ("llm.max_concurrent_requests", self.llm.max_concurrent_requests.map_or(1, u64::from)),
             ("limits.max_turns", self.limits.max_turns as u64),
             ("limits.max_tool_calls", self.limits.max_tool_calls as u64),
             ("limits.max_tokens_per_run", self.limits.max_tokens_per_run),

@@ -6,6 +6,7 @@
 
 pub mod openai;
 pub mod probe;
+mod stream;
 mod tokens;
 
 use std::sync::Arc;
@@ -260,6 +261,24 @@ pub fn strip_reasoning(text: &str) -> String {
         None => kept,
     };
     kept.trim().to_string()
+}
+
+/// The tokens of an answer whose server sent no `usage`, counted here the way the offline model
+/// counts them (o200k).
+pub(crate) fn estimated_usage(
+    request: &ChatRequest<'_>,
+    content: Option<&str>,
+    refusal: Option<&str>,
+    tool_calls: &[ToolCall],
+) -> Usage {
+    let text: u64 = content.iter().chain(refusal.iter()).map(|t| count_text_tokens(t)).sum();
+    let calls: u64 =
+        tool_calls.iter().map(|call| count_text_tokens(&call.name) + count_text_tokens(&call.arguments)).sum();
+    Usage {
+        prompt_tokens: estimate_prompt_tokens(request.messages, request.tools),
+        completion_tokens: text + calls,
+        estimated: true,
+    }
 }
 
 /// Tokens of `text` in the o200k encoding.

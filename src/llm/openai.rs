@@ -45,6 +45,11 @@ pub struct OpenAiChat {
     timeout_ms: u64,
     parallel_tool_calls: Option<bool>,
     retry: RetryConfig,
+    /// Read answers as server-sent events, bounded by `idle_timeout` between bytes.
+    stream: bool,
+    idle_timeout: Duration,
+    /// Requests in flight to the endpoint at most (`llm.max_concurrent_requests`).
+    slots: Option<std::sync::Arc<tokio::sync::Semaphore>>,
 }
 
 impl OpenAiChat {
@@ -59,10 +64,13 @@ impl OpenAiChat {
 
     /// Builds the client with an explicit key (or none), ignoring `api_key_env`.
     pub fn new(config: &LlmConfig, api_key: Option<Secret>) -> Result<OpenAiChat, LlmError> {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_millis(config.timeout_ms))
-            .build()
-            .map_err(|e| LlmError::Config { message: format!("cannot build the http client: {e}") })?;
+        // A streamed answer is bounded by the idle timeout between its bytes, not by one deadline.
+        let builder = match config.stream {
+            true => reqwest::Client::builder().connect_timeout(Duration::from_millis(config.idle_timeout_ms)),
+            false => reqwest::Client::builder().timeout(Duration::from_millis(config.timeout_ms)),
+        };
+        let http =
+            builder.build().map_err(|e| LlmError::Config { message: format!("cannot build the http client: {e}") })?;
         Ok(OpenAiChat {
             http,
             base_url: config.base_url.trim_end_matches('/').to_string(),
@@ -74,6 +82,11 @@ impl OpenAiChat {
             timeout_ms: config.timeout_ms,
             parallel_tool_calls: config.parallel_tool_calls,
             retry: config.retry.clone(),
+            stream: config.stream,
+            idle_timeout: Duration::from_millis(config.idle_timeout_ms),
+            slots: config
+                .max_concurrent_requests
+                .map(|slots| std::sync::Arc::new(tokio::sync::Semaphore::new(slots.max(1) as usize))),
         })
     }
 
@@ -82,8 +95,34 @@ impl OpenAiChat {
         self.max_output_tokens
     }
 
-    /// One attempt, no retrying. `body` is the request as JSON; attempts share its bytes.
-    async fn attempt(&self, body: &bytes::Bytes) -> Result<CreateChatCompletionResponse, LlmError> {
+    /// One attempt, no retrying, in a slot if the endpoint's requests are capped. `body` is the
+    /// request as JSON; attempts share its bytes.
+    async fn attempt(&self, body: &bytes::Bytes, request: &ChatRequest<'_>) -> Result<ChatResponse, LlmError> {
+        let _slot = match &self.slots {
+            Some(slots) => Some(slots.acquire().await.map_err(|_| LlmError::Config { message: "closed".into() })?),
+            None => None,
+        };
+        let response = self.send(body).await?;
+        if self.stream {
+            let answer = super::stream::read(response, self.idle_timeout).await.map_err(|e| self.stream_error(e))?;
+            return answer.into_response(request);
+        }
+        let bytes = response.bytes().await.map_err(|e| self.transport_error(&e))?;
+        let answer: CreateChatCompletionResponse = serde_json::from_slice(&bytes)
+            .map_err(|e| LlmError::BadResponse { message: format!("invalid json: {e}") })?;
+        from_wire_response(answer, request)
+    }
+
+    fn stream_error(&self, error: super::stream::StreamError) -> LlmError {
+        match error {
+            super::stream::StreamError::Idle => LlmError::Timeout { timeout_ms: self.idle_timeout.as_millis() as u64 },
+            super::stream::StreamError::Read(error) => self.transport_error(&error),
+            super::stream::StreamError::Bad(message) => LlmError::BadResponse { message },
+        }
+    }
+
+    /// Sends the request and checks its status; the answer's body is the caller's to read.
+    async fn send(&self, body: &bytes::Bytes) -> Result<reqwest::Response, LlmError> {
         let mut request = self
             .http
             .post(format!("{}/chat/completions", self.base_url))
@@ -92,18 +131,26 @@ impl OpenAiChat {
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key.expose());
         }
-        let response = request.send().await.map_err(|e| self.transport_error(&e))?;
+        let sending = request.send();
+        let response = match self.stream {
+            // Waiting for the headers counts as idle too.
+            true => tokio::time::timeout(self.idle_timeout, sending)
+                .await
+                .map_err(|_| LlmError::Timeout { timeout_ms: self.idle_timeout.as_millis() as u64 })?,
+            false => sending.await,
+        }
+        .map_err(|e| self.transport_error(&e))?;
         let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
         let retry_after = response
             .headers()
             .get(reqwest::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(parse_retry_after);
         let bytes = response.bytes().await.map_err(|e| self.transport_error(&e))?;
-        if !status.is_success() {
-            return Err(classify_error(status.as_u16(), retry_after, &bytes));
-        }
-        serde_json::from_slice(&bytes).map_err(|e| LlmError::BadResponse { message: format!("invalid json: {e}") })
+        Err(classify_error(status.as_u16(), retry_after, &bytes))
     }
 
     fn transport_error(&self, error: &reqwest::Error) -> LlmError {
@@ -139,6 +186,11 @@ impl OpenAiChat {
             temperature: self.temperature,
             max_completion_tokens,
             max_tokens,
+            stream: self.stream.then_some(true),
+            stream_options: self.stream.then(|| async_openai::types::chat::ChatCompletionStreamOptions {
+                include_usage: Some(true),
+                ..Default::default()
+            }),
             ..Default::default()
         }
     }
@@ -181,8 +233,7 @@ impl ChatModel for OpenAiChat {
                 .wire_body(request)
                 .map_err(|e| LlmError::Config { message: format!("cannot serialise the request: {e}") })?;
             let body = bytes::Bytes::from(body);
-            let response = with_retry(&self.retry, || self.attempt(&body)).await?;
-            from_wire_response(response, request)
+            with_retry(&self.retry, || self.attempt(&body, request)).await
         })
     }
 }
@@ -364,18 +415,7 @@ fn from_wire_response(
             completion_tokens: u64::from(usage.completion_tokens),
             estimated: false,
         },
-        None => {
-            let completion_text: String = message.content.iter().chain(message.refusal.iter()).cloned().collect();
-            let calls: u64 = tool_calls
-                .iter()
-                .map(|call| super::count_text_tokens(&call.name) + super::count_text_tokens(&call.arguments))
-                .sum();
-            Usage {
-                prompt_tokens: super::estimate_prompt_tokens(request.messages, request.tools),
-                completion_tokens: super::count_text_tokens(&completion_text) + calls,
-                estimated: true,
-            }
-        }
+        None => super::estimated_usage(request, message.content.as_deref(), message.refusal.as_deref(), &tool_calls),
     };
     let content = message.content.map(|text| super::strip_reasoning(&text));
     Ok(ChatResponse { content, tool_calls, refusal: message.refusal, finish_reason, usage })

@@ -17,6 +17,7 @@
 
 pub mod planner;
 pub mod script;
+mod stream;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -142,6 +143,11 @@ impl OfflineModelHandle {
     }
 
     /// Script turns answered so far.
+    /// The most requests that were being answered at once.
+    pub fn max_in_flight(&self) -> usize {
+        lock(&self.state.counters).max_in_flight
+    }
+
     pub fn script_position(&self) -> usize {
         lock(&self.state.counters).script_position
     }
@@ -172,6 +178,9 @@ struct Counters {
     invalid_arguments: u32,
     script_position: usize,
     answers: u64,
+    /// Requests being answered now, and the most there ever were at once.
+    in_flight: usize,
+    max_in_flight: usize,
     prompt_tokens: u64,
     completion_tokens: u64,
 }
@@ -240,6 +249,8 @@ struct WireRequest {
     max_completion_tokens: Option<u64>,
     #[serde(default)]
     max_tokens: Option<u64>,
+    #[serde(default)]
+    stream: bool,
 }
 
 #[derive(Deserialize)]
@@ -378,19 +389,49 @@ enum Answer {
 
 async fn chat_completions(State(state): State<Arc<ServerState>>, body: Bytes) -> Response {
     let parsed: Result<WireRequest, _> = serde_json::from_slice(&body);
+    let stream = parsed.as_ref().is_ok_and(|request| request.stream);
     lock(&state.requests).push(
         serde_json::from_slice(&body).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned())),
     );
+    let in_flight = InFlight::new(state.clone());
     let answer = decide(&state, parsed);
-    if !state.options.delay.is_zero() {
+    // A streamed answer spreads the delay over its chunks instead: its bytes keep coming.
+    if !state.options.delay.is_zero() && !stream {
         tokio::time::sleep(state.options.delay).await;
     }
-    match answer {
+    let response = match answer {
         Ok((Answer::Fault(response), _)) => response,
         Ok((Answer::Turn(reply), (model, prompt_tokens, max_tokens))) => {
-            render(&state, &model, reply, prompt_tokens, max_tokens)
+            let body = render(&state, &model, reply, prompt_tokens, max_tokens);
+            if stream {
+                // In flight until its last chunk is out.
+                return stream::sse(body, state.options.delay, in_flight);
+            }
+            axum::Json(body).into_response()
         }
         Err(response) => *response,
+    };
+    drop(in_flight);
+    response
+}
+
+/// A request being answered: counted from its arrival until its answer is out.
+struct InFlight(Arc<ServerState>);
+
+impl InFlight {
+    fn new(state: Arc<ServerState>) -> InFlight {
+        {
+            let mut counters = lock(&state.counters);
+            counters.in_flight += 1;
+            counters.max_in_flight = counters.max_in_flight.max(counters.in_flight);
+        }
+        InFlight(state)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        lock(&self.0.counters).in_flight -= 1;
     }
 }
 
@@ -547,7 +588,7 @@ fn fault_response(fault: &script::ScriptFault) -> Response {
 
 /// Builds the chat completion, honouring `max_completion_tokens`: a text longer than allowed is
 /// cut (finish reason `length`), and tool calls that do not fit are withheld the same way.
-fn render(state: &ServerState, model: &str, reply: Reply, prompt_tokens: u64, max_tokens: Option<u64>) -> Response {
+fn render(state: &ServerState, model: &str, reply: Reply, prompt_tokens: u64, max_tokens: Option<u64>) -> Value {
     let Reply { content, tool_calls, refusal, finish } = reply;
     let answer_number = {
         let mut counters = lock(&state.counters);
@@ -607,7 +648,7 @@ fn render(state: &ServerState, model: &str, reply: Reply, prompt_tokens: u64, ma
             "total_tokens": prompt_tokens + completion_tokens,
         });
     }
-    axum::Json(body).into_response()
+    body
 }
 
 fn cut_to_tokens(text: &str, max_tokens: u64) -> String {

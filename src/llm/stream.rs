@@ -1,0 +1,195 @@
+//! Reading a streamed answer (`llm.stream`): server-sent events of chat completion chunks, put
+//! back together into one answer. The read is bounded by an idle timeout between bytes, not by a
+//! deadline for the whole answer, so a slow local model that keeps writing is not cut off.
+//!
+//! The chunk shapes are read leniently (only the fields used), as servers differ in the rest.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde::Deserialize;
+
+use super::{ChatRequest, ChatResponse, FinishReason, LlmError, ToolCall, Usage};
+
+/// Why a stream could not be read to its end.
+#[derive(Debug)]
+pub(super) enum StreamError {
+    /// Nothing came for the idle timeout.
+    Idle,
+    Read(reqwest::Error),
+    Bad(String),
+}
+
+#[derive(Deserialize)]
+struct Chunk {
+    #[serde(default)]
+    choices: Vec<ChunkChoice>,
+    #[serde(default)]
+    usage: Option<ChunkUsage>,
+}
+
+#[derive(Deserialize)]
+struct ChunkChoice {
+    #[serde(default)]
+    delta: Delta,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct Delta {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    refusal: Option<String>,
+    #[serde(default)]
+    tool_calls: Vec<ToolCallDelta>,
+}
+
+#[derive(Deserialize)]
+struct ToolCallDelta {
+    #[serde(default)]
+    index: usize,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    function: Option<FunctionDelta>,
+}
+
+#[derive(Deserialize)]
+struct FunctionDelta {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    arguments: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ChunkUsage {
+    prompt_tokens: u64,
+    completion_tokens: u64,
+}
+
+/// An answer being put together from its chunks.
+#[derive(Debug, Default)]
+pub(super) struct Streamed {
+    content: Option<String>,
+    refusal: Option<String>,
+    /// By the index the server gives each call.
+    tool_calls: Vec<ToolCall>,
+    finish_reason: Option<String>,
+    usage: Option<Usage>,
+}
+
+impl Streamed {
+    fn add(&mut self, chunk: Chunk) {
+        if let Some(usage) = chunk.usage {
+            self.usage = Some(Usage {
+                prompt_tokens: usage.prompt_tokens,
+                completion_tokens: usage.completion_tokens,
+                estimated: false,
+            });
+        }
+        let Some(choice) = chunk.choices.into_iter().next() else { return };
+        if let Some(text) = choice.delta.content {
+            self.content.get_or_insert_with(String::new).push_str(&text);
+        }
+        if let Some(text) = choice.delta.refusal {
+            self.refusal.get_or_insert_with(String::new).push_str(&text);
+        }
+        for delta in choice.delta.tool_calls {
+            while self.tool_calls.len() <= delta.index {
+                self.tool_calls.push(ToolCall { id: String::new(), name: String::new(), arguments: String::new() });
+            }
+            let call = &mut self.tool_calls[delta.index];
+            if let Some(id) = delta.id {
+                call.id = id;
+            }
+            if let Some(function) = delta.function {
+                if let Some(name) = function.name {
+                    call.name.push_str(&name);
+                }
+                if let Some(arguments) = function.arguments {
+                    call.arguments.push_str(&arguments);
+                }
+            }
+        }
+        if choice.finish_reason.is_some() {
+            self.finish_reason = choice.finish_reason;
+        }
+    }
+
+    /// The whole answer, as a non-streamed one would have been read.
+    pub(super) fn into_response(self, request: &ChatRequest<'_>) -> Result<ChatResponse, LlmError> {
+        let finish_reason = match self.finish_reason.as_deref() {
+            Some("stop") => FinishReason::Stop,
+            Some("tool_calls" | "function_call") => FinishReason::ToolCalls,
+            Some("length") => FinishReason::Length,
+            Some("content_filter") => FinishReason::ContentFilter,
+            _ => FinishReason::Other,
+        };
+        let tool_calls: Vec<ToolCall> = self.tool_calls.into_iter().filter(|call| !call.name.is_empty()).collect();
+        let usage = self.usage.unwrap_or_else(|| {
+            super::estimated_usage(request, self.content.as_deref(), self.refusal.as_deref(), &tool_calls)
+        });
+        let content = self.content.map(|text| super::strip_reasoning(&text));
+        Ok(ChatResponse { content, tool_calls, refusal: self.refusal, finish_reason, usage })
+    }
+}
+
+/// Reads the events of `response` to `[DONE]` (or the end of the body), waiting at most `idle`
+/// for each piece.
+pub(super) async fn read(response: reqwest::Response, idle: Duration) -> Result<Streamed, StreamError> {
+    let mut body = response.bytes_stream();
+    let mut pending: Vec<u8> = Vec::new();
+    let mut answer = Streamed::default();
+    loop {
+        let piece = match tokio::time::timeout(idle, body.next()).await {
+            Err(_) => return Err(StreamError::Idle),
+            Ok(None) => return Ok(answer),
+            Ok(Some(Err(error))) => return Err(StreamError::Read(error)),
+            Ok(Some(Ok(piece))) => piece,
+        };
+        pending.extend_from_slice(&piece);
+        while let Some(end) = pending.iter().position(|byte| *byte == b'\n') {
+            let line: Vec<u8> = pending.drain(..=end).collect();
+            let line = String::from_utf8_lossy(&line);
+            let Some(data) = line.trim().strip_prefix("data:").map(str::trim) else { continue };
+            if data == "[DONE]" {
+                return Ok(answer);
+            }
+            let chunk: Chunk = serde_json::from_str(data)
+                .map_err(|e| StreamError::Bad(format!("a streamed chunk is not valid: {e}")))?;
+            answer.add(chunk);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_add_up_to_one_answer() {
+        let mut answer = Streamed::default();
+        let chunks = [
+            r#"{"choices":[{"delta":{"role":"assistant","content":"<think>x</think>Hel"}}]}"#,
+            r#"{"choices":[{"delta":{"content":"lo"}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"c1","function":{"name":"get_task","arguments":"{\"task"}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"_id\": \"TE-1\"}"}}]}}]}"#,
+            r#"{"choices":[{"delta":{},"finish_reason":"tool_calls"}]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":5}}"#,
+        ];
+        for chunk in chunks {
+            answer.add(serde_json::from_str(chunk).unwrap());
+        }
+        let request = ChatRequest { messages: &[], tools: &[], max_output_tokens: None };
+        let response = answer.into_response(&request).unwrap();
+        assert_eq!(response.content.as_deref(), Some("Hello"));
+        assert_eq!(response.tool_calls.len(), 1);
+        assert_eq!(response.tool_calls[0].id, "c1");
+        assert_eq!(response.tool_calls[0].arguments, r#"{"task_id": "TE-1"}"#);
+        assert_eq!(response.finish_reason, FinishReason::ToolCalls);
+        assert_eq!((response.usage.prompt_tokens, response.usage.estimated), (12, false));
+    }
+}
