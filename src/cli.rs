@@ -89,6 +89,18 @@ pub enum Command {
         #[arg(long, default_value = "agent.json")]
         config: PathBuf,
     },
+    /// Score the configured model on a fixed suite of scenarios on a fresh reference board, each
+    /// checked from the board: a scorecard, or JSON with `--json`; exit 1 when a scenario fails.
+    Eval {
+        #[arg(long, default_value = "agent.json")]
+        config: PathBuf,
+        /// Print the scorecard as JSON.
+        #[arg(long)]
+        json: bool,
+        /// How long one scenario may take.
+        #[arg(long, default_value_t = 300)]
+        timeout_secs: u64,
+    },
     /// The whole product offline on loopback: reference board, offline planner model, agent.
     Demo {
         /// Leave everything running and print the URLs, tokens and commands to try more.
@@ -201,6 +213,9 @@ pub fn main(cli: Cli) -> ExitCode {
             }
             Command::Run { config } => crate::runtime::run_cli(&config).await,
             Command::Check { config } => crate::check::run_cli(&config).await,
+            Command::Eval { config, json, timeout_secs } => {
+                crate::eval::run_cli(&config, json, std::time::Duration::from_secs(timeout_secs)).await
+            }
             Command::Demo { keep } => crate::demo::run_cli(keep).await,
         }
     });

@@ -45,16 +45,7 @@ pub struct Outcome {
 /// Starts board, offline model and agent on loopback ports chosen by the OS.
 pub async fn start(prompts_dir: Option<PathBuf>) -> anyhow::Result<Demo> {
     let dir = tempfile::tempdir().context("cannot make a temporary folder")?;
-    let seed_path = dir.path().join("board-seed.json");
-    std::fs::write(&seed_path, SEED).context("cannot write the demo seed")?;
-    let any_port = SocketAddr::from(([127, 0, 0, 1], 0));
-    let board = crate::board::start(crate::board::BoardOptions {
-        listen: any_port,
-        db: dir.path().join("board.db"),
-        seed: Some(seed_path),
-    })
-    .await
-    .context("cannot start the reference board")?;
+    let board = start_seeded_board(dir.path()).await?;
     let model = crate::offline_model::start(crate::offline_model::OfflineModelOptions::planner())
         .await
         .context("cannot start the offline model endpoint")?;
@@ -88,8 +79,23 @@ pub async fn start(prompts_dir: Option<PathBuf>) -> anyhow::Result<Demo> {
     Ok(Demo { board, model, agent, config, alice, dir })
 }
 
-/// The templates shipped in the binary, for a demo run outside the source tree.
-fn write_builtin_prompts(dir: &Path) -> anyhow::Result<PathBuf> {
+/// A reference board on a free loopback port, its database in `dir`, seeded with the project
+/// `team` and the members alice, bob, picogent and otherbot (tokens `tok-<slug>`).
+pub(crate) async fn start_seeded_board(dir: &Path) -> anyhow::Result<crate::board::BoardHandle> {
+    let seed_path = dir.join("board-seed.json");
+    std::fs::write(&seed_path, SEED).context("cannot write the board's seed")?;
+    let any_port = SocketAddr::from(([127, 0, 0, 1], 0));
+    crate::board::start(crate::board::BoardOptions {
+        listen: any_port,
+        db: dir.join("board.db"),
+        seed: Some(seed_path),
+    })
+    .await
+    .context("cannot start the reference board")
+}
+
+/// The templates shipped in the binary, for a run outside the source tree.
+pub(crate) fn write_builtin_prompts(dir: &Path) -> anyhow::Result<PathBuf> {
     let prompts = dir.join("prompts");
     std::fs::create_dir_all(&prompts)?;
     for (name, text) in [

@@ -23,7 +23,8 @@
 //! - [`router`]: the closed event loop deciding what the agent does with each event.
 //! - [`runtime`]: `picogent run` — wires stream, router, runs, state and HTTP; one run's life in
 //!   [`runtime::run`].
-//! - [`check`], [`demo`]: `picogent check` and `picogent demo`.
+//! - [`check`], [`demo`], [`eval`]: `picogent check`, `picogent demo`, and `picogent eval`
+//!   (a fixed suite of scenarios scoring a model, checked from the board).
 //! - [`mcp`]: the only module that imports rmcp's server/client machinery; [`mcp::server`] serves
 //!   the tools, tracker resources and prompts over MCP (stdio and Streamable HTTP); the rest
 //!   connects external MCP servers as tool sources, under the permission policy over all tools.
@@ -34,6 +35,7 @@ pub mod check;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod eval;
 pub mod llm;
 pub mod mcp;
 pub mod offline_model;
