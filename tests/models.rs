@@ -574,3 +574,18 @@ async fn a_slow_model_is_read_as_it_streams_and_a_one_slot_server_is_not_flooded
     agent.shutdown().await.unwrap();
     board.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_error_that_repeats_its_body_is_not_retried_to_exhaustion() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let same = json!({"fault": {"status": 500, "message": "Failed to parse tool call arguments as JSON"}});
+    let model = scripted(json!([same, same, same, same, same])).await;
+    let extra = json!({"llm": {"retry": {"max_attempts": 5, "initial_delay_ms": 10, "max_delay_ms": 20}}});
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    let notice = notice_for_a_mention(&agent, &board).await;
+    assert!(notice.contains("model server failed"), "{notice}");
+    assert_eq!(model.request_count(), 2, "the same 500 twice ends the retrying");
+    agent.shutdown().await.unwrap();
+    board.shutdown().await.unwrap();
+}

@@ -161,6 +161,8 @@ pub enum LlmError {
     ToolsUnsupported { message: String },
     #[error("the model server refused the request ({status}): {message}")]
     Rejected { status: u16, message: String },
+    #[error("the model server failed the same way twice ({status}): {message}")]
+    Repeated { status: u16, message: String },
     #[error("the model client is misconfigured: {message}")]
     Config { message: String },
 }
@@ -170,7 +172,9 @@ impl LlmError {
     pub fn kind(&self) -> ModelFailure {
         match self {
             LlmError::RateLimited { .. } => ModelFailure::RateLimited,
-            LlmError::Server { .. } | LlmError::BadResponse { .. } => ModelFailure::ServerError,
+            LlmError::Server { .. } | LlmError::BadResponse { .. } | LlmError::Repeated { .. } => {
+                ModelFailure::ServerError
+            }
             LlmError::Timeout { .. } => ModelFailure::Timeout,
             LlmError::Connection { .. } => ModelFailure::Unreachable,
             LlmError::ContextLength { .. } => ModelFailure::ContextLength,
@@ -224,6 +228,7 @@ impl Retryable for LlmError {
             | LlmError::ParameterRefused { .. }
             | LlmError::ToolsUnsupported { .. }
             | LlmError::Rejected { .. }
+            | LlmError::Repeated { .. }
             | LlmError::Config { .. } => RetryDecision::Stop,
         }
     }

@@ -233,7 +233,23 @@ impl ChatModel for OpenAiChat {
                 .wire_body(request)
                 .map_err(|e| LlmError::Config { message: format!("cannot serialise the request: {e}") })?;
             let body = bytes::Bytes::from(body);
-            with_retry(&self.retry, || self.attempt(&body, request)).await
+            // A server error that comes back with the same status and body is deterministic
+            // (llama.cpp refusing a conversation it cannot parse, say): trying again cannot help.
+            let last_failure: std::sync::Mutex<Option<(u16, String)>> = std::sync::Mutex::new(None);
+            with_retry(&self.retry, || async {
+                match self.attempt(&body, request).await {
+                    Err(LlmError::Server { status, message, retry_after }) => {
+                        let seen = (status, message.clone());
+                        let repeated = last_failure.lock().map(|mut last| last.replace(seen.clone()) == Some(seen));
+                        match repeated {
+                            Ok(true) => Err(LlmError::Repeated { status, message }),
+                            _ => Err(LlmError::Server { status, message, retry_after }),
+                        }
+                    }
+                    other => other,
+                }
+            })
+            .await
         })
     }
 }

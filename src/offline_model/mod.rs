@@ -487,12 +487,11 @@ fn injected_fault(state: &ServerState) -> Option<Response> {
     }
     if counters.server_errors < faults.server_error_burst {
         counters.server_errors += 1;
-        return Some(error_response(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "server_error",
-            None,
-            "internal error (offline fault)",
-        ));
+        // Numbered, as a transient failure's answers differ (an overloaded server, a restart);
+        // a scripted fault repeats its body exactly, as a deterministic one does.
+        let message =
+            format!("internal error (offline fault {} of {})", counters.server_errors, faults.server_error_burst);
+        return Some(error_response(StatusCode::INTERNAL_SERVER_ERROR, "server_error", None, &message));
     }
     if counters.truncated < faults.truncated_body_burst {
         counters.truncated += 1;
