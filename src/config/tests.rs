@@ -144,3 +144,20 @@ fn the_shipped_agent_json_is_valid() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("agent.json");
     Config::load_with_env(&path, []).unwrap();
 }
+
+#[test]
+fn list_overrides_take_a_json_array_or_a_comma_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), MINIMAL);
+    let load = |value: &str| Config::load_with_env(&path, [("PICOGENT_ALLOWED_BOTS".to_string(), value.to_string())]);
+    for value in [r#"["otherbot", "friendbot"]"#, "otherbot,friendbot", " otherbot , friendbot "] {
+        assert_eq!(load(value).unwrap().allowed_bots, ["otherbot", "friendbot"], "{value}");
+    }
+    assert_eq!(load(r#"["otherbot"]"#).unwrap().allowed_bots, ["otherbot"]);
+    for value in [r#"["otherbot""#, r#"[1, 2]"#, r#""otherbot""#, "a,,b"] {
+        let error = load(value).unwrap_err().to_string();
+        assert!(error.contains("PICOGENT_ALLOWED_BOTS") && error.contains("JSON array"), "{value}: {error}");
+    }
+    let nested = [("PICOGENT_PERMISSIONS__DISALLOWED_TOOLS".to_string(), r#"["mcp__git__*"]"#.to_string())];
+    assert_eq!(Config::load_with_env(&path, nested).unwrap().permissions.disallowed_tools, ["mcp__git__*"]);
+}

@@ -60,6 +60,8 @@ pub struct AgentHandle {
     stream: tokio::task::JoinHandle<Result<(), crate::transport::StreamError>>,
     http: Option<tokio::task::JoinHandle<()>>,
     host: Arc<crate::mcp::host::McpHost>,
+    /// The lock that keeps a second agent off the same state file; released with the handle.
+    _state_lock: std::fs::File,
 }
 
 impl AgentHandle {
@@ -96,6 +98,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     let AgentOptions { config, tracker_token, llm_api_key, mcp_token, stream, serve_http } = options;
     let config = Arc::new(config);
     let prompts = Arc::new(Prompts::load(&config.prompts_dir)?);
+    let state_lock = lock_state(&config.state.path)?;
     let state = State::open(&config.state.path).await?;
     let client = TrackerClient::new(&config.tracker, tracker_token).context("cannot build the tracker client")?;
     let registry: Arc<dyn ToolSource> = Arc::new(build_tools(&config, &client)?);
@@ -148,7 +151,46 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
 
     let router = Router::new(services, inputs_tx.clone(), shutdown.clone());
     let router = tokio::spawn(router.run(inputs_rx));
-    Ok(AgentHandle { metrics, status, state, http_addr, inputs: inputs_tx, shutdown, router, stream, http, host })
+    Ok(AgentHandle {
+        metrics,
+        status,
+        state,
+        http_addr,
+        inputs: inputs_tx,
+        shutdown,
+        router,
+        stream,
+        http,
+        host,
+        _state_lock: state_lock,
+    })
+}
+
+/// Takes the operating system's lock on `<state.path>.lock`, so a second agent on the same state
+/// file refuses to start instead of answering everything a second time. The lock goes with the
+/// process, however it ends.
+fn lock_state(path: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    let mut lock_path = path.as_os_str().to_owned();
+    lock_path.push(".lock");
+    let lock_path = std::path::PathBuf::from(lock_path);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .with_context(|| format!("cannot open the state lock {}", lock_path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+            "another picogent run is using the state file {} (its lock {} is held): run one copy per state file, \
+             or give this one its own state.path",
+            path.display(),
+            lock_path.display()
+        ),
+        Err(std::fs::TryLockError::Error(error)) => {
+            Err(error).with_context(|| format!("cannot lock the state file {}", lock_path.display()))
+        }
+    }
 }
 
 /// `/healthz`, `/readyz`, `/metrics`, and `/mcp` with the running agent when an MCP token is set.
