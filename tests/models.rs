@@ -423,7 +423,7 @@ async fn input_reaches_the_model_once_whenever_it_lands() {
         (agent.metrics.event_count("message.new", "run") >= 1).then_some(())
     })
     .await;
-    let early = alice
+    alice
         .reply_message(&question.id, &ReplyMessage { content: "@picogent EARLY-ADDITION".into(), mentions: None }, None)
         .await
         .unwrap();
@@ -474,7 +474,6 @@ async fn input_reaches_the_model_once_whenever_it_lands() {
     let thread_runs = runs_for(&agent, &format!("thread:{}", question.id)).await;
     assert_eq!(thread_runs.len(), 2, "{thread_runs:#?}");
     assert!(thread_runs[0].trigger.starts_with("follow-up of"), "the late message went to a follow-up run");
-    let _ = early;
     agent.shutdown().await.unwrap();
     board.shutdown().await.unwrap();
 }
