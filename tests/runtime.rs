@@ -714,3 +714,51 @@ async fn a_second_agent_on_the_same_state_file_refuses_to_start() {
     model.shutdown().await;
     board.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_missing_from_the_boards_log_is_survived_and_later_mentions_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let config = agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({}));
+    let agent = start_agent(config.clone()).await;
+    wait_ready(&agent).await;
+    agent.shutdown().await.unwrap();
+
+    // While the agent is away, an event for it is logged and then lost from the board's log.
+    let alice = client(&board, "tok-alice");
+    let chat = chat_id(&alice).await;
+    let lost = say(&alice, &chat, "@picogent this one is lost from the log").await;
+    let later = say(&alice, &chat, "@picogent are you still listening?").await;
+    // The lost one's event goes (the board numbers new events after the highest, so it is not
+    // the last).
+    let pool = sqlx::sqlite::SqlitePool::connect(&format!("sqlite://{}", dir.path().join("board.db").display()))
+        .await
+        .unwrap();
+    let removed = sqlx::query("DELETE FROM events WHERE member_slug = 'picogent' AND data LIKE ?")
+        .bind(format!("%{}%", lost.id))
+        .execute(&pool)
+        .await
+        .unwrap()
+        .rows_affected();
+    assert_eq!(removed, 1);
+    pool.close().await;
+
+    let agent = start_agent(config).await;
+    eventually(Duration::from_secs(30), "the later mention answered", || async {
+        thread(&alice, &later.id).await.iter().any(|m| m.author_slug == "picogent").then_some(())
+    })
+    .await;
+    eventually(Duration::from_secs(30), "the gap gone on without", || async {
+        let metrics =
+            reqwest::get(format!("http://{}/metrics", agent.http_addr.unwrap())).await.ok()?.text().await.ok()?;
+        metrics.lines().any(|l| l == "picogent_event_gaps_total 1").then_some(())
+    })
+    .await;
+    wait_idle(&agent).await;
+    assert!(agent.status.caught_up(), "ready");
+    assert_eq!(thread(&alice, &later.id).await.iter().filter(|m| m.author_slug == "picogent").count(), 1);
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}

@@ -576,6 +576,7 @@ async fn after_a_board_restart_resume_delivers_exactly_the_missed_events_in_orde
         match next_item(&mut items).await {
             StreamItem::Status(LinkStatus::CaughtUp { last_seq }) => break last_seq,
             StreamItem::Status(LinkStatus::Connected | LinkStatus::Disconnected { .. }) => {}
+            StreamItem::Status(gap @ LinkStatus::GapAccepted { .. }) => panic!("nothing was missing: {gap:?}"),
             item @ StreamItem::Event(_) => {
                 let (id, seq) = event_id(&item).unwrap();
                 assert!(seen_ids.insert(id.clone()), "event {id} (seq {seq}) delivered twice");
@@ -624,5 +625,54 @@ async fn a_stalled_link_to_the_board_is_detected_and_the_stream_catches_up() {
     relay.set(RelayMode::Forward);
     let item = wait_for(&mut items, |item| matches!(item, StreamItem::Event(_))).await;
     assert_eq!(assigned_key(&item), Some(key));
+    board.shutdown().await.unwrap();
+}
+
+/// The tracker's log lost an event (pruned, say): the stream asks for it again a few times, then
+/// goes on without it, says so once, and passes on what follows — it does not reconnect forever.
+#[tokio::test]
+async fn an_event_missing_from_the_log_is_gone_on_without_after_a_few_tries() {
+    let dir = tempfile::tempdir().unwrap();
+    let board_db = dir.path().join("board.db");
+    let board = start_board(&board_db, "127.0.0.1:0".parse().unwrap()).await;
+    let alice = client_for(&board.url(), "tok-alice");
+    let mut keys = Vec::new();
+    for title in ["one", "two", "three"] {
+        keys.push(assign_new_task(&alice, title).await);
+    }
+    let pool = sqlx::sqlite::SqlitePool::connect(&format!("sqlite://{}", board_db.display())).await.unwrap();
+    let removed = sqlx::query("DELETE FROM events WHERE member_slug = 'picogent' AND seq = 2")
+        .execute(&pool)
+        .await
+        .unwrap()
+        .rows_affected();
+    assert_eq!(removed, 1);
+    pool.close().await;
+
+    let state = State::open(&dir.path().join("agent.db")).await.unwrap();
+    let agent = client_for(&board.url(), "tok-picogent");
+    let (mut items, _handle) = transport::spawn(fast_options(), &agent, state.clone(), CancellationToken::new());
+    let (mut gaps, mut disconnects, mut events) = (Vec::new(), 0, Vec::new());
+    while events.len() < 2 {
+        match next_item(&mut items).await {
+            StreamItem::Status(LinkStatus::GapAccepted { from, to }) => gaps.push((from, to)),
+            StreamItem::Status(LinkStatus::Disconnected { reason }) => {
+                assert!(reason.contains("went missing"), "{reason}");
+                disconnects += 1;
+            }
+            StreamItem::Status(_) => {}
+            item @ StreamItem::Event(_) => {
+                let (id, seq) = event_id(&item).unwrap();
+                // As the router does: a seq seen again after a reconnect is a repeat.
+                if state.record_event(&id, seq, "task.assigned").await.unwrap() {
+                    events.push((seq, assigned_key(&item).unwrap()));
+                }
+            }
+        }
+    }
+    assert_eq!(events, vec![(1, keys[0].clone()), (3, keys[2].clone())]);
+    assert_eq!(gaps, vec![(2, 2)], "said once");
+    assert_eq!(disconnects, transport::MAX_GAP_TRIES as usize, "asked again, then went on");
+    assert_eq!(state.last_seq().await.unwrap(), 3);
     board.shutdown().await.unwrap();
 }

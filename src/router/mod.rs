@@ -211,6 +211,12 @@ impl Router {
                 tracing::info!(last_seq, "event stream caught up; reconciling through REST");
                 self.spawn_reconciliation();
             }
+            LinkStatus::GapAccepted { from, to } => {
+                // What the missing events carried is found through REST.
+                self.metrics.gap();
+                tracing::warn!(from, to, "events missing from the tracker's log; reconciling through REST");
+                self.spawn_reconciliation();
+            }
             LinkStatus::Disconnected { reason } => {
                 self.metrics.reconnect();
                 self.status.set_connected(false);

@@ -26,6 +26,8 @@ struct Inner {
     /// What the model cost, when it has a price (`llm.price`).
     cost: f64,
     reconnects: u64,
+    /// Stretches of events the tracker's log no longer had, gone on without.
+    gaps: u64,
     run_seconds: Summary,
     turn_seconds: Summary,
 }
@@ -79,6 +81,10 @@ impl Metrics {
         });
     }
 
+    pub fn gap(&self) {
+        self.with(|m| m.gaps += 1);
+    }
+
     pub fn cost(&self, cost: f64) {
         self.with(|m| m.cost += cost);
     }
@@ -123,6 +129,12 @@ impl Metrics {
             let _ =
                 writeln!(out, "# HELP picogent_model_cost_total What the model cost, at llm.price (0 without one).");
             let _ = writeln!(out, "# TYPE picogent_model_cost_total counter");
+            let _ = writeln!(
+                out,
+                "# HELP picogent_event_gaps_total Events missing from the tracker's log, gone on without."
+            );
+            let _ = writeln!(out, "# TYPE picogent_event_gaps_total counter");
+            let _ = writeln!(out, "picogent_event_gaps_total {}", m.gaps);
             let _ = writeln!(out, "picogent_model_cost_total {}", m.cost);
             for (name, help, summary) in [
                 ("picogent_run_duration_seconds", "Run latency.", m.run_seconds),

@@ -116,7 +116,15 @@ pub enum LinkStatus {
     /// The link dropped, or (once, until the next `Connected`) a connection attempt failed; the
     /// stream keeps reconnecting.
     Disconnected { reason: String },
+    /// Events `from..=to` are missing from the tracker's log: asking again
+    /// [`MAX_GAP_TRIES`] times did not bring them, so the stream went on without them. The
+    /// consumer reconciles through REST for what they carried.
+    GapAccepted { from: u64, to: u64 },
 }
+
+/// How many times in a row a missing seq is asked for again (by resuming from before it) before
+/// the stream accepts that the tracker's log does not have it.
+pub const MAX_GAP_TRIES: u32 = 3;
 
 /// Why the stream task ended other than by cancellation or by the consumer going away.
 #[derive(Debug, thiserror::Error)]
@@ -181,6 +189,11 @@ pub fn spawn_into<T: From<StreamItem> + Send + 'static>(
 
 /// How one connection ended.
 enum SessionEnd {
+    /// Event `got` arrived where `due` was due: one went missing on the way or from the log.
+    Gap {
+        due: u64,
+        got: u64,
+    },
     Cancelled,
     ConsumerGone,
     Lost(String),
@@ -200,6 +213,8 @@ async fn run<T: From<StreamItem>>(
         .max_message_size(Some(options.max_frame_bytes))
         .max_frame_size(Some(options.max_frame_bytes));
     let mut failed_attempts: u32 = 0;
+    // The seq last found missing, and how many sessions in a row found it so.
+    let mut gap: Option<(u64, u32)> = None;
     // Whether the consumer has been told the link is down since it was last up (or since the
     // start), so a tracker that stays unreachable is reported once, not at every attempt.
     let mut down_reported = false;
@@ -214,9 +229,22 @@ async fn run<T: From<StreamItem>>(
         let reason = match attempt {
             Ok(Ok((socket, _response))) => {
                 down_reported = false;
-                match serve(socket, &options, &url, &resume, &sender, &cancel, &mut failed_attempts).await {
-                    Some(reason) => reason,
-                    None => return Ok(()),
+                let accept_gap = gap.filter(|(_, tries)| *tries >= MAX_GAP_TRIES).map(|(due, _)| due);
+                let connection = Connection { options: &options, url: &url, resume: &resume, sender: &sender };
+                match serve(socket, &connection, &cancel, &mut failed_attempts, accept_gap).await {
+                    Served::Stop => return Ok(()),
+                    Served::Lost(reason) => reason,
+                    Served::Gap { due, reason } => {
+                        gap = match gap {
+                            Some((known, tries)) if known == due => Some((due, tries + 1)),
+                            _ => Some((due, 1)),
+                        };
+                        reason
+                    }
+                    Served::GapAccepted(reason) => {
+                        gap = None;
+                        reason
+                    }
                 }
             }
             Ok(Err(tungstenite::Error::Http(response)))
@@ -258,35 +286,73 @@ async fn run<T: From<StreamItem>>(
     }
 }
 
+/// What one connection needs from the stream.
+struct Connection<'a, R, T> {
+    options: &'a StreamOptions,
+    url: &'a str,
+    resume: &'a R,
+    sender: &'a mpsc::Sender<T>,
+}
+
+/// How serving one connection ended.
+enum Served {
+    /// Cancelled, or the consumer is gone: the stream stops.
+    Stop,
+    Lost(String),
+    /// A seq was missing.
+    Gap {
+        due: u64,
+        reason: String,
+    },
+    /// A missing seq was accepted, and the connection was lost later.
+    GapAccepted(String),
+}
+
 /// Serves one established connection: reports it, runs the session, and resets the backoff if
-/// the connection made progress. Returns why it was lost, or `None` when the stream is to stop
-/// (cancelled, or the consumer is gone).
-async fn serve<T: From<StreamItem>>(
+/// the connection made progress. `accept_gap`: a seq asked for too often, to go on without.
+async fn serve<R: ResumePosition, T: From<StreamItem>>(
     socket: Socket,
-    options: &StreamOptions,
-    url: &str,
-    resume: &impl ResumePosition,
-    sender: &mpsc::Sender<T>,
+    connection: &Connection<'_, R, T>,
     cancel: &CancellationToken,
     failed_attempts: &mut u32,
-) -> Option<String> {
+    accept_gap: Option<u64>,
+) -> Served {
+    let Connection { options, url, resume, sender } = connection;
     tracing::info!(url = %url, "event stream connected");
-    deliver(sender, StreamItem::Status(LinkStatus::Connected), cancel).await.ok()?;
+    if deliver(sender, StreamItem::Status(LinkStatus::Connected), cancel).await.is_err() {
+        return Served::Stop;
+    }
     let connected_at = Instant::now();
     let mut delivered_events = false;
-    let end = session(socket, options, resume, sender, cancel, &mut delivered_events).await;
+    let mut session = Session { delivered_events: false, accept_gap, accepted: false };
+    let end = session_loop(socket, options, *resume, *sender, cancel, &mut session).await;
+    delivered_events |= session.delivered_events;
     // A connection that passed events on made progress: a link that keeps dropping while it
     // delivers (a lossy proxy) must not back off towards `max_backoff`.
     if delivered_events || connected_at.elapsed() >= options.stable_after {
         *failed_attempts = 0;
     }
     match end {
-        SessionEnd::Cancelled | SessionEnd::ConsumerGone => None,
+        SessionEnd::Cancelled | SessionEnd::ConsumerGone => Served::Stop,
+        SessionEnd::Gap { due, got } => {
+            let reason = format!("event seq {got} arrived where {due} was due: a frame went missing; resuming");
+            tracing::warn!(url = %url, %reason, "event stream disconnected; reconnecting");
+            Served::Gap { due, reason }
+        }
         SessionEnd::Lost(reason) => {
             tracing::warn!(url = %url, %reason, "event stream disconnected; reconnecting");
-            Some(reason)
+            if session.accepted { Served::GapAccepted(reason) } else { Served::Lost(reason) }
         }
     }
+}
+
+/// What one session did and may do.
+struct Session {
+    delivered_events: bool,
+    /// The seq to go on without, if it is missing again.
+    accept_gap: Option<u64>,
+    /// Set when it was.
+    accepted: bool,
 }
 
 /// The reconnect delay after `failed_attempts` failures in a row: `initial * 2^failed_attempts`
@@ -337,13 +403,13 @@ async fn deliver<T: From<StreamItem>>(
 type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// Serves one connection until it is lost, cancelled, or the consumer goes away.
-async fn session<T: From<StreamItem>>(
+async fn session_loop<T: From<StreamItem>>(
     socket: Socket,
     options: &StreamOptions,
     resume: &impl ResumePosition,
     sender: &mpsc::Sender<T>,
     cancel: &CancellationToken,
-    delivered_events: &mut bool,
+    session: &mut Session,
 ) -> SessionEnd {
     let (mut outgoing, mut incoming) = socket.split();
     let after_seq = match resume.last_processed_seq().await {
@@ -367,8 +433,10 @@ async fn session<T: From<StreamItem>>(
     // The contract numbers a member's events one by one with no gap, and replays from
     // `after_seq + 1`: the seq due next. An event past it means one went missing on the way
     // (dropped or reordered by something between us and the tracker); the link is recycled
-    // before that event is passed on, so the resume asks again from the last one processed. A
-    // seq below it (a repeat) is passed on; the router drops repeats by event id.
+    // before that event is passed on, so the resume asks again from the last one processed. A seq
+    // still missing after `MAX_GAP_TRIES` resumes is not in the tracker's log any more: the stream
+    // goes on without it and says so (`LinkStatus::GapAccepted`). A seq below it (a repeat) is
+    // passed on; the router drops repeats by event id.
     let mut next_seq = after_seq.saturating_add(1);
 
     let end = loop {
@@ -377,25 +445,30 @@ async fn session<T: From<StreamItem>>(
             biased;
             _ = cancel.cancelled() => break SessionEnd::Cancelled,
             frame = incoming.next() => {
-                last_heard = Instant::now();
                 let message = match frame {
                     None => break SessionEnd::Lost("the server closed the connection".to_string()),
                     Some(Err(error)) => break SessionEnd::Lost(describe_read_error(&error, options.max_frame_bytes)),
                     Some(Ok(message)) => message,
                 };
-                match read_message(message, &mut next_seq, after_seq) {
-                    Ok(Some(item)) => {
-                        let is_event = matches!(item, StreamItem::Event(_));
-                        if let Err(end) = deliver(sender, item, cancel).await {
-                            break end;
-                        }
-                        *delivered_events |= is_event;
-                        // Time spent waiting for room in the channel is not the server's silence.
-                        last_heard = Instant::now();
-                    }
-                    Ok(None) => {}
+                let items = match read_message(message, &mut next_seq, after_seq, &mut session.accept_gap) {
+                    Ok(items) => items,
                     Err(end) => break end,
+                };
+                session.accepted |= items.iter().any(|item| matches!(item, StreamItem::Status(LinkStatus::GapAccepted { .. })));
+                let mut end = None;
+                for item in items {
+                    let is_event = matches!(item, StreamItem::Event(_));
+                    if let Err(ended) = deliver(sender, item, cancel).await {
+                        end = Some(ended);
+                        break;
+                    }
+                    session.delivered_events |= is_event;
                 }
+                if let Some(end) = end {
+                    break end;
+                }
+                // Time spent waiting for room in the channel is not the server's silence.
+                last_heard = Instant::now();
             }
             _ = tokio::time::sleep_until(last_heard + silence_limit) => {
                 break SessionEnd::Lost(format!(
@@ -419,15 +492,31 @@ async fn session<T: From<StreamItem>>(
 
 /// What one message from the server means: an item to pass on, nothing, or the end of the
 /// connection. `next_seq` is the seq due next; it moves as events arrive in order.
-fn read_message(message: Message, next_seq: &mut u64, after_seq: u64) -> Result<Option<StreamItem>, SessionEnd> {
+/// `accept_gap`: a seq that was asked for too often; if it is missing again, the stream goes on
+/// without it (once: it is taken).
+fn read_message(
+    message: Message,
+    next_seq: &mut u64,
+    after_seq: u64,
+    accept_gap: &mut Option<u64>,
+) -> Result<Vec<StreamItem>, SessionEnd> {
     match message {
         Message::Text(text) => {
             let frame = parse_frame(text.as_str());
+            let mut items = Vec::new();
             if let Frame::Numbered { seq, .. } = &frame {
                 if *seq > *next_seq {
-                    return Err(SessionEnd::Lost(format!(
-                        "event seq {seq} arrived where {next_seq} was due: a frame went missing; resuming"
-                    )));
+                    if accept_gap.take_if(|due| *due == *next_seq).is_none() {
+                        return Err(SessionEnd::Gap { due: *next_seq, got: *seq });
+                    }
+                    tracing::warn!(
+                        missing_from = *next_seq,
+                        missing_to = *seq - 1,
+                        tries = MAX_GAP_TRIES,
+                        "the tracker's event log is missing events; going on without them and reconciling"
+                    );
+                    items.push(StreamItem::Status(LinkStatus::GapAccepted { from: *next_seq, to: *seq - 1 }));
+                    *next_seq = *seq;
                 }
                 if *seq == *next_seq {
                     *next_seq += 1;
@@ -445,18 +534,19 @@ fn read_message(message: Message, next_seq: &mut u64, after_seq: u64) -> Result<
                     "the tracker's event log ends before the last processed seq: was the tracker reset?"
                 );
             }
-            Ok(item)
+            items.extend(item);
+            Ok(items)
         }
         Message::Binary(bytes) => {
             tracing::warn!(bytes = bytes.len(), "event stream: skipped a binary frame (the tracker sends text)");
-            Ok(None)
+            Ok(Vec::new())
         }
         Message::Close(frame) => Err(SessionEnd::Lost(match frame {
             Some(frame) => format!("the server closed the connection ({} {})", frame.code, frame.reason),
             None => "the server closed the connection".to_string(),
         })),
         // Protocol pings are answered by tungstenite; any frame proves the link alive.
-        Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => Ok(None),
+        Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => Ok(Vec::new()),
     }
 }
 
