@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::retry::RetryConfig;
 
+mod overrides;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -445,7 +447,7 @@ impl Config {
             .into_iter()
             .filter(|(key, _)| key.starts_with(&format!("{ENV_PREFIX}_")) && !secret_vars.contains(key))
             .map(|(key, value)| {
-                let value = list_override(&key, &value).map_err(|message| ConfigError::Field {
+                let value = overrides::list_override(&key, &value).map_err(|message| ConfigError::Field {
                     path: path.to_path_buf(),
                     field: key.clone(),
                     message,
@@ -458,7 +460,7 @@ impl Config {
             .separator("__")
             .try_parsing(true)
             .list_separator(",");
-        let environment = LIST_FIELDS
+        let environment = overrides::LIST_FIELDS
             .iter()
             .fold(environment, |environment, field| environment.with_list_parse_key(field))
             .source(Some(overrides));
@@ -638,36 +640,6 @@ fn check_url(field: &str, url: &str) -> Result<(), Problem> {
         return problem(field, &format!("expected an http:// or https:// URL, got {url:?}"));
     }
     Ok(())
-}
-
-/// The fields that hold lists; their `PICOGENT_*` overrides take a comma list or a JSON array.
-const LIST_FIELDS: [&str; 6] = [
-    "capabilities",
-    "allowed_bots",
-    "mcp.allowed_origins",
-    "mcp.allowed_hosts",
-    "permissions.allowed_tools",
-    "permissions.disallowed_tools",
-];
-
-/// An override's value as the comma list the environment source splits: a JSON array
-/// (`["a","b"]`) becomes `a,b`; a comma list stays. Anything else for a list field is an error
-/// saying what is expected.
-fn list_override(key: &str, value: &str) -> Result<String, String> {
-    let field = key.trim_start_matches(&format!("{ENV_PREFIX}_")).to_lowercase().replace("__", ".");
-    if !LIST_FIELDS.contains(&field.as_str()) {
-        return Ok(value.to_string());
-    }
-    let expected = "expected a comma list (a,b) or a JSON array of strings ([\"a\",\"b\"])";
-    let items: Vec<String> = if value.trim_start().starts_with('[') {
-        serde_json::from_str(value).map_err(|_| format!("{value:?} is not a JSON array of strings; {expected}"))?
-    } else {
-        value.split(',').map(|item| item.trim().to_string()).collect()
-    };
-    if let Some(bad) = items.iter().find(|item| item.is_empty() || item.contains(['[', ']', '"', ','])) {
-        return Err(format!("{bad:?} is not a valid item; {expected}"));
-    }
-    Ok(items.join(","))
 }
 
 /// The environment variables the file names as holding secrets (`tracker.token_env`,

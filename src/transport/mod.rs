@@ -247,22 +247,7 @@ async fn run<T: From<StreamItem>>(
                     }
                 }
             }
-            Ok(Err(tungstenite::Error::Http(response)))
-                if matches!(response.status(), StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) =>
-            {
-                let error = StreamError::Unauthorized {
-                    token_env: options.token_env.clone(),
-                    status: response.status().as_u16(),
-                    url: url.clone(),
-                };
-                tracing::error!(%error, "event stream refused");
-                return Err(error);
-            }
-            Ok(Err(error)) => {
-                let reason = describe_connect_error(&error);
-                tracing::warn!(url = %url, %reason, "event stream cannot connect; retrying");
-                reason
-            }
+            Ok(Err(error)) => connect_failure(error, &options, &url)?,
             Err(_elapsed) => {
                 let reason = format!("no handshake within {} ms", options.connect_timeout.as_millis());
                 tracing::warn!(url = %url, %reason, "event stream cannot connect; retrying");
@@ -284,6 +269,24 @@ async fn run<T: From<StreamItem>>(
             _ = tokio::time::sleep(delay) => {}
         }
     }
+}
+
+/// Why a connection attempt failed, to retry; a refused token ends the stream.
+fn connect_failure(error: tungstenite::Error, options: &StreamOptions, url: &str) -> Result<String, StreamError> {
+    if let tungstenite::Error::Http(response) = &error
+        && matches!(response.status(), StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN)
+    {
+        let error = StreamError::Unauthorized {
+            token_env: options.token_env.clone(),
+            status: response.status().as_u16(),
+            url: url.to_string(),
+        };
+        tracing::error!(%error, "event stream refused");
+        return Err(error);
+    }
+    let reason = describe_connect_error(&error);
+    tracing::warn!(url = %url, %reason, "event stream cannot connect; retrying");
+    Ok(reason)
 }
 
 /// What one connection needs from the stream.
@@ -412,20 +415,12 @@ async fn session_loop<T: From<StreamItem>>(
     session: &mut Session,
 ) -> SessionEnd {
     let (mut outgoing, mut incoming) = socket.split();
-    let after_seq = match resume.last_processed_seq().await {
-        Ok(seq) => seq,
-        Err(error) => return SessionEnd::Lost(format!("cannot read the resume point: {error}")),
-    };
     let interval = options.heartbeat_interval;
     let silence_limit = interval * 2;
-    // A send that cannot finish within the silence limit means a link as dead as a silent one;
-    // without the bound, a full send buffer would hang the session past the heartbeat check.
-    match tokio::time::timeout(silence_limit, outgoing.send(client_frame(&ClientFrame::Resume { after_seq }))).await {
-        Ok(Ok(())) => {}
-        Ok(Err(error)) => return SessionEnd::Lost(format!("cannot send resume: {error}")),
-        Err(_) => return SessionEnd::Lost("the resume could not be sent: the link is dead".to_string()),
-    }
-    tracing::debug!(after_seq, "event stream resuming");
+    let after_seq = match send_resume(&mut outgoing, resume, silence_limit).await {
+        Ok(after_seq) => after_seq,
+        Err(end) => return end,
+    };
 
     let mut pings = tokio::time::interval_at(Instant::now() + interval, interval);
     pings.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -488,6 +483,27 @@ async fn session_loop<T: From<StreamItem>>(
     // Say goodbye where the link still works, but never wait long on one that does not.
     let _ = tokio::time::timeout(Duration::from_millis(500), outgoing.close()).await;
     end
+}
+
+/// Sends `resume` with the last processed seq; returns that seq.
+async fn send_resume(
+    outgoing: &mut futures::stream::SplitSink<Socket, Message>,
+    resume: &impl ResumePosition,
+    silence_limit: Duration,
+) -> Result<u64, SessionEnd> {
+    let after_seq = resume
+        .last_processed_seq()
+        .await
+        .map_err(|error| SessionEnd::Lost(format!("cannot read the resume point: {error}")))?;
+    // A send that cannot finish within the silence limit means a link as dead as a silent one;
+    // without the bound, a full send buffer would hang the session past the heartbeat check.
+    match tokio::time::timeout(silence_limit, outgoing.send(client_frame(&ClientFrame::Resume { after_seq }))).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => return Err(SessionEnd::Lost(format!("cannot send resume: {error}"))),
+        Err(_) => return Err(SessionEnd::Lost("the resume could not be sent: the link is dead".to_string())),
+    }
+    tracing::debug!(after_seq, "event stream resuming");
+    Ok(after_seq)
 }
 
 /// What one message from the server means: an item to pass on, nothing, or the end of the
