@@ -305,19 +305,7 @@ async fn check_line(model: &OfflineModelHandle, extra: Value) -> (bool, String) 
     let dir = tempfile::tempdir().unwrap();
     let board = start_board(dir.path()).await;
     let config = agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra);
-    let config_path = dir.path().join("agent.json");
-    std::fs::write(&config_path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
-    let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
-            .args(["check", "--config"])
-            .arg(&config_path)
-            .env("TEAMBOARD_TOKEN", "tok-picogent")
-            .env("RUST_LOG", "warn")
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
+    let output = picogent_output(&["check"], &write_config(dir.path(), &config)).await;
     board.shutdown().await.unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout).to_string();
     let line = stdout.lines().find(|l| l.contains("model tool call")).unwrap_or_else(|| panic!("{stdout}"));

@@ -686,8 +686,7 @@ async fn a_second_agent_on_the_same_state_file_refuses_to_start() {
     let board = start_board(dir.path()).await;
     let model = start_model(0).await;
     let config = agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({}));
-    let config_path = dir.path().join("agent.json");
-    std::fs::write(&config_path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
+    let config_path = write_config(dir.path(), &config);
     let mut first = spawn_agent_process(&config_path);
     let lock = dir.path().join("picogent.db.lock");
     eventually(Duration::from_secs(20), "the first agent holding its lock", || async {
@@ -695,16 +694,8 @@ async fn a_second_agent_on_the_same_state_file_refuses_to_start() {
         matches!(file.try_lock(), Err(std::fs::TryLockError::WouldBlock)).then_some(())
     })
     .await;
-    let second = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
-            .args(["run", "--config"])
-            .arg(&config_path)
-            .env("TEAMBOARD_TOKEN", "tok-picogent")
-            .env("RUST_LOG", "warn")
-            .output()
-            .unwrap()
-    });
-    let second = tokio::time::timeout(Duration::from_secs(20), second).await.expect("the second exits").unwrap();
+    let second = picogent_output(&["run"], &config_path);
+    let second = tokio::time::timeout(Duration::from_secs(20), second).await.expect("the second exits");
     let stderr = String::from_utf8_lossy(&second.stderr);
     assert!(!second.status.success(), "{stderr}");
     assert!(stderr.contains("another picogent run is using the state file"), "{stderr}");

@@ -204,3 +204,17 @@ pub fn first_user_prompt(model: &OfflineModelHandle) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// Writes `config` as `agent.json` in `dir`, for a `picogent` child process.
+pub fn write_config(dir: &Path, config: &Config) -> PathBuf {
+    let path = dir.join("agent.json");
+    std::fs::write(&path, serde_json::to_string_pretty(config).unwrap()).unwrap();
+    path
+}
+
+/// Runs `picogent <args> --config <config_path>` as the agent member to its end, off the runtime.
+pub async fn picogent_output(args: &[&str], config_path: &Path) -> std::process::Output {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_picogent"));
+    command.args(args).arg("--config").arg(config_path).env("TEAMBOARD_TOKEN", "tok-picogent").env("RUST_LOG", "warn");
+    tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap()
+}
