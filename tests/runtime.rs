@@ -476,7 +476,25 @@ async fn a_running_agent_is_driven_over_mcp() {
         )
         .await
         .unwrap();
+    // By default start_run works only tasks assigned to the agent.
     let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({}))).await;
+    wait_ready(&agent).await;
+    let url = format!("http://{}/mcp", agent.http_addr.unwrap());
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(url).auth_header(MCP_TOKEN),
+    );
+    let mcp = ().serve(transport).await.unwrap();
+    let mut arguments = serde_json::Map::new();
+    arguments.insert("task_key".into(), json!(task.key));
+    let refused = mcp.call_tool(CallToolRequestParams::new("start_run").with_arguments(arguments)).await.unwrap();
+    assert_eq!(refused.is_error, Some(true), "{refused:?}");
+    assert!(format!("{refused:?}").contains("mcp.allow_unassigned_runs"), "{refused:?}");
+    assert!(agent.state.list_runs(10).await.unwrap().is_empty(), "no run was started");
+    mcp.cancel().await.unwrap();
+    agent.shutdown().await.unwrap();
+
+    let allowed = json!({"mcp": {"allow_unassigned_runs": true}});
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", allowed)).await;
     wait_ready(&agent).await;
     let url = format!("http://{}/mcp", agent.http_addr.unwrap());
 

@@ -301,6 +301,8 @@ pub struct McpConfig {
     /// `Host` header values allowed besides `localhost`, `127.0.0.1` and `::1`, e.g.
     /// `agent.example.com` or `agent.example.com:8808`. Needed to listen on a non-loopback address.
     pub allowed_hosts: Vec<String>,
+    /// Let the MCP `start_run` tool work a task that is not assigned to the agent.
+    pub allow_unassigned_runs: bool,
 }
 
 impl Default for McpConfig {
@@ -309,6 +311,7 @@ impl Default for McpConfig {
             token_env: "PICOGENT_MCP_TOKEN".to_string(),
             allowed_origins: Vec::new(),
             allowed_hosts: Vec::new(),
+            allow_unassigned_runs: false,
         }
     }
 }

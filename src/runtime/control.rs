@@ -23,6 +23,10 @@ pub struct RuntimeControl {
     pub client: TrackerClient,
     pub tools: Arc<dyn ToolSource>,
     pub max_tokens_per_day: u64,
+    /// The agent's slug: `start_run` works only tasks assigned to it…
+    pub slug: String,
+    /// …unless `mcp.allow_unassigned_runs` says otherwise.
+    pub allow_unassigned_runs: bool,
 }
 
 fn run_summary(run: &crate::state::RunRow) -> RunSummary {
@@ -118,6 +122,15 @@ impl AgentControl for RuntimeControl {
                         .get_task(&task_key)
                         .await
                         .map_err(|e| AgentControlError::Invalid { message: format!("task {task_key}: {e}") })?;
+                    if task.assignee_slug.as_deref() != Some(self.slug.as_str()) && !self.allow_unassigned_runs {
+                        return Err(AgentControlError::Refused {
+                            message: format!(
+                                "task {} is not assigned to @{}: assign it to the agent first (or set \
+                                 mcp.allow_unassigned_runs to let start_run work any task)",
+                                task.key, self.slug
+                            ),
+                        });
+                    }
                     let trigger = format!("start_run {}", task.key);
                     let assigned_by = task.created_by.clone();
                     (SessionKey::Task(task.id.clone()), RunKind::Task { task: Box::new(task), assigned_by }, trigger)

@@ -212,6 +212,8 @@ fn http_routes(
         client: services.client.clone(),
         tools: services.tools.clone(),
         max_tokens_per_day: config.limits.max_tokens_per_day,
+        slug: config.slug.clone(),
+        allow_unassigned_runs: config.mcp.allow_unassigned_runs,
     });
     let server = crate::mcp::server::McpServer::new(
         services.tools.clone(),
