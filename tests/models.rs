@@ -20,6 +20,14 @@ async fn scripted(turns: Value) -> OfflineModelHandle {
     picogent::offline_model::start(OfflineModelOptions::script(script)).await.unwrap()
 }
 
+/// Waits until the agent has posted `count` replies in the thread of `root`.
+async fn wait_replies(alice: &picogent::tracker::TrackerClient, root: &MessageOut, count: usize, what: &str) {
+    eventually(Duration::from_secs(30), what, || async {
+        (mine(&thread(alice, &root.id).await).len() == count).then_some(())
+    })
+    .await;
+}
+
 fn mine(messages: &[MessageOut]) -> Vec<&MessageOut> {
     messages.iter().filter(|m| m.author_slug == "picogent").collect()
 }
@@ -132,10 +140,7 @@ async fn fenced_arguments_are_repaired_and_a_cut_off_call_never_runs_nor_poisons
     let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({}))).await;
     wait_ready(&agent).await;
     let question = say(&alice, &chat_id(&alice).await, &format!("@picogent what is the plan for {}?", task.key)).await;
-    eventually(Duration::from_secs(20), "the answer", || async {
-        (mine(&thread(&alice, &question.id).await).len() == 1).then_some(())
-    })
-    .await;
+    wait_replies(&alice, &question, 1, "the answer").await;
     wait_idle(&agent).await;
     // The next mention in the same thread gets a normal run: the history holds valid JSON.
     alice
@@ -146,10 +151,7 @@ async fn fenced_arguments_are_repaired_and_a_cut_off_call_never_runs_nor_poisons
         )
         .await
         .unwrap();
-    eventually(Duration::from_secs(20), "the second answer", || async {
-        (mine(&thread(&alice, &question.id).await).len() == 2).then_some(())
-    })
-    .await;
+    wait_replies(&alice, &question, 2, "the second answer").await;
     wait_idle(&agent).await;
     let replies: Vec<String> = mine(&thread(&alice, &question.id).await).iter().map(|m| m.content.clone()).collect();
     assert!(replies[0].starts_with("The plan is in the task.") && replies[1].starts_with("Next: write it down."));
@@ -185,10 +187,7 @@ async fn a_model_that_repeats_itself_is_told_so_instead_of_running_the_call_agai
     let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({}))).await;
     wait_ready(&agent).await;
     let question = say(&alice, &chat_id(&alice).await, &format!("@picogent steps of {}?", task.key)).await;
-    eventually(Duration::from_secs(20), "the answer", || async {
-        (mine(&thread(&alice, &question.id).await).len() == 1).then_some(())
-    })
-    .await;
+    wait_replies(&alice, &question, 1, "the answer").await;
     wait_idle(&agent).await;
     assert!(model.mismatches().is_empty(), "{:?}", model.mismatches());
     let run = agent.state.list_runs(10).await.unwrap().remove(0);
@@ -209,10 +208,7 @@ async fn a_month_long_thread_is_still_answered_within_the_context_window() {
     wait_ready(&agent).await;
     let alice = client(&board, "tok-alice");
     let question = say(&alice, &chat_id(&alice).await, "@picogent daily check-in, please").await;
-    eventually(Duration::from_secs(20), "the first answer", || async {
-        (mine(&thread(&alice, &question.id).await).len() == 1).then_some(())
-    })
-    .await;
+    wait_replies(&alice, &question, 1, "the first answer").await;
     wait_idle(&agent).await;
     // A month of daily check-ins in the stored session: far past the window.
     let session = format!("thread:{}", question.id);
@@ -230,10 +226,7 @@ async fn a_month_long_thread_is_still_answered_within_the_context_window() {
         .reply_message(&question.id, &ReplyMessage { content: "@picogent and today?".into(), mentions: None }, None)
         .await
         .unwrap();
-    eventually(Duration::from_secs(20), "the answer on day 31", || async {
-        (mine(&thread(&alice, &question.id).await).len() == 2).then_some(())
-    })
-    .await;
+    wait_replies(&alice, &question, 2, "the answer on day 31").await;
     wait_idle(&agent).await;
     let runs = runs_for(&agent, &session).await;
     assert!(runs.iter().all(|run| run.status == RunStatus::Completed), "{runs:#?}");
@@ -358,10 +351,7 @@ async fn hidden_text_in_a_tool_result_never_reaches_the_model() {
     let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({}))).await;
     wait_ready(&agent).await;
     let question = say(&alice, &chat_id(&alice).await, &format!("@picogent what does {} say?", task.key)).await;
-    eventually(Duration::from_secs(20), "the answer", || async {
-        (mine(&thread(&alice, &question.id).await).len() == 1).then_some(())
-    })
-    .await;
+    wait_replies(&alice, &question, 1, "the answer").await;
     wait_idle(&agent).await;
     assert!(model.mismatches().is_empty(), "{:?}", model.mismatches());
     let sent = serde_json::to_string(&model.requests()).unwrap();
@@ -438,10 +428,7 @@ async fn input_reaches_the_model_once_whenever_it_lands() {
         .reply_message(&question.id, &ReplyMessage { content: "@picogent LATE-ADDITION".into(), mentions: None }, None)
         .await
         .unwrap();
-    eventually(Duration::from_secs(30), "the follow-up's reply", || async {
-        (mine(&thread(&alice, &question.id).await).len() == 2).then_some(())
-    })
-    .await;
+    wait_replies(&alice, &question, 2, "the follow-up's reply").await;
     wait_idle(&agent).await;
 
     // Every request, of every run: no input twice, no earlier prompt sent again as new.

@@ -226,7 +226,11 @@ impl<'a> Turns<'a> {
         let prompt_estimate = self.prompt_tokens.estimate(&self.messages);
         let context = self.setup.window.context_tokens;
         if prompt_estimate + MIN_COMPLETION_TOKENS > context {
-            return self.make_room(prompt_estimate);
+            let detail = format!(
+                "the next request needs about {prompt_estimate} tokens, more than the model's context window \
+                 (llm.context_tokens {context}), and nothing more can be dropped"
+            );
+            return self.make_room("the next request would not fit the context window; shortened", detail);
         }
         let remaining_tokens = limits.max_tokens_per_run.saturating_sub(self.record.total_tokens());
         if prompt_estimate + MIN_COMPLETION_TOKENS > remaining_tokens {
@@ -241,25 +245,21 @@ impl<'a> Turns<'a> {
         Step::Go(u32::try_from(room).unwrap_or(u32::MAX).min(self.setup.window.output_cap))
     }
 
-    /// The next request would not fit the context window: drops old tool results of this run,
-    /// then older messages of the stored session, and asks again; ends the run when nothing is
-    /// left to drop.
-    fn make_room(&mut self, prompt_estimate: u64) -> Step<u32> {
+    /// The request does not fit the context window: drops old tool results of this run, then
+    /// older messages of the stored session, and asks again; ends the run with `detail` when
+    /// nothing is left to drop.
+    fn make_room<T>(&mut self, what: &str, detail: String) -> Step<T> {
         let note = drop_old_tool_results(&mut self.messages)
             .or_else(|| context::drop_oldest(&mut self.messages, &mut self.prompt_index));
         match note {
             Some(note) => {
                 self.prompt_tokens.reset();
-                tracing::info!(%note, "the next request would not fit the context window; shortened");
+                tracing::info!(%note, "{what}");
                 self.record.context_trims.push(note);
                 Step::Again
             }
             None => {
-                self.record.detail = Some(format!(
-                    "the next request needs about {prompt_estimate} tokens, more than the model's context window \
-                     (llm.context_tokens {}), and nothing more can be dropped",
-                    self.setup.window.context_tokens
-                ));
+                self.record.detail = Some(detail);
                 self.record.model_failure = Some(ModelFailure::ContextLength);
                 Step::End(RunOutcome::ModelError)
             }
@@ -286,22 +286,8 @@ impl<'a> Turns<'a> {
             Err(Interrupt::Deadline) => Step::End(RunOutcome::Deadline),
             Ok(Err(LlmError::ContextLength { message })) if !self.trimmed_for_this_turn => {
                 self.trimmed_for_this_turn = true;
-                let note = drop_old_tool_results(&mut self.messages)
-                    .or_else(|| context::drop_oldest(&mut self.messages, &mut self.prompt_index));
-                match note {
-                    Some(note) => {
-                        self.prompt_tokens.reset();
-                        tracing::info!(%note, "context length exceeded; retrying once with older context dropped");
-                        self.record.context_trims.push(note);
-                        Step::Again
-                    }
-                    None => {
-                        self.record.detail =
-                            Some(format!("context length exceeded and nothing could be dropped: {message}"));
-                        self.record.model_failure = Some(ModelFailure::ContextLength);
-                        Step::End(RunOutcome::ModelError)
-                    }
-                }
+                let detail = format!("context length exceeded and nothing could be dropped: {message}");
+                self.make_room("context length exceeded; retrying once with older context dropped", detail)
             }
             Ok(Err(error)) => {
                 self.record.detail = Some(error.to_string());
