@@ -357,13 +357,7 @@ async fn finish(
         record: None,
         cost,
     };
-    tracing::info!(
-        outcome = record.outcome.as_str(),
-        turns = record.turns,
-        tool_calls = record.tool_calls,
-        tokens = record.total_tokens(),
-        "run ended"
-    );
+    // The record moves into what is stored with the run, after the counts were taken from it.
     let stored = StoredRun {
         prompt: start.prompt,
         history_len: start.history_len,
