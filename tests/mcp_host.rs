@@ -391,6 +391,7 @@ async fn policy_denies_by_glob_and_in_read_only_mode() {
             allowed_tools: vec![],
             disallowed_tools: vec!["mcp__time__*".to_string()],
             mode: PermissionMode::Auto,
+            ask_tools: vec![],
         },
         None,
     );
@@ -403,7 +404,7 @@ async fn policy_denies_by_glob_and_in_read_only_mode() {
 
     let read_only = PolicySource::new(
         combined,
-        Policy { allowed_tools: vec![], disallowed_tools: vec![], mode: PermissionMode::ReadOnly },
+        Policy { allowed_tools: vec![], disallowed_tools: vec![], mode: PermissionMode::ReadOnly, ask_tools: vec![] },
         None,
     );
     let offered: Vec<String> = read_only.tools().iter().map(|t| t.name.to_string()).collect();
@@ -467,6 +468,7 @@ async fn ask_mode_approved_refused_and_timed_out_through_board_threads() {
                 allowed_tools: vec![],
                 disallowed_tools: vec!["send_message".to_string()],
                 mode: PermissionMode::Ask,
+                ask_tools: vec![],
             },
             Some(Arc::new(asker)),
         ))
@@ -578,7 +580,7 @@ async fn the_agent_loop_calls_an_mcp_tool_with_the_scripted_offline_model() {
     let host: Arc<dyn ToolSource> = Arc::new(start(vec![("time", time_server(false))], dir.path(), 8192).await);
     let tools = PolicySource::new(
         Arc::new(CombinedSource::new([host])),
-        Policy { allowed_tools: vec![], disallowed_tools: vec![], mode: PermissionMode::Auto },
+        Policy { allowed_tools: vec![], disallowed_tools: vec![], mode: PermissionMode::Auto, ask_tools: vec![] },
         None,
     );
     let offered: Vec<String> = tools.tools().iter().map(|t| t.name.to_string()).collect();

@@ -473,6 +473,7 @@ async fn names_policy_and_subsets() {
         allowed_tools: vec![],
         disallowed_tools: vec!["*_task".into(), "upload_?ile".into()],
         mode: picogent::config::PermissionMode::Auto,
+        ask_tools: vec![],
     };
     let limited = governed(registry_for(&f.board.url(), "tok-picogent", MAX_RESULT_BYTES), policy);
     let names: Vec<String> = limited.tools().iter().map(|tool| tool.name.to_string()).collect();

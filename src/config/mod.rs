@@ -362,6 +362,11 @@ pub struct PermissionsConfig {
     pub mode: PermissionMode,
     /// In `ask` mode, how long to wait for a human's yes or no before the call is denied.
     pub ask_timeout_ms: u64,
+    /// In `ask` mode, public tool names or globs whose consequential calls need a human's yes, in
+    /// addition to every tool annotated as destructive. A tracker tool judges which of its calls
+    /// are consequential (`update_task` to `done`, `assign_task` to someone else); a listed tool
+    /// that cannot tell (an external one) always asks. Empty: the annotations alone decide.
+    pub ask_tools: Vec<String>,
 }
 
 impl Default for PermissionsConfig {
@@ -371,8 +376,15 @@ impl Default for PermissionsConfig {
             disallowed_tools: Vec::new(),
             mode: PermissionMode::Auto,
             ask_timeout_ms: 300_000,
+            ask_tools: default_ask_tools(),
         }
     }
+}
+
+/// The tracker tools that reassign, reject or close a task, or rewrite what it asks for. None of
+/// the 23 deletes anything; `take_task` cannot take a task from someone else (the tracker refuses).
+pub fn default_ask_tools() -> Vec<String> {
+    ["update_task", "assign_task", "reject_task"].map(str::to_string).to_vec()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -383,7 +395,8 @@ pub enum PermissionMode {
     Auto,
     /// Only read-only tools run.
     ReadOnly,
-    /// A destructive tool runs only after a human member answers `yes` in the conversation.
+    /// A destructive tool, or a consequential call of a tool in `ask_tools`, runs only after a
+    /// human member answers `yes` in the conversation.
     Ask,
 }
 
@@ -446,7 +459,7 @@ impl Config {
         // A variable that holds a secret (say `PICOGENT_MCP_TOKEN`) is not an override, even when
         // its name carries the prefix.
         let secret_vars = secret_env_names(&text);
-        let overrides: config::Map<String, String> = vars
+        let mut overrides: config::Map<String, String> = vars
             .into_iter()
             .filter(|(key, _)| key.starts_with(&format!("{ENV_PREFIX}_")) && !secret_vars.contains(key))
             .map(|(key, value)| {
@@ -458,6 +471,13 @@ impl Config {
                 Ok((key, value))
             })
             .collect::<Result<_, ConfigError>>()?;
+        // `PICOGENT_PERMISSIONS__ASK_TOOLS='[]'` empties the list: set here, not split from "".
+        let empty_lists: Vec<String> = overrides
+            .iter()
+            .filter(|(_, value)| value.is_empty())
+            .filter_map(|(key, _)| overrides::list_field(key))
+            .collect();
+        overrides.retain(|key, value| !(value.is_empty() && overrides::list_field(key).is_some()));
         let environment = config::Environment::with_prefix(ENV_PREFIX)
             .prefix_separator("_")
             .separator("__")
@@ -467,11 +487,16 @@ impl Config {
             .iter()
             .fold(environment, |environment, field| environment.with_list_parse_key(field))
             .source(Some(overrides));
-        let built = config::Config::builder()
+        let invalid =
+            |e: config::ConfigError| ConfigError::Invalid { path: path.to_path_buf(), message: e.to_string() };
+        let builder = config::Config::builder()
             .add_source(config::File::from_str(&text, config::FileFormat::Json))
-            .add_source(environment)
-            .build()
-            .map_err(|e| ConfigError::Invalid { path: path.to_path_buf(), message: e.to_string() })?;
+            .add_source(environment);
+        let builder = empty_lists
+            .iter()
+            .try_fold(builder, |builder, field| builder.set_override(field, Vec::<String>::new()))
+            .map_err(invalid)?;
+        let built = builder.build().map_err(invalid)?;
         if built.get::<config::Value>("tools").is_ok() {
             return Err(ConfigError::Field {
                 path: path.to_path_buf(),
@@ -618,9 +643,10 @@ impl Config {
         for (name, patterns) in [
             ("permissions.allowed_tools", &self.permissions.allowed_tools),
             ("permissions.disallowed_tools", &self.permissions.disallowed_tools),
+            ("permissions.ask_tools", &self.permissions.ask_tools),
         ] {
-            if patterns.iter().any(|pattern| pattern.trim().is_empty()) {
-                return problem(name, "expected tool names or globs like get_*, not an empty one");
+            for pattern in patterns {
+                crate::tools::policy::check_pattern(pattern).map_err(|message| (name.to_string(), message))?;
             }
         }
         Ok(())
@@ -674,7 +700,10 @@ fn describe(error: &config::ConfigError) -> String {
             Some(key) => format!("field `{key}`: {}", describe(error)),
             None => describe(error),
         },
-        config::ConfigError::Message(message) => message.clone(),
+        // serde's words for a list, in the file's terms.
+        config::ConfigError::Message(message) => {
+            message.replace("expected a sequence", "expected a list (a JSON array)")
+        }
         config::ConfigError::NotFound(key) => format!("field `{key}` is required but missing"),
         other => other.to_string(),
     }

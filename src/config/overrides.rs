@@ -4,21 +4,24 @@
 use super::ENV_PREFIX;
 
 /// The fields that hold lists; their `PICOGENT_*` overrides take a comma list or a JSON array.
-pub(super) const LIST_FIELDS: [&str; 6] = [
+pub(super) const LIST_FIELDS: [&str; 7] = [
     "capabilities",
     "allowed_bots",
     "mcp.allowed_origins",
     "mcp.allowed_hosts",
     "permissions.allowed_tools",
     "permissions.disallowed_tools",
+    "permissions.ask_tools",
 ];
 
 /// An override's value as the comma list the environment source splits: a JSON array
 /// (`["a","b"]`) becomes `a,b`; a comma list stays. Anything else for a list field is an error
 /// saying what is expected.
+/// An empty JSON array (`[]`) becomes the empty string, which the environment source cannot
+/// tell from one empty item: [`Config::load_with_env`](super::Config::load_with_env) sets those
+/// fields to an empty list itself.
 pub(super) fn list_override(key: &str, value: &str) -> Result<String, String> {
-    let field = key.trim_start_matches(&format!("{ENV_PREFIX}_")).to_lowercase().replace("__", ".");
-    if !LIST_FIELDS.contains(&field.as_str()) {
+    if list_field(key).is_none() {
         return Ok(value.to_string());
     }
     let expected = "expected a comma list (a,b) or a JSON array of strings ([\"a\",\"b\"])";
@@ -31,4 +34,11 @@ pub(super) fn list_override(key: &str, value: &str) -> Result<String, String> {
         return Err(format!("{bad:?} is not a valid item; {expected}"));
     }
     Ok(items.join(","))
+}
+
+/// The list field a `PICOGENT_*` variable overrides (`PICOGENT_PERMISSIONS__ASK_TOOLS` →
+/// `permissions.ask_tools`), if it names one.
+pub(super) fn list_field(key: &str) -> Option<String> {
+    let field = key.trim_start_matches(&format!("{ENV_PREFIX}_")).to_lowercase().replace("__", ".");
+    LIST_FIELDS.contains(&field.as_str()).then_some(field)
 }

@@ -161,3 +161,53 @@ fn list_overrides_take_a_json_array_or_a_comma_list() {
     let nested = [("PICOGENT_PERMISSIONS__DISALLOWED_TOOLS".to_string(), r#"["mcp__git__*"]"#.to_string())];
     assert_eq!(Config::load_with_env(&path, nested).unwrap().permissions.disallowed_tools, ["mcp__git__*"]);
 }
+
+#[test]
+fn ask_tools_default_to_reassign_reject_and_close_and_can_be_emptied() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::load_with_env(&write(dir.path(), MINIMAL), []).unwrap();
+    assert_eq!(config.permissions.ask_tools, ["update_task", "assign_task", "reject_task"]);
+    let with = |permissions: &str| MINIMAL.replace("\"slug\"", &format!(r#""permissions": {permissions}, "slug""#));
+    let empty = Config::load_with_env(&write(dir.path(), &with(r#"{"mode": "ask", "ask_tools": []}"#)), []).unwrap();
+    assert_eq!(empty.permissions.ask_tools, Vec::<String>::new());
+    assert_eq!(empty.permissions.ask_timeout_ms, 300_000, "the other fields keep their defaults");
+    let globs = with(r#"{"ask_tools": ["mcp__git__*", "update_?ask", "read_mcp_resource"]}"#);
+    let config = Config::load_with_env(&write(dir.path(), &globs), []).unwrap();
+    assert_eq!(config.permissions.ask_tools, ["mcp__git__*", "update_?ask", "read_mcp_resource"]);
+    let vars = [("PICOGENT_PERMISSIONS__ASK_TOOLS".to_string(), r#"["reject_task", "mcp__*"]"#.to_string())];
+    let config = Config::load_with_env(&write(dir.path(), MINIMAL), vars).unwrap();
+    assert_eq!(config.permissions.ask_tools, ["reject_task", "mcp__*"]);
+    let vars = [("PICOGENT_PERMISSIONS__ASK_TOOLS".to_string(), "[]".to_string())];
+    let config = Config::load_with_env(&write(dir.path(), MINIMAL), vars).unwrap();
+    assert_eq!(config.permissions.ask_tools, Vec::<String>::new(), "an empty JSON array empties the list");
+}
+
+#[test]
+fn a_bad_glob_or_shape_in_the_tool_lists_is_an_error_saying_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let with = |permissions: &str| MINIMAL.replace("\"slug\"", &format!(r#""permissions": {permissions}, "slug""#));
+    let cases = [
+        (r#"{"ask_tools": ["update task"]}"#, "permissions.ask_tools", "' ' is not allowed"),
+        (r#"{"ask_tools": ["mcp__git__[a-z]*"]}"#, "permissions.ask_tools", "globs add only `*`"),
+        (r#"{"ask_tools": ["update_tasks"]}"#, "permissions.ask_tools", "no tool is named \"update_tasks\""),
+        (r#"{"ask_tools": [""]}"#, "permissions.ask_tools", "not an empty one"),
+        (r#"{"disallowed_tools": ["mcp.git.*"]}"#, "permissions.disallowed_tools", "'.' is not allowed"),
+        (r#"{"allowed_tools": ["get-task"]}"#, "permissions.allowed_tools", "picogent tools list"),
+    ];
+    for (permissions, field, what) in cases {
+        let error = Config::load_with_env(&write(dir.path(), &with(permissions)), []).unwrap_err().to_string();
+        assert!(error.contains(&format!("field `{field}`")) && error.contains(what), "{permissions}: {error}");
+    }
+    // Not a list of names at all.
+    for shape in [r#"{"ask_tools": "update_task"}"#, r#"{"ask_tools": {"update_task": "done"}}"#] {
+        let error = Config::load_with_env(&write(dir.path(), &with(shape)), []).unwrap_err().to_string();
+        assert!(
+            error.contains("field `permissions.ask_tools`") && error.contains("expected a list"),
+            "{shape}: {error}"
+        );
+    }
+    let error = Config::load_with_env(&write(dir.path(), &with(r#"{"ask_tool": ["update_task"]}"#)), [])
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("ask_tool"), "an unknown field is named: {error}");
+}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use rmcp::model::{CallToolResult, ContentBlock, Tool};
 
-use crate::tools::{ToolContext, ToolSource};
+use crate::tools::{CallEffect, ToolContext, ToolSource};
 
 /// Several sources as one, in a fixed order. A name offered by two sources goes to the first.
 pub struct CombinedSource {
@@ -38,6 +38,11 @@ impl ToolSource for CombinedSource {
 
     fn tool(&self, name: &str) -> Option<Tool> {
         self.sources.iter().find_map(|source| source.tool(name))
+    }
+
+    fn effect(&self, name: &str, arguments: &serde_json::Value, context: &ToolContext) -> Option<CallEffect> {
+        // The source that would run the call judges it, as `call` routes it.
+        self.sources.iter().find(|source| source.tool(name).is_some())?.effect(name, arguments, context)
     }
 
     fn call<'a>(

@@ -16,8 +16,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::tools::ToolContext;
 use crate::tools::schema::input_schema_for;
+use crate::tools::{CallEffect, ToolContext};
 use crate::tracker::{TrackerClient, TrackerError};
 
 /// Tools name the shape of their structured content with it, beside [`read_only`] and [`write()`].
@@ -253,6 +253,16 @@ pub trait TrackerTool: Send + Sync + 'static {
         None
     }
 
+    /// What a call would do, judged from its arguments before it runs: in `ask` mode a tool
+    /// listed in `permissions.ask_tools` asks a human only for a [`CallEffect::Consequential`]
+    /// call, whose words are the question ("move task TE-3 to done"). The default: every call
+    /// matters, named by the tool's title. A tool whose calls differ (a move to `done` against a
+    /// title typo) says which ones do.
+    fn effect(args: &Self::Args, context: &ToolContext) -> CallEffect {
+        let _ = (args, context);
+        CallEffect::Consequential(Self::TITLE.to_lowercase())
+    }
+
     fn run(
         args: Self::Args,
         client: &TrackerClient,
@@ -273,6 +283,10 @@ pub fn write(destructive: bool, idempotent: bool) -> ToolAnnotations {
 pub(super) type RunFn =
     for<'a> fn(Value, &'a TrackerClient, &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>>;
 
+/// [`TrackerTool::effect`] with the type erased: it takes arguments already checked against the
+/// tool's schema.
+pub(super) type EffectFn = fn(Value, &ToolContext) -> CallEffect;
+
 /// A tool with its type erased: what the catalog compiles and stores.
 pub struct ToolEntry {
     pub(super) name: &'static str,
@@ -285,6 +299,7 @@ pub struct ToolEntry {
     pub(super) output_schema: fn() -> Option<Value>,
     pub(super) input_schema: fn() -> Value,
     pub(super) run: RunFn,
+    pub(super) effect: EffectFn,
 }
 
 impl ToolEntry {
@@ -300,6 +315,7 @@ impl ToolEntry {
             output_schema: T::output_schema,
             input_schema: input_schema_for::<T::Args>,
             run: run_erased::<T>,
+            effect: effect_erased::<T>,
         }
     }
 }
@@ -315,4 +331,13 @@ fn run_erased<'a, T: TrackerTool>(
             .map_err(|e| ToolError::invalid("", "arguments matching the tool's schema", e.to_string()))?;
         T::run(args, client, context).await
     })
+}
+
+fn effect_erased<T: TrackerTool>(arguments: Value, context: &ToolContext) -> CallEffect {
+    // As in `run_erased`: the schema was checked first; a call that still does not parse is
+    // refused by the run the same way, so it does nothing to ask about.
+    match serde_json::from_value::<T::Args>(arguments) {
+        Ok(args) => T::effect(&args, context),
+        Err(_) => CallEffect::Refused,
+    }
 }

@@ -7,7 +7,8 @@
 //! - [`registry`]: the catalog of the 23 tools, the presets, and [`Registry`], which runs them;
 //! - one file per group of tools: [`tasks`], [`steps`], [`messages`], [`projects`], [`members`],
 //!   [`files`], with [`format`](mod@format) for their text;
-//! - [`policy`]: the permission policy over every tool, as a [`ToolSource`] wrapper;
+//! - [`policy`]: the permission policy over every tool, as a [`ToolSource`] wrapper; a source
+//!   tells it what a call would do ([`CallEffect`]), so `ask` mode asks only when it matters;
 //! - [`combined`]: several sources offered as one.
 //!
 //! Tool definitions are rmcp's `Tool` and results are rmcp's `CallToolResult`: the shapes are
@@ -106,6 +107,20 @@ impl ToolContext {
     }
 }
 
+/// What one call would do, as the tool that runs it judges from its arguments: how `ask` mode
+/// decides whether a tool listed in `permissions.ask_tools` needs a human's yes for this call,
+/// and what the question says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallEffect {
+    /// Nothing a human is asked about: a title typo, a move to `in_progress`.
+    Routine,
+    /// What the call would do, in plain words for the question: "move task TE-3 to done".
+    Consequential(String),
+    /// The source will refuse the call without acting (its arguments do not fit the tool): there
+    /// is nothing to ask about, and the source's own error tells the model what is wrong.
+    Refused,
+}
+
 /// Anything that offers tools: the tracker registry, an external MCP server, or several combined.
 pub trait ToolSource: Send + Sync {
     /// The tools offered, in a fixed order (so prompts stay byte-identical across turns).
@@ -116,6 +131,12 @@ pub trait ToolSource: Send + Sync {
     /// building every definition overrides it (it is asked on every call).
     fn tool(&self, name: &str) -> Option<Tool> {
         self.tools().into_iter().find(|tool| tool.name == name)
+    }
+
+    /// What calling `name` with `arguments` would do, if the source can tell; `None` (the
+    /// default, and every external MCP tool) means it cannot, and a listed tool then always asks.
+    fn effect(&self, _name: &str, _arguments: &serde_json::Value, _context: &ToolContext) -> Option<CallEffect> {
+        None
     }
 
     /// Calls one tool. Never fails at the Rust level: every failure, an unknown name included, is

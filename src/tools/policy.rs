@@ -10,8 +10,13 @@
 //! - a tool is read-only only if its annotations say `readOnlyHint: true` (the MCP host already
 //!   rewrote untrusted servers' annotations); a tool is destructive unless it is read-only or says
 //!   `destructiveHint: false` — absent means destructive, as in the MCP spec;
-//! - `ask` mode posts the request in the run's conversation and waits for a human member's `yes`
-//!   or `no`; no answer within `ask_timeout_ms`, no conversation, or a tracker error: denied;
+//! - `ask` mode asks before a destructive call, and before a call of a tool in `ask_tools` that
+//!   its source judges consequential ([`CallEffect`]: `update_task` to `done`, `assign_task` to
+//!   someone else; a source that cannot judge, such as an external server, always asks). A call
+//!   its source will refuse for its arguments is not asked about: it does nothing;
+//! - the question says what the call would do in plain words, posted in the run's conversation;
+//!   the agent waits for a human member's `yes` or `no`; no answer within `ask_timeout_ms`, no
+//!   conversation, or a tracker error: denied;
 //! - a denied call is an error result telling the model why; every decision is logged with the
 //!   server, original tool name, public name and annotations.
 
@@ -26,7 +31,7 @@ use crate::config::{PermissionMode, PermissionsConfig};
 use crate::session::SessionKey;
 use crate::tools::combined::CombinedSource;
 use crate::tools::kernel::refusal;
-use crate::tools::{ToolContext, ToolSource};
+use crate::tools::{CallEffect, ToolContext, ToolSource};
 use crate::tracker::TrackerClient;
 use crate::tracker::model::{MemberKind, MessageQuery, SendMessage};
 
@@ -59,6 +64,33 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
         }
     }
     pattern[p..].iter().all(|&c| c == '*')
+}
+
+/// Whether `pattern` can stand in a tool list of `permissions`: a public tool name or a glob
+/// over them. Public names hold only letters, digits, `_` and `-` (the MCP host rewrites the
+/// rest), so any other character is a mistake that would match nothing, as is a plain name that
+/// is neither a tracker tool nor an MCP one (`mcp__…`). The error says what is wrong.
+pub fn check_pattern(pattern: &str) -> Result<(), String> {
+    if pattern.trim().is_empty() {
+        return Err("expected tool names or globs like get_*, not an empty one".to_string());
+    }
+    if let Some(bad) = pattern.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '*' | '?'))) {
+        return Err(format!(
+            "{pattern:?} is not a tool name or glob ({bad:?} is not allowed): names hold letters, digits, `_` and `-`, \
+             and globs add only `*` (any run of characters) and `?` (one character)"
+        ));
+    }
+    let literal = !pattern.contains(['*', '?']);
+    let known = crate::tools::registry::tool_names().contains(&pattern)
+        || [crate::mcp::host::LIST_RESOURCES_TOOL, crate::mcp::host::READ_RESOURCE_TOOL].contains(&pattern)
+        || pattern.starts_with("mcp__");
+    if literal && !known {
+        return Err(format!(
+            "no tool is named {pattern:?}: `picogent tools list` shows the tracker's tools, and an MCP server's \
+             are named mcp__<server>__<tool>"
+        ));
+    }
+    Ok(())
 }
 
 /// Where a tool comes from, as the MCP host records it in the tool's `_meta`.
@@ -95,14 +127,46 @@ pub enum Approval {
     },
 }
 
-/// What is asked: the tool, its arguments and why.
+/// What is asked: what the call would do, the tool, its arguments and why.
 #[derive(Debug, Clone)]
 pub struct ApprovalRequest {
+    /// What the call would do in plain words ("move task TE-3 to done"), when its source can
+    /// tell; the question then leads with it instead of the tool's name.
+    pub action: Option<String>,
     pub public_name: String,
     pub server: Option<String>,
     pub original_name: String,
     pub arguments: serde_json::Value,
     pub reason: String,
+}
+
+/// The arguments shown in a question at most, so it always fits in one message (a description
+/// can be as long as a message).
+const MAX_SHOWN_ARGUMENTS_CHARS: usize = 4_000;
+
+impl ApprovalRequest {
+    /// The question posted on the tracker, waiting `timeout` for the answer.
+    pub fn question(&self, timeout: Duration) -> String {
+        let mut arguments =
+            serde_json::to_string_pretty(&self.arguments).unwrap_or_else(|_| self.arguments.to_string());
+        if let Some((cut, _)) = arguments.char_indices().nth(MAX_SHOWN_ARGUMENTS_CHARS) {
+            arguments.truncate(cut);
+            arguments.push_str("\n… (cut)");
+        }
+        let origin = match &self.server {
+            Some(server) => format!(" (tool `{}` of MCP server `{server}`)", self.original_name),
+            None => String::new(),
+        };
+        let ask = match &self.action {
+            Some(action) => format!("may I {action}?\nTool: `{}`{origin}", self.public_name),
+            None => format!("may I run `{}`{origin}?", self.public_name),
+        };
+        format!(
+            "Permission needed: {ask}\nWhy: {}\nArguments:\n```json\n{arguments}\n```\nReply `yes` or `no` within {} seconds (no answer means no).",
+            self.reason,
+            timeout.as_secs()
+        )
+    }
 }
 
 /// Asks a human whether a call may run.
@@ -131,18 +195,7 @@ impl TrackerAsker {
     async fn ask_on_tracker(&self, request: &ApprovalRequest, context: &ToolContext) -> Approval {
         let no_place = || Approval::Unavailable { reason: "the run has no task or thread to ask in".to_string() };
         let Some(session) = &context.session else { return no_place() };
-        let arguments =
-            serde_json::to_string_pretty(&request.arguments).unwrap_or_else(|_| request.arguments.to_string());
-        let origin = match &request.server {
-            Some(server) => format!(" (tool `{}` of MCP server `{server}`)", request.original_name),
-            None => String::new(),
-        };
-        let content = format!(
-            "Permission needed: may I run `{}`{origin}?\nWhy: {}\nArguments:\n```json\n{arguments}\n```\nReply `yes` or `no` within {} seconds (no answer means no).",
-            request.public_name,
-            request.reason,
-            self.timeout.as_secs()
-        );
+        let content = request.question(self.timeout);
         let (mut body, query) = match session {
             SessionKey::Prompt(_) => return no_place(),
             SessionKey::Task(task_id) => (
@@ -229,12 +282,26 @@ pub struct Policy {
     pub allowed_tools: Vec<String>,
     pub disallowed_tools: Vec<String>,
     pub mode: PermissionMode,
+    /// In `ask` mode, the tools (globs) whose consequential calls ask besides destructive ones.
+    pub ask_tools: Vec<String>,
+}
+
+impl Default for Policy {
+    /// The policy of a config without a `permissions` section.
+    fn default() -> Policy {
+        Policy::from(&PermissionsConfig::default())
+    }
 }
 
 impl Policy {
     /// Whether `name` passes `allowed_tools` / `disallowed_tools`.
     pub fn allows(&self, name: &str) -> bool {
         allowed_by(&self.allowed_tools, &self.disallowed_tools, name)
+    }
+
+    /// Whether `name` is in `ask_tools`.
+    pub fn lists_for_asking(&self, name: &str) -> bool {
+        self.ask_tools.iter().any(|pattern| glob_match(pattern, name))
     }
 
     /// Whether `tool` is offered at all: allowed by name, and read-only in `read_only` mode.
@@ -249,6 +316,7 @@ impl From<&PermissionsConfig> for Policy {
             allowed_tools: config.allowed_tools.clone(),
             disallowed_tools: config.disallowed_tools.clone(),
             mode: config.mode,
+            ask_tools: config.ask_tools.clone(),
         }
     }
 }
@@ -308,25 +376,44 @@ impl PolicySource {
                     "permission denied: the agent runs in read-only mode and `{name}` may change things; do not retry it"
                 ))
             }
-            PermissionMode::Ask if !destructive => {
-                log("allowed", "not destructive in ask mode");
-                Ok(())
-            }
             PermissionMode::Ask => {
+                let listed = self.policy.lists_for_asking(name);
+                if !destructive && !listed {
+                    log("allowed", "neither destructive nor in permissions.ask_tools, in ask mode");
+                    return Ok(());
+                }
+                let effect = self.inner.effect(name, arguments, context);
+                let action = match effect {
+                    Some(CallEffect::Refused) => {
+                        log("allowed", "the tool refuses these arguments without acting; nothing to ask");
+                        return Ok(());
+                    }
+                    Some(CallEffect::Routine) if !destructive => {
+                        log("allowed", "in permissions.ask_tools, but this call is routine");
+                        return Ok(());
+                    }
+                    Some(CallEffect::Consequential(action)) => Some(action),
+                    Some(CallEffect::Routine) | None => None,
+                };
                 let Some(asker) = &self.asker else {
                     log("denied", "ask mode without a way to ask");
                     return Err(format!("permission denied: `{name}` needs a human's approval and none can be asked"));
                 };
+                let reason = if destructive {
+                    tool.description
+                        .as_deref()
+                        .map(|d| format!("the tool may change or delete things; it is described as: {d}"))
+                        .unwrap_or_else(|| "the tool may change or delete things".to_string())
+                } else {
+                    format!("I ask before this kind of change (`{name}` is in permissions.ask_tools)")
+                };
                 let request = ApprovalRequest {
+                    action,
                     public_name: name.to_string(),
                     server: server.clone(),
                     original_name: original.clone(),
                     arguments: arguments.clone(),
-                    reason: tool
-                        .description
-                        .as_deref()
-                        .map(|d| format!("the tool may change or delete things; it is described as: {d}"))
-                        .unwrap_or_else(|| "the tool may change or delete things".to_string()),
+                    reason,
                 };
                 let approval = asker.ask(&request, context).await;
                 let (decision, why) = approval_log(&approval);
@@ -366,6 +453,10 @@ fn approval_verdict(approval: Approval, name: &str) -> Result<(), String> {
 impl ToolSource for PolicySource {
     fn tools(&self) -> Vec<Tool> {
         self.inner.tools().into_iter().filter(|tool| self.policy.offers(tool)).collect()
+    }
+
+    fn effect(&self, name: &str, arguments: &serde_json::Value, context: &ToolContext) -> Option<CallEffect> {
+        self.inner.effect(name, arguments, context)
     }
 
     fn tool(&self, name: &str) -> Option<Tool> {
@@ -465,11 +556,64 @@ mod tests {
             allowed_tools: vec!["get_*".into(), "list_tasks".into()],
             disallowed_tools: vec!["get_member".into()],
             mode: PermissionMode::Auto,
+            ask_tools: vec![],
         };
         assert!(policy.allows("get_task"));
         assert!(policy.allows("list_tasks"));
         assert!(!policy.allows("get_member"));
         assert!(!policy.allows("create_task"));
+    }
+
+    #[test]
+    fn patterns_are_checked_for_what_can_never_match() {
+        for good in
+            ["update_task", "mcp__git__*", "*_task", "get_?ask", "mcp__every-thing__x", "read_mcp_resource", "*"]
+        {
+            assert_eq!(check_pattern(good), Ok(()), "{good}");
+        }
+        let cases = [
+            ("", "not an empty one"),
+            ("  ", "not an empty one"),
+            ("update task", "' ' is not allowed"),
+            ("mcp__git__[a-z]*", "'[' is not allowed"),
+            ("mcp.git.*", "'.' is not allowed"),
+            ("update_tasks", "no tool is named \"update_tasks\""),
+        ];
+        for (bad, why) in cases {
+            let error = check_pattern(bad).unwrap_err();
+            assert!(error.contains(why), "{bad:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn a_question_leads_with_what_the_call_would_do_and_always_fits_a_message() {
+        let request = ApprovalRequest {
+            action: Some("move task TE-3 to done".to_string()),
+            public_name: "update_task".to_string(),
+            server: None,
+            original_name: "update_task".to_string(),
+            arguments: serde_json::json!({"task_id": "TE-3", "status": "done"}),
+            reason: "I ask before this kind of change".to_string(),
+        };
+        let question = request.question(Duration::from_secs(300));
+        assert!(question.starts_with("Permission needed: may I move task TE-3 to done?\nTool: `update_task`\n"));
+        assert!(
+            question.contains("\"status\": \"done\"") && question.ends_with("within 300 seconds (no answer means no).")
+        );
+        let long = ApprovalRequest {
+            action: None,
+            arguments: serde_json::json!({"description": "é".repeat(crate::tracker::model::limits::DESCRIPTION)}),
+            server: Some("git".to_string()),
+            original_name: "git_commit".to_string(),
+            public_name: "mcp__git__git_commit".to_string(),
+            ..request
+        };
+        let question = long.question(Duration::from_secs(300));
+        assert!(question.starts_with(
+            "Permission needed: may I run `mcp__git__git_commit` (tool `git_commit` of MCP server `git`)?"
+        ));
+        assert!(question.contains("… (cut)"), "{}", question.chars().take(200).collect::<String>());
+        assert!(question.chars().count() < crate::tracker::model::limits::CONTENT, "{}", question.len());
     }
 
     #[test]

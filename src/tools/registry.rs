@@ -22,9 +22,9 @@ use rmcp::model::{CallToolResult, ContentBlock, Tool};
 use serde_json::Value;
 
 use crate::tools::format;
-use crate::tools::kernel::{RunFn, ToolEntry, ToolError, ToolGroup, ToolOutput};
+use crate::tools::kernel::{EffectFn, RunFn, ToolEntry, ToolError, ToolGroup, ToolOutput};
 use crate::tools::schema::ArgumentSchema;
-use crate::tools::{ToolContext, ToolSource};
+use crate::tools::{CallEffect, ToolContext, ToolSource};
 use crate::tracker::TrackerClient;
 
 /// The tools a task run is offered: everything needed to read, plan and work a task.
@@ -78,6 +78,11 @@ pub fn all_entries() -> Vec<ToolEntry> {
     ]
 }
 
+/// The names of the 23 tools, in order, without compiling anything (the config check uses them).
+pub fn tool_names() -> Vec<&'static str> {
+    all_entries().iter().map(|entry| entry.name).collect()
+}
+
 /// Why a catalog could not be built or narrowed. These are programming mistakes, found at
 /// start-up.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -98,6 +103,7 @@ struct Compiled {
     not_found_hint: &'static str,
     arguments: ArgumentSchema,
     run: RunFn,
+    effect: EffectFn,
 }
 
 /// The compiled definitions, without a tracker: enough to list tools and count their tokens.
@@ -151,6 +157,7 @@ impl Catalog {
                 not_found_hint: entry.not_found_hint,
                 arguments,
                 run: entry.run,
+                effect: entry.effect,
             });
         }
         let offered = (0..compiled.len()).collect();
@@ -276,6 +283,21 @@ impl Registry {
         }
     }
 
+    /// What a call would do (see [`TrackerTool::effect`](crate::tools::kernel::TrackerTool::effect)),
+    /// its arguments checked as [`Registry::call`] checks them: a call `call` would refuse (an
+    /// unknown or not offered tool, arguments that do not fit) is [`CallEffect::Refused`].
+    pub fn effect(&self, name: &str, arguments: &Value, context: &ToolContext) -> CallEffect {
+        let catalog = &self.catalog;
+        let Some(index) = catalog.index_of(name).filter(|index| catalog.offered.contains(index)) else {
+            return CallEffect::Refused;
+        };
+        let compiled = &catalog.compiled[index];
+        match compiled.arguments.check(arguments.clone()) {
+            Ok(arguments) => (compiled.effect)(arguments, context),
+            Err(_) => CallEffect::Refused,
+        }
+    }
+
     async fn call_inner(
         &self,
         name: &str,
@@ -318,6 +340,10 @@ impl ToolSource for Registry {
 
     fn tool(&self, name: &str) -> Option<Tool> {
         self.catalog.definition(name)
+    }
+
+    fn effect(&self, name: &str, arguments: &Value, context: &ToolContext) -> Option<CallEffect> {
+        Some(Registry::effect(self, name, arguments, context))
     }
 
     fn call<'a>(&'a self, name: &'a str, arguments: Value, context: &'a ToolContext) -> BoxFuture<'a, CallToolResult> {
@@ -384,6 +410,7 @@ mod tests {
     fn catalog_has_the_23_tools_in_order() {
         let catalog = Catalog::new().unwrap();
         assert_eq!(catalog.offered_names(), CATALOG_ORDER);
+        assert_eq!(tool_names(), CATALOG_ORDER);
     }
 
     #[test]

@@ -2,13 +2,17 @@
 //!
 //! A task is named by its key (`TE-15`) or id wherever `task_id` appears. `take_task` and
 //! `watch_task` act as the agent itself: naming another member is refused before any request.
+//!
+//! The calls that close, reassign, reject or rewrite a task say so in their `effect`, so `ask`
+//! mode asks a human before them (when the tool is in `permissions.ask_tools`) and not before a
+//! title typo or a move to `in_progress`.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer};
 
-use crate::tools::ToolContext;
 use crate::tools::format;
 use crate::tools::kernel::{ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write};
+use crate::tools::{CallEffect, ToolContext};
 use crate::tracker::TrackerClient;
 use crate::tracker::model::{self, Priority, RejectOut, TaskOut, TaskPage, TaskStatus, TaskType, WatchOut, limits};
 
@@ -220,6 +224,27 @@ impl TrackerTool for UpdateTask {
         output_schema_for::<TaskOut>()
     }
 
+    /// Closing the task, handing it to someone else (or to no one) and replacing or clearing its
+    /// description matter; a new title, status short of `done`, priority, type or labels do not.
+    fn effect(args: &UpdateTaskArgs, context: &ToolContext) -> CallEffect {
+        let task = &args.task_id;
+        let mut doing = Vec::new();
+        if args.status == Some(TaskStatus::Done) {
+            doing.push(format!("move task {task} to done"));
+        }
+        match &args.assignee_slug {
+            Some(Some(slug)) if *slug != context.agent_slug => doing.push(format!("assign task {task} to @{slug}")),
+            Some(None) => doing.push(format!("unassign task {task}")),
+            _ => {}
+        }
+        match &args.description {
+            Some(Some(_)) => doing.push(format!("replace the description of task {task}")),
+            Some(None) => doing.push(format!("clear the description of task {task}")),
+            None => {}
+        }
+        if doing.is_empty() { CallEffect::Routine } else { CallEffect::Consequential(doing.join(", and ")) }
+    }
+
     async fn run(args: UpdateTaskArgs, client: &TrackerClient, _: &ToolContext) -> Result<ToolOutput, ToolError> {
         let body = model::UpdateTask {
             title: args.title,
@@ -303,6 +328,13 @@ impl TrackerTool for RejectTask {
         output_schema_for::<RejectOut>()
     }
 
+    fn effect(args: &RejectTaskArgs, _: &ToolContext) -> CallEffect {
+        CallEffect::Consequential(format!(
+            "reject task {}, giving it back unassigned with the reason \"{}\"",
+            args.task_id, args.reason
+        ))
+    }
+
     async fn run(args: RejectTaskArgs, client: &TrackerClient, context: &ToolContext) -> Result<ToolOutput, ToolError> {
         let answer = client.reject_task(&args.task_id, &args.reason, context.idempotency_key.as_deref()).await?;
         ToolOutput::new(format!("rejected {}: {}", args.task_id, answer.reason), &answer)
@@ -336,6 +368,15 @@ impl TrackerTool for AssignTask {
 
     fn output_schema() -> Option<serde_json::Value> {
         output_schema_for::<TaskOut>()
+    }
+
+    /// Assigning the task to the agent itself is routine; to anyone else, it matters.
+    fn effect(args: &AssignTaskArgs, context: &ToolContext) -> CallEffect {
+        if args.assignee_slug == context.agent_slug {
+            CallEffect::Routine
+        } else {
+            CallEffect::Consequential(format!("assign task {} to @{}", args.task_id, args.assignee_slug))
+        }
     }
 
     async fn run(args: AssignTaskArgs, client: &TrackerClient, context: &ToolContext) -> Result<ToolOutput, ToolError> {
