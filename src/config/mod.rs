@@ -261,16 +261,80 @@ pub struct ServerToolsConfig {
     pub disallowed: Vec<String>,
 }
 
+/// Where the agent keeps its state: `state.path` (a SQLite file) or `state.url` (a SQLite path,
+/// `sqlite:<path>`, or `postgres://user@host:port/database`); one of the two, not both.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(try_from = "StateSection", into = "StateSection")]
 pub struct StateConfig {
-    /// The agent's SQLite database: processed events, sessions, runs.
+    /// The agent's SQLite database (processed events, sessions, runs, spend) when the state is in
+    /// SQLite; `<path>.lock` beside it keeps a second copy off it. Its folder also holds the
+    /// artifacts of external tools' results, whichever store holds the state.
     pub path: PathBuf,
+    /// The PostgreSQL database holding the state instead, with no password in it (that comes
+    /// from `PGPASSWORD` or `~/.pgpass`); its rows are keyed by the agent's slug.
+    pub postgres_url: Option<String>,
 }
 
 impl Default for StateConfig {
     fn default() -> Self {
-        StateConfig { path: PathBuf::from("./picogent.db") }
+        StateConfig { path: PathBuf::from("./picogent.db"), postgres_url: None }
+    }
+}
+
+/// The `state` section as agent.json spells it.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StateSection {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    path: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    url: Option<String>,
+}
+
+impl TryFrom<StateSection> for StateConfig {
+    type Error = String;
+
+    fn try_from(section: StateSection) -> Result<StateConfig, String> {
+        let url = match (section.path, section.url) {
+            (Some(_), Some(_)) => {
+                return Err("`state.path` and `state.url` are both set: keep one (`state.path` for a SQLite \
+                     file, `state.url` for a SQLite path or a postgres:// URL)"
+                    .to_string());
+            }
+            (Some(path), None) => return Ok(StateConfig { path, ..StateConfig::default() }),
+            (None, None) => return Ok(StateConfig::default()),
+            (None, Some(url)) => url,
+        };
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            crate::state::check_postgres_url(&url).map_err(|message| format!("`state.url` {message}"))?;
+            return Ok(StateConfig { postgres_url: Some(url), ..StateConfig::default() });
+        }
+        let path = match url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")) {
+            Some(path) => path,
+            None if url.contains("://") => {
+                let scheme = url.split("://").next().unwrap_or_default();
+                return Err(format!(
+                    "`state.url`: a {scheme}:// database is not one picogent keeps its state in; expected a SQLite \
+                     file path, sqlite:<path>, or postgres://user@host:port/database"
+                ));
+            }
+            None => &url,
+        };
+        if path.is_empty() || path.starts_with(":memory:") {
+            return Err("`state.url`: expected the path of a SQLite file after `sqlite:` (an in-memory database \
+                 would forget everything at exit)"
+                .to_string());
+        }
+        Ok(StateConfig { path: PathBuf::from(path), ..StateConfig::default() })
+    }
+}
+
+impl From<StateConfig> for StateSection {
+    fn from(config: StateConfig) -> StateSection {
+        match config.postgres_url {
+            Some(url) => StateSection { path: None, url: Some(url) },
+            None => StateSection { path: Some(config.path), url: None },
+        }
     }
 }
 

@@ -211,3 +211,56 @@ fn a_bad_glob_or_shape_in_the_tool_lists_is_an_error_saying_what_is_wrong() {
         .to_string();
     assert!(error.contains("ask_tool"), "an unknown field is named: {error}");
 }
+
+#[test]
+fn state_is_a_sqlite_path_by_default_or_postgres_through_state_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let with = |state: &str| MINIMAL.replace("\"slug\"", &format!(r#""state": {state}, "slug""#));
+    let load = |text: &str| Config::load_with_env(&write(dir.path(), text), []).map(|config| config.state);
+    let default = load(MINIMAL).unwrap();
+    assert_eq!((default.path.as_path(), default.postgres_url.as_deref()), (Path::new("./picogent.db"), None));
+    for (state, path) in [
+        (r#"{"path": "/var/lib/picogent/agent.db"}"#, "/var/lib/picogent/agent.db"),
+        (r#"{"url": "sqlite:/var/lib/picogent/agent.db"}"#, "/var/lib/picogent/agent.db"),
+        (r#"{"url": "sqlite://state/agent.db"}"#, "state/agent.db"),
+        (r#"{"url": "agent.db"}"#, "agent.db"),
+    ] {
+        let config = load(&with(state)).unwrap();
+        assert_eq!((config.path.as_path(), config.postgres_url), (Path::new(path), None), "{state}");
+    }
+    let url = "postgres://picogent@db.internal:5432/agents";
+    let config = load(&with(&format!(r#"{{"url": "{url}"}}"#))).unwrap();
+    assert_eq!(config.postgres_url.as_deref(), Some(url));
+    // Written back, it is the same one field.
+    let written = serde_json::to_value(&config).unwrap();
+    assert_eq!(written, serde_json::json!({"url": url}));
+    let vars = [("PICOGENT_STATE__URL".to_string(), "postgresql://picogent@10.0.0.5/agents".to_string())];
+    let config = Config::load_with_env(&write(dir.path(), MINIMAL), vars).unwrap();
+    assert_eq!(config.state.postgres_url.as_deref(), Some("postgresql://picogent@10.0.0.5/agents"));
+}
+
+#[test]
+fn a_state_section_that_cannot_be_right_is_an_error_saying_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let with = |state: &str| MINIMAL.replace("\"slug\"", &format!(r#""state": {state}, "slug""#));
+    let cases = [
+        (
+            r#"{"path": "a.db", "url": "postgres://picogent@db/agents"}"#,
+            &["`state.path` and `state.url`", "keep one"][..],
+        ),
+        (r#"{"url": "postgres://picogent:sekret@db/agents"}"#, &["password", "PGPASSWORD", "~/.pgpass"]),
+        (r#"{"url": "postgres://picogent@db/agents?password=sekret"}"#, &["password", "PGPASSWORD"]),
+        (r#"{"url": "postgres://picogent@db:notaport/agents"}"#, &["state.url", "postgres://"]),
+        (r#"{"url": "mysql://picogent@db/agents"}"#, &["mysql://", "postgres://user@host:port/database"]),
+        (r#"{"url": "sqlite::memory:"}"#, &["in-memory", "path of a SQLite file"]),
+        (r#"{"url": "sqlite:"}"#, &["path of a SQLite file"]),
+        (r#"{"file": "a.db"}"#, &["file"]),
+    ];
+    for (state, words) in cases {
+        let error = Config::load_with_env(&write(dir.path(), &with(state)), []).unwrap_err().to_string();
+        for word in words {
+            assert!(error.contains(word), "{state}: {error}");
+        }
+        assert!(!error.contains("sekret"), "the password is never repeated: {error}");
+    }
+}

@@ -60,8 +60,9 @@ pub struct AgentHandle {
     stream: tokio::task::JoinHandle<Result<(), crate::transport::StreamError>>,
     http: Option<tokio::task::JoinHandle<()>>,
     host: Arc<crate::mcp::host::McpHost>,
-    /// The lock that keeps a second agent off the same state file; released with the handle.
-    _state_lock: std::fs::File,
+    /// The lock that keeps a second agent off the same SQLite state file; released with the
+    /// handle. `None` when the state is in PostgreSQL.
+    _state_lock: Option<std::fs::File>,
 }
 
 impl AgentHandle {
@@ -98,8 +99,12 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     let AgentOptions { config, tracker_token, llm_api_key, mcp_token, stream, serve_http } = options;
     let config = Arc::new(config);
     let prompts = Arc::new(Prompts::load(&config.prompts_dir)?);
-    let state_lock = lock_state(&config.state.path)?;
-    let state = State::open(&config.state.path).await?;
+    // The file lock is SQLite's: a PostgreSQL database is shared by design (agents keyed by slug).
+    let state_lock = match config.state.postgres_url {
+        None => Some(lock_state(&config.state.path)?),
+        Some(_) => None,
+    };
+    let state = State::open_from_config(&config.state, &config.slug).await?;
     let client = TrackerClient::new(&config.tracker, tracker_token).context("cannot build the tracker client")?;
     let registry: Arc<dyn ToolSource> = Arc::new(build_tools(&config, &client)?);
     // External MCP servers join the tracker's tools; one permission policy governs them all.

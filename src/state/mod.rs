@@ -1,9 +1,13 @@
-//! The agent's durable state in one SQLite file (`state.path`): processed events, once-only
-//! claims, sessions, runs, and spend.
+//! The agent's durable state: processed events, once-only claims, sessions, runs, spend, reply
+//! counts and named values. It lives in one of two stores behind one interface (`store.rs`):
+//! a SQLite file (`state.path`, the default; `sqlite.rs`), or a PostgreSQL database
+//! (`state.url = "postgres://…"`; `postgres.rs`), where every row is keyed by the agent's slug so
+//! one database holds several agents. [`State`] is what the rest of the program holds, whichever
+//! store is behind it; it does the conversions both share and hands each operation to the store.
 //!
-//! Invariants:
-//! - an event is handled at most once: [`State::record_event`] is an `INSERT OR IGNORE` on the
-//!   tracker's event id, and only the caller that gets `true` acts on it; anything handled outside
+//! Invariants (both stores):
+//! - an event is handled at most once: [`State::record_event`] is an insert that ignores a known
+//!   tracker event id (keyed by it, and by the agent in PostgreSQL), and only the caller that gets `true` acts on it; anything handled outside
 //!   the event stream (reconciliation at start-up) goes through [`State::claim`] with a key that
 //!   the event path uses too, so a reconnect, a replay and a reconciliation together act once;
 //! - the router records an event as processed *before* acting on it, and opens a run record
@@ -12,10 +16,15 @@
 //! - the resume point ([`State::last_seq`]) never moves backwards and survives pruning of old
 //!   processed events;
 //! - a commit is safe from a crash or kill of the process at once, and from a power cut once
-//!   [`State::sync`] has returned: commits are `synchronous = NORMAL` (no fsync each, so handling
-//!   an event costs no disk flush), and whoever is about to *act* on the board on the strength of
-//!   a record (a run's first tool call, a notice) calls `sync` first. A power cut can then only
-//!   roll back records nothing was done for yet; the replay after it does that work once;
+//!   [`State::sync`] has returned: SQLite commits are `synchronous = NORMAL` (no fsync each, so
+//!   handling an event costs no disk flush), and whoever is about to *act* on the board on the
+//!   strength of a record (a run's first tool call, a notice) calls `sync` first. A power cut can
+//!   then only roll back records nothing was done for yet; the replay after it does that work
+//!   once. PostgreSQL commits are on the server's disk when they return, so `sync` is a no-op;
+//! - a store reads and writes only its own agent's rows: a SQLite file is one agent's (the
+//!   runtime's `<state.path>.lock` keeps a second copy off it); in PostgreSQL each row carries the
+//!   agent's slug, the agent's identity, so replicas of one agent share rows and other agents in
+//!   the same database never see them;
 //! - the messages of a session and the record of a run are opaque JSON owned by the model loop;
 //!   this module stores them whole and never looks inside.
 //!
@@ -37,15 +46,33 @@
 //!
 //! Times are stored as Unix milliseconds in UTC.
 
+/// Calls `$method` of the store behind `$state` with the arguments, and awaits it. Each
+/// operation's guarantee is written on the `Store` trait (`store.rs`).
+macro_rules! on_store {
+    ($state:expr, $method:ident($($argument:expr),* $(,)?)) => {
+        match &$state.store {
+            $crate::state::Backend::Sqlite(store) => {
+                $crate::state::store::Store::$method(store, $($argument),*).await
+            }
+            $crate::state::Backend::Postgres(store) => {
+                $crate::state::store::Store::$method(store, $($argument),*).await
+            }
+        }
+    };
+}
+
+mod postgres;
 mod runs;
+mod sqlite;
+mod store;
 mod values;
 
 use std::path::{Path, PathBuf};
 
-use sqlx::Row;
-use sqlx::sqlite::SqlitePool;
 use time::{Date, OffsetDateTime};
 
+use crate::config::StateConfig;
+pub use postgres::check_url as check_postgres_url;
 pub use runs::{FinishRun, RunRow, RunStatus};
 
 /// What a claim in [`State::claim`] is for; its key says which one. The words are what the
@@ -71,8 +98,8 @@ impl ClaimKind {
     }
 }
 
-/// Why the state could not be read or written. `Open` and `Migrate` happen at start-up and are
-/// the user's to fix; the rest are bugs or a damaged file.
+/// Why the state could not be read or written. `Open`, `Migrate` and the `Postgres*` ones happen
+/// at start-up and are the user's to fix; the rest are bugs or a damaged database.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
     #[error("cannot open the state database {path}: {source}; {hint}")]
@@ -82,6 +109,21 @@ pub enum StateError {
          a newer picogent, move it aside or set `state.path` to a new file"
     )]
     Migrate { path: PathBuf, source: sqlx::migrate::MigrateError },
+    #[error("`state.url` is not a URL PostgreSQL's client takes: {cause}; expected postgres://user@host:port/database")]
+    PostgresUrl { cause: sqlx::Error },
+    #[error(
+        "cannot connect to the PostgreSQL state database {url}: {cause}; check that PostgreSQL is running \
+         there and that `state.url` names it (user, host, port, database); a password comes from the \
+         environment variable PGPASSWORD or ~/.pgpass"
+    )]
+    // `cause`, not `source`: the message says it already, and the chain would say it twice.
+    PostgresConnect { url: String, cause: sqlx::Error },
+    #[error(
+        "cannot prepare the PostgreSQL state database {url}: {cause}; if its tables belong to another \
+         program or a newer picogent, point `state.url` at another database (or schema: \
+         ?options=-c%20search_path%3D<schema>)"
+    )]
+    PostgresMigrate { url: String, cause: sqlx::migrate::MigrateError },
     #[error("state database query failed: {0}")]
     Query(#[from] sqlx::Error),
     #[error("state database holds a bad value in {field}: {message}")]
@@ -110,79 +152,69 @@ pub struct Session {
     pub updated_at: OffsetDateTime,
 }
 
+/// The store behind a [`State`].
+#[derive(Clone, Debug)]
+enum Backend {
+    Sqlite(sqlite::SqliteStore),
+    Postgres(postgres::PostgresStore),
+}
+
 /// A handle on the state database. Cheap to clone; clones share one connection pool.
 #[derive(Clone, Debug)]
 pub struct State {
-    pool: SqlitePool,
-    path: PathBuf,
+    store: Backend,
     /// The spend of the last day asked about or added to, as stored. This handle and its clones
-    /// are the file's only writer while the agent runs, so the figure stays true; the lock is
-    /// held across each read or write of the table, so no stale read can overwrite a newer sum.
+    /// are the only writer of the agent's spend while the agent runs (a SQLite file is locked to
+    /// one process; in PostgreSQL one process per agent identity is assumed until replicas share
+    /// the work), so the figure stays true; the lock is held across each read or write of the
+    /// table, so no stale read can overwrite a newer sum.
     spend: std::sync::Arc<tokio::sync::Mutex<Option<(Date, Spend)>>>,
 }
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/state");
-
 impl State {
-    /// Opens the database at `path`, creating the file if it is missing, and brings its schema
-    /// up to date. The folder must exist.
+    /// Opens the SQLite database at `path`, creating the file if it is missing, and brings its
+    /// schema up to date. The folder must exist.
     pub async fn open(path: &Path) -> Result<State, StateError> {
-        let open_error = |source: sqlx::Error| {
-            // SQLite's primary result code 26 is SQLITE_NOTADB: the file is someone else's.
-            let not_a_database = matches!(&source, sqlx::Error::Database(e) if e.code().as_deref() == Some("26"));
-            let hint = if not_a_database {
-                "the file is not an SQLite database: move it aside, or point `state.path` in agent.json at a new file"
-            } else {
-                "check that its folder exists and is writable, or point `state.path` in agent.json somewhere that is"
-            };
-            StateError::Open { path: path.to_path_buf(), source, hint }
-        };
-        // Commits are NORMAL: one survives a crash of the process but not a power cut until
-        // `sync`; see the module's invariants for who calls it and when.
-        let pool = crate::sqlite::open(path, 4, &MIGRATOR).await.map_err(|error| match error {
-            crate::sqlite::OpenError::Connect(source) => open_error(source),
-            crate::sqlite::OpenError::Migrate(source) => StateError::Migrate { path: path.to_path_buf(), source },
-        })?;
-        Ok(State { pool, path: path.to_path_buf(), spend: Default::default() })
+        Ok(State::over(Backend::Sqlite(sqlite::SqliteStore::open(path).await?)))
     }
 
-    /// The file this state lives in.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Connects to the PostgreSQL database at `url` (`postgres://user@host:port/database`) as the
+    /// agent `agent` (its slug: the key of every row it reads and writes), and brings the
+    /// database's schema up to date.
+    pub async fn open_postgres(url: &str, agent: &str) -> Result<State, StateError> {
+        Ok(State::over(Backend::Postgres(postgres::PostgresStore::open(url, agent).await?)))
     }
 
-    /// Makes every commit so far survive a power cut: flushes the write-ahead log to the disk
-    /// (what `synchronous = FULL` does at each commit). Cheap when nothing was committed since
-    /// the last flush.
-    pub async fn sync(&self) -> Result<(), StateError> {
-        let mut wal = self.path.clone().into_os_string();
-        wal.push("-wal");
-        let wal = PathBuf::from(wal);
-        let directory = self.path.parent().map(Path::to_path_buf);
-        let synced = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-            match std::fs::File::open(&wal) {
-                Ok(file) => file.sync_data()?,
-                // No log yet: every commit is in the main file, which checkpoints flush.
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-                Err(error) => return Err(error),
-            }
-            // The log's directory entry too, for a log created since the last checkpoint.
-            if let Some(directory) = directory.filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::File::open(directory)?.sync_all()?;
-            }
-            Ok(())
-        })
-        .await;
-        match synced {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(error)) => Err(StateError::Sync { message: error.to_string() }),
-            Err(error) => Err(StateError::Sync { message: error.to_string() }),
+    /// Opens the store `state` in agent.json names, for the agent `agent` (its slug).
+    pub async fn open_from_config(state: &StateConfig, agent: &str) -> Result<State, StateError> {
+        match &state.postgres_url {
+            Some(url) => State::open_postgres(url, agent).await,
+            None => State::open(&state.path).await,
         }
+    }
+
+    fn over(store: Backend) -> State {
+        State { store, spend: Default::default() }
+    }
+
+    /// The SQLite file this state lives in; `None` in PostgreSQL.
+    pub fn path(&self) -> Option<&Path> {
+        match &self.store {
+            Backend::Sqlite(store) => Some(store.path()),
+            Backend::Postgres(_) => None,
+        }
+    }
+
+    /// Makes every commit so far survive a power cut. In SQLite it flushes the write-ahead log to
+    /// the disk (what `synchronous = FULL` does at each commit), cheap when nothing was committed
+    /// since the last flush; in PostgreSQL every commit is durable already.
+    pub async fn sync(&self) -> Result<(), StateError> {
+        on_store!(self, sync())
     }
 
     /// Closes the pool, waiting for queries in flight; later calls fail.
     pub async fn close(&self) {
-        self.pool.close().await;
+        on_store!(self, close())
     }
 
     // ---- processed events ----
@@ -192,48 +224,24 @@ impl State {
     /// point moves to `seq` if that is higher, in the same transaction.
     pub async fn record_event(&self, id: &str, seq: u64, name: &str) -> Result<bool, StateError> {
         let seq = to_i64("processed_events.seq", seq)?;
-        // One statement: the trigger `processed_events_advance` moves the resume point with the
-        // insert (a duplicate's seq is behind it already).
-        let inserted =
-            sqlx::query("INSERT OR IGNORE INTO processed_events (id, seq, name, processed_at_ms) VALUES (?, ?, ?, ?)")
-                .bind(id)
-                .bind(seq)
-                .bind(name)
-                .bind(now_ms())
-                .execute(&self.pool)
-                .await?
-                .rows_affected()
-                == 1;
-        Ok(inserted)
+        on_store!(self, record_event(id, seq, name, now_ms()))
     }
 
     /// Whether the event `id` has been recorded as processed.
     pub async fn is_event_processed(&self, id: &str) -> Result<bool, StateError> {
-        let found: Option<i64> = sqlx::query_scalar("SELECT 1 FROM processed_events WHERE id = ?")
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(found.is_some())
+        on_store!(self, is_event_processed(id))
     }
 
     /// The highest seq processed so far (0 before the first event): the stream resumes after it.
     pub async fn last_seq(&self) -> Result<u64, StateError> {
-        let seq: i64 = sqlx::query_scalar("SELECT last_seq FROM stream_position WHERE singleton = 1")
-            .fetch_one(&self.pool)
-            .await?;
-        to_u64("stream_position.last_seq", seq)
+        to_u64("stream_position.last_seq", on_store!(self, last_seq())?)
     }
 
     /// Deletes processed events recorded before `before`; returns how many. The resume point is
     /// kept. Only events older than any replay window may go, or a replayed one would be acted
     /// on again.
     pub async fn prune_events(&self, before: OffsetDateTime) -> Result<u64, StateError> {
-        let deleted = sqlx::query("DELETE FROM processed_events WHERE processed_at_ms < ?")
-            .bind(to_ms(before))
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        Ok(deleted)
+        on_store!(self, prune_events(to_ms(before)))
     }
 
     // ---- once-only claims ----
@@ -241,75 +249,40 @@ impl State {
     /// Claims `(kind, key)`. Returns `true` for the first caller ever — it does the thing — and
     /// `false` for every later one.
     pub async fn claim(&self, kind: ClaimKind, key: &str) -> Result<bool, StateError> {
-        let inserted = sqlx::query("INSERT OR IGNORE INTO claims (kind, key, claimed_at_ms) VALUES (?, ?, ?)")
-            .bind(kind.as_str())
-            .bind(key)
-            .bind(now_ms())
-            .execute(&self.pool)
-            .await?
-            .rows_affected()
-            == 1;
-        Ok(inserted)
+        on_store!(self, claim(kind.as_str(), key, now_ms()))
     }
 
     /// Whether `(kind, key)` has been claimed.
     pub async fn is_claimed(&self, kind: ClaimKind, key: &str) -> Result<bool, StateError> {
-        let found: Option<i64> = sqlx::query_scalar("SELECT 1 FROM claims WHERE kind = ? AND key = ?")
-            .bind(kind.as_str())
-            .bind(key)
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(found.is_some())
+        on_store!(self, is_claimed(kind.as_str(), key))
     }
 
     /// Gives a claim back, so the thing may be done again (e.g. a task unassigned and assigned
     /// anew). Returns whether there was a claim.
     pub async fn release(&self, kind: ClaimKind, key: &str) -> Result<bool, StateError> {
-        let deleted = sqlx::query("DELETE FROM claims WHERE kind = ? AND key = ?")
-            .bind(kind.as_str())
-            .bind(key)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        Ok(deleted == 1)
+        on_store!(self, release(kind.as_str(), key))
     }
 
     // ---- sessions ----
 
     /// The stored conversation under `key`, if any.
     pub async fn load_session(&self, key: &str) -> Result<Option<Session>, StateError> {
-        let row = sqlx::query("SELECT messages, updated_at_ms FROM sessions WHERE key = ?")
-            .bind(key)
-            .fetch_optional(&self.pool)
-            .await?;
-        let Some(row) = row else { return Ok(None) };
-        let text: String = row.try_get("messages")?;
+        let Some((text, updated_at_ms)) = on_store!(self, load_session(key))? else { return Ok(None) };
         let messages = serde_json::from_str(&text)
             .map_err(|e| StateError::Corrupt { field: "sessions.messages", message: e.to_string() })?;
-        Ok(Some(Session { key: key.to_string(), messages, updated_at: from_ms(row.try_get("updated_at_ms")?)? }))
+        Ok(Some(Session { key: key.to_string(), messages, updated_at: from_ms(updated_at_ms)? }))
     }
 
     /// Stores the whole conversation under `key`, replacing what was there.
     pub async fn save_session(&self, key: &str, messages: &serde_json::Value) -> Result<(), StateError> {
         let text = serde_json::to_string(messages)
             .map_err(|e| StateError::Unstorable { field: "sessions.messages", message: e.to_string() })?;
-        sqlx::query(
-            "INSERT INTO sessions (key, messages, updated_at_ms) VALUES (?, ?, ?) \
-             ON CONFLICT (key) DO UPDATE SET messages = excluded.messages, updated_at_ms = excluded.updated_at_ms",
-        )
-        .bind(key)
-        .bind(text)
-        .bind(now_ms())
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        on_store!(self, save_session(key, &text, now_ms()))
     }
 
     /// Forgets the conversation under `key`; returns whether there was one.
     pub async fn delete_session(&self, key: &str) -> Result<bool, StateError> {
-        let deleted =
-            sqlx::query("DELETE FROM sessions WHERE key = ?").bind(key).execute(&self.pool).await?.rows_affected();
-        Ok(deleted == 1)
+        on_store!(self, delete_session(key))
     }
 
     // ---- spend ----
@@ -322,17 +295,9 @@ impl State {
     /// Adds `spent` to the spend of the UTC `day`; returns the day's new totals.
     pub async fn add_spend(&self, day: Date, spent: Spend) -> Result<Spend, StateError> {
         let mut known = self.spend.lock().await;
-        let row = sqlx::query(
-            "INSERT INTO daily_spend (day, tokens, cost) VALUES (?, ?, ?) \
-             ON CONFLICT (day) DO UPDATE SET tokens = tokens + excluded.tokens, cost = cost + excluded.cost \
-             RETURNING tokens, cost",
-        )
-        .bind(day.to_string())
-        .bind(to_i64("daily_spend.tokens", spent.tokens)?)
-        .bind(spent.cost)
-        .fetch_one(&self.pool)
-        .await?;
-        let total = Spend { tokens: to_u64("daily_spend.tokens", row.try_get("tokens")?)?, cost: row.try_get("cost")? };
+        let tokens = to_i64("daily_spend.tokens", spent.tokens)?;
+        let (tokens, cost) = on_store!(self, add_spend(&day.to_string(), tokens, spent.cost))?;
+        let total = Spend { tokens: to_u64("daily_spend.tokens", tokens)?, cost };
         *known = Some((day, total));
         Ok(total)
     }
@@ -346,14 +311,8 @@ impl State {
         {
             return Ok(total);
         }
-        let row = sqlx::query("SELECT tokens, cost FROM daily_spend WHERE day = ?")
-            .bind(day.to_string())
-            .fetch_optional(&self.pool)
-            .await?;
-        let total = match row {
-            Some(row) => {
-                Spend { tokens: to_u64("daily_spend.tokens", row.try_get("tokens")?)?, cost: row.try_get("cost")? }
-            }
+        let total = match on_store!(self, spend_on(&day.to_string()))? {
+            Some((tokens, cost)) => Spend { tokens: to_u64("daily_spend.tokens", tokens)?, cost },
             None => Spend::default(),
         };
         *known = Some((day, total));
@@ -381,27 +340,12 @@ impl State {
     /// dropped on the way, since the guard only looks back an hour.
     pub async fn record_reply(&self, thread_key: &str, at: OffsetDateTime) -> Result<(), StateError> {
         let at_ms = to_ms(at);
-        let mut transaction = self.pool.begin().await?;
-        sqlx::query("INSERT INTO replies (thread_key, at_ms) VALUES (?, ?)")
-            .bind(thread_key)
-            .bind(at_ms)
-            .execute(&mut *transaction)
-            .await?;
-        sqlx::query("DELETE FROM replies WHERE at_ms < ?")
-            .bind(at_ms - 24 * 3_600_000)
-            .execute(&mut *transaction)
-            .await?;
-        transaction.commit().await?;
-        Ok(())
+        on_store!(self, record_reply(thread_key, at_ms, at_ms - 24 * 3_600_000))
     }
 
     /// Replies the agent posted in `thread_key` at or after `since`.
     pub async fn replies_since(&self, thread_key: &str, since: OffsetDateTime) -> Result<u32, StateError> {
-        let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM replies WHERE thread_key = ? AND at_ms >= ?")
-            .bind(thread_key)
-            .bind(to_ms(since))
-            .fetch_one(&self.pool)
-            .await?;
+        let count = on_store!(self, replies_since(thread_key, to_ms(since)))?;
         u32::try_from(count).map_err(|e| StateError::Corrupt { field: "replies", message: e.to_string() })
     }
 

@@ -4,11 +4,10 @@
 use std::time::Duration;
 
 use serde::Serialize;
-use sqlx::Row;
-use sqlx::sqlite::SqliteRow;
 use time::OffsetDateTime;
 
-use super::{State, StateError, from_ms, now_ms, to_i64, to_u64};
+use super::store::{NewRun, RunColumns, RunEnd};
+use super::{State, StateError, from_ms, now_ms, to_i64, to_ms, to_u64};
 
 /// Where a run is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -127,28 +126,12 @@ impl RunRow {
     }
 }
 
-/// The columns [`run_from_row`] reads, as a literal so queries stay `&'static str` (sqlx wants
-/// static SQL, which keeps values out of the query text).
-macro_rules! run_columns {
-    () => {
-        "id, session_key, trigger, status, turns, tool_calls, prompt_tokens, completion_tokens, \
-         model_duration_ms, tool_duration_ms, outcome, error, started_at_ms, finished_at_ms, record, cost"
-    };
-}
-
 impl State {
     /// Opens a run record in `running` and returns its id. Call it before the run's first effect.
     pub async fn start_run(&self, session_key: &str, trigger: &str) -> Result<String, StateError> {
         let run_id = uuid::Uuid::new_v4().to_string();
-        sqlx::query(
-            "INSERT INTO runs (id, session_key, trigger, status, started_at_ms) VALUES (?, ?, ?, 'running', ?)",
-        )
-        .bind(&run_id)
-        .bind(session_key)
-        .bind(trigger)
-        .bind(now_ms())
-        .execute(&self.pool)
-        .await?;
+        let run = NewRun { id: &run_id, session_key, trigger, started_at_ms: now_ms() };
+        on_store!(self, start_run(&run))?;
         Ok(run_id)
     }
 
@@ -162,40 +145,17 @@ impl State {
         session_key: &str,
         trigger: &str,
     ) -> Result<Option<String>, StateError> {
-        let now = now_ms();
-        let mut transaction = self.pool.begin().await?;
-        let claimed = sqlx::query("INSERT OR IGNORE INTO claims (kind, key, claimed_at_ms) VALUES (?, ?, ?)")
-            .bind(kind.as_str())
-            .bind(key)
-            .bind(now)
-            .execute(&mut *transaction)
-            .await?
-            .rows_affected()
-            == 1;
-        if !claimed {
-            return Ok(None);
-        }
         let run_id = uuid::Uuid::new_v4().to_string();
-        sqlx::query(
-            "INSERT INTO runs (id, session_key, trigger, status, started_at_ms) VALUES (?, ?, ?, 'running', ?)",
-        )
-        .bind(&run_id)
-        .bind(session_key)
-        .bind(trigger)
-        .bind(now)
-        .execute(&mut *transaction)
-        .await?;
-        transaction.commit().await?;
-        Ok(Some(run_id))
+        let run = NewRun { id: &run_id, session_key, trigger, started_at_ms: now_ms() };
+        let started = on_store!(self, start_claimed_run(kind.as_str(), key, &run))?;
+        Ok(started.then_some(run_id))
     }
 
     /// Stores the run record of a run in progress (a checkpoint), so an interrupted run leaves
     /// its transcript behind.
     pub async fn save_run_record(&self, run_id: &str, record: &serde_json::Value) -> Result<(), StateError> {
         let text = json_text(record)?;
-        let updated =
-            sqlx::query("UPDATE runs SET record = ? WHERE id = ?").bind(text).bind(run_id).execute(&self.pool).await?;
-        if updated.rows_affected() == 0 {
+        if !on_store!(self, save_run_record(run_id, &text))? {
             return Err(StateError::UnknownRun { run_id: run_id.to_string() });
         }
         Ok(())
@@ -210,29 +170,21 @@ impl State {
                 message: "a run cannot be finished as running".to_string(),
             });
         }
-        let record = finish.record.as_ref().map(json_text).transpose()?;
-        let updated = sqlx::query(
-            "UPDATE runs SET status = ?, turns = ?, tool_calls = ?, prompt_tokens = ?, completion_tokens = ?, \
-             model_duration_ms = ?, tool_duration_ms = ?, outcome = ?, error = ?, finished_at_ms = ?, \
-             record = COALESCE(?, record), cost = ? \
-             WHERE id = ? AND status = 'running'",
-        )
-        .bind(finish.status.as_str())
-        .bind(i64::from(finish.turns))
-        .bind(i64::from(finish.tool_calls))
-        .bind(to_i64("runs.prompt_tokens", finish.prompt_tokens)?)
-        .bind(to_i64("runs.completion_tokens", finish.completion_tokens)?)
-        .bind(duration_ms("runs.model_duration_ms", finish.model_duration)?)
-        .bind(duration_ms("runs.tool_duration_ms", finish.tool_duration)?)
-        .bind(finish.outcome.as_deref())
-        .bind(finish.error.as_deref())
-        .bind(now_ms())
-        .bind(record)
-        .bind(finish.cost)
-        .bind(run_id)
-        .execute(&self.pool)
-        .await?;
-        if updated.rows_affected() == 1 {
+        let end = RunEnd {
+            status: finish.status.as_str(),
+            turns: i64::from(finish.turns),
+            tool_calls: i64::from(finish.tool_calls),
+            prompt_tokens: to_i64("runs.prompt_tokens", finish.prompt_tokens)?,
+            completion_tokens: to_i64("runs.completion_tokens", finish.completion_tokens)?,
+            model_duration_ms: duration_ms("runs.model_duration_ms", finish.model_duration)?,
+            tool_duration_ms: duration_ms("runs.tool_duration_ms", finish.tool_duration)?,
+            outcome: finish.outcome.as_deref(),
+            error: finish.error.as_deref(),
+            finished_at_ms: now_ms(),
+            record: finish.record.as_ref().map(json_text).transpose()?,
+            cost: finish.cost,
+        };
+        if on_store!(self, finish_run(run_id, &end))? {
             return Ok(true);
         }
         match self.get_run(run_id).await? {
@@ -244,106 +196,64 @@ impl State {
     /// Closes a run found `running` at start-up as `interrupted`, keeping its counts and record.
     /// Returns `true` if this call closed it.
     pub async fn mark_interrupted(&self, run_id: &str, reason: &str) -> Result<bool, StateError> {
-        let updated = sqlx::query(
-            "UPDATE runs SET status = 'interrupted', outcome = ?, finished_at_ms = ? WHERE id = ? AND status = 'running'",
-        )
-        .bind(reason)
-        .bind(now_ms())
-        .bind(run_id)
-        .execute(&self.pool)
-        .await?;
-        Ok(updated.rows_affected() == 1)
+        on_store!(self, mark_interrupted(run_id, reason, now_ms()))
     }
 
     pub async fn get_run(&self, run_id: &str) -> Result<Option<RunRow>, StateError> {
-        let row = sqlx::query(concat!("SELECT ", run_columns!(), " FROM runs WHERE id = ?"))
-            .bind(run_id)
-            .fetch_optional(&self.pool)
-            .await?;
-        row.as_ref().map(run_from_row).transpose()
+        on_store!(self, get_run(run_id))?.map(run_from_columns).transpose()
     }
 
     /// The latest `limit` runs, newest first.
     pub async fn list_runs(&self, limit: u32) -> Result<Vec<RunRow>, StateError> {
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            run_columns!(),
-            " FROM runs ORDER BY started_at_ms DESC, rowid DESC LIMIT ?"
-        ))
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(run_from_row).collect()
+        on_store!(self, list_runs(i64::from(limit)))?.into_iter().map(run_from_columns).collect()
     }
 
     /// Runs still `running`, oldest first. At start-up these are runs a crash or a kill cut
     /// short: candidates to resume, or to close with [`State::mark_interrupted`].
     pub async fn unfinished_runs(&self) -> Result<Vec<RunRow>, StateError> {
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            run_columns!(),
-            " FROM runs WHERE status = 'running' ORDER BY started_at_ms, rowid"
-        ))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(run_from_row).collect()
+        on_store!(self, unfinished_runs())?.into_iter().map(run_from_columns).collect()
     }
 
     /// Whether any run of `session_key` has ended `completed`, `failed` or `stopped` (an
     /// interrupted run does not count: its work may be unfinished).
     pub async fn has_finished_run_for(&self, session_key: &str) -> Result<bool, StateError> {
-        let found: Option<i64> = sqlx::query_scalar(
-            "SELECT 1 FROM runs WHERE session_key = ? AND status IN ('completed', 'failed', 'stopped') LIMIT 1",
-        )
-        .bind(session_key)
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(found.is_some())
+        on_store!(self, has_finished_run_for(session_key))
     }
 
     /// Whether a run of `session_key` started at or after `since`: such a run already covers
     /// whatever happened at `since` (an assignment that reconciliation saw before its event came).
     pub async fn has_run_since(&self, session_key: &str, since: OffsetDateTime) -> Result<bool, StateError> {
-        let since_ms = (since.unix_timestamp_nanos() / 1_000_000) as i64;
-        let found: Option<i64> =
-            sqlx::query_scalar("SELECT 1 FROM runs WHERE session_key = ? AND started_at_ms >= ? LIMIT 1")
-                .bind(session_key)
-                .bind(since_ms)
-                .fetch_optional(&self.pool)
-                .await?;
-        Ok(found.is_some())
+        on_store!(self, has_run_since(session_key, to_ms(since)))
     }
 }
 
-fn run_from_row(row: &SqliteRow) -> Result<RunRow, StateError> {
-    let status_text: String = row.try_get("status")?;
-    let status = RunStatus::parse(&status_text).ok_or_else(|| StateError::Corrupt {
+fn run_from_columns(row: RunColumns) -> Result<RunRow, StateError> {
+    let status = RunStatus::parse(&row.status).ok_or_else(|| StateError::Corrupt {
         field: "runs.status",
-        message: format!("unknown status {status_text:?}"),
+        message: format!("unknown status {:?}", row.status),
     })?;
-    let record: Option<String> = row.try_get("record")?;
-    let record = record
+    let record = row
+        .record
         .map(|text| serde_json::from_str(&text))
         .transpose()
         .map_err(|e| StateError::Corrupt { field: "runs.record", message: e.to_string() })?;
-    let finished_at: Option<i64> = row.try_get("finished_at_ms")?;
     Ok(RunRow {
-        id: row.try_get("id")?,
-        session_key: row.try_get("session_key")?,
-        trigger: row.try_get("trigger")?,
+        id: row.id,
+        session_key: row.session_key,
+        trigger: row.trigger,
         status,
-        turns: to_u32("runs.turns", row.try_get("turns")?)?,
-        tool_calls: to_u32("runs.tool_calls", row.try_get("tool_calls")?)?,
-        prompt_tokens: to_u64("runs.prompt_tokens", row.try_get("prompt_tokens")?)?,
-        completion_tokens: to_u64("runs.completion_tokens", row.try_get("completion_tokens")?)?,
-        model_duration_ms: to_u64("runs.model_duration_ms", row.try_get("model_duration_ms")?)?,
-        tool_duration_ms: to_u64("runs.tool_duration_ms", row.try_get("tool_duration_ms")?)?,
-        outcome: row.try_get("outcome")?,
-        error: row.try_get("error")?,
-        started_at: from_ms(row.try_get("started_at_ms")?)?,
-        finished_at: finished_at.map(from_ms).transpose()?,
+        turns: to_u32("runs.turns", row.turns)?,
+        tool_calls: to_u32("runs.tool_calls", row.tool_calls)?,
+        prompt_tokens: to_u64("runs.prompt_tokens", row.prompt_tokens)?,
+        completion_tokens: to_u64("runs.completion_tokens", row.completion_tokens)?,
+        model_duration_ms: to_u64("runs.model_duration_ms", row.model_duration_ms)?,
+        tool_duration_ms: to_u64("runs.tool_duration_ms", row.tool_duration_ms)?,
+        outcome: row.outcome,
+        error: row.error,
+        started_at: from_ms(row.started_at_ms)?,
+        finished_at: row.finished_at_ms.map(from_ms).transpose()?,
         record,
-        cost: row.try_get("cost")?,
+        cost: row.cost,
     })
 }
 

@@ -1,3 +1,11 @@
+//! The state's tests. Those about what the state keeps and gives back are written once, as
+//! `async fn name(place: Place)`, and run against both stores by `on_both_stores!` (as
+//! `on_sqlite::name` and `on_postgres::name`); each gets a fresh SQLite file or a fresh schema in
+//! the test PostgreSQL (`tests/support/postgres.rs`: what it needs, and how a test fails when it
+//! is down). Tests of one store's own mechanics (SQLite's log and file errors, PostgreSQL's
+//! agents side by side and its errors) follow, each for its store.
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
@@ -6,88 +14,102 @@ use time::macros::date;
 
 use super::*;
 
+#[path = "../../tests/support/postgres.rs"]
+mod test_postgres;
+use test_postgres::TestSchema;
+
+/// The agent the shared tests act as.
+const AGENT: &str = "picogent";
+
+/// Where one test's state lives, to open (and open again, as after a restart) as often as the
+/// test needs.
+#[derive(Clone)]
+enum Place {
+    Sqlite(Arc<tempfile::TempDir>),
+    Postgres(TestSchema),
+}
+
+impl Place {
+    async fn open(&self) -> State {
+        self.open_as(AGENT).await
+    }
+
+    /// The state of the agent `agent` here: in PostgreSQL another agent's rows in the same
+    /// tables; in SQLite a file of its own, as each agent has.
+    async fn open_as(&self, agent: &str) -> State {
+        match self {
+            Place::Sqlite(dir) => State::open(&dir.path().join(format!("{agent}.db"))).await.unwrap(),
+            Place::Postgres(schema) => State::open_postgres(&schema.url(), agent).await.unwrap(),
+        }
+    }
+}
+
+async fn on_sqlite<F, Fut>(test: F)
+where
+    F: FnOnce(Place) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    test(Place::Sqlite(Arc::new(tempfile::tempdir().unwrap()))).await
+}
+
+async fn on_postgres<F, Fut>(test: F)
+where
+    F: FnOnce(Place) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    test_postgres::with_schema(|schema| test(Place::Postgres(schema))).await
+}
+
+/// Runs each named `async fn(Place)` as two tests, one on each store.
+macro_rules! on_both_stores {
+    ($($test:ident),* $(,)?) => {
+        mod on_sqlite {
+            $( #[tokio::test] async fn $test() { super::on_sqlite(super::$test).await } )*
+        }
+        mod on_postgres {
+            $( #[tokio::test] async fn $test() { super::on_postgres(super::$test).await } )*
+        }
+    };
+}
+
+on_both_stores!(
+    record_event_drops_duplicates_by_id,
+    last_seq_is_the_highest_and_never_moves_back,
+    last_seq_survives_reopen_and_pruning,
+    concurrent_events_move_the_resume_point_to_the_highest,
+    claims_are_once_only_and_can_be_released,
+    concurrent_claims_have_exactly_one_winner,
+    claims_survive_reopen,
+    sessions_round_trip_and_replace_whole,
+    run_lifecycle_from_start_to_finish,
+    finishing_an_unknown_or_running_run_is_an_error,
+    unfinished_runs_are_found_after_reopen,
+    list_runs_is_newest_first_and_limited,
+    runs_started_in_the_same_millisecond_keep_their_order,
+    has_run_since_and_finished_runs_are_per_session,
+    spend_adds_up_per_day,
+    spend_and_run_costs_add_up,
+    concurrent_spend_from_two_handles_adds_up,
+    replies_are_counted_per_thread_within_the_hour,
+    a_claimed_run_starts_once_and_is_found_unfinished_after_a_crash,
+    concurrent_claimed_runs_start_exactly_one,
+    values_round_trip_and_persist,
+    sync_succeeds_and_keeps_everything,
+);
+
+fn sqlite_pool(state: &State) -> &sqlx::SqlitePool {
+    match &state.store {
+        Backend::Sqlite(store) => store.pool(),
+        Backend::Postgres(_) => panic!("not a SQLite state"),
+    }
+}
+
 async fn open_in(dir: &tempfile::TempDir) -> State {
     State::open(&dir.path().join("state.db")).await.unwrap()
 }
 
-#[tokio::test]
-async fn open_creates_the_file_in_wal_mode() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("fresh.db");
-    assert!(!path.exists());
-    let state = State::open(&path).await.unwrap();
-    assert!(path.exists());
-    let mode: String = sqlx::query_scalar("PRAGMA journal_mode").fetch_one(&state.pool).await.unwrap();
-    assert_eq!(mode, "wal");
-    assert_eq!(state.last_seq().await.unwrap(), 0);
-}
-
-#[tokio::test]
-async fn the_log_is_checkpointed_in_the_background_not_in_a_commit() {
-    let dir = tempfile::tempdir().unwrap();
-    let state = open_in(&dir).await;
-    let per_commit: i64 = sqlx::query_scalar("PRAGMA wal_autocheckpoint").fetch_one(&state.pool).await.unwrap();
-    assert_eq!(per_commit, 0, "no commit checkpoints");
-    let database = dir.path().join("state.db");
-    let size = || std::fs::metadata(&database).unwrap().len();
-    // Give the first background checkpoint (of the migrations) time to pass, then write.
-    tokio::time::sleep(crate::sqlite::CHECKPOINT_EVERY * 2).await;
-    let before = size();
-    let big = json!([{"role": "user", "content": "x".repeat(200_000)}]);
-    state.save_session("task:t1", &big).await.unwrap();
-    assert_eq!(size(), before, "the commit went to the log only");
-    let deadline = std::time::Instant::now() + crate::sqlite::CHECKPOINT_EVERY * 5;
-    while size() == before {
-        assert!(std::time::Instant::now() < deadline, "no background checkpoint copied the log into the file");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    state.close().await;
-}
-
-#[tokio::test]
-async fn commits_are_normal_and_sync_flushes_the_log() {
-    let dir = tempfile::tempdir().unwrap();
-    let state = open_in(&dir).await;
-    // 1 = NORMAL: no flush per commit; `sync` is the flush.
-    let synchronous: i64 = sqlx::query_scalar("PRAGMA synchronous").fetch_one(&state.pool).await.unwrap();
-    assert_eq!(synchronous, 1);
-    assert!(state.record_event("ev-1", 1, "task.assigned").await.unwrap());
-    assert!(dir.path().join("state.db-wal").exists(), "the commit went to the write-ahead log");
-    state.sync().await.unwrap();
-    state.sync().await.unwrap();
-    // With the log checkpointed away there is nothing to flush, and that is not an error.
-    state.close().await;
-    let _ = std::fs::remove_file(dir.path().join("state.db-wal"));
-    let state = open_in(&dir).await;
-    state.sync().await.unwrap();
-    assert!(state.is_event_processed("ev-1").await.unwrap());
-}
-
-#[tokio::test]
-async fn open_in_a_missing_folder_names_the_path_and_the_fix() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("no-such-folder").join("state.db");
-    let error = State::open(&path).await.unwrap_err();
-    assert!(matches!(error, StateError::Open { .. }), "{error:?}");
-    let message = error.to_string();
-    assert!(message.contains(&path.display().to_string()), "{message}");
-    assert!(message.contains("state.path"), "{message}");
-}
-
-#[tokio::test]
-async fn a_file_that_is_not_a_database_is_a_clear_error() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("notes.db");
-    std::fs::write(&path, "this is a text file, not SQLite, and it is long enough to have a header").unwrap();
-    let message = State::open(&path).await.unwrap_err().to_string();
-    assert!(message.contains(&path.display().to_string()), "{message}");
-    assert!(message.contains("not an SQLite database"), "{message}");
-}
-
-#[tokio::test]
-async fn record_event_drops_duplicates_by_id() {
-    let dir = tempfile::tempdir().unwrap();
-    let state = open_in(&dir).await;
+async fn record_event_drops_duplicates_by_id(place: Place) {
+    let state = place.open().await;
     assert!(state.record_event("ev-1", 1, "task.assigned").await.unwrap());
     assert!(!state.record_event("ev-1", 1, "task.assigned").await.unwrap());
     assert!(state.record_event("ev-2", 2, "message.new").await.unwrap());
@@ -95,10 +117,8 @@ async fn record_event_drops_duplicates_by_id() {
     assert!(!state.is_event_processed("ev-3").await.unwrap());
 }
 
-#[tokio::test]
-async fn last_seq_is_the_highest_and_never_moves_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let state = open_in(&dir).await;
+async fn last_seq_is_the_highest_and_never_moves_back(place: Place) {
+    let state = place.open().await;
     state.record_event("a", 5, "task.assigned").await.unwrap();
     state.record_event("b", 3, "task.assigned").await.unwrap();
     assert_eq!(state.last_seq().await.unwrap(), 5);
@@ -106,15 +126,13 @@ async fn last_seq_is_the_highest_and_never_moves_back() {
     assert_eq!(state.last_seq().await.unwrap(), 9);
 }
 
-#[tokio::test]
-async fn last_seq_survives_reopen_and_pruning() {
-    let dir = tempfile::tempdir().unwrap();
-    let state = open_in(&dir).await;
+async fn last_seq_survives_reopen_and_pruning(place: Place) {
+    let state = place.open().await;
     state.record_event("a", 41, "task.assigned").await.unwrap();
     state.record_event("b", 42, "message.new").await.unwrap();
     state.close().await;
 
-    let state = open_in(&dir).await;
+    let state = place.open().await;
     assert_eq!(state.last_seq().await.unwrap(), 42);
     assert!(!state.record_event("b", 42, "message.new").await.unwrap(), "a replay after restart is a duplicate");
     let pruned = state.prune_events(OffsetDateTime::now_utc() + time::Duration::MINUTE).await.unwrap();
@@ -122,10 +140,8 @@ async fn last_seq_survives_reopen_and_pruning() {
     assert_eq!(state.last_seq().await.unwrap(), 42);
 }
 
-#[tokio::test]
-async fn claims_are_once_only_and_can_be_released() {
-    let dir = tempfile::tempdir().unwrap();
-    let state = open_in(&dir).await;
+async fn claims_are_once_only_and_can_be_released(place: Place) {
+    let state = place.open().await;
     assert!(state.claim(ClaimKind::Message, "TE-3").await.unwrap());
     assert!(!state.claim(ClaimKind::Message, "TE-3").await.unwrap());
     assert!(state.claim(ClaimKind::RunNotice, "TE-3").await.unwrap(), "kinds are separate");
@@ -135,10 +151,8 @@ async fn claims_are_once_only_and_can_be_released() {
     assert!(state.claim(ClaimKind::Message, "TE-3").await.unwrap());
 }
 
-#[tokio::test]
-async fn concurrent_claims_have_exactly_one_winner() {
-    let dir = tempfile::tempdir().unwrap();
-    let state = open_in(&dir).await;
+async fn concurrent_claims_have_exactly_one_winner(place: Place) {
+    let state = place.open().await;
     let attempts: Vec<_> = (0..8)
         .map(|_| {
             let state = state.clone();
@@ -152,20 +166,16 @@ async fn concurrent_claims_have_exactly_one_winner() {
     assert_eq!(winners, 1);
 }
 
-#[tokio::test]
-async fn claims_survive_reopen() {
-    let dir = tempfile::tempdir().unwrap();
-    let state = open_in(&dir).await;
+async fn claims_survive_reopen(place: Place) {
+    let state = place.open().await;
     state.claim(ClaimKind::RunNotice, "run-7").await.unwrap();
     state.close().await;
-    let state = open_in(&dir).await;
+    let state = place.open().await;
     assert!(!state.claim(ClaimKind::RunNotice, "run-7").await.unwrap());
 }
 
-#[tokio::test]
-async fn sessions_round_trip_and_replace_whole() {
-    let dir = tempfile::tempdir().unwrap();
-    let state = open_in(&dir).await;
+async fn sessions_round_trip_and_replace_whole(place: Place) {
+    let state = place.open().await;
     let key = crate::session::SessionKey::Task("task-1".into()).as_string();
     assert_eq!(key, "task:task-1");
     assert!(state.load_session(&key).await.unwrap().is_none());
@@ -179,12 +189,13 @@ async fn sessions_round_trip_and_replace_whole() {
     let second = json!([
         {"role": "user", "content": "do TE-3"},
         {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "name": "get_task", "arguments": "{}"}]},
-        {"role": "tool", "tool_call_id": "c1", "content": "ünïcode ✓"}
+        {"role": "tool", "tool_call_id": "c1", "content": "ünïcode ✓, a NUL \u{0} and quotes '\" kept"},
+        {"role": "user", "content": "x".repeat(300_000)}
     ]);
     state.save_session(&key, &second).await.unwrap();
     state.close().await;
 
-    let state = open_in(&dir).await;
+    let state = place.open().await;
     let loaded = state.load_session(&key).await.unwrap().unwrap();
     assert_eq!(loaded.messages, second);
     assert!(loaded.updated_at <= OffsetDateTime::now_utc());
@@ -192,10 +203,8 @@ async fn sessions_round_trip_and_replace_whole() {
     assert!(state.load_session(&key).await.unwrap().is_none());
 }
 
-#[tokio::test]
-async fn run_lifecycle_from_start_to_finish() {
-    let dir = tempfile::tempdir().unwrap();
-    let state = open_in(&dir).await;
+async fn run_lifecycle_from_start_to_finish(place: Place) {
+    let state = place.open().await;
     let run_id = state.start_run("task:t1", "task.assigned TE-3").await.unwrap();
     let running = state.get_run(&run_id).await.unwrap().unwrap();
     assert_eq!(running.status, RunStatus::Running);
@@ -233,10 +242,8 @@ async fn run_lifecycle_from_start_to_finish() {
     assert!(serialized["started_at"].as_str().unwrap().ends_with('Z'), "{serialized}");
 }
 
-#[tokio::test]
-async fn finishing_an_unknown_or_running_run_is_an_error() {
-    let dir = tempfile::tempdir().unwrap();
-    let state = open_in(&dir).await;
+async fn finishing_an_unknown_or_running_run_is_an_error(place: Place) {
+    let state = place.open().await;
     let error = state.finish_run("nope", &FinishRun::new(RunStatus::Failed)).await.unwrap_err();
     assert!(matches!(error, StateError::UnknownRun { .. }), "{error:?}");
     let run_id = state.start_run("task:t1", "manual").await.unwrap();
@@ -244,17 +251,15 @@ async fn finishing_an_unknown_or_running_run_is_an_error() {
     assert!(matches!(state.save_run_record("nope", &json!({})).await.unwrap_err(), StateError::UnknownRun { .. }));
 }
 
-#[tokio::test]
-async fn unfinished_runs_are_found_after_reopen() {
-    let dir = tempfile::tempdir().unwrap();
-    let state = open_in(&dir).await;
+async fn unfinished_runs_are_found_after_reopen(place: Place) {
+    let state = place.open().await;
     let cut_short = state.start_run("thread:m1", "message.new m1").await.unwrap();
     let finished = state.start_run("task:t2", "task.assigned TE-4").await.unwrap();
     state.finish_run(&finished, &FinishRun::new(RunStatus::Failed)).await.unwrap();
     state.save_run_record(&cut_short, &json!({"turn": 2})).await.unwrap();
     state.close().await;
 
-    let state = open_in(&dir).await;
+    let state = place.open().await;
     let unfinished = state.unfinished_runs().await.unwrap();
     assert_eq!(unfinished.len(), 1);
     assert_eq!(unfinished[0].id, cut_short);
@@ -267,10 +272,8 @@ async fn unfinished_runs_are_found_after_reopen() {
     assert!(!state.has_finished_run_for("thread:m1").await.unwrap(), "an interrupted run is not finished work");
 }
 
-#[tokio::test]
-async fn list_runs_is_newest_first_and_limited() {
-    let dir = tempfile::tempdir().unwrap();
-    let state = open_in(&dir).await;
+async fn list_runs_is_newest_first_and_limited(place: Place) {
+    let state = place.open().await;
     let mut ids = Vec::new();
     for n in 0..4 {
         ids.push(state.start_run(&format!("task:t{n}"), "manual").await.unwrap());
@@ -280,10 +283,8 @@ async fn list_runs_is_newest_first_and_limited() {
     assert_eq!(listed, expected);
 }
 
-#[tokio::test]
-async fn spend_adds_up_per_day() {
-    let dir = tempfile::tempdir().unwrap();
-    let state = open_in(&dir).await;
+async fn spend_adds_up_per_day(place: Place) {
+    let state = place.open().await;
     assert_eq!(state.add_tokens(date!(2026 - 11 - 29), 700).await.unwrap(), 700);
     assert_eq!(state.add_tokens(date!(2026 - 11 - 30), 100).await.unwrap(), 100);
     assert_eq!(state.add_tokens(date!(2026 - 11 - 30), 250).await.unwrap(), 350);
@@ -296,10 +297,8 @@ async fn spend_adds_up_per_day() {
     assert_eq!(state.tokens_today().await.unwrap(), before + 42);
 }
 
-#[tokio::test]
-async fn replies_are_counted_per_thread_within_the_hour() {
-    let dir = tempfile::tempdir().unwrap();
-    let state = open_in(&dir).await;
+async fn replies_are_counted_per_thread_within_the_hour(place: Place) {
+    let state = place.open().await;
     let now = OffsetDateTime::now_utc();
     state.record_reply("thread:m1", now - time::Duration::minutes(90)).await.unwrap();
     state.record_reply("thread:m1", now - time::Duration::minutes(30)).await.unwrap();
@@ -311,10 +310,8 @@ async fn replies_are_counted_per_thread_within_the_hour() {
     assert_eq!(state.replies_since("thread:m1", now - time::Duration::HOUR * 2).await.unwrap(), 3);
 }
 
-#[tokio::test]
-async fn a_claimed_run_starts_once_and_is_found_unfinished_after_a_crash() {
-    let dir = tempfile::tempdir().unwrap();
-    let state = open_in(&dir).await;
+async fn a_claimed_run_starts_once_and_is_found_unfinished_after_a_crash(place: Place) {
+    let state = place.open().await;
     let session = crate::session::SessionKey::Task("t3".into()).as_string();
     let run_id = state
         .start_claimed_run(ClaimKind::Message, "t3", &session, "task.assigned TE-3")
@@ -326,10 +323,340 @@ async fn a_claimed_run_starts_once_and_is_found_unfinished_after_a_crash() {
     assert!(!state.claim(ClaimKind::Message, "t3").await.unwrap());
     state.close().await;
 
-    let state = open_in(&dir).await;
+    let state = place.open().await;
     let unfinished = state.unfinished_runs().await.unwrap();
     assert_eq!(unfinished.len(), 1);
     assert_eq!(unfinished[0].id, run_id);
     assert_eq!(unfinished[0].trigger, "task.assigned TE-3");
     assert_eq!(state.list_runs(10).await.unwrap().len(), 1, "the refused claim wrote no run");
+}
+
+async fn concurrent_events_move_the_resume_point_to_the_highest(place: Place) {
+    let state = place.open().await;
+    let recorded: Vec<_> = (1..=40u64)
+        .map(|seq| {
+            let state = state.clone();
+            tokio::spawn(async move { state.record_event(&format!("ev-{seq}"), seq, "message.new").await.unwrap() })
+        })
+        .collect();
+    for new in recorded {
+        assert!(new.await.unwrap());
+    }
+    assert_eq!(state.last_seq().await.unwrap(), 40);
+    assert!(!state.record_event("ev-7", 7, "message.new").await.unwrap());
+    assert_eq!(state.last_seq().await.unwrap(), 40, "a duplicate moves nothing");
+}
+
+async fn runs_started_in_the_same_millisecond_keep_their_order(place: Place) {
+    let state = place.open().await;
+    let mut ids = Vec::new();
+    for n in 0..5 {
+        ids.push(state.start_run(&format!("task:t{n}"), "manual").await.unwrap());
+    }
+    let unfinished: Vec<String> = state.unfinished_runs().await.unwrap().into_iter().map(|run| run.id).collect();
+    assert_eq!(unfinished, ids, "oldest first, in the order they were started");
+    let listed: Vec<String> = state.list_runs(10).await.unwrap().into_iter().map(|run| run.id).collect();
+    assert_eq!(listed, ids.iter().rev().cloned().collect::<Vec<_>>(), "newest first");
+}
+
+async fn has_run_since_and_finished_runs_are_per_session(place: Place) {
+    let state = place.open().await;
+    let before = OffsetDateTime::now_utc() - time::Duration::SECOND;
+    let run_id = state.start_run("task:t1", "task.assigned TE-1").await.unwrap();
+    assert!(state.has_run_since("task:t1", before).await.unwrap());
+    assert!(!state.has_run_since("task:t1", OffsetDateTime::now_utc() + time::Duration::MINUTE).await.unwrap());
+    assert!(!state.has_run_since("task:t2", before).await.unwrap(), "another session");
+    state.finish_run(&run_id, &FinishRun::new(RunStatus::Stopped)).await.unwrap();
+    assert!(state.has_finished_run_for("task:t1").await.unwrap());
+    assert!(!state.has_finished_run_for("task:t2").await.unwrap());
+}
+
+async fn spend_and_run_costs_add_up(place: Place) {
+    let state = place.open().await;
+    let day = date!(2026 - 12 - 02);
+    let first = state.add_spend(day, Spend { tokens: 1_000, cost: 0.25 }).await.unwrap();
+    assert_eq!(first, Spend { tokens: 1_000, cost: 0.25 });
+    let total = state.add_spend(day, Spend { tokens: 500, cost: 0.5 }).await.unwrap();
+    assert_eq!(total, Spend { tokens: 1_500, cost: 0.75 });
+    state.close().await;
+    let state = place.open().await;
+    assert_eq!(state.spend_on(day).await.unwrap(), Spend { tokens: 1_500, cost: 0.75 }, "read back after a restart");
+
+    let run_id = state.start_run("task:t1", "manual").await.unwrap();
+    assert_eq!(state.get_run(&run_id).await.unwrap().unwrap().cost, None);
+    state.finish_run(&run_id, &FinishRun { cost: Some(0.125), ..FinishRun::new(RunStatus::Completed) }).await.unwrap();
+    assert_eq!(state.get_run(&run_id).await.unwrap().unwrap().cost, Some(0.125));
+}
+
+async fn concurrent_spend_from_two_handles_adds_up(place: Place) {
+    // Two handles on one agent's state: each add is one statement, so none is lost.
+    let (first, second) = (place.open().await, place.open().await);
+    let day = date!(2026 - 12 - 03);
+    let adds: Vec<_> = (0..20)
+        .flat_map(|_| [first.clone(), second.clone()])
+        .map(|state| tokio::spawn(async move { state.add_tokens(day, 10).await.unwrap() }))
+        .collect();
+    let mut totals = Vec::new();
+    for add in adds {
+        totals.push(add.await.unwrap());
+    }
+    totals.sort_unstable();
+    assert_eq!(totals, (1..=40).map(|n| n * 10).collect::<Vec<u64>>(), "every add saw the ones before it");
+    assert_eq!(place.open().await.tokens_on(day).await.unwrap(), 400);
+}
+
+async fn concurrent_claimed_runs_start_exactly_one(place: Place) {
+    let state = place.open().await;
+    let attempts: Vec<_> = (0..8)
+        .map(|n| {
+            let state = state.clone();
+            tokio::spawn(async move {
+                state.start_claimed_run(ClaimKind::Message, "m-1", "thread:m-1", &format!("try {n}")).await.unwrap()
+            })
+        })
+        .collect();
+    let mut started = Vec::new();
+    for attempt in attempts {
+        started.extend(attempt.await.unwrap());
+    }
+    assert_eq!(started.len(), 1, "{started:?}");
+    let runs = state.list_runs(10).await.unwrap();
+    assert_eq!(runs.len(), 1, "the refused claims wrote no run");
+    assert_eq!(runs[0].id, started[0]);
+}
+
+async fn values_round_trip_and_persist(place: Place) {
+    let state = place.open().await;
+    assert_eq!(state.get_value("cursor").await.unwrap(), None);
+    state.set_value("cursor", "m1").await.unwrap();
+    state.set_value("cursor", "m2").await.unwrap();
+    state.close().await;
+    let state = place.open().await;
+    assert_eq!(state.get_value("cursor").await.unwrap().as_deref(), Some("m2"));
+}
+
+async fn sync_succeeds_and_keeps_everything(place: Place) {
+    let state = place.open().await;
+    state.sync().await.unwrap();
+    assert!(state.record_event("ev-1", 1, "task.assigned").await.unwrap());
+    state.sync().await.unwrap();
+    state.sync().await.unwrap();
+    state.close().await;
+    assert!(place.open().await.is_event_processed("ev-1").await.unwrap());
+}
+
+// ---- SQLite only: the file, its log, its errors ----
+
+#[tokio::test]
+async fn open_creates_the_file_in_wal_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fresh.db");
+    assert!(!path.exists());
+    let state = State::open(&path).await.unwrap();
+    assert!(path.exists());
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode").fetch_one(sqlite_pool(&state)).await.unwrap();
+    assert_eq!(mode, "wal");
+    assert_eq!(state.last_seq().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn the_log_is_checkpointed_in_the_background_not_in_a_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = open_in(&dir).await;
+    let per_commit: i64 = sqlx::query_scalar("PRAGMA wal_autocheckpoint").fetch_one(sqlite_pool(&state)).await.unwrap();
+    assert_eq!(per_commit, 0, "no commit checkpoints");
+    let database = dir.path().join("state.db");
+    let size = || std::fs::metadata(&database).unwrap().len();
+    // Give the first background checkpoint (of the migrations) time to pass, then write.
+    tokio::time::sleep(crate::sqlite::CHECKPOINT_EVERY * 2).await;
+    let before = size();
+    let big = json!([{"role": "user", "content": "x".repeat(200_000)}]);
+    state.save_session("task:t1", &big).await.unwrap();
+    assert_eq!(size(), before, "the commit went to the log only");
+    let deadline = std::time::Instant::now() + crate::sqlite::CHECKPOINT_EVERY * 5;
+    while size() == before {
+        assert!(std::time::Instant::now() < deadline, "no background checkpoint copied the log into the file");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    state.close().await;
+}
+
+#[tokio::test]
+async fn commits_are_normal_and_sync_flushes_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = open_in(&dir).await;
+    // 1 = NORMAL: no flush per commit; `sync` is the flush.
+    let synchronous: i64 = sqlx::query_scalar("PRAGMA synchronous").fetch_one(sqlite_pool(&state)).await.unwrap();
+    assert_eq!(synchronous, 1);
+    assert!(state.record_event("ev-1", 1, "task.assigned").await.unwrap());
+    assert!(dir.path().join("state.db-wal").exists(), "the commit went to the write-ahead log");
+    state.sync().await.unwrap();
+    state.sync().await.unwrap();
+    // With the log checkpointed away there is nothing to flush, and that is not an error.
+    state.close().await;
+    let _ = std::fs::remove_file(dir.path().join("state.db-wal"));
+    let state = open_in(&dir).await;
+    state.sync().await.unwrap();
+    assert!(state.is_event_processed("ev-1").await.unwrap());
+}
+
+#[tokio::test]
+async fn open_in_a_missing_folder_names_the_path_and_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("no-such-folder").join("state.db");
+    let error = State::open(&path).await.unwrap_err();
+    assert!(matches!(error, StateError::Open { .. }), "{error:?}");
+    let message = error.to_string();
+    assert!(message.contains(&path.display().to_string()), "{message}");
+    assert!(message.contains("state.path"), "{message}");
+}
+
+#[tokio::test]
+async fn a_file_that_is_not_a_database_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notes.db");
+    std::fs::write(&path, "this is a text file, not SQLite, and it is long enough to have a header").unwrap();
+    let message = State::open(&path).await.unwrap_err().to_string();
+    assert!(message.contains(&path.display().to_string()), "{message}");
+    assert!(message.contains("not an SQLite database"), "{message}");
+}
+
+// ---- PostgreSQL only: agents side by side, the schema, its errors ----
+
+fn postgres_store(state: &State) -> &postgres::PostgresStore {
+    match &state.store {
+        Backend::Postgres(store) => store,
+        Backend::Sqlite(_) => panic!("not a PostgreSQL state"),
+    }
+}
+
+#[tokio::test]
+async fn agents_in_one_postgres_database_see_only_their_own_rows() {
+    test_postgres::with_schema(|schema| async move {
+        let place = Place::Postgres(schema);
+        let (mine, theirs) = (place.open_as("picogent").await, place.open_as("otherbot").await);
+        let day = date!(2026 - 12 - 04);
+        assert!(mine.record_event("ev-1", 7, "task.assigned").await.unwrap());
+        assert!(theirs.record_event("ev-1", 3, "task.assigned").await.unwrap(), "the same event id, another agent");
+        assert_eq!((mine.last_seq().await.unwrap(), theirs.last_seq().await.unwrap()), (7, 3));
+        assert!(mine.claim(ClaimKind::Message, "m-1").await.unwrap());
+        assert!(theirs.claim(ClaimKind::Message, "m-1").await.unwrap(), "a claim is the claiming agent's");
+        mine.save_session("task:t1", &json!(["mine"])).await.unwrap();
+        assert!(theirs.load_session("task:t1").await.unwrap().is_none());
+        let run_id = mine.start_run("task:t1", "manual").await.unwrap();
+        assert!(theirs.get_run(&run_id).await.unwrap().is_none());
+        assert!(theirs.list_runs(10).await.unwrap().is_empty());
+        assert!(theirs.unfinished_runs().await.unwrap().is_empty());
+        assert!(!theirs.has_run_since("task:t1", OffsetDateTime::UNIX_EPOCH).await.unwrap());
+        assert!(!theirs.mark_interrupted(&run_id, "not theirs").await.unwrap(), "nor can it close it");
+        assert!(matches!(
+            theirs.finish_run(&run_id, &FinishRun::new(RunStatus::Failed)).await.unwrap_err(),
+            StateError::UnknownRun { .. }
+        ));
+        mine.add_tokens(day, 100).await.unwrap();
+        assert_eq!(theirs.tokens_on(day).await.unwrap(), 0);
+        mine.record_reply("thread:m1", OffsetDateTime::now_utc()).await.unwrap();
+        assert_eq!(theirs.replies_in_last_hour("thread:m1").await.unwrap(), 0);
+        mine.set_value("cursor", "m9").await.unwrap();
+        assert_eq!(theirs.get_value("cursor").await.unwrap(), None);
+        assert_eq!(mine.prune_events(OffsetDateTime::now_utc() + time::Duration::MINUTE).await.unwrap(), 1);
+        assert!(theirs.is_event_processed("ev-1").await.unwrap(), "pruning is per agent too");
+
+        // Reopened under the same identity, everything is there again.
+        mine.close().await;
+        let mine = place.open_as("picogent").await;
+        assert_eq!(mine.last_seq().await.unwrap(), 7);
+        assert!(!mine.claim(ClaimKind::Message, "m-1").await.unwrap());
+        assert_eq!(mine.load_session("task:t1").await.unwrap().unwrap().messages, json!(["mine"]));
+        assert_eq!(mine.unfinished_runs().await.unwrap().len(), 1);
+        assert_eq!(mine.tokens_on(day).await.unwrap(), 100);
+        assert_eq!(mine.get_value("cursor").await.unwrap().as_deref(), Some("m9"));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn postgres_commits_are_synchronous_so_sync_has_nothing_to_flush() {
+    test_postgres::with_schema(|schema| async move {
+        let state = State::open_postgres(&schema.url(), AGENT).await.unwrap();
+        assert_eq!(state.path(), None);
+        let pool = postgres_store(&state).pool();
+        let setting: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(pool).await.unwrap();
+        assert_eq!(setting, "on");
+        let schema_in_use: String = sqlx::query_scalar("SELECT current_schema()::text").fetch_one(pool).await.unwrap();
+        assert_eq!(schema_in_use, schema.name, "the URL's search_path is honoured");
+    })
+    .await;
+}
+
+/// Every table and column the SQLite store keeps exists in PostgreSQL, which adds the agent's
+/// identity (and an insertion order for runs, SQLite's rowid): a migration added to one store
+/// and not the other fails here.
+#[tokio::test]
+async fn both_stores_keep_the_same_tables_and_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = open_in(&dir).await;
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT m.name, c.name FROM sqlite_master m, pragma_table_info(m.name) c \
+         WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%' AND m.name != '_sqlx_migrations'",
+    )
+    .fetch_all(sqlite_pool(&sqlite))
+    .await
+    .unwrap();
+    // The one column SQLite needs that PostgreSQL keys by agent instead.
+    let mut expected: Vec<(String, String)> =
+        rows.into_iter().filter(|(table, column)| !(table == "stream_position" && column == "singleton")).collect();
+    let tables: std::collections::BTreeSet<String> = expected.iter().map(|(table, _)| table.clone()).collect();
+    for table in &tables {
+        expected.push((table.clone(), "agent".to_string()));
+    }
+    expected.push(("runs".to_string(), "row_order".to_string()));
+    expected.sort();
+    test_postgres::with_schema(move |schema| async move {
+        let state = State::open_postgres(&schema.url(), AGENT).await.unwrap();
+        let mut found: Vec<(String, String)> = sqlx::query_as(
+            "SELECT table_name::text, column_name::text FROM information_schema.columns \
+             WHERE table_schema = current_schema() AND table_name != '_sqlx_migrations'",
+        )
+        .fetch_all(postgres_store(&state).pool())
+        .await
+        .unwrap();
+        found.sort();
+        assert_eq!(found, expected);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_postgres_that_does_not_answer_is_a_clear_error_without_the_password() {
+    // A port nothing listens on: the connection is refused at once.
+    let unused = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = unused.local_addr().unwrap().port();
+    drop(unused);
+    let url = format!("postgres://picogent:sekret@127.0.0.1:{port}/agents");
+    let started = std::time::Instant::now();
+    let error = State::open_postgres(&url, AGENT).await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(5), "said at once, not after the pool's retries");
+    assert!(matches!(error, StateError::PostgresConnect { .. }), "{error:?}");
+    let message = error.to_string();
+    assert!(message.contains(&format!("postgres://picogent@127.0.0.1:{port}/agents")), "names where: {message}");
+    assert!(message.contains("state.url") && message.contains("PGPASSWORD"), "says what to do: {message}");
+    assert!(!message.contains("sekret"), "never the password: {message}");
+}
+
+#[tokio::test]
+async fn a_url_postgres_cannot_read_is_a_clear_error() {
+    let error = State::open_postgres("postgres://picogent@127.0.0.1:notaport/agents", AGENT).await.unwrap_err();
+    assert!(matches!(error, StateError::PostgresUrl { .. }), "{error:?}");
+    assert!(error.to_string().contains("state.url"), "{error}");
+    for (url, expected) in [
+        ("postgres://picogent:sekret@127.0.0.1/agents", "PGPASSWORD"),
+        ("postgres://picogent@127.0.0.1/agents?password=sekret", "PGPASSWORD"),
+        ("postgres://picogent@127.0.0.1:notaport/agents", "postgres://"),
+    ] {
+        let message = check_postgres_url(url).unwrap_err();
+        assert!(message.contains(expected), "{url}: {message}");
+        assert!(!message.contains("sekret"), "{url}: {message}");
+    }
+    check_postgres_url("postgres://picogent@db.internal:5433/agents?sslmode=disable").unwrap();
 }

@@ -1,0 +1,437 @@
+//! The state in a PostgreSQL database (`state.url = "postgres://…"`): the tables of SQLite, each
+//! row keyed by the agent's identity (its slug, the `agent` column), so one database holds
+//! several agents and every query names the one it is for. Schema:
+//! `migrations/state-postgres/` (the migrator's own table, `_sqlx_migrations`, lives in the same
+//! schema; `?options=-c search_path=…` in the URL picks another schema).
+//!
+//! Durability: every connection runs with `synchronous_commit = on`, so a commit has reached the
+//! server's disk when it returns and `sync` has nothing left to do. There is no file lock here:
+//! several processes may open one database (replicas of one agent are a later step).
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::Connection;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+
+use super::StateError;
+use super::store::{NewRun, RunColumns, RunEnd, Store, run_columns};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/state-postgres");
+
+/// How long the first connection may take before the database counts as not answering.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The PostgreSQL store: a pool on the database, and whose rows it reads and writes.
+#[derive(Clone, Debug)]
+pub(super) struct PostgresStore {
+    pool: PgPool,
+    /// The agent's identity, the `agent` column of every row this store touches.
+    agent: String,
+}
+
+/// Checks `state.url` as the configuration gives it: a URL PostgreSQL's client takes, with no
+/// password in it (secrets are never in agent.json: the password comes from `PGPASSWORD` or
+/// `~/.pgpass`). The message says what is wrong and what to do.
+pub fn check_url(url: &str) -> Result<(), String> {
+    let parsed = reqwest::Url::parse(url).map_err(|error| format!("is not a postgres:// URL ({error})"))?;
+    if parsed.password().is_some() || parsed.query_pairs().any(|(key, _)| key == "password") {
+        return Err("holds a password, and secrets never go in agent.json: remove it from the URL and give it in \
+             the environment variable PGPASSWORD (or in ~/.pgpass)"
+            .to_string());
+    }
+    PgConnectOptions::from_str(url).map_err(|error| format!("is not a URL PostgreSQL's client takes: {error}"))?;
+    Ok(())
+}
+
+/// `url` as it may be shown: user, host, port and database, never a password.
+fn shown(options: &PgConnectOptions) -> String {
+    format!(
+        "postgres://{}@{}:{}/{}",
+        options.get_username(),
+        options.get_host(),
+        options.get_port(),
+        options.get_database().unwrap_or_default()
+    )
+}
+
+impl PostgresStore {
+    /// Connects to the database at `url` for the agent `agent`, and brings its schema up to date.
+    pub(super) async fn open(url: &str, agent: &str) -> Result<PostgresStore, StateError> {
+        let options = PgConnectOptions::from_str(url)
+            .map_err(|cause| StateError::PostgresUrl { cause })?
+            .options([("synchronous_commit", "on")]);
+        let url = shown(&options);
+        let connect_error = |cause: sqlx::Error| StateError::PostgresConnect { url: url.clone(), cause };
+        // One connection first, so a database that is down or refuses us is said at once and in
+        // its own words; the pool would retry a refused connection until its timeout and then
+        // report only that it timed out.
+        let first = tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&options))
+            .await
+            .map_err(|_| {
+                connect_error(sqlx::Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()),
+                )))
+            })?
+            .map_err(connect_error)?;
+        let _ = first.close().await;
+        let pool = PgPoolOptions::new().max_connections(4).connect_with(options).await.map_err(connect_error)?;
+        if let Err(cause) = MIGRATOR.run(&pool).await {
+            pool.close().await;
+            return Err(StateError::PostgresMigrate { url, cause });
+        }
+        Ok(PostgresStore { pool, agent: agent.to_string() })
+    }
+
+    #[cfg(test)]
+    pub(super) fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+const INSERT_RUN: &str = "INSERT INTO runs (agent, id, session_key, trigger, status, started_at_ms) \
+     VALUES ($1, $2, $3, $4, 'running', $5)";
+const INSERT_CLAIM: &str =
+    "INSERT INTO claims (agent, kind, key, claimed_at_ms) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING";
+
+impl Store for PostgresStore {
+    async fn record_event(&self, id: &str, seq: i64, name: &str, at_ms: i64) -> Result<bool, StateError> {
+        // One statement, so one transaction: the resume point moves with the insert, and only
+        // when the event is new (a duplicate's seq is behind it already).
+        let inserted: i64 = sqlx::query_scalar(
+            "WITH inserted AS ( \
+                 INSERT INTO processed_events (agent, id, seq, name, processed_at_ms) VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT DO NOTHING RETURNING seq \
+             ), advanced AS ( \
+                 INSERT INTO stream_position (agent, last_seq) SELECT $1, seq FROM inserted \
+                 ON CONFLICT (agent) DO UPDATE SET last_seq = GREATEST(stream_position.last_seq, excluded.last_seq) \
+             ) \
+             SELECT COUNT(*) FROM inserted",
+        )
+        .bind(&self.agent)
+        .bind(id)
+        .bind(seq)
+        .bind(name)
+        .bind(at_ms)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(inserted == 1)
+    }
+
+    async fn is_event_processed(&self, id: &str) -> Result<bool, StateError> {
+        Ok(sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM processed_events WHERE agent = $1 AND id = $2)")
+            .bind(&self.agent)
+            .bind(id)
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
+    async fn last_seq(&self) -> Result<i64, StateError> {
+        let seq: Option<i64> = sqlx::query_scalar("SELECT last_seq FROM stream_position WHERE agent = $1")
+            .bind(&self.agent)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(seq.unwrap_or(0))
+    }
+
+    async fn prune_events(&self, before_ms: i64) -> Result<u64, StateError> {
+        let deleted = sqlx::query("DELETE FROM processed_events WHERE agent = $1 AND processed_at_ms < $2")
+            .bind(&self.agent)
+            .bind(before_ms)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(deleted)
+    }
+
+    async fn claim(&self, kind: &str, key: &str, at_ms: i64) -> Result<bool, StateError> {
+        let inserted = sqlx::query(INSERT_CLAIM)
+            .bind(&self.agent)
+            .bind(kind)
+            .bind(key)
+            .bind(at_ms)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(inserted == 1)
+    }
+
+    async fn is_claimed(&self, kind: &str, key: &str) -> Result<bool, StateError> {
+        Ok(sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM claims WHERE agent = $1 AND kind = $2 AND key = $3)")
+            .bind(&self.agent)
+            .bind(kind)
+            .bind(key)
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
+    async fn release(&self, kind: &str, key: &str) -> Result<bool, StateError> {
+        let deleted = sqlx::query("DELETE FROM claims WHERE agent = $1 AND kind = $2 AND key = $3")
+            .bind(&self.agent)
+            .bind(kind)
+            .bind(key)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(deleted == 1)
+    }
+
+    async fn load_session(&self, key: &str) -> Result<Option<(String, i64)>, StateError> {
+        Ok(sqlx::query_as("SELECT messages, updated_at_ms FROM sessions WHERE agent = $1 AND key = $2")
+            .bind(&self.agent)
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    async fn save_session(&self, key: &str, messages: &str, at_ms: i64) -> Result<(), StateError> {
+        sqlx::query(
+            "INSERT INTO sessions (agent, key, messages, updated_at_ms) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (agent, key) DO UPDATE SET messages = excluded.messages, updated_at_ms = excluded.updated_at_ms",
+        )
+        .bind(&self.agent)
+        .bind(key)
+        .bind(messages)
+        .bind(at_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn delete_session(&self, key: &str) -> Result<bool, StateError> {
+        let deleted = sqlx::query("DELETE FROM sessions WHERE agent = $1 AND key = $2")
+            .bind(&self.agent)
+            .bind(key)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(deleted == 1)
+    }
+
+    async fn add_spend(&self, day: &str, tokens: i64, cost: f64) -> Result<(i64, f64), StateError> {
+        Ok(sqlx::query_as(
+            "INSERT INTO daily_spend (agent, day, tokens, cost) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (agent, day) DO UPDATE \
+             SET tokens = daily_spend.tokens + excluded.tokens, cost = daily_spend.cost + excluded.cost \
+             RETURNING tokens, cost",
+        )
+        .bind(&self.agent)
+        .bind(day)
+        .bind(tokens)
+        .bind(cost)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    async fn spend_on(&self, day: &str) -> Result<Option<(i64, f64)>, StateError> {
+        Ok(sqlx::query_as("SELECT tokens, cost FROM daily_spend WHERE agent = $1 AND day = $2")
+            .bind(&self.agent)
+            .bind(day)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    async fn record_reply(&self, thread_key: &str, at_ms: i64, forget_before_ms: i64) -> Result<(), StateError> {
+        let mut transaction = self.pool.begin().await?;
+        sqlx::query("INSERT INTO replies (agent, thread_key, at_ms) VALUES ($1, $2, $3)")
+            .bind(&self.agent)
+            .bind(thread_key)
+            .bind(at_ms)
+            .execute(&mut *transaction)
+            .await?;
+        sqlx::query("DELETE FROM replies WHERE agent = $1 AND at_ms < $2")
+            .bind(&self.agent)
+            .bind(forget_before_ms)
+            .execute(&mut *transaction)
+            .await?;
+        transaction.commit().await?;
+        Ok(())
+    }
+
+    async fn replies_since(&self, thread_key: &str, since_ms: i64) -> Result<i64, StateError> {
+        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM replies WHERE agent = $1 AND thread_key = $2 AND at_ms >= $3")
+            .bind(&self.agent)
+            .bind(thread_key)
+            .bind(since_ms)
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
+    async fn start_run(&self, run: &NewRun<'_>) -> Result<(), StateError> {
+        sqlx::query(INSERT_RUN)
+            .bind(&self.agent)
+            .bind(run.id)
+            .bind(run.session_key)
+            .bind(run.trigger)
+            .bind(run.started_at_ms)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn start_claimed_run(&self, kind: &str, key: &str, run: &NewRun<'_>) -> Result<bool, StateError> {
+        let mut transaction = self.pool.begin().await?;
+        // A concurrent claim of the same key waits here for this transaction, then finds it.
+        let claimed = sqlx::query(INSERT_CLAIM)
+            .bind(&self.agent)
+            .bind(kind)
+            .bind(key)
+            .bind(run.started_at_ms)
+            .execute(&mut *transaction)
+            .await?
+            .rows_affected()
+            == 1;
+        if !claimed {
+            return Ok(false);
+        }
+        sqlx::query(INSERT_RUN)
+            .bind(&self.agent)
+            .bind(run.id)
+            .bind(run.session_key)
+            .bind(run.trigger)
+            .bind(run.started_at_ms)
+            .execute(&mut *transaction)
+            .await?;
+        transaction.commit().await?;
+        Ok(true)
+    }
+
+    async fn save_run_record(&self, run_id: &str, record: &str) -> Result<bool, StateError> {
+        let updated = sqlx::query("UPDATE runs SET record = $3 WHERE agent = $1 AND id = $2")
+            .bind(&self.agent)
+            .bind(run_id)
+            .bind(record)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(updated == 1)
+    }
+
+    async fn finish_run(&self, run_id: &str, end: &RunEnd<'_>) -> Result<bool, StateError> {
+        let updated = sqlx::query(
+            "UPDATE runs SET status = $3, turns = $4, tool_calls = $5, prompt_tokens = $6, completion_tokens = $7, \
+             model_duration_ms = $8, tool_duration_ms = $9, outcome = $10, error = $11, finished_at_ms = $12, \
+             record = COALESCE($13, record), cost = $14 \
+             WHERE agent = $1 AND id = $2 AND status = 'running'",
+        )
+        .bind(&self.agent)
+        .bind(run_id)
+        .bind(end.status)
+        .bind(end.turns)
+        .bind(end.tool_calls)
+        .bind(end.prompt_tokens)
+        .bind(end.completion_tokens)
+        .bind(end.model_duration_ms)
+        .bind(end.tool_duration_ms)
+        .bind(end.outcome)
+        .bind(end.error)
+        .bind(end.finished_at_ms)
+        .bind(end.record.as_deref())
+        .bind(end.cost)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(updated == 1)
+    }
+
+    async fn mark_interrupted(&self, run_id: &str, reason: &str, at_ms: i64) -> Result<bool, StateError> {
+        let updated = sqlx::query(
+            "UPDATE runs SET status = 'interrupted', outcome = $3, finished_at_ms = $4 \
+             WHERE agent = $1 AND id = $2 AND status = 'running'",
+        )
+        .bind(&self.agent)
+        .bind(run_id)
+        .bind(reason)
+        .bind(at_ms)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(updated == 1)
+    }
+
+    async fn get_run(&self, run_id: &str) -> Result<Option<RunColumns>, StateError> {
+        Ok(sqlx::query_as(concat!("SELECT ", run_columns!(), " FROM runs WHERE agent = $1 AND id = $2"))
+            .bind(&self.agent)
+            .bind(run_id)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    async fn list_runs(&self, limit: i64) -> Result<Vec<RunColumns>, StateError> {
+        Ok(sqlx::query_as(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE agent = $1 ORDER BY started_at_ms DESC, row_order DESC LIMIT $2"
+        ))
+        .bind(&self.agent)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn unfinished_runs(&self) -> Result<Vec<RunColumns>, StateError> {
+        Ok(sqlx::query_as(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE agent = $1 AND status = 'running' ORDER BY started_at_ms, row_order"
+        ))
+        .bind(&self.agent)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn has_finished_run_for(&self, session_key: &str) -> Result<bool, StateError> {
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM runs WHERE agent = $1 AND session_key = $2 \
+             AND status IN ('completed', 'failed', 'stopped'))",
+        )
+        .bind(&self.agent)
+        .bind(session_key)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    async fn has_run_since(&self, session_key: &str, since_ms: i64) -> Result<bool, StateError> {
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM runs WHERE agent = $1 AND session_key = $2 AND started_at_ms >= $3)",
+        )
+        .bind(&self.agent)
+        .bind(session_key)
+        .bind(since_ms)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    async fn get_value(&self, name: &str) -> Result<Option<String>, StateError> {
+        Ok(sqlx::query_scalar("SELECT value FROM named_values WHERE agent = $1 AND name = $2")
+            .bind(&self.agent)
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    async fn set_value(&self, name: &str, value: &str, at_ms: i64) -> Result<(), StateError> {
+        sqlx::query(
+            "INSERT INTO named_values (agent, name, value, updated_at_ms) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (agent, name) DO UPDATE SET value = excluded.value, updated_at_ms = excluded.updated_at_ms",
+        )
+        .bind(&self.agent)
+        .bind(name)
+        .bind(value)
+        .bind(at_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Nothing to do: with `synchronous_commit = on` every commit was on the server's disk when
+    /// it returned.
+    async fn sync(&self) -> Result<(), StateError> {
+        Ok(())
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+}

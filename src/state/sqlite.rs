@@ -1,0 +1,370 @@
+//! The state in one SQLite file (`state.path`): the file is the agent's, so no row names the
+//! agent; `<state.path>.lock` (taken by the runtime) keeps a second copy off it. Opened as
+//! `crate::sqlite` opens every database: WAL, `synchronous = NORMAL`, the log checkpointed in the
+//! background. Schema: `migrations/state/`.
+
+use std::path::{Path, PathBuf};
+
+use sqlx::sqlite::SqlitePool;
+
+use super::StateError;
+use super::store::{NewRun, RunColumns, RunEnd, Store, run_columns};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/state");
+
+/// The SQLite store: a pool on the file and the file's path (for `sync`).
+#[derive(Clone, Debug)]
+pub(super) struct SqliteStore {
+    pool: SqlitePool,
+    path: PathBuf,
+}
+
+impl SqliteStore {
+    /// Opens the database at `path`, creating the file if it is missing, and brings its schema
+    /// up to date. The folder must exist.
+    pub(super) async fn open(path: &Path) -> Result<SqliteStore, StateError> {
+        let open_error = |source: sqlx::Error| {
+            // SQLite's primary result code 26 is SQLITE_NOTADB: the file is someone else's.
+            let not_a_database = matches!(&source, sqlx::Error::Database(e) if e.code().as_deref() == Some("26"));
+            let hint = if not_a_database {
+                "the file is not an SQLite database: move it aside, or point `state.path` in agent.json at a new file"
+            } else {
+                "check that its folder exists and is writable, or point `state.path` in agent.json somewhere that is"
+            };
+            StateError::Open { path: path.to_path_buf(), source, hint }
+        };
+        // Commits are NORMAL: one survives a crash of the process but not a power cut until
+        // `sync`; see the state's invariants for who calls it and when.
+        let pool = crate::sqlite::open(path, 4, &MIGRATOR).await.map_err(|error| match error {
+            crate::sqlite::OpenError::Connect(source) => open_error(source),
+            crate::sqlite::OpenError::Migrate(source) => StateError::Migrate { path: path.to_path_buf(), source },
+        })?;
+        Ok(SqliteStore { pool, path: path.to_path_buf() })
+    }
+
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    #[cfg(test)]
+    pub(super) fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+}
+
+const INSERT_RUN: &str =
+    "INSERT INTO runs (id, session_key, trigger, status, started_at_ms) VALUES (?, ?, ?, 'running', ?)";
+const INSERT_CLAIM: &str = "INSERT OR IGNORE INTO claims (kind, key, claimed_at_ms) VALUES (?, ?, ?)";
+
+impl Store for SqliteStore {
+    async fn record_event(&self, id: &str, seq: i64, name: &str, at_ms: i64) -> Result<bool, StateError> {
+        // One statement: the trigger `processed_events_advance` moves the resume point with the
+        // insert (a duplicate's seq is behind it already).
+        let inserted =
+            sqlx::query("INSERT OR IGNORE INTO processed_events (id, seq, name, processed_at_ms) VALUES (?, ?, ?, ?)")
+                .bind(id)
+                .bind(seq)
+                .bind(name)
+                .bind(at_ms)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+        Ok(inserted == 1)
+    }
+
+    async fn is_event_processed(&self, id: &str) -> Result<bool, StateError> {
+        let found: Option<i64> = sqlx::query_scalar("SELECT 1 FROM processed_events WHERE id = ?")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(found.is_some())
+    }
+
+    async fn last_seq(&self) -> Result<i64, StateError> {
+        Ok(sqlx::query_scalar("SELECT last_seq FROM stream_position WHERE singleton = 1").fetch_one(&self.pool).await?)
+    }
+
+    async fn prune_events(&self, before_ms: i64) -> Result<u64, StateError> {
+        let deleted = sqlx::query("DELETE FROM processed_events WHERE processed_at_ms < ?")
+            .bind(before_ms)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(deleted)
+    }
+
+    async fn claim(&self, kind: &str, key: &str, at_ms: i64) -> Result<bool, StateError> {
+        let inserted =
+            sqlx::query(INSERT_CLAIM).bind(kind).bind(key).bind(at_ms).execute(&self.pool).await?.rows_affected();
+        Ok(inserted == 1)
+    }
+
+    async fn is_claimed(&self, kind: &str, key: &str) -> Result<bool, StateError> {
+        let found: Option<i64> = sqlx::query_scalar("SELECT 1 FROM claims WHERE kind = ? AND key = ?")
+            .bind(kind)
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(found.is_some())
+    }
+
+    async fn release(&self, kind: &str, key: &str) -> Result<bool, StateError> {
+        let deleted = sqlx::query("DELETE FROM claims WHERE kind = ? AND key = ?")
+            .bind(kind)
+            .bind(key)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(deleted == 1)
+    }
+
+    async fn load_session(&self, key: &str) -> Result<Option<(String, i64)>, StateError> {
+        Ok(sqlx::query_as("SELECT messages, updated_at_ms FROM sessions WHERE key = ?")
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    async fn save_session(&self, key: &str, messages: &str, at_ms: i64) -> Result<(), StateError> {
+        sqlx::query(
+            "INSERT INTO sessions (key, messages, updated_at_ms) VALUES (?, ?, ?) \
+             ON CONFLICT (key) DO UPDATE SET messages = excluded.messages, updated_at_ms = excluded.updated_at_ms",
+        )
+        .bind(key)
+        .bind(messages)
+        .bind(at_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn delete_session(&self, key: &str) -> Result<bool, StateError> {
+        let deleted =
+            sqlx::query("DELETE FROM sessions WHERE key = ?").bind(key).execute(&self.pool).await?.rows_affected();
+        Ok(deleted == 1)
+    }
+
+    async fn add_spend(&self, day: &str, tokens: i64, cost: f64) -> Result<(i64, f64), StateError> {
+        Ok(sqlx::query_as(
+            "INSERT INTO daily_spend (day, tokens, cost) VALUES (?, ?, ?) \
+             ON CONFLICT (day) DO UPDATE SET tokens = tokens + excluded.tokens, cost = cost + excluded.cost \
+             RETURNING tokens, cost",
+        )
+        .bind(day)
+        .bind(tokens)
+        .bind(cost)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    async fn spend_on(&self, day: &str) -> Result<Option<(i64, f64)>, StateError> {
+        Ok(sqlx::query_as("SELECT tokens, cost FROM daily_spend WHERE day = ?")
+            .bind(day)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    async fn record_reply(&self, thread_key: &str, at_ms: i64, forget_before_ms: i64) -> Result<(), StateError> {
+        let mut transaction = self.pool.begin().await?;
+        sqlx::query("INSERT INTO replies (thread_key, at_ms) VALUES (?, ?)")
+            .bind(thread_key)
+            .bind(at_ms)
+            .execute(&mut *transaction)
+            .await?;
+        sqlx::query("DELETE FROM replies WHERE at_ms < ?").bind(forget_before_ms).execute(&mut *transaction).await?;
+        transaction.commit().await?;
+        Ok(())
+    }
+
+    async fn replies_since(&self, thread_key: &str, since_ms: i64) -> Result<i64, StateError> {
+        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM replies WHERE thread_key = ? AND at_ms >= ?")
+            .bind(thread_key)
+            .bind(since_ms)
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
+    async fn start_run(&self, run: &NewRun<'_>) -> Result<(), StateError> {
+        sqlx::query(INSERT_RUN)
+            .bind(run.id)
+            .bind(run.session_key)
+            .bind(run.trigger)
+            .bind(run.started_at_ms)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn start_claimed_run(&self, kind: &str, key: &str, run: &NewRun<'_>) -> Result<bool, StateError> {
+        let mut transaction = self.pool.begin().await?;
+        let claimed = sqlx::query(INSERT_CLAIM)
+            .bind(kind)
+            .bind(key)
+            .bind(run.started_at_ms)
+            .execute(&mut *transaction)
+            .await?
+            .rows_affected()
+            == 1;
+        if !claimed {
+            return Ok(false);
+        }
+        sqlx::query(INSERT_RUN)
+            .bind(run.id)
+            .bind(run.session_key)
+            .bind(run.trigger)
+            .bind(run.started_at_ms)
+            .execute(&mut *transaction)
+            .await?;
+        transaction.commit().await?;
+        Ok(true)
+    }
+
+    async fn save_run_record(&self, run_id: &str, record: &str) -> Result<bool, StateError> {
+        let updated = sqlx::query("UPDATE runs SET record = ? WHERE id = ?")
+            .bind(record)
+            .bind(run_id)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(updated == 1)
+    }
+
+    async fn finish_run(&self, run_id: &str, end: &RunEnd<'_>) -> Result<bool, StateError> {
+        let updated = sqlx::query(
+            "UPDATE runs SET status = ?, turns = ?, tool_calls = ?, prompt_tokens = ?, completion_tokens = ?, \
+             model_duration_ms = ?, tool_duration_ms = ?, outcome = ?, error = ?, finished_at_ms = ?, \
+             record = COALESCE(?, record), cost = ? \
+             WHERE id = ? AND status = 'running'",
+        )
+        .bind(end.status)
+        .bind(end.turns)
+        .bind(end.tool_calls)
+        .bind(end.prompt_tokens)
+        .bind(end.completion_tokens)
+        .bind(end.model_duration_ms)
+        .bind(end.tool_duration_ms)
+        .bind(end.outcome)
+        .bind(end.error)
+        .bind(end.finished_at_ms)
+        .bind(end.record.as_deref())
+        .bind(end.cost)
+        .bind(run_id)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(updated == 1)
+    }
+
+    async fn mark_interrupted(&self, run_id: &str, reason: &str, at_ms: i64) -> Result<bool, StateError> {
+        let updated = sqlx::query(
+            "UPDATE runs SET status = 'interrupted', outcome = ?, finished_at_ms = ? WHERE id = ? AND status = 'running'",
+        )
+        .bind(reason)
+        .bind(at_ms)
+        .bind(run_id)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(updated == 1)
+    }
+
+    async fn get_run(&self, run_id: &str) -> Result<Option<RunColumns>, StateError> {
+        Ok(sqlx::query_as(concat!("SELECT ", run_columns!(), " FROM runs WHERE id = ?"))
+            .bind(run_id)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    async fn list_runs(&self, limit: i64) -> Result<Vec<RunColumns>, StateError> {
+        Ok(sqlx::query_as(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs ORDER BY started_at_ms DESC, rowid DESC LIMIT ?"
+        ))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn unfinished_runs(&self) -> Result<Vec<RunColumns>, StateError> {
+        Ok(sqlx::query_as(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE status = 'running' ORDER BY started_at_ms, rowid"
+        ))
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn has_finished_run_for(&self, session_key: &str) -> Result<bool, StateError> {
+        let found: Option<i64> = sqlx::query_scalar(
+            "SELECT 1 FROM runs WHERE session_key = ? AND status IN ('completed', 'failed', 'stopped') LIMIT 1",
+        )
+        .bind(session_key)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(found.is_some())
+    }
+
+    async fn has_run_since(&self, session_key: &str, since_ms: i64) -> Result<bool, StateError> {
+        let found: Option<i64> =
+            sqlx::query_scalar("SELECT 1 FROM runs WHERE session_key = ? AND started_at_ms >= ? LIMIT 1")
+                .bind(session_key)
+                .bind(since_ms)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(found.is_some())
+    }
+
+    async fn get_value(&self, name: &str) -> Result<Option<String>, StateError> {
+        Ok(sqlx::query_scalar("SELECT value FROM named_values WHERE name = ?")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    async fn set_value(&self, name: &str, value: &str, at_ms: i64) -> Result<(), StateError> {
+        sqlx::query(
+            "INSERT INTO named_values (name, value, updated_at_ms) VALUES (?, ?, ?) \
+             ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at_ms = excluded.updated_at_ms",
+        )
+        .bind(name)
+        .bind(value)
+        .bind(at_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Flushes the write-ahead log to the disk (what `synchronous = FULL` does at each commit).
+    /// Cheap when nothing was committed since the last flush.
+    async fn sync(&self) -> Result<(), StateError> {
+        let mut wal = self.path.clone().into_os_string();
+        wal.push("-wal");
+        let wal = PathBuf::from(wal);
+        let directory = self.path.parent().map(Path::to_path_buf);
+        let synced = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            match std::fs::File::open(&wal) {
+                Ok(file) => file.sync_data()?,
+                // No log yet: every commit is in the main file, which checkpoints flush.
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(error) => return Err(error),
+            }
+            // The log's directory entry too, for a log created since the last checkpoint.
+            if let Some(directory) = directory.filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::File::open(directory)?.sync_all()?;
+            }
+            Ok(())
+        })
+        .await;
+        match synced {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(StateError::Sync { message: error.to_string() }),
+            Err(error) => Err(StateError::Sync { message: error.to_string() }),
+        }
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+}

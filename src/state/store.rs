@@ -1,0 +1,153 @@
+//! The interface every store of the state implements: SQLite ([`super::sqlite::SqliteStore`],
+//! one agent per file) and PostgreSQL ([`super::postgres::PostgresStore`], many agents in one
+//! database, each row keyed by the agent's identity).
+//!
+//! [`State`](super::State) holds one store and does everything that is the same for both: it
+//! turns times, counts and JSON into the stored columns and back, keeps the day's spend at hand,
+//! and words the errors. A store only moves those columns in and out of its database, with the
+//! guarantees written on each method; the state tests (`src/state/tests.rs`) run against both.
+//!
+//! Every method is keyed by the agent implicitly: a store is opened for one agent and never reads
+//! or writes another's rows.
+//!
+//! To add an operation: declare it here with its guarantee, implement it in `sqlite.rs` and
+//! `postgres.rs` (the compiler insists on both), call it from a `State` method through
+//! `on_store!`, and add its test to the list in `tests.rs` that runs on both stores.
+
+use super::StateError;
+
+/// A run record as it is opened: `running`, started at `started_at_ms`.
+pub(super) struct NewRun<'a> {
+    pub id: &'a str,
+    pub session_key: &'a str,
+    pub trigger: &'a str,
+    pub started_at_ms: i64,
+}
+
+/// The columns [`Store::finish_run`] writes, already converted from a `FinishRun`.
+pub(super) struct RunEnd<'a> {
+    pub status: &'static str,
+    pub turns: i64,
+    pub tool_calls: i64,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub model_duration_ms: i64,
+    pub tool_duration_ms: i64,
+    pub outcome: Option<&'a str>,
+    pub error: Option<&'a str>,
+    pub finished_at_ms: i64,
+    /// `None` keeps the record stored before.
+    pub record: Option<String>,
+    pub cost: Option<f64>,
+}
+
+/// The columns of a run, in a literal so queries stay `&'static str` (sqlx wants static SQL,
+/// which keeps values out of the query text). The same names in both databases.
+macro_rules! run_columns {
+    () => {
+        "id, session_key, trigger, status, turns, tool_calls, prompt_tokens, completion_tokens, \
+         model_duration_ms, tool_duration_ms, outcome, error, started_at_ms, finished_at_ms, record, cost"
+    };
+}
+pub(super) use run_columns;
+
+/// One run as stored: the columns of [`run_columns!`], by the same names in either database.
+#[derive(Debug, sqlx::FromRow)]
+pub(super) struct RunColumns {
+    pub id: String,
+    pub session_key: String,
+    pub trigger: String,
+    pub status: String,
+    pub turns: i64,
+    pub tool_calls: i64,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub model_duration_ms: i64,
+    pub tool_duration_ms: i64,
+    pub outcome: Option<String>,
+    pub error: Option<String>,
+    pub started_at_ms: i64,
+    pub finished_at_ms: Option<i64>,
+    pub record: Option<String>,
+    pub cost: Option<f64>,
+}
+
+/// What a store does. Times are Unix milliseconds (UTC), passed in by the caller.
+pub(super) trait Store {
+    // ---- processed events ----
+
+    /// Inserts the event unless its id is known; returns whether it was new. The resume point
+    /// moves to `seq` if that is higher, atomically with the insert.
+    async fn record_event(&self, id: &str, seq: i64, name: &str, at_ms: i64) -> Result<bool, StateError>;
+    async fn is_event_processed(&self, id: &str) -> Result<bool, StateError>;
+    /// The resume point; 0 before the first event.
+    async fn last_seq(&self) -> Result<i64, StateError>;
+    /// Deletes events processed before `before_ms`, never the resume point; returns how many.
+    async fn prune_events(&self, before_ms: i64) -> Result<u64, StateError>;
+
+    // ---- claims ----
+
+    /// Inserts the claim unless it exists; returns whether this call made it. Of concurrent
+    /// callers exactly one gets `true`.
+    async fn claim(&self, kind: &str, key: &str, at_ms: i64) -> Result<bool, StateError>;
+    async fn is_claimed(&self, kind: &str, key: &str) -> Result<bool, StateError>;
+    /// Deletes the claim; returns whether there was one.
+    async fn release(&self, kind: &str, key: &str) -> Result<bool, StateError>;
+
+    // ---- sessions ----
+
+    /// The messages (JSON text) and the time they were saved.
+    async fn load_session(&self, key: &str) -> Result<Option<(String, i64)>, StateError>;
+    /// Inserts or replaces the whole conversation.
+    async fn save_session(&self, key: &str, messages: &str, at_ms: i64) -> Result<(), StateError>;
+    async fn delete_session(&self, key: &str) -> Result<bool, StateError>;
+
+    // ---- spend ----
+
+    /// Adds to the day's tokens and cost in one statement; returns the day's new totals.
+    async fn add_spend(&self, day: &str, tokens: i64, cost: f64) -> Result<(i64, f64), StateError>;
+    /// The day's tokens and cost, if anything was spent.
+    async fn spend_on(&self, day: &str) -> Result<Option<(i64, f64)>, StateError>;
+
+    // ---- replies, for the loop guard ----
+
+    /// Records a reply and, in the same transaction, forgets replies before `forget_before_ms`.
+    async fn record_reply(&self, thread_key: &str, at_ms: i64, forget_before_ms: i64) -> Result<(), StateError>;
+    async fn replies_since(&self, thread_key: &str, since_ms: i64) -> Result<i64, StateError>;
+
+    // ---- runs ----
+
+    async fn start_run(&self, run: &NewRun<'_>) -> Result<(), StateError>;
+    /// Claims `(kind, key)` and inserts the run in one transaction; returns `false`, writing
+    /// nothing, if the claim existed.
+    async fn start_claimed_run(&self, kind: &str, key: &str, run: &NewRun<'_>) -> Result<bool, StateError>;
+    /// Replaces the run's record; returns `false` if there is no such run.
+    async fn save_run_record(&self, run_id: &str, record: &str) -> Result<bool, StateError>;
+    /// Writes the ending of a run still `running`; returns `false` if none was (unknown or
+    /// already finished).
+    async fn finish_run(&self, run_id: &str, end: &RunEnd<'_>) -> Result<bool, StateError>;
+    /// Closes a run still `running` as `interrupted`; returns whether it did.
+    async fn mark_interrupted(&self, run_id: &str, reason: &str, at_ms: i64) -> Result<bool, StateError>;
+    async fn get_run(&self, run_id: &str) -> Result<Option<RunColumns>, StateError>;
+    /// The latest `limit` runs, newest first (ties in start time: the later inserted first).
+    async fn list_runs(&self, limit: i64) -> Result<Vec<RunColumns>, StateError>;
+    /// Runs still `running`, oldest first (ties: the earlier inserted first).
+    async fn unfinished_runs(&self) -> Result<Vec<RunColumns>, StateError>;
+    /// Whether a run of the session ended `completed`, `failed` or `stopped`.
+    async fn has_finished_run_for(&self, session_key: &str) -> Result<bool, StateError>;
+    /// Whether a run of the session started at or after `since_ms`.
+    async fn has_run_since(&self, session_key: &str, since_ms: i64) -> Result<bool, StateError>;
+
+    // ---- named values ----
+
+    async fn get_value(&self, name: &str) -> Result<Option<String>, StateError>;
+    /// Inserts or replaces the value.
+    async fn set_value(&self, name: &str, value: &str, at_ms: i64) -> Result<(), StateError>;
+
+    // ---- the store itself ----
+
+    /// Returns once every commit so far survives a power cut.
+    async fn sync(&self) -> Result<(), StateError>;
+    /// Closes the connections, waiting for queries in flight; later calls fail.
+    async fn close(&self);
+}
