@@ -39,7 +39,7 @@ pub struct TaskCounts {
     pub worked: u64,
     /// The rest, by reason: `summarised` (the board shows the agent's comment after the task's
     /// last change), `finished_run`, `unfinished_run` (resumed from the state file instead),
-    /// `running`, `board_error`, or why a run was refused.
+    /// `running`, `board_error`, `state_error`, or `refused` (the spend guard, a shutdown).
     pub skipped: BTreeMap<String, u64>,
 }
 
@@ -52,8 +52,9 @@ pub struct MentionCounts {
     pub answered: u64,
     /// The rest, by reason: `old` (older than the window; counted on the pages read, which stop
     /// at the first old one, so at most a page of them), `handled` (the board shows the agent's
-    /// message after it where it answers), `seen` (handled before, by the state file), and the
-    /// router's own reasons (`own`, `not_addressed`, `reply_cap`, …).
+    /// message after it where it answers), `seen` (handled before, by the state file),
+    /// `board_error`, and the router's own fates (`own_message`, `not_addressed`, `reply_cap`,
+    /// `duplicate`, `refused`, …).
     pub skipped: BTreeMap<String, u64>,
 }
 
