@@ -460,11 +460,15 @@ struct Start {
 /// events not passed on) — or from 0 again with `--from-start`, which never skips. A replay cut
 /// off by a lost connection goes on from what was processed of it: the position moves only as
 /// events are recorded.
-async fn plan_start(start: StreamStart, not_first: bool, resume: &impl ResumePosition) -> Result<Start, StateError> {
+async fn plan_start(
+    start: StreamStart,
+    first_connection: bool,
+    resume: &impl ResumePosition,
+) -> Result<Start, StateError> {
     let recorded = resume.recorded_position().await?;
     Ok(match (start, recorded) {
         (StreamStart::FromStart, None) => Start { mode: StartMode::FromStart, after_seq: 0 },
-        (StreamStart::FromStart, Some(_)) if !not_first => Start { mode: StartMode::FromStart, after_seq: 0 },
+        (StreamStart::FromStart, Some(_)) if first_connection => Start { mode: StartMode::FromStart, after_seq: 0 },
         (_, Some(seq)) => Start { mode: StartMode::Resume, after_seq: seq },
         (StreamStart::Recorded, None) => Start { mode: StartMode::Head, after_seq: 0 },
     })
@@ -541,7 +545,7 @@ async fn session_loop<T: From<StreamItem>>(
     let (mut outgoing, mut incoming) = socket.split();
     let interval = options.heartbeat_interval;
     let silence_limit = interval * 2;
-    let start = match plan_start(options.start, session.opening.first.is_some(), resume).await {
+    let start = match plan_start(options.start, session.opening.first.is_none(), resume).await {
         Ok(start) => start,
         Err(error) => return SessionEnd::Lost(format!("cannot read the resume point: {error}")),
     };

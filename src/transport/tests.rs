@@ -157,22 +157,22 @@ impl ResumePosition for Position {
 async fn where_a_connection_begins() {
     use StartMode::*;
     use StreamStart::*;
-    // (option, not the process's first connection, recorded) -> (mode, after_seq)
+    // (option, the process's first connection, recorded) -> (mode, after_seq)
     let table = [
-        (Recorded, false, None, Head, 0),
         (Recorded, true, None, Head, 0),
-        (Recorded, false, Some(40), Resume, 40),
+        (Recorded, false, None, Head, 0),
         (Recorded, true, Some(40), Resume, 40),
-        (StreamStart::FromStart, false, None, StartMode::FromStart, 0),
-        (StreamStart::FromStart, false, Some(40), StartMode::FromStart, 0),
-        (StreamStart::FromStart, true, Some(40), Resume, 40),
+        (Recorded, false, Some(40), Resume, 40),
         (StreamStart::FromStart, true, None, StartMode::FromStart, 0),
+        (StreamStart::FromStart, true, Some(40), StartMode::FromStart, 0),
+        (StreamStart::FromStart, false, Some(40), Resume, 40),
+        (StreamStart::FromStart, false, None, StartMode::FromStart, 0),
     ];
-    for (option, not_first, recorded, mode, after_seq) in table {
-        let start = plan_start(option, not_first, &Position(recorded)).await.unwrap();
-        assert_eq!(start, Start { mode, after_seq }, "{option:?}, not first {not_first}, recorded {recorded:?}");
+    for (option, first_connection, recorded, mode, after_seq) in table {
+        let start = plan_start(option, first_connection, &Position(recorded)).await.unwrap();
+        assert_eq!(start, Start { mode, after_seq }, "{option:?}, first {first_connection}, recorded {recorded:?}");
     }
     // A counter kept by a consumer always has a position.
     let counter = Arc::new(AtomicU64::new(3));
-    assert_eq!(plan_start(Recorded, false, &counter).await.unwrap(), Start { mode: Resume, after_seq: 3 });
+    assert_eq!(plan_start(Recorded, true, &counter).await.unwrap(), Start { mode: Resume, after_seq: 3 });
 }
