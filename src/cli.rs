@@ -16,6 +16,7 @@ use crate::prompts::Prompts;
 use crate::secret::Secret;
 use crate::tools::ToolSource;
 use crate::tracker::TrackerClient;
+use crate::transport::StreamStart;
 
 #[derive(Debug, Parser)]
 #[command(name = "picogent", version, about = "A team agent for the Team Board task tracker")]
@@ -83,6 +84,10 @@ pub enum Command {
     Run {
         #[arg(long, default_value = "agent.json")]
         config: PathBuf,
+        /// Replay the tracker's whole event log from seq 0 and act on it, instead of beginning at
+        /// the recorded position (or, on a first start, at the tracker's head).
+        #[arg(long)]
+        from_start: bool,
     },
     /// Check a deployment: the config, the templates, the tracker (REST and WebSocket), the model.
     Check {
@@ -211,7 +216,10 @@ pub fn main(cli: Cli) -> ExitCode {
             Command::OfflineModel { listen, script, delay_ms } => {
                 crate::offline_model::run_cli(listen, script, delay_ms).await
             }
-            Command::Run { config } => crate::runtime::run_cli(&config).await,
+            Command::Run { config, from_start } => {
+                let start = if from_start { StreamStart::FromStart } else { StreamStart::Recorded };
+                crate::runtime::run_cli(&config, start).await
+            }
             Command::Check { config } => crate::check::run_cli(&config).await,
             Command::Eval { config, json, timeout_secs } => {
                 crate::eval::run_cli(&config, json, std::time::Duration::from_secs(timeout_secs)).await

@@ -443,9 +443,18 @@ async fn check(board: &SqlitePool, state: &SqlitePool) -> Report {
         report.duplicates.push(format!("{agent_messages} agent messages, expected {expected_messages}"));
     }
 
-    // Events: every event the board logged for the agent was processed by it.
+    // Events: every event the board logged for the agent after the head its first start began
+    // at was processed by it. Those before (traffic that beat the first connection) are the
+    // past by design: the work they carried is reconciliation's, counted above.
+    let first_head: i64 = sqlx::query_scalar("SELECT value FROM named_values WHERE name = 'stream_head'")
+        .fetch_optional(state)
+        .await
+        .unwrap()
+        .and_then(|value: String| value.parse().ok())
+        .unwrap_or(0);
     let board_events: Vec<(String, i64, String)> =
-        sqlx::query_as("SELECT id, seq, event FROM events WHERE member_slug = 'picogent' ORDER BY seq")
+        sqlx::query_as("SELECT id, seq, event FROM events WHERE member_slug = 'picogent' AND seq > ?1 ORDER BY seq")
+            .bind(first_head)
             .fetch_all(board)
             .await
             .unwrap();

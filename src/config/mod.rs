@@ -55,6 +55,9 @@ pub struct Config {
     /// Which tools may run at all, and whether a human must approve destructive ones.
     #[serde(default)]
     pub permissions: PermissionsConfig,
+    /// What the agent takes up when it starts, and after every reconnect.
+    #[serde(default)]
+    pub startup: StartupConfig,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -398,6 +401,93 @@ pub enum PermissionMode {
     /// A destructive tool, or a consequential call of a tool in `ask_tools`, runs only after a
     /// human member answers `yes` in the conversation.
     Ask,
+}
+
+/// `startup`: what reconciliation takes up at a start and after every reconnect.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StartupConfig {
+    /// Mentions older than this are history, not requests: reconciliation does not answer them
+    /// (`0`: it answers none). Events replayed by a resume are not affected: they were missed,
+    /// not old.
+    pub answer_mentions_since: TextDuration,
+}
+
+impl Default for StartupConfig {
+    fn default() -> Self {
+        StartupConfig { answer_mentions_since: TextDuration(std::time::Duration::from_secs(15 * 60)) }
+    }
+}
+
+/// A span of time written as text with a unit (`90s`, `15m`, `2h`, `1d`) or as a number of
+/// seconds; `0` is none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TextDuration(pub std::time::Duration);
+
+impl TextDuration {
+    const EXPECTED: &str = "a span of time like 90s, 15m, 2h or 1d, or 0 for none";
+
+    /// Reads `15m`, `90s`, `2h`, `1d`, `0`, or a bare number of seconds.
+    pub fn parse(text: &str) -> Result<TextDuration, String> {
+        let text = text.trim();
+        let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+        let (number, unit) = text.split_at(split);
+        let seconds_per_unit = match unit.trim() {
+            "" | "s" => 1,
+            "m" => 60,
+            "h" => 3_600,
+            "d" => 86_400,
+            _ => return Err(format!("{text:?} is not {}", Self::EXPECTED)),
+        };
+        let number: u64 = number.parse().map_err(|_| format!("{text:?} is not {}", Self::EXPECTED))?;
+        number
+            .checked_mul(seconds_per_unit)
+            .map(|seconds| TextDuration(std::time::Duration::from_secs(seconds)))
+            .ok_or_else(|| format!("{text:?} is too long a span of time"))
+    }
+}
+
+impl std::fmt::Display for TextDuration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let seconds = self.0.as_secs();
+        match seconds {
+            0 => f.write_str("0"),
+            s if s % 86_400 == 0 => write!(f, "{}d", s / 86_400),
+            s if s % 3_600 == 0 => write!(f, "{}h", s / 3_600),
+            s if s % 60 == 0 => write!(f, "{}m", s / 60),
+            s => write!(f, "{s}s"),
+        }
+    }
+}
+
+impl Serialize for TextDuration {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for TextDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<TextDuration, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = TextDuration;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(TextDuration::EXPECTED)
+            }
+            fn visit_u64<E: serde::de::Error>(self, seconds: u64) -> Result<TextDuration, E> {
+                Ok(TextDuration(std::time::Duration::from_secs(seconds)))
+            }
+            fn visit_i64<E: serde::de::Error>(self, seconds: i64) -> Result<TextDuration, E> {
+                u64::try_from(seconds)
+                    .map(|seconds| TextDuration(std::time::Duration::from_secs(seconds)))
+                    .map_err(|_| E::custom(format!("{seconds} is not {}", TextDuration::EXPECTED)))
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<TextDuration, E> {
+                TextDuration::parse(text).map_err(E::custom)
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 fn default_mcp_timeout_ms() -> u64 {

@@ -211,3 +211,45 @@ fn a_bad_glob_or_shape_in_the_tool_lists_is_an_error_saying_what_is_wrong() {
         .to_string();
     assert!(error.contains("ask_tool"), "an unknown field is named: {error}");
 }
+
+#[test]
+fn startup_mention_window_defaults_to_15_minutes_and_reads_units_seconds_and_overrides() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::load_with_env(&write(dir.path(), MINIMAL), []).unwrap();
+    assert_eq!(config.startup.answer_mentions_since.0, std::time::Duration::from_secs(900));
+    let with = |value: &str| {
+        MINIMAL.replace("\"slug\"", &format!(r#""startup": {{"answer_mentions_since": {value}}}, "slug""#))
+    };
+    for (value, seconds) in [
+        (r#""90s""#, 90),
+        (r#""15m""#, 900),
+        (r#""2h""#, 7_200),
+        (r#""1d""#, 86_400),
+        ("0", 0),
+        ("45", 45),
+        (r#""0""#, 0),
+    ] {
+        let config = Config::load_with_env(&write(dir.path(), &with(value)), []).unwrap();
+        assert_eq!(config.startup.answer_mentions_since.0.as_secs(), seconds, "{value}");
+    }
+    // From the environment, as text or a number.
+    for (value, seconds) in [("10m", 600), ("0", 0)] {
+        let vars = [("PICOGENT_STARTUP__ANSWER_MENTIONS_SINCE".to_string(), value.to_string())];
+        let config = Config::load_with_env(&write(dir.path(), MINIMAL), vars).unwrap();
+        assert_eq!(config.startup.answer_mentions_since.0.as_secs(), seconds, "{value}");
+    }
+    // It survives being written back (the tests' child processes read a written config).
+    let written = serde_json::to_value(&config).unwrap();
+    assert_eq!(written["startup"]["answer_mentions_since"], "15m");
+    let mut config = config;
+    config.startup.answer_mentions_since = TextDuration(std::time::Duration::from_secs(5_400));
+    let back: Config = serde_json::from_value(serde_json::to_value(&config).unwrap()).unwrap();
+    assert_eq!(back.startup, config.startup);
+    // A bad value names the field and says what is expected.
+    for value in [r#""soon""#, r#""15 minutes""#, "-5", r#""m""#] {
+        let error = Config::load_with_env(&write(dir.path(), &with(value)), []).unwrap_err().to_string();
+        assert!(error.contains("answer_mentions_since") && error.contains("15m"), "{value}: {error}");
+    }
+    let error = Config::load_with_env(&write(dir.path(), &with(r#""5m", "since": 1"#)), []).unwrap_err().to_string();
+    assert!(error.contains("since"), "{error}");
+}

@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod prompt;
 pub mod record;
 pub mod run;
+pub mod startup;
 pub mod status;
 
 use std::net::SocketAddr;
@@ -29,7 +30,7 @@ use crate::secret::Secret;
 use crate::state::State;
 use crate::tools::ToolSource;
 use crate::tracker::TrackerClient;
-use crate::transport::StreamOptions;
+use crate::transport::{StreamOptions, StreamStart};
 use metrics::Metrics;
 use run::RunServices;
 use status::StatusBoard;
@@ -238,7 +239,8 @@ fn build_tools(config: &Config, client: &TrackerClient) -> anyhow::Result<crate:
 
 /// `picogent run`: loads the config and the secrets from the environment, starts the agent, and
 /// runs until SIGINT/SIGTERM (exit 0 after a graceful shutdown) or a fatal error (exit 1).
-pub async fn run_cli(config_path: &std::path::Path) -> anyhow::Result<std::process::ExitCode> {
+/// `start`: where the event stream begins (`--from-start`: the whole log).
+pub async fn run_cli(config_path: &std::path::Path, start: StreamStart) -> anyhow::Result<std::process::ExitCode> {
     let config = Config::load(config_path)?;
     let tracker_token = Secret::from_env(&config.tracker.token_env)?;
     let llm_api_key = match &config.llm.api_key_env {
@@ -246,8 +248,16 @@ pub async fn run_cli(config_path: &std::path::Path) -> anyhow::Result<std::proce
         None => None,
     };
     let mcp_token = Secret::from_env(&config.mcp.token_env).ok();
-    let agent =
-        start(AgentOptions { config, tracker_token, llm_api_key, mcp_token, stream: None, serve_http: true }).await?;
+    let stream = StreamOptions { start, ..StreamOptions::from_config(&config) };
+    let agent = self::start(AgentOptions {
+        config,
+        tracker_token,
+        llm_api_key,
+        mcp_token,
+        stream: Some(stream),
+        serve_http: true,
+    })
+    .await?;
     let stopped_by_signal = tokio::select! {
         _ = shutdown_signal() => true,
         _ = wait_finished(&agent) => false,

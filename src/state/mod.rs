@@ -38,6 +38,7 @@
 //! Times are stored as Unix milliseconds in UTC.
 
 mod runs;
+mod start;
 mod values;
 
 use std::path::{Path, PathBuf};
