@@ -1,0 +1,168 @@
+//! The pruning schedule of `picogent run`: a task that prunes the state database every
+//! `retention.interval_ms` (the first time soon after start), logs what it removed in one line
+//! and counts it in `/metrics`. What may be removed, and why that never makes the agent act
+//! twice, is `state/retention.rs`; this file only decides *when*, and whether message claims may
+//! go this time (which needs the live link's status and one question to the tracker).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use time::OffsetDateTime;
+use tokio_util::sync::CancellationToken;
+
+use super::metrics::Metrics;
+use super::run::RunServices;
+use super::status::StatusBoard;
+use crate::config::RetentionConfig;
+use crate::state::{PrunePlan, Pruned, State, StateError};
+use crate::tracker::TrackerClient;
+use crate::tracker::model::MessageQuery;
+
+/// The first pass runs this long after start (or after `interval_ms`, if shorter): late enough
+/// to stay out of the start-up's resume and reconciliation, soon enough to be seen working.
+const FIRST_PASS_AFTER: Duration = Duration::from_secs(60);
+
+/// The named value reconciliation keeps its mention cursor in (`router/reconcile.rs`).
+const MENTION_CURSOR: &str = "mention_cursor";
+
+/// Starts the schedule; it ends when the agent's shutdown is cancelled.
+pub fn spawn(services: &RunServices) -> tokio::task::JoinHandle<()> {
+    let pruner = Pruner {
+        retention: services.config.retention.clone(),
+        slug: services.config.slug.clone(),
+        state: services.state.clone(),
+        client: services.client.clone(),
+        status: services.status.clone(),
+        metrics: services.metrics.clone(),
+    };
+    tokio::spawn(pruner.run(services.shutdown.clone()))
+}
+
+/// What a pass needs, borrowed from the running agent.
+pub struct Pruner {
+    pub retention: RetentionConfig,
+    pub slug: String,
+    pub state: State,
+    pub client: TrackerClient,
+    pub status: Arc<StatusBoard>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl Pruner {
+    async fn run(self, shutdown: CancellationToken) {
+        let interval = Duration::from_millis(self.retention.interval_ms);
+        let mut next = tokio::time::Instant::now() + interval.min(FIRST_PASS_AFTER);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep_until(next) => {}
+            }
+            // A pass cut short by the shutdown leaves a consistent database: each step commits
+            // on its own.
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                result = self.prune_once() => {
+                    if let Err(error) = result {
+                        tracing::warn!(%error, "cannot prune the state database; trying again at the next interval");
+                    }
+                }
+            }
+            next = tokio::time::Instant::now() + interval;
+        }
+    }
+
+    /// One pass: prunes, counts and logs what went.
+    pub async fn prune_once(&self) -> Result<Pruned, StateError> {
+        let message_claims = self.message_claims_settled().await;
+        let plan = plan(&self.retention, OffsetDateTime::now_utc(), message_claims);
+        let pruned = self.state.prune(&plan).await?;
+        self.metrics.pruned(&pruned);
+        if pruned.total() > 0 {
+            tracing::info!(
+                events = pruned.events,
+                claims = pruned.claims,
+                runs = pruned.runs,
+                run_records = pruned.run_records,
+                sessions = pruned.sessions,
+                replies = pruned.replies,
+                spend_days = pruned.spend_days,
+                message_claims,
+                "pruned the state database"
+            );
+        } else {
+            tracing::debug!(message_claims, "pruned the state database: nothing was old enough");
+        }
+        Ok(pruned)
+    }
+
+    /// Whether neither path that finds a message again can bring back one claimed before the
+    /// cutoff (`state/retention.rs` has the argument): the agent is caught up (connected,
+    /// resumed, reconciled), and the tracker has no mention after the mention cursor. Anything
+    /// unknown — no cursor yet, the tracker unreachable — keeps every message claim.
+    async fn message_claims_settled(&self) -> bool {
+        if !self.status.caught_up() {
+            return false;
+        }
+        let cursor = match self.state.get_value(MENTION_CURSOR).await {
+            Ok(Some(cursor)) => cursor,
+            Ok(None) => return false,
+            Err(error) => {
+                tracing::debug!(%error, "cannot read the mention cursor; keeping message claims");
+                return false;
+            }
+        };
+        let query = MessageQuery {
+            mentioning: Some(self.slug.clone()),
+            after: Some(cursor),
+            limit: Some(1),
+            ..MessageQuery::default()
+        };
+        match self.client.list_messages(&query).await {
+            Ok(found) => found.is_empty(),
+            Err(error) => {
+                tracing::debug!(%error, "cannot ask for mentions after the cursor; keeping message claims");
+                false
+            }
+        }
+    }
+}
+
+/// The cutoffs of a pass at `now`. A retention longer than the calendar reaches back keeps
+/// everything.
+pub fn plan(retention: &RetentionConfig, now: OffsetDateTime, message_claims: bool) -> PrunePlan {
+    let before = |ms: u64| {
+        let age = time::Duration::milliseconds(i64::try_from(ms).unwrap_or(i64::MAX));
+        now.checked_sub(age).unwrap_or(OffsetDateTime::UNIX_EPOCH).max(OffsetDateTime::UNIX_EPOCH)
+    };
+    PrunePlan {
+        now,
+        events_before: before(retention.events_ms),
+        claims_before: before(retention.claims_ms),
+        message_claims,
+        runs_before: before(retention.runs_ms),
+        sessions_before: before(retention.sessions_ms),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plan_reaches_back_by_each_setting_and_never_before_1970() {
+        let now = OffsetDateTime::now_utc();
+        let retention = RetentionConfig {
+            events_ms: 1_000,
+            claims_ms: 2_000,
+            runs_ms: 3_000,
+            sessions_ms: u64::MAX,
+            interval_ms: 1,
+        };
+        let plan = plan(&retention, now, true);
+        assert_eq!(now - plan.events_before, time::Duration::seconds(1));
+        assert_eq!(now - plan.claims_before, time::Duration::seconds(2));
+        assert_eq!(now - plan.runs_before, time::Duration::seconds(3));
+        assert_eq!(plan.sessions_before, OffsetDateTime::UNIX_EPOCH, "a retention past the epoch keeps everything");
+        assert!(plan.message_claims);
+    }
+}
