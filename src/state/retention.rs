@@ -13,15 +13,18 @@
 //!   mentions after the mention cursor. A claim may go only when *both* are closed:
 //!   - the event: the caller passes `message_claims` only while the agent is caught up (connected,
 //!     resumed, reconciled). A message that existed when its claim was written has its event in
-//!     the tracker's log already, logged in the same transaction as the message; by the time the
-//!     agent is caught up after that, the event was replayed or delivered live and recorded, and
-//!     the resume point is past it. What is left is a late duplicate frame, which
-//!     `claims_ms >= events_ms` covers: the processed event stops it first;
+//!     the tracker's log already, logged in the same transaction as the message. If the link was
+//!     made after that, the event was replayed before the agent caught up; if before, it came
+//!     live on this same link, in order, and the router records events as they come — it lags
+//!     the stream by moments, never by `claims_ms`. Either way it is recorded and the resume
+//!     point is past it, so the tracker will not send it again. What is left is a late duplicate
+//!     frame, which `claims_ms >= events_ms` covers: the processed event stops it first;
 //!   - reconciliation: the caller has asked the tracker for mentions after the cursor and found
 //!     none, so every mention that exists is at or before the cursor, and the cursor only moves
 //!     forward. (While mentions wait after the cursor, which is normal between reconnects, no
 //!     message claim goes at all: an old claim may be of a message the next reconciliation lists.)
-//!   Claims older than `claims_ms` go, and only then: the startup mention window of
+//!
+//!   Even then only claims older than `claims_ms` go: the startup mention window of
 //!   reconciliation must stay shorter than `claims_ms`.
 //! - **Notice claims** stop a notice from being posted twice. A run's notice is asked for only
 //!   when the run ends in this process; a run still `running` may be resumed and end again, so
