@@ -33,6 +33,14 @@ pub enum LogFormat {
     Json,
 }
 
+/// A duration flag in milliseconds: a whole number greater than 0.
+fn positive_ms(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(ms) if ms > 0 => Ok(ms),
+        _ => Err("expected milliseconds, a whole number greater than 0 (7 days is 604800000)".to_string()),
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the reference board: a small real Team Board (HTTP + WebSocket + SQLite).
@@ -48,11 +56,11 @@ pub enum Command {
         seed: Option<PathBuf>,
         /// How long events stay in the event log, in milliseconds (each member's newest always
         /// stays); a client resuming from before that gets a gap and reconciles. Default 7 days.
-        #[arg(long, default_value_t = 7 * 24 * 60 * 60 * 1000, value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, default_value_t = 7 * 24 * 60 * 60 * 1000, value_parser = positive_ms)]
         event_retention_ms: u64,
         /// How often the event log and expired idempotency keys (kept 24 hours) are pruned, in
         /// milliseconds. Default 1 hour.
-        #[arg(long, default_value_t = 60 * 60 * 1000, value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, default_value_t = 60 * 60 * 1000, value_parser = positive_ms)]
         prune_interval_ms: u64,
     },
     /// Serve the tracker tools, task/project resources and prompts as an MCP server, acting as the

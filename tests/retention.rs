@@ -266,3 +266,14 @@ async fn events_the_board_pruned_while_the_agent_was_away_are_covered_by_reconci
     model.shutdown().await;
     board.shutdown().await.unwrap();
 }
+
+#[test]
+fn a_bad_board_retention_flag_says_what_is_expected() {
+    for (flag, value) in [("--event-retention-ms", "0"), ("--prune-interval-ms", "1h")] {
+        let output =
+            std::process::Command::new(env!("CARGO_BIN_EXE_picogent")).args(["board", flag, value]).output().unwrap();
+        assert!(!output.status.success(), "{flag} {value} was taken");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(flag) && stderr.contains("whole number greater than 0"), "{stderr}");
+    }
+}
