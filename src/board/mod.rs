@@ -37,7 +37,7 @@ use tokio_util::task::TaskTracker;
 
 pub use api::API_PREFIX;
 pub use error::BoardError;
-pub use retention::{Pruned, Retention, prune_once};
+pub use retention::Retention;
 pub use seed::{Seed, SeedError, SeedMember, SeedProject};
 
 /// Where the board listens, its database, the seed for a new database, and how long it keeps

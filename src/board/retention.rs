@@ -35,7 +35,7 @@ impl Default for Retention {
 
 /// What one pass removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Pruned {
+pub(super) struct Pruned {
     pub events: u64,
     pub idempotency_keys: u64,
 }
@@ -69,7 +69,7 @@ pub(super) fn spawn(state: &BoardState, retention: Retention) {
 
 /// One pass: events logged more than `events` ago (but each member's newest) and idempotency
 /// keys past their lifetime.
-pub async fn prune_once(pool: &SqlitePool, events: Duration) -> Result<Pruned, sqlx::Error> {
+pub(super) async fn prune_once(pool: &SqlitePool, events: Duration) -> Result<Pruned, sqlx::Error> {
     let age = time::Duration::try_from(events).unwrap_or(time::Duration::MAX);
     let cutoff = OffsetDateTime::now_utc().checked_sub(age).unwrap_or(OffsetDateTime::UNIX_EPOCH);
     // `ts` is RFC 3339 in UTC (`db::now`) with a fraction of variable length; its first 19

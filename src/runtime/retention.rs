@@ -26,7 +26,7 @@ const FIRST_PASS_AFTER: Duration = Duration::from_secs(60);
 const MENTION_CURSOR: &str = "mention_cursor";
 
 /// Starts the schedule; it ends when the agent's shutdown is cancelled.
-pub fn spawn(services: &RunServices) -> tokio::task::JoinHandle<()> {
+pub(crate) fn spawn(services: &RunServices) -> tokio::task::JoinHandle<()> {
     let pruner = Pruner {
         retention: services.config.retention.clone(),
         slug: services.config.slug.clone(),
@@ -38,14 +38,14 @@ pub fn spawn(services: &RunServices) -> tokio::task::JoinHandle<()> {
     tokio::spawn(pruner.run(services.shutdown.clone()))
 }
 
-/// What a pass needs, borrowed from the running agent.
-pub struct Pruner {
-    pub retention: RetentionConfig,
-    pub slug: String,
-    pub state: State,
-    pub client: TrackerClient,
-    pub status: Arc<StatusBoard>,
-    pub metrics: Arc<Metrics>,
+/// What a pass needs, shared with the running agent.
+struct Pruner {
+    retention: RetentionConfig,
+    slug: String,
+    state: State,
+    client: TrackerClient,
+    status: Arc<StatusBoard>,
+    metrics: Arc<Metrics>,
 }
 
 impl Pruner {
@@ -72,7 +72,7 @@ impl Pruner {
     }
 
     /// One pass: prunes, counts and logs what went.
-    pub async fn prune_once(&self) -> Result<Pruned, StateError> {
+    async fn prune_once(&self) -> Result<Pruned, StateError> {
         let message_claims = self.message_claims_settled().await;
         let plan = plan(&self.retention, OffsetDateTime::now_utc(), message_claims);
         let pruned = self.state.prune(&plan).await?;
@@ -129,7 +129,7 @@ impl Pruner {
 
 /// The cutoffs of a pass at `now`. A retention longer than the calendar reaches back keeps
 /// everything.
-pub fn plan(retention: &RetentionConfig, now: OffsetDateTime, message_claims: bool) -> PrunePlan {
+fn plan(retention: &RetentionConfig, now: OffsetDateTime, message_claims: bool) -> PrunePlan {
     let before = |ms: u64| {
         let age = time::Duration::milliseconds(i64::try_from(ms).unwrap_or(i64::MAX));
         now.checked_sub(age).unwrap_or(OffsetDateTime::UNIX_EPOCH).max(OffsetDateTime::UNIX_EPOCH)
