@@ -464,7 +464,7 @@ fn seed_path() -> std::path::PathBuf {
 }
 
 async fn start_board(db: &std::path::Path, listen: std::net::SocketAddr) -> BoardHandle {
-    board::start(BoardOptions { listen, db: db.to_path_buf(), seed: Some(seed_path()) }).await.unwrap()
+    board::start(BoardOptions::new(listen, db, Some(seed_path()))).await.unwrap()
 }
 
 /// Alice creates a task and assigns it to picogent; returns the task key.

@@ -58,6 +58,9 @@ pub struct Config {
     /// What the agent takes up when it starts, and after every reconnect.
     #[serde(default)]
     pub startup: StartupConfig,
+    /// How long the state database keeps what it no longer needs, and how often it is pruned.
+    #[serde(default)]
+    pub retention: RetentionConfig,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -460,6 +463,41 @@ impl std::fmt::Display for TextDuration {
     }
 }
 
+/// How long the agent's state keeps rows it only needs for a while (`state::retention`), in
+/// milliseconds like every other duration in the file. The defaults keep months of running to a
+/// small file; tests set seconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// Processed event ids (the duplicate filter of the event stream). The resume point is never
+    /// pruned.
+    pub events_ms: u64,
+    /// Once-only claims (messages taken in, notices posted); at least `events_ms`. A message's
+    /// claim also stays until reconciliation can no longer find that message.
+    pub claims_ms: u64,
+    /// Finished runs, counted from their end; running runs and the newest run of each session are
+    /// kept (the latter without its transcript).
+    pub runs_ms: u64,
+    /// Conversations not touched for this long; the next message in that thread starts fresh.
+    pub sessions_ms: u64,
+    /// How often pruning runs; the first time is a minute after start (or `interval_ms`, if
+    /// shorter).
+    pub interval_ms: u64,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        const DAY_MS: u64 = 24 * 60 * 60 * 1000;
+        RetentionConfig {
+            events_ms: 7 * DAY_MS,
+            claims_ms: 30 * DAY_MS,
+            runs_ms: 90 * DAY_MS,
+            sessions_ms: 30 * DAY_MS,
+            interval_ms: 60 * 60 * 1000,
+        }
+    }
+}
+
 impl Serialize for TextDuration {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(self)
@@ -619,6 +657,7 @@ impl Config {
             .and_then(|()| self.check_numbers())
             .and_then(|()| self.check_mcp_servers())
             .and_then(|()| self.check_permissions())
+            .and_then(|()| self.check_retention())
             .map_err(|(field, message)| ConfigError::Field { path: path.to_path_buf(), field, message })
     }
 
@@ -738,6 +777,32 @@ impl Config {
             for pattern in patterns {
                 crate::tools::policy::check_pattern(pattern).map_err(|message| (name.to_string(), message))?;
             }
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    fn check_retention(&self) -> Result<(), Problem> {
+        let retention = &self.retention;
+        for (name, value) in [
+            ("retention.events_ms", retention.events_ms),
+            ("retention.claims_ms", retention.claims_ms),
+            ("retention.runs_ms", retention.runs_ms),
+            ("retention.sessions_ms", retention.sessions_ms),
+            ("retention.interval_ms", retention.interval_ms),
+        ] {
+            if value == 0 {
+                return problem(name, "expected a duration in milliseconds greater than 0 (7 days is 604800000)");
+            }
+        }
+        // A claim is what stops a message found again from being answered twice; if it went
+        // before the processed event, a late duplicate of that event would find neither.
+        if retention.claims_ms < retention.events_ms {
+            return problem(
+                "retention.claims_ms",
+                "expected at least retention.events_ms: claims must outlive the processed events they back up",
+            );
         }
         Ok(())
     }

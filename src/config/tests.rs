@@ -253,3 +253,41 @@ fn startup_mention_window_defaults_to_15_minutes_and_reads_units_seconds_and_ove
     let error = Config::load_with_env(&write(dir.path(), &with(r#""5m", "since": 1"#)), []).unwrap_err().to_string();
     assert!(error.contains("since"), "{error}");
 }
+
+#[test]
+fn retention_has_defaults_for_months_and_takes_small_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::load_with_env(&write(dir.path(), MINIMAL), []).unwrap();
+    let day_ms = 24 * 60 * 60 * 1000;
+    assert_eq!(config.retention.events_ms, 7 * day_ms);
+    assert_eq!(config.retention.claims_ms, 30 * day_ms);
+    assert_eq!(config.retention.runs_ms, 90 * day_ms);
+    assert_eq!(config.retention.sessions_ms, 30 * day_ms);
+    assert_eq!(config.retention.interval_ms, 60 * 60 * 1000);
+
+    let text = MINIMAL
+        .replace("\"slug\"", r#""retention": {"events_ms": 2000, "claims_ms": 3000, "interval_ms": 250}, "slug""#);
+    let config = Config::load_with_env(&write(dir.path(), &text), []).unwrap();
+    assert_eq!((config.retention.events_ms, config.retention.claims_ms), (2000, 3000));
+    assert_eq!(config.retention.interval_ms, 250);
+    assert_eq!(config.retention.runs_ms, 90 * day_ms, "a field left out keeps its default");
+    let vars = [("PICOGENT_RETENTION__SESSIONS_MS".to_string(), "5000".to_string())];
+    assert_eq!(Config::load_with_env(&write(dir.path(), MINIMAL), vars).unwrap().retention.sessions_ms, 5000);
+}
+
+#[test]
+fn bad_retention_names_the_field_and_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (r#"{"runs_ms": 0}"#, "retention.runs_ms", "greater than 0"),
+        (r#"{"interval_ms": 0}"#, "retention.interval_ms", "greater than 0"),
+        (r#"{"events_ms": 5000, "claims_ms": 1000}"#, "retention.claims_ms", "at least retention.events_ms"),
+        (r#"{"events_days": 7}"#, "events_days", "unknown field"),
+        (r#"{"events_ms": -1}"#, "events_ms", ""),
+    ];
+    for (retention, field, says) in cases {
+        let text = MINIMAL.replace("\"slug\"", &format!(r#""retention": {retention}, "slug""#));
+        let error = Config::load_with_env(&write(dir.path(), &text), []).unwrap_err().to_string();
+        assert!(error.contains(field) && error.contains(says), "{retention}: {error}");
+    }
+}

@@ -12,6 +12,7 @@ pub mod http;
 pub mod metrics;
 pub mod prompt;
 pub mod record;
+pub mod retention;
 pub mod run;
 pub mod startup;
 pub mod status;
@@ -60,6 +61,8 @@ pub struct AgentHandle {
     router: tokio::task::JoinHandle<()>,
     stream: tokio::task::JoinHandle<Result<(), crate::transport::StreamError>>,
     http: Option<tokio::task::JoinHandle<()>>,
+    /// The pruning schedule of the state database; ends with the shutdown.
+    retention: tokio::task::JoinHandle<()>,
     host: Arc<crate::mcp::host::McpHost>,
     /// The lock that keeps a second agent off the same state file; released with the handle.
     _state_lock: std::fs::File,
@@ -74,6 +77,7 @@ impl AgentHandle {
         if let Some(http) = self.http {
             let _ = http.await;
         }
+        let _ = self.retention.await;
         self.host.shutdown().await;
         self.state.close().await;
         match stream {
@@ -150,6 +154,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
         (None, None)
     };
 
+    let retention = retention::spawn(&services);
     let router = Router::new(services, inputs_tx.clone(), shutdown.clone());
     let router = tokio::spawn(router.run(inputs_rx));
     Ok(AgentHandle {
@@ -162,6 +167,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
         router,
         stream,
         http,
+        retention,
         host,
         _state_lock: state_lock,
     })

@@ -9,8 +9,9 @@
 //! - the router records an event as processed *before* acting on it, and opens a run record
 //!   ([`State::start_run`]) before the run's first effect; a crash in between leaves a run in
 //!   `running`, which [`State::unfinished_runs`] finds at the next start-up;
-//! - the resume point ([`State::last_seq`]) never moves backwards and survives pruning of old
-//!   processed events;
+//! - the resume point ([`State::last_seq`]) never moves backwards and is never pruned;
+//! - pruning ([`State::prune`], `retention.rs`) forgets only rows nothing can ask for again: the
+//!   reasoning for each table is at the top of that file;
 //! - a commit is safe from a crash or kill of the process at once, and from a power cut once
 //!   [`State::sync`] has returned: commits are `synchronous = NORMAL` (no fsync each, so handling
 //!   an event costs no disk flush), and whoever is about to *act* on the board on the strength of
@@ -37,6 +38,7 @@
 //!
 //! Times are stored as Unix milliseconds in UTC.
 
+mod retention;
 mod runs;
 mod start;
 mod values;
@@ -47,6 +49,7 @@ use sqlx::Row;
 use sqlx::sqlite::SqlitePool;
 use time::{Date, OffsetDateTime};
 
+pub use retention::{PrunePlan, Pruned};
 pub use runs::{FinishRun, RunRow, RunStatus};
 
 /// What a claim in [`State::claim`] is for; its key says which one. The words are what the
@@ -227,7 +230,7 @@ impl State {
 
     /// Deletes processed events recorded before `before`; returns how many. The resume point is
     /// kept. Only events older than any replay window may go, or a replayed one would be acted
-    /// on again.
+    /// on again (`retention.rs` says why `retention.events_ms` is that window).
     pub async fn prune_events(&self, before: OffsetDateTime) -> Result<u64, StateError> {
         let deleted = sqlx::query("DELETE FROM processed_events WHERE processed_at_ms < ?")
             .bind(to_ms(before))
@@ -379,7 +382,8 @@ impl State {
     // ---- replies, for the loop guard ----
 
     /// Notes that the agent posted a reply in `thread_key` at `at`. Rows older than a day are
-    /// dropped on the way, since the guard only looks back an hour.
+    /// dropped on the way, since the guard only looks back an hour (and pruning drops them too,
+    /// for an agent that posts nothing for a day).
     pub async fn record_reply(&self, thread_key: &str, at: OffsetDateTime) -> Result<(), StateError> {
         let at_ms = to_ms(at);
         let mut transaction = self.pool.begin().await?;
@@ -389,7 +393,7 @@ impl State {
             .execute(&mut *transaction)
             .await?;
         sqlx::query("DELETE FROM replies WHERE at_ms < ?")
-            .bind(at_ms - 24 * 3_600_000)
+            .bind(to_ms(at - retention::REPLY_LOG_KEPT))
             .execute(&mut *transaction)
             .await?;
         transaction.commit().await?;
