@@ -16,6 +16,7 @@ use crate::prompts::Prompts;
 use crate::secret::Secret;
 use crate::tools::ToolSource;
 use crate::tracker::TrackerClient;
+use crate::transport::StreamStart;
 
 #[derive(Debug, Parser)]
 #[command(name = "picogent", version, about = "A team agent for the Team Board task tracker")]
@@ -33,6 +34,14 @@ pub enum LogFormat {
     Json,
 }
 
+/// A duration flag in milliseconds: a whole number greater than 0.
+fn positive_ms(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(ms) if ms > 0 => Ok(ms),
+        _ => Err("expected milliseconds, a whole number greater than 0 (7 days is 604800000)".to_string()),
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the reference board: a small real Team Board (HTTP + WebSocket + SQLite).
@@ -46,6 +55,14 @@ pub enum Command {
         /// A seed file of projects and members with their tokens, applied when the database is new.
         #[arg(long)]
         seed: Option<PathBuf>,
+        /// How long events stay in the event log, in milliseconds (each member's newest always
+        /// stays); a client resuming from before that gets a gap and reconciles. Default 7 days.
+        #[arg(long, default_value_t = 7 * 24 * 60 * 60 * 1000, value_parser = positive_ms)]
+        event_retention_ms: u64,
+        /// How often the event log and expired idempotency keys (kept 24 hours) are pruned, in
+        /// milliseconds. Default 1 hour.
+        #[arg(long, default_value_t = 60 * 60 * 1000, value_parser = positive_ms)]
+        prune_interval_ms: u64,
     },
     /// Serve the tracker tools, task/project resources and prompts as an MCP server, acting as the
     /// agent of the config (token from the environment variable named by `tracker.token_env`).
@@ -83,6 +100,10 @@ pub enum Command {
     Run {
         #[arg(long, default_value = "agent.json")]
         config: PathBuf,
+        /// Replay the tracker's whole event log from seq 0 and act on it, instead of beginning at
+        /// the recorded position (or, on a first start, at the tracker's head).
+        #[arg(long)]
+        from_start: bool,
     },
     /// Check a deployment: the config, the templates, the tracker (REST and WebSocket), the model.
     Check {
@@ -187,7 +208,17 @@ pub fn main(cli: Cli) -> ExitCode {
     };
     let result = runtime.block_on(async move {
         match cli.command {
-            Command::Board { listen, db, seed } => crate::board::run_cli(listen, db, seed).await,
+            Command::Board { listen, db, seed, event_retention_ms, prune_interval_ms } => {
+                let retention = crate::board::Retention {
+                    events: std::time::Duration::from_millis(event_retention_ms),
+                    interval: std::time::Duration::from_millis(prune_interval_ms),
+                };
+                crate::board::run_cli(crate::board::BoardOptions {
+                    retention,
+                    ..crate::board::BoardOptions::new(listen, db, seed)
+                })
+                .await
+            }
             Command::Mcp { stdio: _, http, config } => {
                 let listen = match http {
                     Some(addr) => McpListen::Http(addr),
@@ -211,7 +242,10 @@ pub fn main(cli: Cli) -> ExitCode {
             Command::OfflineModel { listen, script, delay_ms } => {
                 crate::offline_model::run_cli(listen, script, delay_ms).await
             }
-            Command::Run { config } => crate::runtime::run_cli(&config).await,
+            Command::Run { config, from_start } => {
+                let start = if from_start { StreamStart::FromStart } else { StreamStart::Recorded };
+                crate::runtime::run_cli(&config, start).await
+            }
             Command::Check { config } => crate::check::run_cli(&config).await,
             Command::Eval { config, json, timeout_secs } => {
                 crate::eval::run_cli(&config, json, std::time::Duration::from_secs(timeout_secs)).await

@@ -85,13 +85,9 @@ pub(crate) async fn start_seeded_board(dir: &Path) -> anyhow::Result<crate::boar
     let seed_path = dir.join("board-seed.json");
     std::fs::write(&seed_path, SEED).context("cannot write the board's seed")?;
     let any_port = SocketAddr::from(([127, 0, 0, 1], 0));
-    crate::board::start(crate::board::BoardOptions {
-        listen: any_port,
-        db: dir.join("board.db"),
-        seed: Some(seed_path),
-    })
-    .await
-    .context("cannot start the reference board")
+    crate::board::start(crate::board::BoardOptions::new(any_port, dir.join("board.db"), Some(seed_path)))
+        .await
+        .context("cannot start the reference board")
 }
 
 /// The templates shipped in the binary, for a run outside the source tree.

@@ -10,7 +10,8 @@
 //! - [`board`]: the reference board — a small but real Team Board (HTTP + WebSocket + SQLite)
 //!   written from `docs/tracker-api.md`, used by the demo and the tests.
 //! - [`tools`]: what the model can call; [`tools::ToolSource`] is the one shape of every tool source.
-//! - [`transport`]: the tracker's event stream (WebSocket): reconnects, heartbeats, resumes.
+//! - [`transport`]: the tracker's event stream (WebSocket): reconnects, heartbeats, resumes; a
+//!   first start begins at the tracker's head.
 //! - [`session`]: [`session::SessionKey`], the conversation an event belongs to (a task, a chat
 //!   thread, a prompt), shared by the router, the runtime, the loop guard and the tools.
 //! - [`state`]: the agent's durable state (SQLite): processed events, claims, sessions, runs, spend.

@@ -14,7 +14,7 @@ use picogent::secret::Secret;
 use picogent::state::State;
 use picogent::tracker::TrackerClient;
 use picogent::tracker::model::{ClientFrame, CreateTask, Event, ReceivedEvent};
-use picogent::transport::{self, LinkStatus, StreamError, StreamItem, StreamOptions};
+use picogent::transport::{self, LinkStatus, StartMode, StreamError, StreamItem, StreamOptions, StreamStart};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
@@ -268,6 +268,9 @@ async fn junk_is_skipped_and_an_oversized_frame_recycles_the_connection() {
     assert!(
         matches!(&delivered, StreamItem::Event(ReceivedEvent { event: Event::MessageNew(data), .. }) if data.message.content == "hello")
     );
+    // The stream began where the consumer's counter stood.
+    let began = LinkStatus::Began { mode: StartMode::Resume, from_seq: 41, skipped: 0 };
+    assert_eq!(next_item(&mut items).await, StreamItem::Status(began));
     assert_eq!(next_item(&mut items).await, StreamItem::Status(LinkStatus::CaughtUp { last_seq: 42 }));
     match next_item(&mut items).await {
         StreamItem::Status(LinkStatus::Disconnected { reason }) => assert!(reason.contains("limit"), "{reason}"),
@@ -309,6 +312,8 @@ async fn a_silent_server_is_taken_for_dead_and_replaced() {
     read_resume(&mut lively.socket).await;
     lively.socket.send(Message::text(r#"{"type": "resumed", "last_seq": 0}"#)).await.unwrap();
     assert_eq!(next_item(&mut items).await, StreamItem::Status(LinkStatus::Connected));
+    let began = LinkStatus::Began { mode: StartMode::Resume, from_seq: 0, skipped: 0 };
+    assert_eq!(next_item(&mut items).await, StreamItem::Status(began));
     assert_eq!(next_item(&mut items).await, StreamItem::Status(LinkStatus::CaughtUp { last_seq: 0 }));
     let mut pongs = 0;
     while pongs < 8 {
@@ -331,7 +336,9 @@ async fn a_closed_connection_reconnects_and_resumes_from_the_state_database() {
     let (url, mut connections) = injector(None).await;
     let client = client_for(&url, "tok-picogent");
     let cancel = CancellationToken::new();
-    let (mut items, handle) = transport::spawn(fast_options(), &client, state.clone(), cancel.clone());
+    // From seq 0: a fresh state file would otherwise begin at the head and pass no past event on.
+    let options = StreamOptions { start: StreamStart::FromStart, ..fast_options() };
+    let (mut items, handle) = transport::spawn(options, &client, state.clone(), cancel.clone());
 
     let mut first = next_connection(&mut connections).await;
     assert_eq!(read_resume(&mut first.socket).await, 0);
@@ -457,7 +464,7 @@ fn seed_path() -> std::path::PathBuf {
 }
 
 async fn start_board(db: &std::path::Path, listen: std::net::SocketAddr) -> BoardHandle {
-    board::start(BoardOptions { listen, db: db.to_path_buf(), seed: Some(seed_path()) }).await.unwrap()
+    board::start(BoardOptions::new(listen, db, Some(seed_path()))).await.unwrap()
 }
 
 /// Alice creates a task and assigns it to picogent; returns the task key.
@@ -494,6 +501,8 @@ async fn the_board_delivers_task_assigned_over_the_stream() {
     let cancel = CancellationToken::new();
     let (mut items, handle) = transport::spawn(fast_options(), &agent, Arc::new(AtomicU64::new(0)), cancel.clone());
     assert_eq!(next_item(&mut items).await, StreamItem::Status(LinkStatus::Connected));
+    let began = LinkStatus::Began { mode: StartMode::Resume, from_seq: 0, skipped: 0 };
+    assert_eq!(next_item(&mut items).await, StreamItem::Status(began));
     assert_eq!(next_item(&mut items).await, StreamItem::Status(LinkStatus::CaughtUp { last_seq: 0 }));
 
     let key = assign_new_task(&alice, "Write the release notes").await;
@@ -538,6 +547,9 @@ async fn after_a_board_restart_resume_delivers_exactly_the_missed_events_in_orde
     let agent = client_for(&relay.url(), "tok-picogent");
     let (mut items, _handle) = transport::spawn(fast_options(), &agent, state.clone(), CancellationToken::new());
     let mut seen_ids = std::collections::HashSet::new();
+    // A fresh state file begins at the head: what is logged before the stream caught up is the
+    // past (reconciliation's to judge), so the test assigns only after.
+    wait_for(&mut items, |item| matches!(item, StreamItem::Status(LinkStatus::CaughtUp { .. }))).await;
 
     // Two events while connected, processed (recorded) by this test acting as the router.
     let alice = client_for(&board.url(), "tok-alice");
@@ -575,7 +587,7 @@ async fn after_a_board_restart_resume_delivers_exactly_the_missed_events_in_orde
     let last_seq = loop {
         match next_item(&mut items).await {
             StreamItem::Status(LinkStatus::CaughtUp { last_seq }) => break last_seq,
-            StreamItem::Status(LinkStatus::Connected | LinkStatus::Disconnected { .. }) => {}
+            StreamItem::Status(LinkStatus::Connected | LinkStatus::Disconnected { .. } | LinkStatus::Began { .. }) => {}
             StreamItem::Status(gap @ LinkStatus::GapAccepted { .. }) => panic!("nothing was missing: {gap:?}"),
             item @ StreamItem::Event(_) => {
                 let (id, seq) = event_id(&item).unwrap();
@@ -611,6 +623,9 @@ async fn a_stalled_link_to_the_board_is_detected_and_the_stream_catches_up() {
     let options = heartbeat_options();
     let (mut items, _handle) = transport::spawn(options.clone(), &agent, state.clone(), CancellationToken::new());
     assert_eq!(next_item(&mut items).await, StreamItem::Status(LinkStatus::Connected));
+    // A fresh state file: the stream begins at the board's head (an empty log here).
+    let began = LinkStatus::Began { mode: StartMode::Head, from_seq: 0, skipped: 0 };
+    assert_eq!(next_item(&mut items).await, StreamItem::Status(began));
     assert_eq!(next_item(&mut items).await, StreamItem::Status(LinkStatus::CaughtUp { last_seq: 0 }));
 
     // The link stalls without closing; an event is logged meanwhile and cannot get through.
@@ -651,7 +666,9 @@ async fn an_event_missing_from_the_log_is_gone_on_without_after_a_few_tries() {
 
     let state = State::open(&dir.path().join("agent.db")).await.unwrap();
     let agent = client_for(&board.url(), "tok-picogent");
-    let (mut items, _handle) = transport::spawn(fast_options(), &agent, state.clone(), CancellationToken::new());
+    // The whole log, as `--from-start` reads it: a fresh state file would begin at the head.
+    let options = StreamOptions { start: StreamStart::FromStart, ..fast_options() };
+    let (mut items, _handle) = transport::spawn(options, &agent, state.clone(), CancellationToken::new());
     let (mut gaps, mut disconnects, mut events) = (Vec::new(), 0, Vec::new());
     while events.len() < 2 {
         match next_item(&mut items).await {

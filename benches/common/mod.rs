@@ -27,7 +27,7 @@ pub fn prompts_dir() -> PathBuf {
 
 pub async fn start_board(dir: &Path) -> BoardHandle {
     let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    picogent::board::start(BoardOptions { listen, db: dir.join("board.db"), seed: Some(SEED.into()) }).await.unwrap()
+    picogent::board::start(BoardOptions::new(listen, dir.join("board.db"), Some(SEED.into()))).await.unwrap()
 }
 
 pub async fn start_model(delay: Duration) -> OfflineModelHandle {

@@ -201,7 +201,18 @@ fn replay(status: u16, body: String) -> Response {
     response
 }
 
-/// Forgets keys left pending by a crash and keys past their lifetime.
+/// Forgets answered keys past their lifetime; returns how many. Pending keys belong to requests
+/// in flight and stay (those a crash left pending go at the next start, in [`clean_up`]).
+pub async fn prune_expired(pool: &sqlx::SqlitePool) -> Result<u64, sqlx::Error> {
+    let deleted = sqlx::query("DELETE FROM idempotency WHERE status IS NOT NULL AND created_at < ?1")
+        .bind(unix_now() - KEY_LIFETIME_SECONDS)
+        .execute(pool)
+        .await?
+        .rows_affected();
+    Ok(deleted)
+}
+
+/// At start: forgets keys left pending by a crash and keys past their lifetime.
 pub async fn clean_up(pool: &sqlx::SqlitePool) -> Result<(), sqlx::Error> {
     sqlx::query("DELETE FROM idempotency WHERE status IS NULL OR created_at < ?1")
         .bind(unix_now() - KEY_LIFETIME_SECONDS)

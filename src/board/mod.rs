@@ -6,7 +6,8 @@
 //!   hold the rest of the REST routes;
 //! - [`events`]: the durable per-member event log and the WebSocket that delivers it;
 //! - [`idempotency`]: `Idempotency-Key` on POSTs; [`extract`]: auth, bodies and queries;
-//! - [`db`]: the SQLite store; [`seed`]: the seed file; [`error`]: the one error enum.
+//! - [`db`]: the SQLite store; [`seed`]: the seed file; [`error`]: the one error enum;
+//! - [`retention`]: the schedule that prunes the event log and expired idempotency keys.
 //!
 //! Invariants: every answer that is not a success is a [`BoardError`]; every event is logged in
 //! the transaction of the change that causes it; writes hold SQLite's write lock from their
@@ -19,6 +20,7 @@ mod events;
 mod extract;
 mod idempotency;
 mod messages;
+mod retention;
 mod seed;
 mod tasks;
 
@@ -35,20 +37,28 @@ use tokio_util::task::TaskTracker;
 
 pub use api::API_PREFIX;
 pub use error::BoardError;
+pub use retention::Retention;
 pub use seed::{Seed, SeedError, SeedMember, SeedProject};
 
-/// Where the board listens, its database, and the seed for a new database.
+/// Where the board listens, its database, the seed for a new database, and how long it keeps
+/// its event log.
 #[derive(Debug, Clone)]
 pub struct BoardOptions {
     pub listen: SocketAddr,
     pub db: PathBuf,
     pub seed: Option<PathBuf>,
+    pub retention: Retention,
 }
 
 impl BoardOptions {
+    /// A board on `listen` with the default retention.
+    pub fn new(listen: SocketAddr, db: impl Into<PathBuf>, seed: Option<PathBuf>) -> BoardOptions {
+        BoardOptions { listen, db: db.into(), seed, retention: Retention::default() }
+    }
+
     /// A board on a free loopback port: what tests and the demo want.
     pub fn loopback(db: impl Into<PathBuf>, seed: Option<PathBuf>) -> BoardOptions {
-        BoardOptions { listen: SocketAddr::from(([127, 0, 0, 1], 0)), db: db.into(), seed }
+        BoardOptions::new(SocketAddr::from(([127, 0, 0, 1], 0)), db, seed)
     }
 }
 
@@ -179,6 +189,7 @@ pub async fn start(options: BoardOptions) -> anyhow::Result<BoardHandle> {
         tasks: TaskTracker::new(),
         task_ids: Arc::default(),
     };
+    retention::spawn(&state, options.retention);
     let app = api::router(state.clone());
     let stop = state.shutdown.clone();
     let server = tokio::spawn(async move {
@@ -189,8 +200,8 @@ pub async fn start(options: BoardOptions) -> anyhow::Result<BoardHandle> {
 }
 
 /// `picogent board`: serves until Ctrl-C.
-pub async fn run_cli(listen: SocketAddr, db: PathBuf, seed: Option<PathBuf>) -> anyhow::Result<ExitCode> {
-    let board = start(BoardOptions { listen, db, seed }).await?;
+pub async fn run_cli(options: BoardOptions) -> anyhow::Result<ExitCode> {
+    let board = start(options).await?;
     println!("board listening on {} (API at {})", board.url(), board.api_base());
     tokio::signal::ctrl_c().await.context("cannot wait for Ctrl-C")?;
     board.shutdown().await?;

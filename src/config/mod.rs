@@ -55,6 +55,12 @@ pub struct Config {
     /// Which tools may run at all, and whether a human must approve destructive ones.
     #[serde(default)]
     pub permissions: PermissionsConfig,
+    /// What the agent takes up when it starts, and after every reconnect.
+    #[serde(default)]
+    pub startup: StartupConfig,
+    /// How long the state database keeps what it no longer needs, and how often it is pruned.
+    #[serde(default)]
+    pub retention: RetentionConfig,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -464,6 +470,128 @@ pub enum PermissionMode {
     Ask,
 }
 
+/// `startup`: what reconciliation takes up at a start and after every reconnect.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StartupConfig {
+    /// Mentions older than this are history, not requests: reconciliation does not answer them
+    /// (`0`: it answers none). Events replayed by a resume are not affected: they were missed,
+    /// not old.
+    pub answer_mentions_since: TextDuration,
+}
+
+impl Default for StartupConfig {
+    fn default() -> Self {
+        StartupConfig { answer_mentions_since: TextDuration(std::time::Duration::from_secs(15 * 60)) }
+    }
+}
+
+/// A span of time written as text with a unit (`90s`, `15m`, `2h`, `1d`) or as a number of
+/// seconds; `0` is none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TextDuration(pub std::time::Duration);
+
+impl TextDuration {
+    const EXPECTED: &str = "a span of time like 90s, 15m, 2h or 1d, or 0 for none";
+
+    /// Reads `15m`, `90s`, `2h`, `1d`, `0`, or a bare number of seconds.
+    pub fn parse(text: &str) -> Result<TextDuration, String> {
+        let text = text.trim();
+        let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+        let (number, unit) = text.split_at(split);
+        let seconds_per_unit = match unit.trim() {
+            "" | "s" => 1,
+            "m" => 60,
+            "h" => 3_600,
+            "d" => 86_400,
+            _ => return Err(format!("{text:?} is not {}", Self::EXPECTED)),
+        };
+        let number: u64 = number.parse().map_err(|_| format!("{text:?} is not {}", Self::EXPECTED))?;
+        number
+            .checked_mul(seconds_per_unit)
+            .map(|seconds| TextDuration(std::time::Duration::from_secs(seconds)))
+            .ok_or_else(|| format!("{text:?} is too long a span of time"))
+    }
+}
+
+impl std::fmt::Display for TextDuration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let seconds = self.0.as_secs();
+        match seconds {
+            0 => f.write_str("0"),
+            s if s % 86_400 == 0 => write!(f, "{}d", s / 86_400),
+            s if s % 3_600 == 0 => write!(f, "{}h", s / 3_600),
+            s if s % 60 == 0 => write!(f, "{}m", s / 60),
+            s => write!(f, "{s}s"),
+        }
+    }
+}
+
+/// How long the agent's state keeps rows it only needs for a while (`state::retention`), in
+/// milliseconds like every other duration in the file. The defaults keep months of running to a
+/// small file; tests set seconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// Processed event ids (the duplicate filter of the event stream). The resume point is never
+    /// pruned.
+    pub events_ms: u64,
+    /// Once-only claims (messages taken in, notices posted); at least `events_ms`. A message's
+    /// claim also stays until reconciliation can no longer find that message.
+    pub claims_ms: u64,
+    /// Finished runs, counted from their end; running runs and the newest run of each session are
+    /// kept (the latter without its transcript).
+    pub runs_ms: u64,
+    /// Conversations not touched for this long; the next message in that thread starts fresh.
+    pub sessions_ms: u64,
+    /// How often pruning runs; the first time is a minute after start (or `interval_ms`, if
+    /// shorter).
+    pub interval_ms: u64,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        const DAY_MS: u64 = 24 * 60 * 60 * 1000;
+        RetentionConfig {
+            events_ms: 7 * DAY_MS,
+            claims_ms: 30 * DAY_MS,
+            runs_ms: 90 * DAY_MS,
+            sessions_ms: 30 * DAY_MS,
+            interval_ms: 60 * 60 * 1000,
+        }
+    }
+}
+
+impl Serialize for TextDuration {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for TextDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<TextDuration, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = TextDuration;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(TextDuration::EXPECTED)
+            }
+            fn visit_u64<E: serde::de::Error>(self, seconds: u64) -> Result<TextDuration, E> {
+                Ok(TextDuration(std::time::Duration::from_secs(seconds)))
+            }
+            fn visit_i64<E: serde::de::Error>(self, seconds: i64) -> Result<TextDuration, E> {
+                u64::try_from(seconds)
+                    .map(|seconds| TextDuration(std::time::Duration::from_secs(seconds)))
+                    .map_err(|_| E::custom(format!("{seconds} is not {}", TextDuration::EXPECTED)))
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<TextDuration, E> {
+                TextDuration::parse(text).map_err(E::custom)
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
 fn default_mcp_timeout_ms() -> u64 {
     60_000
 }
@@ -593,6 +721,7 @@ impl Config {
             .and_then(|()| self.check_numbers())
             .and_then(|()| self.check_mcp_servers())
             .and_then(|()| self.check_permissions())
+            .and_then(|()| self.check_retention())
             .map_err(|(field, message)| ConfigError::Field { path: path.to_path_buf(), field, message })
     }
 
@@ -712,6 +841,32 @@ impl Config {
             for pattern in patterns {
                 crate::tools::policy::check_pattern(pattern).map_err(|message| (name.to_string(), message))?;
             }
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    fn check_retention(&self) -> Result<(), Problem> {
+        let retention = &self.retention;
+        for (name, value) in [
+            ("retention.events_ms", retention.events_ms),
+            ("retention.claims_ms", retention.claims_ms),
+            ("retention.runs_ms", retention.runs_ms),
+            ("retention.sessions_ms", retention.sessions_ms),
+            ("retention.interval_ms", retention.interval_ms),
+        ] {
+            if value == 0 {
+                return problem(name, "expected a duration in milliseconds greater than 0 (7 days is 604800000)");
+            }
+        }
+        // A claim is what stops a message found again from being answered twice; if it went
+        // before the processed event, a late duplicate of that event would find neither.
+        if retention.claims_ms < retention.events_ms {
+            return problem(
+                "retention.claims_ms",
+                "expected at least retention.events_ms: claims must outlive the processed events they back up",
+            );
         }
         Ok(())
     }

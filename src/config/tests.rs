@@ -213,6 +213,86 @@ fn a_bad_glob_or_shape_in_the_tool_lists_is_an_error_saying_what_is_wrong() {
 }
 
 #[test]
+fn startup_mention_window_defaults_to_15_minutes_and_reads_units_seconds_and_overrides() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::load_with_env(&write(dir.path(), MINIMAL), []).unwrap();
+    assert_eq!(config.startup.answer_mentions_since.0, std::time::Duration::from_secs(900));
+    let with = |value: &str| {
+        MINIMAL.replace("\"slug\"", &format!(r#""startup": {{"answer_mentions_since": {value}}}, "slug""#))
+    };
+    for (value, seconds) in [
+        (r#""90s""#, 90),
+        (r#""15m""#, 900),
+        (r#""2h""#, 7_200),
+        (r#""1d""#, 86_400),
+        ("0", 0),
+        ("45", 45),
+        (r#""0""#, 0),
+    ] {
+        let config = Config::load_with_env(&write(dir.path(), &with(value)), []).unwrap();
+        assert_eq!(config.startup.answer_mentions_since.0.as_secs(), seconds, "{value}");
+    }
+    // From the environment, as text or a number.
+    for (value, seconds) in [("10m", 600), ("0", 0)] {
+        let vars = [("PICOGENT_STARTUP__ANSWER_MENTIONS_SINCE".to_string(), value.to_string())];
+        let config = Config::load_with_env(&write(dir.path(), MINIMAL), vars).unwrap();
+        assert_eq!(config.startup.answer_mentions_since.0.as_secs(), seconds, "{value}");
+    }
+    // It survives being written back (the tests' child processes read a written config).
+    let written = serde_json::to_value(&config).unwrap();
+    assert_eq!(written["startup"]["answer_mentions_since"], "15m");
+    let mut config = config;
+    config.startup.answer_mentions_since = TextDuration(std::time::Duration::from_secs(5_400));
+    let back: Config = serde_json::from_value(serde_json::to_value(&config).unwrap()).unwrap();
+    assert_eq!(back.startup, config.startup);
+    // A bad value names the field and says what is expected.
+    for value in [r#""soon""#, r#""15 minutes""#, "-5", r#""m""#] {
+        let error = Config::load_with_env(&write(dir.path(), &with(value)), []).unwrap_err().to_string();
+        assert!(error.contains("answer_mentions_since") && error.contains("15m"), "{value}: {error}");
+    }
+    let error = Config::load_with_env(&write(dir.path(), &with(r#""5m", "since": 1"#)), []).unwrap_err().to_string();
+    assert!(error.contains("since"), "{error}");
+}
+
+#[test]
+fn retention_has_defaults_for_months_and_takes_small_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::load_with_env(&write(dir.path(), MINIMAL), []).unwrap();
+    let day_ms = 24 * 60 * 60 * 1000;
+    assert_eq!(config.retention.events_ms, 7 * day_ms);
+    assert_eq!(config.retention.claims_ms, 30 * day_ms);
+    assert_eq!(config.retention.runs_ms, 90 * day_ms);
+    assert_eq!(config.retention.sessions_ms, 30 * day_ms);
+    assert_eq!(config.retention.interval_ms, 60 * 60 * 1000);
+
+    let text = MINIMAL
+        .replace("\"slug\"", r#""retention": {"events_ms": 2000, "claims_ms": 3000, "interval_ms": 250}, "slug""#);
+    let config = Config::load_with_env(&write(dir.path(), &text), []).unwrap();
+    assert_eq!((config.retention.events_ms, config.retention.claims_ms), (2000, 3000));
+    assert_eq!(config.retention.interval_ms, 250);
+    assert_eq!(config.retention.runs_ms, 90 * day_ms, "a field left out keeps its default");
+    let vars = [("PICOGENT_RETENTION__SESSIONS_MS".to_string(), "5000".to_string())];
+    assert_eq!(Config::load_with_env(&write(dir.path(), MINIMAL), vars).unwrap().retention.sessions_ms, 5000);
+}
+
+#[test]
+fn bad_retention_names_the_field_and_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (r#"{"runs_ms": 0}"#, "retention.runs_ms", "greater than 0"),
+        (r#"{"interval_ms": 0}"#, "retention.interval_ms", "greater than 0"),
+        (r#"{"events_ms": 5000, "claims_ms": 1000}"#, "retention.claims_ms", "at least retention.events_ms"),
+        (r#"{"events_days": 7}"#, "events_days", "unknown field"),
+        (r#"{"events_ms": -1}"#, "events_ms", ""),
+    ];
+    for (retention, field, says) in cases {
+        let text = MINIMAL.replace("\"slug\"", &format!(r#""retention": {retention}, "slug""#));
+        let error = Config::load_with_env(&write(dir.path(), &text), []).unwrap_err().to_string();
+        assert!(error.contains(field) && error.contains(says), "{retention}: {error}");
+    }
+}
+
+#[test]
 fn state_is_a_sqlite_path_by_default_or_postgres_through_state_url() {
     let dir = tempfile::tempdir().unwrap();
     let with = |state: &str| MINIMAL.replace("\"slug\"", &format!(r#""state": {state}, "slug""#));

@@ -15,6 +15,7 @@ pub mod filter;
 mod reconcile;
 mod runs;
 
+pub use reconcile::Reconciliation;
 pub use runs::StartRefused;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -27,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::runtime::metrics::Metrics;
 use crate::runtime::run::{RunDone, RunKind, RunRequest, RunServices};
+use crate::runtime::startup::{ReconcileReport, StartupReport, counts_line};
 use crate::runtime::status::StatusBoard;
 use crate::session::SessionKey;
 use crate::state::{ClaimKind, State};
@@ -44,10 +46,7 @@ pub enum Input {
     /// A run ended (its task sends this as its last act).
     RunDone(Box<RunDone>),
     /// What a REST reconciliation found after a (re)connect.
-    Reconciled {
-        tasks: Vec<TaskOut>,
-        messages: Vec<MessageOut>,
-    },
+    Reconciled(Box<Reconciliation>),
     /// Start a run now (the MCP `start_run` tool, the CLI).
     StartRun {
         request: Box<RunRequest>,
@@ -94,6 +93,8 @@ pub struct Router {
     /// Messages accepted for a run that has not started yet: their durable claim is written with
     /// the run (one transaction), so a crash in between leaves them to reconciliation.
     accepted_messages: HashSet<String>,
+    /// How the stream began, until the first reconciliation after it completes the report.
+    startup: Option<StartupReport>,
     shutdown: CancellationToken,
 }
 
@@ -112,6 +113,7 @@ impl Router {
             waiting_sessions: HashSet::new(),
             members: HashMap::new(),
             accepted_messages: HashSet::new(),
+            startup: None,
             shutdown,
         }
     }
@@ -179,15 +181,7 @@ impl Router {
                 StreamItem::Status(status) => self.on_link(status).await,
             },
             Input::RunDone(done) => self.finish(*done).await,
-            Input::Reconciled { tasks, messages } => {
-                for task in tasks {
-                    self.on_reconciled_task(task).await;
-                }
-                for message in messages {
-                    self.on_message(message, "reconciled").await;
-                }
-                self.status.set_caught_up(true);
-            }
+            Input::Reconciled(found) => self.on_reconciled(*found).await,
             Input::StartRun { request, reply } => {
                 let _ = reply.send(self.start_now(*request).await);
             }
@@ -206,6 +200,11 @@ impl Router {
         match status {
             LinkStatus::Connected => {
                 self.status.set_connected(true);
+            }
+            LinkStatus::Began { mode, from_seq, skipped } => {
+                let report = StartupReport { mode, from_seq, skipped_events: skipped, reconciliation: None };
+                self.status.set_startup(report.clone());
+                self.startup = Some(report);
             }
             LinkStatus::CaughtUp { last_seq } => {
                 tracing::info!(last_seq, "event stream caught up; reconciling through REST");
@@ -261,7 +260,9 @@ impl Router {
                 let stopped = self.stop(&session, &format!("the task was unassigned by @{}", data.unassigned_by));
                 self.metrics.event(name, if stopped { "stop" } else { "ignored" });
             }
-            Event::MessageNew(data) => self.on_message(data.message, "event").await,
+            Event::MessageNew(data) => {
+                self.on_message(data.message, "event").await;
+            }
             Event::TaskUpdated(_) => self.metrics.event(name, "ignored"),
             // The stream passes on known events only; an unknown one is ignored all the same.
             Event::Unknown(_) => self.metrics.event("unknown", "ignored"),
@@ -278,17 +279,23 @@ impl Router {
         self.active.len() < self.config.limits.max_concurrent_runs as usize
     }
 
-    async fn on_assignment(&mut self, task: TaskOut, assigned_by: String, source: &str) {
+    /// Starts (or queues) a run for the task; `false` when it is already being worked or the
+    /// run was refused.
+    async fn on_assignment(&mut self, task: TaskOut, assigned_by: String, source: &str) -> bool {
         let session = SessionKey::Task(task.id.clone());
         if self.session_busy(&session) {
             tracing::info!(task = %task.key, "assignment for a task already being worked");
-            return;
+            return false;
         }
         tracing::info!(task = %task.key, %source, "working assigned task");
         let trigger = format!("task.assigned {}", task.key);
         let request = RunRequest::new(session, trigger, RunKind::Task { task: Box::new(task), assigned_by });
-        if let Err(refused) = self.start_or_queue(request).await {
-            tracing::info!(%refused, "the task run was not started");
+        match self.start_or_queue(request).await {
+            Ok(_) => true,
+            Err(refused) => {
+                tracing::info!(%refused, "the task run was not started");
+                false
+            }
         }
     }
 
@@ -300,31 +307,67 @@ impl Router {
         self.state.has_run_since(&session, at).await.unwrap_or(false)
     }
 
-    async fn on_reconciled_task(&mut self, task: TaskOut) {
+    /// Takes up what a reconciliation found, counts what became of it, and reports the first
+    /// one after the stream began as the startup's (logged once, shown in `/readyz`).
+    async fn on_reconciled(&mut self, found: Reconciliation) {
+        let Reconciliation { tasks, messages, mut report } = found;
+        for task in tasks {
+            match self.on_reconciled_task(task).await {
+                "worked" => report.tasks.worked += 1,
+                reason => report.tasks.skip(reason),
+            }
+        }
+        for message in messages {
+            match self.on_message(message, "reconciled").await {
+                "run" | "steered" => report.mentions.answered += 1,
+                reason => report.mentions.skip(reason),
+            }
+        }
+        self.status.set_caught_up(true);
+        match self.startup.take() {
+            Some(mut startup) => {
+                log_startup(&startup, &report);
+                startup.reconciliation = Some(report);
+                self.status.set_startup(startup);
+            }
+            None => tracing::debug!(
+                tasks_worked = report.tasks.worked,
+                tasks_skipped = %counts_line(&report.tasks.skipped),
+                mentions_answered = report.mentions.answered,
+                mentions_skipped = %counts_line(&report.mentions.skipped),
+                "reconciled"
+            ),
+        }
+    }
+
+    /// Starts a run for a task reconciliation found, unless something covers it already;
+    /// returns `worked` or why not.
+    async fn on_reconciled_task(&mut self, task: TaskOut) -> &'static str {
         let session = SessionKey::Task(task.id.clone());
         if self.session_busy(&session) {
-            return;
+            return "running";
         }
         match self.state.has_finished_run_for(&session.as_string()).await {
             Ok(false) => {}
-            Ok(true) => return,
+            Ok(true) => return "finished_run",
             Err(error) => {
                 tracing::warn!(%error, "cannot check runs of a reconciled task");
-                return;
+                return "state_error";
             }
         }
         // A run recorded as running belongs to resume_interrupted_runs, not to a second start.
         if let Ok(unfinished) = self.state.unfinished_runs().await
             && unfinished.iter().any(|run| run.session_key == session.as_string())
         {
-            return;
+            return "unfinished_run";
         }
         self.metrics.event("task.assigned", "reconciled");
         let assigned_by = task.created_by.clone();
-        self.on_assignment(task, assigned_by, "reconciliation").await;
+        if self.on_assignment(task, assigned_by, "reconciliation").await { "worked" } else { "refused" }
     }
 
-    async fn on_message(&mut self, message: MessageOut, source: &str) {
+    /// Answers, steers with, or drops a message; returns what became of it (the metric's fate).
+    async fn on_message(&mut self, message: MessageOut, source: &str) -> &'static str {
         const EVENT: &str = "message.new";
         tracing::debug!(id = %message.id, source, "message");
         // Seen before: claimed durably, or accepted for a run that has not started yet.
@@ -332,14 +375,15 @@ impl Router {
             || self.state.is_claimed(ClaimKind::Message, &message.id).await.unwrap_or(true);
         if seen {
             self.metrics.event(EVENT, "duplicate");
-            return;
+            return "duplicate";
         }
         let session = SessionKey::of_message(&message);
         // Stop comes first: it is obeyed even when the message would not start a run.
         if filter::is_stop_command(&message.content, &self.config.slug) && message.author_slug != self.config.slug {
             let stopped = self.stop(&session, &format!("@{} asked me to stop", message.author_slug));
-            self.metrics.event(EVENT, if stopped { "stop" } else { "stop_idle" });
-            return;
+            let fate = if stopped { "stop" } else { "stop_idle" };
+            self.metrics.event(EVENT, fate);
+            return fate;
         }
         let facts = MessageFacts {
             author_kind: self.member_kind(&message.author_slug).await,
@@ -357,14 +401,14 @@ impl Router {
             self.claim(ClaimKind::Message, &message.id).await;
             self.metrics.event(EVENT, fate.as_str());
             tracing::debug!(id = %message.id, fate = fate.as_str(), "message not answered");
-            return;
+            return fate.as_str();
         }
         match self.state.replies_in_last_hour(&thread_key).await {
             Ok(count) if count >= self.config.limits.max_replies_per_thread_per_hour => {
                 self.claim(ClaimKind::Message, &message.id).await;
                 tracing::warn!(thread = %thread_key, count, "thread reply cap reached: not answering (loop guard)");
                 self.metrics.event(EVENT, "reply_cap");
-                return;
+                return "reply_cap";
             }
             Ok(_) => {}
             Err(error) => tracing::warn!(%error, "cannot read the thread reply count"),
@@ -378,14 +422,14 @@ impl Router {
             active.steered.push(steering);
             self.claim(ClaimKind::Message, &message.id).await;
             self.metrics.event(EVENT, "steered");
-            return;
+            return "steered";
         }
         if let Some(waiting) = self.waiting.iter_mut().find(|r| r.session == session) {
             waiting.steering.push(steering);
             waiting.steering_message_ids.push(message.id.clone());
             self.accepted_messages.insert(message.id.clone());
             self.metrics.event(EVENT, "steered");
-            return;
+            return "steered";
         }
         self.metrics.event(EVENT, "run");
         let trigger = format!("message.new {}", message.id);
@@ -395,8 +439,12 @@ impl Router {
             ..RunRequest::new(session, trigger, RunKind::Message { message: Box::new(message) })
         };
         self.accepted_messages.insert(message_id);
-        if let Err(refused) = self.start_or_queue(request).await {
-            tracing::info!(%refused, "the reply run was not started");
+        match self.start_or_queue(request).await {
+            Ok(_) => "run",
+            Err(refused) => {
+                tracing::info!(%refused, "the reply run was not started");
+                "refused"
+            }
         }
     }
 
@@ -449,11 +497,36 @@ impl Router {
         let state = self.state.clone();
         let inputs = self.inputs.clone();
         let slug = self.config.slug.clone();
+        let window = self.config.startup.answer_mentions_since.0;
+        let busy: HashSet<SessionKey> = self.active.keys().chain(self.waiting_sessions.iter()).cloned().collect();
         tokio::spawn(async move {
-            let (tasks, messages) = reconcile::reconcile(&client, &state, &slug).await;
-            let _ = inputs.send(Input::Reconciled { tasks, messages }).await;
+            let reconciler = reconcile::Reconciler { client: &client, state: &state, slug: &slug, window, busy };
+            let found = reconciler.run().await;
+            let _ = inputs.send(Input::Reconciled(Box::new(found))).await;
         });
     }
+}
+
+/// The one info line of a start: how the stream began and what the first reconciliation found.
+fn log_startup(startup: &StartupReport, report: &ReconcileReport) {
+    tracing::info!(
+        mode = startup.mode.as_str(),
+        from_seq = startup.from_seq,
+        skipped_events = startup.skipped_events,
+        tasks_open = report.tasks.open,
+        tasks_worked = report.tasks.worked,
+        tasks_skipped = %counts_line(&report.tasks.skipped),
+        mention_window = %report.mentions.window,
+        mentions_answered = report.mentions.answered,
+        mentions_skipped = %counts_line(&report.mentions.skipped),
+        errors = report.errors.len(),
+        "started: {}",
+        match startup.mode {
+            crate::transport::StartMode::Head => "first start, at the tracker's head (past events not acted on)",
+            crate::transport::StartMode::Resume => "resumed from the recorded position",
+            crate::transport::StartMode::FromStart => "replayed the whole event log (--from-start)",
+        }
+    );
 }
 
 /// How a message that arrives during a run is handed to it. In a chat thread it is a new

@@ -1,58 +1,263 @@
 //! Reconciliation: after each (re)connect the router asks the tracker through REST what the event
-//! stream may have missed. What it finds goes through the same claims as events, so nothing is
-//! handled twice.
+//! stream may have missed, and takes up only what is still asked of the agent. What it finds goes
+//! through the same claims as events, so nothing is handled twice.
+//!
+//! The same rules hold after a first start and after any reconnect, whatever the state file
+//! remembers (a fresh one remembers nothing):
+//! - tasks: open (`todo`, `in_progress`) and assigned to the agent, not running, with no finished
+//!   or unfinished run in the state file, and not already summarised on the board — the agent's
+//!   own comment at or after the task's last change (`updated_at`; an assignment is a change,
+//!   so a comment after it is a comment after the assignment);
+//! - mentions: no older than `startup.answer_mentions_since`, and not already answered on the
+//!   board — the agent's own message after the mention where it answers (the task's comments for
+//!   a task comment, else the thread).
+//!
+//! The cost is bounded: mentions are read newest first and reading stops at the first one older
+//! than the window (at most [`MAX_MENTION_PAGES`] pages); each task and each recent mention costs
+//! one more listing (a thread read at most [`MAX_THREAD_PAGES`] pages after the mention).
 
-use crate::state::State;
-use crate::tracker::TrackerClient;
+use std::collections::HashSet;
+use std::time::Duration;
+
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use crate::runtime::startup::ReconcileReport;
+use crate::session::SessionKey;
+use crate::state::{ClaimKind, State};
 use crate::tracker::model::{MessageOut, MessageQuery, TaskOut, TaskQuery};
+use crate::tracker::{TrackerClient, TrackerError};
 
-/// Asks the tracker what the event stream may have missed: open tasks assigned to the agent,
-/// and messages mentioning it after the last one seen.
-pub(super) async fn reconcile(client: &TrackerClient, state: &State, slug: &str) -> (Vec<TaskOut>, Vec<MessageOut>) {
-    let mut tasks = Vec::new();
-    let mut cursor = None;
-    loop {
-        let query = TaskQuery {
-            assignee: Some(slug.to_string()),
-            status: Some("todo,in_progress".into()),
-            limit: Some(200),
-            cursor: cursor.clone(),
-            ..TaskQuery::default()
-        };
-        match client.list_tasks(&query).await {
-            Ok(page) => {
-                tasks.extend(page.items);
-                match page.next_cursor {
-                    Some(next) => cursor = Some(next),
-                    None => break,
-                }
-            }
+/// The tracker's largest page.
+const PAGE: u32 = 200;
+/// Mentions in the window read at most: this many pages.
+pub const MAX_MENTION_PAGES: usize = 10;
+/// Messages after a mention read at most, looking for the agent's answer: this many pages.
+pub const MAX_THREAD_PAGES: usize = 5;
+
+/// What reconciliation hands the router: what to take up, and what it left and why.
+#[derive(Debug)]
+pub struct Reconciliation {
+    pub tasks: Vec<TaskOut>,
+    /// Oldest first.
+    pub messages: Vec<MessageOut>,
+    /// The router adds what it did with `tasks` and `messages`.
+    pub report: ReconcileReport,
+}
+
+/// What the reconciliation needs to know of the agent.
+pub(super) struct Reconciler<'a> {
+    pub client: &'a TrackerClient,
+    pub state: &'a State,
+    pub slug: &'a str,
+    /// `startup.answer_mentions_since`.
+    pub window: Duration,
+    /// Sessions with a run in flight or waiting: their tasks are being worked.
+    pub busy: HashSet<SessionKey>,
+}
+
+impl Reconciler<'_> {
+    pub async fn run(&self) -> Reconciliation {
+        let mut report = ReconcileReport::default();
+        let tasks = self.open_tasks(&mut report).await;
+        let messages = self.recent_mentions(&mut report).await;
+        Reconciliation { tasks, messages, report }
+    }
+
+    /// Open tasks assigned to the agent that nothing has covered yet.
+    async fn open_tasks(&self, report: &mut ReconcileReport) -> Vec<TaskOut> {
+        let listed = match self.list_open_tasks().await {
+            Ok(listed) => listed,
             Err(error) => {
                 tracing::warn!(%error, "reconciliation: cannot list assigned tasks");
+                report.errors.push(format!("cannot list the tasks assigned to the agent: {error}"));
+                return Vec::new();
+            }
+        };
+        report.tasks.open = listed.len() as u64;
+        let unfinished: HashSet<String> = match self.state.unfinished_runs().await {
+            Ok(runs) => runs.into_iter().map(|run| run.session_key).collect(),
+            Err(error) => {
+                tracing::warn!(%error, "reconciliation: cannot read unfinished runs");
+                HashSet::new()
+            }
+        };
+        let mut wanted = Vec::new();
+        for task in listed {
+            let session = SessionKey::Task(task.id.clone());
+            let reason = if self.busy.contains(&session) {
+                Some("running")
+            } else if self.state.has_finished_run_for(&session.as_string()).await.unwrap_or(false) {
+                Some("finished_run")
+            } else if unfinished.contains(&session.as_string()) {
+                // resume_interrupted_runs picks it up, from where it was.
+                Some("unfinished_run")
+            } else {
+                match self.summarised(&task).await {
+                    Ok(true) => Some("summarised"),
+                    Ok(false) => None,
+                    Err(error) => {
+                        // Working it blind could post a second summary; the next reconciliation
+                        // looks again.
+                        tracing::warn!(%error, task = %task.key, "reconciliation: cannot read the task's comments");
+                        report.errors.push(format!("cannot read the comments of {}: {error}", task.key));
+                        Some("board_error")
+                    }
+                }
+            };
+            match reason {
+                Some(reason) => {
+                    tracing::debug!(task = %task.key, reason, "reconciliation: task not taken up");
+                    report.tasks.skip(reason);
+                }
+                None => wanted.push(task),
+            }
+        }
+        wanted
+    }
+
+    async fn list_open_tasks(&self) -> Result<Vec<TaskOut>, TrackerError> {
+        let mut tasks = Vec::new();
+        let mut cursor = None;
+        loop {
+            let query = TaskQuery {
+                assignee: Some(self.slug.to_string()),
+                status: Some("todo,in_progress".into()),
+                limit: Some(PAGE),
+                cursor: cursor.clone(),
+                ..TaskQuery::default()
+            };
+            let page = self.client.list_tasks(&query).await?;
+            tasks.extend(page.items);
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(tasks),
+            }
+        }
+    }
+
+    /// Whether the board shows the agent's own comment on `task` at or after its last change.
+    /// Without a readable time on the task, any comment of the agent's counts: silence is the
+    /// safer mistake than a second summary.
+    async fn summarised(&self, task: &TaskOut) -> Result<bool, TrackerError> {
+        let changed = parse_time(&task.updated_at).or_else(|| parse_time(&task.created_at));
+        // The newest page: a summary is among the latest comments.
+        let query = MessageQuery { task_id: Some(task.id.clone()), limit: Some(PAGE), ..MessageQuery::default() };
+        let comments = self.client.list_messages(&query).await?;
+        Ok(comments.iter().any(|comment| {
+            comment.author_slug == self.slug
+                && match (changed, parse_time(&comment.created_at)) {
+                    (Some(changed), Some(at)) => at >= changed,
+                    _ => true,
+                }
+        }))
+    }
+
+    /// Mentions of the agent inside the window that are not answered yet, oldest first.
+    async fn recent_mentions(&self, report: &mut ReconcileReport) -> Vec<MessageOut> {
+        report.mentions.window = crate::config::TextDuration(self.window).to_string();
+        if self.window.is_zero() {
+            return Vec::new();
+        }
+        let cutoff = OffsetDateTime::now_utc() - self.window;
+        let mut recent = Vec::new();
+        let mut before: Option<String> = None;
+        let mut pages = 0;
+        loop {
+            let query = MessageQuery {
+                mentioning: Some(self.slug.to_string()),
+                limit: Some(PAGE),
+                before: before.clone(),
+                ..MessageQuery::default()
+            };
+            let page = match self.client.list_messages(&query).await {
+                Ok(page) => page,
+                Err(error) => {
+                    tracing::warn!(%error, "reconciliation: cannot list mentions");
+                    report.errors.push(format!("cannot list the messages mentioning the agent: {error}"));
+                    break;
+                }
+            };
+            pages += 1;
+            let full = page.len() >= PAGE as usize;
+            before = page.first().map(|message| message.id.clone());
+            // Newest first: past the first old one, the rest of the page is older still, and
+            // no page further back is read.
+            let mut reached_old = false;
+            for message in page.into_iter().rev() {
+                reached_old = reached_old || parse_time(&message.created_at).is_none_or(|at| at < cutoff);
+                if reached_old {
+                    report.mentions.skip("old");
+                } else {
+                    recent.push(message);
+                }
+            }
+            if reached_old || !full {
+                break;
+            }
+            if pages >= MAX_MENTION_PAGES {
+                tracing::warn!(pages, "reconciliation: more mentions in the window than it reads; the oldest are left");
+                report.errors.push(format!(
+                    "more than {} mentions inside startup.answer_mentions_since: the oldest were not read",
+                    pages * PAGE as usize
+                ));
                 break;
             }
         }
-    }
-    let mut messages = Vec::new();
-    let after = state.get_value("mention_cursor").await.ok().flatten();
-    let first_start = after.is_none();
-    let query = MessageQuery {
-        mentioning: Some(slug.to_string()),
-        after: after.clone(),
-        limit: Some(200),
-        ..MessageQuery::default()
-    };
-    match client.list_messages(&query).await {
-        Ok(found) => {
-            if let Some(last) = found.last() {
-                let _ = state.set_value("mention_cursor", &last.id).await;
+        recent.reverse();
+        let mut wanted = Vec::new();
+        for message in recent {
+            // The agent's own messages go to the router, which never answers them.
+            if message.author_slug != self.slug {
+                if self.state.is_claimed(ClaimKind::Message, &message.id).await.unwrap_or(false) {
+                    report.mentions.skip("seen");
+                    continue;
+                }
+                match self.answered_on_board(&message).await {
+                    Ok(false) => {}
+                    Ok(true) => {
+                        tracing::debug!(id = %message.id, "reconciliation: mention answered on the board already");
+                        report.mentions.skip("handled");
+                        continue;
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, id = %message.id, "reconciliation: cannot read where a mention is answered");
+                        report.errors.push(format!("cannot read the thread of message {}: {error}", message.id));
+                        report.mentions.skip("board_error");
+                        continue;
+                    }
+                }
             }
-            // At the very first start, old mentions are history, not requests: only the cursor moves.
-            if !first_start {
-                messages = found;
+            wanted.push(message);
+        }
+        wanted
+    }
+
+    /// Whether the agent posted after `message` where it answers it: on the task for a task
+    /// comment, else in the thread.
+    async fn answered_on_board(&self, message: &MessageOut) -> Result<bool, TrackerError> {
+        let mut query = match SessionKey::of_message(message) {
+            SessionKey::Task(task_id) => MessageQuery { task_id: Some(task_id), ..MessageQuery::default() },
+            SessionKey::Thread(root) | SessionKey::Prompt(root) => {
+                MessageQuery { parent_id: Some(root), ..MessageQuery::default() }
+            }
+        };
+        query.limit = Some(PAGE);
+        query.after = Some(message.id.clone());
+        for _ in 0..MAX_THREAD_PAGES {
+            let page = self.client.list_messages(&query).await?;
+            if page.iter().any(|later| later.author_slug == self.slug) {
+                return Ok(true);
+            }
+            match page.last() {
+                Some(last) if page.len() >= PAGE as usize => query.after = Some(last.id.clone()),
+                _ => return Ok(false),
             }
         }
-        Err(error) => tracing::warn!(%error, "reconciliation: cannot list mentions"),
+        Ok(false)
     }
-    (tasks, messages)
+}
+
+fn parse_time(text: &str) -> Option<OffsetDateTime> {
+    OffsetDateTime::parse(text, &Rfc3339).ok()
 }

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::Json;
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -28,14 +29,17 @@ pub fn routes(metrics: Arc<Metrics>, status: Arc<StatusBoard>) -> Router {
         .with_state(HttpState { metrics, status })
 }
 
+/// The status code says whether the agent is ready; the JSON body says so in words, with how
+/// it started (`startup`: the stream's mode and seq, what the first reconciliation found).
 async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
-    if state.status.caught_up() {
-        (StatusCode::OK, "ready\n")
+    let (code, status) = if state.status.caught_up() {
+        (StatusCode::OK, "ready")
     } else if state.status.connected() {
-        (StatusCode::SERVICE_UNAVAILABLE, "catching up\n")
+        (StatusCode::SERVICE_UNAVAILABLE, "catching up")
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not connected to the tracker\n")
-    }
+        (StatusCode::SERVICE_UNAVAILABLE, "not connected to the tracker")
+    };
+    (code, Json(serde_json::json!({"status": status, "startup": state.status.startup()})))
 }
 
 async fn metrics_text(State(state): State<HttpState>) -> impl IntoResponse {

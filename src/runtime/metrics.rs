@@ -30,6 +30,10 @@ struct Inner {
     gaps: u64,
     run_seconds: Summary,
     turn_seconds: Summary,
+    /// table → rows the retention schedule removed.
+    pruned: BTreeMap<&'static str, u64>,
+    /// Pruning passes that finished.
+    prune_passes: u64,
 }
 
 /// Count and sum, enough for rates and means in Prometheus.
@@ -97,6 +101,16 @@ impl Metrics {
         self.with(|m| m.reconnects += 1);
     }
 
+    /// Counts one finished pruning pass and what it removed.
+    pub fn pruned(&self, pruned: &crate::state::Pruned) {
+        self.with(|m| {
+            m.prune_passes += 1;
+            for (table, n) in pruned.by_table() {
+                *m.pruned.entry(table).or_default() += n;
+            }
+        });
+    }
+
     /// The count of events with this name and fate (for tests and status).
     pub fn event_count(&self, name: &str, fate: &str) -> u64 {
         self.with(|m| m.events.get(&(label(name), label(fate))).copied().unwrap_or(0))
@@ -148,6 +162,15 @@ impl Metrics {
             let _ = writeln!(out, "# HELP picogent_reconnects_total Event stream reconnections.");
             let _ = writeln!(out, "# TYPE picogent_reconnects_total counter");
             let _ = writeln!(out, "picogent_reconnects_total {}", m.reconnects);
+            let _ = writeln!(out, "# HELP picogent_pruned_rows_total Rows the retention schedule removed from the state database, by table.");
+            let _ = writeln!(out, "# TYPE picogent_pruned_rows_total counter");
+            for (table, _) in crate::state::Pruned::default().by_table() {
+                let n = m.pruned.get(table).copied().unwrap_or(0);
+                let _ = writeln!(out, "picogent_pruned_rows_total{{table=\"{table}\"}} {n}");
+            }
+            let _ = writeln!(out, "# HELP picogent_prune_passes_total Pruning passes of the state database that finished.");
+            let _ = writeln!(out, "# TYPE picogent_prune_passes_total counter");
+            let _ = writeln!(out, "picogent_prune_passes_total {}", m.prune_passes);
             let _ = writeln!(out, "# HELP picogent_active_runs Runs in flight.");
             let _ = writeln!(out, "# TYPE picogent_active_runs gauge");
             let _ = writeln!(out, "picogent_active_runs {active_runs}");
@@ -178,5 +201,21 @@ mod tests {
         assert!(text.contains("picogent_run_duration_seconds_count 1"), "{text}");
         assert!(text.contains("picogent_active_runs 1"), "{text}");
         assert_eq!(metrics.event_count("message.new", "answer"), 2);
+    }
+
+    #[test]
+    fn pruned_rows_add_up_by_table_and_every_table_is_shown() {
+        let metrics = Metrics::default();
+        let text = metrics.render(0, true, true);
+        assert!(text.contains("picogent_pruned_rows_total{table=\"sessions\"} 0"), "{text}");
+        assert!(text.contains("picogent_prune_passes_total 0"), "{text}");
+        let pass = crate::state::Pruned { events: 3, sessions: 1, ..Default::default() };
+        metrics.pruned(&pass);
+        metrics.pruned(&pass);
+        let text = metrics.render(0, true, true);
+        assert!(text.contains("picogent_pruned_rows_total{table=\"processed_events\"} 6"), "{text}");
+        assert!(text.contains("picogent_pruned_rows_total{table=\"sessions\"} 2"), "{text}");
+        assert!(text.contains("picogent_pruned_rows_total{table=\"runs\"} 0"), "{text}");
+        assert!(text.contains("picogent_prune_passes_total 2"), "{text}");
     }
 }

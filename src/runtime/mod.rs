@@ -12,7 +12,9 @@ pub mod http;
 pub mod metrics;
 pub mod prompt;
 pub mod record;
+pub mod retention;
 pub mod run;
+pub mod startup;
 pub mod status;
 
 use std::net::SocketAddr;
@@ -29,7 +31,7 @@ use crate::secret::Secret;
 use crate::state::State;
 use crate::tools::ToolSource;
 use crate::tracker::TrackerClient;
-use crate::transport::StreamOptions;
+use crate::transport::{StreamOptions, StreamStart};
 use metrics::Metrics;
 use run::RunServices;
 use status::StatusBoard;
@@ -59,6 +61,8 @@ pub struct AgentHandle {
     router: tokio::task::JoinHandle<()>,
     stream: tokio::task::JoinHandle<Result<(), crate::transport::StreamError>>,
     http: Option<tokio::task::JoinHandle<()>>,
+    /// The pruning schedule of the state database; ends with the shutdown.
+    retention: tokio::task::JoinHandle<()>,
     host: Arc<crate::mcp::host::McpHost>,
     /// The lock that keeps a second agent off the same SQLite state file; released with the
     /// handle. `None` when the state is in PostgreSQL.
@@ -74,6 +78,7 @@ impl AgentHandle {
         if let Some(http) = self.http {
             let _ = http.await;
         }
+        let _ = self.retention.await;
         self.host.shutdown().await;
         self.state.close().await;
         match stream {
@@ -154,6 +159,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
         (None, None)
     };
 
+    let retention = retention::spawn(&services);
     let router = Router::new(services, inputs_tx.clone(), shutdown.clone());
     let router = tokio::spawn(router.run(inputs_rx));
     Ok(AgentHandle {
@@ -166,6 +172,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
         router,
         stream,
         http,
+        retention,
         host,
         _state_lock: state_lock,
     })
@@ -243,7 +250,8 @@ fn build_tools(config: &Config, client: &TrackerClient) -> anyhow::Result<crate:
 
 /// `picogent run`: loads the config and the secrets from the environment, starts the agent, and
 /// runs until SIGINT/SIGTERM (exit 0 after a graceful shutdown) or a fatal error (exit 1).
-pub async fn run_cli(config_path: &std::path::Path) -> anyhow::Result<std::process::ExitCode> {
+/// `start`: where the event stream begins (`--from-start`: the whole log).
+pub async fn run_cli(config_path: &std::path::Path, start: StreamStart) -> anyhow::Result<std::process::ExitCode> {
     let config = Config::load(config_path)?;
     let tracker_token = Secret::from_env(&config.tracker.token_env)?;
     let llm_api_key = match &config.llm.api_key_env {
@@ -251,8 +259,16 @@ pub async fn run_cli(config_path: &std::path::Path) -> anyhow::Result<std::proce
         None => None,
     };
     let mcp_token = Secret::from_env(&config.mcp.token_env).ok();
-    let agent =
-        start(AgentOptions { config, tracker_token, llm_api_key, mcp_token, stream: None, serve_http: true }).await?;
+    let stream = StreamOptions { start, ..StreamOptions::from_config(&config) };
+    let agent = self::start(AgentOptions {
+        config,
+        tracker_token,
+        llm_api_key,
+        mcp_token,
+        stream: Some(stream),
+        serve_http: true,
+    })
+    .await?;
     let stopped_by_signal = tokio::select! {
         _ = shutdown_signal() => true,
         _ = wait_finished(&agent) => false,

@@ -1,6 +1,9 @@
 //! The agent's live status: what `/readyz`, `/metrics` and the MCP `agent://status` resource show.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use super::startup::StartupReport;
 
 #[derive(Debug)]
 pub struct StatusBoard {
@@ -9,6 +12,8 @@ pub struct StatusBoard {
     active_runs: AtomicUsize,
     /// Fires when a run starts or ends (MCP list-changed notifications).
     run_changes: tokio::sync::broadcast::Sender<()>,
+    /// How the agent started; set once the event stream began.
+    startup: Mutex<Option<StartupReport>>,
 }
 
 impl Default for StatusBoard {
@@ -18,6 +23,7 @@ impl Default for StatusBoard {
             caught_up: AtomicBool::new(false),
             active_runs: AtomicUsize::new(0),
             run_changes: tokio::sync::broadcast::channel(64).0,
+            startup: Mutex::new(None),
         }
     }
 }
@@ -53,5 +59,14 @@ impl StatusBoard {
 
     pub fn active_runs(&self) -> usize {
         self.active_runs.load(Ordering::SeqCst)
+    }
+
+    pub fn set_startup(&self, report: StartupReport) {
+        *self.startup.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(report);
+    }
+
+    /// How the agent started, once the event stream began.
+    pub fn startup(&self) -> Option<StartupReport> {
+        self.startup.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
     }
 }

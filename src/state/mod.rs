@@ -13,8 +13,9 @@
 //! - the router records an event as processed *before* acting on it, and opens a run record
 //!   ([`State::start_run`]) before the run's first effect; a crash in between leaves a run in
 //!   `running`, which [`State::unfinished_runs`] finds at the next start-up;
-//! - the resume point ([`State::last_seq`]) never moves backwards and survives pruning of old
-//!   processed events;
+//! - the resume point ([`State::last_seq`]) never moves backwards and is never pruned;
+//! - pruning ([`State::prune`], `retention.rs`) forgets only rows nothing can ask for again: the
+//!   reasoning for each table is at the top of that file;
 //! - a commit is safe from a crash or kill of the process at once, and from a power cut once
 //!   [`State::sync`] has returned: SQLite commits are `synchronous = NORMAL` (no fsync each, so
 //!   handling an event costs no disk flush), and whoever is about to *act* on the board on the
@@ -62,8 +63,10 @@ macro_rules! on_store {
 }
 
 mod postgres;
+mod retention;
 mod runs;
 mod sqlite;
+mod start;
 mod store;
 mod values;
 
@@ -73,6 +76,7 @@ use time::{Date, OffsetDateTime};
 
 use crate::config::StateConfig;
 pub use postgres::check_url as check_postgres_url;
+pub use retention::{PrunePlan, Pruned};
 pub use runs::{FinishRun, RunRow, RunStatus};
 
 /// What a claim in [`State::claim`] is for; its key says which one. The words are what the
@@ -239,7 +243,7 @@ impl State {
 
     /// Deletes processed events recorded before `before`; returns how many. The resume point is
     /// kept. Only events older than any replay window may go, or a replayed one would be acted
-    /// on again.
+    /// on again (`retention.rs` says why `retention.events_ms` is that window).
     pub async fn prune_events(&self, before: OffsetDateTime) -> Result<u64, StateError> {
         on_store!(self, prune_events(to_ms(before)))
     }
@@ -337,10 +341,11 @@ impl State {
     // ---- replies, for the loop guard ----
 
     /// Notes that the agent posted a reply in `thread_key` at `at`. Rows older than a day are
-    /// dropped on the way, since the guard only looks back an hour.
+    /// dropped on the way, since the guard only looks back an hour (and pruning drops them too,
+    /// for an agent that posts nothing for a day).
     pub async fn record_reply(&self, thread_key: &str, at: OffsetDateTime) -> Result<(), StateError> {
         let at_ms = to_ms(at);
-        on_store!(self, record_reply(thread_key, at_ms, at_ms - 24 * 3_600_000))
+        on_store!(self, record_reply(thread_key, at_ms, to_ms(at - retention::REPLY_LOG_KEPT)))
     }
 
     /// Replies the agent posted in `thread_key` at or after `since`.

@@ -94,6 +94,8 @@ const INSERT_RUN: &str = "INSERT INTO runs (agent, id, session_key, trigger, sta
      VALUES ($1, $2, $3, $4, 'running', $5)";
 const INSERT_CLAIM: &str =
     "INSERT INTO claims (agent, kind, key, claimed_at_ms) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING";
+const SET_VALUE: &str = "INSERT INTO named_values (agent, name, value, updated_at_ms) VALUES ($1, $2, $3, $4) \
+     ON CONFLICT (agent, name) DO UPDATE SET value = excluded.value, updated_at_ms = excluded.updated_at_ms";
 
 impl Store for PostgresStore {
     async fn record_event(&self, id: &str, seq: i64, name: &str, at_ms: i64) -> Result<bool, StateError> {
@@ -412,17 +414,122 @@ impl Store for PostgresStore {
     }
 
     async fn set_value(&self, name: &str, value: &str, at_ms: i64) -> Result<(), StateError> {
+        sqlx::query(SET_VALUE).bind(&self.agent).bind(name).bind(value).bind(at_ms).execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn record_stream_head(&self, seq: i64, value_name: &str, at_ms: i64) -> Result<(), StateError> {
+        let mut transaction = self.pool.begin().await?;
         sqlx::query(
-            "INSERT INTO named_values (agent, name, value, updated_at_ms) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (agent, name) DO UPDATE SET value = excluded.value, updated_at_ms = excluded.updated_at_ms",
+            "INSERT INTO stream_position (agent, last_seq) VALUES ($1, $2) \
+             ON CONFLICT (agent) DO UPDATE SET last_seq = GREATEST(stream_position.last_seq, excluded.last_seq)",
         )
         .bind(&self.agent)
-        .bind(name)
-        .bind(value)
-        .bind(at_ms)
-        .execute(&self.pool)
+        .bind(seq)
+        .execute(&mut *transaction)
         .await?;
+        sqlx::query(SET_VALUE)
+            .bind(&self.agent)
+            .bind(value_name)
+            .bind(seq.to_string())
+            .bind(at_ms)
+            .execute(&mut *transaction)
+            .await?;
+        transaction.commit().await?;
         Ok(())
+    }
+
+    // Days are compared as text in the "C" collation: byte order, which is date order for
+    // `YYYY-MM-DD` whatever the database's own collation.
+
+    async fn prune_notice_claims(&self, before_ms: i64, oldest_day_asked: &str) -> Result<u64, StateError> {
+        let deleted = sqlx::query(
+            "DELETE FROM claims WHERE agent = $1 AND claimed_at_ms < $2 AND ( \
+               (kind = 'run_notice' AND key NOT IN (SELECT id FROM runs WHERE agent = $1 AND status = 'running')) \
+               OR (kind = 'spend_notice' AND key COLLATE \"C\" < $3))",
+        )
+        .bind(&self.agent)
+        .bind(before_ms)
+        .bind(oldest_day_asked)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(deleted)
+    }
+
+    async fn prune_message_claims(&self, before_ms: i64) -> Result<u64, StateError> {
+        let deleted = sqlx::query("DELETE FROM claims WHERE agent = $1 AND kind = 'message' AND claimed_at_ms < $2")
+            .bind(&self.agent)
+            .bind(before_ms)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(deleted)
+    }
+
+    async fn prune_runs(&self, before_ms: i64) -> Result<(u64, u64), StateError> {
+        let mut transaction = self.pool.begin().await?;
+        let deleted = sqlx::query(
+            "WITH ranked AS ( \
+               SELECT id, \
+                 ROW_NUMBER() OVER (PARTITION BY session_key ORDER BY started_at_ms DESC, row_order DESC) AS newest, \
+                 ROW_NUMBER() OVER (PARTITION BY session_key, status IN ('completed', 'failed', 'stopped') \
+                                    ORDER BY started_at_ms DESC, row_order DESC) AS newest_alike, \
+                 status IN ('completed', 'failed', 'stopped') AS finished_work \
+               FROM runs WHERE agent = $1) \
+             DELETE FROM runs WHERE agent = $1 AND status <> 'running' \
+               AND COALESCE(finished_at_ms, started_at_ms) < $2 \
+               AND id IN (SELECT id FROM ranked WHERE newest > 1 AND NOT (finished_work AND newest_alike = 1))",
+        )
+        .bind(&self.agent)
+        .bind(before_ms)
+        .execute(&mut *transaction)
+        .await?
+        .rows_affected();
+        let dropped = sqlx::query(
+            "UPDATE runs SET record = NULL WHERE agent = $1 AND status <> 'running' AND record IS NOT NULL \
+               AND COALESCE(finished_at_ms, started_at_ms) < $2",
+        )
+        .bind(&self.agent)
+        .bind(before_ms)
+        .execute(&mut *transaction)
+        .await?
+        .rows_affected();
+        transaction.commit().await?;
+        Ok((deleted, dropped))
+    }
+
+    async fn prune_sessions(&self, before_ms: i64) -> Result<u64, StateError> {
+        let deleted = sqlx::query(
+            "DELETE FROM sessions WHERE agent = $1 AND updated_at_ms < $2 \
+               AND key NOT IN (SELECT session_key FROM runs WHERE agent = $1 AND status = 'running')",
+        )
+        .bind(&self.agent)
+        .bind(before_ms)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(deleted)
+    }
+
+    async fn prune_replies(&self, before_ms: i64) -> Result<u64, StateError> {
+        let deleted = sqlx::query("DELETE FROM replies WHERE agent = $1 AND at_ms < $2")
+            .bind(&self.agent)
+            .bind(before_ms)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(deleted)
+    }
+
+    async fn prune_spend(&self, before_day: &str) -> Result<u64, StateError> {
+        let deleted = sqlx::query("DELETE FROM daily_spend WHERE agent = $1 AND day COLLATE \"C\" < $2")
+            .bind(&self.agent)
+            .bind(before_day)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(deleted)
     }
 
     /// Nothing to do: with `synchronous_commit = on` every commit was on the server's disk when

@@ -55,6 +55,8 @@ impl SqliteStore {
 const INSERT_RUN: &str =
     "INSERT INTO runs (id, session_key, trigger, status, started_at_ms) VALUES (?, ?, ?, 'running', ?)";
 const INSERT_CLAIM: &str = "INSERT OR IGNORE INTO claims (kind, key, claimed_at_ms) VALUES (?, ?, ?)";
+const SET_VALUE: &str = "INSERT INTO named_values (name, value, updated_at_ms) VALUES (?, ?, ?) \
+     ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at_ms = excluded.updated_at_ms";
 
 impl Store for SqliteStore {
     async fn record_event(&self, id: &str, seq: i64, name: &str, at_ms: i64) -> Result<bool, StateError> {
@@ -324,16 +326,101 @@ impl Store for SqliteStore {
     }
 
     async fn set_value(&self, name: &str, value: &str, at_ms: i64) -> Result<(), StateError> {
-        sqlx::query(
-            "INSERT INTO named_values (name, value, updated_at_ms) VALUES (?, ?, ?) \
-             ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at_ms = excluded.updated_at_ms",
-        )
-        .bind(name)
-        .bind(value)
-        .bind(at_ms)
-        .execute(&self.pool)
-        .await?;
+        sqlx::query(SET_VALUE).bind(name).bind(value).bind(at_ms).execute(&self.pool).await?;
         Ok(())
+    }
+
+    async fn record_stream_head(&self, seq: i64, value_name: &str, at_ms: i64) -> Result<(), StateError> {
+        let mut transaction = self.pool.begin().await?;
+        sqlx::query("UPDATE stream_position SET last_seq = MAX(last_seq, ?) WHERE singleton = 1")
+            .bind(seq)
+            .execute(&mut *transaction)
+            .await?;
+        sqlx::query(SET_VALUE).bind(value_name).bind(seq.to_string()).bind(at_ms).execute(&mut *transaction).await?;
+        transaction.commit().await?;
+        Ok(())
+    }
+
+    async fn prune_notice_claims(&self, before_ms: i64, oldest_day_asked: &str) -> Result<u64, StateError> {
+        let deleted = sqlx::query(
+            "DELETE FROM claims WHERE claimed_at_ms < ?1 AND ( \
+               (kind = 'run_notice' AND key NOT IN (SELECT id FROM runs WHERE status = 'running')) \
+               OR (kind = 'spend_notice' AND key < ?2))",
+        )
+        .bind(before_ms)
+        .bind(oldest_day_asked)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(deleted)
+    }
+
+    async fn prune_message_claims(&self, before_ms: i64) -> Result<u64, StateError> {
+        let deleted = sqlx::query("DELETE FROM claims WHERE kind = 'message' AND claimed_at_ms < ?")
+            .bind(before_ms)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(deleted)
+    }
+
+    async fn prune_runs(&self, before_ms: i64) -> Result<(u64, u64), StateError> {
+        let mut transaction = self.pool.begin().await?;
+        let deleted = sqlx::query(
+            "WITH ranked AS ( \
+               SELECT rowid AS row_id, \
+                 ROW_NUMBER() OVER (PARTITION BY session_key ORDER BY started_at_ms DESC, rowid DESC) AS newest, \
+                 ROW_NUMBER() OVER (PARTITION BY session_key, status IN ('completed', 'failed', 'stopped') \
+                                    ORDER BY started_at_ms DESC, rowid DESC) AS newest_alike, \
+                 status IN ('completed', 'failed', 'stopped') AS finished_work \
+               FROM runs) \
+             DELETE FROM runs WHERE status <> 'running' AND COALESCE(finished_at_ms, started_at_ms) < ?1 \
+               AND rowid IN (SELECT row_id FROM ranked WHERE newest > 1 AND NOT (finished_work AND newest_alike = 1))",
+        )
+        .bind(before_ms)
+        .execute(&mut *transaction)
+        .await?
+        .rows_affected();
+        let dropped = sqlx::query(
+            "UPDATE runs SET record = NULL \
+             WHERE status <> 'running' AND record IS NOT NULL AND COALESCE(finished_at_ms, started_at_ms) < ?1",
+        )
+        .bind(before_ms)
+        .execute(&mut *transaction)
+        .await?
+        .rows_affected();
+        transaction.commit().await?;
+        Ok((deleted, dropped))
+    }
+
+    async fn prune_sessions(&self, before_ms: i64) -> Result<u64, StateError> {
+        let deleted = sqlx::query(
+            "DELETE FROM sessions WHERE updated_at_ms < ? \
+               AND key NOT IN (SELECT session_key FROM runs WHERE status = 'running')",
+        )
+        .bind(before_ms)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok(deleted)
+    }
+
+    async fn prune_replies(&self, before_ms: i64) -> Result<u64, StateError> {
+        let deleted = sqlx::query("DELETE FROM replies WHERE at_ms < ?")
+            .bind(before_ms)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(deleted)
+    }
+
+    async fn prune_spend(&self, before_day: &str) -> Result<u64, StateError> {
+        let deleted = sqlx::query("DELETE FROM daily_spend WHERE day < ?")
+            .bind(before_day)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(deleted)
     }
 
     /// Flushes the write-ahead log to the disk (what `synchronous = FULL` does at each commit).

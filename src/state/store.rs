@@ -144,6 +144,31 @@ pub(super) trait Store {
     /// Inserts or replaces the value.
     async fn set_value(&self, name: &str, value: &str, at_ms: i64) -> Result<(), StateError>;
 
+    // ---- where the stream began ----
+
+    /// Moves the resume point to `seq` if that is higher and sets the named value `value_name`
+    /// to `seq` (as text), in one transaction.
+    async fn record_stream_head(&self, seq: i64, value_name: &str, at_ms: i64) -> Result<(), StateError>;
+
+    // ---- pruning: what may go and why is at the top of `retention.rs` ----
+
+    /// Deletes the run-notice claims made before `before_ms` whose run is not `running`, and the
+    /// spend-notice claims made before it whose day is before `oldest_day_asked`.
+    async fn prune_notice_claims(&self, before_ms: i64, oldest_day_asked: &str) -> Result<u64, StateError>;
+    /// Deletes the message claims made before `before_ms`.
+    async fn prune_message_claims(&self, before_ms: i64) -> Result<u64, StateError>;
+    /// In one transaction: deletes the runs not `running` that ended (or, unfinished, started)
+    /// before `before_ms`, except the newest run of each session and its newest `completed`,
+    /// `failed` or `stopped` one; then drops the record of every run not `running` that ended
+    /// before it. Returns (runs deleted, records dropped).
+    async fn prune_runs(&self, before_ms: i64) -> Result<(u64, u64), StateError>;
+    /// Deletes the sessions saved before `before_ms` that no `running` run belongs to.
+    async fn prune_sessions(&self, before_ms: i64) -> Result<u64, StateError>;
+    /// Deletes the replies posted before `before_ms`.
+    async fn prune_replies(&self, before_ms: i64) -> Result<u64, StateError>;
+    /// Deletes the spend of the days before `before_day` (`YYYY-MM-DD`).
+    async fn prune_spend(&self, before_day: &str) -> Result<u64, StateError>;
+
     // ---- the store itself ----
 
     /// Returns once every commit so far survives a power cut.

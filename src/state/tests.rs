@@ -95,6 +95,15 @@ on_both_stores!(
     concurrent_claimed_runs_start_exactly_one,
     values_round_trip_and_persist,
     sync_succeeds_and_keeps_everything,
+    a_fresh_state_has_no_position_until_an_event_or_a_head_is_recorded,
+    pruning_events_keeps_recent_ones_and_the_resume_point,
+    message_claims_go_only_when_the_caller_allows_and_only_old_ones,
+    notice_claims_stay_while_their_run_runs_or_their_day_is_recent,
+    pruning_runs_keeps_running_ones_and_the_newest_of_each_session,
+    pruning_sessions_keeps_recent_ones_and_those_of_running_runs,
+    pruning_replies_never_reaches_into_the_caps_hour,
+    pruning_spend_forgets_old_days_only,
+    a_whole_pass_counts_by_table_and_leaves_the_resume_point,
 );
 
 fn sqlite_pool(state: &State) -> &sqlx::SqlitePool {
@@ -443,6 +452,288 @@ async fn sync_succeeds_and_keeps_everything(place: Place) {
     state.sync().await.unwrap();
     state.close().await;
     assert!(place.open().await.is_event_processed("ev-1").await.unwrap());
+}
+
+async fn a_fresh_state_has_no_position_until_an_event_or_a_head_is_recorded(place: Place) {
+    let state = place.open().await;
+    assert_eq!(state.stream_position().await.unwrap(), None);
+    // The head of an empty log is a position too.
+    state.record_stream_head(0).await.unwrap();
+    assert_eq!(state.stream_position().await.unwrap(), Some(0));
+    state.record_stream_head(40).await.unwrap();
+    assert_eq!(state.stream_position().await.unwrap(), Some(40));
+    // Events past the head move it on; a head behind it never moves it back.
+    assert!(state.record_event("e41", 41, "message.new").await.unwrap());
+    state.record_stream_head(7).await.unwrap();
+    state.close().await;
+    let state = place.open().await;
+    assert_eq!(state.stream_position().await.unwrap(), Some(41));
+
+    let other = place.open_as("other").await;
+    assert_eq!(other.stream_position().await.unwrap(), None, "another agent's state starts fresh");
+    assert!(other.record_event("e1", 1, "task.assigned").await.unwrap());
+    assert_eq!(other.stream_position().await.unwrap(), Some(1));
+}
+
+// ---- retention ----
+
+/// Runs test-only SQL on whichever store holds `state`: `$1`, `$2`… are the `numbers`, then the
+/// `texts` (both databases take that placeholder). Returns the rows affected.
+async fn execute(state: &State, sql: String, numbers: &[i64], texts: &[&str]) -> u64 {
+    // Test-only SQL, built from the fixed table and column names of the tests below.
+    let sql = sqlx::AssertSqlSafe(sql);
+    match &state.store {
+        Backend::Sqlite(store) => {
+            let mut query = sqlx::query(sql);
+            for number in numbers {
+                query = query.bind(*number);
+            }
+            for text in texts {
+                query = query.bind(*text);
+            }
+            query.execute(store.pool()).await.unwrap().rows_affected()
+        }
+        Backend::Postgres(store) => {
+            let mut query = sqlx::query(sql);
+            for number in numbers {
+                query = query.bind(*number);
+            }
+            for text in texts {
+                query = query.bind(*text);
+            }
+            query.execute(store.pool()).await.unwrap().rows_affected()
+        }
+    }
+}
+
+/// Moves a row's time back by `age`, as if it had been written that long ago.
+async fn age_row(state: &State, table: &str, time_column: &str, key_column: &str, key: &str, age: time::Duration) {
+    let at = to_ms(OffsetDateTime::now_utc() - age);
+    let sql = format!("UPDATE {table} SET {time_column} = $1 WHERE {key_column} = $2");
+    assert!(execute(state, sql, &[at], &[key]).await > 0, "no row {key} in {table}");
+}
+
+async fn age_run(state: &State, run_id: &str, age: time::Duration) {
+    age_row(state, "runs", "started_at_ms", "id", run_id, age + time::Duration::MINUTE).await;
+    if state.get_run(run_id).await.unwrap().unwrap().finished_at.is_some() {
+        age_row(state, "runs", "finished_at_ms", "id", run_id, age).await;
+    }
+}
+
+async fn count(state: &State, table: &str) -> i64 {
+    let sql = sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}"));
+    match &state.store {
+        Backend::Sqlite(store) => sqlx::query_scalar(sql).fetch_one(store.pool()).await.unwrap(),
+        Backend::Postgres(store) => sqlx::query_scalar(sql).fetch_one(store.pool()).await.unwrap(),
+    }
+}
+
+fn days_ago(days: i64) -> OffsetDateTime {
+    OffsetDateTime::now_utc() - time::Duration::days(days)
+}
+
+async fn pruning_events_keeps_recent_ones_and_the_resume_point(place: Place) {
+    let state = place.open().await;
+    state.record_event("old", 7, "task.assigned").await.unwrap();
+    state.record_event("new", 5, "message.new").await.unwrap();
+    age_row(&state, "processed_events", "processed_at_ms", "id", "old", time::Duration::days(8)).await;
+
+    assert_eq!(state.prune_events(days_ago(7)).await.unwrap(), 1);
+    assert!(!state.is_event_processed("old").await.unwrap());
+    assert!(state.is_event_processed("new").await.unwrap(), "a recent event stays: it still stops duplicates");
+    assert!(!state.record_event("new", 5, "message.new").await.unwrap());
+    assert_eq!(state.last_seq().await.unwrap(), 7, "the resume point is the pruned event's seq still");
+    assert_eq!(state.prune_events(days_ago(7)).await.unwrap(), 0);
+}
+
+async fn message_claims_go_only_when_the_caller_allows_and_only_old_ones(place: Place) {
+    let state = place.open().await;
+    state.claim(ClaimKind::Message, "m-old").await.unwrap();
+    state.claim(ClaimKind::Message, "m-new").await.unwrap();
+    age_row(&state, "claims", "claimed_at_ms", "key", "m-old", time::Duration::days(31)).await;
+    let plan = PrunePlan {
+        now: OffsetDateTime::now_utc(),
+        events_before: days_ago(7),
+        claims_before: days_ago(30),
+        message_claims_before: None,
+        runs_before: days_ago(90),
+        sessions_before: days_ago(30),
+    };
+
+    assert_eq!(state.prune(&plan).await.unwrap().claims, 0, "not settled: every message claim stays");
+    assert!(state.is_claimed(ClaimKind::Message, "m-old").await.unwrap());
+    let pruned = state.prune(&PrunePlan { message_claims_before: Some(days_ago(30)), ..plan }).await.unwrap();
+    assert_eq!(pruned.claims, 1);
+    assert!(!state.is_claimed(ClaimKind::Message, "m-old").await.unwrap());
+    assert!(state.is_claimed(ClaimKind::Message, "m-new").await.unwrap(), "a recent claim stays");
+    assert_eq!(state.prune_message_claims(days_ago(30)).await.unwrap(), 0);
+}
+
+async fn notice_claims_stay_while_their_run_runs_or_their_day_is_recent(place: Place) {
+    let state = place.open().await;
+    let running = state.start_run("task:t1", "manual").await.unwrap();
+    let finished = state.start_run("task:t2", "manual").await.unwrap();
+    state.finish_run(&finished, &FinishRun::new(RunStatus::Failed)).await.unwrap();
+    let today = OffsetDateTime::now_utc().date();
+    let days: Vec<String> = [0, 1, 2, 3, 40].iter().map(|n| (today - time::Duration::days(*n)).to_string()).collect();
+    for key in [running.as_str(), finished.as_str(), "run-long-gone"] {
+        state.claim(ClaimKind::RunNotice, key).await.unwrap();
+    }
+    for day in &days {
+        state.claim(ClaimKind::SpendNotice, day).await.unwrap();
+    }
+    state.claim(ClaimKind::Message, "m1").await.unwrap();
+    execute(&state, "UPDATE claims SET claimed_at_ms = $1".to_string(), &[to_ms(days_ago(60))], &[]).await;
+
+    // Past days 3 and 40, the finished run and the unknown one go; the message claim is not a
+    // notice claim.
+    assert_eq!(state.prune_notice_claims(days_ago(30), today).await.unwrap(), 4);
+    assert!(state.is_claimed(ClaimKind::RunNotice, &running).await.unwrap(), "a running run may end again");
+    assert!(!state.is_claimed(ClaimKind::RunNotice, &finished).await.unwrap());
+    assert!(!state.is_claimed(ClaimKind::RunNotice, "run-long-gone").await.unwrap());
+    for (day, kept) in days.iter().zip([true, true, true, false, false]) {
+        assert_eq!(state.is_claimed(ClaimKind::SpendNotice, day).await.unwrap(), kept, "{day}");
+    }
+    assert!(state.is_claimed(ClaimKind::Message, "m1").await.unwrap());
+    // A claim younger than the cutoff stays whatever it is.
+    state.claim(ClaimKind::RunNotice, "fresh").await.unwrap();
+    assert_eq!(state.prune_notice_claims(days_ago(30), today).await.unwrap(), 0);
+}
+
+async fn pruning_runs_keeps_running_ones_and_the_newest_of_each_session(place: Place) {
+    let state = place.open().await;
+    let record = json!({"transcript": ["long"]});
+    let finish = |status| FinishRun { record: Some(record.clone()), ..FinishRun::new(status) };
+    let mut old = Vec::new();
+    // task:a — two old completed runs: the older goes, the newer stays without its transcript.
+    for _ in 0..2 {
+        let id = state.start_run("task:a", "task.assigned TE-1").await.unwrap();
+        state.finish_run(&id, &finish(RunStatus::Completed)).await.unwrap();
+        old.push(id);
+    }
+    // task:b — an old stopped run, then an old interrupted one: both stay (the newest run, and
+    // the newest that finished its work, which reconciliation asks about).
+    let stopped = state.start_run("task:b", "task.assigned TE-2").await.unwrap();
+    state.finish_run(&stopped, &finish(RunStatus::Stopped)).await.unwrap();
+    let interrupted = state.start_run("task:b", "task.assigned TE-2").await.unwrap();
+    state.save_run_record(&interrupted, &record).await.unwrap();
+    state.mark_interrupted(&interrupted, "restarted").await.unwrap();
+    // task:c — an old completed run and a running one started long ago: the running one is
+    // untouched, transcript and all; the completed one is the session's newest finished work.
+    let earlier = state.start_run("task:c", "task.assigned TE-3").await.unwrap();
+    state.finish_run(&earlier, &finish(RunStatus::Completed)).await.unwrap();
+    let running = state.start_run("task:c", "task.assigned TE-3").await.unwrap();
+    state.save_run_record(&running, &record).await.unwrap();
+    // thread:d — a recent failed run and a recent completed one: nothing is old enough.
+    let recent: Vec<String> = {
+        let mut ids = Vec::new();
+        for status in [RunStatus::Failed, RunStatus::Completed] {
+            let id = state.start_run("thread:d", "message.new d").await.unwrap();
+            state.finish_run(&id, &finish(status)).await.unwrap();
+            ids.push(id);
+        }
+        ids
+    };
+    for (n, id) in [&old[0], &old[1], &stopped, &interrupted, &earlier, &running].into_iter().enumerate() {
+        // Oldest first, so the order of starts is kept.
+        age_run(&state, id, time::Duration::days(200 - n as i64)).await;
+    }
+
+    let (deleted, dropped) = state.prune_runs(days_ago(90)).await.unwrap();
+    assert_eq!(deleted, 1, "the older run of task:a");
+    assert!(state.get_run(&old[0]).await.unwrap().is_none());
+    assert_eq!(dropped, 4, "the transcripts of the runs kept as the memory of their session");
+    for id in [&old[1], &stopped, &interrupted, &earlier] {
+        let kept = state.get_run(id).await.unwrap().expect("kept");
+        assert_eq!(kept.record, None, "{id}");
+    }
+    let running = state.get_run(&running).await.unwrap().unwrap();
+    assert_eq!((running.status, running.record), (RunStatus::Running, Some(record.clone())));
+    assert_eq!(state.unfinished_runs().await.unwrap().len(), 1);
+    for id in &recent {
+        assert_eq!(state.get_run(id).await.unwrap().unwrap().record, Some(record.clone()), "recent runs stay whole");
+    }
+    // What reconciliation and the assignment check ask is answered as before.
+    for session in ["task:a", "task:b", "task:c", "thread:d"] {
+        assert!(state.has_finished_run_for(session).await.unwrap(), "{session}");
+    }
+    assert!(state.has_run_since("task:a", days_ago(300)).await.unwrap());
+    assert_eq!(state.prune_runs(days_ago(90)).await.unwrap(), (0, 0), "a second pass finds nothing");
+}
+
+async fn pruning_sessions_keeps_recent_ones_and_those_of_running_runs(place: Place) {
+    let state = place.open().await;
+    let messages = json!([{"role": "user", "content": "hi"}]);
+    for key in ["thread:old", "thread:new", "task:busy"] {
+        state.save_session(key, &messages).await.unwrap();
+    }
+    state.start_run("task:busy", "task.assigned TE-9").await.unwrap();
+    for key in ["thread:old", "task:busy"] {
+        age_row(&state, "sessions", "updated_at_ms", "key", key, time::Duration::days(31)).await;
+    }
+
+    assert_eq!(state.prune_sessions(days_ago(30)).await.unwrap(), 1);
+    assert!(state.load_session("thread:old").await.unwrap().is_none(), "the next message there starts fresh");
+    assert!(state.load_session("thread:new").await.unwrap().is_some());
+    assert!(state.load_session("task:busy").await.unwrap().is_some(), "its run will save it again");
+}
+
+async fn pruning_replies_never_reaches_into_the_caps_hour(place: Place) {
+    let state = place.open().await;
+    let now = OffsetDateTime::now_utc();
+    // The recent one first: `record_reply` drops rows a day older than the one it records.
+    state.record_reply("thread:a", now - time::Duration::minutes(20)).await.unwrap();
+    state.record_reply("thread:a", now - time::Duration::DAY * 2).await.unwrap();
+    assert_eq!(count(&state, "replies").await, 2);
+    // Even a cutoff of "now" keeps the last hour, which the cap counts.
+    assert_eq!(state.prune_replies(now).await.unwrap(), 1);
+    assert_eq!(state.replies_in_last_hour("thread:a").await.unwrap(), 1);
+}
+
+async fn pruning_spend_forgets_old_days_only(place: Place) {
+    let state = place.open().await;
+    state.add_tokens(date!(2025 - 01 - 01), 10).await.unwrap();
+    state.add_tokens(date!(2026 - 11 - 29), 20).await.unwrap();
+    state.add_tokens(date!(2026 - 11 - 30), 30).await.unwrap();
+    assert_eq!(state.prune_spend(date!(2026 - 11 - 30)).await.unwrap(), 2);
+    assert_eq!(state.tokens_on(date!(2026 - 11 - 30)).await.unwrap(), 30);
+    assert_eq!(state.tokens_on(date!(2025 - 01 - 01)).await.unwrap(), 0);
+}
+
+async fn a_whole_pass_counts_by_table_and_leaves_the_resume_point(place: Place) {
+    let state = place.open().await;
+    state.record_event("e1", 41, "message.new").await.unwrap();
+    state.record_event("e2", 42, "message.new").await.unwrap();
+    state.claim(ClaimKind::Message, "m1").await.unwrap();
+    let run = state.start_claimed_run(ClaimKind::Message, "m2", "thread:m2", "message.new m2").await.unwrap().unwrap();
+    state
+        .finish_run(&run, &FinishRun { record: Some(json!({})), ..FinishRun::new(RunStatus::Completed) })
+        .await
+        .unwrap();
+    state.save_session("thread:m2", &json!([])).await.unwrap();
+    state.add_tokens(OffsetDateTime::now_utc().date() - time::Duration::days(500), 5).await.unwrap();
+    // Everything is "old" against cutoffs a minute ahead.
+    let ahead = OffsetDateTime::now_utc() + time::Duration::MINUTE;
+    let plan = PrunePlan {
+        now: OffsetDateTime::now_utc(),
+        events_before: ahead,
+        claims_before: ahead,
+        message_claims_before: Some(ahead),
+        runs_before: ahead,
+        sessions_before: ahead,
+    };
+    let pruned = state.prune(&plan).await.unwrap();
+    assert_eq!(
+        pruned,
+        Pruned { events: 2, claims: 2, runs: 0, run_records: 1, sessions: 1, replies: 0, spend_days: 1 },
+        "{:?}",
+        pruned.by_table()
+    );
+    assert_eq!(pruned.total(), 7);
+    assert_eq!(state.last_seq().await.unwrap(), 42);
+    assert_eq!(count(&state, "stream_position").await, 1);
+    assert_eq!(count(&state, "runs").await, 1, "the newest run of the session stays");
+    assert_eq!(state.prune(&plan).await.unwrap().total(), 0);
 }
 
 // ---- SQLite only: the file, its log, its errors ----

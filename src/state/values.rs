@@ -1,4 +1,4 @@
-//! Small named values kept across restarts (the mention cursor of reconciliation).
+//! Small named values kept across restarts (the tracker's head a first start began at).
 
 use super::{State, StateError, now_ms};
 

@@ -7,6 +7,13 @@
 //! router's input channel), so nothing forwards from one channel to another. Each frame is
 //! parsed once, here, into its typed [`StreamItem`].
 //!
+//! Where it begins ([`StreamStart`], reported once as [`LinkStatus::Began`]): at the recorded
+//! position; on a first start (nothing recorded), at the tracker's head. The contract gives no
+//! other way to learn the head than `resume`, so a first start resumes from 0, reads the replay
+//! through without passing it on, and records the `resumed` seq as its position; past events are
+//! reconciliation's to judge, not the stream's to act on. `--from-start` replays and passes on
+//! the whole log instead.
+//!
 //! Invariants:
 //! - nothing is lost: a frame that parses as an event of a known name is put into the channel
 //!   before the next frame is read; the stream itself never marks anything processed (the
@@ -71,6 +78,42 @@ pub struct StreamOptions {
     pub channel_capacity: usize,
     /// The environment variable the token came from, named in the error when it is refused.
     pub token_env: String,
+    /// Where the first connection of this process begins.
+    pub start: StreamStart,
+}
+
+/// Where the stream begins the first time this process connects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StreamStart {
+    /// At the recorded position; with none recorded (a fresh state file), at the tracker's head:
+    /// the log is read through to learn where it ends, and nothing in it is passed on.
+    #[default]
+    Recorded,
+    /// At seq 0, whatever is recorded: the whole log is replayed and passed on
+    /// (`picogent run --from-start`). Later reconnects resume from the recorded position.
+    FromStart,
+}
+
+/// How the stream began, reported once ([`LinkStatus::Began`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StartMode {
+    /// Nothing was recorded: the stream began at the tracker's head, past events not acted on.
+    Head,
+    /// From the recorded position: everything after it was replayed.
+    Resume,
+    /// From seq 0 (`--from-start`): the whole log was replayed.
+    FromStart,
+}
+
+impl StartMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StartMode::Head => "head",
+            StartMode::Resume => "resume",
+            StartMode::FromStart => "from_start",
+        }
+    }
 }
 
 impl StreamOptions {
@@ -84,6 +127,7 @@ impl StreamOptions {
             max_frame_bytes: limits::FRAME_BYTES,
             channel_capacity: 256,
             token_env: token_env.into(),
+            start: StreamStart::Recorded,
         }
     }
 
@@ -116,6 +160,10 @@ pub enum LinkStatus {
     /// The link dropped, or (once, until the next `Connected`) a connection attempt failed; the
     /// stream keeps reconnecting.
     Disconnected { reason: String },
+    /// The stream began (once per process, just before the first `CaughtUp`): how, from which
+    /// seq (the head, the recorded position, or 0), and how many past events it read without
+    /// passing them on (at the head).
+    Began { mode: StartMode, from_seq: u64, skipped: u64 },
     /// Events `from..=to` are missing from the tracker's log: asking again
     /// [`MAX_GAP_TRIES`] times did not bring them, so the stream went on without them. The
     /// consumer reconciles through REST for what they carried.
@@ -144,11 +192,31 @@ pub enum StreamError {
 pub trait ResumePosition: Send + Sync + 'static {
     /// The highest seq already processed; the server replays everything after it.
     fn last_processed_seq(&self) -> BoxFuture<'_, Result<u64, StateError>>;
+
+    /// The resume point, or `None` when nothing was ever recorded (a first start). By default a
+    /// position is always recorded.
+    fn recorded_position(&self) -> BoxFuture<'_, Result<Option<u64>, StateError>> {
+        Box::pin(async move { self.last_processed_seq().await.map(Some) })
+    }
+
+    /// Records that a first start began at the tracker's head `seq`.
+    fn record_head(&self, seq: u64) -> BoxFuture<'_, Result<(), StateError>> {
+        let _ = seq;
+        Box::pin(async { Ok(()) })
+    }
 }
 
 impl ResumePosition for State {
     fn last_processed_seq(&self) -> BoxFuture<'_, Result<u64, StateError>> {
         Box::pin(self.last_seq())
+    }
+
+    fn recorded_position(&self) -> BoxFuture<'_, Result<Option<u64>, StateError>> {
+        Box::pin(self.stream_position())
+    }
+
+    fn record_head(&self, seq: u64) -> BoxFuture<'_, Result<(), StateError>> {
+        Box::pin(self.record_stream_head(seq))
     }
 }
 
@@ -157,6 +225,11 @@ impl ResumePosition for Arc<AtomicU64> {
     fn last_processed_seq(&self) -> BoxFuture<'_, Result<u64, StateError>> {
         let seq = self.load(Ordering::SeqCst);
         Box::pin(async move { Ok(seq) })
+    }
+
+    fn record_head(&self, seq: u64) -> BoxFuture<'_, Result<(), StateError>> {
+        self.fetch_max(seq, Ordering::SeqCst);
+        Box::pin(async { Ok(()) })
     }
 }
 
@@ -218,6 +291,8 @@ async fn run<T: From<StreamItem>>(
     // Whether the consumer has been told the link is down since it was last up (or since the
     // start), so a tracker that stays unreachable is reported once, not at every attempt.
     let mut down_reported = false;
+    // How this process's connections began: the first one's start, and whether `Began` went out.
+    let mut opening = Opening::default();
     loop {
         let attempt = tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
@@ -231,7 +306,7 @@ async fn run<T: From<StreamItem>>(
                 down_reported = false;
                 let accept_gap = gap.filter(|(_, tries)| *tries >= MAX_GAP_TRIES).map(|(due, _)| due);
                 let connection = Connection { options: &options, url: &url, resume: &resume, sender: &sender };
-                match serve(socket, &connection, &cancel, &mut failed_attempts, accept_gap).await {
+                match serve(socket, &connection, &cancel, &mut failed_attempts, accept_gap, &mut opening).await {
                     Served::Stop => return Ok(()),
                     Served::Lost(reason) => reason,
                     Served::Gap { due, reason } => {
@@ -319,6 +394,7 @@ async fn serve<R: ResumePosition, T: From<StreamItem>>(
     cancel: &CancellationToken,
     failed_attempts: &mut u32,
     accept_gap: Option<u64>,
+    opening: &mut Opening,
 ) -> Served {
     let Connection { options, url, resume, sender } = connection;
     tracing::info!(url = %url, "event stream connected");
@@ -327,9 +403,10 @@ async fn serve<R: ResumePosition, T: From<StreamItem>>(
     }
     let connected_at = Instant::now();
     let mut delivered_events = false;
-    let mut session = Session { delivered_events: false, accept_gap, accepted: false };
+    let mut session = Session { delivered_events: false, accept_gap, accepted: false, opening: *opening };
     let end = session_loop(socket, options, *resume, *sender, cancel, &mut session).await;
     delivered_events |= session.delivered_events;
+    *opening = session.opening;
     // A connection that passed events on made progress: a link that keeps dropping while it
     // delivers (a lossy proxy) must not back off towards `max_backoff`.
     if delivered_events || connected_at.elapsed() >= options.stable_after {
@@ -356,6 +433,57 @@ struct Session {
     accept_gap: Option<u64>,
     /// Set when it was.
     accepted: bool,
+    /// How the stream's connections so far began; this one's start is added to it.
+    opening: Opening,
+}
+
+/// How a process's connections began.
+#[derive(Debug, Clone, Copy, Default)]
+struct Opening {
+    /// The first connection's start: the one the process reports, even if that connection was
+    /// lost before `resumed`.
+    first: Option<Start>,
+    /// Whether [`LinkStatus::Began`] went out (a connection got `resumed`).
+    reported: bool,
+}
+
+/// Where one connection begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Start {
+    mode: StartMode,
+    /// Sent in `resume`.
+    after_seq: u64,
+}
+
+/// Where a connection begins: at seq 0 for the first connection with `--from-start`; at the
+/// recorded position; with none, at the head (`resume` from 0 to read where the log ends, its
+/// events not passed on) — or from 0 again with `--from-start`, which never skips. A replay cut
+/// off by a lost connection goes on from what was processed of it: the position moves only as
+/// events are recorded.
+async fn plan_start(
+    start: StreamStart,
+    first_connection: bool,
+    resume: &impl ResumePosition,
+) -> Result<Start, StateError> {
+    let recorded = resume.recorded_position().await?;
+    Ok(match (start, recorded) {
+        (StreamStart::FromStart, None) => Start { mode: StartMode::FromStart, after_seq: 0 },
+        (StreamStart::FromStart, Some(_)) if first_connection => Start { mode: StartMode::FromStart, after_seq: 0 },
+        (_, Some(seq)) => Start { mode: StartMode::Resume, after_seq: seq },
+        (StreamStart::Recorded, None) => Start { mode: StartMode::Head, after_seq: 0 },
+    })
+}
+
+/// Where a session is in the log.
+#[derive(Debug)]
+struct Cursor {
+    /// The seq due next, for the gap check.
+    next_seq: u64,
+    /// At the head: until `resumed`, frames are the past, counted and not passed on (nor checked
+    /// for gaps: a log pruned at its start is not a gap).
+    reading_history: bool,
+    /// How many past events were read without being passed on.
+    skipped: u64,
 }
 
 /// The reconnect delay after `failed_attempts` failures in a row: `initial * 2^failed_attempts`
@@ -417,10 +545,15 @@ async fn session_loop<T: From<StreamItem>>(
     let (mut outgoing, mut incoming) = socket.split();
     let interval = options.heartbeat_interval;
     let silence_limit = interval * 2;
-    let after_seq = match send_resume(&mut outgoing, resume, silence_limit).await {
-        Ok(after_seq) => after_seq,
-        Err(end) => return end,
+    let start = match plan_start(options.start, session.opening.first.is_none(), resume).await {
+        Ok(start) => start,
+        Err(error) => return SessionEnd::Lost(format!("cannot read the resume point: {error}")),
     };
+    let first = *session.opening.first.get_or_insert(start);
+    let after_seq = start.after_seq;
+    if let Err(end) = send_resume(&mut outgoing, after_seq, silence_limit).await {
+        return end;
+    }
 
     let mut pings = tokio::time::interval_at(Instant::now() + interval, interval);
     pings.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -432,7 +565,8 @@ async fn session_loop<T: From<StreamItem>>(
     // still missing after `MAX_GAP_TRIES` resumes is not in the tracker's log any more: the stream
     // goes on without it and says so (`LinkStatus::GapAccepted`). A seq below it (a repeat) is
     // passed on; the router drops repeats by event id.
-    let mut next_seq = after_seq.saturating_add(1);
+    let mut cursor =
+        Cursor { next_seq: after_seq.saturating_add(1), reading_history: start.mode == StartMode::Head, skipped: 0 };
 
     let end = loop {
         tokio::select! {
@@ -445,10 +579,14 @@ async fn session_loop<T: From<StreamItem>>(
                     Some(Err(error)) => break SessionEnd::Lost(describe_read_error(&error, options.max_frame_bytes)),
                     Some(Ok(message)) => message,
                 };
-                let items = match read_message(message, &mut next_seq, after_seq, &mut session.accept_gap) {
+                let mut items = match read_message(message, &mut cursor, after_seq, &mut session.accept_gap) {
                     Ok(items) => items,
                     Err(end) => break end,
                 };
+                if !session.opening.reported && let Some(caught_up) = caught_up_at(&items) {
+                    items.insert(0, begin(start, first, caught_up, cursor.skipped, resume).await);
+                    session.opening.reported = true;
+                }
                 session.accepted |= items.iter().any(|item| matches!(item, StreamItem::Status(LinkStatus::GapAccepted { .. })));
                 let mut end = None;
                 for item in items {
@@ -485,16 +623,38 @@ async fn session_loop<T: From<StreamItem>>(
     end
 }
 
-/// Sends `resume` with the last processed seq; returns that seq.
+/// The `last_seq` of the `resumed` among `items`, if there is one.
+fn caught_up_at(items: &[StreamItem]) -> Option<u64> {
+    items.iter().find_map(|item| match item {
+        StreamItem::Status(LinkStatus::CaughtUp { last_seq }) => Some(*last_seq),
+        _ => None,
+    })
+}
+
+/// The stream begins, on this connection's `resumed` at `last_seq`: at the head, the head is
+/// recorded as the position (a failure is logged and the next connection starts at the head
+/// again; nothing is lost, since nothing was passed on). Returns the [`LinkStatus::Began`] to
+/// report, which tells how the process's `first` connection began.
+async fn begin(start: Start, first: Start, last_seq: u64, skipped: u64, resume: &impl ResumePosition) -> StreamItem {
+    if start.mode == StartMode::Head
+        && let Err(error) = resume.record_head(last_seq).await
+    {
+        tracing::warn!(%error, head = last_seq, "cannot record the tracker's head as the stream position");
+    }
+    let from_seq = match first.mode {
+        StartMode::Head => last_seq,
+        StartMode::Resume | StartMode::FromStart => first.after_seq,
+    };
+    tracing::debug!(mode = first.mode.as_str(), from_seq, skipped, "event stream began");
+    StreamItem::Status(LinkStatus::Began { mode: first.mode, from_seq, skipped })
+}
+
+/// Sends `resume` with `after_seq`.
 async fn send_resume(
     outgoing: &mut futures::stream::SplitSink<Socket, Message>,
-    resume: &impl ResumePosition,
+    after_seq: u64,
     silence_limit: Duration,
-) -> Result<u64, SessionEnd> {
-    let after_seq = resume
-        .last_processed_seq()
-        .await
-        .map_err(|error| SessionEnd::Lost(format!("cannot read the resume point: {error}")))?;
+) -> Result<(), SessionEnd> {
     // A send that cannot finish within the silence limit means a link as dead as a silent one;
     // without the bound, a full send buffer would hang the session past the heartbeat check.
     match tokio::time::timeout(silence_limit, outgoing.send(client_frame(&ClientFrame::Resume { after_seq }))).await {
@@ -503,16 +663,16 @@ async fn send_resume(
         Err(_) => return Err(SessionEnd::Lost("the resume could not be sent: the link is dead".to_string())),
     }
     tracing::debug!(after_seq, "event stream resuming");
-    Ok(after_seq)
+    Ok(())
 }
 
 /// What one message from the server means: an item to pass on, nothing, or the end of the
-/// connection. `next_seq` is the seq due next; it moves as events arrive in order.
+/// connection. `cursor.next_seq` is the seq due next; it moves as events arrive in order.
 /// `accept_gap`: a seq that was asked for too often; if it is missing again, the stream goes on
 /// without it (once: it is taken).
 fn read_message(
     message: Message,
-    next_seq: &mut u64,
+    cursor: &mut Cursor,
     after_seq: u64,
     accept_gap: &mut Option<u64>,
 ) -> Result<Vec<StreamItem>, SessionEnd> {
@@ -520,6 +680,20 @@ fn read_message(
         Message::Text(text) => {
             let frame = parse_frame(text.as_str());
             let mut items = Vec::new();
+            if cursor.reading_history {
+                match &frame {
+                    Frame::Numbered { .. } => {
+                        cursor.skipped += 1;
+                        return Ok(items);
+                    }
+                    Frame::Status(LinkStatus::CaughtUp { last_seq }) => {
+                        cursor.reading_history = false;
+                        cursor.next_seq = last_seq.saturating_add(1);
+                    }
+                    Frame::Status(_) | Frame::Skipped => {}
+                }
+            }
+            let next_seq = &mut cursor.next_seq;
             if let Frame::Numbered { seq, .. } = &frame {
                 if *seq > *next_seq {
                     if accept_gap.take_if(|due| *due == *next_seq).is_none() {

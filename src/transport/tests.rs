@@ -105,3 +105,74 @@ fn client_frames_are_the_contract_shapes() {
         Message::text(r#"{"type":"resume","after_seq":9}"#)
     );
 }
+
+fn assigned_frame(id: &str, seq: u64) -> Message {
+    Message::text(format!(
+        r#"{{"id": "{id}", "seq": {seq}, "event": "task.assigned", "data": {{"task": {TASK}, "assigned_by": "alice"}}, "ts": "2026-11-30T10:00:00Z"}}"#
+    ))
+}
+
+#[test]
+fn at_the_head_the_replay_is_counted_not_passed_on_and_never_a_gap() {
+    let mut cursor = Cursor { next_seq: 1, reading_history: true, skipped: 0 };
+    let mut accept_gap = None;
+    // The log was pruned at its start: its first event is seq 5. Before `resumed`, every event
+    // is the past.
+    for seq in [5, 6, 7] {
+        let items = read_message(assigned_frame(&format!("e{seq}"), seq), &mut cursor, 0, &mut accept_gap);
+        assert!(items.is_ok_and(|items| items.is_empty()), "seq {seq} was passed on");
+    }
+    assert_eq!(cursor.skipped, 3);
+    let resumed = Message::text(r#"{"type": "resumed", "last_seq": 7}"#);
+    let items = read_message(resumed, &mut cursor, 0, &mut accept_gap).ok().unwrap();
+    assert_eq!(items, vec![StreamItem::Status(LinkStatus::CaughtUp { last_seq: 7 })]);
+    assert_eq!(caught_up_at(&items), Some(7));
+    assert!(!cursor.reading_history);
+    assert_eq!(cursor.next_seq, 8);
+    // Live events follow, checked for gaps as ever.
+    let items = read_message(assigned_frame("e8", 8), &mut cursor, 0, &mut accept_gap).ok().unwrap();
+    assert!(matches!(items.as_slice(), [StreamItem::Event(event)] if event.seq == 8));
+    assert!(matches!(
+        read_message(assigned_frame("e10", 10), &mut cursor, 0, &mut accept_gap),
+        Err(SessionEnd::Gap { due: 9, got: 10 })
+    ));
+}
+
+/// A resume point that may have nothing recorded.
+struct Position(Option<u64>);
+
+impl ResumePosition for Position {
+    fn last_processed_seq(&self) -> BoxFuture<'_, Result<u64, StateError>> {
+        let seq = self.0.unwrap_or(0);
+        Box::pin(async move { Ok(seq) })
+    }
+
+    fn recorded_position(&self) -> BoxFuture<'_, Result<Option<u64>, StateError>> {
+        let seq = self.0;
+        Box::pin(async move { Ok(seq) })
+    }
+}
+
+#[tokio::test]
+async fn where_a_connection_begins() {
+    use StartMode::*;
+    use StreamStart::*;
+    // (option, the process's first connection, recorded) -> (mode, after_seq)
+    let table = [
+        (Recorded, true, None, Head, 0),
+        (Recorded, false, None, Head, 0),
+        (Recorded, true, Some(40), Resume, 40),
+        (Recorded, false, Some(40), Resume, 40),
+        (StreamStart::FromStart, true, None, StartMode::FromStart, 0),
+        (StreamStart::FromStart, true, Some(40), StartMode::FromStart, 0),
+        (StreamStart::FromStart, false, Some(40), Resume, 40),
+        (StreamStart::FromStart, false, None, StartMode::FromStart, 0),
+    ];
+    for (option, first_connection, recorded, mode, after_seq) in table {
+        let start = plan_start(option, first_connection, &Position(recorded)).await.unwrap();
+        assert_eq!(start, Start { mode, after_seq }, "{option:?}, first {first_connection}, recorded {recorded:?}");
+    }
+    // A counter kept by a consumer always has a position.
+    let counter = Arc::new(AtomicU64::new(3));
+    assert_eq!(plan_start(Recorded, true, &counter).await.unwrap(), Start { mode: Resume, after_seq: 3 });
+}

@@ -28,7 +28,7 @@ pub async fn start_board(dir: &Path) -> BoardHandle {
 }
 
 pub async fn start_board_at(dir: &Path, listen: std::net::SocketAddr) -> BoardHandle {
-    picogent::board::start(BoardOptions { listen, db: dir.join("board.db"), seed: Some(SEED.into()) }).await.unwrap()
+    picogent::board::start(BoardOptions::new(listen, dir.join("board.db"), Some(SEED.into()))).await.unwrap()
 }
 
 pub async fn start_model(delay_ms: u64) -> OfflineModelHandle {

@@ -29,7 +29,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-use picogent::board::{BoardHandle, BoardOptions};
+use picogent::board::{BoardHandle, BoardOptions, Retention};
 
 /// One kind of injected fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -510,15 +510,29 @@ pub struct RestartableBoard {
     pub addr: SocketAddr,
     pub db: PathBuf,
     seed: PathBuf,
+    retention: Retention,
     handle: Option<BoardHandle>,
     pub restarts: u32,
 }
 
 impl RestartableBoard {
     pub async fn start(db: &Path, seed: &Path) -> RestartableBoard {
-        let options = BoardOptions { listen: "127.0.0.1:0".parse().unwrap(), db: db.into(), seed: Some(seed.into()) };
+        RestartableBoard::start_with_retention(db, seed, Retention::default()).await
+    }
+
+    /// A board that prunes its event log as `retention` says, before and after restarts.
+    pub async fn start_with_retention(db: &Path, seed: &Path, retention: Retention) -> RestartableBoard {
+        let options =
+            BoardOptions { retention, ..BoardOptions::new("127.0.0.1:0".parse().unwrap(), db, Some(seed.into())) };
         let handle = picogent::board::start(options).await.unwrap();
-        RestartableBoard { addr: handle.addr(), db: db.into(), seed: seed.into(), handle: Some(handle), restarts: 0 }
+        RestartableBoard {
+            addr: handle.addr(),
+            db: db.into(),
+            seed: seed.into(),
+            retention,
+            handle: Some(handle),
+            restarts: 0,
+        }
     }
 
     pub fn url(&self) -> String {
@@ -535,7 +549,10 @@ impl RestartableBoard {
         // The port was just released; binding it again can race the kernel for a moment.
         let mut attempts = 0;
         let handle = loop {
-            let options = BoardOptions { listen: self.addr, db: self.db.clone(), seed: Some(self.seed.clone()) };
+            let options = BoardOptions {
+                retention: self.retention,
+                ..BoardOptions::new(self.addr, self.db.clone(), Some(self.seed.clone()))
+            };
             match picogent::board::start(options).await {
                 Ok(handle) => break handle,
                 Err(error) if attempts < 50 => {

@@ -53,9 +53,15 @@ pub struct TestBoard {
 
 impl TestBoard {
     pub async fn start() -> TestBoard {
+        TestBoard::start_with_retention(board::Retention::default()).await
+    }
+
+    /// A board that prunes its event log and idempotency keys as `retention` says.
+    pub async fn start_with_retention(retention: board::Retention) -> TestBoard {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("board.db");
-        let handle = board::start(BoardOptions::loopback(&db, Some(seed_path()))).await.unwrap();
+        let options = BoardOptions { retention, ..BoardOptions::loopback(&db, Some(seed_path())) };
+        let handle = board::start(options).await.unwrap();
         TestBoard { handle, seed: Seed::load(&seed_path()).unwrap(), db, dir }
     }
 
