@@ -4,10 +4,13 @@
 //! - every request goes through [`TrackerClient::send`], which applies the one retry policy;
 //! - every POST carries an `Idempotency-Key` made once per logical call (or given by the caller)
 //!   and reused across that call's retries, so a retried write happens once;
-//! - the token is held as a [`Secret`] and never appears in logs, errors or `Debug` output.
+//! - the token is held as a [`Secret`] and never appears in logs, errors or `Debug` output;
+//! - a client with a [`WriteGate`] (the running agent's) sends no write the gate does not admit,
+//!   and keeps the gate's presence marker in the member status (see [`presence`]).
 
 pub mod error;
 pub mod model;
+pub mod presence;
 
 use std::time::Duration;
 
@@ -21,6 +24,7 @@ use model::*;
 use crate::config::TrackerConfig;
 use crate::retry::{RetryConfig, parse_retry_after, with_retry};
 use crate::secret::Secret;
+pub use presence::WriteGate;
 
 /// Idle connections to the tracker kept for reuse.
 const IDLE_CONNECTIONS: usize = 16;
@@ -35,6 +39,9 @@ pub struct TrackerClient {
     api_url: reqwest::Url,
     token: Secret,
     retry: RetryConfig,
+    /// The running agent's writes pass it, so a copy that another copy took over from writes
+    /// nothing; `None` for everyone else (the command line, `picogent mcp`, people in the demo).
+    gate: Option<std::sync::Arc<WriteGate>>,
 }
 
 impl std::fmt::Debug for TrackerClient {
@@ -74,12 +81,17 @@ impl TrackerClient {
                     timed_out: false,
                 }
             })?;
-        Ok(TrackerClient { http, api_url, token, retry: config.retry.clone() })
+        Ok(TrackerClient { http, api_url, token, retry: config.retry.clone(), gate: None })
     }
 
-    /// The same connection acting as another member (the demo plays humans with it).
+    /// The same connection acting as another member (the demo plays humans with it), ungated.
     pub fn with_token(&self, token: Secret) -> TrackerClient {
-        TrackerClient { token, ..self.clone() }
+        TrackerClient { token, gate: None, ..self.clone() }
+    }
+
+    /// The same connection with every write passing `gate` first (`runtime::presence`).
+    pub fn with_gate(&self, gate: std::sync::Arc<WriteGate>) -> TrackerClient {
+        TrackerClient { gate: Some(gate), ..self.clone() }
     }
 
     /// `{api_base}{path}` as a URL; `path` starts with `/` and has its segments encoded.
@@ -219,7 +231,24 @@ impl TrackerClient {
         self.get(&format!("/members/{}", segment(slug)), &()).await
     }
 
+    /// Sets the caller's status to `status` with anything shaped like a presence marker taken
+    /// out; a gated client keeps its own marker after it.
     pub async fn update_my_status(&self, status: &str) -> Result<StatusOut, TrackerError> {
+        let text = presence::strip_markers(status);
+        let Some(gate) = &self.gate else {
+            return self.write_my_status(&text).await;
+        };
+        let marker = gate.lock_marker().await;
+        let status = match &*marker {
+            Some(marker) => presence::compose(&text, marker),
+            None => text,
+        };
+        self.write_my_status(&status).await
+    }
+
+    /// Sets the caller's status exactly as given, markers and all: the presence heartbeat's own
+    /// write, through an ungated client.
+    pub async fn write_my_status(&self, status: &str) -> Result<StatusOut, TrackerError> {
         let body = UpdateStatus { status: status.to_string() };
         self.send(Method::PATCH, "/members/me", &(), Some(&body), None).await
     }
@@ -278,6 +307,8 @@ impl TrackerClient {
             Some(body) => Some(serde_json::to_vec(body).map_err(|e| TrackerError::Decode { message: e.to_string() })?),
             None => None,
         };
+        // Reads need no lease: only what others can see must wait for one.
+        let gate = if method == Method::GET { None } else { self.gate.as_deref() };
         with_retry(&self.retry, || {
             let mut request = self.http.request(method.clone(), url.clone()).bearer_auth(self.token.expose()).query(query);
             if let Some(bytes) = &body_bytes {
@@ -288,6 +319,9 @@ impl TrackerClient {
             }
             let method = method.clone();
             async move {
+                if let Some(gate) = gate {
+                    gate.admit().await?;
+                }
                 let started = std::time::Instant::now();
                 let result = execute::<T>(request).await;
                 tracing::debug!(%method, path, elapsed_ms = started.elapsed().as_millis() as u64, ok = result.is_ok(), "tracker request");
