@@ -29,12 +29,14 @@ pub fn routes(metrics: Arc<Metrics>, status: Arc<StatusBoard>) -> Router {
 }
 
 async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
-    if state.status.caught_up() {
-        (StatusCode::OK, "ready\n")
+    if let Some(reason) = state.status.superseded() {
+        (StatusCode::SERVICE_UNAVAILABLE, format!("stopped: {reason}\n"))
+    } else if state.status.caught_up() {
+        (StatusCode::OK, "ready\n".to_string())
     } else if state.status.connected() {
-        (StatusCode::SERVICE_UNAVAILABLE, "catching up\n")
+        (StatusCode::SERVICE_UNAVAILABLE, "catching up\n".to_string())
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not connected to the tracker\n")
+        (StatusCode::SERVICE_UNAVAILABLE, "not connected to the tracker\n".to_string())
     }
 }
 
