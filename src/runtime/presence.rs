@@ -261,7 +261,7 @@ impl Presence {
     async fn beat(&self) -> Result<Found, TrackerError> {
         let mut current = self.gate.lock_marker().await;
         let read_at = Instant::now();
-        let status = self.read().await?;
+        let status = self.read_fresh(read_at).await?;
         if let Some(marker) = status.marker
             && marker.copy_id != self.copy_id
         {
@@ -278,7 +278,7 @@ impl Presence {
     /// no lease.
     async fn mark(&self) -> Result<(), TrackerError> {
         let mut current = self.gate.lock_marker().await;
-        let status = self.read().await?;
+        let status = self.read_fresh(Instant::now()).await?;
         let marker = self.next_marker();
         self.client.write_my_status(&compose(&status.text, &marker)).await?;
         *current = Some(marker);
@@ -343,6 +343,26 @@ impl Presence {
 
     async fn read(&self) -> Result<MemberStatus, TrackerError> {
         Ok(parse_status(&self.client.get_member("me").await?.status))
+    }
+
+    /// The status, read to be written on: refused when the answer came more than a beat after
+    /// `asked_at` (the process was paused, or the tracker slow), since a newer copy may have
+    /// written its marker meanwhile, and the status has no compare-and-set to keep it from being
+    /// overwritten. A newer copy writes its marker only after a marker stood still for
+    /// [`Timing::watch`], well over a beat.
+    async fn read_fresh(&self, asked_at: Instant) -> Result<MemberStatus, TrackerError> {
+        let status = self.read().await?;
+        let age = asked_at.elapsed();
+        if age > self.timing.heartbeat {
+            return Err(TrackerError::Transport {
+                message: format!(
+                    "the member status took {} ms to read, more than a heartbeat: not written on",
+                    age.as_millis()
+                ),
+                timed_out: false,
+            });
+        }
+        Ok(status)
     }
 
     fn next_marker(&self) -> Marker {
