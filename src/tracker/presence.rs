@@ -229,7 +229,11 @@ mod tests {
             ("[picogent copy 3F9C2A1B7E4D #1]", "[picogent copy 3F9C2A1B7E4D #1]", None),
             ("[picogent copy 3f9c2a1b7e4 #1]", "[picogent copy 3f9c2a1b7e4 #1]", None),
             ("[picogent copy 3f9c2a1b7e4d #]", "[picogent copy 3f9c2a1b7e4d #]", None),
-            ("[picogent copy 3f9c2a1b7e4d #999999999999999999999]", "[picogent copy 3f9c2a1b7e4d #999999999999999999999]", None),
+            (
+                "[picogent copy 3f9c2a1b7e4d #999999999999999999999]",
+                "[picogent copy 3f9c2a1b7e4d #999999999999999999999]",
+                None,
+            ),
             // Shaped like one but past any count: stripped, and no marker.
             ("x [picogent copy 3f9c2a1b7e4d #99999999999999999999]", "x", None),
         ];
@@ -287,10 +291,7 @@ mod tests {
         // Superseded: refused at once, and no renewal opens it again.
         gate.supersede("copy 000000000000 took over");
         gate.renew(Instant::now() + Duration::from_secs(60));
-        assert_eq!(
-            gate.admit().await,
-            Err(TrackerError::Superseded { message: "copy 000000000000 took over".into() })
-        );
+        assert_eq!(gate.admit().await, Err(TrackerError::Superseded { message: "copy 000000000000 took over".into() }));
         assert_eq!(gate.superseded().as_deref(), Some("copy 000000000000 took over"));
     }
 }
