@@ -480,6 +480,11 @@ async fn a_paused_copy_that_was_taken_over_stops_without_posting_and_exits_3() {
         (model.request_count() > asked).then_some(())
     })
     .await;
+    // Paused just after a beat: the status has no compare-and-set, so a copy paused between
+    // reading the status and writing it could still put its marker back over a newer one on
+    // waking (docs/guarantees.md, "One copy"), and then the newer copy would be the one to stop.
+    let before = marker(&alice).await;
+    eventually(Duration::from_secs(5), "a beat", || async { (marker(&alice).await != before).then_some(()) }).await;
     paused.signal("-STOP");
 
     // Its marker stands still; a newer copy with its own state takes over and works the task.
@@ -505,7 +510,13 @@ async fn a_paused_copy_that_was_taken_over_stops_without_posting_and_exits_3() {
         if let Some((503, body)) = paused.readyz().await {
             said = Some(body);
         }
-        assert!(Instant::now() < deadline, "the paused copy did not stop: {}", paused.log());
+        assert!(
+            Instant::now() < deadline,
+            "the paused copy did not stop; /readyz {:?}; its log:\n{}\nthe newer copy's log:\n{}",
+            paused.readyz().await,
+            paused.log(),
+            newer.log()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(paused.exit_code(Duration::from_secs(1)).await, EXIT_ANOTHER_COPY, "{}", paused.log());

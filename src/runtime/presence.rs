@@ -42,7 +42,10 @@ use super::status::StatusBoard;
 use crate::config::{Config, PresenceConfig, TrackerConfig};
 use crate::retry::{RetryDecision, Retryable};
 use crate::state::{State, StateError};
-use crate::tracker::presence::{Beat, Marker, MemberStatus, compose, is_copy_id, new_copy_id, parse_status};
+use crate::tracker::model::StatusOut;
+use crate::tracker::presence::{
+    Beat, Marker, MemberStatus, StatusChange, compose, is_copy_id, new_copy_id, parse_status,
+};
 use crate::tracker::{TrackerClient, TrackerError, WriteGate};
 
 /// `picogent run`'s exit code when another copy of the agent is active: at start, or when a newer
@@ -125,8 +128,9 @@ pub enum PresenceError {
 /// What a beat found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Found {
-    /// No other copy's marker: this copy's marker moved on and its lease was renewed.
-    Held,
+    /// No other copy's marker: this copy's marker moved on (the status as stored) and its lease
+    /// was renewed.
+    Held(String),
     /// Another copy's marker is there.
     Another(Marker),
 }
@@ -136,6 +140,8 @@ pub struct Presence {
     /// Ungated, with short requests: the heartbeat's writes renew the lease and pass no gate.
     client: TrackerClient,
     gate: Arc<WriteGate>,
+    /// What `update_my_status` asks of a gated client; the heartbeat carries it out.
+    status_changes: tokio::sync::mpsc::Receiver<StatusChange>,
     copy_id: String,
     beats: AtomicU64,
     timing: Timing,
@@ -147,9 +153,11 @@ pub struct Presence {
 /// docs); on `Ok`, this copy's marker is on the tracker and its writes may go out.
 pub async fn claim(config: &Config, client: TrackerClient, state: &State) -> Result<Presence, PresenceError> {
     let timing = Timing::from_config(&config.presence);
+    let (gate, status_changes) = WriteGate::new(timing.lease());
     let presence = Presence {
         client,
-        gate: Arc::new(WriteGate::new(timing.lease())),
+        gate: Arc::new(gate),
+        status_changes,
         copy_id: copy_id(state).await?,
         beats: AtomicU64::new(0),
         timing,
@@ -174,8 +182,8 @@ pub async fn claim(config: &Config, client: TrackerClient, state: &State) -> Res
             tokio::time::sleep(timing.settle()).await;
         }
     }
-    match presence.patiently(|| presence.beat()).await? {
-        Found::Held => Ok(presence),
+    match presence.patiently(|| presence.beat(None)).await? {
+        Found::Held(_) => Ok(presence),
         Found::Another(marker) => Err(presence.another_copy(marker)),
     }
 }
@@ -219,7 +227,7 @@ impl Presence {
     }
 
     async fn keep(
-        self,
+        mut self,
         status: Arc<StatusBoard>,
         stream: CancellationToken,
         stop: CancellationToken,
@@ -227,12 +235,22 @@ impl Presence {
     ) {
         let mut wait = self.timing.heartbeat;
         loop {
-            tokio::select! {
+            // A status change is a beat of its own, at once.
+            let change = tokio::select! {
                 _ = stop.cancelled() => break,
-                _ = tokio::time::sleep(wait) => {}
-            }
-            match self.beat().await {
-                Ok(Found::Held) => wait = self.timing.heartbeat,
+                _ = tokio::time::sleep(wait) => None,
+                Some(change) = self.status_changes.recv() => Some(change),
+            };
+            let (text, answer) = match change {
+                Some(StatusChange { text, answer }) => (Some(text), Some(answer)),
+                None => (None, None),
+            };
+            let beat = self.beat(text.as_deref()).await;
+            let answered = match beat {
+                Ok(Found::Held(stored)) => {
+                    wait = self.timing.heartbeat;
+                    Ok(StatusOut { status: stored })
+                }
                 Ok(Found::Another(marker)) => {
                     let reason = format!(
                         "another copy of this agent (copy {}) took over member `{}` on the tracker; this copy \
@@ -242,46 +260,55 @@ impl Presence {
                     );
                     self.gate.supersede(&reason);
                     tracing::error!(other = %marker.copy_id, copy = %self.copy_id, "{reason}");
-                    status.set_superseded(reason);
+                    status.set_superseded(reason.clone());
                     stream.cancel();
                     superseded.cancel();
+                    if let Some(answer) = answer {
+                        let _ = answer.send(Err(TrackerError::Superseded { message: reason }));
+                    }
                     return;
                 }
                 Err(error) => {
                     tracing::warn!(%error, "the presence heartbeat did not get through; writes wait until it does");
                     wait = self.timing.heartbeat / 2;
+                    Err(error)
                 }
+            };
+            if let Some(answer) = answer {
+                let _ = answer.send(answered);
             }
         }
         self.sign_off().await;
     }
 
-    /// Reads the status, and moves this copy's marker on unless another copy's is there; the
-    /// lease then runs from the read.
-    async fn beat(&self) -> Result<Found, TrackerError> {
-        let mut current = self.gate.lock_marker().await;
+    /// Reads the status, and unless another copy's marker is there, writes `text` (or the text
+    /// read) with this copy's marker moved on; the lease then runs from the read. Nothing is
+    /// written on a read more than a beat old (the process was paused, or the tracker slow): a
+    /// newer copy may have written its marker meanwhile, and the status has no compare-and-set
+    /// to keep it from being overwritten. A newer copy writes its marker only after a marker
+    /// stood still for [`Timing::watch`], well over a beat.
+    async fn beat(&self, text: Option<&str>) -> Result<Found, TrackerError> {
         let read_at = Instant::now();
-        let status = self.read_fresh(read_at).await?;
+        let status = self.read().await?;
         if let Some(marker) = status.marker
             && marker.copy_id != self.copy_id
         {
             return Ok(Found::Another(marker));
         }
         let marker = self.next_marker();
-        self.client.write_my_status(&compose(&status.text, &marker)).await?;
-        *current = Some(marker);
+        let composed = compose(text.unwrap_or(&status.text), &marker);
+        let stored = self.client.write_my_status_before(&composed, Some(read_at + self.timing.heartbeat)).await?;
         self.gate.renew(read_at + self.timing.lease());
-        Ok(Found::Held)
+        Ok(Found::Held(stored.status))
     }
 
     /// Writes this copy's marker over whatever is there (a start that found no live copy); opens
     /// no lease.
     async fn mark(&self) -> Result<(), TrackerError> {
-        let mut current = self.gate.lock_marker().await;
-        let status = self.read_fresh(Instant::now()).await?;
-        let marker = self.next_marker();
-        self.client.write_my_status(&compose(&status.text, &marker)).await?;
-        *current = Some(marker);
+        let read_at = Instant::now();
+        let status = self.read().await?;
+        let composed = compose(&status.text, &self.next_marker());
+        self.client.write_my_status_before(&composed, Some(read_at + self.timing.heartbeat)).await?;
         Ok(())
     }
 
@@ -325,15 +352,15 @@ impl Presence {
 
     /// At a clean stop: leaves a stopped marker, so the next copy to start need not watch.
     async fn sign_off(&self) {
-        let mut current = self.gate.lock_marker().await;
         let signed = async {
+            let read_at = Instant::now();
             let status = self.read().await?;
             if status.marker.as_ref().is_some_and(|marker| marker.copy_id != self.copy_id) {
                 return Ok(());
             }
             let marker = Marker { copy_id: self.copy_id.clone(), beat: Beat::Stopped };
-            self.client.write_my_status(&compose(&status.text, &marker)).await?;
-            *current = Some(marker);
+            let composed = compose(&status.text, &marker);
+            self.client.write_my_status_before(&composed, Some(read_at + self.timing.heartbeat)).await?;
             Ok::<(), TrackerError>(())
         };
         if let Err(error) = signed.await {
@@ -343,26 +370,6 @@ impl Presence {
 
     async fn read(&self) -> Result<MemberStatus, TrackerError> {
         Ok(parse_status(&self.client.get_member("me").await?.status))
-    }
-
-    /// The status, read to be written on: refused when the answer came more than a beat after
-    /// `asked_at` (the process was paused, or the tracker slow), since a newer copy may have
-    /// written its marker meanwhile, and the status has no compare-and-set to keep it from being
-    /// overwritten. A newer copy writes its marker only after a marker stood still for
-    /// [`Timing::watch`], well over a beat.
-    async fn read_fresh(&self, asked_at: Instant) -> Result<MemberStatus, TrackerError> {
-        let status = self.read().await?;
-        let age = asked_at.elapsed();
-        if age > self.timing.heartbeat {
-            return Err(TrackerError::Transport {
-                message: format!(
-                    "the member status took {} ms to read, more than a heartbeat: not written on",
-                    age.as_millis()
-                ),
-                timed_out: false,
-            });
-        }
-        Ok(status)
     }
 
     fn next_marker(&self) -> Marker {

@@ -232,25 +232,24 @@ impl TrackerClient {
     }
 
     /// Sets the caller's status to `status` with anything shaped like a presence marker taken
-    /// out; a gated client keeps its own marker after it.
+    /// out; through a gated client, the presence heartbeat writes it, with this copy's marker.
     pub async fn update_my_status(&self, status: &str) -> Result<StatusOut, TrackerError> {
         let text = presence::strip_markers(status);
-        let Some(gate) = &self.gate else {
-            return self.write_my_status(&text).await;
-        };
-        let marker = gate.lock_marker().await;
-        let status = match &*marker {
-            Some(marker) => presence::compose(&text, marker),
-            None => text,
-        };
-        self.write_my_status(&status).await
+        match &self.gate {
+            Some(gate) => gate.change_status(text).await,
+            None => self.write_my_status_before(&text, None).await,
+        }
     }
 
-    /// Sets the caller's status exactly as given, markers and all: the presence heartbeat's own
-    /// write, through an ungated client.
-    pub async fn write_my_status(&self, status: &str) -> Result<StatusOut, TrackerError> {
+    /// Sets the caller's status exactly as given, markers and all, and sends no attempt after
+    /// `not_after`: the presence heartbeat's own write, through an ungated client.
+    pub async fn write_my_status_before(
+        &self,
+        status: &str,
+        not_after: Option<tokio::time::Instant>,
+    ) -> Result<StatusOut, TrackerError> {
         let body = UpdateStatus { status: status.to_string() };
-        self.send(Method::PATCH, "/members/me", &(), Some(&body), None).await
+        self.send_before(Method::PATCH, "/members/me", &(), Some(&body), None, not_after).await
     }
 
     // ---- files ----
@@ -302,6 +301,24 @@ impl TrackerClient {
         B: Serialize + ?Sized,
         T: DeserializeOwned,
     {
+        self.send_before(method, path, query, body, idempotency_key, None).await
+    }
+
+    /// [`send`](Self::send), with no attempt started after `not_after`.
+    async fn send_before<Q, B, T>(
+        &self,
+        method: Method,
+        path: &str,
+        query: &Q,
+        body: Option<&B>,
+        idempotency_key: Option<&str>,
+        not_after: Option<tokio::time::Instant>,
+    ) -> Result<T, TrackerError>
+    where
+        Q: Serialize + ?Sized,
+        B: Serialize + ?Sized,
+        T: DeserializeOwned,
+    {
         let url = self.url(path);
         let body_bytes = match body {
             Some(body) => Some(serde_json::to_vec(body).map_err(|e| TrackerError::Decode { message: e.to_string() })?),
@@ -321,6 +338,12 @@ impl TrackerClient {
             async move {
                 if let Some(gate) = gate {
                     gate.admit().await?;
+                }
+                if not_after.is_some_and(|limit| tokio::time::Instant::now() >= limit) {
+                    return Err(TrackerError::Transport {
+                        message: "not sent: too late for what it was based on".to_string(),
+                        timed_out: false,
+                    });
                 }
                 let started = std::time::Instant::now();
                 let result = execute::<T>(request).await;

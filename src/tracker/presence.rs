@@ -11,8 +11,10 @@
 //!   (the model's tool, `/mcp`, the command line) can write a marker: anything shaped like one is
 //!   stripped from the text first, so no prompt can make the agent look like another copy, or
 //!   make it stop itself;
-//! - with a gate, `update_my_status` keeps this copy's marker after the new text, under the lock
-//!   the heartbeat holds across its read and write of the status, so neither undoes the other;
+//! - with a gate, `update_my_status` hands the new text to the heartbeat ([`StatusChange`]), the
+//!   one writer of the member status in a running copy: the text lands before this copy's marker,
+//!   in a beat that checked for another copy's marker first, and no beat undoes it with the text
+//!   it read a moment before;
 //! - every write of a gated client (any method but GET) passes [`WriteGate::admit`] before each
 //!   attempt: at once while the lease is valid, after a wait while it is being renewed, and never
 //!   once another copy has taken over.
@@ -21,11 +23,11 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use regex::Regex;
-use tokio::sync::{Mutex, MutexGuard, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use super::TrackerError;
-use super::model::limits;
+use super::model::{StatusOut, limits};
 
 /// `[picogent copy <12 hex digits> #<beat>]` or `[picogent copy <12 hex digits> stopped]`.
 static MARKER: LazyLock<Regex> = LazyLock::new(|| {
@@ -133,15 +135,24 @@ pub struct WriteGate {
     /// How long one write attempt waits for a renewal before it fails as a transport error (and
     /// is retried under `tracker.retry` like one).
     max_wait: Duration,
-    /// This copy's marker as last written, behind the lock that the heartbeat holds across its
-    /// read and write of the status and `update_my_status` across its write.
-    marker: Mutex<Option<Marker>>,
+    /// Status texts to set, carried out by the heartbeat in its next beat (at once).
+    status_changes: mpsc::Sender<StatusChange>,
+}
+
+/// A new status text asked for by `update_my_status`; the heartbeat writes it with this copy's
+/// marker and answers with the status as stored.
+#[derive(Debug)]
+pub struct StatusChange {
+    pub text: String,
+    pub answer: oneshot::Sender<Result<StatusOut, TrackerError>>,
 }
 
 impl WriteGate {
-    /// A gate that holds every write until the first [`renew`](Self::renew).
-    pub fn new(max_wait: Duration) -> WriteGate {
-        WriteGate { lease: watch::Sender::new(Lease::Until(Instant::now())), max_wait, marker: Mutex::new(None) }
+    /// A gate that holds every write until the first [`renew`](Self::renew), and the receiving
+    /// end of its status changes, for the heartbeat.
+    pub fn new(max_wait: Duration) -> (WriteGate, mpsc::Receiver<StatusChange>) {
+        let (status_changes, changes) = mpsc::channel(16);
+        (WriteGate { lease: watch::Sender::new(Lease::Until(Instant::now())), max_wait, status_changes }, changes)
     }
 
     /// Lets writes through until `until`, unless another copy took over.
@@ -168,9 +179,23 @@ impl WriteGate {
         }
     }
 
-    /// The lock over this copy's status writes, holding its current marker.
-    pub async fn lock_marker(&self) -> MutexGuard<'_, Option<Marker>> {
-        self.marker.lock().await
+    /// Has the heartbeat set the status text to `text` (with this copy's marker after it).
+    pub(super) async fn change_status(&self, text: String) -> Result<StatusOut, TrackerError> {
+        let refused = |gate: &WriteGate| match gate.superseded() {
+            Some(message) => TrackerError::Superseded { message },
+            None => TrackerError::Transport {
+                message: "not sent: this copy's presence heartbeat is not running".to_string(),
+                timed_out: false,
+            },
+        };
+        if let Some(message) = self.superseded() {
+            return Err(TrackerError::Superseded { message });
+        }
+        let (answer, answered) = oneshot::channel();
+        if self.status_changes.send(StatusChange { text, answer }).await.is_err() {
+            return Err(refused(self));
+        }
+        answered.await.unwrap_or_else(|_| Err(refused(self)))
     }
 
     /// Waits until a write may go out: `Ok` while the lease is valid; an error once another copy
@@ -272,7 +297,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn writes_wait_for_a_renewal_and_fail_for_good_once_superseded() {
-        let gate = Arc::new(WriteGate::new(Duration::from_secs(5)));
+        let gate = Arc::new(WriteGate::new(Duration::from_secs(5)).0);
         // Held before the first renewal; let through once renewed.
         let waiting = tokio::spawn({
             let gate = gate.clone();
