@@ -63,6 +63,8 @@ pub async fn start(prompts_dir: Option<PathBuf>) -> anyhow::Result<Demo> {
         "state": {"path": dir.path().join("picogent.db")},
         "http": {"listen": "127.0.0.1:0"},
         "prompts_dir": prompts_dir,
+        // The demo's board is new: a short beat makes the first start's wait short.
+        "presence": {"heartbeat_ms": 500},
     }))
     .context("the demo's built-in config is invalid")?;
     let agent = crate::runtime::start(crate::runtime::AgentOptions {

@@ -130,6 +130,8 @@ pub async fn evaluate(
         "state": {"path": dir.path().join("picogent.db")},
         "http": {"listen": "127.0.0.1:0"},
         "prompts_dir": prompts_dir,
+        // The eval's board is new: a short beat makes the first start's wait short.
+        "presence": {"heartbeat_ms": 500},
     }))
     .context("the eval's config is invalid")?;
     config.llm = llm;

@@ -23,7 +23,7 @@
 //! - [`prompts`]: the minijinja templates in `prompts/` and the cleaning of tracker text.
 //! - [`router`]: the closed event loop deciding what the agent does with each event.
 //! - [`runtime`]: `picogent run` — wires stream, router, runs, state and HTTP; one run's life in
-//!   [`runtime::run`].
+//!   [`runtime::run`]; one active copy per agent identity in [`runtime::presence`].
 //! - [`check`], [`demo`], [`eval`]: `picogent check`, `picogent demo`, and `picogent eval`
 //!   (a fixed suite of scenarios scoring a model, checked from the board).
 //! - [`mcp`]: the only module that imports rmcp's server/client machinery; [`mcp::server`] serves

@@ -89,6 +89,9 @@ fn agent_config(dir: &Path, tracker_url: &str, model_url: &str, http_listen: std
         "state": {"path": dir.join("picogent.db")},
         "http": {"listen": http_listen.to_string()},
         "prompts_dir": Path::new(env!("CARGO_MANIFEST_DIR")).join("prompts"),
+        // The presence heartbeat runs through the fault harness too; a short beat keeps the
+        // first start's wait short.
+        "presence": {"heartbeat_ms": 500},
     });
     let path = dir.join("agent.json");
     std::fs::write(&path, serde_json::to_string_pretty(&config).unwrap()).unwrap();

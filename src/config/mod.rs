@@ -61,6 +61,10 @@ pub struct Config {
     /// How long the state database keeps what it no longer needs, and how often it is pruned.
     #[serde(default)]
     pub retention: RetentionConfig,
+    /// One active copy per agent identity across machines: the marker `picogent run` keeps in
+    /// its member status on the tracker (`runtime::presence`).
+    #[serde(default)]
+    pub presence: PresenceConfig,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -356,6 +360,30 @@ impl Default for HttpConfig {
         HttpConfig { listen: "127.0.0.1:9464".to_string() }
     }
 }
+
+/// How `picogent run` makes sure it is the one active copy of its agent on the tracker: it keeps
+/// a marker with a beat count in its member status, refuses to start while another copy's marker
+/// moves, and stops acting when it finds a newer copy's marker there (`runtime::presence`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PresenceConfig {
+    /// Check and keep the marker; `false` trusts the operator to run one copy per identity.
+    pub check: bool,
+    /// How often the marker is read and moved on, in milliseconds. A copy whose marker has not
+    /// been confirmed for two beats holds its writes; a copy starting beside a stale marker
+    /// watches it for two and a half beats before taking over; a fresh start waits two beats.
+    pub heartbeat_ms: u64,
+}
+
+impl Default for PresenceConfig {
+    fn default() -> Self {
+        PresenceConfig { check: true, heartbeat_ms: 10_000 }
+    }
+}
+
+/// The range `presence.heartbeat_ms` must be in: below it the tracker is asked many times a
+/// second; above it a copy taking over waits for hours.
+pub const PRESENCE_HEARTBEAT_MS: std::ops::RangeInclusive<u64> = 100..=600_000;
 
 /// Security of the MCP server's HTTP endpoint. Loopback hosts and origins are always allowed; the
 /// lists add more. The bearer token itself lives in the environment, never in the file.
@@ -722,6 +750,7 @@ impl Config {
             .and_then(|()| self.check_mcp_servers())
             .and_then(|()| self.check_permissions())
             .and_then(|()| self.check_retention())
+            .and_then(|()| self.check_presence())
             .map_err(|(field, message)| ConfigError::Field { path: path.to_path_buf(), field, message })
     }
 
@@ -866,6 +895,20 @@ impl Config {
             return problem(
                 "retention.claims_ms",
                 "expected at least retention.events_ms: claims must outlive the processed events they back up",
+            );
+        }
+        Ok(())
+    }
+
+    fn check_presence(&self) -> Result<(), Problem> {
+        if !PRESENCE_HEARTBEAT_MS.contains(&self.presence.heartbeat_ms) {
+            return problem(
+                "presence.heartbeat_ms",
+                &format!(
+                    "expected milliseconds between presence heartbeats, from {} to {}",
+                    PRESENCE_HEARTBEAT_MS.start(),
+                    PRESENCE_HEARTBEAT_MS.end()
+                ),
             );
         }
         Ok(())

@@ -344,3 +344,23 @@ fn a_state_section_that_cannot_be_right_is_an_error_saying_what_to_do() {
         assert!(!error.contains("sekret"), "the password is never repeated: {error}");
     }
 }
+
+#[test]
+fn presence_is_on_by_default_and_its_heartbeat_is_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::load_with_env(&write(dir.path(), MINIMAL), []).unwrap();
+    assert_eq!(config.presence, PresenceConfig { check: true, heartbeat_ms: 10_000 });
+    let text = MINIMAL.replace("\"slug\"", r#""presence": {"heartbeat_ms": 250}, "slug""#);
+    let config = Config::load_with_env(&write(dir.path(), &text), []).unwrap();
+    assert_eq!(config.presence, PresenceConfig { check: true, heartbeat_ms: 250 });
+    let vars = [("PICOGENT_PRESENCE__CHECK".to_string(), "false".to_string())];
+    assert!(!Config::load_with_env(&write(dir.path(), MINIMAL), vars).unwrap().presence.check);
+    for bad in ["0", "99", "600001"] {
+        let vars = [("PICOGENT_PRESENCE__HEARTBEAT_MS".to_string(), bad.to_string())];
+        let error = Config::load_with_env(&write(dir.path(), MINIMAL), vars).unwrap_err().to_string();
+        assert!(error.contains("presence.heartbeat_ms") && error.contains("from 100 to 600000"), "{bad}: {error}");
+    }
+    let text = MINIMAL.replace("\"slug\"", r#""presence": {"heartbeat": 250}, "slug""#);
+    let error = Config::load_with_env(&write(dir.path(), &text), []).unwrap_err().to_string();
+    assert!(error.contains("heartbeat"), "{error}");
+}

@@ -32,12 +32,14 @@ pub fn routes(metrics: Arc<Metrics>, status: Arc<StatusBoard>) -> Router {
 /// The status code says whether the agent is ready; the JSON body says so in words, with how
 /// it started (`startup`: the stream's mode and seq, what the first reconciliation found).
 async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
-    let (code, status) = if state.status.caught_up() {
-        (StatusCode::OK, "ready")
+    let (code, status) = if let Some(reason) = state.status.superseded() {
+        (StatusCode::SERVICE_UNAVAILABLE, format!("stopped: {reason}"))
+    } else if state.status.caught_up() {
+        (StatusCode::OK, "ready".to_string())
     } else if state.status.connected() {
-        (StatusCode::SERVICE_UNAVAILABLE, "catching up")
+        (StatusCode::SERVICE_UNAVAILABLE, "catching up".to_string())
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not connected to the tracker")
+        (StatusCode::SERVICE_UNAVAILABLE, "not connected to the tracker".to_string())
     };
     (code, Json(serde_json::json!({"status": status, "startup": state.status.startup()})))
 }

@@ -10,6 +10,7 @@ pub mod control;
 pub mod guard;
 pub mod http;
 pub mod metrics;
+pub mod presence;
 pub mod prompt;
 pub mod record;
 pub mod retention;
@@ -64,6 +65,8 @@ pub struct AgentHandle {
     /// The pruning schedule of the state database; ends with the shutdown.
     retention: tokio::task::JoinHandle<()>,
     host: Arc<crate::mcp::host::McpHost>,
+    /// Keeps this copy's marker moving on the tracker (`presence.check`); `None` when off.
+    presence: Option<presence::Heartbeat>,
     /// The lock that keeps a second agent off the same SQLite state file; released with the
     /// handle. `None` when the state is in PostgreSQL.
     _state_lock: Option<std::fs::File>,
@@ -80,6 +83,10 @@ impl AgentHandle {
         }
         let _ = self.retention.await;
         self.host.shutdown().await;
+        // Last: the runs that finished above needed the lease for their writes.
+        if let Some(presence) = self.presence {
+            presence.finish().await;
+        }
         self.state.close().await;
         match stream {
             Ok(Ok(())) => Ok(()),
@@ -97,6 +104,19 @@ impl AgentHandle {
     pub fn shutdown_token(&self) -> CancellationToken {
         self.shutdown.clone()
     }
+
+    /// Resolves once a newer copy of the agent took over on the tracker (never without
+    /// `presence.check`); by then this copy writes nothing more and its event stream is stopped.
+    pub async fn superseded(&self) {
+        match &self.presence {
+            Some(presence) => presence.superseded().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    pub fn is_superseded(&self) -> bool {
+        self.presence.as_ref().is_some_and(presence::Heartbeat::is_superseded)
+    }
 }
 
 /// Starts the agent: opens the state, loads the prompts, connects the stream and the model.
@@ -110,7 +130,24 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
         Some(_) => None,
     };
     let state = State::open_from_config(&config.state, &config.slug).await?;
-    let client = TrackerClient::new(&config.tracker, tracker_token).context("cannot build the tracker client")?;
+    let client =
+        TrackerClient::new(&config.tracker, tracker_token.clone()).context("cannot build the tracker client")?;
+    // Before anything connects or acts: is another copy of this agent active on the tracker?
+    let claimed = if config.presence.check {
+        let presence_client = TrackerClient::new(&presence::tracker_config(&config), tracker_token)
+            .context("cannot build the tracker client")?;
+        Some(presence::claim(&config, presence_client, &state).await?)
+    } else {
+        tracing::warn!(
+            "presence.check is off: nothing stops a second copy of this agent, with other state, from answering \
+             everything a second time"
+        );
+        None
+    };
+    let client = match &claimed {
+        Some(claimed) => client.with_gate(claimed.gate()),
+        None => client,
+    };
     let registry: Arc<dyn ToolSource> = Arc::new(build_tools(&config, &client)?);
     // External MCP servers join the tracker's tools; one permission policy governs them all.
     let host = Arc::new(crate::mcp::host::McpHost::start(&config).await);
@@ -144,6 +181,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     let (inputs_tx, inputs_rx) = mpsc::channel::<Input>(1024);
     let stream_options = stream.unwrap_or_else(|| StreamOptions::from_config(&config));
     let stream_cancel = shutdown.child_token();
+    let presence = claimed.map(|claimed| claimed.spawn(status.clone(), stream_cancel.clone()));
     // The stream puts its items straight into the router's one input channel.
     let stream = crate::transport::spawn_into(stream_options, &client, state.clone(), inputs_tx.clone(), stream_cancel);
 
@@ -174,6 +212,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
         http,
         retention,
         host,
+        presence,
         _state_lock: state_lock,
     })
 }
@@ -260,24 +299,53 @@ pub async fn run_cli(config_path: &std::path::Path, start: StreamStart) -> anyho
     };
     let mcp_token = Secret::from_env(&config.mcp.token_env).ok();
     let stream = StreamOptions { start, ..StreamOptions::from_config(&config) };
-    let agent = self::start(AgentOptions {
+    let started = self::start(AgentOptions {
         config,
         tracker_token,
         llm_api_key,
         mcp_token,
         stream: Some(stream),
         serve_http: true,
-    })
-    .await?;
+    });
+    let agent = match started.await {
+        Ok(agent) => agent,
+        Err(error) => match error.downcast_ref::<presence::PresenceError>() {
+            Some(refusal @ presence::PresenceError::AnotherCopy { .. }) => {
+                tracing::error!("{refusal}");
+                return Ok(std::process::ExitCode::from(presence::EXIT_ANOTHER_COPY));
+            }
+            _ => return Err(error),
+        },
+    };
     let stopped_by_signal = tokio::select! {
         _ = shutdown_signal() => true,
         _ = wait_finished(&agent) => false,
+        _ = agent.superseded() => false,
     };
+    if agent.is_superseded() {
+        return Ok(stand_down(agent).await);
+    }
     if stopped_by_signal {
         tracing::info!("signal received: stopping");
     }
     agent.shutdown().await?;
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// How long a superseded agent gives its runs to notice that their writes are refused.
+const SUPERSEDED_SHUTDOWN: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// A newer copy took over: this one already writes nothing and hears no events. It goes on
+/// saying why on `/readyz` for a moment, then stops without waiting out the runs' grace period
+/// (whatever they would still do is refused) and exits with [`presence::EXIT_ANOTHER_COPY`].
+async fn stand_down(agent: AgentHandle) -> std::process::ExitCode {
+    let linger = agent.presence.as_ref().map_or(std::time::Duration::ZERO, presence::Heartbeat::linger);
+    tokio::time::sleep(linger).await;
+    match tokio::time::timeout(SUPERSEDED_SHUTDOWN, agent.shutdown()).await {
+        Ok(Ok(())) | Ok(Err(_)) => {}
+        Err(_) => tracing::warn!("runs still going as this copy exits; none of them can write to the tracker"),
+    }
+    std::process::ExitCode::from(presence::EXIT_ANOTHER_COPY)
 }
 
 async fn wait_finished(agent: &AgentHandle) {

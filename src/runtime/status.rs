@@ -10,6 +10,8 @@ pub struct StatusBoard {
     connected: AtomicBool,
     caught_up: AtomicBool,
     active_runs: AtomicUsize,
+    /// Why this copy stopped acting, once another copy of the agent took over on the tracker.
+    superseded: std::sync::OnceLock<String>,
     /// Fires when a run starts or ends (MCP list-changed notifications).
     run_changes: tokio::sync::broadcast::Sender<()>,
     /// How the agent started; set once the event stream began.
@@ -22,6 +24,7 @@ impl Default for StatusBoard {
             connected: AtomicBool::new(false),
             caught_up: AtomicBool::new(false),
             active_runs: AtomicUsize::new(0),
+            superseded: std::sync::OnceLock::new(),
             run_changes: tokio::sync::broadcast::channel(64).0,
             startup: Mutex::new(None),
         }
@@ -52,9 +55,19 @@ impl StatusBoard {
         self.connected.load(Ordering::SeqCst)
     }
 
-    /// Connected, resumed, and reconciled through REST.
+    /// Connected, resumed, and reconciled through REST (and not superseded).
     pub fn caught_up(&self) -> bool {
-        self.connected() && self.caught_up.load(Ordering::SeqCst)
+        self.connected() && self.caught_up.load(Ordering::SeqCst) && self.superseded().is_none()
+    }
+
+    /// Records that another copy of the agent took over, and why; the first reason stays.
+    pub fn set_superseded(&self, reason: String) {
+        let _ = self.superseded.set(reason);
+    }
+
+    /// Why this copy stopped acting, once it has.
+    pub fn superseded(&self) -> Option<&str> {
+        self.superseded.get().map(String::as_str)
     }
 
     pub fn active_runs(&self) -> usize {

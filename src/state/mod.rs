@@ -209,6 +209,15 @@ impl State {
         }
     }
 
+    /// Where this state lives, to name it in messages: the SQLite file, or the PostgreSQL
+    /// database (never its password) and the agent.
+    pub fn location(&self) -> String {
+        match &self.store {
+            Backend::Sqlite(store) => store.path().display().to_string(),
+            Backend::Postgres(store) => store.location(),
+        }
+    }
+
     /// Makes every commit so far survive a power cut. In SQLite it flushes the write-ahead log to
     /// the disk (what `synchronous = FULL` does at each commit), cheap when nothing was committed
     /// since the last flush; in PostgreSQL every commit is durable already.

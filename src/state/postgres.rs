@@ -28,6 +28,8 @@ pub(super) struct PostgresStore {
     pool: PgPool,
     /// The agent's identity, the `agent` column of every row this store touches.
     agent: String,
+    /// The database, as it may be shown (no password).
+    url: String,
 }
 
 /// Checks `state.url` as the configuration gives it: a URL PostgreSQL's client takes, with no
@@ -81,7 +83,12 @@ impl PostgresStore {
             pool.close().await;
             return Err(StateError::PostgresMigrate { url, cause });
         }
-        Ok(PostgresStore { pool, agent: agent.to_string() })
+        Ok(PostgresStore { pool, agent: agent.to_string(), url })
+    }
+
+    /// The database and the agent, as they may be shown.
+    pub(super) fn location(&self) -> String {
+        format!("{} (agent {})", self.url, self.agent)
     }
 
     #[cfg(test)]

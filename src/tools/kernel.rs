@@ -152,6 +152,7 @@ impl ToolError {
                 TrackerError::Transport { timed_out: true, .. } => "timeout",
                 TrackerError::Transport { .. } => "unreachable",
                 TrackerError::Decode { .. } => "bad_answer",
+                TrackerError::Superseded { .. } => "superseded",
             },
             ToolError::Cancelled => "cancelled",
             ToolError::Internal { .. } => "internal",
@@ -182,6 +183,9 @@ impl ToolError {
                 }
                 TrackerError::Server { .. } | TrackerError::Transport { .. } => {
                     format!("{error}; try again later")
+                }
+                TrackerError::Superseded { .. } => {
+                    format!("{error}; no tool call can change this, end the run without posting anything")
                 }
                 _ => error.to_string(),
             },

@@ -35,6 +35,10 @@ pub enum TrackerError {
     /// The tracker answered something that is not the contract's shape.
     #[error("unexpected answer from the tracker: {message}")]
     Decode { message: String },
+    /// Not sent: another copy of this agent took over its identity on the tracker, so this copy
+    /// writes nothing more (`tracker::presence`).
+    #[error("this copy of the agent stopped acting: {message}")]
+    Superseded { message: String },
 }
 
 impl TrackerError {
@@ -48,7 +52,7 @@ impl TrackerError {
             TrackerError::Forbidden { .. } => Some(403),
             TrackerError::RateLimited { .. } => Some(429),
             TrackerError::Server { status, .. } => Some(*status),
-            TrackerError::Transport { .. } | TrackerError::Decode { .. } => None,
+            TrackerError::Transport { .. } | TrackerError::Decode { .. } | TrackerError::Superseded { .. } => None,
         }
     }
 }
@@ -69,7 +73,8 @@ impl Retryable for TrackerError {
             | TrackerError::Invalid { .. }
             | TrackerError::Unauthorized { .. }
             | TrackerError::Forbidden { .. }
-            | TrackerError::Decode { .. } => RetryDecision::Stop,
+            | TrackerError::Decode { .. }
+            | TrackerError::Superseded { .. } => RetryDecision::Stop,
         }
     }
 }

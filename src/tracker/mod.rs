@@ -4,10 +4,13 @@
 //! - every request goes through [`TrackerClient::send`], which applies the one retry policy;
 //! - every POST carries an `Idempotency-Key` made once per logical call (or given by the caller)
 //!   and reused across that call's retries, so a retried write happens once;
-//! - the token is held as a [`Secret`] and never appears in logs, errors or `Debug` output.
+//! - the token is held as a [`Secret`] and never appears in logs, errors or `Debug` output;
+//! - a client with a [`WriteGate`] (the running agent's) sends no write the gate does not admit,
+//!   and keeps the gate's presence marker in the member status (see [`presence`]).
 
 pub mod error;
 pub mod model;
+pub mod presence;
 
 use std::time::Duration;
 
@@ -21,6 +24,7 @@ use model::*;
 use crate::config::TrackerConfig;
 use crate::retry::{RetryConfig, parse_retry_after, with_retry};
 use crate::secret::Secret;
+pub use presence::WriteGate;
 
 /// Idle connections to the tracker kept for reuse.
 const IDLE_CONNECTIONS: usize = 16;
@@ -35,6 +39,9 @@ pub struct TrackerClient {
     api_url: reqwest::Url,
     token: Secret,
     retry: RetryConfig,
+    /// The running agent's writes pass it, so a copy that another copy took over from writes
+    /// nothing; `None` for everyone else (the command line, `picogent mcp`, people in the demo).
+    gate: Option<std::sync::Arc<WriteGate>>,
 }
 
 impl std::fmt::Debug for TrackerClient {
@@ -74,12 +81,17 @@ impl TrackerClient {
                     timed_out: false,
                 }
             })?;
-        Ok(TrackerClient { http, api_url, token, retry: config.retry.clone() })
+        Ok(TrackerClient { http, api_url, token, retry: config.retry.clone(), gate: None })
     }
 
-    /// The same connection acting as another member (the demo plays humans with it).
+    /// The same connection acting as another member (the demo plays humans with it), ungated.
     pub fn with_token(&self, token: Secret) -> TrackerClient {
-        TrackerClient { token, ..self.clone() }
+        TrackerClient { token, gate: None, ..self.clone() }
+    }
+
+    /// The same connection with every write passing `gate` first (`runtime::presence`).
+    pub fn with_gate(&self, gate: std::sync::Arc<WriteGate>) -> TrackerClient {
+        TrackerClient { gate: Some(gate), ..self.clone() }
     }
 
     /// `{api_base}{path}` as a URL; `path` starts with `/` and has its segments encoded.
@@ -219,9 +231,25 @@ impl TrackerClient {
         self.get(&format!("/members/{}", segment(slug)), &()).await
     }
 
+    /// Sets the caller's status to `status` with anything shaped like a presence marker taken
+    /// out; through a gated client, the presence heartbeat writes it, with this copy's marker.
     pub async fn update_my_status(&self, status: &str) -> Result<StatusOut, TrackerError> {
+        let text = presence::strip_markers(status);
+        match &self.gate {
+            Some(gate) => gate.change_status(text).await,
+            None => self.write_my_status_before(&text, None).await,
+        }
+    }
+
+    /// Sets the caller's status exactly as given, markers and all, and sends no attempt after
+    /// `not_after`: the presence heartbeat's own write, through an ungated client.
+    pub async fn write_my_status_before(
+        &self,
+        status: &str,
+        not_after: Option<tokio::time::Instant>,
+    ) -> Result<StatusOut, TrackerError> {
         let body = UpdateStatus { status: status.to_string() };
-        self.send(Method::PATCH, "/members/me", &(), Some(&body), None).await
+        self.send_before(Method::PATCH, "/members/me", &(), Some(&body), None, not_after).await
     }
 
     // ---- files ----
@@ -273,11 +301,31 @@ impl TrackerClient {
         B: Serialize + ?Sized,
         T: DeserializeOwned,
     {
+        self.send_before(method, path, query, body, idempotency_key, None).await
+    }
+
+    /// [`send`](Self::send), with no attempt started after `not_after`.
+    async fn send_before<Q, B, T>(
+        &self,
+        method: Method,
+        path: &str,
+        query: &Q,
+        body: Option<&B>,
+        idempotency_key: Option<&str>,
+        not_after: Option<tokio::time::Instant>,
+    ) -> Result<T, TrackerError>
+    where
+        Q: Serialize + ?Sized,
+        B: Serialize + ?Sized,
+        T: DeserializeOwned,
+    {
         let url = self.url(path);
         let body_bytes = match body {
             Some(body) => Some(serde_json::to_vec(body).map_err(|e| TrackerError::Decode { message: e.to_string() })?),
             None => None,
         };
+        // Reads need no lease: only what others can see must wait for one.
+        let gate = if method == Method::GET { None } else { self.gate.as_deref() };
         with_retry(&self.retry, || {
             let mut request = self.http.request(method.clone(), url.clone()).bearer_auth(self.token.expose()).query(query);
             if let Some(bytes) = &body_bytes {
@@ -288,6 +336,15 @@ impl TrackerClient {
             }
             let method = method.clone();
             async move {
+                if let Some(gate) = gate {
+                    gate.admit().await?;
+                }
+                if not_after.is_some_and(|limit| tokio::time::Instant::now() >= limit) {
+                    return Err(TrackerError::Transport {
+                        message: "not sent: too late for what it was based on".to_string(),
+                        timed_out: false,
+                    });
+                }
                 let started = std::time::Instant::now();
                 let result = execute::<T>(request).await;
                 tracing::debug!(%method, path, elapsed_ms = started.elapsed().as_millis() as u64, ok = result.is_ok(), "tracker request");

@@ -48,6 +48,8 @@ pub fn agent_config(dir: &Path, board: &str, model: &str, slug: &str, extra: Val
         "state": {"path": dir.join(format!("{slug}.db"))},
         "http": {"listen": "127.0.0.1:0"},
         "prompts_dir": prompts_dir(),
+        // A short beat: a fresh start waits two of them for another copy of the agent.
+        "presence": {"heartbeat_ms": 250},
     });
     merge(&mut config, extra);
     serde_json::from_value(config).unwrap()

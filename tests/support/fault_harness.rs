@@ -660,6 +660,8 @@ pub fn agent_config_json(
         "state": {"path": dir.join(format!("{slug}.db"))},
         "http": {"listen": "127.0.0.1:0"},
         "prompts_dir": Path::new(env!("CARGO_MANIFEST_DIR")).join("prompts"),
+        // A short beat: a fresh start waits two of them for another copy of the agent.
+        "presence": {"heartbeat_ms": 250},
     });
     merge_json(&mut config, extra);
     config
