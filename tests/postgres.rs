@@ -190,6 +190,37 @@ async fn two_agents_in_one_postgres_database_each_do_their_own_work_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_copy_on_the_same_postgres_state_refuses_to_start() {
+    with_schema(|schema| async move {
+        let dir = tempfile::tempdir().unwrap();
+        let board = start_board(dir.path()).await;
+        let model = start_model(0).await;
+        let config = config_on(&schema, dir.path(), &board.url(), &model.url(), "picogent");
+        let first = start_agent(config.clone()).await;
+        wait_ready(&first).await;
+        let config_path = write_config(dir.path(), &config);
+        let second = picogent_output(&["run"], &config_path);
+        let second = tokio::time::timeout(Duration::from_secs(20), second).await.expect("the second exits");
+        let stderr = String::from_utf8_lossy(&second.stderr);
+        assert!(!second.status.success(), "{stderr}");
+        assert!(stderr.contains("another picogent run is using the state of agent `picogent`"), "{stderr}");
+        // The first goes on, and answers alone.
+        let alice = client(&board, "tok-alice");
+        let question = say(&alice, &chat_id(&alice).await, "@picogent still there?").await;
+        eventually(Duration::from_secs(20), "the reply", || async {
+            (mine(&thread(&alice, &question.id).await, "picogent") == 1).then_some(())
+        })
+        .await;
+        wait_idle(&first).await;
+        assert_eq!(mine(&thread(&alice, &question.id).await, "picogent"), 1);
+        first.shutdown().await.unwrap();
+        model.shutdown().await;
+        board.shutdown().await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn picogent_run_says_what_to_do_when_postgres_does_not_answer() {
     let dir = tempfile::tempdir().unwrap();
     let board = start_board(dir.path()).await;

@@ -67,9 +67,8 @@ pub struct AgentHandle {
     host: Arc<crate::mcp::host::McpHost>,
     /// Keeps this copy's marker moving on the tracker (`presence.check`); `None` when off.
     presence: Option<presence::Heartbeat>,
-    /// The lock that keeps a second agent off the same SQLite state file; released with the
-    /// handle. `None` when the state is in PostgreSQL.
-    _state_lock: Option<std::fs::File>,
+    /// The lock that keeps a second agent off the same state; released with the handle.
+    _state_lock: StateLock,
 }
 
 impl AgentHandle {
@@ -124,12 +123,17 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     let AgentOptions { config, tracker_token, llm_api_key, mcp_token, stream, serve_http } = options;
     let config = Arc::new(config);
     let prompts = Arc::new(Prompts::load(&config.prompts_dir)?);
-    // The file lock is SQLite's: a PostgreSQL database is shared by design (agents keyed by slug).
-    let state_lock = match config.state.postgres_url {
-        None => Some(lock_state(&config.state.path)?),
-        Some(_) => None,
+    // One copy per state: the SQLite file's lock, or the agent's lock in the PostgreSQL database.
+    let (state_lock, state) = match &config.state.postgres_url {
+        None => {
+            let lock = StateLock::File(lock_state(&config.state.path)?);
+            (lock, State::open(&config.state.path).await?)
+        }
+        Some(url) => {
+            let state = State::open_postgres(url, &config.slug).await?;
+            (StateLock::Postgres(crate::state::PostgresLock::take(url, &config.slug).await?), state)
+        }
     };
-    let state = State::open_from_config(&config.state, &config.slug).await?;
     let client =
         TrackerClient::new(&config.tracker, tracker_token.clone()).context("cannot build the tracker client")?;
     // Before anything connects or acts: is another copy of this agent active on the tracker?
@@ -215,6 +219,16 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
         presence,
         _state_lock: state_lock,
     })
+}
+
+/// What keeps a second copy of the agent off its state while this one runs.
+#[derive(Debug)]
+#[allow(dead_code, reason = "held, never read: dropping it lets the lock go")]
+enum StateLock {
+    /// The operating system's lock on `<state.path>.lock`.
+    File(std::fs::File),
+    /// The agent's advisory lock in the PostgreSQL database.
+    Postgres(crate::state::PostgresLock),
 }
 
 /// Takes the operating system's lock on `<state.path>.lock`, so a second agent on the same state

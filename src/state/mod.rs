@@ -75,7 +75,7 @@ use std::path::{Path, PathBuf};
 use time::{Date, OffsetDateTime};
 
 use crate::config::StateConfig;
-pub use postgres::check_url as check_postgres_url;
+pub use postgres::{PostgresLock, check_url as check_postgres_url};
 pub use retention::{PrunePlan, Pruned};
 pub use runs::{FinishRun, RunRow, RunStatus};
 
@@ -122,6 +122,11 @@ pub enum StateError {
     )]
     // `cause`, not `source`: the message says it already, and the chain would say it twice.
     PostgresConnect { url: String, cause: sqlx::Error },
+    #[error(
+        "another picogent run is using the state of agent `{agent}` in the PostgreSQL database {url} (it holds \
+         the agent's lock there): run one copy per agent and database, or give this one its own `state.url`"
+    )]
+    PostgresLocked { url: String, agent: String },
     #[error(
         "cannot prepare the PostgreSQL state database {url}: {cause}; if its tables belong to another \
          program or a newer picogent, point `state.url` at another database (or schema: \

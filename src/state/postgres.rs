@@ -5,8 +5,9 @@
 //! schema; `?options=-c search_path=…` in the URL picks another schema).
 //!
 //! Durability: every connection runs with `synchronous_commit = on`, so a commit has reached the
-//! server's disk when it returns and `sync` has nothing left to do. There is no file lock here:
-//! several processes may open one database (replicas of one agent are a later step).
+//! server's disk when it returns and `sync` has nothing left to do. One copy per agent: the
+//! runtime holds a [`PostgresLock`] while it runs (several processes may open the database; only
+//! one copy of each agent works in it — replicas sharing the work are a later step).
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -70,12 +71,7 @@ impl PostgresStore {
         // report only that it timed out.
         let first = tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&options))
             .await
-            .map_err(|_| {
-                connect_error(sqlx::Error::Io(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()),
-                )))
-            })?
+            .map_err(|_| connect_error(timed_out()))?
             .map_err(connect_error)?;
         let _ = first.close().await;
         let pool = PgPoolOptions::new().max_connections(4).connect_with(options).await.map_err(connect_error)?;
@@ -95,6 +91,56 @@ impl PostgresStore {
     pub(super) fn pool(&self) -> &PgPool {
         &self.pool
     }
+}
+
+/// One running copy per agent in a PostgreSQL database, as `<state.path>.lock` is for a SQLite
+/// file: a session advisory lock keyed by the schema and the agent's slug, on a connection of its
+/// own, held while this value lives. PostgreSQL lets it go when that connection ends: at once when
+/// the process exits or is killed (its socket closes), within about 25 s when the host vanishes
+/// (the server probes the connection every few seconds), so a lock never outlives its copy long.
+#[derive(Debug)]
+pub struct PostgresLock {
+    connection: PgConnection,
+}
+
+impl PostgresLock {
+    /// Takes the lock of `agent` in the database at `url`, or says that another copy holds it.
+    pub async fn take(url: &str, agent: &str) -> Result<PostgresLock, StateError> {
+        let options = PgConnectOptions::from_str(url).map_err(|cause| StateError::PostgresUrl { cause })?.options([
+            ("tcp_keepalives_idle", "10"),
+            ("tcp_keepalives_interval", "5"),
+            ("tcp_keepalives_count", "3"),
+        ]);
+        let url = shown(&options);
+        let connect_error = |cause: sqlx::Error| StateError::PostgresConnect { url: url.clone(), cause };
+        let mut connection = tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&options))
+            .await
+            .map_err(|_| connect_error(timed_out()))?
+            .map_err(connect_error)?;
+        let taken: bool = sqlx::query_scalar(
+            "SELECT pg_try_advisory_lock(hashtextextended('picogent agent ' || COALESCE(current_schema(), '') || '/' || $1, 0))",
+        )
+        .bind(agent)
+        .fetch_one(&mut connection)
+        .await?;
+        if !taken {
+            let _ = connection.close().await;
+            return Err(StateError::PostgresLocked { url, agent: agent.to_string() });
+        }
+        Ok(PostgresLock { connection })
+    }
+
+    /// Lets the lock go now (dropping it lets it go too, as the connection closes).
+    pub async fn release(self) {
+        let _ = self.connection.close().await;
+    }
+}
+
+fn timed_out() -> sqlx::Error {
+    sqlx::Error::Io(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()),
+    ))
 }
 
 const INSERT_RUN: &str = "INSERT INTO runs (agent, id, session_key, trigger, status, started_at_ms) \

@@ -951,3 +951,33 @@ async fn a_url_postgres_cannot_read_is_a_clear_error() {
     }
     check_postgres_url("postgres://picogent@db.internal:5433/agents?sslmode=disable").unwrap();
 }
+
+#[tokio::test]
+async fn one_copy_per_agent_holds_the_postgres_lock() {
+    test_postgres::with_schema(|schema| async move {
+        let url = schema.url();
+        let first = PostgresLock::take(&url, "picogent").await.unwrap();
+        let error = PostgresLock::take(&url, "picogent").await.unwrap_err();
+        assert!(matches!(error, StateError::PostgresLocked { .. }), "{error:?}");
+        let message = error.to_string();
+        assert!(message.contains("another picogent run") && message.contains("`picogent`"), "{message}");
+        assert!(message.contains("one copy per agent"), "says what to do: {message}");
+        let other = PostgresLock::take(&url, "otherbot").await.expect("another agent has its own lock");
+        first.release().await;
+        let again = PostgresLock::take(&url, "picogent").await.expect("released, it can be taken again");
+        again.release().await;
+        other.release().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_postgres_lock_is_per_schema() {
+    let (first, second) = (TestSchema::create().await, TestSchema::create().await);
+    let held = PostgresLock::take(&first.url(), AGENT).await.unwrap();
+    let beside = PostgresLock::take(&second.url(), AGENT).await;
+    held.release().await;
+    first.drop_schema().await;
+    second.drop_schema().await;
+    beside.expect("the same slug in another schema is another agent").release().await;
+}
