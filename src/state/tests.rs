@@ -981,3 +981,30 @@ async fn the_postgres_lock_is_per_schema() {
     second.drop_schema().await;
     beside.expect("the same slug in another schema is another agent").release().await;
 }
+
+/// `?sslmode=require` connects over TLS when the server speaks it (Debian's PostgreSQL does, with
+/// its own certificate), and fails saying so when it does not.
+#[tokio::test]
+async fn postgres_over_tls_when_the_url_asks_for_it() {
+    test_postgres::with_schema(|schema| async move {
+        let mut probe = schema.connection().await;
+        let server_tls: String = sqlx::query_scalar("SHOW ssl").fetch_one(&mut probe).await.unwrap();
+        let url = format!("{}&sslmode=require", schema.url());
+        match State::open_postgres(&url, AGENT).await {
+            Ok(state) => {
+                assert_eq!(server_tls, "on");
+                let over_tls: bool = sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+                    .fetch_one(postgres_store(&state).pool())
+                    .await
+                    .unwrap();
+                assert!(over_tls, "the connection is encrypted");
+                assert!(state.record_event("ev-1", 1, "task.assigned").await.unwrap());
+            }
+            Err(error) => {
+                assert_eq!(server_tls, "off", "a server with TLS on must take sslmode=require: {error}");
+                assert!(error.to_string().contains("TLS"), "{error}");
+            }
+        }
+    })
+    .await;
+}
