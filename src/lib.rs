@@ -14,7 +14,8 @@
 //!   first start begins at the tracker's head.
 //! - [`session`]: [`session::SessionKey`], the conversation an event belongs to (a task, a chat
 //!   thread, a prompt), shared by the router, the runtime, the loop guard and the tools.
-//! - [`state`]: the agent's durable state (SQLite): processed events, claims, sessions, runs, spend.
+//! - [`state`]: the agent's durable state (SQLite, or PostgreSQL keyed by the agent's slug): processed
+//!   events, claims, sessions, runs, spend.
 //! - [`llm`]: the project's chat types and the OpenAI-compatible adapter ([`llm::openai`], the only
 //!   module importing async-openai).
 //! - [`agent`]: the tool-use loop: budgets, concurrency of read-only calls, the run record.

@@ -39,8 +39,9 @@
 //! - **Replies** feed the per-thread reply cap, which looks back one hour; a day is kept.
 //! - **Daily spend** feeds today's budget; a bit over a year of days is kept for the record.
 //!
-//! None of these tables is indexed by time: pruning scans them once per `interval_ms`, which
-//! costs milliseconds at the sizes the retention keeps them to.
+//! In SQLite none of these tables is indexed by time: pruning scans them once per `interval_ms`,
+//! which costs milliseconds at the sizes the retention keeps them to. In PostgreSQL, where one
+//! database may hold many agents, processed events and replies are indexed by agent and time.
 
 use time::{Date, OffsetDateTime};
 
