@@ -518,9 +518,9 @@ async fn check(board: &SqlitePool, state: &SqlitePool) -> Report {
         "SELECT id, seq, event, ts FROM events WHERE member_slug = 'picogent' AND seq > ?1 ORDER BY seq",
     )
     .bind(first_head)
-            .fetch_all(board)
-            .await
-            .unwrap();
+    .fetch_all(board)
+    .await
+    .unwrap();
     let processed: HashSet<String> =
         sqlx::query_scalar("SELECT id FROM processed_events").fetch_all(state).await.unwrap().into_iter().collect();
     report.board_events_kept = board_events.len() as i64;

@@ -294,8 +294,14 @@ pub async fn run_cli(config_path: &std::path::Path, start: StreamStart) -> anyho
     };
     let mcp_token = Secret::from_env(&config.mcp.token_env).ok();
     let stream = StreamOptions { start, ..StreamOptions::from_config(&config) };
-    let started =
-        self::start(AgentOptions { config, tracker_token, llm_api_key, mcp_token, stream: Some(stream), serve_http: true });
+    let started = self::start(AgentOptions {
+        config,
+        tracker_token,
+        llm_api_key,
+        mcp_token,
+        stream: Some(stream),
+        serve_http: true,
+    });
     let agent = match started.await {
         Ok(agent) => agent,
         Err(error) => match error.downcast_ref::<presence::PresenceError>() {

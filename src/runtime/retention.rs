@@ -90,7 +90,6 @@ impl Pruner {
         }
         Ok(pruned)
     }
-
 }
 
 /// The cutoffs of a pass at `now`. A retention longer than the calendar reaches back keeps
