@@ -23,6 +23,7 @@
 //!     claim is written after its message, so a claim older than that window is of a message
 //!     reconciliation no longer lists. The caller's cutoff is the older of `claims_ms` and that
 //!     window. (Reconciliation also skips a mention the board shows answered: a second guard.)
+//!
 //!   `picogent run --from-start` replays the whole log on purpose and is not covered.
 //! - **Notice claims** stop a notice from being posted twice. A run's notice is asked for only
 //!   when the run ends in this process; a run still `running` may be resumed and end again, so
