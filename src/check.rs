@@ -112,12 +112,9 @@ async fn check_rest(client: &TrackerClient, config: &Config) -> Line {
 
 async fn check_model(config: &Config) -> Line {
     let what = "model endpoint".to_string();
-    let key = match &config.llm.api_key_env {
-        Some(name) => match Secret::from_env(name) {
-            Ok(key) => Some(key),
-            Err(error) => return Line { ok: false, what, detail: error.to_string() },
-        },
-        None => None,
+    let key = match config.llm.api_key() {
+        Ok(key) => key,
+        Err(error) => return Line { ok: false, what, detail: error.to_string() },
     };
     match crate::llm::probe::probe(&config.llm, key).await {
         Ok(detail) => Line { ok: true, what, detail },
@@ -128,7 +125,7 @@ async fn check_model(config: &Config) -> Line {
 /// What the server says about itself at `/props` (llama.cpp's server): whether its chat template
 /// takes tools, and whether its context holds `llm.context_tokens`. Servers without it: no lines.
 async fn check_server(config: &Config) -> Vec<Line> {
-    let key = config.llm.api_key_env.as_deref().and_then(|name| Secret::from_env(name).ok());
+    let key = config.llm.api_key().ok().flatten();
     let Some(props) = crate::llm::probe::server_props(&config.llm, key).await else { return Vec::new() };
     let build = props.build.as_deref().map(|b| format!(" ({b})")).unwrap_or_default();
     let mut lines = Vec::new();
@@ -180,12 +177,9 @@ async fn check_server(config: &Config) -> Vec<Line> {
 /// configured parameters?
 async fn check_tool_call(config: &Config) -> Line {
     let what = "model tool call".to_string();
-    let key = match &config.llm.api_key_env {
-        Some(name) => match Secret::from_env(name) {
-            Ok(key) => Some(key),
-            Err(error) => return Line { ok: false, what, detail: error.to_string() },
-        },
-        None => None,
+    let key = match config.llm.api_key() {
+        Ok(key) => key,
+        Err(error) => return Line { ok: false, what, detail: error.to_string() },
     };
     match crate::llm::probe::probe_tool_call(&config.llm, key).await {
         Ok(probe) => {

@@ -96,10 +96,7 @@ impl Scorecard {
 /// scenario passed.
 pub async fn run_cli(config_path: &Path, json: bool, timeout: Duration) -> anyhow::Result<ExitCode> {
     let config = Config::load(config_path)?;
-    let api_key = match &config.llm.api_key_env {
-        Some(name) => Some(Secret::from_env(name)?),
-        None => None,
-    };
+    let api_key = config.llm.api_key()?;
     let card = evaluate(config.llm.clone(), api_key, Some(config.prompts_dir.clone()), timeout).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&card)?);

@@ -164,6 +164,12 @@ pub struct LlmConfig {
 }
 
 impl LlmConfig {
+    /// The API key from the variable `api_key_env` names; `None` when it names none (local
+    /// servers). A named variable that is unset or empty is an error saying which.
+    pub fn api_key(&self) -> Result<Option<crate::secret::Secret>, crate::secret::SecretError> {
+        self.api_key_env.as_deref().map(crate::secret::Secret::from_env).transpose()
+    }
+
     /// `model` at `base_url`, with every other field at its default.
     pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> LlmConfig {
         LlmConfig {

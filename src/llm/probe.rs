@@ -7,13 +7,15 @@ use std::time::Duration;
 use crate::config::LlmConfig;
 use crate::secret::Secret;
 
+/// The client of the two quick questions (`/models`, `/props`): at most 10 s each.
+fn quick_client(config: &LlmConfig) -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder().timeout(Duration::from_millis(config.timeout_ms.min(10_000))).build()
+}
+
 /// Asks the endpoint for its models; says whether the configured one is listed.
 pub async fn probe(config: &LlmConfig, api_key: Option<Secret>) -> Result<String, String> {
     let base = config.base_url.trim_end_matches('/');
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_millis(config.timeout_ms.min(10_000)))
-        .build()
-        .map_err(|e| e.to_string())?;
+    let http = quick_client(config).map_err(|e| e.to_string())?;
     let mut request = http.get(format!("{base}/models"));
     if let Some(key) = &api_key {
         request = request.bearer_auth(key.expose());
@@ -58,7 +60,7 @@ pub struct ServerProps {
 pub async fn server_props(config: &LlmConfig, api_key: Option<Secret>) -> Option<ServerProps> {
     let base = config.base_url.trim_end_matches('/');
     let root = base.strip_suffix("/v1").unwrap_or(base);
-    let http = reqwest::Client::builder().timeout(Duration::from_millis(config.timeout_ms.min(10_000))).build().ok()?;
+    let http = quick_client(config).ok()?;
     let mut request = http.get(format!("{root}/props"));
     if let Some(key) = &api_key {
         request = request.bearer_auth(key.expose());

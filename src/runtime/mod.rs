@@ -307,10 +307,7 @@ fn build_tools(config: &Config, client: &TrackerClient) -> anyhow::Result<crate:
 pub async fn run_cli(config_path: &std::path::Path, start: StreamStart) -> anyhow::Result<std::process::ExitCode> {
     let config = Config::load(config_path)?;
     let tracker_token = Secret::from_env(&config.tracker.token_env)?;
-    let llm_api_key = match &config.llm.api_key_env {
-        Some(name) => Some(Secret::from_env(name)?),
-        None => None,
-    };
+    let llm_api_key = config.llm.api_key()?;
     let mcp_token = Secret::from_env(&config.mcp.token_env).ok();
     let stream = StreamOptions { start, ..StreamOptions::from_config(&config) };
     let started = self::start(AgentOptions {

@@ -59,6 +59,12 @@ fn shown(options: &PgConnectOptions) -> String {
 }
 
 impl PostgresStore {
+    /// Runs one pruning `DELETE` whose only parameter is the cutoff in milliseconds (`$1` is the agent, `$2` the cutoff);
+    /// how many rows went.
+    async fn delete_older(&self, sql: &'static str, before_ms: i64) -> Result<u64, StateError> {
+        Ok(sqlx::query(sql).bind(&self.agent).bind(before_ms).execute(&self.pool).await?.rows_affected())
+    }
+
     /// Connects to the database at `url` for the agent `agent`, and brings its schema up to date.
     pub(super) async fn open(url: &str, agent: &str) -> Result<PostgresStore, StateError> {
         let options = PgConnectOptions::from_str(url)
@@ -191,13 +197,7 @@ impl Store for PostgresStore {
     }
 
     async fn prune_events(&self, before_ms: i64) -> Result<u64, StateError> {
-        let deleted = sqlx::query("DELETE FROM processed_events WHERE agent = $1 AND processed_at_ms < $2")
-            .bind(&self.agent)
-            .bind(before_ms)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        Ok(deleted)
+        self.delete_older("DELETE FROM processed_events WHERE agent = $1 AND processed_at_ms < $2", before_ms).await
     }
 
     async fn claim(&self, kind: &str, key: &str, at_ms: i64) -> Result<bool, StateError> {
@@ -511,13 +511,8 @@ impl Store for PostgresStore {
     }
 
     async fn prune_message_claims(&self, before_ms: i64) -> Result<u64, StateError> {
-        let deleted = sqlx::query("DELETE FROM claims WHERE agent = $1 AND kind = 'message' AND claimed_at_ms < $2")
-            .bind(&self.agent)
-            .bind(before_ms)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        Ok(deleted)
+        self.delete_older("DELETE FROM claims WHERE agent = $1 AND kind = 'message' AND claimed_at_ms < $2", before_ms)
+            .await
     }
 
     async fn prune_runs(&self, before_ms: i64) -> Result<(u64, u64), StateError> {
@@ -553,26 +548,16 @@ impl Store for PostgresStore {
     }
 
     async fn prune_sessions(&self, before_ms: i64) -> Result<u64, StateError> {
-        let deleted = sqlx::query(
+        self.delete_older(
             "DELETE FROM sessions WHERE agent = $1 AND updated_at_ms < $2 \
                AND key NOT IN (SELECT session_key FROM runs WHERE agent = $1 AND status = 'running')",
+            before_ms,
         )
-        .bind(&self.agent)
-        .bind(before_ms)
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
-        Ok(deleted)
+        .await
     }
 
     async fn prune_replies(&self, before_ms: i64) -> Result<u64, StateError> {
-        let deleted = sqlx::query("DELETE FROM replies WHERE agent = $1 AND at_ms < $2")
-            .bind(&self.agent)
-            .bind(before_ms)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        Ok(deleted)
+        self.delete_older("DELETE FROM replies WHERE agent = $1 AND at_ms < $2", before_ms).await
     }
 
     async fn prune_spend(&self, before_day: &str) -> Result<u64, StateError> {

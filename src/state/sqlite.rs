@@ -20,6 +20,12 @@ pub(super) struct SqliteStore {
 }
 
 impl SqliteStore {
+    /// Runs one pruning `DELETE` whose only parameter is the cutoff in milliseconds (`?` is the cutoff);
+    /// how many rows went.
+    async fn delete_older(&self, sql: &'static str, before_ms: i64) -> Result<u64, StateError> {
+        Ok(sqlx::query(sql).bind(before_ms).execute(&self.pool).await?.rows_affected())
+    }
+
     /// Opens the database at `path`, creating the file if it is missing, and brings its schema
     /// up to date. The folder must exist.
     pub(super) async fn open(path: &Path) -> Result<SqliteStore, StateError> {
@@ -87,12 +93,7 @@ impl Store for SqliteStore {
     }
 
     async fn prune_events(&self, before_ms: i64) -> Result<u64, StateError> {
-        let deleted = sqlx::query("DELETE FROM processed_events WHERE processed_at_ms < ?")
-            .bind(before_ms)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        Ok(deleted)
+        self.delete_older("DELETE FROM processed_events WHERE processed_at_ms < ?", before_ms).await
     }
 
     async fn claim(&self, kind: &str, key: &str, at_ms: i64) -> Result<bool, StateError> {
@@ -356,12 +357,7 @@ impl Store for SqliteStore {
     }
 
     async fn prune_message_claims(&self, before_ms: i64) -> Result<u64, StateError> {
-        let deleted = sqlx::query("DELETE FROM claims WHERE kind = 'message' AND claimed_at_ms < ?")
-            .bind(before_ms)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        Ok(deleted)
+        self.delete_older("DELETE FROM claims WHERE kind = 'message' AND claimed_at_ms < ?", before_ms).await
     }
 
     async fn prune_runs(&self, before_ms: i64) -> Result<(u64, u64), StateError> {
@@ -394,24 +390,16 @@ impl Store for SqliteStore {
     }
 
     async fn prune_sessions(&self, before_ms: i64) -> Result<u64, StateError> {
-        let deleted = sqlx::query(
+        self.delete_older(
             "DELETE FROM sessions WHERE updated_at_ms < ? \
                AND key NOT IN (SELECT session_key FROM runs WHERE status = 'running')",
+            before_ms,
         )
-        .bind(before_ms)
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
-        Ok(deleted)
+        .await
     }
 
     async fn prune_replies(&self, before_ms: i64) -> Result<u64, StateError> {
-        let deleted = sqlx::query("DELETE FROM replies WHERE at_ms < ?")
-            .bind(before_ms)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        Ok(deleted)
+        self.delete_older("DELETE FROM replies WHERE at_ms < ?", before_ms).await
     }
 
     async fn prune_spend(&self, before_day: &str) -> Result<u64, StateError> {
