@@ -8,7 +8,7 @@ mod agent_support;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -48,16 +48,7 @@ impl AgentCopy {
     /// `picogent run` as the agent member; its stderr is appended to the copy's log.
     fn start(&mut self) {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path()).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_picogent"))
-            .args(["run", "--config"])
-            .arg(&self.config_path)
-            .env("TEAMBOARD_TOKEN", "tok-picogent")
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
+        self.child = Some(spawn_agent_process_with(&self.config_path, log));
     }
 
     fn log_path(&self) -> PathBuf {

@@ -68,13 +68,18 @@ pub fn merge(target: &mut Value, extra: Value) {
 
 /// `picogent run --config <path>` as a child process, quiet, as the agent member.
 pub fn spawn_agent_process(config_path: &Path) -> std::process::Child {
+    spawn_agent_process_with(config_path, std::process::Stdio::null())
+}
+
+/// [`spawn_agent_process`], with its stderr (the log) going to `stderr`.
+pub fn spawn_agent_process_with(config_path: &Path, stderr: impl Into<std::process::Stdio>) -> std::process::Child {
     std::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
         .args(["run", "--config"])
         .arg(config_path)
         .env("TEAMBOARD_TOKEN", "tok-picogent")
         .env("RUST_LOG", "warn")
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(stderr)
         .spawn()
         .unwrap()
 }
