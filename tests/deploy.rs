@@ -447,3 +447,47 @@ async fn from_start_replays_the_whole_log_and_acts_on_old_events() {
     model.shutdown().await;
     board.shutdown().await.unwrap();
 }
+
+/// With a model that answers in plain text, as many real models do, the reply in the thread is
+/// the answer picogent posts for the run. That reply is what the board shows handled: a start
+/// with the state file lost does not answer the mention again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_text_answer_counts_as_handled_after_the_state_file_is_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let faults = picogent::offline_model::Faults { plain_text_replies: true, ..Default::default() };
+    let options = picogent::offline_model::OfflineModelOptions {
+        faults,
+        ..picogent::offline_model::OfflineModelOptions::planner()
+    };
+    let model = picogent::offline_model::start(options).await.unwrap();
+    let pool = board_db(dir.path()).await;
+    let alice = client(&board, "tok-alice");
+    let config = agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({}));
+    let agent = start_agent(config.clone()).await;
+    wait_ready(&agent).await;
+    let question = say(&alice, &chat_id(&alice).await, "@picogent what is open?").await;
+    eventually(Duration::from_secs(20), "the plain-text answer in the thread", || async {
+        (agent_posts(&thread(&alice, &question.id).await) == 1).then_some(())
+    })
+    .await;
+    wait_idle(&agent).await;
+    agent.shutdown().await.unwrap();
+
+    for suffix in ["", "-wal", "-shm"] {
+        let mut path = config.state.path.clone().into_os_string();
+        path.push(suffix);
+        let _ = std::fs::remove_file(path);
+    }
+    let posted = agent_messages(&pool).await;
+    let agent = start_agent(config).await;
+    let body = startup_report(agent.http_addr.unwrap()).await;
+    let mentions = json!({"window": "15m", "answered": 0, "skipped": {"handled": 1}});
+    assert_eq!(body["startup"]["reconciliation"]["mentions"], mentions, "{body:#}");
+    wait_idle(&agent).await;
+    assert_eq!(agent_posts(&thread(&alice, &question.id).await), 1, "answered once");
+    assert_eq!(agent_messages(&pool).await, posted, "nothing posted after the restart");
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
