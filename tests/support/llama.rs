@@ -262,8 +262,20 @@ async fn forward(State(state): State<ProxyState>, request: Request) -> Response 
     }
     if streamed {
         state.recorded.exchanges.lock().unwrap().push(exchange);
+        // A request stops being in flight when its `[DONE]` goes out, not when hyper later drops
+        // the finished stream: picogent frees its slot on `[DONE]` and may send the next request
+        // before that drop.
+        let mut in_flight = Some(in_flight);
+        let mut tail = Vec::new();
         let stream = futures::StreamExt::map(response.bytes_stream(), move |chunk| {
-            let _keep = &in_flight;
+            if let Ok(bytes) = &chunk {
+                tail.extend_from_slice(bytes);
+                if tail.windows(6).any(|w| w == b"[DONE]") {
+                    drop(in_flight.take());
+                }
+                let keep = tail.len().saturating_sub(5);
+                tail.drain(..keep);
+            }
             chunk
         });
         builder.body(Body::from_stream(stream)).unwrap()
