@@ -65,6 +65,10 @@ pub struct Config {
     /// its member status on the tracker (`runtime::presence`).
     #[serde(default)]
     pub presence: PresenceConfig,
+    /// Several `picogent run` of this agent sharing its PostgreSQL state: one holds the event
+    /// stream, all run queued runs (`state::lease`, `runtime::replicas`).
+    #[serde(default)]
+    pub replicas: ReplicasConfig,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -384,6 +388,31 @@ pub struct PresenceConfig {
 impl Default for PresenceConfig {
     fn default() -> Self {
         PresenceConfig { check: true, heartbeat_ms: 10_000 }
+    }
+}
+
+/// Replicas of one agent on one PostgreSQL state (`state.url`). Off: one copy per agent, held to
+/// that by the agent's lock in the database.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReplicasConfig {
+    /// Share the agent's work with the other replicas on the same `state.url` and `slug`.
+    pub enabled: bool,
+    /// How long the event stream's lease lasts, in milliseconds: a replica that holds it renews
+    /// it every third of this; when it dies, another takes the stream over within about this
+    /// long plus `poll_ms`.
+    pub stream_lease_ms: u64,
+    /// How long a run's lease lasts, in milliseconds: a run whose replica stopped renewing it for
+    /// this long is resumed by another replica.
+    pub run_lease_ms: u64,
+    /// How often a replica looks for queued runs, inputs for its runs and the stream's lease,
+    /// and beats its heartbeat, in milliseconds.
+    pub poll_ms: u64,
+}
+
+impl Default for ReplicasConfig {
+    fn default() -> Self {
+        ReplicasConfig { enabled: false, stream_lease_ms: 6_000, run_lease_ms: 15_000, poll_ms: 500 }
     }
 }
 
@@ -757,6 +786,7 @@ impl Config {
             .and_then(|()| self.check_permissions())
             .and_then(|()| self.check_retention())
             .and_then(|()| self.check_presence())
+            .and_then(|()| self.check_replicas())
             .map_err(|(field, message)| ConfigError::Field { path: path.to_path_buf(), field, message })
     }
 
@@ -915,6 +945,38 @@ impl Config {
                     PRESENCE_HEARTBEAT_MS.start(),
                     PRESENCE_HEARTBEAT_MS.end()
                 ),
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    fn check_replicas(&self) -> Result<(), Problem> {
+        let replicas = &self.replicas;
+        if !replicas.enabled {
+            return Ok(());
+        }
+        if self.state.postgres_url.is_none() {
+            return problem(
+                "replicas.enabled",
+                "replicas share their state in PostgreSQL: set state.url to a postgres:// URL (a SQLite file is one \
+                 process's), or set replicas.enabled to false",
+            );
+        }
+        if !(100..=60_000).contains(&replicas.poll_ms) {
+            return problem("replicas.poll_ms", "expected milliseconds from 100 to 60000");
+        }
+        if !(1_000..=300_000).contains(&replicas.stream_lease_ms) || replicas.stream_lease_ms < 3 * replicas.poll_ms {
+            return problem(
+                "replicas.stream_lease_ms",
+                "expected milliseconds from 1000 to 300000, and at least three times replicas.poll_ms",
+            );
+        }
+        if !(1_000..=3_600_000).contains(&replicas.run_lease_ms) || replicas.run_lease_ms < 3 * replicas.poll_ms {
+            return problem(
+                "replicas.run_lease_ms",
+                "expected milliseconds from 1000 to 3600000, and at least three times replicas.poll_ms",
             );
         }
         Ok(())

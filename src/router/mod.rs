@@ -13,9 +13,11 @@
 
 pub mod filter;
 mod reconcile;
+mod replicas;
 mod runs;
 
 pub use reconcile::Reconciliation;
+pub use replicas::ReplicaRouter;
 pub use runs::StartRefused;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -75,6 +77,10 @@ struct ActiveRun {
     steered: Vec<String>,
     /// Why it was cancelled, once it was: said once when it ends.
     stop_reason: Option<String>,
+    /// Replicas: the last of the run's inputs in the database handed to it.
+    inputs_seen: i64,
+    /// Replicas: another replica took the run over; its end here is not the run's end.
+    lost: bool,
 }
 
 pub struct Router {
@@ -96,6 +102,8 @@ pub struct Router {
     /// How the stream began, until the first reconciliation after it completes the report.
     startup: Option<StartupReport>,
     shutdown: CancellationToken,
+    /// Set when this is one replica of several: runs go through the queue in the database.
+    replicas: Option<ReplicaRouter>,
 }
 
 impl Router {
@@ -115,7 +123,14 @@ impl Router {
             accepted_messages: HashSet::new(),
             startup: None,
             shutdown,
+            replicas: None,
         }
+    }
+
+    /// Makes this the router of one replica of several (`replicas.enabled`).
+    pub fn with_replicas(mut self, replicas: ReplicaRouter) -> Router {
+        self.replicas = Some(replicas);
+        self
     }
 
     /// Runs until `shutdown` is cancelled and the input channel is drained of finished runs, then
@@ -123,7 +138,14 @@ impl Router {
     /// as running and resumes at the next start.
     pub async fn run(mut self, mut inputs: mpsc::Receiver<Input>) {
         self.refresh_members().await;
-        self.resume_interrupted_runs().await;
+        // A replica finds runs cut short in the queue, by their leases: they may be running on
+        // another replica.
+        if self.replicas.is_none() {
+            self.resume_interrupted_runs().await;
+        }
+        let poll = self.replicas.as_ref().map_or(Duration::from_secs(3600), |replicas| replicas.poll);
+        let mut tick = tokio::time::interval(poll);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 biased;
@@ -132,6 +154,7 @@ impl Router {
                     Some(input) => self.handle(input).await,
                     None => break,
                 },
+                _ = tick.tick(), if self.replicas.is_some() => self.on_tick().await,
             }
         }
         self.drain(inputs).await;
@@ -169,6 +192,7 @@ impl Router {
                 Ok(None) | Err(_) => break,
             }
         }
+        self.leave().await;
     }
 
     async fn handle(&mut self, input: Input) {
@@ -188,8 +212,11 @@ impl Router {
             Input::StopRun { run_id, reply } => {
                 let session = self.active.iter().find(|(_, run)| run.run_id == run_id).map(|(s, _)| s.clone());
                 let stopped = match session {
-                    Some(session) => self.stop(&session, "stopped over MCP"),
-                    None => false,
+                    Some(session) => self.stop(&session, "stopped over MCP").await,
+                    None => match self.state.get_run(&run_id).await {
+                        Ok(Some(run)) => self.stop_run_anywhere(&run_id, run.status.as_str(), "stopped over MCP").await,
+                        _ => false,
+                    },
                 };
                 let _ = reply.send(stopped);
             }
@@ -257,7 +284,7 @@ impl Router {
             }
             Event::TaskUnassigned(data) => {
                 let session = SessionKey::Task(data.task.id.clone());
-                let stopped = self.stop(&session, &format!("the task was unassigned by @{}", data.unassigned_by));
+                let stopped = self.stop(&session, &format!("the task was unassigned by @{}", data.unassigned_by)).await;
                 self.metrics.event(name, if stopped { "stop" } else { "ignored" });
             }
             Event::MessageNew(data) => {
@@ -269,9 +296,9 @@ impl Router {
         }
     }
 
-    /// Whether `session` has a run, running or waiting for a slot.
-    fn session_busy(&self, session: &SessionKey) -> bool {
-        self.active.contains_key(session) || self.waiting_sessions.contains(session)
+    /// Whether `session` has a run, running or waiting for a slot (on any replica).
+    async fn session_busy(&self, session: &SessionKey) -> bool {
+        self.active.contains_key(session) || self.waiting_sessions.contains(session) || self.busy_anywhere(session).await
     }
 
     /// Whether fewer than `max_concurrent_runs` runs are running.
@@ -283,7 +310,7 @@ impl Router {
     /// run was refused.
     async fn on_assignment(&mut self, task: TaskOut, assigned_by: String, source: &str) -> bool {
         let session = SessionKey::Task(task.id.clone());
-        if self.session_busy(&session) {
+        if self.session_busy(&session).await {
             tracing::info!(task = %task.key, "assignment for a task already being worked");
             return false;
         }
@@ -344,7 +371,7 @@ impl Router {
     /// returns `worked` or why not.
     async fn on_reconciled_task(&mut self, task: TaskOut) -> &'static str {
         let session = SessionKey::Task(task.id.clone());
-        if self.session_busy(&session) {
+        if self.session_busy(&session).await {
             return "running";
         }
         match self.state.has_finished_run_for(&session.as_string()).await {
@@ -380,7 +407,7 @@ impl Router {
         let session = SessionKey::of_message(&message);
         // Stop comes first: it is obeyed even when the message would not start a run.
         if filter::is_stop_command(&message.content, &self.config.slug) && message.author_slug != self.config.slug {
-            let stopped = self.stop(&session, &format!("@{} asked me to stop", message.author_slug));
+            let stopped = self.stop(&session, &format!("@{} asked me to stop", message.author_slug)).await;
             let fate = if stopped { "stop" } else { "stop_idle" };
             self.metrics.event(EVENT, fate);
             return fate;
@@ -417,6 +444,9 @@ impl Router {
         // already ended (its channel is closed) hands what it did not take in to a follow-up
         // run when its end comes back, so the message is kept with the run either way.
         let steering = steering_text(&message, &session);
+        if self.replicas.is_some() {
+            return self.route_message(message, session, steering).await;
+        }
         if let Some(active) = self.active.get_mut(&session) {
             let _ = active.steer.send(steering.clone());
             active.steered.push(steering);
@@ -453,7 +483,7 @@ impl Router {
         let thread = SessionKey::Thread(parent_id.clone());
         if matches!(session, SessionKey::Thread(_)) {
             // Answering now, or answered before: either way the agent is in this thread.
-            if self.session_busy(&thread) {
+            if self.session_busy(&thread).await {
                 return true;
             }
             if matches!(self.state.load_session(&thread.as_string()).await, Ok(Some(_))) {

@@ -34,11 +34,14 @@ pub(super) enum Started {
     Now(String),
     /// Waiting for a free slot; it starts when a run ends.
     Queued,
+    /// In the replicas' queue in the database, with this id; a replica with a free slot takes it.
+    Enqueued(String),
 }
 
 impl Router {
-    /// Cancels the run of `session`, remembering why so it is said once when the run ends.
-    pub(super) fn stop(&mut self, session: &SessionKey, reason: &str) -> bool {
+    /// Cancels the run of `session` (on whichever replica runs it), remembering why so it is said
+    /// once when the run ends.
+    pub(super) async fn stop(&mut self, session: &SessionKey, reason: &str) -> bool {
         if let Some(pos) = self.waiting.iter().position(|r| &r.session == session) {
             self.waiting.remove(pos);
             self.waiting_sessions.remove(session);
@@ -51,13 +54,19 @@ impl Router {
                 run.cancel.cancel();
                 true
             }
-            None => false,
+            None => self.stop_anywhere(session, reason).await,
         }
     }
 
     /// Starts `request` now, or says why not: its session is busy, no slot is free, the day's
     /// budget is spent (the MCP `start_run` tool, which does not queue).
     pub(super) async fn start_now(&mut self, request: RunRequest) -> Result<String, StartRefused> {
+        if self.replicas.is_some() {
+            return match self.start_or_queue(request).await? {
+                Started::Now(run_id) | Started::Enqueued(run_id) => Ok(run_id),
+                Started::Queued => Err(StartRefused::NoSlot { max: self.config.limits.max_concurrent_runs }),
+            };
+        }
         if let Some(active) = self.active.get(&request.session) {
             return Err(StartRefused::Busy { session: request.session.clone(), run_id: active.run_id.clone() });
         }
@@ -65,7 +74,7 @@ impl Router {
             return Err(StartRefused::NoSlot { max: self.config.limits.max_concurrent_runs });
         }
         match self.start_or_queue(request).await? {
-            Started::Now(run_id) => Ok(run_id),
+            Started::Now(run_id) | Started::Enqueued(run_id) => Ok(run_id),
             // A slot was free just above, and nothing ran in between.
             Started::Queued => Err(StartRefused::NoSlot { max: self.config.limits.max_concurrent_runs }),
         }
@@ -78,6 +87,9 @@ impl Router {
         }
         if request.resume_run_id.is_none() && !self.spend_allows(&request).await {
             return Err(StartRefused::DailyBudget);
+        }
+        if self.replicas.is_some() {
+            return self.enqueue(request).await;
         }
         if !self.slot_free() {
             self.waiting_sessions.insert(request.session.clone());
@@ -143,10 +155,7 @@ impl Router {
         for text in &steered {
             let _ = steer_tx.send(text.clone());
         }
-        self.active.insert(
-            request.session.clone(),
-            ActiveRun { run_id: run_id.clone(), cancel: cancel.clone(), steer: steer_tx, steered, stop_reason: None },
-        );
+        self.active.insert(request.session.clone(), ActiveRun::new(run_id.clone(), cancel.clone(), steer_tx, steered));
         self.status.set_active_runs(self.active.len());
         let services = self.services.clone();
         let inputs = self.inputs.clone();
@@ -163,17 +172,27 @@ impl Router {
     }
 
     pub(super) async fn finish(&mut self, done: RunDone) {
-        let (stop_reason, leftover) = match self.active.get(&done.session) {
+        let (stop_reason, mut leftover, lost) = match self.active.get(&done.session) {
             Some(active) if active.run_id == done.run_id => match self.active.remove(&done.session) {
                 Some(active) => {
                     let leftover = active.steered.get(done.steering_consumed..).unwrap_or_default().to_vec();
-                    (active.stop_reason, leftover)
+                    (active.stop_reason, leftover, active.lost)
                 }
-                None => (None, Vec::new()),
+                None => (None, Vec::new(), false),
             },
-            _ => (None, Vec::new()),
+            _ => (None, Vec::new(), false),
         };
         self.status.set_active_runs(self.active.len());
+        if lost {
+            // Another replica runs it now: its end, notice and follow-up are that replica's.
+            self.claim_and_spawn().await;
+            return;
+        }
+        if self.replicas.is_some() {
+            // What was sent from anywhere, read after the run's end was written: nothing more
+            // can join it now (`state/queue.rs`).
+            leftover = self.leftover_of(&done.run_id, done.steering_consumed).await;
+        }
         self.metrics.run_finished(done.status.as_str(), done.duration);
         let text = match (done.status, stop_reason) {
             (RunStatus::Stopped, Some(reason)) => Some(format!("Stopped: {reason}.")),
@@ -195,11 +214,19 @@ impl Router {
                 steering: inputs.collect(),
                 ..RunRequest::new(done.session.clone(), trigger, done.kind.clone())
             };
-            if let Err(refused) = self.start_or_queue(request).await {
-                tracing::warn!(%refused, session = %done.session, "the follow-up run was not started");
+            let inputs: Vec<String> = request.prompt.iter().chain(&request.steering).cloned().collect();
+            match self.start_or_queue(request).await {
+                Ok(_) => {}
+                // Replicas: a run of the session started elsewhere meanwhile; it takes the input.
+                Err(StartRefused::Busy { run_id, .. }) if self.replicas.is_some() => self.send_all(&run_id, inputs).await,
+                Err(refused) => tracing::warn!(%refused, session = %done.session, "the follow-up run was not started"),
             }
         }
-        self.start_waiting().await;
+        if self.replicas.is_some() {
+            self.claim_and_spawn().await;
+        } else {
+            self.start_waiting().await;
+        }
     }
 
     /// Starts waiting runs while slots are free, in the order they came.
@@ -253,32 +280,16 @@ impl Router {
         };
         for run in runs {
             let Some(session) = SessionKey::parse(&run.session_key) else { continue };
-            let kind = match &session {
-                SessionKey::Task(task_id) => match self.client.get_task(task_id).await {
-                    Ok(task) if task.assignee_slug.as_deref() == Some(self.config.slug.as_str()) => {
-                        RunKind::Task { assigned_by: task.created_by.clone(), task: Box::new(task) }
-                    }
-                    Ok(_) => {
-                        let _ = self.state.mark_interrupted(&run.id, "task no longer assigned to the agent").await;
-                        continue;
-                    }
-                    Err(error) => {
-                        tracing::warn!(%error, run_id = %run.id, "cannot load the task of an interrupted run");
-                        continue;
-                    }
-                },
-                SessionKey::Prompt(_) => {
-                    // Its prompt came from a client that is gone; nobody waits for the answer.
-                    let _ = self.state.mark_interrupted(&run.id, "a prompt run is not resumed after a restart").await;
+            let kind = match self.resume_kind(&session).await {
+                Ok(Ok(kind)) => kind,
+                Ok(Err(reason)) => {
+                    let _ = self.state.mark_interrupted(&run.id, reason).await;
                     continue;
                 }
-                SessionKey::Thread(root) => match self.client.get_message(root).await {
-                    Ok(message) => RunKind::Message { message: Box::new(message) },
-                    Err(error) => {
-                        tracing::warn!(%error, run_id = %run.id, "cannot load the thread of an interrupted run");
-                        continue;
-                    }
-                },
+                Err(error) => {
+                    tracing::warn!(%error, run_id = %run.id, "cannot load the task or thread of an interrupted run");
+                    continue;
+                }
             };
             tracing::info!(run_id = %run.id, session = %session, "resuming interrupted run");
             let request = RunRequest {
@@ -289,5 +300,26 @@ impl Router {
                 tracing::warn!(%refused, run_id = %run.id, "the interrupted run was not resumed");
             }
         }
+    }
+
+    /// What an interrupted run of `session` is for, read afresh from the tracker; `Ok(Err(why))`
+    /// when it is not to be resumed (the task is no longer the agent's, or nobody waits for it).
+    pub(super) async fn resume_kind(
+        &self,
+        session: &SessionKey,
+    ) -> Result<Result<RunKind, &'static str>, crate::tracker::TrackerError> {
+        Ok(match session {
+            SessionKey::Task(task_id) => {
+                let task = self.client.get_task(task_id).await?;
+                if task.assignee_slug.as_deref() == Some(self.config.slug.as_str()) {
+                    Ok(RunKind::Task { assigned_by: task.created_by.clone(), task: Box::new(task) })
+                } else {
+                    Err("task no longer assigned to the agent")
+                }
+            }
+            // Its prompt came from a client that is gone; nobody waits for the answer.
+            SessionKey::Prompt(_) => Err("a prompt run is not resumed after a restart"),
+            SessionKey::Thread(root) => Ok(RunKind::Message { message: Box::new(self.client.get_message(root).await?) }),
+        })
     }
 }

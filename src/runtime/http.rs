@@ -32,8 +32,17 @@ pub fn routes(metrics: Arc<Metrics>, status: Arc<StatusBoard>) -> Router {
 /// The status code says whether the agent is ready; the JSON body says so in words, with how
 /// it started (`startup`: the stream's mode and seq, what the first reconciliation found).
 async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
+    let replica = state.status.replica();
     let (code, status) = if let Some(reason) = state.status.superseded() {
         (StatusCode::SERVICE_UNAVAILABLE, format!("stopped: {reason}"))
+    } else if let Some(view) = replica.as_ref().filter(|view| !view.holds_stream) {
+        // A standby runs queued runs; the stream is another replica's (or nobody's, for now).
+        let holder = view.others.iter().find(|other| other.holds_stream).map(|other| other.id.as_str());
+        let status = match holder {
+            Some(holder) => format!("ready: standby, running queued runs; replica {holder} holds the event stream"),
+            None => "ready: standby, running queued runs; no replica holds the event stream right now".to_string(),
+        };
+        (StatusCode::OK, status)
     } else if state.status.caught_up() {
         (StatusCode::OK, "ready".to_string())
     } else if state.status.connected() {
@@ -41,11 +50,18 @@ async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not connected to the tracker".to_string())
     };
-    (code, Json(serde_json::json!({"status": status, "startup": state.status.startup()})))
+    let mut body = serde_json::json!({"status": status, "startup": state.status.startup()});
+    if let Some(view) = replica {
+        body["replica"] = serde_json::json!(view);
+    }
+    (code, Json(body))
 }
 
 async fn metrics_text(State(state): State<HttpState>) -> impl IntoResponse {
-    let body = state.metrics.render(state.status.active_runs(), state.status.connected(), state.status.caught_up());
+    let mut body = state.metrics.render(state.status.active_runs(), state.status.connected(), state.status.caught_up());
+    if let Some(view) = state.status.replica() {
+        body.push_str(&super::metrics::render_replica(&view));
+    }
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }
 

@@ -28,6 +28,8 @@ struct Inner {
     reconnects: u64,
     /// Stretches of events the tracker's log no longer had, gone on without.
     gaps: u64,
+    /// Times this replica took the event stream's lease.
+    stream_takeovers: u64,
     run_seconds: Summary,
     turn_seconds: Summary,
     /// table → rows the retention schedule removed.
@@ -87,6 +89,14 @@ impl Metrics {
 
     pub fn gap(&self) {
         self.with(|m| m.gaps += 1);
+    }
+
+    pub fn stream_takeover(&self) {
+        self.with(|m| m.stream_takeovers += 1);
+    }
+
+    pub fn stream_takeovers(&self) -> u64 {
+        self.with(|m| m.stream_takeovers)
     }
 
     pub fn cost(&self, cost: f64) {
@@ -149,6 +159,9 @@ impl Metrics {
             );
             let _ = writeln!(out, "# TYPE picogent_event_gaps_total counter");
             let _ = writeln!(out, "picogent_event_gaps_total {}", m.gaps);
+            let _ = writeln!(out, "# HELP picogent_stream_takeovers_total Times this process took the event stream's lease (replicas).");
+            let _ = writeln!(out, "# TYPE picogent_stream_takeovers_total counter");
+            let _ = writeln!(out, "picogent_stream_takeovers_total {}", m.stream_takeovers);
             let _ = writeln!(out, "picogent_model_cost_total {}", m.cost);
             for (name, help, summary) in [
                 ("picogent_run_duration_seconds", "Run latency.", m.run_seconds),
@@ -181,6 +194,24 @@ impl Metrics {
             out
         })
     }
+}
+
+/// The per-replica gauges, labelled with the replica's id (which is made of hex digits and a
+/// host name cleaned by [`label`]).
+pub fn render_replica(view: &super::status::ReplicaView) -> String {
+    let id = label(&view.id);
+    let mut out = String::new();
+    let _ = writeln!(out, "# HELP picogent_replica_holds_stream Whether this replica holds the event stream.");
+    let _ = writeln!(out, "# TYPE picogent_replica_holds_stream gauge");
+    let _ = writeln!(out, "picogent_replica_holds_stream{{replica=\"{id}\"}} {}", u8::from(view.holds_stream));
+    let _ = writeln!(out, "# HELP picogent_replica_runs Runs this replica holds, and its slots.");
+    let _ = writeln!(out, "# TYPE picogent_replica_runs gauge");
+    let _ = writeln!(out, "picogent_replica_runs{{replica=\"{id}\"}} {}", view.runs);
+    let _ = writeln!(out, "picogent_replica_slots{{replica=\"{id}\"}} {}", view.slots);
+    let _ = writeln!(out, "# HELP picogent_replicas_seen Other replicas whose heartbeat is recent.");
+    let _ = writeln!(out, "# TYPE picogent_replicas_seen gauge");
+    let _ = writeln!(out, "picogent_replicas_seen{{replica=\"{id}\"}} {}", view.others.len());
+    out
 }
 
 #[cfg(test)]

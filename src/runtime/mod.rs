@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod presence;
 pub mod prompt;
 pub mod record;
+pub mod replicas;
 pub mod retention;
 pub mod run;
 pub mod startup;
@@ -131,9 +132,20 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
         }
         Some(url) => {
             let state = State::open_postgres(url, &config.slug).await?;
-            (StateLock::Postgres(crate::state::PostgresLock::take(url, &config.slug).await?), state)
+            (StateLock::Postgres(crate::state::PostgresLock::take(url, &config.slug, config.replicas.enabled).await?), state)
         }
     };
+    // A replica writes its runs' ends as itself, and reads the shared spend each time.
+    let replica = match config.replicas.enabled {
+        true => {
+            let id = replica_id();
+            let (state, queue) = state.as_replica(&id).context("replicas need their state in PostgreSQL (state.url)")?;
+            tracing::info!(replica = %id, "starting as one replica of agent {}", config.slug);
+            Some((state, queue))
+        }
+        false => None,
+    };
+    let state = replica.as_ref().map_or(state, |(state, _)| state.clone());
     let client =
         TrackerClient::new(&config.tracker, tracker_token.clone()).context("cannot build the tracker client")?;
     // Before anything connects or acts: is another copy of this agent active on the tracker?
@@ -186,8 +198,25 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     let stream_options = stream.unwrap_or_else(|| StreamOptions::from_config(&config));
     let stream_cancel = shutdown.child_token();
     let presence = claimed.map(|claimed| claimed.spawn(status.clone(), stream_cancel.clone()));
-    // The stream puts its items straight into the router's one input channel.
-    let stream = crate::transport::spawn_into(stream_options, &client, state.clone(), inputs_tx.clone(), stream_cancel);
+    // The stream puts its items straight into the router's one input channel; a replica's only
+    // while it holds the stream's lease.
+    let stream = match &replica {
+        None => crate::transport::spawn_into(stream_options, &client, state.clone(), inputs_tx.clone(), stream_cancel),
+        Some((_, queue)) => {
+            status.set_replica(queue.id(), config.limits.max_concurrent_runs as usize);
+            let keeper = replicas::StreamKeeper {
+                replicas: queue.clone(),
+                timing: replicas::LeaseTiming::from_config(&config.replicas),
+                options: stream_options,
+                client: client.clone(),
+                state: state.clone(),
+                inputs: inputs_tx.clone(),
+                status: status.clone(),
+                metrics: metrics.clone(),
+            };
+            replicas::spawn_stream_keeper(keeper, stream_cancel)
+        }
+    };
 
     let (http_addr, http) = if serve_http {
         let routes = http_routes(&config, &services, mcp_token, inputs_tx.clone());
@@ -202,7 +231,17 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     };
 
     let retention = retention::spawn(&services);
-    let router = Router::new(services, inputs_tx.clone(), shutdown.clone());
+    let mut router = Router::new(services, inputs_tx.clone(), shutdown.clone());
+    if let Some((_, queue)) = replica {
+        router = router.with_replicas(crate::router::ReplicaRouter {
+            queue,
+            run_lease: std::time::Duration::from_millis(config.replicas.run_lease_ms),
+            poll: std::time::Duration::from_millis(config.replicas.poll_ms),
+            host: host_name(),
+            http: http_addr.map(|addr| addr.to_string()),
+            started_at_ms: time::OffsetDateTime::now_utc().unix_timestamp() * 1000,
+        });
+    }
     let router = tokio::spawn(router.run(inputs_rx));
     Ok(AgentHandle {
         metrics,
@@ -219,6 +258,24 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
         presence,
         _state_lock: state_lock,
     })
+}
+
+/// This machine's name, as the operating system gives it (`localhost` if it gives none).
+fn host_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|name| name.trim().to_string())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+/// A new replica's id: its host and a random part, so restarts and two replicas on one host
+/// never share one.
+fn replica_id() -> String {
+    let host: String = host_name().chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').take(32).collect();
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!("{host}-{}", &random[..8])
 }
 
 /// What keeps a second copy of the agent off its state while this one runs.

@@ -56,7 +56,8 @@ pub struct RunServices {
 }
 
 /// What a run is for.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RunKind {
     /// Work a task assigned to the agent.
     Task { task: Box<TaskOut>, assigned_by: String },

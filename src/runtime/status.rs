@@ -16,6 +16,22 @@ pub struct StatusBoard {
     run_changes: tokio::sync::broadcast::Sender<()>,
     /// How the agent started; set once the event stream began.
     startup: Mutex<Option<StartupReport>>,
+    /// Whether this replica holds the event stream (always, for a single copy).
+    holds_stream: AtomicBool,
+    /// This replica among the agent's replicas; `None` for a single copy.
+    replica: Mutex<Option<ReplicaView>>,
+}
+
+/// This replica among the agent's replicas (`replicas.enabled`), for `/readyz` and `/metrics`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ReplicaView {
+    pub id: String,
+    pub holds_stream: bool,
+    /// Runs this replica holds, and how many it may hold (`limits.max_concurrent_runs`).
+    pub runs: usize,
+    pub slots: usize,
+    /// The other replicas that beat lately, from their heartbeats in the database.
+    pub others: Vec<crate::state::ReplicaSeen>,
 }
 
 impl Default for StatusBoard {
@@ -27,6 +43,8 @@ impl Default for StatusBoard {
             superseded: std::sync::OnceLock::new(),
             run_changes: tokio::sync::broadcast::channel(64).0,
             startup: Mutex::new(None),
+            holds_stream: AtomicBool::new(false),
+            replica: Mutex::new(None),
         }
     }
 }
@@ -72,6 +90,39 @@ impl StatusBoard {
 
     pub fn active_runs(&self) -> usize {
         self.active_runs.load(Ordering::SeqCst)
+    }
+
+    /// Makes this a replica: `/readyz` and `/metrics` say so from now on.
+    pub fn set_replica(&self, id: &str, slots: usize) {
+        let view = ReplicaView { id: id.to_string(), holds_stream: false, runs: 0, slots, others: Vec::new() };
+        *self.replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(view);
+    }
+
+    pub fn set_holds_stream(&self, value: bool) {
+        self.holds_stream.store(value, Ordering::SeqCst);
+        if !value {
+            self.set_connected(false);
+            self.set_caught_up(false);
+        }
+    }
+
+    pub fn holds_stream(&self) -> bool {
+        self.holds_stream.load(Ordering::SeqCst)
+    }
+
+    /// The other replicas, as their latest heartbeats showed them.
+    pub fn set_replica_peers(&self, others: Vec<crate::state::ReplicaSeen>) {
+        if let Some(view) = self.replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).as_mut() {
+            view.others = others;
+        }
+    }
+
+    /// This replica's view, with what it holds now; `None` for a single copy.
+    pub fn replica(&self) -> Option<ReplicaView> {
+        let mut view = self.replica.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()?;
+        view.holds_stream = self.holds_stream();
+        view.runs = self.active_runs();
+        Some(view)
     }
 
     pub fn set_startup(&self, report: StartupReport) {

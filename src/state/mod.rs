@@ -62,7 +62,9 @@ macro_rules! on_store {
     };
 }
 
+mod lease;
 mod postgres;
+mod queue;
 mod retention;
 mod runs;
 mod sqlite;
@@ -76,6 +78,8 @@ use time::{Date, OffsetDateTime};
 
 use crate::config::StateConfig;
 pub use postgres::{PostgresLock, check_url as check_postgres_url};
+pub use lease::{Beat, ClaimedRun, ReplicaSeen, Replicas};
+pub use queue::{Enqueued, InputKind, QueuedRun, RunInput};
 pub use retention::{PrunePlan, Pruned};
 pub use runs::{FinishRun, RunRow, RunStatus};
 
@@ -123,10 +127,11 @@ pub enum StateError {
     // `cause`, not `source`: the message says it already, and the chain would say it twice.
     PostgresConnect { url: String, cause: sqlx::Error },
     #[error(
-        "another picogent run is using the state of agent `{agent}` in the PostgreSQL database {url} (it holds \
-         the agent's lock there): run one copy per agent and database, or give this one its own `state.url`"
+        "{} of agent `{agent}` in the PostgreSQL database {url} (it holds the agent's lock there): {}",
+        if *replicas { "a picogent run without replicas.enabled is using the state" } else { "another picogent run is using the state" },
+        if *replicas { "stop it, or start this one with replicas.enabled set to false" } else { "run one copy per agent and database, give this one its own `state.url`, or run replicas (replicas.enabled on every copy)" }
     )]
-    PostgresLocked { url: String, agent: String },
+    PostgresLocked { url: String, agent: String, replicas: bool },
     #[error(
         "cannot prepare the PostgreSQL state database {url}: {cause}; if its tables belong to another \
          program or a newer picogent, point `state.url` at another database (or schema: \
@@ -172,12 +177,14 @@ enum Backend {
 #[derive(Clone, Debug)]
 pub struct State {
     store: Backend,
-    /// The spend of the last day asked about or added to, as stored. This handle and its clones
-    /// are the only writer of the agent's spend while the agent runs (a SQLite file is locked to
-    /// one process; in PostgreSQL one process per agent identity is assumed until replicas share
-    /// the work), so the figure stays true; the lock is held across each read or write of the
-    /// table, so no stale read can overwrite a newer sum.
+    /// The spend of the last day asked about or added to, as stored. Without replicas this
+    /// handle and its clones are the only writer of the agent's spend while the agent runs (a
+    /// SQLite file is locked to one process, a PostgreSQL agent to one copy), so the figure stays
+    /// true; the lock is held across each read or write of the table, so no stale read can
+    /// overwrite a newer sum. Replicas read the day's spend from the database every time.
     spend: std::sync::Arc<tokio::sync::Mutex<Option<(Date, Spend)>>>,
+    /// The replica this handle writes runs' ends as (`as_replica`); `None` for a single copy.
+    replica: Option<std::sync::Arc<str>>,
 }
 
 impl State {
@@ -203,7 +210,20 @@ impl State {
     }
 
     fn over(store: Backend) -> State {
-        State { store, spend: Default::default() }
+        State { store, spend: Default::default(), replica: None }
+    }
+
+    /// This state as the replica `id` of the agent uses it: a run's end is written only while
+    /// `id` holds the run, and the spend is read from the database each time (other replicas
+    /// add to it). `None` for SQLite, which replicas cannot share.
+    pub fn as_replica(&self, id: &str) -> Option<(State, Replicas)> {
+        match &self.store {
+            Backend::Sqlite(_) => None,
+            Backend::Postgres(store) => {
+                let state = State { replica: Some(id.into()), ..self.clone() };
+                Some((state, store.replicas(id)))
+            }
+        }
     }
 
     /// The SQLite file this state lives in; `None` in PostgreSQL.
@@ -326,6 +346,7 @@ impl State {
         let mut known = self.spend.lock().await;
         if let Some((known_day, total)) = *known
             && known_day == day
+            && self.replica.is_none()
         {
             return Ok(total);
         }
@@ -396,5 +417,7 @@ fn to_u64(field: &'static str, value: i64) -> Result<u64, StateError> {
     u64::try_from(value).map_err(|_| StateError::Corrupt { field, message: format!("negative value {value}") })
 }
 
+#[cfg(test)]
+mod replica_tests;
 #[cfg(test)]
 mod tests;

@@ -97,6 +97,11 @@ impl PostgresStore {
     pub(super) fn pool(&self) -> &PgPool {
         &self.pool
     }
+
+    /// This agent's rows as the replica `id` sees them: the leases and the run queue.
+    pub(super) fn replicas(&self, id: &str) -> super::lease::Replicas {
+        super::lease::Replicas { pool: self.pool.clone(), agent: self.agent.clone(), id: id.to_string() }
+    }
 }
 
 /// One running copy per agent in a PostgreSQL database, as `<state.path>.lock` is for a SQLite
@@ -111,7 +116,10 @@ pub struct PostgresLock {
 
 impl PostgresLock {
     /// Takes the lock of `agent` in the database at `url`, or says that another copy holds it.
-    pub async fn take(url: &str, agent: &str) -> Result<PostgresLock, StateError> {
+    /// `shared`: the replicas' share of it (`replicas.enabled`), which any number of replicas
+    /// hold at once and which keeps out a copy that wants the agent to itself, and the other way
+    /// round.
+    pub async fn take(url: &str, agent: &str, shared: bool) -> Result<PostgresLock, StateError> {
         let options = PgConnectOptions::from_str(url).map_err(|cause| StateError::PostgresUrl { cause })?.options([
             ("tcp_keepalives_idle", "10"),
             ("tcp_keepalives_interval", "5"),
@@ -123,15 +131,17 @@ impl PostgresLock {
             .await
             .map_err(|_| connect_error(timed_out()))?
             .map_err(connect_error)?;
-        let taken: bool = sqlx::query_scalar(
-            "SELECT pg_try_advisory_lock(hashtextextended('picogent agent ' || COALESCE(current_schema(), '') || '/' || $1, 0))",
-        )
+        let query = match shared {
+            false => "SELECT pg_try_advisory_lock(hashtextextended('picogent agent ' || COALESCE(current_schema(), '') || '/' || $1, 0))",
+            true => "SELECT pg_try_advisory_lock_shared(hashtextextended('picogent agent ' || COALESCE(current_schema(), '') || '/' || $1, 0))",
+        };
+        let taken: bool = sqlx::query_scalar(query)
         .bind(agent)
         .fetch_one(&mut connection)
         .await?;
         if !taken {
             let _ = connection.close().await;
-            return Err(StateError::PostgresLocked { url, agent: agent.to_string() });
+            return Err(StateError::PostgresLocked { url, agent: agent.to_string(), replicas: shared });
         }
         Ok(PostgresLock { connection })
     }
@@ -368,7 +378,7 @@ impl Store for PostgresStore {
             "UPDATE runs SET status = $3, turns = $4, tool_calls = $5, prompt_tokens = $6, completion_tokens = $7, \
              model_duration_ms = $8, tool_duration_ms = $9, outcome = $10, error = $11, finished_at_ms = $12, \
              record = COALESCE($13, record), cost = $14 \
-             WHERE agent = $1 AND id = $2 AND status = 'running'",
+             WHERE agent = $1 AND id = $2 AND status = 'running' AND ($15::text IS NULL OR holder = $15)",
         )
         .bind(&self.agent)
         .bind(run_id)
@@ -384,6 +394,7 @@ impl Store for PostgresStore {
         .bind(end.finished_at_ms)
         .bind(end.record.as_deref())
         .bind(end.cost)
+        .bind(end.holder)
         .execute(&self.pool)
         .await?
         .rows_affected();
@@ -498,7 +509,7 @@ impl Store for PostgresStore {
     async fn prune_notice_claims(&self, before_ms: i64, oldest_day_asked: &str) -> Result<u64, StateError> {
         let deleted = sqlx::query(
             "DELETE FROM claims WHERE agent = $1 AND claimed_at_ms < $2 AND ( \
-               (kind = 'run_notice' AND key NOT IN (SELECT id FROM runs WHERE agent = $1 AND status = 'running')) \
+               (kind = 'run_notice' AND key NOT IN (SELECT id FROM runs WHERE agent = $1 AND status IN ('queued', 'running'))) \
                OR (kind = 'spend_notice' AND key COLLATE \"C\" < $3))",
         )
         .bind(&self.agent)
@@ -525,7 +536,7 @@ impl Store for PostgresStore {
                                     ORDER BY started_at_ms DESC, row_order DESC) AS newest_alike, \
                  status IN ('completed', 'failed', 'stopped') AS finished_work \
                FROM runs WHERE agent = $1) \
-             DELETE FROM runs WHERE agent = $1 AND status <> 'running' \
+             DELETE FROM runs WHERE agent = $1 AND status NOT IN ('queued', 'running') \
                AND COALESCE(finished_at_ms, started_at_ms) < $2 \
                AND id IN (SELECT id FROM ranked WHERE newest > 1 AND NOT (finished_work AND newest_alike = 1))",
         )
@@ -535,7 +546,7 @@ impl Store for PostgresStore {
         .await?
         .rows_affected();
         let dropped = sqlx::query(
-            "UPDATE runs SET record = NULL WHERE agent = $1 AND status <> 'running' AND record IS NOT NULL \
+            "UPDATE runs SET record = NULL WHERE agent = $1 AND status NOT IN ('queued', 'running') AND record IS NOT NULL \
                AND COALESCE(finished_at_ms, started_at_ms) < $2",
         )
         .bind(&self.agent)
@@ -543,6 +554,15 @@ impl Store for PostgresStore {
         .execute(&mut *transaction)
         .await?
         .rows_affected();
+        // The inputs of runs that ended: read once, at the end, for a follow-up run.
+        sqlx::query(
+            "DELETE FROM run_inputs WHERE agent = $1 AND at_ms < $2 \
+               AND run_id NOT IN (SELECT id FROM runs WHERE agent = $1 AND status IN ('queued', 'running'))",
+        )
+        .bind(&self.agent)
+        .bind(before_ms)
+        .execute(&mut *transaction)
+        .await?;
         transaction.commit().await?;
         Ok((deleted, dropped))
     }
@@ -550,7 +570,7 @@ impl Store for PostgresStore {
     async fn prune_sessions(&self, before_ms: i64) -> Result<u64, StateError> {
         self.delete_older(
             "DELETE FROM sessions WHERE agent = $1 AND updated_at_ms < $2 \
-               AND key NOT IN (SELECT session_key FROM runs WHERE agent = $1 AND status = 'running')",
+               AND key NOT IN (SELECT session_key FROM runs WHERE agent = $1 AND status IN ('queued', 'running'))",
             before_ms,
         )
         .await

@@ -13,6 +13,8 @@ use super::{State, StateError, from_ms, now_ms, to_i64, to_ms, to_u64};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
+    /// Waiting in the run queue of replicas sharing PostgreSQL for one of them to take it.
+    Queued,
     /// Started and not finished; at start-up this means the run was cut short.
     Running,
     Completed,
@@ -26,11 +28,18 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
-    pub const ALL: [RunStatus; 5] =
-        [RunStatus::Running, RunStatus::Completed, RunStatus::Failed, RunStatus::Stopped, RunStatus::Interrupted];
+    pub const ALL: [RunStatus; 6] = [
+        RunStatus::Queued,
+        RunStatus::Running,
+        RunStatus::Completed,
+        RunStatus::Failed,
+        RunStatus::Stopped,
+        RunStatus::Interrupted,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
+            RunStatus::Queued => "queued",
             RunStatus::Running => "running",
             RunStatus::Completed => "completed",
             RunStatus::Failed => "failed",
@@ -183,6 +192,7 @@ impl State {
             finished_at_ms: now_ms(),
             record: finish.record.as_ref().map(json_text).transpose()?,
             cost: finish.cost,
+            holder: self.replica.as_deref(),
         };
         if on_store!(self, finish_run(run_id, &end))? {
             return Ok(true);

@@ -39,6 +39,9 @@ pub(super) struct RunEnd<'a> {
     /// `None` keeps the record stored before.
     pub record: Option<String>,
     pub cost: Option<f64>,
+    /// The replica writing it (`State::as_replica`): the end is written only while that replica
+    /// holds the run. `None`: whoever runs it (a single copy, SQLite).
+    pub holder: Option<&'a str>,
 }
 
 /// The columns of a run, in a literal so queries stay `&'static str` (sqlx wants static SQL,
@@ -123,8 +126,8 @@ pub(super) trait Store {
     async fn start_claimed_run(&self, kind: &str, key: &str, run: &NewRun<'_>) -> Result<bool, StateError>;
     /// Replaces the run's record; returns `false` if there is no such run.
     async fn save_run_record(&self, run_id: &str, record: &str) -> Result<bool, StateError>;
-    /// Writes the ending of a run still `running`; returns `false` if none was (unknown or
-    /// already finished).
+    /// Writes the ending of a run still `running` (and held by `end.holder`, when it names one);
+    /// returns `false` if none was (unknown, already finished, or taken over by another replica).
     async fn finish_run(&self, run_id: &str, end: &RunEnd<'_>) -> Result<bool, StateError>;
     /// Closes a run still `running` as `interrupted`; returns whether it did.
     async fn mark_interrupted(&self, run_id: &str, reason: &str, at_ms: i64) -> Result<bool, StateError>;

@@ -902,6 +902,18 @@ async fn both_stores_keep_the_same_tables_and_columns() {
         expected.push((table.clone(), "agent".to_string()));
     }
     expected.push(("runs".to_string(), "row_order".to_string()));
+    // What only replicas sharing PostgreSQL need (migrations/state-postgres/0002_replicas.sql).
+    for (table, columns) in [
+        ("runs", &["request", "holder", "lease_until_ms", "attempts"][..]),
+        ("run_inputs", &["agent", "run_id", "n", "kind", "text", "message_id", "at_ms"][..]),
+        ("leases", &["agent", "name", "holder", "expires_at_ms", "fencing"][..]),
+        (
+            "replicas",
+            &["agent", "id", "host", "http", "started_at_ms", "seen_at_ms", "holds_stream", "runs", "slots"][..],
+        ),
+    ] {
+        expected.extend(columns.iter().map(|column| (table.to_string(), column.to_string())));
+    }
     expected.sort();
     test_postgres::with_schema(move |schema| async move {
         let state = State::open_postgres(&schema.url(), AGENT).await.unwrap();
@@ -956,15 +968,15 @@ async fn a_url_postgres_cannot_read_is_a_clear_error() {
 async fn one_copy_per_agent_holds_the_postgres_lock() {
     test_postgres::with_schema(|schema| async move {
         let url = schema.url();
-        let first = PostgresLock::take(&url, "picogent").await.unwrap();
-        let error = PostgresLock::take(&url, "picogent").await.unwrap_err();
+        let first = PostgresLock::take(&url, "picogent", false).await.unwrap();
+        let error = PostgresLock::take(&url, "picogent", false).await.unwrap_err();
         assert!(matches!(error, StateError::PostgresLocked { .. }), "{error:?}");
         let message = error.to_string();
         assert!(message.contains("another picogent run") && message.contains("`picogent`"), "{message}");
         assert!(message.contains("one copy per agent"), "says what to do: {message}");
-        let other = PostgresLock::take(&url, "otherbot").await.expect("another agent has its own lock");
+        let other = PostgresLock::take(&url, "otherbot", false).await.expect("another agent has its own lock");
         first.release().await;
-        let again = PostgresLock::take(&url, "picogent").await.expect("released, it can be taken again");
+        let again = PostgresLock::take(&url, "picogent", false).await.expect("released, it can be taken again");
         again.release().await;
         other.release().await;
     })
@@ -974,8 +986,8 @@ async fn one_copy_per_agent_holds_the_postgres_lock() {
 #[tokio::test]
 async fn the_postgres_lock_is_per_schema() {
     let (first, second) = (TestSchema::create().await, TestSchema::create().await);
-    let held = PostgresLock::take(&first.url(), AGENT).await.unwrap();
-    let beside = PostgresLock::take(&second.url(), AGENT).await;
+    let held = PostgresLock::take(&first.url(), AGENT, false).await.unwrap();
+    let beside = PostgresLock::take(&second.url(), AGENT, false).await;
     held.release().await;
     first.drop_schema().await;
     second.drop_schema().await;
