@@ -187,14 +187,18 @@ pub async fn claim(config: &Config, client: TrackerClient, state: &State) -> Res
     }
 }
 
-/// This copy's id, made and kept in the state database at its first start.
+/// This copy's id, made and kept in the state database at its first start. Replicas sharing one
+/// state are one copy: they share its id, whichever of them made it.
 async fn copy_id(state: &State) -> Result<String, PresenceError> {
     match state.get_value(COPY_ID).await? {
         Some(id) if is_copy_id(&id) => Ok(id),
-        stored => {
-            if let Some(stored) = stored {
-                tracing::warn!(stored, "the state database holds a malformed copy id; this copy takes a new one");
-            }
+        None => {
+            let id = state.value_or_insert(COPY_ID, &new_copy_id()).await?;
+            state.sync().await?;
+            Ok(id)
+        }
+        Some(stored) => {
+            tracing::warn!(stored, "the state database holds a malformed copy id; this copy takes a new one");
             let id = new_copy_id();
             state.set_value(COPY_ID, &id).await?;
             // Kept before the id is written to the tracker, so the next start knows it as its own.

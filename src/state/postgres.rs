@@ -482,6 +482,20 @@ impl Store for PostgresStore {
         Ok(())
     }
 
+    async fn value_or_insert(&self, name: &str, value: &str, at_ms: i64) -> Result<String, StateError> {
+        // The no-op update locks the row and returns it, so every caller reads the winner's value.
+        Ok(sqlx::query_scalar(
+            "INSERT INTO named_values (agent, name, value, updated_at_ms) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (agent, name) DO UPDATE SET value = named_values.value RETURNING value",
+        )
+        .bind(&self.agent)
+        .bind(name)
+        .bind(value)
+        .bind(at_ms)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
     async fn record_stream_head(&self, seq: i64, value_name: &str, at_ms: i64) -> Result<(), StateError> {
         let mut transaction = self.pool.begin().await?;
         sqlx::query(

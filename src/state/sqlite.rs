@@ -331,6 +331,18 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    async fn value_or_insert(&self, name: &str, value: &str, at_ms: i64) -> Result<String, StateError> {
+        Ok(sqlx::query_scalar(
+            "INSERT INTO named_values (name, value, updated_at_ms) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (name) DO UPDATE SET value = value RETURNING value",
+        )
+        .bind(name)
+        .bind(value)
+        .bind(at_ms)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
     async fn record_stream_head(&self, seq: i64, value_name: &str, at_ms: i64) -> Result<(), StateError> {
         let mut transaction = self.pool.begin().await?;
         sqlx::query("UPDATE stream_position SET last_seq = MAX(last_seq, ?) WHERE singleton = 1")

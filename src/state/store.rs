@@ -146,6 +146,9 @@ pub(super) trait Store {
     async fn get_value(&self, name: &str) -> Result<Option<String>, StateError>;
     /// Inserts or replaces the value.
     async fn set_value(&self, name: &str, value: &str, at_ms: i64) -> Result<(), StateError>;
+    /// Inserts the value unless the name has one; returns the value stored, of concurrent callers
+    /// the same one for all.
+    async fn value_or_insert(&self, name: &str, value: &str, at_ms: i64) -> Result<String, StateError>;
 
     // ---- where the stream began ----
 

@@ -94,6 +94,7 @@ on_both_stores!(
     a_claimed_run_starts_once_and_is_found_unfinished_after_a_crash,
     concurrent_claimed_runs_start_exactly_one,
     values_round_trip_and_persist,
+    value_or_insert_keeps_the_first_of_concurrent_callers,
     sync_succeeds_and_keeps_everything,
     a_fresh_state_has_no_position_until_an_event_or_a_head_is_recorded,
     pruning_events_keeps_recent_ones_and_the_resume_point,
@@ -432,6 +433,16 @@ async fn concurrent_claimed_runs_start_exactly_one(place: Place) {
     let runs = state.list_runs(10).await.unwrap();
     assert_eq!(runs.len(), 1, "the refused claims wrote no run");
     assert_eq!(runs[0].id, started[0]);
+}
+
+async fn value_or_insert_keeps_the_first_of_concurrent_callers(place: Place) {
+    let state = place.open().await;
+    let ids = ["a", "b", "c", "d"];
+    let answers = futures::future::join_all(ids.map(|id| state.value_or_insert("copy", id))).await;
+    let answers: Vec<String> = answers.into_iter().map(Result::unwrap).collect();
+    assert!(answers.iter().all(|answer| answer == &answers[0]), "{answers:?}");
+    assert_eq!(state.get_value("copy").await.unwrap().as_deref(), Some(answers[0].as_str()));
+    assert_eq!(state.value_or_insert("copy", "z").await.unwrap(), answers[0]);
 }
 
 async fn values_round_trip_and_persist(place: Place) {
