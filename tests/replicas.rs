@@ -99,27 +99,23 @@ async fn steering_and_stop_reach_a_run_on_another_replica() {
 
         comment(&alice, &task.id, "@picogent please mention the launch date in your summary").await;
         eventually(Duration::from_secs(20), "the steering reached the run on the standby", || async {
-            model
-                .requests()
-                .iter()
-                .any(|request| request.to_string().contains("mention the launch date"))
-                .then_some(())
+            model.requests().iter().any(|request| request.to_string().contains("mention the launch date")).then_some(())
         })
         .await;
         comment(&alice, &task.id, "@picogent stop").await;
         let notice = eventually(Duration::from_secs(20), "the stop notice on the task", || async {
-            comments(&alice, &task.id).await.into_iter().find(|m| m.author_slug == "picogent" && m.content.starts_with("Stopped"))
+            comments(&alice, &task.id)
+                .await
+                .into_iter()
+                .find(|m| m.author_slug == "picogent" && m.content.starts_with("Stopped"))
         })
         .await;
         assert!(notice.content.contains("@alice asked me to stop"), "{}", notice.content);
         let other = if task.id == first.id { &second } else { &first };
         wait_status(&alice, &other.id, TaskStatus::InReview).await;
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let stopped: Vec<_> = comments(&alice, &task.id)
-            .await
-            .into_iter()
-            .filter(|m| m.author_slug == "picogent")
-            .collect();
+        let stopped: Vec<_> =
+            comments(&alice, &task.id).await.into_iter().filter(|m| m.author_slug == "picogent").collect();
         assert_eq!(stopped.len(), 1, "one notice, nothing else: {stopped:#?}");
         let mut connection = schema.connection().await;
         let (status, ran_on): (String, String) =
@@ -160,7 +156,8 @@ async fn a_standby_takes_the_stream_over_and_readyz_says_who_holds_it() {
         assert_eq!(body["replica"]["holds_stream"], false);
         let status = body["status"].as_str().unwrap();
         assert!(status.contains("standby") && status.contains(&first_id), "{status}");
-        let metrics = reqwest::get(format!("http://{}/metrics", first.http_addr.unwrap())).await.unwrap().text().await.unwrap();
+        let metrics =
+            reqwest::get(format!("http://{}/metrics", first.http_addr.unwrap())).await.unwrap().text().await.unwrap();
         let label = first_id.replace(|c: char| !(c.is_ascii_alphanumeric() || "._-:".contains(c)), "_");
         assert!(metrics.contains(&format!("picogent_replica_holds_stream{{replica=\"{label}\"}} 1")), "{metrics}");
         assert!(metrics.contains("picogent_stream_takeovers_total 1"), "{metrics}");
@@ -216,7 +213,13 @@ async fn a_single_copy_and_replicas_never_share_one_agents_state() {
 #[test]
 fn replicas_need_postgres() {
     let dir = tempfile::tempdir().unwrap();
-    let config = agent_config(dir.path(), "http://127.0.0.1:1", "http://127.0.0.1:2/v1", "picogent", json!({"replicas": {"enabled": true}}));
+    let config = agent_config(
+        dir.path(),
+        "http://127.0.0.1:1",
+        "http://127.0.0.1:2/v1",
+        "picogent",
+        json!({"replicas": {"enabled": true}}),
+    );
     let error = config.validate(Path::new("agent.json")).unwrap_err().to_string();
     assert!(error.contains("replicas.enabled") && error.contains("state.url"), "{error}");
 }

@@ -15,12 +15,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use picogent::secret::Secret;
-use picogent::tracker::TrackerClient;
-use picogent::tracker::model::{CreateTask, SendMessage};
 use serde_json::json;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 use support::fault_harness::{AgentProcess, FaultHarness, FaultKind, FaultRates, RestartableBoard};
+use support::work_check::{self, human, human_traffic, outcome};
 
 /// Writes a line of the soak's report straight to the process's stderr: the test harness captures
 /// `println!` of passing tests, and the counts must show in CI's log.
@@ -65,15 +63,6 @@ fn rates() -> FaultRates {
     }
 }
 
-fn human(board_url: &str, token: &str) -> TrackerClient {
-    let config: picogent::config::TrackerConfig = serde_json::from_value(json!({
-        "url": board_url, "timeout_ms": 5000,
-        "retry": {"max_attempts": 10, "initial_delay_ms": 50, "max_delay_ms": 500, "max_elapsed_ms": 8000, "jitter": true}
-    }))
-    .unwrap();
-    TrackerClient::new(&config, Secret::new(token)).unwrap()
-}
-
 fn agent_config(dir: &Path, tracker_url: &str, model_url: &str, http_listen: std::net::SocketAddr) -> PathBuf {
     let config = json!({
         "slug": "picogent",
@@ -101,106 +90,6 @@ fn agent_config(dir: &Path, tracker_url: &str, model_url: &str, http_listen: std
 async fn open_read_only(path: &Path) -> SqlitePool {
     let options = SqliteConnectOptions::new().filename(path).read_only(true);
     SqlitePoolOptions::new().max_connections(1).connect_with(options).await.unwrap()
-}
-
-/// Sends one thing as a human, retrying with the same idempotency key until the board takes it,
-/// so a restart of the board neither loses nor doubles it.
-async fn send_until_taken<T, F, Fut>(what: &str, mut send: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, picogent::tracker::TrackerError>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match send().await {
-            Ok(value) => return value,
-            Err(error) => {
-                assert!(Instant::now() < deadline, "{what} never reached the board: {error}");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        }
-    }
-}
-
-/// One human's share of the traffic: `tasks` tasks and `mentions` mentions, spread over
-/// [`SENDING`], interleaved.
-async fn human_traffic(client: TrackerClient, slug: &'static str, chat_id: String, tasks: usize, mentions: usize) {
-    let total = tasks + mentions;
-    let pause = SENDING / total as u32;
-    let started = Instant::now();
-    for n in 0..total {
-        // Tasks spread evenly among the mentions: exactly `tasks` of the items are tasks.
-        let is_task = n * tasks / total != (n + 1) * tasks / total;
-        let key = format!("soak-{slug}-{n}");
-        if is_task {
-            let steps = 1 + n % 3;
-            let description = (1..=steps).map(|s| format!("- step {s} of {slug} {n}")).collect::<Vec<_>>().join("\n");
-            let body = CreateTask {
-                project_slug: "team".into(),
-                title: format!("Soak task {slug} {n}"),
-                description: Some(description),
-                assignee_slug: Some("picogent".into()),
-                ..CreateTask::default()
-            };
-            send_until_taken(&key, || client.create_task(&body, Some(&key))).await;
-        } else {
-            let body = SendMessage {
-                content: format!("@picogent question {n} from {slug}: how many tasks are open?"),
-                chat_id: Some(chat_id.clone()),
-                ..SendMessage::default()
-            };
-            send_until_taken(&key, || client.send_message(&body, Some(&key))).await;
-        }
-        let next = started + pause * (n as u32 + 1);
-        tokio::time::sleep_until(next.into()).await;
-    }
-}
-
-#[derive(Debug, Default)]
-struct Outcome {
-    tasks: i64,
-    tasks_done: i64,
-    mentions: i64,
-    mentions_answered: i64,
-}
-
-impl Outcome {
-    fn finished(&self) -> bool {
-        self.tasks == TASKS as i64
-            && self.tasks_done == TASKS as i64
-            && self.mentions == MENTIONS as i64
-            && self.mentions_answered == MENTIONS as i64
-    }
-}
-
-async fn outcome(board: &SqlitePool) -> Outcome {
-    let tasks: i64 = sqlx::query_scalar("SELECT count(*) FROM tasks WHERE title LIKE 'Soak task %'")
-        .fetch_one(board)
-        .await
-        .unwrap_or(0);
-    // Done: in review, every step ticked, and a summary comment written.
-    let tasks_done: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM tasks t WHERE t.title LIKE 'Soak task %' AND t.status = 'in_review'
-           AND NOT EXISTS (SELECT 1 FROM steps s WHERE s.task_id = t.id AND s.done = 0)
-           AND EXISTS (SELECT 1 FROM messages m WHERE m.task_id = t.id AND m.author_slug = 'picogent')",
-    )
-    .fetch_one(board)
-    .await
-    .unwrap_or(0);
-    let mentions: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM messages WHERE author_slug IN ('alice', 'bob') AND content LIKE '@picogent question %'",
-    )
-    .fetch_one(board)
-    .await
-    .unwrap_or(0);
-    let mentions_answered: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM messages q WHERE q.author_slug IN ('alice', 'bob') AND q.content LIKE '@picogent question %'
-           AND EXISTS (SELECT 1 FROM messages r WHERE r.parent_id = q.id AND r.author_slug = 'picogent')",
-    )
-    .fetch_one(board)
-    .await
-    .unwrap_or(0);
-    Outcome { tasks, tasks_done, mentions, mentions_answered }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -242,8 +131,8 @@ async fn soak(model_options: picogent::offline_model::OfflineModelOptions) {
     let bob = human(&board.url(), "tok-bob");
     let chat_id = alice.get_project("team").await.unwrap().chat_id;
     let senders = [
-        tokio::spawn(human_traffic(alice, "alice", chat_id.clone(), TASKS / 2, MENTIONS / 2)),
-        tokio::spawn(human_traffic(bob, "bob", chat_id, TASKS - TASKS / 2, MENTIONS - MENTIONS / 2)),
+        tokio::spawn(human_traffic(alice, "alice", chat_id.clone(), TASKS / 2, MENTIONS / 2, SENDING)),
+        tokio::spawn(human_traffic(bob, "bob", chat_id, TASKS - TASKS / 2, MENTIONS - MENTIONS / 2, SENDING)),
     ];
 
     // The restarts, spread over the sending: board, agent, board, agent, board.
@@ -262,7 +151,7 @@ async fn soak(model_options: picogent::offline_model::OfflineModelOptions) {
     let state_db = dir.path().join("picogent.db");
     loop {
         let now = outcome(&board_pool).await;
-        if now.finished() {
+        if now.finished(TASKS, MENTIONS) {
             break;
         }
         assert!(agent.is_running(), "the agent exited; its log: {}", std::fs::read_to_string(&log).unwrap_or_default());
@@ -415,93 +304,11 @@ struct Report {
 
 async fn check(board: &SqlitePool, state: &SqlitePool) -> Report {
     let mut report = Report::default();
-    // Each human item reached the board exactly once.
-    let human_items: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT title, count(*) FROM tasks WHERE title LIKE 'Soak task %' GROUP BY title
-         UNION ALL
-         SELECT content, count(*) FROM messages WHERE author_slug IN ('alice', 'bob') GROUP BY content",
-    )
-    .fetch_all(board)
-    .await
-    .unwrap();
-    for (what, count) in &human_items {
-        if *count != 1 {
-            report.duplicates.push(format!("{count} × human item {what:?}"));
-        }
-    }
-
-    // Tasks: in review, each step once and ticked, exactly one comment from the agent.
-    let tasks: Vec<(String, String, String, String)> = sqlx::query_as(
-        "SELECT id, key, status, coalesce(description, '') FROM tasks WHERE title LIKE 'Soak task %' ORDER BY row",
-    )
-    .fetch_all(board)
-    .await
-    .unwrap();
-    if tasks.len() != TASKS {
-        report.losses.push(format!("{} soak tasks on the board, expected {TASKS}", tasks.len()));
-    }
-    for (id, key, status, description) in &tasks {
-        let steps: Vec<(String, bool)> =
-            sqlx::query_as("SELECT title, done FROM steps WHERE task_id = ? ORDER BY position")
-                .bind(id)
-                .fetch_all(board)
-                .await
-                .unwrap();
-        let expected: Vec<String> = description.lines().map(|line| line.trim_start_matches("- ").to_string()).collect();
-        let titles: Vec<String> = steps.iter().map(|(title, _)| title.clone()).collect();
-        let comments: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM messages WHERE task_id = ? AND author_slug = 'picogent'")
-                .bind(id)
-                .fetch_one(board)
-                .await
-                .unwrap();
-        if titles.len() > expected.len() || comments > 1 {
-            report.duplicates.push(format!("{key}: steps {titles:?}, {comments} agent comments"));
-        } else if status != "in_review" || titles != expected || steps.iter().any(|(_, done)| !done) || comments != 1 {
-            report.losses.push(format!("{key}: {status}, steps {steps:?}, {comments} agent comments"));
-        } else {
-            report.tasks_worked += 1;
-        }
-    }
-
-    // Mentions: exactly one reply each.
-    let replies: Vec<(String, String, i64)> = sqlx::query_as(
-        "SELECT q.id, q.content, (SELECT count(*) FROM messages r WHERE r.parent_id = q.id AND r.author_slug = 'picogent')
-         FROM messages q WHERE q.author_slug IN ('alice', 'bob') AND q.content LIKE '@picogent question %'",
-    )
-    .fetch_all(board)
-    .await
-    .unwrap();
-    if replies.len() != MENTIONS {
-        report.losses.push(format!("{} mentions on the board, expected {MENTIONS}", replies.len()));
-    }
-    for (_, content, count) in &replies {
-        match count {
-            1 => report.mentions_answered += 1,
-            0 => report.losses.push(format!("unanswered: {content:?}")),
-            n => report.duplicates.push(format!("{n} replies to {content:?}")),
-        }
-    }
-
-    // No duplicate comments at all: no two agent messages with the same place and text.
-    let repeated: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT content, count(*) FROM messages WHERE author_slug = 'picogent'
-         GROUP BY coalesce(task_id, ''), coalesce(parent_id, ''), coalesce(chat_id, ''), content HAVING count(*) > 1",
-    )
-    .fetch_all(board)
-    .await
-    .unwrap();
-    for (content, count) in repeated {
-        report.duplicates.push(format!("{count} × agent message {content:?}"));
-    }
-    let agent_messages: i64 = sqlx::query_scalar("SELECT count(*) FROM messages WHERE author_slug = 'picogent'")
-        .fetch_one(board)
-        .await
-        .unwrap();
-    let expected_messages = (TASKS + MENTIONS) as i64;
-    if agent_messages > expected_messages {
-        report.duplicates.push(format!("{agent_messages} agent messages, expected {expected_messages}"));
-    }
+    let board_check = work_check::check_board(board, TASKS, MENTIONS).await;
+    report.tasks_worked = board_check.tasks_worked;
+    report.mentions_answered = board_check.mentions_answered;
+    report.duplicates = board_check.duplicates;
+    report.losses = board_check.losses;
 
     // Events: every event the board logged for the agent after the head its first start began
     // at was processed by it (those before, traffic that beat the first connection, are the past

@@ -298,7 +298,9 @@ impl Router {
 
     /// Whether `session` has a run, running or waiting for a slot (on any replica).
     async fn session_busy(&self, session: &SessionKey) -> bool {
-        self.active.contains_key(session) || self.waiting_sessions.contains(session) || self.busy_anywhere(session).await
+        self.active.contains_key(session)
+            || self.waiting_sessions.contains(session)
+            || self.busy_anywhere(session).await
     }
 
     /// Whether fewer than `max_concurrent_runs` runs are running.

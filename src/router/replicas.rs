@@ -97,7 +97,12 @@ impl Router {
 
     /// A message to answer, on a replica: steers the session's run wherever it runs, or queues a
     /// run for it. Returns the metric's fate.
-    pub(super) async fn route_message(&mut self, message: MessageOut, session: SessionKey, steering: String) -> &'static str {
+    pub(super) async fn route_message(
+        &mut self,
+        message: MessageOut,
+        session: SessionKey,
+        steering: String,
+    ) -> &'static str {
         const EVENT: &str = "message.new";
         let Some(queue) = self.queue().cloned() else { return "refused" };
         let message_id = message.id.clone();
@@ -272,7 +277,8 @@ impl Router {
                 Ok(mut request) => {
                     let steering: Vec<_> = inputs.iter().filter(|input| input.kind == InputKind::Steer).collect();
                     request.steering = steering.iter().map(|input| input.text.clone()).collect();
-                    request.steering_message_ids = steering.iter().filter_map(|input| input.message_id.clone()).collect();
+                    request.steering_message_ids =
+                        steering.iter().filter_map(|input| input.message_id.clone()).collect();
                     if run.attempts > 1 {
                         tracing::info!(run_id = %run.id, attempts = run.attempts, "resuming a run another replica left");
                     }
@@ -323,7 +329,11 @@ impl Router {
             Some(QueuedRequest { kind, prompt }) => (kind, prompt),
             None => (self.resumable_kind(&session).await?, None),
         };
-        Ok(RunRequest { resume_run_id: Some(run.id.clone()), prompt, ..RunRequest::new(session, run.trigger.clone(), kind) })
+        Ok(RunRequest {
+            resume_run_id: Some(run.id.clone()),
+            prompt,
+            ..RunRequest::new(session, run.trigger.clone(), kind)
+        })
     }
 
     async fn resumable_kind(&self, session: &SessionKey) -> Result<RunKind, NotRunnable> {
@@ -389,7 +399,9 @@ impl Router {
         match queue.release_runs().await {
             Ok(0) => {}
             Ok(released) => tracing::info!(released, "handed this replica's unfinished runs to the other replicas"),
-            Err(error) => tracing::warn!(%error, "cannot hand unfinished runs over; they resume when their leases run out"),
+            Err(error) => {
+                tracing::warn!(%error, "cannot hand unfinished runs over; they resume when their leases run out")
+            }
         }
         let _ = queue.leave().await;
     }

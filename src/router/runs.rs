@@ -218,7 +218,9 @@ impl Router {
             match self.start_or_queue(request).await {
                 Ok(_) => {}
                 // Replicas: a run of the session started elsewhere meanwhile; it takes the input.
-                Err(StartRefused::Busy { run_id, .. }) if self.replicas.is_some() => self.send_all(&run_id, inputs).await,
+                Err(StartRefused::Busy { run_id, .. }) if self.replicas.is_some() => {
+                    self.send_all(&run_id, inputs).await
+                }
                 Err(refused) => tracing::warn!(%refused, session = %done.session, "the follow-up run was not started"),
             }
         }
@@ -319,7 +321,9 @@ impl Router {
             }
             // Its prompt came from a client that is gone; nobody waits for the answer.
             SessionKey::Prompt(_) => Err("a prompt run is not resumed after a restart"),
-            SessionKey::Thread(root) => Ok(RunKind::Message { message: Box::new(self.client.get_message(root).await?) }),
+            SessionKey::Thread(root) => {
+                Ok(RunKind::Message { message: Box::new(self.client.get_message(root).await?) })
+            }
         })
     }
 }

@@ -132,14 +132,20 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
         }
         Some(url) => {
             let state = State::open_postgres(url, &config.slug).await?;
-            (StateLock::Postgres(crate::state::PostgresLock::take(url, &config.slug, config.replicas.enabled).await?), state)
+            (
+                StateLock::Postgres(
+                    crate::state::PostgresLock::take(url, &config.slug, config.replicas.enabled).await?,
+                ),
+                state,
+            )
         }
     };
     // A replica writes its runs' ends as itself, and reads the shared spend each time.
     let replica = match config.replicas.enabled {
         true => {
             let id = replica_id();
-            let (state, queue) = state.as_replica(&id).context("replicas need their state in PostgreSQL (state.url)")?;
+            let (state, queue) =
+                state.as_replica(&id).context("replicas need their state in PostgreSQL (state.url)")?;
             tracing::info!(replica = %id, "starting as one replica of agent {}", config.slug);
             Some((state, queue))
         }

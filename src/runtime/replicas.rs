@@ -134,8 +134,13 @@ impl StreamKeeper {
                 // agent's shared position says (a second `--from-start` would replay everything).
                 let start = std::mem::replace(&mut self.options.start, StreamStart::Recorded);
                 let options = StreamOptions { start, ..self.options.clone() };
-                let task =
-                    crate::transport::spawn_into(options, &self.client, self.state.clone(), self.inputs.clone(), cancel.clone());
+                let task = crate::transport::spawn_into(
+                    options,
+                    &self.client,
+                    self.state.clone(),
+                    self.inputs.clone(),
+                    cancel.clone(),
+                );
                 Some(Held { cancel, task, last_renewed: sent })
             }
             Ok(None) => None,

@@ -233,14 +233,12 @@ impl Replicas {
     /// Lets the leases of this replica's running runs go now (a shutdown that could not wait for
     /// them), so another replica resumes them at once; returns how many.
     pub async fn release_runs(&self) -> Result<u64, StateError> {
-        Ok(sqlx::query(
-            "UPDATE runs SET lease_until_ms = 0 WHERE agent = $1 AND holder = $2 AND status = 'running'",
-        )
-        .bind(&self.agent)
-        .bind(&self.id)
-        .execute(&self.pool)
-        .await?
-        .rows_affected())
+        Ok(sqlx::query("UPDATE runs SET lease_until_ms = 0 WHERE agent = $1 AND holder = $2 AND status = 'running'")
+            .bind(&self.agent)
+            .bind(&self.id)
+            .execute(&self.pool)
+            .await?
+            .rows_affected())
     }
 
     // ---- heartbeats ----

@@ -77,8 +77,8 @@ use std::path::{Path, PathBuf};
 use time::{Date, OffsetDateTime};
 
 use crate::config::StateConfig;
-pub use postgres::{PostgresLock, check_url as check_postgres_url};
 pub use lease::{Beat, ClaimedRun, ReplicaSeen, Replicas};
+pub use postgres::{PostgresLock, check_url as check_postgres_url};
 pub use queue::{Enqueued, InputKind, QueuedRun, RunInput};
 pub use retention::{PrunePlan, Pruned};
 pub use runs::{FinishRun, RunRow, RunStatus};

@@ -132,13 +132,14 @@ impl PostgresLock {
             .map_err(|_| connect_error(timed_out()))?
             .map_err(connect_error)?;
         let query = match shared {
-            false => "SELECT pg_try_advisory_lock(hashtextextended('picogent agent ' || COALESCE(current_schema(), '') || '/' || $1, 0))",
-            true => "SELECT pg_try_advisory_lock_shared(hashtextextended('picogent agent ' || COALESCE(current_schema(), '') || '/' || $1, 0))",
+            false => {
+                "SELECT pg_try_advisory_lock(hashtextextended('picogent agent ' || COALESCE(current_schema(), '') || '/' || $1, 0))"
+            }
+            true => {
+                "SELECT pg_try_advisory_lock_shared(hashtextextended('picogent agent ' || COALESCE(current_schema(), '') || '/' || $1, 0))"
+            }
         };
-        let taken: bool = sqlx::query_scalar(query)
-        .bind(agent)
-        .fetch_one(&mut connection)
-        .await?;
+        let taken: bool = sqlx::query_scalar(query).bind(agent).fetch_one(&mut connection).await?;
         if !taken {
             let _ = connection.close().await;
             return Err(StateError::PostgresLocked { url, agent: agent.to_string(), replicas: shared });

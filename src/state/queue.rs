@@ -147,19 +147,21 @@ impl Replicas {
         message_id: Option<&str>,
     ) -> Result<bool, StateError> {
         let mut tx = self.pool.begin().await?;
-        let status: Option<String> = sqlx::query_scalar("SELECT status FROM runs WHERE agent = $1 AND id = $2 FOR UPDATE")
-            .bind(&self.agent)
-            .bind(run_id)
-            .fetch_optional(&mut *tx)
-            .await?;
+        let status: Option<String> =
+            sqlx::query_scalar("SELECT status FROM runs WHERE agent = $1 AND id = $2 FOR UPDATE")
+                .bind(&self.agent)
+                .bind(run_id)
+                .fetch_optional(&mut *tx)
+                .await?;
         if !matches!(status.as_deref(), Some("queued" | "running")) {
             return Ok(false);
         }
-        let n: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(n), 0) + 1 FROM run_inputs WHERE agent = $1 AND run_id = $2")
-            .bind(&self.agent)
-            .bind(run_id)
-            .fetch_one(&mut *tx)
-            .await?;
+        let n: i64 =
+            sqlx::query_scalar("SELECT COALESCE(MAX(n), 0) + 1 FROM run_inputs WHERE agent = $1 AND run_id = $2")
+                .bind(&self.agent)
+                .bind(run_id)
+                .fetch_one(&mut *tx)
+                .await?;
         insert_input(&mut tx, &self.agent, run_id, n, kind, text, message_id).await?;
         if let Some(message_id) = message_id {
             sqlx::query(

@@ -82,10 +82,8 @@ async fn a_queued_run_goes_to_one_replica_and_back_to_the_queue_when_its_lease_l
         ids.dedup();
         assert_eq!(ids.len(), 6, "and each by one replica only");
         // r2 dies: nobody renews its runs; r1 renews its own, r3 lets go at its shutdown.
-        let r1_runs: Vec<String> = sqlx::query_scalar("SELECT id FROM runs WHERE holder = 'r1'")
-            .fetch_all(&replicas[0].1.pool)
-            .await
-            .unwrap();
+        let r1_runs: Vec<String> =
+            sqlx::query_scalar("SELECT id FROM runs WHERE holder = 'r1'").fetch_all(&replicas[0].1.pool).await.unwrap();
         let r2_runs: i64 = sqlx::query_scalar("SELECT count(*) FROM runs WHERE holder = 'r2'")
             .fetch_one(&replicas[0].1.pool)
             .await
@@ -114,8 +112,10 @@ async fn one_run_per_session_across_replicas_and_each_thing_once() {
         let run = queued("thread:a", None);
         let asks = [r1, r2, r1, r2].map(|replica| replica.enqueue(&run));
         let answers: Vec<Enqueued> = futures::future::join_all(asks).await.into_iter().map(Result::unwrap).collect();
-        let queued_ids: Vec<&String> =
-            answers.iter().filter_map(|answer| if let Enqueued::Queued(id) = answer { Some(id) } else { None }).collect();
+        let queued_ids: Vec<&String> = answers
+            .iter()
+            .filter_map(|answer| if let Enqueued::Queued(id) = answer { Some(id) } else { None })
+            .collect();
         assert_eq!(queued_ids.len(), 1, "{answers:?}");
         assert!(answers.iter().all(|answer| match answer {
             Enqueued::Busy(id) => id == queued_ids[0],

@@ -620,6 +620,20 @@ impl AgentProcess {
         self.restarts += 1;
     }
 
+    /// SIGTERM, waits for the graceful exit, and starts it again (a rolling restart's step);
+    /// returns how the old process exited.
+    pub fn relaunch(&mut self) -> Option<std::process::ExitStatus> {
+        let exit = self.terminate();
+        self.spawn();
+        self.restarts += 1;
+        exit
+    }
+
+    /// The process id of the running agent.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// SIGTERM, then waits for the exit; returns how it exited.
     pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
         let mut child = self.child.take()?;

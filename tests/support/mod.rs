@@ -5,6 +5,7 @@
 
 pub mod fault_harness;
 pub mod fault_proxy;
+pub mod work_check;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
