@@ -116,6 +116,7 @@ def main():
     compare = load(results_dir / "compare.json")
     procs = load(results_dir / "procs.json")
     mcp = load(results_dir / "mcp.json")
+    replicas = load(results_dir / "replicas.json")
     rows = []  # (what, ours, baseline, ratio/figure, target, met: True/False/None)
 
     if compare:
@@ -163,6 +164,21 @@ def main():
                      delta_mb <= 45 and procs["peak_active_runs"] >= 200))
     else:
         rows.append(("RSS figures (bench/procs.py)", "not measured", "", "", "", None))
+
+    if replicas:
+        t, k = replicas["throughput"], replicas["takeover"]
+        per_s = lambda runs: ", ".join(f"{r:.2f}" for r in runs)
+        rows.append((f"runs completed per second, 3 replicas vs 1 ({t['mentions']} mentions at once, model answering "
+                     f"after {t['model_delay_ms'] / 1000:g} s, {t['slots_per_replica']} slots per replica)",
+                     f"{t['three_median']:.2f}/s (rounds: {per_s(t['three'])})",
+                     f"{t['one_median']:.2f}/s (rounds: {per_s(t['one'])})",
+                     f"{t['ratio_median']:.2f}× (median)", "≥ 2.5×", t["ratio_median"] >= 2.5))
+        samples = ", ".join(f"{s:.1f} s" for s in k["samples_s"])
+        rows.append((f"stream takeover after SIGKILL of the holder (3 replicas, stream_lease_ms {k['stream_lease_ms']})",
+                     f"median {k['median_s']:.1f} s, max {k['max_s']:.1f} s ({samples})", "—",
+                     f"max {k['max_s']:.1f} s", "≤ 10 s", k["max_s"] <= 10.0))
+    else:
+        rows.append(("replicas on PostgreSQL (benches/replicas.rs)", "not measured", "", "", "≥ 2.5× / ≤ 10 s", None))
 
     mcp_notes = []  # (what, figure): measured alongside, no target
     if mcp and "picogent" in mcp:

@@ -3,8 +3,9 @@
 # @modelcontextprotocol/server-everything and @modelcontextprotocol/sdk into bench/node_modules,
 # FastMCP into bench/.venv),
 # runs the in-process comparisons (benches/compare.rs), the whole-process memory figures
-# (bench/procs.py) and the MCP stdio round trips (benches/mcp_stdio.rs), then writes
-# bench/RESULTS.md. Exits non-zero when a target is missed (1) or a figure could not be measured (2).
+# (bench/procs.py), the MCP stdio round trips (benches/mcp_stdio.rs) and replicas on PostgreSQL
+# (benches/replicas.rs: runs per second with one and three replicas, stream takeover after a
+# SIGKILL; needs the PostgreSQL the tests use), then writes bench/RESULTS.md. Exits non-zero when a target is missed (1) or a figure could not be measured (2).
 #
 # BENCH_QUICK=1 shrinks the sample sizes for a smoke run (the figures are then not worth keeping).
 set -euo pipefail
@@ -18,7 +19,7 @@ started=$(date +%s)
 say() { echo "[bench $(($(date +%s) - started))s] $*" >&2; }
 
 say "building the bench drivers and picogent (release profile)"
-cargo bench --no-run --bench compare --bench mcp_stdio
+cargo bench --no-run --bench compare --bench mcp_stdio --bench replicas
 # The processes measured are the binary people run: `cargo build --release`. The one `cargo bench`
 # leaves in target/release is built with the dev-dependencies' features too (tokio's test-util,
 # criterion's), so it is built again without them and copied aside, where a later `cargo bench`
@@ -54,6 +55,9 @@ if "$BIN" mcp --help >/dev/null 2>&1; then
 else
     echo '{"skipped": "this build of picogent has no `mcp` command"}' > "$OUT/mcp.json"
 fi
+
+say "replicas on PostgreSQL"
+BENCH_BIN="$BIN" BENCH_REPLICAS_OUT="$OUT/replicas.json" cargo bench --bench replicas
 
 say "writing bench/RESULTS.md"
 status=0
