@@ -62,6 +62,7 @@ macro_rules! on_store {
     };
 }
 
+pub mod migrate;
 mod postgres;
 mod retention;
 mod runs;
