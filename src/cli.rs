@@ -122,11 +122,39 @@ pub enum Command {
         #[arg(long, default_value_t = 300)]
         timeout_secs: u64,
     },
+    /// The agent's durable state: move it between stores.
+    State {
+        #[command(subcommand)]
+        command: StateCommand,
+    },
     /// The whole product offline on loopback: reference board, offline planner model, agent.
     Demo {
         /// Leave everything running and print the URLs, tokens and commands to try more.
         #[arg(long)]
         keep: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StateCommand {
+    /// Copy an agent's state from its SQLite file into PostgreSQL, to go on there where it stopped.
+    ///
+    /// Every table, in one transaction; nothing is replayed. Stop the agent first; the file is
+    /// left as it was. Refuses, copying nothing, when the target already holds the agent's rows.
+    Migrate {
+        /// The agent's SQLite state file (its `state.path`), opened read-only.
+        #[arg(long, value_name = "PATH")]
+        from: PathBuf,
+        /// The PostgreSQL database, postgres://user@host:port/database (no password: PGPASSWORD
+        /// or ~/.pgpass); `?options=-c%20search_path%3D<schema>` for a schema of its own.
+        #[arg(long, value_name = "URL")]
+        to: String,
+        /// The agent.json whose `slug` names the agent, when --agent is not given.
+        #[arg(long, default_value = "agent.json")]
+        config: PathBuf,
+        /// The agent's slug, the key of its rows in PostgreSQL (default: the config's `slug`).
+        #[arg(long, value_name = "SLUG")]
+        agent: Option<String>,
     },
 }
 
@@ -249,6 +277,9 @@ pub fn main(cli: Cli) -> ExitCode {
             Command::Check { config } => crate::check::run_cli(&config).await,
             Command::Eval { config, json, timeout_secs } => {
                 crate::eval::run_cli(&config, json, std::time::Duration::from_secs(timeout_secs)).await
+            }
+            Command::State { command: StateCommand::Migrate { from, to, config, agent } } => {
+                Ok(state_migrate(&from, &to, &config, agent).await)
             }
             Command::Demo { keep } => crate::demo::run_cli(keep).await,
         }
@@ -435,6 +466,49 @@ async fn tools_call(name: &str, arguments: &str, config_path: &std::path::Path, 
     }
     print_stdout(&out);
     if result.is_error == Some(true) { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+}
+
+/// `picogent state migrate`: one line per table copied and a last line, or the reason nothing was.
+async fn state_migrate(
+    from: &std::path::Path,
+    to: &str,
+    config_path: &std::path::Path,
+    agent: Option<String>,
+) -> ExitCode {
+    let agent = match agent {
+        Some(agent) => agent,
+        None => match crate::config::Config::load(config_path) {
+            Ok(config) => config.slug,
+            Err(error) => {
+                eprintln!("error: {error}; or name the agent with --agent");
+                return ExitCode::from(EXIT_USAGE);
+            }
+        },
+    };
+    match crate::state::migrate::sqlite_to_postgres(from, to, &agent).await {
+        Ok(migrated) => {
+            let mut out = String::new();
+            for (table, rows) in &migrated.tables {
+                let unit = if *rows == 1 { "row" } else { "rows" };
+                out.push_str(&format!("{table}: {rows} {unit} copied\n"));
+            }
+            out.push_str(&format!(
+                "moved the state of agent `{agent}` from {} to {}: {} rows in {} tables, in one transaction; \
+                 set state.url to the PostgreSQL URL in agent.json (in place of state.path) and start picogent run; \
+                 the SQLite file is left as it was\n",
+                from.display(),
+                migrated.target,
+                migrated.total_rows(),
+                migrated.tables.len()
+            ));
+            print_stdout(&out);
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            if error.is_usage() { ExitCode::from(EXIT_USAGE) } else { ExitCode::FAILURE }
+        }
+    }
 }
 
 /// Writes command output; a closed pipe (`| head`) is not an error worth a panic.

@@ -990,7 +990,8 @@ fn problem(field: &str, message: &str) -> Result<(), Problem> {
     Err((field.to_string(), message.to_string()))
 }
 
-fn slug_ok(text: &str) -> bool {
+/// A member slug: letters, digits, '-' or '_' (also what `picogent state migrate --agent` takes).
+pub(crate) fn slug_ok(text: &str) -> bool {
     !text.is_empty() && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 

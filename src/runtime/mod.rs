@@ -294,10 +294,27 @@ enum StateLock {
     Postgres(crate::state::PostgresLock),
 }
 
+/// Why [`lock_state`] did not take the lock.
+#[derive(Debug, thiserror::Error)]
+pub enum StateLockError {
+    /// Another process holds it: an agent runs on the file.
+    #[error(
+        "another picogent run is using the state file {} (its lock {} is held): run one copy per state file, \
+         or give this one its own state.path",
+        path.display(),
+        lock_path.display()
+    )]
+    Held { path: std::path::PathBuf, lock_path: std::path::PathBuf },
+    // `cause`, not `source`: the message says it already, and the chain would say it twice.
+    #[error("cannot {action} the state lock {}: {cause}", lock_path.display())]
+    Io { action: &'static str, lock_path: std::path::PathBuf, cause: std::io::Error },
+}
+
 /// Takes the operating system's lock on `<state.path>.lock`, so a second agent on the same state
 /// file refuses to start instead of answering everything a second time. The lock goes with the
-/// process, however it ends.
-fn lock_state(path: &std::path::Path) -> anyhow::Result<std::fs::File> {
+/// process, however it ends. `picogent state migrate` takes it too, so no agent writes the file
+/// while its state is copied.
+pub fn lock_state(path: &std::path::Path) -> Result<std::fs::File, StateLockError> {
     let mut lock_path = path.as_os_str().to_owned();
     lock_path.push(".lock");
     let lock_path = std::path::PathBuf::from(lock_path);
@@ -306,18 +323,11 @@ fn lock_state(path: &std::path::Path) -> anyhow::Result<std::fs::File> {
         .truncate(false)
         .write(true)
         .open(&lock_path)
-        .with_context(|| format!("cannot open the state lock {}", lock_path.display()))?;
+        .map_err(|cause| StateLockError::Io { action: "open", lock_path: lock_path.clone(), cause })?;
     match file.try_lock() {
         Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
-            "another picogent run is using the state file {} (its lock {} is held): run one copy per state file, \
-             or give this one its own state.path",
-            path.display(),
-            lock_path.display()
-        ),
-        Err(std::fs::TryLockError::Error(error)) => {
-            Err(error).with_context(|| format!("cannot lock the state file {}", lock_path.display()))
-        }
+        Err(std::fs::TryLockError::WouldBlock) => Err(StateLockError::Held { path: path.to_path_buf(), lock_path }),
+        Err(std::fs::TryLockError::Error(cause)) => Err(StateLockError::Io { action: "take", lock_path, cause }),
     }
 }
 

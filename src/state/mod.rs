@@ -63,6 +63,7 @@ macro_rules! on_store {
 }
 
 mod lease;
+pub mod migrate;
 mod postgres;
 mod queue;
 mod retention;

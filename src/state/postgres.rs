@@ -93,7 +93,7 @@ impl PostgresStore {
         format!("{} (agent {})", self.url, self.agent)
     }
 
-    #[cfg(test)]
+    /// The pool, for the tests and for `migrate.rs`, which writes the tables in one transaction.
     pub(super) fn pool(&self) -> &PgPool {
         &self.pool
     }

@@ -10,7 +10,8 @@ use sqlx::sqlite::SqlitePool;
 use super::StateError;
 use super::store::{NewRun, RunColumns, RunEnd, Store, run_columns};
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/state");
+/// The schema, `migrations/state/`; `migrate.rs` holds a state file's applied migrations against it.
+pub(super) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/state");
 
 /// The SQLite store: a pool on the file and the file's path (for `sync`).
 #[derive(Clone, Debug)]
