@@ -30,6 +30,8 @@
 //! - [`mcp`]: the only module that imports rmcp's server/client machinery; [`mcp::server`] serves
 //!   the tools, tracker resources and prompts over MCP (stdio and Streamable HTTP); the rest
 //!   connects external MCP servers as tool sources, under the permission policy over all tools.
+//! - [`web`]: what the board's web page and the run inspector share: security headers, embedded
+//!   assets, templates, live fragments over server-sent events.
 
 pub mod agent;
 pub mod board;
@@ -52,3 +54,4 @@ pub mod state;
 pub mod tools;
 pub mod tracker;
 pub mod transport;
+pub mod web;

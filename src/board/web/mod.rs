@@ -1,0 +1,168 @@
+//! The reference board's web page (`picogent board`, `/` beside the API): a project's tasks in
+//! columns by status, a task page (description, steps, comments, assign), and the project chat.
+//!
+//! A person signs in by choosing a seeded human member; the page keeps a random session id in an
+//! `HttpOnly`, `SameSite=Strict` cookie and never sees the member's token. Every change goes
+//! through the same handlers as the REST API (so it logs the same events), forms post and
+//! redirect, so the pages work without script; the embedded script only swaps in fresh fragments
+//! from `…/live` (server-sent events), sent whenever anything on the board changed
+//! (`BoardState::changes`).
+
+mod pages;
+
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
+
+use axum::Router;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use minijinja::Environment;
+
+use super::BoardState;
+use super::error::BoardError;
+use super::extract::Caller;
+
+/// The cookie that holds the page's session id.
+const SESSION_COOKIE: &str = "board_session";
+
+/// Built-in templates: constant data of the binary, parsed once.
+static PAGES: LazyLock<Environment<'static>> = LazyLock::new(|| {
+    crate::web::environment(&[
+        ("_header.html", include_str!("templates/_header.html")),
+        ("board_signin.html", include_str!("templates/board_signin.html")),
+        ("board_project.html", include_str!("templates/board_project.html")),
+        ("board_columns.html", include_str!("templates/board_columns.html")),
+        ("board_task.html", include_str!("templates/board_task.html")),
+        ("board_task_live.html", include_str!("templates/board_task_live.html")),
+        ("board_chat.html", include_str!("templates/board_chat.html")),
+        ("board_chat_live.html", include_str!("templates/board_chat_live.html")),
+        ("board_error.html", include_str!("templates/board_error.html")),
+    ])
+});
+
+/// Signed-in pages: session id → the member it acts as. Kept in memory: a restarted board asks
+/// people to sign in again.
+#[derive(Debug, Default)]
+pub(crate) struct Sessions(Mutex<HashMap<String, Caller>>);
+
+impl Sessions {
+    /// Bound on the sessions kept; past it the oldest are not told apart and all start again.
+    const MAX_SESSIONS: usize = 10_000;
+
+    fn open(&self, caller: Caller) -> String {
+        let id = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+        let mut sessions = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if sessions.len() >= Self::MAX_SESSIONS {
+            sessions.clear();
+        }
+        sessions.insert(id.clone(), caller);
+        id
+    }
+
+    fn find(&self, id: &str) -> Option<Caller> {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(id).cloned()
+    }
+
+    fn close(&self, id: &str) {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(id);
+    }
+}
+
+/// The page's routes, and its assets.
+pub fn routes() -> Router<BoardState> {
+    Router::new()
+        .route("/", get(pages::home))
+        .route("/signin", get(pages::signin_page).post(pages::signin))
+        .route("/signout", post(pages::signout))
+        .route("/projects/{project}", get(pages::project_page))
+        .route("/projects/{project}/live", get(pages::project_live))
+        .route("/projects/{project}/tasks", post(pages::create_task))
+        .route("/projects/{project}/chat", get(pages::chat_page).post(pages::post_chat))
+        .route("/projects/{project}/chat/live", get(pages::chat_live))
+        .route("/tasks/{task}", get(pages::task_page))
+        .route("/tasks/{task}/live", get(pages::task_live))
+        .route("/tasks/{task}/assign", post(pages::assign))
+        .route("/tasks/{task}/comments", post(pages::comment))
+        .merge(crate::web::asset_routes())
+}
+
+/// The session id of the request's cookie, if it has one.
+fn session_id(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == SESSION_COOKIE)
+        .map(|(_, value)| value)
+        .filter(|value| !value.is_empty())
+}
+
+/// Who is signed in on this request, or the answer that sends them to sign in.
+fn signed_in(state: &BoardState, headers: &HeaderMap) -> Result<Caller, Response> {
+    session_id(headers)
+        .and_then(|id| state.web_sessions.find(id))
+        .ok_or_else(|| Redirect::to("/signin").into_response())
+}
+
+/// The `Set-Cookie` value that keeps `session` for the page (or, empty, forgets it).
+fn session_cookie(session: &str) -> HeaderValue {
+    let max_age = if session.is_empty() { "; Max-Age=0" } else { "" };
+    HeaderValue::from_str(&format!("{SESSION_COOKIE}={session}; Path=/; HttpOnly; SameSite=Strict{max_age}"))
+        .unwrap_or_else(|_| HeaderValue::from_static("board_session=; Path=/; Max-Age=0"))
+}
+
+fn render(name: &str, context: minijinja::Value) -> Response {
+    match crate::web::render(&PAGES, name, context) {
+        Ok(html) => crate::web::html_page(StatusCode::OK, html),
+        Err(response) => response,
+    }
+}
+
+/// A board error as a page: its status, and what went wrong in words (internal causes are
+/// logged, never shown).
+fn error_page(error: BoardError, signed_in_as: Option<&Caller>) -> Response {
+    let status = error.status();
+    let message = match &error {
+        BoardError::Database(_) | BoardError::Internal(_) => {
+            tracing::error!(%error, "board page failed");
+            "the board failed to handle the request; see its log".to_string()
+        }
+        _ => error.to_string(),
+    };
+    let html = crate::web::render(
+        &PAGES,
+        "board_error.html",
+        crate::web::view(serde_json::json!({
+            "status": status.as_u16(), "message": message, "me": signed_in_as.map(|c| c.slug.clone())
+        })),
+    );
+    match html {
+        Ok(html) => crate::web::html_page(status, html),
+        Err(response) => response,
+    }
+}
+
+/// What wakes a live fragment: any change on the board, or its shutdown.
+struct BoardWake {
+    changes: tokio::sync::watch::Receiver<u64>,
+    shutdown: tokio_util::sync::CancellationToken,
+}
+
+impl crate::web::Wake for BoardWake {
+    async fn wait(&mut self) -> bool {
+        tokio::select! {
+            changed = self.changes.changed() => changed.is_ok(),
+            _ = self.shutdown.cancelled() => false,
+        }
+    }
+}
+
+fn wake(state: &BoardState) -> BoardWake {
+    BoardWake { changes: state.changes.subscribe(), shutdown: state.shutdown.clone() }
+}
+
+#[cfg(test)]
+mod tests;
