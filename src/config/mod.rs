@@ -357,13 +357,16 @@ impl From<StateConfig> for StateSection {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpConfig {
-    /// Where `picogent run` serves `/healthz`, `/readyz` and `/metrics`.
+    /// Where `picogent run` serves `/healthz`, `/readyz`, `/metrics` and the run inspector (`/`).
     pub listen: String,
+    /// The environment variable holding the run inspector's token, needed when `listen` is not
+    /// a loopback address (a loopback listener needs no login).
+    pub ui_token_env: String,
 }
 
 impl Default for HttpConfig {
     fn default() -> Self {
-        HttpConfig { listen: "127.0.0.1:9464".to_string() }
+        HttpConfig { listen: "127.0.0.1:9464".to_string(), ui_token_env: "PICOGENT_UI_TOKEN".to_string() }
     }
 }
 

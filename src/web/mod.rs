@@ -124,3 +124,58 @@ where
     });
     with_headers(Sse::new(events).keep_alive(KeepAlive::default()).into_response())
 }
+
+/// Signed-in browsers: a random session id (kept in an `HttpOnly` cookie) → who it is. Kept in
+/// memory: a restarted server asks people to sign in again.
+#[derive(Debug)]
+pub struct Sessions<T>(std::sync::Mutex<std::collections::HashMap<String, T>>);
+
+impl<T> Default for Sessions<T> {
+    fn default() -> Self {
+        Sessions(std::sync::Mutex::new(std::collections::HashMap::new()))
+    }
+}
+
+impl<T: Clone> Sessions<T> {
+    /// Bound on the sessions kept; past it they all start again.
+    const MAX_SESSIONS: usize = 10_000;
+
+    /// A new session for `who`: its id, 256 random bits in hex.
+    pub fn open(&self, who: T) -> String {
+        let id = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+        let mut sessions = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if sessions.len() >= Self::MAX_SESSIONS {
+            sessions.clear();
+        }
+        sessions.insert(id.clone(), who);
+        id
+    }
+
+    pub fn find(&self, id: &str) -> Option<T> {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(id).cloned()
+    }
+
+    pub fn close(&self, id: &str) {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(id);
+    }
+}
+
+/// The value of the cookie `name` in the request, if it has one.
+pub fn cookie<'a>(headers: &'a axum::http::HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(key, _)| *key == name)
+        .map(|(_, value)| value)
+        .filter(|value| !value.is_empty())
+}
+
+/// The `Set-Cookie` value that keeps `session` under `name` (or, empty, forgets it).
+pub fn session_cookie(name: &str, session: &str) -> HeaderValue {
+    let max_age = if session.is_empty() { "; Max-Age=0" } else { "" };
+    HeaderValue::from_str(&format!("{name}={session}; Path=/; HttpOnly; SameSite=Strict{max_age}"))
+        .unwrap_or_else(|_| HeaderValue::from_static("session=; Path=/; Max-Age=0"))
+}

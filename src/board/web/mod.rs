@@ -10,11 +10,10 @@
 
 mod pages;
 
-use std::collections::HashMap;
-use std::sync::{LazyLock, Mutex};
+use std::sync::LazyLock;
 
 use axum::Router;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use minijinja::Environment;
@@ -41,33 +40,8 @@ static PAGES: LazyLock<Environment<'static>> = LazyLock::new(|| {
     ])
 });
 
-/// Signed-in pages: session id → the member it acts as. Kept in memory: a restarted board asks
-/// people to sign in again.
-#[derive(Debug, Default)]
-pub(crate) struct Sessions(Mutex<HashMap<String, Caller>>);
-
-impl Sessions {
-    /// Bound on the sessions kept; past it the oldest are not told apart and all start again.
-    const MAX_SESSIONS: usize = 10_000;
-
-    fn open(&self, caller: Caller) -> String {
-        let id = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
-        let mut sessions = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if sessions.len() >= Self::MAX_SESSIONS {
-            sessions.clear();
-        }
-        sessions.insert(id.clone(), caller);
-        id
-    }
-
-    fn find(&self, id: &str) -> Option<Caller> {
-        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(id).cloned()
-    }
-
-    fn close(&self, id: &str) {
-        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(id);
-    }
-}
+/// Signed-in pages: session id → the member it acts as.
+pub(crate) type Sessions = crate::web::Sessions<Caller>;
 
 /// The page's routes, and its assets.
 pub fn routes() -> Router<BoardState> {
@@ -84,20 +58,13 @@ pub fn routes() -> Router<BoardState> {
         .route("/tasks/{task}/live", get(pages::task_live))
         .route("/tasks/{task}/assign", post(pages::assign))
         .route("/tasks/{task}/comments", post(pages::comment))
+        .route("/messages/{id}", get(pages::message))
         .merge(crate::web::asset_routes())
 }
 
 /// The session id of the request's cookie, if it has one.
 fn session_id(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|value| value.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == SESSION_COOKIE)
-        .map(|(_, value)| value)
-        .filter(|value| !value.is_empty())
+    crate::web::cookie(headers, SESSION_COOKIE)
 }
 
 /// Who is signed in on this request, or the answer that sends them to sign in.
@@ -109,9 +76,7 @@ fn signed_in(state: &BoardState, headers: &HeaderMap) -> Result<Caller, Response
 
 /// The `Set-Cookie` value that keeps `session` for the page (or, empty, forgets it).
 fn session_cookie(session: &str) -> HeaderValue {
-    let max_age = if session.is_empty() { "; Max-Age=0" } else { "" };
-    HeaderValue::from_str(&format!("{SESSION_COOKIE}={session}; Path=/; HttpOnly; SameSite=Strict{max_age}"))
-        .unwrap_or_else(|_| HeaderValue::from_static("board_session=; Path=/; Max-Age=0"))
+    crate::web::session_cookie(SESSION_COOKIE, session)
 }
 
 fn render(name: &str, context: minijinja::Value) -> Response {

@@ -358,3 +358,27 @@ pub async fn post_chat(
         Err(error) => error_page(error, Some(&caller)),
     }
 }
+
+/// A message's place: its task's page, or its project's chat, at the message.
+pub async fn message(State(state): State<BoardState>, headers: HeaderMap, Path(id): Path<String>) -> Response {
+    let caller = match signed_in(&state, &headers) {
+        Ok(caller) => caller,
+        Err(response) => return response,
+    };
+    match message_place(&state, &id).await {
+        Ok(place) => Redirect::to(&place).into_response(),
+        Err(error) => error_page(error, Some(&caller)),
+    }
+}
+
+async fn message_place(state: &BoardState, id: &str) -> Result<String, BoardError> {
+    let mut conn = state.pool.acquire().await?;
+    let message = db::find_message_row(&mut conn, id).await?;
+    if let Some(task_id) = &message.task_id {
+        let task = db::find_task(&mut conn, task_id).await?;
+        return Ok(format!("/tasks/{}", task.key));
+    }
+    let chat_id = message.chat_id.as_deref().unwrap_or_default();
+    let project = db::project_of_chat(&mut conn, chat_id).await?;
+    Ok(format!("/projects/{}/chat#m-{}", project.slug, message.id))
+}
