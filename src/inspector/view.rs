@@ -312,7 +312,8 @@ pub fn spend_chart(days: Vec<(time::Date, crate::state::Spend)>, budget: u64, pr
         .into_iter()
         .enumerate()
         .map(|(index, (day, spend))| {
-            let height = spend.tokens.saturating_mul(100) / scale;
+            // A day with any spend shows, however small it is beside the budget.
+            let height = (spend.tokens.saturating_mul(100) / scale).max(u64::from(spend.tokens > 0) * 2);
             SpendDay {
                 day: day.to_string(),
                 tokens: spend.tokens,

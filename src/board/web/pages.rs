@@ -89,6 +89,11 @@ pub async fn signout(State(state): State<BoardState>, headers: HeaderMap) -> Res
     ([(header::SET_COOKIE, session_cookie(""))], Redirect::to("/signin")).into_response()
 }
 
+/// A browser sends a textarea's lines ended by CR LF; the board stores LF, as its API clients do.
+fn one_kind_of_newline(text: &str) -> String {
+    text.replace("\r\n", "\n")
+}
+
 // ---- a project's board ----
 
 async fn project_view(state: &BoardState, caller: &Caller, project: &str) -> Result<minijinja::Value, BoardError> {
@@ -186,7 +191,7 @@ pub async fn create_task(
     let body = CreateTask {
         project_slug: project,
         title: form.title.trim().to_string(),
-        description: Some(form.description).filter(|text| !text.trim().is_empty()),
+        description: Some(one_kind_of_newline(&form.description)).filter(|text| !text.trim().is_empty()),
         assignee_slug: Some(form.assignee).filter(|slug| !slug.is_empty()),
         ..CreateTask::default()
     };
@@ -287,6 +292,7 @@ pub async fn comment(
         Ok(task) => task,
         Err(error) => return error_page(error, Some(&caller)),
     };
+    let content = one_kind_of_newline(&content);
     let body = SendMessage { content, task_id: Some(task.id.clone()), ..SendMessage::default() };
     match messages::send_message(State(state), caller.clone(), JsonBody(body)).await {
         Ok(_) => Redirect::to(&format!("/tasks/{}", task.key)).into_response(),
@@ -352,6 +358,7 @@ pub async fn post_chat(
         Ok(project) => project,
         Err(error) => return error_page(error, Some(&caller)),
     };
+    let content = one_kind_of_newline(&content);
     let body = SendMessage { content, chat_id: Some(project.chat_id.clone()), ..SendMessage::default() };
     match messages::send_message(State(state), caller.clone(), JsonBody(body)).await {
         Ok(_) => Redirect::to(&format!("/projects/{}/chat", project.slug)).into_response(),
