@@ -6,7 +6,7 @@
 // Prints one "ok <scenario>" line per scenario and "N passed, N failed" at the end; exits 1 on
 // any failure.
 import { chromium } from "playwright-core";
-import { mkdirSync } from "node:fs";
+import { mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 
 const board = process.env.BOARD_URL;
@@ -17,6 +17,7 @@ if (!board || !inspector || !shots) {
   console.error("set BOARD_URL, INSPECTOR_URL and SCREENSHOTS (tests/browser.rs does)");
   process.exit(2);
 }
+rmSync(shots, { recursive: true, force: true });
 mkdirSync(shots, { recursive: true });
 
 const browser = await chromium.launch({ executablePath, args: ["--no-sandbox"] });
