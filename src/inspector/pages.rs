@@ -19,8 +19,8 @@ const SPEND_DAYS: i64 = 14;
 
 fn render(status: StatusCode, name: &str, context: minijinja::Value) -> Response {
     match crate::web::render(&PAGES, name, context) {
-        Ok(html) => crate::web::html_page(status, html),
-        Err(response) => response,
+        Some(html) => crate::web::html_page(status, html),
+        None => crate::web::render_failed(),
     }
 }
 
@@ -74,7 +74,7 @@ pub async fn runs_live(
 }
 
 fn fragment(name: &str, view: Option<minijinja::Value>) -> Option<String> {
-    crate::web::render(&PAGES, name, view?).ok()
+    crate::web::render(&PAGES, name, view?)
 }
 
 async fn run_view(inspector: &Inspector, id: &str) -> Result<Option<minijinja::Value>, crate::state::StateError> {

@@ -152,7 +152,7 @@ pub struct Budget {
 pub fn detail(run: &RunRow, config: &Config) -> RunDetail {
     let stored = StoredRun::of(run);
     let record = stored.as_ref().and_then(|stored| stored.record.clone());
-    let transcript = stored.as_ref().map(|stored| transcript(stored)).unwrap_or_default();
+    let transcript = stored.as_ref().map(transcript).unwrap_or_default();
     let limits = &config.limits;
     let wall_ms = run.duration().map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let budgets = vec![
@@ -185,7 +185,7 @@ fn start_prompt(run: &RunRow) -> Option<String> {
 }
 
 fn budget(name: &'static str, used: u64, limit: u64) -> Budget {
-    let percent = if limit == 0 { 0 } else { (used.saturating_mul(100) / limit).min(100) };
+    let percent = used.saturating_mul(100).checked_div(limit).unwrap_or(0).min(100);
     Budget { name, used, limit, percent }
 }
 

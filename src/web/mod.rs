@@ -46,16 +46,19 @@ pub fn view(value: impl serde::Serialize) -> minijinja::Value {
     minijinja::Value::from(minijinja::value::Serde(value))
 }
 
-/// Renders `name` with `context`; a failure (a bug of a built-in template) becomes a 500 that
-/// says nothing of the cause, which is logged.
-pub fn render(env: &Environment<'_>, name: &str, context: minijinja::Value) -> Result<String, Response> {
-    env.get_template(name).and_then(|template| template.render(context)).map_err(|error| {
-        tracing::error!(%error, template = name, "cannot render a page");
-        html_page(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "<!doctype html><title>error</title><p>The page could not be rendered; see the log.</p>".into(),
-        )
-    })
+/// Renders `name` with `context`; a failure (a bug of a built-in template) is logged and gives
+/// `None`, which [`render_failed`] answers.
+pub fn render(env: &Environment<'_>, name: &str, context: minijinja::Value) -> Option<String> {
+    let rendered = env.get_template(name).and_then(|template| template.render(context));
+    rendered.map_err(|error| tracing::error!(%error, template = name, "cannot render a page")).ok()
+}
+
+/// The answer when a page could not be rendered: a 500 that says nothing of the cause.
+pub fn render_failed() -> Response {
+    html_page(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "<!doctype html><title>error</title><p>The page could not be rendered; see the log.</p>".into(),
+    )
 }
 
 /// An HTML answer with the security headers.

@@ -14,7 +14,7 @@ use std::sync::LazyLock;
 
 use axum::Router;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::response::{Redirect, Response};
 use axum::routing::{get, post};
 use minijinja::Environment;
 
@@ -68,10 +68,8 @@ fn session_id(headers: &HeaderMap) -> Option<&str> {
 }
 
 /// Who is signed in on this request, or the answer that sends them to sign in.
-fn signed_in(state: &BoardState, headers: &HeaderMap) -> Result<Caller, Response> {
-    session_id(headers)
-        .and_then(|id| state.web_sessions.find(id))
-        .ok_or_else(|| Redirect::to("/signin").into_response())
+fn signed_in(state: &BoardState, headers: &HeaderMap) -> Result<Caller, Redirect> {
+    session_id(headers).and_then(|id| state.web_sessions.find(id)).ok_or_else(|| Redirect::to("/signin"))
 }
 
 /// The `Set-Cookie` value that keeps `session` for the page (or, empty, forgets it).
@@ -81,8 +79,8 @@ fn session_cookie(session: &str) -> HeaderValue {
 
 fn render(name: &str, context: minijinja::Value) -> Response {
     match crate::web::render(&PAGES, name, context) {
-        Ok(html) => crate::web::html_page(StatusCode::OK, html),
-        Err(response) => response,
+        Some(html) => crate::web::html_page(StatusCode::OK, html),
+        None => crate::web::render_failed(),
     }
 }
 
@@ -105,8 +103,8 @@ fn error_page(error: BoardError, signed_in_as: Option<&Caller>) -> Response {
         })),
     );
     match html {
-        Ok(html) => crate::web::html_page(status, html),
-        Err(response) => response,
+        Some(html) => crate::web::html_page(status, html),
+        None => crate::web::render_failed(),
     }
 }
 

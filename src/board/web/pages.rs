@@ -128,7 +128,7 @@ pub async fn project_page(
 ) -> Response {
     let caller = match signed_in(&state, &headers) {
         Ok(caller) => caller,
-        Err(response) => return response,
+        Err(response) => return response.into_response(),
     };
     match project_view(&state, &caller, &project).await {
         Ok(view) => render("board_project.html", view),
@@ -143,7 +143,7 @@ pub async fn project_live(
 ) -> Response {
     let caller = match live_caller(&state, &headers) {
         Ok(caller) => caller,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let shared = state.clone();
     crate::web::live(wake(&state), move || {
@@ -153,17 +153,15 @@ pub async fn project_live(
 }
 
 /// A live stream needs a signed-in page; without one it is a plain 401, not a redirect.
-fn live_caller(state: &BoardState, headers: &HeaderMap) -> Result<Caller, Response> {
+fn live_caller(state: &BoardState, headers: &HeaderMap) -> Result<Caller, Box<Response>> {
     signed_in(state, headers).map_err(|_| {
-        error_page(
-            BoardError::Unauthorized { message: "sign in first: this stream is for a signed-in page".into() },
-            None,
-        )
+        let refusal = BoardError::Unauthorized { message: "sign in first: this stream is for a signed-in page".into() };
+        Box::new(error_page(refusal, None))
     })
 }
 
 fn fragment(name: &str, view: Result<minijinja::Value, BoardError>) -> Option<String> {
-    crate::web::render(&super::PAGES, name, view.ok()?).ok()
+    crate::web::render(&super::PAGES, name, view.ok()?)
 }
 
 #[derive(Debug, Deserialize)]
@@ -183,7 +181,7 @@ pub async fn create_task(
 ) -> Response {
     let caller = match signed_in(&state, &headers) {
         Ok(caller) => caller,
-        Err(response) => return response,
+        Err(response) => return response.into_response(),
     };
     let Ok(Form(form)) = form else {
         return error_page(BoardError::invalid("title", "a title", "the new task needs a title"), Some(&caller));
@@ -221,7 +219,7 @@ async fn task_view(state: &BoardState, caller: &Caller, task: &str) -> Result<mi
 pub async fn task_page(State(state): State<BoardState>, headers: HeaderMap, Path(task): Path<String>) -> Response {
     let caller = match signed_in(&state, &headers) {
         Ok(caller) => caller,
-        Err(response) => return response,
+        Err(response) => return response.into_response(),
     };
     match task_view(&state, &caller, &task).await {
         Ok(view) => render("board_task.html", view),
@@ -232,7 +230,7 @@ pub async fn task_page(State(state): State<BoardState>, headers: HeaderMap, Path
 pub async fn task_live(State(state): State<BoardState>, headers: HeaderMap, Path(task): Path<String>) -> Response {
     let caller = match live_caller(&state, &headers) {
         Ok(caller) => caller,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let shared = state.clone();
     crate::web::live(wake(&state), move || {
@@ -254,7 +252,7 @@ pub async fn assign(
 ) -> Response {
     let caller = match signed_in(&state, &headers) {
         Ok(caller) => caller,
-        Err(response) => return response,
+        Err(response) => return response.into_response(),
     };
     let Ok(Form(Assign { assignee })) = form else {
         return error_page(BoardError::invalid("assignee", "a member's slug", "choose whom to assign"), Some(&caller));
@@ -279,7 +277,7 @@ pub async fn comment(
 ) -> Response {
     let caller = match signed_in(&state, &headers) {
         Ok(caller) => caller,
-        Err(response) => return response,
+        Err(response) => return response.into_response(),
     };
     let Ok(Form(Comment { content })) = form else {
         return error_page(BoardError::invalid("content", "some text", "write a comment first"), Some(&caller));
@@ -317,7 +315,7 @@ async fn chat_view(state: &BoardState, caller: &Caller, project: &str) -> Result
 pub async fn chat_page(State(state): State<BoardState>, headers: HeaderMap, Path(project): Path<String>) -> Response {
     let caller = match signed_in(&state, &headers) {
         Ok(caller) => caller,
-        Err(response) => return response,
+        Err(response) => return response.into_response(),
     };
     match chat_view(&state, &caller, &project).await {
         Ok(view) => render("board_chat.html", view),
@@ -328,7 +326,7 @@ pub async fn chat_page(State(state): State<BoardState>, headers: HeaderMap, Path
 pub async fn chat_live(State(state): State<BoardState>, headers: HeaderMap, Path(project): Path<String>) -> Response {
     let caller = match live_caller(&state, &headers) {
         Ok(caller) => caller,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let shared = state.clone();
     crate::web::live(wake(&state), move || {
@@ -345,7 +343,7 @@ pub async fn post_chat(
 ) -> Response {
     let caller = match signed_in(&state, &headers) {
         Ok(caller) => caller,
-        Err(response) => return response,
+        Err(response) => return response.into_response(),
     };
     let Ok(Form(Comment { content })) = form else {
         return error_page(BoardError::invalid("content", "some text", "write a message first"), Some(&caller));
@@ -370,7 +368,7 @@ pub async fn post_chat(
 pub async fn message(State(state): State<BoardState>, headers: HeaderMap, Path(id): Path<String>) -> Response {
     let caller = match signed_in(&state, &headers) {
         Ok(caller) => caller,
-        Err(response) => return response,
+        Err(response) => return response.into_response(),
     };
     match message_place(&state, &id).await {
         Ok(place) => Redirect::to(&place).into_response(),
