@@ -109,9 +109,10 @@ async fn throughput(replicas: usize, mentions: usize) -> f64 {
     let board_db = dir.path().join("board.db");
     let seed = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/board-seed.json");
     let board = picogent::board::start(BoardOptions::loopback(&board_db, Some(seed))).await.unwrap();
-    let model = picogent::offline_model::start(OfflineModelOptions { delay: MODEL_DELAY, ..OfflineModelOptions::planner() })
-        .await
-        .unwrap();
+    let model =
+        picogent::offline_model::start(OfflineModelOptions { delay: MODEL_DELAY, ..OfflineModelOptions::planner() })
+            .await
+            .unwrap();
     let running: Vec<Replica> =
         (0..replicas).map(|n| Replica::start(dir.path(), n, &board.url(), &model.url(), &schema.url(), None)).collect();
     for replica in &running {

@@ -127,6 +127,12 @@ pub enum Command {
         #[command(subcommand)]
         command: StateCommand,
     },
+    /// The runs the agent recorded, from the state database of a config (what the run inspector
+    /// shows, as text).
+    Runs {
+        #[command(subcommand)]
+        command: RunsCommand,
+    },
     /// The whole product offline on loopback: reference board, offline planner model, agent.
     Demo {
         /// Leave everything running and print the URLs, tokens and commands to try more.
@@ -155,6 +161,31 @@ pub enum StateCommand {
         /// The agent's slug, the key of its rows in PostgreSQL (default: the config's `slug`).
         #[arg(long, value_name = "SLUG")]
         agent: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// The newest runs, newest first: trigger, outcome, turns, tool calls, tokens, duration.
+    List {
+        #[arg(long, default_value = "agent.json")]
+        config: PathBuf,
+        /// How many of the newest runs to read.
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        /// Only runs with this status (running, completed, failed, stopped, interrupted).
+        #[arg(long, default_value = "")]
+        status: String,
+        /// Only runs whose trigger starts with this word (task.assigned, message.new, manual, …).
+        #[arg(long, default_value = "")]
+        trigger: String,
+    },
+    /// One run in full: prompts, each turn's text, tool calls with arguments and results, budgets.
+    Show {
+        /// The run's id (from `picogent runs list`).
+        id: String,
+        #[arg(long, default_value = "agent.json")]
+        config: PathBuf,
     },
 }
 
@@ -280,6 +311,12 @@ pub fn main(cli: Cli) -> ExitCode {
             }
             Command::State { command: StateCommand::Migrate { from, to, config, agent } } => {
                 Ok(state_migrate(&from, &to, &config, agent).await)
+            }
+            Command::Runs { command: RunsCommand::List { config, limit, status, trigger } } => {
+                crate::inspector::cli::list(&config, limit, crate::inspector::view::RunFilter { status, trigger }).await
+            }
+            Command::Runs { command: RunsCommand::Show { id, config } } => {
+                crate::inspector::cli::show(&config, &id).await
             }
             Command::Demo { keep } => crate::demo::run_cli(keep).await,
         }

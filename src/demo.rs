@@ -72,6 +72,7 @@ pub async fn start(prompts_dir: Option<PathBuf>) -> anyhow::Result<Demo> {
         tracker_token: Secret::new(AGENT_TOKEN),
         llm_api_key: None,
         mcp_token: Some(Secret::new(DEMO_MCP_TOKEN)),
+        ui_token: None,
         stream: None,
         serve_http: true,
     })
@@ -245,6 +246,11 @@ fn print_keep(demo: &Demo) {
     let board = demo.board.url();
     println!();
     println!("everything keeps running; ctrl-c stops it.");
+    println!("open in a browser:");
+    println!("  board page      {board}/   (sign in as alice; assign a task to @picogent and watch its steps tick)");
+    if let Some(addr) = demo.agent.http_addr {
+        println!("  run inspector   http://{addr}/   (every run: prompts, turns, tool calls, budgets; events; spend)");
+    }
     println!("  board     {board}/api   (WebSocket {board}/api/ws)");
     println!("  model     {}   (offline planner)", demo.model.url());
     if let Some(addr) = demo.agent.http_addr {

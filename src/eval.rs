@@ -138,6 +138,7 @@ pub async fn evaluate(
         tracker_token: Secret::new("tok-picogent"),
         llm_api_key: api_key,
         mcp_token: None,
+        ui_token: None,
         stream: None,
         serve_http: false,
     })

@@ -30,6 +30,9 @@
 //! - [`mcp`]: the only module that imports rmcp's server/client machinery; [`mcp::server`] serves
 //!   the tools, tracker resources and prompts over MCP (stdio and Streamable HTTP); the rest
 //!   connects external MCP servers as tool sources, under the permission policy over all tools.
+//! - [`inspector`]: the run inspector at `/` of `picogent run`'s listener, and `picogent runs`.
+//! - [`web`]: what the board's web page and the run inspector share: security headers, embedded
+//!   assets, templates, live fragments over server-sent events.
 
 pub mod agent;
 pub mod board;
@@ -38,6 +41,7 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod eval;
+pub mod inspector;
 pub mod llm;
 pub mod mcp;
 pub mod offline_model;
@@ -52,3 +56,4 @@ pub mod state;
 pub mod tools;
 pub mod tracker;
 pub mod transport;
+pub mod web;

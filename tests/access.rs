@@ -160,13 +160,14 @@ async fn agent_http_exposes_no_secrets_and_serves_nothing_else() {
     }
     let response = mcp(Some(format!("Bearer {AGENT_MCP_TOKEN}"))).await.unwrap();
     assert!(response.status().is_success(), "/mcp with the right token: {}", response.status());
-    for path in ["/healthz", "/readyz", "/metrics"] {
+    // The run inspector (`/`, open on this loopback listener) shows no token either.
+    for path in ["/healthz", "/readyz", "/metrics", "/", "/runs", "/events", "/health"] {
         let text = http.get(format!("{base}{path}")).send().await.unwrap().text().await.unwrap();
-        assert_no_token(path, &text, &[AGENT_MCP_TOKEN]);
+        assert_no_token(path, &text, &[AGENT_MCP_TOKEN, "tok-picogent"]);
     }
     // Nothing else is served: no token gets anywhere, a wrong one neither.
     for header in [None, Some("Bearer tok-nobody"), Some("Bearer tok-picogent")] {
-        for (method, path) in [("GET", "/admin"), ("GET", "/runs"), ("POST", "/metrics")] {
+        for (method, path) in [("GET", "/admin"), ("POST", "/runs"), ("POST", "/metrics")] {
             let mut request = http.request(method.parse().unwrap(), format!("{base}{path}"));
             if let Some(header) = header {
                 request = request.header("authorization", header);

@@ -298,7 +298,7 @@ async fn a_second_migration_into_the_same_schema_refuses_and_changes_nothing() {
         assert_eq!(rows_in(&schema, "picogent").await, before, "nothing changed");
 
         // An agent of that identity running on the target (it holds the agent's lock there).
-        let running_there = PostgresLock::take(&schema.url(), "otherbot").await.unwrap();
+        let running_there = PostgresLock::take(&schema.url(), "otherbot", false).await.unwrap();
         let in_use = sqlite_to_postgres(&db, &schema.url(), "otherbot").await.unwrap_err().to_string();
         assert!(in_use.contains("agent `otherbot` is running on the PostgreSQL state"), "{in_use}");
         assert_eq!(rows_in(&schema, "otherbot").await.0, vec![0; TABLES.len()], "nothing copied");

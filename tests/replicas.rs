@@ -197,6 +197,7 @@ async fn a_single_copy_and_replicas_never_share_one_agents_state() {
             tracker_token: picogent::secret::Secret::new("tok-picogent"),
             llm_api_key: None,
             mcp_token: None,
+            ui_token: None,
             stream: Some(fast_stream()),
             serve_http: false,
         })

@@ -121,6 +121,7 @@ async fn start_agent_steady(config: picogent::config::Config) -> AgentHandle {
         tracker_token: picogent::secret::Secret::new("tok-picogent"),
         llm_api_key: None,
         mcp_token: None,
+        ui_token: None,
         stream: Some(picogent::transport::StreamOptions {
             heartbeat_interval: Duration::from_secs(10),
             ..agent_support::fast_stream()

@@ -73,6 +73,7 @@ pub async fn start_agent(config: Config) -> AgentHandle {
         tracker_token: Secret::new("tok-picogent"),
         llm_api_key: None,
         mcp_token: None,
+        ui_token: None,
         stream: Some(StreamOptions::new("TEAMBOARD_TOKEN")),
         serve_http: false,
     })

@@ -44,7 +44,27 @@ pub fn router(state: BoardState) -> Router {
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(limits::BODY_BYTES));
-    Router::new().nest(API_PREFIX, api).fallback(unknown_route).with_state(state)
+    Router::new()
+        .nest(API_PREFIX, api)
+        .merge(super::web::routes())
+        .fallback(unknown_route)
+        .layer(middleware::from_fn_with_state(state.clone(), note_change))
+        .with_state(state)
+}
+
+/// Middleware: after a write that succeeded (any method but GET and HEAD, answered 2xx or 3xx),
+/// counts a change, which wakes the web page's live fragments to render again.
+async fn note_change(
+    State(state): State<BoardState>,
+    request: axum::extract::Request,
+    next: middleware::Next,
+) -> axum::response::Response {
+    let write = !matches!(*request.method(), axum::http::Method::GET | axum::http::Method::HEAD);
+    let response = next.run(request).await;
+    if write && (response.status().is_success() || response.status().is_redirection()) {
+        state.changes.send_modify(|count| *count = count.wrapping_add(1));
+    }
+    response
 }
 
 async fn unknown_route() -> BoardError {

@@ -58,6 +58,11 @@ impl BoardError {
         BoardError::Forbidden { message: message.into() }
     }
 
+    /// The HTTP status this error answers with.
+    pub fn status(&self) -> StatusCode {
+        self.status_and_code().0
+    }
+
     fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {
             BoardError::Unauthorized { .. } => (StatusCode::UNAUTHORIZED, "unauthorized"),

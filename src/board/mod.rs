@@ -7,7 +7,9 @@
 //! - [`events`]: the durable per-member event log and the WebSocket that delivers it;
 //! - [`idempotency`]: `Idempotency-Key` on POSTs; [`extract`]: auth, bodies and queries;
 //! - [`db`]: the SQLite store; [`seed`]: the seed file; [`error`]: the one error enum;
-//! - [`retention`]: the schedule that prunes the event log and expired idempotency keys.
+//! - [`retention`]: the schedule that prunes the event log and expired idempotency keys;
+//! - [`web`]: the page a person uses (`/`: sign in, a project's columns, a task, the chat), on
+//!   the same handlers as the API, live through `changes`.
 //!
 //! Invariants: every answer that is not a success is a [`BoardError`]; every event is logged in
 //! the transaction of the change that causes it; writes hold SQLite's write lock from their
@@ -23,6 +25,7 @@ mod messages;
 mod retention;
 mod seed;
 mod tasks;
+mod web;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -76,6 +79,10 @@ pub struct BoardState {
     /// Tasks that outlive a request (WebSocket connections, idempotent work), awaited at shutdown.
     pub(crate) tasks: TaskTracker,
     pub(crate) task_ids: Arc<TaskIds>,
+    /// Counts every change (a write that succeeded); the web page's live fragments watch it.
+    pub(crate) changes: Arc<tokio::sync::watch::Sender<u64>>,
+    /// The web page's signed-in sessions.
+    pub(crate) web_sessions: Arc<web::Sessions>,
 }
 
 /// Task ids by id or key, for the reads that only need to know a task exists and its id (its
@@ -188,6 +195,8 @@ pub async fn start(options: BoardOptions) -> anyhow::Result<BoardHandle> {
         shutdown: CancellationToken::new(),
         tasks: TaskTracker::new(),
         task_ids: Arc::default(),
+        changes: Arc::new(tokio::sync::watch::Sender::new(0)),
+        web_sessions: Arc::default(),
     };
     retention::spawn(&state, options.retention);
     let app = api::router(state.clone());
@@ -202,7 +211,7 @@ pub async fn start(options: BoardOptions) -> anyhow::Result<BoardHandle> {
 /// `picogent board`: serves until Ctrl-C.
 pub async fn run_cli(options: BoardOptions) -> anyhow::Result<ExitCode> {
     let board = start(options).await?;
-    println!("board listening on {} (API at {})", board.url(), board.api_base());
+    println!("board listening on {} (API at {}; open {} in a browser)", board.url(), board.api_base(), board.url());
     tokio::signal::ctrl_c().await.context("cannot wait for Ctrl-C")?;
     board.shutdown().await?;
     Ok(ExitCode::SUCCESS)

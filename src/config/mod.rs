@@ -361,13 +361,16 @@ impl From<StateConfig> for StateSection {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpConfig {
-    /// Where `picogent run` serves `/healthz`, `/readyz` and `/metrics`.
+    /// Where `picogent run` serves `/healthz`, `/readyz`, `/metrics` and the run inspector (`/`).
     pub listen: String,
+    /// The environment variable holding the run inspector's token, needed when `listen` is not
+    /// a loopback address (a loopback listener needs no login).
+    pub ui_token_env: String,
 }
 
 impl Default for HttpConfig {
     fn default() -> Self {
-        HttpConfig { listen: "127.0.0.1:9464".to_string() }
+        HttpConfig { listen: "127.0.0.1:9464".to_string(), ui_token_env: "PICOGENT_UI_TOKEN".to_string() }
     }
 }
 
@@ -803,8 +806,11 @@ impl Config {
         if !self.tracker.api_prefix.is_empty() && !self.tracker.api_prefix.starts_with('/') {
             return problem("tracker.api_prefix", "expected a path starting with '/', or empty");
         }
-        for (name, variable) in [("tracker.token_env", &self.tracker.token_env), ("mcp.token_env", &self.mcp.token_env)]
-        {
+        for (name, variable) in [
+            ("tracker.token_env", &self.tracker.token_env),
+            ("mcp.token_env", &self.mcp.token_env),
+            ("http.ui_token_env", &self.http.ui_token_env),
+        ] {
             if variable.trim().is_empty() {
                 return problem(name, "expected the name of an environment variable");
             }
@@ -1003,7 +1009,7 @@ fn check_url(field: &str, url: &str) -> Result<(), Problem> {
 }
 
 /// The environment variables the file names as holding secrets (`tracker.token_env`,
-/// `llm.api_key_env`, `mcp.token_env`, with their defaults), read leniently: a malformed file is
+/// `llm.api_key_env`, `mcp.token_env`, `http.ui_token_env`, with their defaults), read leniently: a malformed file is
 /// reported by the real parse.
 fn secret_env_names(text: &str) -> Vec<String> {
     let file: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
@@ -1014,6 +1020,7 @@ fn secret_env_names(text: &str) -> Vec<String> {
         named("tracker", "token_env", Some(default_token_env())),
         named("llm", "api_key_env", None),
         named("mcp", "token_env", Some(McpConfig::default().token_env)),
+        named("http", "ui_token_env", Some(HttpConfig::default().ui_token_env)),
     ]
     .into_iter()
     .flatten()

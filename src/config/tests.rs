@@ -50,6 +50,20 @@ fn secret_variables_are_not_overrides() {
 }
 
 #[test]
+fn the_inspector_token_variable_is_named_not_an_override() {
+    let dir = tempfile::tempdir().unwrap();
+    let vars = [("PICOGENT_UI_TOKEN".to_string(), "tok-ui".to_string())];
+    let config = Config::load_with_env(&write(dir.path(), MINIMAL), vars).unwrap();
+    assert_eq!(config.http.ui_token_env, "PICOGENT_UI_TOKEN");
+    let text = MINIMAL.replace("\"name\"", "\"http\": {\"ui_token_env\": \"MY_UI\"}, \"name\"");
+    let vars = [("MY_UI".to_string(), "tok-ui".to_string())];
+    assert_eq!(Config::load_with_env(&write(dir.path(), &text), vars).unwrap().http.ui_token_env, "MY_UI");
+    let text = MINIMAL.replace("\"name\"", "\"http\": {\"ui_token_env\": \" \"}, \"name\"");
+    let error = Config::load_with_env(&write(dir.path(), &text), []).unwrap_err().to_string();
+    assert!(error.contains("http.ui_token_env"), "{error}");
+}
+
+#[test]
 fn unknown_field_is_an_error_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let text = MINIMAL.replace("\"name\"", "\"nmae\": 1, \"name\"");

@@ -11,7 +11,21 @@ use std::time::Duration;
 #[derive(Debug, Default)]
 pub struct Metrics {
     inner: Mutex<Inner>,
+    /// The newest events with their fate, for the run inspector's events page.
+    recent: Mutex<std::collections::VecDeque<RecentEvent>>,
 }
+
+/// One event as the router judged it: its name, what became of it (`run`, `duplicate`,
+/// `own_message`, …) and when.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecentEvent {
+    pub at: time::OffsetDateTime,
+    pub name: String,
+    pub fate: String,
+}
+
+/// How many recent events [`Metrics::recent_events`] keeps.
+pub const RECENT_EVENTS: usize = 200;
 
 #[derive(Debug, Default)]
 struct Inner {
@@ -67,6 +81,18 @@ impl Metrics {
 
     pub fn event(&self, name: &str, fate: &str) {
         self.with(|m| *m.events.entry((label(name), label(fate))).or_default() += 1);
+        let mut recent = self.recent.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if recent.len() >= RECENT_EVENTS {
+            recent.pop_front();
+        }
+        let at = time::OffsetDateTime::now_utc();
+        recent.push_back(RecentEvent { at, name: label(name), fate: label(fate) });
+    }
+
+    /// The newest events and their fate, newest first.
+    pub fn recent_events(&self) -> Vec<RecentEvent> {
+        let recent = self.recent.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        recent.iter().rev().cloned().collect()
     }
 
     pub fn run_finished(&self, outcome: &str, duration: Duration) {

@@ -46,6 +46,9 @@ pub struct AgentOptions {
     pub llm_api_key: Option<Secret>,
     /// The bearer token MCP clients must send to `/mcp`; `None` leaves `/mcp` off.
     pub mcp_token: Option<Secret>,
+    /// The run inspector's token (`http.ui_token_env`), needed off loopback; `None` there leaves
+    /// the inspector off.
+    pub ui_token: Option<Secret>,
     pub stream: Option<StreamOptions>,
     /// Serve `http.listen` (false in tests that need no HTTP).
     pub serve_http: bool,
@@ -121,7 +124,7 @@ impl AgentHandle {
 
 /// Starts the agent: opens the state, loads the prompts, connects the stream and the model.
 pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
-    let AgentOptions { config, tracker_token, llm_api_key, mcp_token, stream, serve_http } = options;
+    let AgentOptions { config, tracker_token, llm_api_key, mcp_token, ui_token, stream, serve_http } = options;
     let config = Arc::new(config);
     let prompts = Arc::new(Prompts::load(&config.prompts_dir)?);
     // One copy per state: the SQLite file's lock, or the agent's lock in the PostgreSQL database.
@@ -225,12 +228,16 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     };
 
     let (http_addr, http) = if serve_http {
-        let routes = http_routes(&config, &services, mcp_token, inputs_tx.clone());
         let listen: SocketAddr = config.http.listen.parse().context("http.listen is not an address")?;
+        let routes = http_routes(&config, &services, mcp_token, inputs_tx.clone());
+        let routes = match crate::inspector::Access::for_listener(listen, ui_token, &config.http.ui_token_env) {
+            Some(access) => routes.merge(inspector_routes(&services, access)),
+            None => routes,
+        };
         let (addr, handle) = http::serve(listen, routes, shutdown.child_token())
             .await
             .with_context(|| format!("cannot listen on {listen} (http.listen)"))?;
-        tracing::info!(%addr, "agent http listening: /healthz /readyz /metrics");
+        tracing::info!(%addr, "agent http listening: / (run inspector) /healthz /readyz /metrics");
         (Some(addr), Some(handle))
     } else {
         (None, None)
@@ -369,6 +376,20 @@ fn http_routes(
     routes.nest("/mcp", crate::mcp::server::http_router(server, &security, services.shutdown.child_token()))
 }
 
+/// The run inspector at `/`, reading what the runs store and the live counters.
+fn inspector_routes(services: &RunServices, access: crate::inspector::Access) -> axum::Router {
+    let tools = services.tools.tools().into_iter().map(|tool| tool.name.to_string()).collect();
+    crate::inspector::routes(crate::inspector::Inspector::new(
+        services.state.clone(),
+        services.status.clone(),
+        services.metrics.clone(),
+        services.config.clone(),
+        tools,
+        access,
+        services.shutdown.child_token(),
+    ))
+}
+
 fn build_tools(config: &Config, client: &TrackerClient) -> anyhow::Result<crate::tools::Registry> {
     crate::tools::Registry::new(client.clone(), config.limits.max_tool_result_bytes)
         .context("cannot build the tool registry")
@@ -382,12 +403,14 @@ pub async fn run_cli(config_path: &std::path::Path, start: StreamStart) -> anyho
     let tracker_token = Secret::from_env(&config.tracker.token_env)?;
     let llm_api_key = config.llm.api_key()?;
     let mcp_token = Secret::from_env(&config.mcp.token_env).ok();
+    let ui_token = Secret::from_env(&config.http.ui_token_env).ok();
     let stream = StreamOptions { start, ..StreamOptions::from_config(&config) };
     let started = self::start(AgentOptions {
         config,
         tracker_token,
         llm_api_key,
         mcp_token,
+        ui_token,
         stream: Some(stream),
         serve_http: true,
     });

@@ -13,6 +13,10 @@ pub struct RunStart {
     pub prompt: String,
     /// How many messages of the session's stored conversation came before the prompt.
     pub history_len: usize,
+    /// The system prompt the run was sent, for the run inspector (not part of a resume's
+    /// request: a resumed run renders its system prompt afresh).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
 }
 
 /// What is stored with a run when it ends: its start, the loop's record and the transcript.
@@ -20,6 +24,9 @@ pub struct RunStart {
 pub struct StoredRun {
     pub prompt: String,
     pub history_len: usize,
+    /// The system prompt the run was sent (runs stored before it was kept have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
     #[serde(default)]
     pub record: Option<crate::agent::RunRecord>,
     #[serde(default)]

@@ -253,10 +253,11 @@ async fn begin(
                 Some(prompt) => prompt.clone(),
                 None => user_prompt(services, &request.kind, task, &request.steering_message_ids).await?,
             };
-            (RunStart { prompt, history_len: history.len() }, history)
+            (RunStart { prompt, history_len: history.len(), system_prompt: None }, history)
         }
     };
     let system = system_prompt(&services.config, &services.prompts, services.host.instruction_sections())?;
+    let start = RunStart { system_prompt: Some(system.clone()), ..start };
     state.save_run_record(run_id, &serde_json::to_value(&start)?).await?;
     // Everything recorded so far (the event, the claim, the run, its start) must outlive a power
     // cut before the loop's first tool call acts on the board.
@@ -362,6 +363,7 @@ async fn finish(
     let stored = StoredRun {
         prompt: start.prompt,
         history_len: start.history_len,
+        system_prompt: start.system_prompt,
         record: Some(record),
         conversation: output.conversation,
     };

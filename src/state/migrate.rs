@@ -221,8 +221,8 @@ async fn copy_tables(
     target: &str,
 ) -> Result<Vec<(&'static str, u64)>, MigrateError> {
     // Held until the commit: no agent of this slug starts on the target meanwhile.
-    let lock = PostgresLock::take(url, agent).await.map_err(|error| match error {
-        StateError::PostgresLocked { url, agent } => MigrateError::TargetInUse { url, agent },
+    let lock = PostgresLock::take(url, agent, false).await.map_err(|error| match error {
+        StateError::PostgresLocked { url, agent, .. } => MigrateError::TargetInUse { url, agent },
         error => MigrateError::Target(error),
     })?;
     let mut transaction = store.pool().begin().await.map_err(MigrateError::Transaction)?;

@@ -100,6 +100,7 @@ pub async fn start_agent(config: Config) -> AgentHandle {
         tracker_token: Secret::new(token),
         llm_api_key: None,
         mcp_token: Some(Secret::new(MCP_TOKEN)),
+        ui_token: None,
         stream: Some(fast_stream()),
         serve_http: true,
     })

@@ -711,6 +711,7 @@ pub async fn start_agent_in_process(config: serde_json::Value) -> picogent::runt
         tracker_token: picogent::secret::Secret::new(token),
         llm_api_key: None,
         mcp_token: Some(picogent::secret::Secret::new(AGENT_MCP_TOKEN)),
+        ui_token: None,
         stream: Some(stream),
         serve_http: true,
     })

@@ -132,6 +132,11 @@ async fn require_bearer(State(token): State<Arc<Secret>>, request: Request, next
 }
 
 /// Compares without stopping at the first difference, so timing does not reveal the token.
+/// Whether `given` is `token`, compared in constant time (also the run inspector's check).
+pub fn token_matches(given: &str, token: &Secret) -> bool {
+    constant_time_eq(given.as_bytes(), token.expose().as_bytes())
+}
+
 fn constant_time_eq(given: &[u8], expected: &[u8]) -> bool {
     if given.len() != expected.len() {
         return false;

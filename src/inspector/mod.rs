@@ -1,0 +1,174 @@
+//! The run inspector: what `picogent run` shows a person at `/` on `http.listen` — its runs
+//! (newest first, live), each run's prompts, turns, tool calls, budgets and notice, the recent
+//! events and what became of them, the spend per day against the budget, and its health.
+//! `picogent runs list|show` print the same from the state database ([`cli`]).
+//!
+//! Who may look: a loopback listener needs no login; on any other address every page and stream
+//! needs the token from `http.ui_token_env` (`Authorization: Bearer`, or a cookie set by the
+//! token form at `/login`), and without that variable the inspector is not served at all.
+//! Transcripts hold tracker and model text: every page is escaped by the templates and sent with
+//! the shared Content-Security-Policy (`crate::web`).
+
+pub mod cli;
+mod pages;
+pub mod view;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, LazyLock};
+
+use axum::Router;
+use axum::extract::{Request, State as AxumState};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::Response;
+use axum::routing::get;
+use minijinja::Environment;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::runtime::metrics::Metrics;
+use crate::runtime::status::StatusBoard;
+use crate::secret::Secret;
+use crate::state::State;
+
+/// The cookie that holds a browser's session after the token form.
+const SESSION_COOKIE: &str = "inspector_session";
+
+/// Built-in templates: constant data of the binary, parsed once.
+static PAGES: LazyLock<Environment<'static>> = LazyLock::new(|| {
+    crate::web::environment(&[
+        ("_inspector_nav.html", include_str!("templates/_inspector_nav.html")),
+        ("inspector_runs.html", include_str!("templates/inspector_runs.html")),
+        ("inspector_runs_live.html", include_str!("templates/inspector_runs_live.html")),
+        ("inspector_run.html", include_str!("templates/inspector_run.html")),
+        ("inspector_run_live.html", include_str!("templates/inspector_run_live.html")),
+        ("inspector_events.html", include_str!("templates/inspector_events.html")),
+        ("inspector_events_live.html", include_str!("templates/inspector_events_live.html")),
+        ("inspector_health.html", include_str!("templates/inspector_health.html")),
+        ("inspector_login.html", include_str!("templates/inspector_login.html")),
+        ("inspector_error.html", include_str!("templates/inspector_error.html")),
+    ])
+});
+
+/// Who may use the inspector.
+#[derive(Debug, Clone)]
+pub enum Access {
+    /// A loopback listener: whoever can reach it is on this machine.
+    Open,
+    /// Any other listener: the token of `http.ui_token_env`.
+    Token(Secret),
+}
+
+impl Access {
+    /// The access for a listener on `listen`: open on loopback, the token elsewhere, and `None`
+    /// (the inspector is not served, which the log says) elsewhere without a token.
+    pub fn for_listener(listen: SocketAddr, token: Option<Secret>, token_env: &str) -> Option<Access> {
+        if listen.ip().is_loopback() {
+            return Some(Access::Open);
+        }
+        match token {
+            Some(token) => Some(Access::Token(token)),
+            None => {
+                tracing::error!(
+                    %listen,
+                    "the run inspector is off: http.listen is not a loopback address and {token_env} is not set; set \
+                     it to a token to serve the inspector there, or listen on 127.0.0.1"
+                );
+                None
+            }
+        }
+    }
+}
+
+/// What the inspector reads. Cheap to clone.
+#[derive(Clone)]
+pub struct Inspector {
+    pub state: State,
+    pub status: Arc<StatusBoard>,
+    pub metrics: Arc<Metrics>,
+    pub config: Arc<Config>,
+    /// The names of the tools the agent offers, for the health page.
+    pub tools: Arc<Vec<String>>,
+    pub access: Access,
+    /// Ends the live streams at shutdown.
+    pub shutdown: CancellationToken,
+    pub(crate) sessions: Arc<crate::web::Sessions<()>>,
+}
+
+impl Inspector {
+    pub fn new(
+        state: State,
+        status: Arc<StatusBoard>,
+        metrics: Arc<Metrics>,
+        config: Arc<Config>,
+        tools: Vec<String>,
+        access: Access,
+        shutdown: CancellationToken,
+    ) -> Inspector {
+        Inspector { state, status, metrics, config, tools: Arc::new(tools), access, shutdown, sessions: Arc::default() }
+    }
+}
+
+/// Every page and stream of the inspector, behind its access check.
+pub fn routes(inspector: Inspector) -> Router {
+    Router::new()
+        .route("/", get(pages::runs_page))
+        .route("/runs", get(pages::runs_page))
+        .route("/runs/live", get(pages::runs_live))
+        .route("/runs/{id}", get(pages::run_page))
+        .route("/runs/{id}/live", get(pages::run_live))
+        .route("/events", get(pages::events_page))
+        .route("/events/live", get(pages::events_live))
+        .route("/health", get(pages::health_page))
+        .layer(axum::middleware::from_fn_with_state(inspector.clone(), require_access))
+        // The token form and its stylesheet and script are for whoever has no token yet.
+        .route("/login", get(pages::login_page).post(pages::login))
+        .merge(crate::web::asset_routes())
+        .with_state(inspector)
+}
+
+/// Middleware: lets a request through when the listener is open, or it carries the token (as a
+/// bearer, or the session cookie the token form set); answers 401 with the token form otherwise.
+async fn require_access(AxumState(inspector): AxumState<Inspector>, request: Request, next: Next) -> Response {
+    let Access::Token(token) = &inspector.access else { return next.run(request).await };
+    let headers = request.headers();
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")));
+    let by_bearer = bearer.is_some_and(|given| crate::mcp::server::token_matches(given, token));
+    let by_cookie = crate::web::cookie(headers, SESSION_COOKIE).is_some_and(|id| inspector.sessions.find(id).is_some());
+    if by_bearer || by_cookie {
+        return next.run(request).await;
+    }
+    tracing::warn!(has_token = bearer.is_some(), "refused an inspector request without a valid token");
+    pages::login_form(StatusCode::UNAUTHORIZED, bearer.is_some())
+}
+
+/// What wakes a live page: a run started or ended, a second passed (events, health and the
+/// clock move on their own), or the shutdown.
+struct InspectorWake {
+    runs: tokio::sync::broadcast::Receiver<()>,
+    tick: tokio::time::Interval,
+    shutdown: CancellationToken,
+}
+
+impl crate::web::Wake for InspectorWake {
+    async fn wait(&mut self) -> bool {
+        tokio::select! {
+            _ = self.runs.recv() => true,
+            _ = self.tick.tick() => true,
+            _ = self.shutdown.cancelled() => false,
+        }
+    }
+}
+
+fn wake(inspector: &Inspector) -> InspectorWake {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    tick.reset();
+    InspectorWake { runs: inspector.status.subscribe(), tick, shutdown: inspector.shutdown.clone() }
+}
+
+#[cfg(test)]
+mod tests;

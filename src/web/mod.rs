@@ -1,0 +1,184 @@
+//! What the two web pages picogent serves share — the reference board's page (`board::web`) and
+//! the run inspector (`inspector`): the security headers of every answer, the embedded assets
+//! (one stylesheet, one small script), the template environment and the live updates.
+//!
+//! Invariants: every page is rendered by minijinja with HTML autoescape (templates end in
+//! `.html`), so tracker and model text shows as text; every answer carries
+//! [`CONTENT_SECURITY_POLICY`], which allows no inline script and nothing from another origin;
+//! pages are complete without the script, which only swaps in fresh server-rendered fragments
+//! from a server-sent events stream (`data-live` on an element names its stream).
+
+use std::convert::Infallible;
+use std::future::Future;
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use minijinja::Environment;
+use tokio::sync::mpsc;
+
+/// Sent with every page, fragment, stream and asset.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+     connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+const LIVE_JS: &str = include_str!("live.js");
+const STYLE_CSS: &str = include_str!("style.css");
+const BASE_HTML: &str = include_str!("base.html");
+
+/// A template environment with the shared layout (`base.html`) and `templates`, each a name
+/// (ending in `.html`, so autoescaped) and its text. A template that does not parse is a bug of
+/// this binary, caught by the tests that render every page.
+pub fn environment(templates: &[(&'static str, &'static str)]) -> Environment<'static> {
+    let mut env = Environment::new();
+    env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+    let all = std::iter::once(&("base.html", BASE_HTML)).chain(templates);
+    for (name, text) in all {
+        if let Err(error) = env.add_template(name, text) {
+            tracing::error!(%error, template = name, "a built-in template does not parse");
+        }
+    }
+    env
+}
+
+/// A template's context from anything serializable.
+pub fn view(value: impl serde::Serialize) -> minijinja::Value {
+    minijinja::Value::from(minijinja::value::Serde(value))
+}
+
+/// Renders `name` with `context`; a failure (a bug of a built-in template) is logged and gives
+/// `None`, which [`render_failed`] answers.
+pub fn render(env: &Environment<'_>, name: &str, context: minijinja::Value) -> Option<String> {
+    let rendered = env.get_template(name).and_then(|template| template.render(context));
+    rendered.map_err(|error| tracing::error!(%error, template = name, "cannot render a page")).ok()
+}
+
+/// The answer when a page could not be rendered: a 500 that says nothing of the cause.
+pub fn render_failed() -> Response {
+    html_page(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "<!doctype html><title>error</title><p>The page could not be rendered; see the log.</p>".into(),
+    )
+}
+
+/// An HTML answer with the security headers.
+pub fn html_page(status: StatusCode, html: String) -> Response {
+    with_headers((status, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response())
+}
+
+/// Adds the headers every answer of the web pages carries.
+pub fn with_headers(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CONTENT_SECURITY_POLICY));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// `/assets/live.js` and `/assets/style.css`, from the binary.
+pub fn asset_routes<S: Clone + Send + Sync + 'static>() -> axum::Router<S> {
+    axum::Router::new()
+        .route("/assets/live.js", get(|| async { asset("text/javascript; charset=utf-8", LIVE_JS) }))
+        .route("/assets/style.css", get(|| async { asset("text/css; charset=utf-8", STYLE_CSS) }))
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    with_headers(([(header::CONTENT_TYPE, content_type)], body).into_response())
+}
+
+/// What wakes a live stream: a change worth re-rendering for, or the end (`false`: the server
+/// is shutting down, so the stream ends and graceful shutdown is not held up by it).
+pub trait Wake: Send + 'static {
+    fn wait(&mut self) -> impl Future<Output = bool> + Send;
+}
+
+/// A server-sent events stream of `render`'s fragment: sent at once, then again after each wake
+/// whenever it changed. `render` returning `None` (the thing is gone, or cannot be read) skips
+/// that turn. The stream ends when the client goes or `wake` says so.
+pub fn live<W, R, F>(mut wake: W, render: R) -> Response
+where
+    W: Wake,
+    R: Fn() -> F + Send + 'static,
+    F: Future<Output = Option<String>> + Send,
+{
+    let (sender, receiver) = mpsc::channel::<String>(4);
+    tokio::spawn(async move {
+        let mut last: Option<String> = None;
+        loop {
+            if let Some(html) = render().await
+                && last.as_ref() != Some(&html)
+            {
+                if sender.send(html.clone()).await.is_err() {
+                    return;
+                }
+                last = Some(html);
+            }
+            tokio::select! {
+                _ = sender.closed() => return,
+                more = wake.wait() => if !more { return },
+            }
+        }
+    });
+    let events = futures::stream::unfold(receiver, |mut receiver| async move {
+        let html = receiver.recv().await?;
+        Some((Ok::<Event, Infallible>(Event::default().data(html)), receiver))
+    });
+    with_headers(Sse::new(events).keep_alive(KeepAlive::default()).into_response())
+}
+
+/// Signed-in browsers: a random session id (kept in an `HttpOnly` cookie) → who it is. Kept in
+/// memory: a restarted server asks people to sign in again.
+#[derive(Debug)]
+pub struct Sessions<T>(std::sync::Mutex<std::collections::HashMap<String, T>>);
+
+impl<T> Default for Sessions<T> {
+    fn default() -> Self {
+        Sessions(std::sync::Mutex::new(std::collections::HashMap::new()))
+    }
+}
+
+impl<T: Clone> Sessions<T> {
+    /// Bound on the sessions kept; past it they all start again.
+    const MAX_SESSIONS: usize = 10_000;
+
+    /// A new session for `who`: its id, 256 random bits in hex.
+    pub fn open(&self, who: T) -> String {
+        let id = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+        let mut sessions = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if sessions.len() >= Self::MAX_SESSIONS {
+            sessions.clear();
+        }
+        sessions.insert(id.clone(), who);
+        id
+    }
+
+    pub fn find(&self, id: &str) -> Option<T> {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(id).cloned()
+    }
+
+    pub fn close(&self, id: &str) {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(id);
+    }
+}
+
+/// The value of the cookie `name` in the request, if it has one.
+pub fn cookie<'a>(headers: &'a axum::http::HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(key, _)| *key == name)
+        .map(|(_, value)| value)
+        .filter(|value| !value.is_empty())
+}
+
+/// The `Set-Cookie` value that keeps `session` under `name` (or, empty, forgets it).
+pub fn session_cookie(name: &str, session: &str) -> HeaderValue {
+    let max_age = if session.is_empty() { "; Max-Age=0" } else { "" };
+    HeaderValue::from_str(&format!("{name}={session}; Path=/; HttpOnly; SameSite=Strict{max_age}"))
+        .unwrap_or_else(|_| HeaderValue::from_static("session=; Path=/; Max-Age=0"))
+}

@@ -1,0 +1,64 @@
+//! The board page and the run inspector in a real browser: Debian's Chromium, driven by
+//! Playwright (`tests/browser/see_it_work.mjs`) against the demo stack started here (reference
+//! board, offline planner model, agent). Fails, never skips, when Chromium or the script's
+//! packages are missing, and says how to install them. Screenshots land in
+//! `target/browser-screenshots/`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+fn chromium() -> PathBuf {
+    let path = PathBuf::from(std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into()));
+    assert!(
+        path.exists(),
+        "Chromium is missing at {}: install Debian's package (apt-get install -y chromium) or set CHROMIUM; \
+         .ci/run installs it",
+        path.display()
+    );
+    path
+}
+
+fn browser_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
+    assert!(
+        dir.join("node_modules/playwright-core/package.json").exists(),
+        "playwright-core is missing: run `npm ci` in tests/browser (.ci/run does)"
+    );
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_sees_the_agent_work_in_the_browser() {
+    let chromium = chromium();
+    let dir = browser_dir();
+    let prompts = Path::new(env!("CARGO_MANIFEST_DIR")).join("prompts");
+    let demo = picogent::demo::start(Some(prompts)).await.expect("the demo stack starts");
+    while !demo.agent.status.caught_up() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let inspector = format!("http://{}", demo.agent.http_addr.expect("the agent serves http"));
+    let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/browser-screenshots");
+    let run = tokio::process::Command::new("node")
+        .arg("see_it_work.mjs")
+        .current_dir(&dir)
+        .env("BOARD_URL", demo.board.url())
+        .env("INSPECTOR_URL", &inspector)
+        .env("SCREENSHOTS", &shots)
+        .env("CHROMIUM", &chromium)
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(300), run)
+        .await
+        .expect("the browser script finishes within 5 minutes")
+        .expect("node runs (install Node.js)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!("{stdout}");
+    eprintln!("{stderr}");
+    demo.shutdown().await.expect("the demo stack stops");
+    assert!(output.status.success(), "the browser scenarios failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("5 passed, 0 failed"), "not every scenario ran:\n{stdout}");
+    for shot in ["board-signed-in.png", "board-task-worked.png", "inspector-run.png", "board-escaped-title.png"] {
+        assert!(shots.join(shot).exists(), "no screenshot {shot} in {}", shots.display());
+    }
+}

@@ -1,0 +1,136 @@
+// Drives Debian's Chromium through the board page and the run inspector of a running demo
+// stack, as a person would: sign in as alice, create a task for @picogent, watch its steps tick
+// without reloading, open its run in the inspector. Run by tests/browser.rs, which starts the
+// stack and passes:
+//   BOARD_URL, INSPECTOR_URL, SCREENSHOTS (a folder), CHROMIUM (the executable)
+// Prints one "ok <scenario>" line per scenario and "N passed, N failed" at the end; exits 1 on
+// any failure.
+import { chromium } from "playwright-core";
+import { mkdirSync, rmSync } from "node:fs";
+import { join } from "node:path";
+
+const board = process.env.BOARD_URL;
+const inspector = process.env.INSPECTOR_URL;
+const shots = process.env.SCREENSHOTS;
+const executablePath = process.env.CHROMIUM || "/usr/bin/chromium";
+if (!board || !inspector || !shots) {
+  console.error("set BOARD_URL, INSPECTOR_URL and SCREENSHOTS (tests/browser.rs does)");
+  process.exit(2);
+}
+rmSync(shots, { recursive: true, force: true });
+mkdirSync(shots, { recursive: true });
+
+const browser = await chromium.launch({ executablePath, args: ["--no-sandbox"] });
+const context = await browser.newContext({ viewport: { width: 1280, height: 860 } });
+const page = await context.newPage();
+const dialogs = [];
+page.on("dialog", async (dialog) => {
+  dialogs.push(dialog.message());
+  await dialog.dismiss();
+});
+const pageErrors = [];
+page.on("pageerror", (error) => pageErrors.push(String(error)));
+page.on("console", (message) => {
+  if (message.type() === "error") pageErrors.push(message.text());
+});
+
+let passed = 0;
+let failed = 0;
+async function scenario(name, body) {
+  try {
+    await body();
+    passed += 1;
+    console.log(`ok ${name}`);
+  } catch (error) {
+    failed += 1;
+    console.log(`FAILED ${name}: ${error.stack || error}`);
+    await page.screenshot({ path: join(shots, `failed-${name.replace(/\W+/g, "-")}.png`), fullPage: true }).catch(() => {});
+  }
+}
+function check(condition, message) {
+  if (!condition) throw new Error(message);
+}
+const timeout = { timeout: 30000 };
+let taskUrl = "";
+
+await scenario("alice signs in on the board page", async () => {
+  await page.goto(board);
+  check(page.url().endsWith("/signin"), `expected the sign-in page, got ${page.url()}`);
+  await page.getByRole("button", { name: /Alice/ }).click();
+  await page.waitForURL(/\/projects\/team$/, timeout);
+  await page.getByText("signed in as @alice").waitFor(timeout);
+  const html = await page.content();
+  check(!html.includes("tok-alice"), "the page shows alice's token");
+  await page.screenshot({ path: join(shots, "board-signed-in.png"), fullPage: true });
+});
+
+await scenario("a task assigned to @picogent gets its steps ticked without a reload", async () => {
+  await page.fill("#new-task input[name=title]", "Plan the launch checklist");
+  await page.fill("#new-task textarea[name=description]", "Get the launch ready.\n- write the announcement\n- update the docs\n- tell the team");
+  await page.selectOption("#new-task select[name=assignee]", "picogent");
+  await page.click("#new-task button[type=submit]");
+  await page.waitForURL(/\/tasks\/TE-\d+$/, timeout);
+  taskUrl = page.url();
+  // From here the page is never reloaded: what changes arrives over server-sent events.
+  await page.evaluate(() => { window.__sameDocument = true; });
+  await page.locator("#steps li[data-done]").first().waitFor(timeout);
+  await page.waitForFunction(() => {
+    const steps = [...document.querySelectorAll("#steps li[data-done]")];
+    return steps.length >= 3 && steps.every((step) => step.dataset.done === "true");
+  }, null, timeout);
+  await page.locator("#task-status", { hasText: "in_review" }).waitFor(timeout);
+  await page.locator("#comments .comment", { hasText: "@picogent" }).first().waitFor(timeout);
+  check(await page.evaluate(() => window.__sameDocument === true), "the page was reloaded");
+  await page.screenshot({ path: join(shots, "board-task-worked.png"), fullPage: true });
+  await page.goto(board + "/projects/team");
+  await page.screenshot({ path: join(shots, "board-columns.png"), fullPage: true });
+});
+
+await scenario("the run shows in the inspector with each tool call and the final text", async () => {
+  const key = taskUrl.split("/").pop();
+  await page.goto(inspector);
+  await page.locator("#runs tr[data-run]", { hasText: key }).first().waitFor(timeout);
+  await page.screenshot({ path: join(shots, "inspector-runs.png"), fullPage: true });
+  await page.locator("#runs tr[data-run]", { hasText: key }).first().locator("a").first().click();
+  await page.waitForURL(/\/runs\/[0-9a-f-]+$/, timeout);
+  await page.locator("#run-status", { hasText: "completed" }).waitFor(timeout);
+  const tools = await page.locator("#transcript .call").evaluateAll((calls) => calls.map((call) => call.dataset.tool));
+  for (const tool of ["add_step", "complete_step"]) {
+    check(tools.includes(tool), `no ${tool} call in the transcript: ${tools}`);
+  }
+  const results = await page.locator("#transcript .call .result").count();
+  check(results === tools.length, `${tools.length} calls but ${results} results`);
+  const finalText = await page.locator("#final-message").innerText();
+  check(finalText.includes("offline planner"), `final text: ${finalText}`);
+  check((await page.locator("#prompt").innerText()).includes("Plan the launch checklist"), "the prompt is missing");
+  await page.screenshot({ path: join(shots, "inspector-run.png"), fullPage: true });
+  await page.goto(inspector + "/events");
+  await page.locator("#events tr", { hasText: "task.assigned" }).first().waitFor(timeout);
+  await page.goto(inspector + "/health");
+  const today = await page.locator("svg.chart rect.bar").last().getAttribute("height");
+  check(Number(today) > 0, `today's bar has height ${today}`);
+  await page.screenshot({ path: join(shots, "inspector-health.png"), fullPage: true });
+});
+
+await scenario("a task titled <script>alert(1)</script> renders as text", async () => {
+  await page.goto(board + "/projects/team");
+  const title = "<script>alert(1)</script>";
+  await page.fill("#new-task input[name=title]", title);
+  await page.selectOption("#new-task select[name=assignee]", "bob");
+  await page.click("#new-task button[type=submit]");
+  await page.waitForURL(/\/tasks\/TE-\d+$/, timeout);
+  check((await page.locator("#task-title").innerText()) === title, "the title is not shown as text");
+  await page.goto(board + "/projects/team");
+  await page.locator(".task-card .title", { hasText: title }).waitFor(timeout);
+  check(dialogs.length === 0, `a dialog fired: ${dialogs}`);
+  check((await page.locator(".task-card script").count()) === 0, "a script element was made from the title");
+  await page.screenshot({ path: join(shots, "board-escaped-title.png"), fullPage: true });
+});
+
+await scenario("no page broke its Content-Security-Policy or threw", async () => {
+  check(pageErrors.length === 0, `errors: ${pageErrors.join(" | ")}`);
+});
+
+await browser.close();
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed === 0 ? 0 : 1);
