@@ -93,6 +93,7 @@ impl Harness {
             cancel,
             steering,
             window: agent::ModelWindow::default(),
+            checkpoint: None,
         };
         let input = RunInput { system_prompt: SYSTEM.to_string(), history: vec![], prompt: prompt.to_string() };
         let run = agent::run(setup, input);

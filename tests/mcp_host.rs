@@ -593,6 +593,7 @@ async fn the_agent_loop_calls_an_mcp_tool_with_the_scripted_offline_model() {
         cancel: tokio_util::sync::CancellationToken::new(),
         steering: None,
         window: picogent::agent::ModelWindow::default(),
+        checkpoint: None,
     };
     let input = RunInput {
         system_prompt: "You are picogent.".to_string(),

@@ -192,6 +192,7 @@ pub async fn one_turn_run(
             cancel: tokio_util::sync::CancellationToken::new(),
             steering: None,
             window: picogent::agent::ModelWindow::default(),
+            checkpoint: None,
         },
         picogent::agent::RunInput {
             system_prompt: system_prompt.to_string(),

@@ -54,6 +54,9 @@ pub struct RunSetup<'a> {
     pub steering: Option<UnboundedReceiver<String>>,
     /// What the model and its server allow.
     pub window: ModelWindow,
+    /// Gets the record and the conversation so far after every turn, for whoever shows a run
+    /// while it runs (the run inspector reads them from the state database).
+    pub checkpoint: Option<tokio::sync::watch::Sender<Option<RunOutput>>>,
 }
 
 /// What the model and its server allow a request.
@@ -141,6 +144,7 @@ pub async fn run(setup: RunSetup<'_>, input: RunInput) -> RunOutput {
         if let Some(outcome) = run.run_tools(calls).await {
             break outcome;
         }
+        run.checkpoint();
     };
     run.finish(outcome)
 }
@@ -461,6 +465,14 @@ impl<'a> Turns<'a> {
             limits.max_tool_calls
         ));
         Some(RunOutcome::BudgetToolCalls)
+    }
+
+    /// Hands the run so far to the checkpoint, if anyone watches.
+    fn checkpoint(&self) {
+        if let Some(checkpoint) = &self.setup.checkpoint {
+            let conversation = self.messages[1..].to_vec();
+            let _ = checkpoint.send(Some(RunOutput { record: self.record.clone(), conversation }));
+        }
     }
 
     fn finish(mut self, outcome: RunOutcome) -> RunOutput {

@@ -155,10 +155,15 @@ pub fn detail(run: &RunRow, config: &Config) -> RunDetail {
     let transcript = stored.as_ref().map(transcript).unwrap_or_default();
     let limits = &config.limits;
     let wall_ms = run.duration().map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    // A running run's counts are in its last checkpoint; the row has them once it ends.
+    let (turns, tool_calls, tokens) = match (&record, run.status) {
+        (Some(record), RunStatus::Running) => (record.turns, record.tool_calls, record.total_tokens()),
+        _ => (run.turns, run.tool_calls, run.prompt_tokens + run.completion_tokens),
+    };
     let budgets = vec![
-        budget("turns", u64::from(run.turns), u64::from(limits.max_turns)),
-        budget("tool calls", u64::from(run.tool_calls), u64::from(limits.max_tool_calls)),
-        budget("tokens", run.prompt_tokens + run.completion_tokens, limits.max_tokens_per_run),
+        budget("turns", u64::from(turns), u64::from(limits.max_turns)),
+        budget("tool calls", u64::from(tool_calls), u64::from(limits.max_tool_calls)),
+        budget("tokens", tokens, limits.max_tokens_per_run),
         budget("wall clock (ms)", record.as_ref().map_or(wall_ms, |r| r.wall_time_ms), limits.run_timeout_ms),
     ];
     let failed = matches!(run.status, RunStatus::Failed | RunStatus::Stopped);

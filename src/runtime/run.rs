@@ -293,6 +293,7 @@ async fn model_loop(
         .max_tokens_per_run
         .min(config.limits.max_tokens_per_day.saturating_sub(spent_today.tokens))
         .min(tokens_left_by_cost(config, spent_today.cost));
+    let (checkpoint, saver) = spawn_checkpoints(services, run_id, &begun.start);
     let mut tool_context = crate::tools::ToolContext::new(config.slug.clone());
     tool_context.idempotency_key = Some(format!("{run_id}-h{}", begun.start.history_len));
     tool_context.post_guard = Some(posts);
@@ -307,13 +308,51 @@ async fn model_loop(
         cancel: cancel.clone(),
         steering: Some(steer),
         window: crate::agent::ModelWindow::from_config(&config.llm),
+        checkpoint: Some(checkpoint),
     };
     let input = crate::agent::RunInput {
         system_prompt: begun.system.clone(),
         history: begun.history.clone(),
         prompt: begun.start.prompt.clone(),
     };
-    crate::agent::run(setup, input).await
+    let output = crate::agent::run(setup, input).await;
+    // The last checkpoint is written before the run's end, which replaces it.
+    let _ = saver.await;
+    output
+}
+
+/// Keeps the run's record in the state database up to date after every turn, so the run
+/// inspector shows a run as it goes. It stores what a resume needs (the start) with it, and ends
+/// when the loop does.
+fn spawn_checkpoints(
+    services: &RunServices,
+    run_id: &str,
+    start: &RunStart,
+) -> (tokio::sync::watch::Sender<Option<RunOutput>>, tokio::task::JoinHandle<()>) {
+    let (sender, mut receiver) = tokio::sync::watch::channel(None::<RunOutput>);
+    let state = services.state.clone();
+    let run_id = run_id.to_string();
+    let start = start.clone();
+    let saver = tokio::spawn(async move {
+        while receiver.changed().await.is_ok() {
+            let Some(output) = receiver.borrow_and_update().clone() else { continue };
+            let stored = StoredRun {
+                prompt: start.prompt.clone(),
+                history_len: start.history_len,
+                system_prompt: start.system_prompt.clone(),
+                record: Some(output.record),
+                conversation: output.conversation,
+            };
+            let saved = match serde_json::to_value(&stored) {
+                Ok(value) => state.save_run_record(&run_id, &value).await.map_err(|error| error.to_string()),
+                Err(error) => Err(error.to_string()),
+            };
+            if let Err(error) = saved {
+                tracing::debug!(%error, "could not checkpoint the run");
+            }
+        }
+    });
+    (sender, saver)
 }
 
 /// Saves what the run did: the session, the spend, the metrics and the run's end.
