@@ -46,3 +46,31 @@ async fn a_running_runs_page_shows_the_turns_so_far() {
     agent.shutdown().await.unwrap();
     model.shutdown().await;
 }
+
+/// A run waiting for a slot (`limits.max_concurrent_runs`) is listed as queued until it starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_waiting_for_a_slot_is_listed_as_queued() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = start_model(300).await;
+    let extra = json!({"limits": {"max_concurrent_runs": 1}});
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+    let steps: String = (1..=4).map(|n| format!("- step {n}\n")).collect();
+    let _first = create_assigned(&alice, "The first task", &steps).await;
+    let second = create_assigned(&alice, "The second task", &steps).await;
+    let runs = format!("http://{}/runs", agent.http_addr.unwrap());
+    let html = eventually(Duration::from_secs(20), "the second task queued on the runs page", || async {
+        let html = reqwest::get(&runs).await.ok()?.text().await.ok()?;
+        html.contains(&format!("data-queued=\"task:{}\"", second.id)).then_some(html)
+    })
+    .await;
+    assert!(html.contains("Queued, waiting for a free slot"), "{html}");
+    assert!(html.contains(&format!("task.assigned {}", second.key)), "its trigger: {html}");
+    wait_status(&alice, &second.id, picogent::tracker::model::TaskStatus::InReview).await;
+    let html = reqwest::get(&runs).await.unwrap().text().await.unwrap();
+    assert!(!html.contains("Queued, waiting"), "nothing waits any more: {html}");
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+}

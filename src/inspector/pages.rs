@@ -46,6 +46,7 @@ async fn runs_view(inspector: &Inspector, filter: &RunFilter) -> Result<minijinj
     Ok(context(json!({
         "runs": shown, "filter": filter, "statuses": statuses, "kinds": kinds, "query": query,
         "active": inspector.status.active_runs(), "connected": inspector.status.connected(),
+        "waiting": inspector.status.waiting(),
         "slug": inspector.config.slug,
     })))
 }

@@ -168,6 +168,7 @@ impl Router {
             "shutting down: letting runs finish"
         );
         self.waiting.clear();
+        self.publish_waiting();
         let deadline = tokio::time::Instant::now() + grace;
         while !self.active.is_empty() {
             match tokio::time::timeout_at(deadline, inputs.recv()).await {

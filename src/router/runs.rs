@@ -45,6 +45,7 @@ impl Router {
         if let Some(pos) = self.waiting.iter().position(|r| &r.session == session) {
             self.waiting.remove(pos);
             self.waiting_sessions.remove(session);
+            self.publish_waiting();
             return true;
         }
         match self.active.get_mut(session) {
@@ -94,6 +95,7 @@ impl Router {
         if !self.slot_free() {
             self.waiting_sessions.insert(request.session.clone());
             self.waiting.push_back(request);
+            self.publish_waiting();
             return Ok(Started::Queued);
         }
         self.spawn_run(request).await.map(Started::Now)
@@ -245,6 +247,20 @@ impl Router {
                 tracing::warn!(%refused, "a waiting run was not started");
             }
         }
+        self.publish_waiting();
+    }
+
+    /// Shows the runs waiting for a slot (the run inspector lists them as queued).
+    pub(super) fn publish_waiting(&self) {
+        let waiting = self
+            .waiting
+            .iter()
+            .map(|request| crate::runtime::status::WaitingRun {
+                session: request.session.as_string(),
+                trigger: request.trigger.clone(),
+            })
+            .collect();
+        self.status.set_waiting(waiting);
     }
 
     /// Posts a short notice where the run was asked for: a comment on the task, or a reply in the

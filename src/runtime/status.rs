@@ -20,6 +20,15 @@ pub struct StatusBoard {
     holds_stream: AtomicBool,
     /// This replica among the agent's replicas; `None` for a single copy.
     replica: Mutex<Option<ReplicaView>>,
+    /// Runs waiting in this process's queue for a free slot (`limits.max_concurrent_runs`).
+    waiting: Mutex<Vec<WaitingRun>>,
+}
+
+/// A run waiting for a slot, as the run inspector lists it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct WaitingRun {
+    pub session: String,
+    pub trigger: String,
 }
 
 /// This replica among the agent's replicas (`replicas.enabled`), for `/readyz` and `/metrics`.
@@ -45,6 +54,7 @@ impl Default for StatusBoard {
             startup: Mutex::new(None),
             holds_stream: AtomicBool::new(false),
             replica: Mutex::new(None),
+            waiting: Mutex::new(Vec::new()),
         }
     }
 }
@@ -90,6 +100,16 @@ impl StatusBoard {
 
     pub fn active_runs(&self) -> usize {
         self.active_runs.load(Ordering::SeqCst)
+    }
+
+    /// The runs waiting for a slot now, in order.
+    pub fn set_waiting(&self, waiting: Vec<WaitingRun>) {
+        *self.waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = waiting;
+        let _ = self.run_changes.send(());
+    }
+
+    pub fn waiting(&self) -> Vec<WaitingRun> {
+        self.waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
     }
 
     /// Makes this a replica: `/readyz` and `/metrics` say so from now on.
