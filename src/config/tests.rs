@@ -378,3 +378,32 @@ fn presence_is_on_by_default_and_its_heartbeat_is_checked() {
     let error = Config::load_with_env(&write(dir.path(), &text), []).unwrap_err().to_string();
     assert!(error.contains("heartbeat"), "{error}");
 }
+
+#[test]
+fn replicas_are_off_by_default_need_postgres_and_sane_leases() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::load_with_env(&write(dir.path(), MINIMAL), []).unwrap();
+    assert_eq!(config.replicas, ReplicasConfig::default());
+    assert!(!config.replicas.enabled);
+    let on = [("PICOGENT_REPLICAS__ENABLED".to_string(), "true".to_string())];
+    let error = Config::load_with_env(&write(dir.path(), MINIMAL), on.clone()).unwrap_err().to_string();
+    assert!(error.contains("replicas.enabled") && error.contains("state.url"), "{error}");
+    let postgres = MINIMAL.replace("\"slug\"", r#""state": {"url": "postgres://picogent@127.0.0.1/agents"}, "slug""#);
+    let config = Config::load_with_env(&write(dir.path(), &postgres), on.clone()).unwrap();
+    assert!(config.replicas.enabled);
+    assert_eq!((config.replicas.stream_lease_ms, config.replicas.run_lease_ms, config.replicas.poll_ms), (6_000, 15_000, 500));
+    for (field, bad, says) in [
+        ("POLL_MS", "50", "replicas.poll_ms"),
+        ("STREAM_LEASE_MS", "999", "replicas.stream_lease_ms"),
+        ("STREAM_LEASE_MS", "1200", "three times replicas.poll_ms"),
+        ("RUN_LEASE_MS", "4000000", "replicas.run_lease_ms"),
+    ] {
+        let mut vars = on.to_vec();
+        vars.push((format!("PICOGENT_REPLICAS__{field}"), bad.to_string()));
+        let error = Config::load_with_env(&write(dir.path(), &postgres), vars).unwrap_err().to_string();
+        assert!(error.contains(says), "{field}={bad}: {error}");
+    }
+    let text = postgres.replace("\"slug\"", r#""replicas": {"enable": true}, "slug""#);
+    let error = Config::load_with_env(&write(dir.path(), &text), []).unwrap_err().to_string();
+    assert!(error.contains("enable"), "an unknown field is named: {error}");
+}
