@@ -391,7 +391,10 @@ fn replicas_are_off_by_default_need_postgres_and_sane_leases() {
     let postgres = MINIMAL.replace("\"slug\"", r#""state": {"url": "postgres://picogent@127.0.0.1/agents"}, "slug""#);
     let config = Config::load_with_env(&write(dir.path(), &postgres), on.clone()).unwrap();
     assert!(config.replicas.enabled);
-    assert_eq!((config.replicas.stream_lease_ms, config.replicas.run_lease_ms, config.replicas.poll_ms), (6_000, 15_000, 500));
+    assert_eq!(
+        (config.replicas.stream_lease_ms, config.replicas.run_lease_ms, config.replicas.poll_ms),
+        (6_000, 15_000, 500)
+    );
     for (field, bad, says) in [
         ("POLL_MS", "50", "replicas.poll_ms"),
         ("STREAM_LEASE_MS", "999", "replicas.stream_lease_ms"),

@@ -16,7 +16,8 @@ pub struct ReplyCap {
     pub state: State,
     pub client: TrackerClient,
     pub max_per_hour: u32,
-    /// Check and count in one step, so two concurrent posts cannot both take the last slot.
+    /// Check and count in one step in this process (the store makes it one step across replicas),
+    /// so two concurrent posts cannot both take the last slot.
     pub lock: Arc<tokio::sync::Mutex<()>>,
 }
 
@@ -43,13 +44,13 @@ impl PostGuard for ReplyCap {
         Box::pin(async move {
             let Some(key) = self.key_of(place).await else { return Ok(()) };
             let _held = self.lock.lock().await;
-            let count = self.state.replies_in_last_hour(&key).await?;
-            if count >= self.max_per_hour {
-                tracing::warn!(thread = %key, count, "post refused by the thread reply cap");
-                return Err(PostRefused::ReplyCap { count });
+            match self.state.record_reply_within_hour(&key, self.max_per_hour).await? {
+                None => Ok(()),
+                Some(count) => {
+                    tracing::warn!(thread = %key, count, "post refused by the thread reply cap");
+                    Err(PostRefused::ReplyCap { count })
+                }
             }
-            self.state.record_reply(&key, time::OffsetDateTime::now_utc()).await?;
-            Ok(())
         })
     }
 }

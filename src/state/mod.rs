@@ -390,6 +390,20 @@ impl State {
         u32::try_from(count).map_err(|e| StateError::Corrupt { field: "replies", message: e.to_string() })
     }
 
+    /// Records a reply in `thread_key` now unless the agent posted `max` or more there in the
+    /// last hour; then returns that count and records nothing. One step across replicas.
+    pub async fn record_reply_within_hour(&self, thread_key: &str, max: u32) -> Result<Option<u32>, StateError> {
+        let now = OffsetDateTime::now_utc();
+        let since = to_ms(now - time::Duration::HOUR);
+        let forget = to_ms(now - retention::REPLY_LOG_KEPT);
+        let refused = on_store!(self, record_reply_under(thread_key, to_ms(now), since, i64::from(max), forget))?;
+        refused
+            .map(|count| {
+                u32::try_from(count).map_err(|e| StateError::Corrupt { field: "replies", message: e.to_string() })
+            })
+            .transpose()
+    }
+
     /// Replies the agent posted in `thread_key` in the last hour.
     pub async fn replies_in_last_hour(&self, thread_key: &str) -> Result<u32, StateError> {
         self.replies_since(thread_key, OffsetDateTime::now_utc() - time::Duration::HOUR).await

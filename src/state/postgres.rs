@@ -315,6 +315,46 @@ impl Store for PostgresStore {
         Ok(())
     }
 
+    async fn record_reply_under(
+        &self,
+        thread_key: &str,
+        at_ms: i64,
+        since_ms: i64,
+        max: i64,
+        forget_before_ms: i64,
+    ) -> Result<Option<i64>, StateError> {
+        // The thread's transaction lock: replicas posting in one thread at once count in turn.
+        let mut transaction = self.pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('picogent replies ' || $1 || '/' || $2, 0))")
+            .bind(&self.agent)
+            .bind(thread_key)
+            .execute(&mut *transaction)
+            .await?;
+        let count: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM replies WHERE agent = $1 AND thread_key = $2 AND at_ms >= $3")
+                .bind(&self.agent)
+                .bind(thread_key)
+                .bind(since_ms)
+                .fetch_one(&mut *transaction)
+                .await?;
+        if count >= max {
+            return Ok(Some(count));
+        }
+        sqlx::query("INSERT INTO replies (agent, thread_key, at_ms) VALUES ($1, $2, $3)")
+            .bind(&self.agent)
+            .bind(thread_key)
+            .bind(at_ms)
+            .execute(&mut *transaction)
+            .await?;
+        sqlx::query("DELETE FROM replies WHERE agent = $1 AND at_ms < $2")
+            .bind(&self.agent)
+            .bind(forget_before_ms)
+            .execute(&mut *transaction)
+            .await?;
+        transaction.commit().await?;
+        Ok(None)
+    }
+
     async fn replies_since(&self, thread_key: &str, since_ms: i64) -> Result<i64, StateError> {
         Ok(sqlx::query_scalar("SELECT COUNT(*) FROM replies WHERE agent = $1 AND thread_key = $2 AND at_ms >= $3")
             .bind(&self.agent)

@@ -194,3 +194,17 @@ async fn replicas_count_one_daily_spend_and_see_each_other() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn the_reply_cap_is_one_count_across_replicas_posting_at_once() {
+    test_postgres::with_schema(|schema| async move {
+        let replicas = replicas_on(&schema, &["r1", "r2", "r3"]).await;
+        let posts = (0..12).map(|n| replicas[n % 3].0.record_reply_within_hour("thread:busy", 5));
+        let answers: Vec<Option<u32>> =
+            futures::future::join_all(posts).await.into_iter().map(Result::unwrap).collect();
+        assert_eq!(answers.iter().filter(|answer| answer.is_none()).count(), 5, "{answers:?}");
+        assert!(answers.iter().flatten().all(|count| *count == 5), "{answers:?}");
+        assert_eq!(replicas[0].0.replies_in_last_hour("thread:busy").await.unwrap(), 5);
+    })
+    .await;
+}

@@ -180,6 +180,23 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    async fn record_reply_under(
+        &self,
+        thread_key: &str,
+        at_ms: i64,
+        since_ms: i64,
+        max: i64,
+        forget_before_ms: i64,
+    ) -> Result<Option<i64>, StateError> {
+        // One process per file: its callers are serialised already (`runtime::guard`).
+        let count = self.replies_since(thread_key, since_ms).await?;
+        if count >= max {
+            return Ok(Some(count));
+        }
+        self.record_reply(thread_key, at_ms, forget_before_ms).await?;
+        Ok(None)
+    }
+
     async fn replies_since(&self, thread_key: &str, since_ms: i64) -> Result<i64, StateError> {
         Ok(sqlx::query_scalar("SELECT COUNT(*) FROM replies WHERE thread_key = ? AND at_ms >= ?")
             .bind(thread_key)

@@ -117,6 +117,17 @@ pub(super) trait Store {
     /// Records a reply and, in the same transaction, forgets replies before `forget_before_ms`.
     async fn record_reply(&self, thread_key: &str, at_ms: i64, forget_before_ms: i64) -> Result<(), StateError>;
     async fn replies_since(&self, thread_key: &str, since_ms: i64) -> Result<i64, StateError>;
+    /// Counts the thread's replies since `since_ms` and, if fewer than `max`, records one as
+    /// [`Store::record_reply`] does, in one step for every process on the store; returns the
+    /// count found when it was `max` or more (nothing recorded).
+    async fn record_reply_under(
+        &self,
+        thread_key: &str,
+        at_ms: i64,
+        since_ms: i64,
+        max: i64,
+        forget_before_ms: i64,
+    ) -> Result<Option<i64>, StateError>;
 
     // ---- runs ----
 
