@@ -7,6 +7,12 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use picogent::secret::Secret;
+use tokio_util::sync::CancellationToken;
+
+/// The token of the inspector served off loopback.
+const UI_TOKEN: &str = "ui-token-for-the-browser-test";
+
 fn chromium() -> PathBuf {
     let path = PathBuf::from(std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into()));
     assert!(
@@ -37,12 +43,34 @@ async fn a_person_sees_the_agent_work_in_the_browser() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let inspector = format!("http://{}", demo.agent.http_addr.expect("the agent serves http"));
+    // The same inspector on a listener that is not loopback (all addresses, reached here through
+    // 127.0.0.1): every page wants the token.
+    let wildcard: std::net::SocketAddr = "0.0.0.0:0".parse().unwrap();
+    let access = picogent::inspector::Access::for_listener(wildcard, Some(Secret::new(UI_TOKEN)), "PICOGENT_UI_TOKEN")
+        .expect("a token is set");
+    let guarded = picogent::inspector::Inspector::new(
+        demo.agent.state.clone(),
+        demo.agent.status.clone(),
+        demo.agent.metrics.clone(),
+        std::sync::Arc::new(demo.config.clone()),
+        Vec::new(),
+        access,
+        CancellationToken::new(),
+    );
+    let stop_guarded = CancellationToken::new();
+    let (guarded_addr, _guarded) =
+        picogent::runtime::http::serve(wildcard, picogent::inspector::routes(guarded), stop_guarded.clone())
+            .await
+            .expect("the guarded inspector listens");
+    let guarded_url = format!("http://127.0.0.1:{}", guarded_addr.port());
     let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/browser-screenshots");
     let run = tokio::process::Command::new("node")
         .arg("see_it_work.mjs")
         .current_dir(&dir)
         .env("BOARD_URL", demo.board.url())
         .env("INSPECTOR_URL", &inspector)
+        .env("GUARDED_INSPECTOR_URL", &guarded_url)
+        .env("UI_TOKEN", UI_TOKEN)
         .env("SCREENSHOTS", &shots)
         .env("CHROMIUM", &chromium)
         .kill_on_drop(true)
@@ -55,10 +83,17 @@ async fn a_person_sees_the_agent_work_in_the_browser() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     println!("{stdout}");
     eprintln!("{stderr}");
+    stop_guarded.cancel();
     demo.shutdown().await.expect("the demo stack stops");
     assert!(output.status.success(), "the browser scenarios failed:\n{stdout}\n{stderr}");
-    assert!(stdout.contains("5 passed, 0 failed"), "not every scenario ran:\n{stdout}");
-    for shot in ["board-signed-in.png", "board-task-worked.png", "inspector-run.png", "board-escaped-title.png"] {
+    assert!(stdout.contains("6 passed, 0 failed"), "not every scenario ran:\n{stdout}");
+    for shot in [
+        "board-signed-in.png",
+        "board-task-worked.png",
+        "inspector-run.png",
+        "board-escaped-title.png",
+        "inspector-token-needed.png",
+    ] {
         assert!(shots.join(shot).exists(), "no screenshot {shot} in {}", shots.display());
     }
 }

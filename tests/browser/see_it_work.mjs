@@ -2,7 +2,8 @@
 // stack, as a person would: sign in as alice, create a task for @picogent, watch its steps tick
 // without reloading, open its run in the inspector. Run by tests/browser.rs, which starts the
 // stack and passes:
-//   BOARD_URL, INSPECTOR_URL, SCREENSHOTS (a folder), CHROMIUM (the executable)
+//   BOARD_URL, INSPECTOR_URL, SCREENSHOTS (a folder), CHROMIUM (the executable), and
+//   GUARDED_INSPECTOR_URL with UI_TOKEN: the same inspector on a listener that is not loopback
 // Prints one "ok <scenario>" line per scenario and "N passed, N failed" at the end; exits 1 on
 // any failure.
 import { chromium } from "playwright-core";
@@ -12,9 +13,11 @@ import { join } from "node:path";
 const board = process.env.BOARD_URL;
 const inspector = process.env.INSPECTOR_URL;
 const shots = process.env.SCREENSHOTS;
+const guarded = process.env.GUARDED_INSPECTOR_URL;
+const uiToken = process.env.UI_TOKEN;
 const executablePath = process.env.CHROMIUM || "/usr/bin/chromium";
-if (!board || !inspector || !shots) {
-  console.error("set BOARD_URL, INSPECTOR_URL and SCREENSHOTS (tests/browser.rs does)");
+if (!board || !inspector || !shots || !guarded || !uiToken) {
+  console.error("set BOARD_URL, INSPECTOR_URL, GUARDED_INSPECTOR_URL, UI_TOKEN and SCREENSHOTS (tests/browser.rs does)");
   process.exit(2);
 }
 rmSync(shots, { recursive: true, force: true });
@@ -125,6 +128,27 @@ await scenario("a task titled <script>alert(1)</script> renders as text", async 
   check(dialogs.length === 0, `a dialog fired: ${dialogs}`);
   check((await page.locator(".task-card script").count()) === 0, "a script element was made from the title");
   await page.screenshot({ path: join(shots, "board-escaped-title.png"), fullPage: true });
+});
+
+await scenario("the inspector off loopback refuses a request without the token", async () => {
+  for (const path of ["/", "/runs", "/events", "/health"]) {
+    const response = await page.request.get(guarded + path);
+    check(response.status() === 401, `${path} without the token answered ${response.status()}`);
+    check(!(await response.text()).includes("task.assigned"), `${path} showed runs without the token`);
+  }
+  const wrong = await page.request.get(guarded + "/runs", { headers: { Authorization: "Bearer not-the-token" } });
+  check(wrong.status() === 401, `a wrong token answered ${wrong.status()}`);
+  const guest = await browser.newContext({ viewport: { width: 1280, height: 860 } });
+  const visitor = await guest.newPage();
+  await visitor.goto(guarded + "/runs");
+  await visitor.getByRole("heading", { name: "Token needed" }).waitFor(timeout);
+  check((await visitor.locator("#runs").count()) === 0, "the runs table was shown without the token");
+  await visitor.screenshot({ path: join(shots, "inspector-token-needed.png"), fullPage: true });
+  await visitor.fill("input[name=token]", uiToken);
+  await visitor.click("form[action='/login'] button[type=submit]");
+  await visitor.locator("#runs tr[data-run]").first().waitFor(timeout);
+  check(!(await visitor.content()).includes(uiToken), "the page shows the token");
+  await guest.close();
 });
 
 await scenario("no page broke its Content-Security-Policy or threw", async () => {
