@@ -21,7 +21,7 @@ use sqlx::Connection;
 use sqlx::postgres::PgConnection;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 use support::fault_harness::AgentProcess;
-use support::work_check::{check_board, human, human_traffic, outcome};
+use support::work_check::{check_board, check_runs, human, human_traffic, outcome};
 
 macro_rules! report_line {
     ($($arg:tt)*) => {{
@@ -238,20 +238,11 @@ async fn soak(schema: test_postgres::TestSchema) {
     // Runs: one per task and one per mention, each completed once, wherever it ran.
     let runs: Vec<(String, String, Option<String>, i64)> =
         sqlx::query_as("SELECT session_key, status, holder, attempts FROM runs").fetch_all(&mut pg).await.unwrap();
-    let mut by_session = std::collections::BTreeMap::<&str, Vec<&str>>::new();
-    for (session, status, _, _) in &runs {
-        by_session.entry(session).or_default().push(status);
-    }
-    for (session, statuses) in &by_session {
-        if statuses.len() != 1 {
-            check.duplicates.push(format!("{} runs for {session}: {statuses:?}", statuses.len()));
-        } else if statuses[0] != "completed" {
-            check.losses.push(format!("run for {session} ended {}", statuses[0]));
-        }
-    }
-    if by_session.len() != TASKS + MENTIONS {
-        check.losses.push(format!("{} sessions with runs, expected {}", by_session.len(), TASKS + MENTIONS));
-    }
+    check_runs(
+        &mut check,
+        runs.iter().map(|(session, status, _, _)| (session.as_str(), status.as_str())),
+        TASKS + MENTIONS,
+    );
     let holders: std::collections::BTreeSet<&str> =
         runs.iter().filter_map(|(_, _, holder, _)| holder.as_deref()).collect();
     let resumed = runs.iter().filter(|(_, _, _, attempts)| *attempts > 1).count();

@@ -10,7 +10,7 @@
 
 mod support;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -356,22 +356,14 @@ async fn check(board: &SqlitePool, state: &SqlitePool) -> Report {
     let runs: Vec<(String, String)> =
         sqlx::query_as("SELECT session_key, status FROM runs").fetch_all(state).await.unwrap();
     report.runs = runs.len() as i64;
-    let mut by_session: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (session, status) in runs {
-        if status == "completed" {
-            report.completed_runs += 1;
-        }
-        by_session.entry(session).or_default().push(status);
-    }
-    for (session, statuses) in &by_session {
-        if statuses.len() != 1 {
-            report.duplicates.push(format!("{} runs for {session}: {statuses:?}", statuses.len()));
-        } else if statuses[0] != "completed" {
-            report.losses.push(format!("run for {session} ended {}", statuses[0]));
-        }
-    }
-    if by_session.len() != TASKS + MENTIONS {
-        report.losses.push(format!("{} sessions with runs, expected {}", by_session.len(), TASKS + MENTIONS));
-    }
+    report.completed_runs = runs.iter().filter(|(_, status)| status == "completed").count() as i64;
+    let mut runs_check = work_check::BoardCheck::default();
+    work_check::check_runs(
+        &mut runs_check,
+        runs.iter().map(|(s, status)| (s.as_str(), status.as_str())),
+        TASKS + MENTIONS,
+    );
+    report.duplicates.extend(runs_check.duplicates);
+    report.losses.extend(runs_check.losses);
     report
 }

@@ -98,6 +98,28 @@ impl PostgresStore {
         &self.pool
     }
 
+    /// Records a reply and forgets those before `forget_before_ms`, in `transaction`.
+    async fn insert_reply(
+        &self,
+        transaction: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        thread_key: &str,
+        at_ms: i64,
+        forget_before_ms: i64,
+    ) -> Result<(), StateError> {
+        sqlx::query("INSERT INTO replies (agent, thread_key, at_ms) VALUES ($1, $2, $3)")
+            .bind(&self.agent)
+            .bind(thread_key)
+            .bind(at_ms)
+            .execute(&mut **transaction)
+            .await?;
+        sqlx::query("DELETE FROM replies WHERE agent = $1 AND at_ms < $2")
+            .bind(&self.agent)
+            .bind(forget_before_ms)
+            .execute(&mut **transaction)
+            .await?;
+        Ok(())
+    }
+
     /// This agent's rows as the replica `id` sees them: the leases and the run queue.
     pub(super) fn replicas(&self, id: &str) -> super::lease::Replicas {
         super::lease::Replicas { pool: self.pool.clone(), agent: self.agent.clone(), id: id.to_string() }
@@ -300,17 +322,7 @@ impl Store for PostgresStore {
 
     async fn record_reply(&self, thread_key: &str, at_ms: i64, forget_before_ms: i64) -> Result<(), StateError> {
         let mut transaction = self.pool.begin().await?;
-        sqlx::query("INSERT INTO replies (agent, thread_key, at_ms) VALUES ($1, $2, $3)")
-            .bind(&self.agent)
-            .bind(thread_key)
-            .bind(at_ms)
-            .execute(&mut *transaction)
-            .await?;
-        sqlx::query("DELETE FROM replies WHERE agent = $1 AND at_ms < $2")
-            .bind(&self.agent)
-            .bind(forget_before_ms)
-            .execute(&mut *transaction)
-            .await?;
+        self.insert_reply(&mut transaction, thread_key, at_ms, forget_before_ms).await?;
         transaction.commit().await?;
         Ok(())
     }
@@ -340,17 +352,7 @@ impl Store for PostgresStore {
         if count >= max {
             return Ok(Some(count));
         }
-        sqlx::query("INSERT INTO replies (agent, thread_key, at_ms) VALUES ($1, $2, $3)")
-            .bind(&self.agent)
-            .bind(thread_key)
-            .bind(at_ms)
-            .execute(&mut *transaction)
-            .await?;
-        sqlx::query("DELETE FROM replies WHERE agent = $1 AND at_ms < $2")
-            .bind(&self.agent)
-            .bind(forget_before_ms)
-            .execute(&mut *transaction)
-            .await?;
+        self.insert_reply(&mut transaction, thread_key, at_ms, forget_before_ms).await?;
         transaction.commit().await?;
         Ok(None)
     }

@@ -233,3 +233,22 @@ pub async fn check_board(board: &SqlitePool, tasks: usize, mentions: usize) -> B
     }
     check
 }
+
+/// Checks the runs the agent recorded, as (session key, status): one run per session, each
+/// completed, and `sessions` sessions in all. Adds what is wrong to `check`.
+pub fn check_runs<'a>(check: &mut BoardCheck, runs: impl IntoIterator<Item = (&'a str, &'a str)>, sessions: usize) {
+    let mut by_session = std::collections::BTreeMap::<&str, Vec<&str>>::new();
+    for (session, status) in runs {
+        by_session.entry(session).or_default().push(status);
+    }
+    for (session, statuses) in &by_session {
+        if statuses.len() != 1 {
+            check.duplicates.push(format!("{} runs for {session}: {statuses:?}", statuses.len()));
+        } else if statuses[0] != "completed" {
+            check.losses.push(format!("run for {session} ended {}", statuses[0]));
+        }
+    }
+    if by_session.len() != sessions {
+        check.losses.push(format!("{} sessions with runs, expected {sessions}", by_session.len()));
+    }
+}

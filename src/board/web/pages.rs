@@ -292,8 +292,13 @@ pub async fn comment(
     };
     let content = one_kind_of_newline(&content);
     let body = SendMessage { content, task_id: Some(task.id.clone()), ..SendMessage::default() };
+    send_then_show(state, caller, body, &format!("/tasks/{}", task.key)).await
+}
+
+/// Posts `body` as `caller` through the API's own handler, then shows the page at `to`.
+async fn send_then_show(state: BoardState, caller: Caller, body: SendMessage, to: &str) -> Response {
     match messages::send_message(State(state), caller.clone(), JsonBody(body)).await {
-        Ok(_) => Redirect::to(&format!("/tasks/{}", task.key)).into_response(),
+        Ok(_) => Redirect::to(to).into_response(),
         Err(error) => error_page(error, Some(&caller)),
     }
 }
@@ -358,10 +363,7 @@ pub async fn post_chat(
     };
     let content = one_kind_of_newline(&content);
     let body = SendMessage { content, chat_id: Some(project.chat_id.clone()), ..SendMessage::default() };
-    match messages::send_message(State(state), caller.clone(), JsonBody(body)).await {
-        Ok(_) => Redirect::to(&format!("/projects/{}/chat", project.slug)).into_response(),
-        Err(error) => error_page(error, Some(&caller)),
-    }
+    send_then_show(state, caller, body, &format!("/projects/{}/chat", project.slug)).await
 }
 
 /// A message's place: its task's page, or its project's chat, at the message.
