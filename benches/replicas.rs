@@ -179,7 +179,7 @@ async fn takeovers(kills: usize) -> (Vec<f64>, u64) {
     let schema = test_postgres::TestSchema::create().await;
     let dir = tempfile::tempdir().unwrap();
     let seed = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/board-seed.json");
-    let board = picogent::board::start(BoardOptions::loopback(&dir.path().join("board.db"), Some(seed))).await.unwrap();
+    let board = picogent::board::start(BoardOptions::loopback(dir.path().join("board.db"), Some(seed))).await.unwrap();
     let model = picogent::offline_model::start(OfflineModelOptions::planner()).await.unwrap();
     let start = |n| Replica::start(dir.path(), n, &board.url(), &model.url(), &schema.url(), None);
     let mut running: Vec<Replica> = (0..3).map(start).collect();

@@ -8,8 +8,7 @@ use time::OffsetDateTime;
 
 use super::*;
 
-#[path = "../../tests/support/postgres.rs"]
-mod test_postgres;
+use super::tests::test_postgres;
 
 const AGENT: &str = "picogent";
 

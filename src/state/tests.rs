@@ -15,7 +15,7 @@ use time::macros::date;
 use super::*;
 
 #[path = "../../tests/support/postgres.rs"]
-mod test_postgres;
+pub(super) mod test_postgres;
 use test_postgres::TestSchema;
 
 /// The agent the shared tests act as.
