@@ -165,6 +165,12 @@ async fn a_standby_takes_the_stream_over_and_readyz_says_who_holds_it() {
         first.shutdown().await.unwrap();
         holds_stream_and_caught_up(&second).await;
         let alice = client(&board, "tok-alice");
+        // A replica that stops leaves the shared presence marker moving, not `stopped`: the
+        // others go on under the same copy id.
+        let marker = picogent::tracker::presence::parse_status(&alice.get_member("picogent").await.unwrap().status)
+            .marker
+            .expect("the replicas' marker");
+        assert_ne!(marker.beat, picogent::tracker::presence::Beat::Stopped);
         let chat = chat_id(&alice).await;
         let question = say(&alice, &chat, "@picogent who holds the stream now?").await;
         let reply = eventually(Duration::from_secs(20), "an answer after the takeover", || async {

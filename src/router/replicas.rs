@@ -106,20 +106,21 @@ impl Router {
         const EVENT: &str = "message.new";
         let Some(queue) = self.queue().cloned() else { return "refused" };
         let message_id = message.id.clone();
-        let trigger = format!("message.new {}", message.id);
-        let request = RunRequest {
+        let request_for = |message: &MessageOut| RunRequest {
             claim: Some((ClaimKind::Message, message.id.clone())),
-            ..RunRequest::new(session.clone(), trigger, RunKind::Message { message: Box::new(message) })
+            ..RunRequest::new(
+                session.clone(),
+                format!("message.new {}", message.id),
+                RunKind::Message { message: Box::new(message.clone()) },
+            )
         };
         let busy = queue.active_run(&session.as_string()).await.ok().flatten();
-        if busy.is_none() && !self.spend_allows(&request).await {
+        if busy.is_none() && !self.spend_allows(&request_for(&message)).await {
             return "refused";
         }
-        let mut request = Some(request);
         // A run that ends between the two steps refuses the input; then the message gets a run.
         for _ in 0..3 {
-            let Some(next) = request.take() else { break };
-            match self.enqueue(next).await {
+            match self.enqueue(request_for(&message)).await {
                 Ok(_) => {
                     self.metrics.event(EVENT, "run");
                     return "run";
@@ -128,26 +129,13 @@ impl Router {
                     self.metrics.event(EVENT, "duplicate");
                     return "duplicate";
                 }
-                Err(StartRefused::Busy { run_id, session }) => {
+                Err(StartRefused::Busy { run_id, .. }) => {
                     match queue.send_input(&run_id, InputKind::Steer, &steering, Some(&message_id)).await {
                         Ok(true) => {
                             self.metrics.event(EVENT, "steered");
                             return "steered";
                         }
-                        Ok(false) => {
-                            let trigger = format!("message.new {message_id}");
-                            let kind = match self.client.get_message(&message_id).await {
-                                Ok(message) => RunKind::Message { message: Box::new(message) },
-                                Err(error) => {
-                                    tracing::warn!(%error, "cannot read the message again; reconciliation takes it up");
-                                    return "refused";
-                                }
-                            };
-                            request = Some(RunRequest {
-                                claim: Some((ClaimKind::Message, message_id.clone())),
-                                ..RunRequest::new(session, trigger, kind)
-                            });
-                        }
+                        Ok(false) => continue,
                         Err(error) => {
                             tracing::error!(%error, "cannot steer a run through the state database");
                             return "state_error";

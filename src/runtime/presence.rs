@@ -6,6 +6,9 @@
 //! Each copy has an id, made once and kept in its state file (so a restart of the same copy is
 //! not taken for another copy), and keeps a marker with that id and a beat count at the end of
 //! its member status on the tracker (`tracker::presence`), moved on every `presence.heartbeat_ms`.
+//! Replicas sharing one PostgreSQL state (`replicas.enabled`) are one copy: they share its id
+//! (the first to start made it), each beats the same marker, and none leaves a stopped marker
+//! when it stops, since the others go on.
 //!
 //! At start, before the event stream connects or anything is done ([`claim`]):
 //! - its own marker (a restart of this copy) lets it go on at once;
@@ -146,6 +149,9 @@ pub struct Presence {
     slug: String,
     /// Where this copy's state lives, as `State::location` says it.
     state_location: String,
+    /// Leave a stopped marker at a clean stop. Not for a replica: the others go on under the same
+    /// copy id, and a stopped marker would let a copy with other state take over without watching.
+    signs_off: bool,
 }
 
 /// Makes sure this copy is the one active copy of the agent before it acts (see the module
@@ -162,6 +168,7 @@ pub async fn claim(config: &Config, client: TrackerClient, state: &State) -> Res
         timing,
         slug: config.slug.clone(),
         state_location: state.location(),
+        signs_off: !config.replicas.enabled,
     };
     let found = presence.patiently(|| presence.read()).await?;
     match found.marker {
@@ -281,7 +288,9 @@ impl Presence {
                 let _ = answer.send(answered);
             }
         }
-        self.sign_off().await;
+        if self.signs_off {
+            self.sign_off().await;
+        }
     }
 
     /// Reads the status, and unless another copy's marker is there, writes `text` (or the text
