@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 use picogent::board::BoardOptions;
 use picogent::offline_model::OfflineModelOptions;
 use serde_json::json;
-use sqlx::postgres::PgConnection;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 
 const MODEL_DELAY: Duration = Duration::from_secs(2);
@@ -163,14 +162,9 @@ fn human(board: &str) -> picogent::tracker::TrackerClient {
     picogent::tracker::TrackerClient::new(&config, picogent::secret::Secret::new("tok-alice")).unwrap()
 }
 
-async fn stream_holder(pg: &mut PgConnection) -> Option<String> {
-    sqlx::query_scalar(
-        "SELECT holder FROM leases WHERE name = 'stream' \
-         AND expires_at_ms >= (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT",
-    )
-    .fetch_optional(pg)
-    .await
-    .unwrap()
+/// The replica holding the stream, as the agent's own lease code reads it.
+async fn stream_holder(observer: &picogent::state::Replicas) -> Option<String> {
+    observer.stream_holder().await.unwrap().map(|(holder, _)| holder)
 }
 
 /// Seconds from the SIGKILL of the stream's holder to another replica holding it, `kills` times,
@@ -187,11 +181,12 @@ async fn takeovers(kills: usize) -> (Vec<f64>, u64) {
     for replica in &running {
         ids.push(replica.wait_ready().await);
     }
-    let mut pg = schema.connection().await;
+    let state = picogent::state::State::open_postgres(&schema.url(), "picogent").await.unwrap();
+    let (_, observer) = state.as_replica("observer").expect("PostgreSQL has replicas");
     let mut samples = Vec::new();
     for n in 0..kills {
         let holder = loop {
-            if let Some(holder) = stream_holder(&mut pg).await {
+            if let Some(holder) = stream_holder(&observer).await {
                 break holder;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -200,7 +195,7 @@ async fn takeovers(kills: usize) -> (Vec<f64>, u64) {
         let killed = Instant::now();
         running[index].kill();
         loop {
-            if stream_holder(&mut pg).await.is_some_and(|now| now != holder) {
+            if stream_holder(&observer).await.is_some_and(|now| now != holder) {
                 break;
             }
             assert!(killed.elapsed() < Duration::from_secs(60), "nobody took the stream over");

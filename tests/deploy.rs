@@ -58,17 +58,6 @@ fn agent_posts(messages: &[MessageOut]) -> usize {
     messages.iter().filter(|m| m.author_slug == "picogent").count()
 }
 
-/// `/readyz` once the first reconciliation has been reported.
-async fn startup_report(http: std::net::SocketAddr) -> Value {
-    eventually(Duration::from_secs(30), "/readyz with the startup's reconciliation", || async {
-        let response = reqwest::get(format!("http://{http}/readyz")).await.ok()?;
-        let ready = response.status().is_success();
-        let body: Value = response.json().await.ok()?;
-        (ready && !body["startup"]["reconciliation"].is_null()).then_some(body)
-    })
-    .await
-}
-
 /// The history of the board the agent starts on.
 struct History {
     /// Open, assigned to the agent, never touched by it: the only tasks to work.

@@ -18,7 +18,7 @@ use picogent::config::Config;
 use picogent::state::migrate::{MigrateError, sqlite_to_postgres};
 use picogent::state::{ClaimKind, FinishRun, PostgresLock, RunStatus, State};
 use picogent::tracker::model::*;
-use serde_json::{Value, json};
+use serde_json::json;
 use sqlx::AssertSqlSafe;
 use test_postgres::{TestSchema, with_schema};
 
@@ -34,17 +34,6 @@ fn on_postgres(config: &Config, schema: &TestSchema) -> Config {
 
 fn mine(messages: &[MessageOut]) -> usize {
     messages.iter().filter(|m| m.author_slug == "picogent").count()
-}
-
-/// `/readyz` once the first reconciliation has been reported.
-async fn startup_report(http: std::net::SocketAddr) -> Value {
-    eventually(Duration::from_secs(30), "/readyz with the startup's reconciliation", || async {
-        let response = reqwest::get(format!("http://{http}/readyz")).await.ok()?;
-        let ready = response.status().is_success();
-        let body: Value = response.json().await.ok()?;
-        (ready && !body["startup"]["reconciliation"].is_null()).then_some(body)
-    })
-    .await
 }
 
 /// The agent's rows in each table of `schema`, and how many tables the schema holds at all.

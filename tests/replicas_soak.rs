@@ -16,6 +16,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use picogent::state::Replicas;
 use serde_json::{Value, json};
 use sqlx::Connection;
 use sqlx::postgres::PgConnection;
@@ -88,22 +89,27 @@ async fn ready_id(replica: &Replica, started: Instant) -> String {
     }
 }
 
-/// The replica whose stream lease has not run out, by the database's clock.
-async fn stream_holder(pg: &mut PgConnection) -> Option<String> {
-    sqlx::query_scalar(
-        "SELECT holder FROM leases WHERE name = 'stream' \
-         AND expires_at_ms >= (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT",
-    )
-    .fetch_optional(pg)
-    .await
-    .unwrap()
+/// The replica whose stream lease has not run out, by the database's clock, as the agent's own
+/// lease code reads it (through a handle that never takes a lease).
+async fn stream_holder(observer: &Replicas) -> Option<String> {
+    observer.stream_holder().await.unwrap().map(|(holder, _)| holder)
+}
+
+async fn observer(schema: &test_postgres::TestSchema) -> Replicas {
+    let state = picogent::state::State::open_postgres(&schema.url(), "picogent").await.unwrap();
+    state.as_replica("observer").expect("PostgreSQL has replicas").1
 }
 
 /// SIGKILLs the replica holding the stream; returns how long until another held it, and how many
 /// runs the killed one held.
-async fn kill_the_holder(replicas: &mut [Replica], pg: &mut PgConnection, started: Instant) -> (Duration, i64) {
+async fn kill_the_holder(
+    replicas: &mut [Replica],
+    pg: &mut PgConnection,
+    observer: &Replicas,
+    started: Instant,
+) -> (Duration, i64) {
     let holder = loop {
-        if let Some(holder) = stream_holder(pg).await {
+        if let Some(holder) = stream_holder(observer).await {
             break holder;
         }
         assert!(started.elapsed() < DEADLINE, "no replica holds the stream");
@@ -126,7 +132,7 @@ async fn kill_the_holder(replicas: &mut [Replica], pg: &mut PgConnection, starte
     let killed = Instant::now();
     replicas[index].process.kill();
     let took = loop {
-        if stream_holder(pg).await.is_some_and(|now| now != holder) {
+        if stream_holder(observer).await.is_some_and(|now| now != holder) {
             break killed.elapsed();
         }
         assert!(killed.elapsed() < Duration::from_secs(60), "nobody took the stream over");
@@ -168,6 +174,7 @@ async fn soak(schema: test_postgres::TestSchema) {
         ready_id(replica, started).await;
     }
     let mut pg = schema.connection().await;
+    let observer = observer(&schema).await;
 
     let alice = human(&board.url(), "tok-alice");
     let bob = human(&board.url(), "tok-bob");
@@ -182,7 +189,7 @@ async fn soak(schema: test_postgres::TestSchema) {
     let mut killed_with_runs = Vec::new();
     for at in [10, 22] {
         tokio::time::sleep_until((sending + Duration::from_secs(at)).into()).await;
-        let (took, runs) = kill_the_holder(&mut replicas, &mut pg, started).await;
+        let (took, runs) = kill_the_holder(&mut replicas, &mut pg, &observer, started).await;
         takeovers.push(took);
         killed_with_runs.push(runs);
     }

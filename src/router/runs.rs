@@ -174,7 +174,7 @@ impl Router {
     }
 
     pub(super) async fn finish(&mut self, done: RunDone) {
-        let (stop_reason, mut leftover, lost) = match self.active.get(&done.session) {
+        let (stop_reason, steered_late, lost) = match self.active.get(&done.session) {
             Some(active) if active.run_id == done.run_id => match self.active.remove(&done.session) {
                 Some(active) => {
                     let leftover = active.steered.get(done.steering_consumed..).unwrap_or_default().to_vec();
@@ -190,11 +190,12 @@ impl Router {
             self.claim_and_spawn().await;
             return;
         }
-        if self.replicas.is_some() {
+        let leftover = match self.replicas {
             // What was sent from anywhere, read after the run's end was written: nothing more
             // can join it now (`state/queue.rs`).
-            leftover = self.leftover_of(&done.run_id, done.steering_consumed).await;
-        }
+            Some(_) => self.leftover_of(&done.run_id, done.steering_consumed).await,
+            None => steered_late,
+        };
         self.metrics.run_finished(done.status.as_str(), done.duration);
         let text = match (done.status, stop_reason) {
             (RunStatus::Stopped, Some(reason)) => Some(format!("Stopped: {reason}.")),

@@ -121,10 +121,6 @@ impl Metrics {
         self.with(|m| m.stream_takeovers += 1);
     }
 
-    pub fn stream_takeovers(&self) -> u64 {
-        self.with(|m| m.stream_takeovers)
-    }
-
     pub fn cost(&self, cost: f64) {
         self.with(|m| m.cost += cost);
     }

@@ -184,7 +184,7 @@ fn timed_out() -> sqlx::Error {
 
 const INSERT_RUN: &str = "INSERT INTO runs (agent, id, session_key, trigger, status, started_at_ms) \
      VALUES ($1, $2, $3, $4, 'running', $5)";
-const INSERT_CLAIM: &str =
+pub(super) const INSERT_CLAIM: &str =
     "INSERT INTO claims (agent, kind, key, claimed_at_ms) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING";
 const SET_VALUE: &str = "INSERT INTO named_values (agent, name, value, updated_at_ms) VALUES ($1, $2, $3, $4) \
      ON CONFLICT (agent, name) DO UPDATE SET value = excluded.value, updated_at_ms = excluded.updated_at_ms";

@@ -14,7 +14,8 @@
 //!   answered once whichever replica hears of it again.
 
 use super::lease::{Replicas, now_ms_sql};
-use super::{StateError, now_ms};
+use super::postgres::INSERT_CLAIM;
+use super::{ClaimKind, StateError, now_ms};
 
 /// What [`Replicas::enqueue`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,16 +91,14 @@ impl Replicas {
             return Ok(Enqueued::Busy(id));
         }
         if let Some((kind, key)) = run.claim {
-            let claimed = sqlx::query(
-                "INSERT INTO claims (agent, kind, key, claimed_at_ms) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
-            )
-            .bind(&self.agent)
-            .bind(kind)
-            .bind(key)
-            .bind(now_ms())
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
+            let claimed = sqlx::query(INSERT_CLAIM)
+                .bind(&self.agent)
+                .bind(kind)
+                .bind(key)
+                .bind(now_ms())
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
             if claimed == 0 {
                 return Ok(Enqueued::Handled);
             }
@@ -164,14 +163,13 @@ impl Replicas {
                 .await?;
         insert_input(&mut tx, &self.agent, run_id, n, kind, text, message_id).await?;
         if let Some(message_id) = message_id {
-            sqlx::query(
-                "INSERT INTO claims (agent, kind, key, claimed_at_ms) VALUES ($1, 'message', $2, $3) ON CONFLICT DO NOTHING",
-            )
-            .bind(&self.agent)
-            .bind(message_id)
-            .bind(now_ms())
-            .execute(&mut *tx)
-            .await?;
+            sqlx::query(INSERT_CLAIM)
+                .bind(&self.agent)
+                .bind(ClaimKind::Message.as_str())
+                .bind(message_id)
+                .bind(now_ms())
+                .execute(&mut *tx)
+                .await?;
         }
         tx.commit().await?;
         Ok(true)

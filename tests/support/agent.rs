@@ -226,3 +226,14 @@ pub async fn picogent_output(args: &[&str], config_path: &Path) -> std::process:
     command.args(args).arg("--config").arg(config_path).env("TEAMBOARD_TOKEN", "tok-picogent").env("RUST_LOG", "warn");
     tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap()
 }
+
+/// `/readyz` once the first reconciliation has been reported.
+pub async fn startup_report(http: std::net::SocketAddr) -> Value {
+    eventually(Duration::from_secs(30), "/readyz with the startup's reconciliation", || async {
+        let response = reqwest::get(format!("http://{http}/readyz")).await.ok()?;
+        let ready = response.status().is_success();
+        let body: Value = response.json().await.ok()?;
+        (ready && !body["startup"]["reconciliation"].is_null()).then_some(body)
+    })
+    .await
+}
