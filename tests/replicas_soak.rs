@@ -16,6 +16,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use picogent::offline_model::Faults;
 use picogent::state::Replicas;
 use serde_json::{Value, json};
 use sqlx::Connection;
@@ -150,15 +151,30 @@ async fn open_read_only(path: &Path) -> SqlitePool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_lose_nothing_and_repeat_nothing_through_kills_and_a_rolling_restart() {
-    test_postgres::with_schema(|schema| async move { soak(schema).await }).await;
+    let _one_at_a_time = ONE_SOAK_AT_A_TIME.lock().await;
+    test_postgres::with_schema(|schema| async move { soak(schema, Faults::default()).await }).await;
 }
 
-async fn soak(schema: test_postgres::TestSchema) {
+/// The same soak with a model that answers mentions in plain text, as many real models do: every
+/// reply is then the answer picogent posts for the run (once, under the run's key), also for runs
+/// a killed replica left and another resumed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_with_plain_text_answers_lose_nothing_and_repeat_nothing() {
+    let _one_at_a_time = ONE_SOAK_AT_A_TIME.lock().await;
+    let faults = Faults { plain_text_replies: true, ..Faults::default() };
+    test_postgres::with_schema(|schema| async move { soak(schema, faults).await }).await;
+}
+
+/// One soak at a time: two at once would run six replicas on two cores.
+static ONE_SOAK_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn soak(schema: test_postgres::TestSchema, faults: Faults) {
     let started = Instant::now();
     let board = support::TestBoard::start().await;
     let dir = tempfile::tempdir().unwrap();
     let model = picogent::offline_model::start(picogent::offline_model::OfflineModelOptions {
         delay: Duration::from_secs(1),
+        faults,
         ..picogent::offline_model::OfflineModelOptions::planner()
     })
     .await
