@@ -370,10 +370,15 @@ async fn finish(
         // Left `running`: the next start resumes it from the same request.
         return Ended { status: RunStatus::Interrupted, notice: None, steering_consumed };
     }
-    if let Ok(messages) = serde_json::to_value(&output.conversation)
-        && let Err(error) = state.save_session(&session.as_string(), &messages).await
-    {
-        tracing::error!(%error, "cannot save the session");
+    if let Ok(messages) = serde_json::to_value(&output.conversation) {
+        match state.save_session_of_run(run_id, &session.as_string(), &messages).await {
+            Ok(true) => {}
+            Ok(false) => tracing::info!(
+                run = run_id,
+                "another replica took this run over; its conversation is that replica's to save"
+            ),
+            Err(error) => tracing::error!(%error, "cannot save the session"),
+        }
     }
     let today = time::OffsetDateTime::now_utc().date();
     let cost = services.config.llm.price.map(|price| price.cost(record.prompt_tokens, record.completion_tokens));

@@ -314,9 +314,24 @@ impl State {
 
     /// Stores the whole conversation under `key`, replacing what was there.
     pub async fn save_session(&self, key: &str, messages: &serde_json::Value) -> Result<(), StateError> {
-        let text = serde_json::to_string(messages)
-            .map_err(|e| StateError::Unstorable { field: "sessions.messages", message: e.to_string() })?;
-        on_store!(self, save_session(key, &text, now_ms()))
+        on_store!(self, save_session(key, &session_text(messages)?, now_ms()))
+    }
+
+    /// Stores the conversation the run `run_id` ended with under `key`. A replica stores it only
+    /// while it still holds the run (as with the run's end); a single copy always does. Returns
+    /// whether it was stored.
+    pub async fn save_session_of_run(
+        &self,
+        run_id: &str,
+        key: &str,
+        messages: &serde_json::Value,
+    ) -> Result<bool, StateError> {
+        match (&self.store, self.replica.as_deref()) {
+            (Backend::Postgres(store), Some(holder)) => {
+                store.save_session_of_run(key, &session_text(messages)?, now_ms(), run_id, holder).await
+            }
+            _ => self.save_session(key, messages).await.map(|()| true),
+        }
     }
 
     /// Forgets the conversation under `key`; returns whether there was one.
@@ -408,6 +423,12 @@ impl State {
     pub async fn replies_in_last_hour(&self, thread_key: &str) -> Result<u32, StateError> {
         self.replies_since(thread_key, OffsetDateTime::now_utc() - time::Duration::HOUR).await
     }
+}
+
+/// A conversation as the text stored in `sessions.messages`.
+fn session_text(messages: &serde_json::Value) -> Result<String, StateError> {
+    serde_json::to_string(messages)
+        .map_err(|e| StateError::Unstorable { field: "sessions.messages", message: e.to_string() })
 }
 
 fn now_ms() -> i64 {

@@ -58,6 +58,10 @@ fn shown(options: &PgConnectOptions) -> String {
     )
 }
 
+/// Inserts or replaces the conversation `$2` of the agent `$1`.
+const SAVE_SESSION: &str = "INSERT INTO sessions (agent, key, messages, updated_at_ms) VALUES ($1, $2, $3, $4) \
+     ON CONFLICT (agent, key) DO UPDATE SET messages = excluded.messages, updated_at_ms = excluded.updated_at_ms";
+
 impl PostgresStore {
     /// Runs one pruning `DELETE` whose only parameter is the cutoff in milliseconds (`$1` is the agent, `$2` the cutoff);
     /// how many rows went.
@@ -118,6 +122,41 @@ impl PostgresStore {
             .execute(&mut **transaction)
             .await?;
         Ok(())
+    }
+
+    /// Saves the conversation under `key` only while the replica `holder` still holds the running
+    /// run `run_id`: a replica that lost its run (paused past its lease, and the run resumed on
+    /// another) does not overwrite what the new holder saves. The run's row is locked for the
+    /// check, so a claim cannot move it in between. Returns whether it was saved.
+    pub(super) async fn save_session_of_run(
+        &self,
+        key: &str,
+        messages: &str,
+        at_ms: i64,
+        run_id: &str,
+        holder: &str,
+    ) -> Result<bool, StateError> {
+        let mut transaction = self.pool.begin().await?;
+        let holds: Option<i32> = sqlx::query_scalar(
+            "SELECT 1 FROM runs WHERE agent = $1 AND id = $2 AND status = 'running' AND holder = $3 FOR UPDATE",
+        )
+        .bind(&self.agent)
+        .bind(run_id)
+        .bind(holder)
+        .fetch_optional(&mut *transaction)
+        .await?;
+        if holds.is_none() {
+            return Ok(false);
+        }
+        sqlx::query(SAVE_SESSION)
+            .bind(&self.agent)
+            .bind(key)
+            .bind(messages)
+            .bind(at_ms)
+            .execute(&mut *transaction)
+            .await?;
+        transaction.commit().await?;
+        Ok(true)
     }
 
     /// This agent's rows as the replica `id` sees them: the leases and the run queue.
@@ -274,16 +313,7 @@ impl Store for PostgresStore {
     }
 
     async fn save_session(&self, key: &str, messages: &str, at_ms: i64) -> Result<(), StateError> {
-        sqlx::query(
-            "INSERT INTO sessions (agent, key, messages, updated_at_ms) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (agent, key) DO UPDATE SET messages = excluded.messages, updated_at_ms = excluded.updated_at_ms",
-        )
-        .bind(&self.agent)
-        .bind(key)
-        .bind(messages)
-        .bind(at_ms)
-        .execute(&self.pool)
-        .await?;
+        sqlx::query(SAVE_SESSION).bind(&self.agent).bind(key).bind(messages).bind(at_ms).execute(&self.pool).await?;
         Ok(())
     }
 

@@ -152,7 +152,8 @@ async fn an_input_reaches_a_run_before_its_end_or_is_refused_after_it() {
         assert!(!state1.is_claimed(ClaimKind::Message, "m8").await.unwrap(), "and nothing written");
         // A queued run is stopped where it waits.
         let Enqueued::Queued(waiting) = r1.enqueue(&queued("task:t2", None)).await.unwrap() else { panic!() };
-        assert!(r2.stop_queued(&waiting, "the task was unassigned").await.unwrap());
+        assert_eq!(r2.stop_queued(&waiting, "the task was unassigned").await.unwrap().as_deref(), Some("{}"));
+        assert_eq!(r2.stop_queued(&waiting, "again").await.unwrap(), None, "stopped once");
         assert!(r1.claim_runs(5, Duration::from_secs(30)).await.unwrap().is_empty());
         assert_eq!(state1.get_run(&waiting).await.unwrap().unwrap().status, RunStatus::Stopped);
     })
@@ -204,6 +205,34 @@ async fn the_reply_cap_is_one_count_across_replicas_posting_at_once() {
         assert_eq!(answers.iter().filter(|answer| answer.is_none()).count(), 5, "{answers:?}");
         assert!(answers.iter().flatten().all(|count| *count == 5), "{answers:?}");
         assert_eq!(replicas[0].0.replies_in_last_hour("thread:busy").await.unwrap(), 5);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_replica_that_lost_its_run_saves_neither_its_conversation_nor_its_end() {
+    test_postgres::with_schema(|schema| async move {
+        let replicas = replicas_on(&schema, &["r1", "r2"]).await;
+        let ((state1, r1), (state2, r2)) = (&replicas[0], &replicas[1]);
+        let Enqueued::Queued(id) = r1.enqueue(&queued("thread:s", None)).await.unwrap() else { panic!() };
+        assert_eq!(r1.claim_runs(1, Duration::from_millis(200)).await.unwrap().len(), 1);
+        let said = |text: &str| serde_json::json!([{"role": "user", "content": text}]);
+        assert!(state1.save_session_of_run(&id, "thread:s", &said("r1, turn 1")).await.unwrap());
+        // r1 pauses past its lease; r2 resumes the run and ends it.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(r2.claim_runs(1, Duration::from_secs(30)).await.unwrap()[0].id, id);
+        assert!(state2.save_session_of_run(&id, "thread:s", &said("r2's answer")).await.unwrap());
+        // r1 wakes and finishes what it had: neither its conversation nor its end is written.
+        assert!(!state1.save_session_of_run(&id, "thread:s", &said("r1's stale answer")).await.unwrap());
+        assert!(!state1.finish_run(&id, &FinishRun::new(RunStatus::Completed)).await.unwrap());
+        let stored = state1.load_session("thread:s").await.unwrap().unwrap();
+        assert_eq!(stored.messages, said("r2's answer"));
+        assert!(state2.finish_run(&id, &FinishRun::new(RunStatus::Completed)).await.unwrap());
+        // Once the run ended, no replica writes its conversation any more.
+        assert!(!state2.save_session_of_run(&id, "thread:s", &said("late")).await.unwrap());
+        // A single copy is not fenced.
+        let single = State::open_postgres(&schema.url(), "other").await.unwrap();
+        assert!(single.save_session_of_run("no-such-run", "thread:s", &said("mine")).await.unwrap());
     })
     .await;
 }
