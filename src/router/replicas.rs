@@ -18,7 +18,7 @@ use super::runs::{StartRefused, Started};
 use super::{ActiveRun, Router};
 use crate::runtime::run::{RunKind, RunRequest};
 use crate::session::SessionKey;
-use crate::state::{Beat, ClaimKind, ClaimedRun, Enqueued, InputKind, QueuedRun, Replicas};
+use crate::state::{Beat, ClaimKind, ClaimedRun, Enqueued, InputKind, Outage, QueuedRun, Replicas};
 use crate::tracker::model::MessageOut;
 
 /// What a router needs to be a replica's.
@@ -29,6 +29,8 @@ pub struct ReplicaRouter {
     pub host: String,
     pub http: Option<String>,
     pub started_at_ms: i64,
+    /// The state database's answers to this router's polls: one warning per outage.
+    pub outage: Outage,
 }
 
 /// A queued run's request as the database keeps it (the session and trigger have columns).
@@ -186,7 +188,10 @@ impl Router {
         if self.replicas.is_none() {
             return;
         }
-        self.renew_run_leases().await;
+        if !self.renew_run_leases().await {
+            // The database did not answer: the rest of the tick would only fail the same way.
+            return;
+        }
         self.forward_inputs().await;
         if !self.shutdown.is_cancelled() {
             self.claim_and_spawn().await;
@@ -194,14 +199,22 @@ impl Router {
         self.beat().await;
     }
 
-    async fn renew_run_leases(&mut self) {
-        let Some(replicas) = &self.replicas else { return };
+    /// Renews this replica's runs' leases and stops the runs another replica took over. Returns
+    /// `false` when the database did not answer.
+    async fn renew_run_leases(&mut self) -> bool {
+        let Some(replicas) = &mut self.replicas else { return true };
         let ids: Vec<String> = self.active.values().filter(|run| !run.lost).map(|run| run.run_id.clone()).collect();
+        if ids.is_empty() {
+            return true;
+        }
         let held = match replicas.queue.renew_runs(&ids, replicas.run_lease).await {
-            Ok(held) => held,
+            Ok(held) => {
+                replicas.outage.answered();
+                held
+            }
             Err(error) => {
-                tracing::warn!(%error, "cannot renew the leases of this replica's runs");
-                return;
+                replicas.outage.failed("cannot renew the leases of this replica's runs", &error);
+                return false;
             }
         };
         for run in self.active.values_mut().filter(|run| !run.lost && !held.contains(&run.run_id)) {
@@ -209,16 +222,17 @@ impl Router {
             run.lost = true;
             run.cancel.cancel();
         }
+        true
     }
 
     /// Hands this replica's runs what was sent to them since the last tick.
     async fn forward_inputs(&mut self) {
-        let Some(queue) = self.queue().cloned() else { return };
+        let Some(replicas) = &mut self.replicas else { return };
         let ids: Vec<String> = self.active.values().filter(|run| !run.lost).map(|run| run.run_id.clone()).collect();
-        let inputs = match queue.inputs(&ids).await {
+        let inputs = match replicas.queue.inputs(&ids).await {
             Ok(inputs) => inputs,
             Err(error) => {
-                tracing::warn!(%error, "cannot read the inputs of this replica's runs");
+                replicas.outage.failed("cannot read the inputs of this replica's runs", &error);
                 return;
             }
         };
@@ -246,16 +260,19 @@ impl Router {
 
     /// Claims queued runs (and runs whose replica died) while slots are free, and starts them.
     pub(super) async fn claim_and_spawn(&mut self) {
-        let Some(replicas) = &self.replicas else { return };
         let free = (self.config.limits.max_concurrent_runs as usize).saturating_sub(self.active.len());
+        let Some(replicas) = &mut self.replicas else { return };
         if free == 0 || self.shutdown.is_cancelled() {
             return;
         }
         let queue = replicas.queue.clone();
         let claimed = match queue.claim_runs(free, replicas.run_lease).await {
-            Ok(claimed) => claimed,
+            Ok(claimed) => {
+                replicas.outage.answered();
+                claimed
+            }
             Err(error) => {
-                tracing::warn!(%error, "cannot claim queued runs");
+                replicas.outage.failed("cannot claim queued runs", &error);
                 return;
             }
         };
@@ -360,23 +377,28 @@ impl Router {
         }
     }
 
-    async fn beat(&self) {
-        let Some(replicas) = &self.replicas else { return };
+    async fn beat(&mut self) {
+        let holds_stream = self.status.holds_stream();
+        let runs = self.active.len() as i64;
+        let Some(replicas) = &mut self.replicas else { return };
         let beat = Beat {
             host: &replicas.host,
             http: replicas.http.as_deref(),
             started_at_ms: replicas.started_at_ms,
-            holds_stream: self.status.holds_stream(),
-            runs: self.active.len() as i64,
+            holds_stream,
+            runs,
             slots: i64::from(self.config.limits.max_concurrent_runs),
         };
         if let Err(error) = replicas.queue.beat(&beat).await {
-            tracing::warn!(%error, "cannot record this replica's heartbeat");
+            replicas.outage.failed("cannot record this replica's heartbeat", &error);
             return;
         }
         match replicas.queue.others(recent(replicas.poll)).await {
-            Ok(others) => self.status.set_replica_peers(others),
-            Err(error) => tracing::warn!(%error, "cannot read the other replicas' heartbeats"),
+            Ok(others) => {
+                replicas.outage.answered();
+                self.status.set_replica_peers(others);
+            }
+            Err(error) => replicas.outage.failed("cannot read the other replicas' heartbeats", &error),
         }
     }
 

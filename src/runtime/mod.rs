@@ -222,6 +222,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
                 inputs: inputs_tx.clone(),
                 status: status.clone(),
                 metrics: metrics.clone(),
+                outage: Default::default(),
             };
             replicas::spawn_stream_keeper(keeper, stream_cancel)
         }
@@ -253,6 +254,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
             host: host_name(),
             http: http_addr.map(|addr| addr.to_string()),
             started_at_ms: time::OffsetDateTime::now_utc().unix_timestamp() * 1000,
+            outage: Default::default(),
         });
     }
     let router = tokio::spawn(router.run(inputs_rx));

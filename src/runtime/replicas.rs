@@ -23,7 +23,7 @@ use super::metrics::Metrics;
 use super::status::StatusBoard;
 use crate::config::ReplicasConfig;
 use crate::router::Input;
-use crate::state::{Replicas, State};
+use crate::state::{Outage, Replicas, State};
 use crate::tracker::TrackerClient;
 use crate::transport::{LinkStatus, StreamError, StreamItem, StreamOptions, StreamStart};
 
@@ -63,6 +63,8 @@ pub struct StreamKeeper {
     pub inputs: mpsc::Sender<Input>,
     pub status: Arc<StatusBoard>,
     pub metrics: Arc<Metrics>,
+    /// The state database's answers to the lease asks: one warning per outage.
+    pub outage: Outage,
 }
 
 /// Runs the keeper until `shutdown`; ends with the stream's error if the stream fails for good
@@ -126,6 +128,7 @@ impl StreamKeeper {
         let sent = Instant::now();
         match self.replicas.acquire_stream(self.timing.lease).await {
             Ok(Some(fencing)) => {
+                self.outage.answered();
                 tracing::info!(replica = self.replicas.id(), fencing, "this replica holds the event stream now");
                 self.metrics.stream_takeover();
                 self.status.set_holds_stream(true);
@@ -143,9 +146,12 @@ impl StreamKeeper {
                 );
                 Some(Held { cancel, task, last_renewed: sent })
             }
-            Ok(None) => None,
+            Ok(None) => {
+                self.outage.answered();
+                None
+            }
             Err(error) => {
-                tracing::warn!(%error, "cannot ask the state database for the stream's lease");
+                self.outage.failed("cannot ask the state database for the stream's lease", &error);
                 None
             }
         }
@@ -156,6 +162,7 @@ impl StreamKeeper {
         let sent = Instant::now();
         match self.replicas.renew_stream(self.timing.lease).await {
             Ok(true) => {
+                self.outage.answered();
                 stream.last_renewed = sent;
                 Some(stream)
             }
@@ -169,7 +176,7 @@ impl StreamKeeper {
                 None
             }
             Err(error) => {
-                tracing::warn!(%error, "cannot renew the stream's lease; trying again");
+                self.outage.failed("cannot renew the stream's lease", &error);
                 Some(stream)
             }
         }

@@ -64,6 +64,7 @@ macro_rules! on_store {
 
 mod lease;
 pub mod migrate;
+mod outage;
 mod postgres;
 mod queue;
 mod retention;
@@ -79,6 +80,7 @@ use time::{Date, OffsetDateTime};
 
 use crate::config::StateConfig;
 pub use lease::{Beat, ClaimedRun, ReplicaSeen, Replicas};
+pub use outage::Outage;
 pub use postgres::{PostgresLock, check_url as check_postgres_url};
 pub use queue::{Enqueued, InputKind, QueuedRun, RunInput};
 pub use retention::{PrunePlan, Pruned};
