@@ -132,6 +132,58 @@ async fn steering_and_stop_reach_a_run_on_another_replica() {
     .await;
 }
 
+/// A run still queued in the database is stopped where it waits: one notice, the task never
+/// worked, the run `stopped` with no turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_run_is_stopped_where_it_waits_and_says_so_once() {
+    with_schema(|schema| async move {
+        let dir = tempfile::tempdir().unwrap();
+        let board = start_board(dir.path()).await;
+        let model = start_model(300).await;
+        let config = json!({"limits": {"max_concurrent_runs": 1}});
+        let replica = start_agent(replica_config(&schema, dir.path(), &board.url(), &model.url(), config)).await;
+        holds_stream_and_caught_up(&replica).await;
+        let alice = client(&board, "tok-alice");
+        let first = create_assigned(&alice, "Busy work", "- a\n- b\n- c").await;
+        let waiting = create_assigned(&alice, "Wait your turn", "- a\n- b").await;
+        let session = format!("task:{}", waiting.id);
+        let status_of = |session: String| {
+            let schema = &schema;
+            async move {
+                let mut connection = schema.connection().await;
+                let row: Option<(String, i64)> =
+                    sqlx::query_as("SELECT status, turns::bigint FROM runs WHERE session_key = $1")
+                        .bind(session)
+                        .fetch_optional(&mut connection)
+                        .await
+                        .unwrap();
+                let _ = connection.close().await;
+                row
+            }
+        };
+        eventually(Duration::from_secs(20), "the second run queued", || async {
+            (status_of(session.clone()).await?.0 == "queued").then_some(())
+        })
+        .await;
+        comment(&alice, &waiting.id, "@picogent stop").await;
+        wait_status(&alice, &first.id, TaskStatus::InReview).await;
+        let notice = eventually(Duration::from_secs(20), "the stop notice", || async {
+            comments(&alice, &waiting.id).await.into_iter().find(|m| m.author_slug == "picogent")
+        })
+        .await;
+        assert!(notice.content.starts_with("Stopped before it started: @alice asked me to stop"), "{}", notice.content);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let said: Vec<_> =
+            comments(&alice, &waiting.id).await.into_iter().filter(|m| m.author_slug == "picogent").collect();
+        assert_eq!(said.len(), 1, "one notice, nothing else: {said:#?}");
+        assert_eq!(alice.get_task(&waiting.id).await.unwrap().status, TaskStatus::Todo, "never worked");
+        assert_eq!(status_of(session).await, Some(("stopped".to_string(), 0)));
+        replica.shutdown().await.unwrap();
+        model.shutdown().await;
+    })
+    .await;
+}
+
 /// `/readyz` of each replica says whether it holds the stream, what it runs, and where the
 /// others are; `/metrics` has the per-replica gauges. When the holder stops, the standby takes
 /// the stream over and answers what comes next.

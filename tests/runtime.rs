@@ -345,6 +345,57 @@ async fn unassigning_and_stop_cancel_runs_and_say_so_once() {
     board.shutdown().await.unwrap();
 }
 
+/// A run waiting for a slot is stopped before it starts: the person sees one notice, the task is
+/// never worked, and after a restart reconciliation does not take it up again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_stopped_while_it_waits_for_a_slot_says_so_once_and_stays_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = start_model(300).await;
+    let config =
+        agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({"limits": {"max_concurrent_runs": 1}}));
+    let agent = start_agent(config.clone()).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+
+    let first = create_assigned(&alice, "Busy work", "- a\n- b\n- c").await;
+    let waiting = create_assigned(&alice, "Wait your turn", "- a\n- b").await;
+    eventually(Duration::from_secs(10), "the second run waits for the slot", || async {
+        (agent.status.active_runs() == 1 && agent.status.waiting().len() == 1).then_some(())
+    })
+    .await;
+    comment(&alice, &waiting.id, "@picogent stop").await;
+    wait_status(&alice, &first.id, TaskStatus::InReview).await;
+    wait_idle(&agent).await;
+    let agent_comments = |task_id: String| {
+        let alice = &alice;
+        async move {
+            comments(alice, &task_id).await.into_iter().filter(|m| m.author_slug == "picogent").collect::<Vec<_>>()
+        }
+    };
+    let said = agent_comments(waiting.id.clone()).await;
+    assert_eq!(said.len(), 1, "one notice and nothing else: {said:#?}");
+    assert!(said[0].content.starts_with("Stopped before it started: @alice asked me to stop"), "{}", said[0].content);
+    assert_eq!(alice.get_task(&waiting.id).await.unwrap().status, TaskStatus::Todo, "never worked");
+    assert!(alice.list_steps(&waiting.id).await.unwrap().is_empty());
+    let runs = runs_for(&agent, &format!("task:{}", waiting.id)).await;
+    assert_eq!(runs.len(), 1, "{runs:#?}");
+    assert_eq!((runs[0].status, runs[0].turns), (RunStatus::Stopped, 0));
+    agent.shutdown().await.unwrap();
+
+    // A restart: the stopped task is open and assigned, but it was stopped; nothing is taken up.
+    let agent = start_agent(config).await;
+    wait_ready(&agent).await;
+    wait_idle(&agent).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(runs_for(&agent, &format!("task:{}", waiting.id)).await.len(), 1, "not worked after the restart");
+    assert_eq!(agent_comments(waiting.id.clone()).await.len(), 1);
+    assert_eq!(alice.get_task(&waiting.id).await.unwrap().status, TaskStatus::Todo);
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reply_cap_stops_two_bots_talking_to_each_other() {
     let dir = tempfile::tempdir().unwrap();

@@ -170,8 +170,17 @@ impl Router {
     /// Stops the run `run_id`, queued or running elsewhere.
     pub(super) async fn stop_run_anywhere(&self, run_id: &str, status: &str, reason: &str) -> bool {
         let Some(queue) = self.queue() else { return false };
-        if status == "queued" && matches!(queue.stop_queued(run_id, reason).await, Ok(true)) {
+        if status == "queued"
+            && let Ok(Some(request)) = queue.stop_queued(run_id, reason).await
+        {
             tracing::info!(run_id, reason, "stopped a queued run");
+            // Said once where it was asked, as for a run stopped while it ran.
+            if let Ok(QueuedRequest { kind, .. }) = serde_json::from_str(&request)
+                && self.claim(ClaimKind::RunNotice, run_id).await
+            {
+                let text = format!("Stopped before it started: {reason}.");
+                self.post_notice(&kind, &text, &format!("notice-{run_id}")).await;
+            }
             return true;
         }
         match queue.send_input(run_id, InputKind::Stop, reason, None).await {

@@ -2,13 +2,15 @@
 //! reason said once, finished with its notice, followed up with input that came too late for
 //! it, and resumed after a restart.
 
+use std::time::Duration;
+
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{ActiveRun, Input, Router};
 use crate::runtime::run::{RunDone, RunKind, RunRequest};
 use crate::session::SessionKey;
-use crate::state::{ClaimKind, RunStatus};
+use crate::state::{ClaimKind, FinishRun, RunStatus};
 use crate::tracker::model::SendMessage;
 
 /// Why a run was not started at once.
@@ -42,10 +44,12 @@ impl Router {
     /// Cancels the run of `session` (on whichever replica runs it), remembering why so it is said
     /// once when the run ends.
     pub(super) async fn stop(&mut self, session: &SessionKey, reason: &str) -> bool {
-        if let Some(pos) = self.waiting.iter().position(|r| &r.session == session) {
-            self.waiting.remove(pos);
+        if let Some(request) =
+            self.waiting.iter().position(|r| &r.session == session).and_then(|pos| self.waiting.remove(pos))
+        {
             self.waiting_sessions.remove(session);
             self.publish_waiting();
+            self.stop_before_start(request, reason).await;
             return true;
         }
         match self.active.get_mut(session) {
@@ -127,8 +131,33 @@ impl Router {
         false
     }
 
-    /// Records the run's start (with its claim, in one transaction) and spawns it.
-    pub(super) async fn spawn_run(&mut self, mut request: RunRequest) -> Result<String, StartRefused> {
+    /// A run stopped while it waited for a slot: recorded as started and stopped at once, so
+    /// what it was for counts as handled as after any stopped run (reconciliation does not take
+    /// the task up again, the message is not answered later), and said once where it was asked.
+    async fn stop_before_start(&mut self, request: RunRequest, reason: &str) {
+        let Ok(run_id) = self.record_start(&request).await else { return };
+        tracing::info!(session = %request.session, %run_id, reason, "stopped a run before it started");
+        let finish = FinishRun {
+            outcome: Some(format!("stopped before it started: {reason}")),
+            ..FinishRun::new(RunStatus::Stopped)
+        };
+        if let Err(error) = self.state.finish_run(&run_id, &finish).await {
+            tracing::error!(%error, %run_id, "cannot record the stopped run's end");
+        }
+        for message_id in &request.steering_message_ids {
+            self.accepted_messages.remove(message_id);
+            self.claim(ClaimKind::Message, message_id).await;
+        }
+        self.metrics.run_finished(RunStatus::Stopped.as_str(), Duration::ZERO);
+        if self.claim(ClaimKind::RunNotice, &run_id).await {
+            let text = format!("Stopped before it started: {reason}.");
+            self.post_notice(&request.kind, &text, &format!("notice-{run_id}")).await;
+        }
+    }
+
+    /// Records a new run's start with its claim, in one transaction (a resumed run's start is
+    /// recorded already); `AlreadyHandled` when the claim was taken before.
+    async fn record_start(&mut self, request: &RunRequest) -> Result<String, StartRefused> {
         let session_key = request.session.as_string();
         let started = match (&request.resume_run_id, &request.claim) {
             (Some(id), _) => Ok(Some(id.clone())),
@@ -149,6 +178,12 @@ impl Router {
                 return Err(StartRefused::State { message: error.to_string() });
             }
         };
+        Ok(run_id)
+    }
+
+    /// Records the run's start (with its claim, in one transaction) and spawns it.
+    pub(super) async fn spawn_run(&mut self, mut request: RunRequest) -> Result<String, StartRefused> {
+        let run_id = self.record_start(&request).await?;
         // Not a child of the shutdown token: a shutdown lets running runs finish within the grace
         // period, and only then cancels what is left (see `drain`).
         let cancel = CancellationToken::new();

@@ -201,20 +201,19 @@ impl Replicas {
     }
 
     /// Stops a run that is still queued, before any replica took it: `stopped`, with `reason`.
-    /// `false` when it is not queued (running somewhere: send it a stop instead).
-    pub async fn stop_queued(&self, run_id: &str, reason: &str) -> Result<bool, StateError> {
-        let stopped = sqlx::query(concat!(
+    /// Returns the request it was queued with (JSON; empty when it has none), or `None` when it
+    /// is not queued (running somewhere: send it a stop instead).
+    pub async fn stop_queued(&self, run_id: &str, reason: &str) -> Result<Option<String>, StateError> {
+        Ok(sqlx::query_scalar(concat!(
             "UPDATE runs SET status = 'stopped', outcome = $3, finished_at_ms = ",
             now_ms_sql!(),
-            " WHERE agent = $1 AND id = $2 AND status = 'queued'"
+            " WHERE agent = $1 AND id = $2 AND status = 'queued' RETURNING COALESCE(request, '')"
         ))
         .bind(&self.agent)
         .bind(run_id)
         .bind(reason)
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
-        Ok(stopped == 1)
+        .fetch_optional(&self.pool)
+        .await?)
     }
 
     /// Gives up a run this replica claimed but cannot run (its task or thread is gone): closed
