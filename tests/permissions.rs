@@ -52,6 +52,41 @@ fn text(result: &CallToolResult) -> String {
     serde_json::to_value(&result.content).unwrap().to_string()
 }
 
+/// A call cut off by the output limit is never run, so it is never asked about either: in ask
+/// mode a cut-off `update_task` to done posts no question and changes nothing; the model is told
+/// the call was cut off, and the run goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_ask_mode_a_cut_off_call_is_neither_asked_about_nor_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = scripted(json!([
+        {"reply": {"finish_reason": "length", "tool_calls": [
+            {"name": "update_task", "raw_arguments": "{\"task_id\": \"TE-1\", \"status\": \"do"}]}},
+        {"expect": {"last_tool_result_is_error": true, "last_tool_result_contains": "cut off by the output limit"},
+         "reply": {"content": "I could not finish the change; TE-1 stays open."}}
+    ]))
+    .await;
+    let extra = json!({"permissions": {"mode": "ask", "ask_timeout_ms": 30_000}});
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+    let task = create_assigned(&alice, "Release notes", "Write the release notes for 2.0").await;
+    let session = format!("task:{}", task.id);
+    eventually(WAIT, "the run to end", || async {
+        runs_for(&agent, &session).await.into_iter().find(|run| run.status != RunStatus::Running)
+    })
+    .await;
+    wait_idle(&agent).await;
+    assert!(questions(&alice, &task.id).await.is_empty(), "nothing asked about a call that cannot run");
+    assert_eq!(alice.get_task(&task.id).await.unwrap().status, TaskStatus::InProgress, "not closed");
+    let said: Vec<_> = comments(&alice, &task.id).await.into_iter().filter(|m| m.author_slug == "picogent").collect();
+    assert_eq!(said.len(), 1, "{said:#?}");
+    assert!(said[0].content.starts_with("I could not finish the change"), "{}", said[0].content);
+    assert!(model.mismatches().is_empty(), "{:?}", model.mismatches());
+    agent.shutdown().await.unwrap();
+    board.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_ask_mode_the_agent_asks_before_closing_or_rejecting_a_task_and_not_before_routine_changes() {
     let dir = tempfile::tempdir().unwrap();
