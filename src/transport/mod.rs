@@ -5,14 +5,14 @@
 //! exponential backoff and jitter when the link drops or goes quiet. Events and link status
 //! changes go into one `mpsc` channel, in the order they arrived: the consumer's own (the
 //! router's input channel), so nothing forwards from one channel to another. Each frame is
-//! parsed once, here, into its typed [`StreamItem`].
+//! parsed once, here (`frame.rs`), into its typed [`StreamItem`].
 //!
 //! Where it begins ([`StreamStart`], reported once as [`LinkStatus::Began`]): at the recorded
 //! position; on a first start (nothing recorded), at the tracker's head. The contract gives no
 //! other way to learn the head than `resume`, so a first start resumes from 0, reads the replay
 //! through without passing it on, and records the `resumed` seq as its position; past events are
 //! reconciliation's to judge, not the stream's to act on. `--from-start` replays and passes on
-//! the whole log instead.
+//! the whole log instead (planned in `start.rs`).
 //!
 //! Invariants:
 //! - nothing is lost: a frame that parses as an event of a known name is put into the channel
@@ -31,9 +31,13 @@
 //!
 //! `wss://` (a tracker at `https://`) is spoken with rustls and the system's root certificates.
 
+mod frame;
 mod probe;
+mod start;
 
+pub use frame::{Frame, parse_frame};
 pub use probe::probe;
+pub use start::{StartMode, StreamStart};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,7 +58,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::state::{State, StateError};
 use crate::tracker::TrackerClient;
-use crate::tracker::model::{ClientFrame, Event, EventEnvelope, ReceivedEvent, ServerControl, limits};
+use crate::tracker::model::{ClientFrame, ReceivedEvent, limits};
+
+use frame::{Cursor, client_frame, describe_read_error, read_message};
+use start::{Opening, begin, caught_up_at, plan_start};
 
 /// How the stream behaves. [`StreamOptions::new`] gives the production values; tests shorten
 /// the times.
@@ -80,40 +87,6 @@ pub struct StreamOptions {
     pub token_env: String,
     /// Where the first connection of this process begins.
     pub start: StreamStart,
-}
-
-/// Where the stream begins the first time this process connects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum StreamStart {
-    /// At the recorded position; with none recorded (a fresh state file), at the tracker's head:
-    /// the log is read through to learn where it ends, and nothing in it is passed on.
-    #[default]
-    Recorded,
-    /// At seq 0, whatever is recorded: the whole log is replayed and passed on
-    /// (`picogent run --from-start`). Later reconnects resume from the recorded position.
-    FromStart,
-}
-
-/// How the stream began, reported once ([`LinkStatus::Began`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StartMode {
-    /// Nothing was recorded: the stream began at the tracker's head, past events not acted on.
-    Head,
-    /// From the recorded position: everything after it was replayed.
-    Resume,
-    /// From seq 0 (`--from-start`): the whole log was replayed.
-    FromStart,
-}
-
-impl StartMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StartMode::Head => "head",
-            StartMode::Resume => "resume",
-            StartMode::FromStart => "from_start",
-        }
-    }
 }
 
 impl StreamOptions {
@@ -437,55 +410,6 @@ struct Session {
     opening: Opening,
 }
 
-/// How a process's connections began.
-#[derive(Debug, Clone, Copy, Default)]
-struct Opening {
-    /// The first connection's start: the one the process reports, even if that connection was
-    /// lost before `resumed`.
-    first: Option<Start>,
-    /// Whether [`LinkStatus::Began`] went out (a connection got `resumed`).
-    reported: bool,
-}
-
-/// Where one connection begins.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Start {
-    mode: StartMode,
-    /// Sent in `resume`.
-    after_seq: u64,
-}
-
-/// Where a connection begins: at seq 0 for the first connection with `--from-start`; at the
-/// recorded position; with none, at the head (`resume` from 0 to read where the log ends, its
-/// events not passed on) — or from 0 again with `--from-start`, which never skips. A replay cut
-/// off by a lost connection goes on from what was processed of it: the position moves only as
-/// events are recorded.
-async fn plan_start(
-    start: StreamStart,
-    first_connection: bool,
-    resume: &impl ResumePosition,
-) -> Result<Start, StateError> {
-    let recorded = resume.recorded_position().await?;
-    Ok(match (start, recorded) {
-        (StreamStart::FromStart, None) => Start { mode: StartMode::FromStart, after_seq: 0 },
-        (StreamStart::FromStart, Some(_)) if first_connection => Start { mode: StartMode::FromStart, after_seq: 0 },
-        (_, Some(seq)) => Start { mode: StartMode::Resume, after_seq: seq },
-        (StreamStart::Recorded, None) => Start { mode: StartMode::Head, after_seq: 0 },
-    })
-}
-
-/// Where a session is in the log.
-#[derive(Debug)]
-struct Cursor {
-    /// The seq due next, for the gap check.
-    next_seq: u64,
-    /// At the head: until `resumed`, frames are the past, counted and not passed on (nor checked
-    /// for gaps: a log pruned at its start is not a gap).
-    reading_history: bool,
-    /// How many past events were read without being passed on.
-    skipped: u64,
-}
-
 /// The reconnect delay after `failed_attempts` failures in a row: `initial * 2^failed_attempts`
 /// capped at `max`, then jittered into its upper half (so clients spread out, yet no delay
 /// collapses to zero and hammers the server).
@@ -623,32 +547,6 @@ async fn session_loop<T: From<StreamItem>>(
     end
 }
 
-/// The `last_seq` of the `resumed` among `items`, if there is one.
-fn caught_up_at(items: &[StreamItem]) -> Option<u64> {
-    items.iter().find_map(|item| match item {
-        StreamItem::Status(LinkStatus::CaughtUp { last_seq }) => Some(*last_seq),
-        _ => None,
-    })
-}
-
-/// The stream begins, on this connection's `resumed` at `last_seq`: at the head, the head is
-/// recorded as the position (a failure is logged and the next connection starts at the head
-/// again; nothing is lost, since nothing was passed on). Returns the [`LinkStatus::Began`] to
-/// report, which tells how the process's `first` connection began.
-async fn begin(start: Start, first: Start, last_seq: u64, skipped: u64, resume: &impl ResumePosition) -> StreamItem {
-    if start.mode == StartMode::Head
-        && let Err(error) = resume.record_head(last_seq).await
-    {
-        tracing::warn!(%error, head = last_seq, "cannot record the tracker's head as the stream position");
-    }
-    let from_seq = match first.mode {
-        StartMode::Head => last_seq,
-        StartMode::Resume | StartMode::FromStart => first.after_seq,
-    };
-    tracing::debug!(mode = first.mode.as_str(), from_seq, skipped, "event stream began");
-    StreamItem::Status(LinkStatus::Began { mode: first.mode, from_seq, skipped })
-}
-
 /// Sends `resume` with `after_seq`.
 async fn send_resume(
     outgoing: &mut futures::stream::SplitSink<Socket, Message>,
@@ -664,176 +562,6 @@ async fn send_resume(
     }
     tracing::debug!(after_seq, "event stream resuming");
     Ok(())
-}
-
-/// What one message from the server means: an item to pass on, nothing, or the end of the
-/// connection. `cursor.next_seq` is the seq due next; it moves as events arrive in order.
-/// `accept_gap`: a seq that was asked for too often; if it is missing again, the stream goes on
-/// without it (once: it is taken).
-fn read_message(
-    message: Message,
-    cursor: &mut Cursor,
-    after_seq: u64,
-    accept_gap: &mut Option<u64>,
-) -> Result<Vec<StreamItem>, SessionEnd> {
-    match message {
-        Message::Text(text) => {
-            let frame = parse_frame(text.as_str());
-            let mut items = Vec::new();
-            if cursor.reading_history {
-                match &frame {
-                    Frame::Numbered { .. } => {
-                        cursor.skipped += 1;
-                        return Ok(items);
-                    }
-                    Frame::Status(LinkStatus::CaughtUp { last_seq }) => {
-                        cursor.reading_history = false;
-                        cursor.next_seq = last_seq.saturating_add(1);
-                    }
-                    Frame::Status(_) | Frame::Skipped => {}
-                }
-            }
-            let next_seq = &mut cursor.next_seq;
-            if let Frame::Numbered { seq, .. } = &frame {
-                if *seq > *next_seq {
-                    if accept_gap.take_if(|due| *due == *next_seq).is_none() {
-                        return Err(SessionEnd::Gap { due: *next_seq, got: *seq });
-                    }
-                    tracing::warn!(
-                        missing_from = *next_seq,
-                        missing_to = *seq - 1,
-                        tries = MAX_GAP_TRIES,
-                        "the tracker's event log is missing events; going on without them and reconciling"
-                    );
-                    items.push(StreamItem::Status(LinkStatus::GapAccepted { from: *next_seq, to: *seq - 1 }));
-                    *next_seq = *seq;
-                }
-                if *seq == *next_seq {
-                    *next_seq += 1;
-                }
-            }
-            let item = frame.into_item();
-            if let Some(StreamItem::Status(LinkStatus::CaughtUp { last_seq })) = &item
-                && *last_seq < after_seq
-            {
-                // Seqs only grow, so a log behind our resume point was reset or replaced: events
-                // numbered up to `after_seq` will not be replayed.
-                tracing::warn!(
-                    after_seq,
-                    server_last_seq = *last_seq,
-                    "the tracker's event log ends before the last processed seq: was the tracker reset?"
-                );
-            }
-            items.extend(item);
-            Ok(items)
-        }
-        Message::Binary(bytes) => {
-            tracing::warn!(bytes = bytes.len(), "event stream: skipped a binary frame (the tracker sends text)");
-            Ok(Vec::new())
-        }
-        Message::Close(frame) => Err(SessionEnd::Lost(match frame {
-            Some(frame) => format!("the server closed the connection ({} {})", frame.code, frame.reason),
-            None => "the server closed the connection".to_string(),
-        })),
-        // Protocol pings are answered by tungstenite; any frame proves the link alive.
-        Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => Ok(Vec::new()),
-    }
-}
-
-fn client_frame(frame: &ClientFrame) -> Message {
-    // A unit-like enum of plain fields always serializes; the fallback keeps this panic-free.
-    Message::text(serde_json::to_string(frame).unwrap_or_else(|_| r#"{"type":"ping"}"#.to_string()))
-}
-
-fn describe_read_error(error: &tungstenite::Error, max_frame_bytes: usize) -> String {
-    match error {
-        tungstenite::Error::Capacity(detail) => {
-            format!("refused a frame over the {max_frame_bytes}-byte limit ({detail}); reconnecting")
-        }
-        other => format!("read failed: {other}"),
-    }
-}
-
-/// One text frame, read once.
-// Short-lived (read and taken apart at once), so the big variant is not boxed; see StreamItem.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug)]
-pub enum Frame {
-    /// A frame with a seq: an event, passed on if its name is known and its data well formed
-    /// (`None` otherwise: it is logged and skipped, but its seq still counts).
-    Numbered { seq: u64, event: Option<ReceivedEvent> },
-    /// A control frame worth reporting.
-    Status(LinkStatus),
-    /// A pong, junk, or an unknown control frame.
-    Skipped,
-}
-
-impl Frame {
-    /// What the consumer is given for it, if anything.
-    pub fn into_item(self) -> Option<StreamItem> {
-        match self {
-            Frame::Numbered { event, .. } => event.map(StreamItem::Event),
-            Frame::Status(status) => Some(StreamItem::Status(status)),
-            Frame::Skipped => None,
-        }
-    }
-}
-
-/// Reads one text frame: an event to pass on, a control frame to report, or junk to skip. The
-/// text is parsed once; the envelope and its data are typed from that parse.
-pub fn parse_frame(text: &str) -> Frame {
-    let value: serde_json::Value = match serde_json::from_str(text) {
-        Ok(value) => value,
-        Err(error) => {
-            tracing::warn!(%error, frame = %preview(text), "event stream: skipped a frame that is not JSON");
-            return Frame::Skipped;
-        }
-    };
-    if value.get("type").is_some() {
-        return match serde_json::from_value::<ServerControl>(value) {
-            Ok(ServerControl::Pong) => Frame::Skipped,
-            Ok(ServerControl::Resumed { last_seq }) => {
-                tracing::debug!(last_seq, "event stream caught up");
-                Frame::Status(LinkStatus::CaughtUp { last_seq })
-            }
-            Err(error) => {
-                tracing::warn!(%error, frame = %preview(text), "event stream: skipped an unknown control frame");
-                Frame::Skipped
-            }
-        };
-    }
-    let Some(seq) = value.get("seq").and_then(serde_json::Value::as_u64) else {
-        tracing::warn!(frame = %preview(text), "event stream: skipped a frame that is not an event");
-        return Frame::Skipped;
-    };
-    let envelope: EventEnvelope = match serde_json::from_value(value) {
-        Ok(envelope) => envelope,
-        Err(error) => {
-            tracing::warn!(%error, frame = %preview(text), "event stream: skipped a frame that is not an event");
-            return Frame::Numbered { seq, event: None };
-        }
-    };
-    let event = match envelope.into_received() {
-        Ok(ReceivedEvent { event: Event::Unknown(name), id, .. }) => {
-            tracing::debug!(event = %name, %id, seq, "event stream: ignored an unknown event");
-            None
-        }
-        Ok(event) => Some(event),
-        Err(message) => {
-            tracing::warn!(seq, "event stream: skipped an event: {message}");
-            None
-        }
-    };
-    Frame::Numbered { seq, event }
-}
-
-/// The start of a frame, for a log line.
-fn preview(text: &str) -> String {
-    const LIMIT: usize = 200;
-    match text.char_indices().nth(LIMIT) {
-        Some((cut, _)) => format!("{}… ({} bytes)", &text[..cut], text.len()),
-        None => text.to_string(),
-    }
 }
 
 #[cfg(test)]

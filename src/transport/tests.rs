@@ -3,7 +3,10 @@ use std::time::Duration;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
+use super::frame::preview;
+use super::start::Start;
 use super::*;
+use crate::tracker::model::Event;
 
 #[test]
 fn backoff_doubles_is_capped_and_never_collapses_to_zero() {

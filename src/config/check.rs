@@ -1,0 +1,235 @@
+//! What [`Config::validate`] checks that types alone cannot: values in range, URLs that parse,
+//! names that are sane. Each problem names its field.
+
+use std::path::Path;
+
+use super::{Config, ConfigError, PRESENCE_HEARTBEAT_MS};
+
+impl Config {
+    /// Checks what types alone cannot: values in range, URLs that parse, names that are sane.
+    pub fn validate(&self, path: &Path) -> Result<(), ConfigError> {
+        self.check_identity()
+            .and_then(|()| self.check_llm())
+            .and_then(|()| self.check_numbers())
+            .and_then(|()| self.check_mcp_servers())
+            .and_then(|()| self.check_permissions())
+            .and_then(|()| self.check_retention())
+            .and_then(|()| self.check_presence())
+            .and_then(|()| self.check_replicas())
+            .map_err(|(field, message)| ConfigError::Field { path: path.to_path_buf(), field, message })
+    }
+
+    fn check_identity(&self) -> Result<(), Problem> {
+        if !slug_ok(&self.slug) {
+            return problem("slug", "expected a member slug: letters, digits, '-' or '_'");
+        }
+        if self.name.trim().is_empty() {
+            return problem("name", "expected a non-empty display name");
+        }
+        for (name, url) in [("tracker.url", &self.tracker.url), ("llm.base_url", &self.llm.base_url)] {
+            check_url(name, url)?;
+        }
+        if !self.tracker.api_prefix.is_empty() && !self.tracker.api_prefix.starts_with('/') {
+            return problem("tracker.api_prefix", "expected a path starting with '/', or empty");
+        }
+        for (name, variable) in [
+            ("tracker.token_env", &self.tracker.token_env),
+            ("mcp.token_env", &self.mcp.token_env),
+            ("http.ui_token_env", &self.http.ui_token_env),
+        ] {
+            if variable.trim().is_empty() {
+                return problem(name, "expected the name of an environment variable");
+            }
+        }
+        if self.http.listen.parse::<std::net::SocketAddr>().is_err() {
+            return problem("http.listen", "expected an address like 127.0.0.1:9464");
+        }
+        Ok(())
+    }
+
+    fn check_llm(&self) -> Result<(), Problem> {
+        if self.llm.model.trim().is_empty() {
+            return problem("llm.model", "expected a model name");
+        }
+        if let Some(t) = self.llm.temperature
+            && !(0.0..=2.0).contains(&t)
+        {
+            return problem("llm.temperature", "expected a number from 0 to 2");
+        }
+        if self.llm.context_tokens < 1_024 {
+            return problem("llm.context_tokens", "expected the model's context window, at least 1024 tokens");
+        }
+        if let Some(price) = self.llm.price
+            && [price.input_per_million, price.output_per_million].iter().any(|p| p.is_nan() || *p < 0.0)
+        {
+            return problem("llm.price", "expected prices of 0 or more per million tokens");
+        }
+        if let Some(cost) = self.limits.max_cost_per_day {
+            if cost.is_nan() || cost <= 0.0 {
+                return problem("limits.max_cost_per_day", "expected an amount greater than 0");
+            }
+            if self.llm.price.is_none() {
+                return problem("limits.max_cost_per_day", "needs llm.price to count the cost");
+            }
+        }
+        Ok(())
+    }
+
+    fn check_numbers(&self) -> Result<(), Problem> {
+        let positive = [
+            ("tracker.timeout_ms", self.tracker.timeout_ms),
+            ("llm.timeout_ms", self.llm.timeout_ms),
+            ("llm.idle_timeout_ms", self.llm.idle_timeout_ms),
+            ("llm.max_concurrent_requests", self.llm.max_concurrent_requests.map_or(1, u64::from)),
+            ("limits.max_turns", self.limits.max_turns as u64),
+            ("limits.max_tool_calls", self.limits.max_tool_calls as u64),
+            ("limits.max_tokens_per_run", self.limits.max_tokens_per_run),
+            ("limits.run_timeout_ms", self.limits.run_timeout_ms),
+            ("limits.max_tokens_per_day", self.limits.max_tokens_per_day),
+            ("limits.max_concurrent_runs", self.limits.max_concurrent_runs as u64),
+            ("limits.max_tool_result_bytes", self.limits.max_tool_result_bytes as u64),
+            ("limits.max_identical_calls", self.limits.max_identical_calls as u64),
+            ("tracker.retry.max_attempts", self.tracker.retry.max_attempts as u64),
+            ("llm.retry.max_attempts", self.llm.retry.max_attempts as u64),
+            ("permissions.ask_timeout_ms", self.permissions.ask_timeout_ms),
+        ];
+        match positive.iter().find(|(_, value)| *value == 0) {
+            Some((name, _)) => problem(name, "expected a number greater than 0"),
+            None => Ok(()),
+        }
+    }
+
+    fn check_mcp_servers(&self) -> Result<(), Problem> {
+        for (name, server) in &self.mcp_servers {
+            let at = |key: &str| format!("mcp_servers.{name}{key}");
+            if !slug_ok(name) {
+                return problem(&at(""), "expected a server name of letters, digits, '-' or '_'");
+            }
+            match (&server.command, &server.url) {
+                (Some(command), None) => {
+                    if command.trim().is_empty() {
+                        return problem(&at(".command"), "expected a program to run");
+                    }
+                    if !server.headers.is_empty() {
+                        return problem(&at(".headers"), "headers apply to a `url` server only");
+                    }
+                }
+                (None, Some(url)) => {
+                    check_url(&at(".url"), url)?;
+                    if !server.args.is_empty() || !server.env.is_empty() || server.cwd.is_some() {
+                        return problem(&at(""), "`args`, `env` and `cwd` apply to a `command` server only");
+                    }
+                }
+                _ => return problem(&at(""), "expected exactly one of `command` (stdio) or `url` (Streamable HTTP)"),
+            }
+            if server.timeout_ms == 0 {
+                return problem(&at(".timeout_ms"), "expected a number greater than 0");
+            }
+        }
+        Ok(())
+    }
+
+    fn check_permissions(&self) -> Result<(), Problem> {
+        for (name, patterns) in [
+            ("permissions.allowed_tools", &self.permissions.allowed_tools),
+            ("permissions.disallowed_tools", &self.permissions.disallowed_tools),
+            ("permissions.ask_tools", &self.permissions.ask_tools),
+        ] {
+            for pattern in patterns {
+                crate::tools::policy::check_pattern(pattern).map_err(|message| (name.to_string(), message))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    fn check_retention(&self) -> Result<(), Problem> {
+        let retention = &self.retention;
+        for (name, value) in [
+            ("retention.events_ms", retention.events_ms),
+            ("retention.claims_ms", retention.claims_ms),
+            ("retention.runs_ms", retention.runs_ms),
+            ("retention.sessions_ms", retention.sessions_ms),
+            ("retention.interval_ms", retention.interval_ms),
+        ] {
+            if value == 0 {
+                return problem(name, "expected a duration in milliseconds greater than 0 (7 days is 604800000)");
+            }
+        }
+        // A claim is what stops a message found again from being answered twice; if it went
+        // before the processed event, a late duplicate of that event would find neither.
+        if retention.claims_ms < retention.events_ms {
+            return problem(
+                "retention.claims_ms",
+                "expected at least retention.events_ms: claims must outlive the processed events they back up",
+            );
+        }
+        Ok(())
+    }
+
+    fn check_presence(&self) -> Result<(), Problem> {
+        if !PRESENCE_HEARTBEAT_MS.contains(&self.presence.heartbeat_ms) {
+            return problem(
+                "presence.heartbeat_ms",
+                &format!(
+                    "expected milliseconds between presence heartbeats, from {} to {}",
+                    PRESENCE_HEARTBEAT_MS.start(),
+                    PRESENCE_HEARTBEAT_MS.end()
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    fn check_replicas(&self) -> Result<(), Problem> {
+        let replicas = &self.replicas;
+        if !replicas.enabled {
+            return Ok(());
+        }
+        if self.state.postgres_url.is_none() {
+            return problem(
+                "replicas.enabled",
+                "replicas share their state in PostgreSQL: set state.url to a postgres:// URL (a SQLite file is one \
+                 process's), or set replicas.enabled to false",
+            );
+        }
+        if !(100..=60_000).contains(&replicas.poll_ms) {
+            return problem("replicas.poll_ms", "expected milliseconds from 100 to 60000");
+        }
+        if !(1_000..=300_000).contains(&replicas.stream_lease_ms) || replicas.stream_lease_ms < 3 * replicas.poll_ms {
+            return problem(
+                "replicas.stream_lease_ms",
+                "expected milliseconds from 1000 to 300000, and at least three times replicas.poll_ms",
+            );
+        }
+        if !(1_000..=3_600_000).contains(&replicas.run_lease_ms) || replicas.run_lease_ms < 3 * replicas.poll_ms {
+            return problem(
+                "replicas.run_lease_ms",
+                "expected milliseconds from 1000 to 3600000, and at least three times replicas.poll_ms",
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A field that is wrong, and what it should be.
+type Problem = (String, String);
+
+fn problem(field: &str, message: &str) -> Result<(), Problem> {
+    Err((field.to_string(), message.to_string()))
+}
+
+/// A member slug: letters, digits, '-' or '_' (also what `picogent state migrate --agent` takes).
+pub(crate) fn slug_ok(text: &str) -> bool {
+    !text.is_empty() && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+fn check_url(field: &str, url: &str) -> Result<(), Problem> {
+    if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < 8 {
+        return problem(field, &format!("expected an http:// or https:// URL, got {url:?}"));
+    }
+    Ok(())
+}

@@ -1,0 +1,119 @@
+//! The `llm` section of `agent.json`: the model's endpoint, the request fields it takes, the
+//! bounds of one request, and its price.
+
+use serde::{Deserialize, Serialize};
+
+use crate::retry::RetryConfig;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmConfig {
+    /// An OpenAI-compatible base URL ending in `/v1`.
+    pub base_url: String,
+    pub model: String,
+    /// The environment variable holding the API key; absent for local servers that need none.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// Sent only when set: reasoning models refuse it.
+    #[serde(default)]
+    pub temperature: Option<f32>,
+    #[serde(default)]
+    pub max_output_tokens: Option<u32>,
+    /// Which request field carries the output cap: `max_completion_tokens` (OpenAI's current
+    /// name, the default) or `max_tokens` (for servers that read only the older name).
+    #[serde(default)]
+    pub max_tokens_field: MaxTokensField,
+    /// The model's context window in tokens: every request (system prompt, tools, the stored
+    /// session, the current input) is kept within it.
+    #[serde(default = "default_context_tokens")]
+    pub context_tokens: u64,
+    /// Timeout of one model request, in milliseconds (a streamed one: see `idle_timeout_ms`).
+    #[serde(default = "default_llm_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Read the answer as it is generated (server-sent events), bounded by `idle_timeout_ms`
+    /// without a byte instead of one deadline for the whole answer: for slow local models.
+    #[serde(default)]
+    pub stream: bool,
+    /// With `stream`, how long the server may send nothing before the request is given up.
+    #[serde(default = "default_idle_timeout_ms")]
+    pub idle_timeout_ms: u64,
+    /// At most this many requests in flight to the endpoint at once (a local server with one
+    /// slot queues the rest and lets them time out); unset: no cap.
+    #[serde(default)]
+    pub max_concurrent_requests: Option<u32>,
+    /// Whether the model may ask for several tool calls in one turn. Sent only when set (some
+    /// servers refuse the field); `false` is also enforced by picogent itself, for servers that
+    /// ignore it: one call of a turn runs, the others are answered with an error.
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
+    /// What the model costs, per million tokens; with it, runs show their cost and
+    /// `limits.max_cost_per_day` caps the day's spend in money.
+    #[serde(default)]
+    pub price: Option<Price>,
+    #[serde(default)]
+    pub retry: RetryConfig,
+}
+
+impl LlmConfig {
+    /// The API key from the variable `api_key_env` names; `None` when it names none (local
+    /// servers). A named variable that is unset or empty is an error saying which.
+    pub fn api_key(&self) -> Result<Option<crate::secret::Secret>, crate::secret::SecretError> {
+        self.api_key_env.as_deref().map(crate::secret::Secret::from_env).transpose()
+    }
+
+    /// `model` at `base_url`, with every other field at its default.
+    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> LlmConfig {
+        LlmConfig {
+            base_url: base_url.into(),
+            model: model.into(),
+            api_key_env: None,
+            temperature: None,
+            max_output_tokens: None,
+            max_tokens_field: MaxTokensField::default(),
+            context_tokens: default_context_tokens(),
+            timeout_ms: default_llm_timeout_ms(),
+            stream: false,
+            idle_timeout_ms: default_idle_timeout_ms(),
+            max_concurrent_requests: None,
+            parallel_tool_calls: None,
+            price: None,
+            retry: RetryConfig::default(),
+        }
+    }
+}
+
+/// The request field that carries the output cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MaxTokensField {
+    #[default]
+    MaxCompletionTokens,
+    MaxTokens,
+}
+
+/// A model's price, in any currency, per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub input_per_million: f64,
+    pub output_per_million: f64,
+}
+
+impl Price {
+    /// The cost of `prompt` input and `completion` output tokens.
+    pub fn cost(&self, prompt: u64, completion: u64) -> f64 {
+        (prompt as f64 * self.input_per_million + completion as f64 * self.output_per_million) / 1_000_000.0
+    }
+}
+
+fn default_llm_timeout_ms() -> u64 {
+    120_000
+}
+fn default_idle_timeout_ms() -> u64 {
+    30_000
+}
+/// Large enough for the prompt, the tools and a long session on current models; local servers
+/// with a smaller window set it.
+fn default_context_tokens() -> u64 {
+    32_768
+}

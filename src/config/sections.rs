@@ -1,0 +1,487 @@
+//! The other sections of `agent.json` (`llm` is in `llm.rs`): tracker, limits, state, http,
+//! presence, replicas, mcp, mcp_servers, permissions, startup and retention, each with its
+//! defaults, and [`TextDuration`], a span of time the file writes as text.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::retry::RetryConfig;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrackerConfig {
+    /// The tracker's base URL, e.g. `http://127.0.0.1:8700`.
+    pub url: String,
+    /// The path prefix of the REST API and the event stream.
+    #[serde(default = "default_api_prefix")]
+    pub api_prefix: String,
+    /// The environment variable holding the agent's bearer token.
+    #[serde(default = "default_token_env")]
+    pub token_env: String,
+    /// Timeout of one HTTP request, in milliseconds.
+    #[serde(default = "default_tracker_timeout_ms")]
+    pub timeout_ms: u64,
+    #[serde(default)]
+    pub retry: RetryConfig,
+}
+
+impl TrackerConfig {
+    /// `{url}{api_prefix}` without a trailing slash.
+    pub fn api_base(&self) -> String {
+        format!("{}{}", self.url.trim_end_matches('/'), self.api_prefix.trim_end_matches('/'))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Model turns in one run.
+    pub max_turns: u32,
+    /// Tool calls in one run.
+    pub max_tool_calls: u32,
+    /// Prompt + completion tokens in one run.
+    pub max_tokens_per_run: u64,
+    /// Wall-clock time of one run, in milliseconds.
+    pub run_timeout_ms: u64,
+    /// Prompt + completion tokens across all runs in one UTC day.
+    pub max_tokens_per_day: u64,
+    /// Replies the agent may post in one thread in an hour: the loop guard.
+    pub max_replies_per_thread_per_hour: u32,
+    /// Runs in flight at once.
+    pub max_concurrent_runs: u32,
+    /// Tool result text sent to the model is cut at this many bytes.
+    pub max_tool_result_bytes: usize,
+    /// On SIGINT/SIGTERM, how long running runs may take to finish.
+    pub shutdown_grace_ms: u64,
+    /// The same tool with the same arguments this many times in a row is not run again: the
+    /// model is told it repeats itself.
+    pub max_identical_calls: u32,
+    /// The day's spend in money (needs `llm.price`); past it new runs are refused as past
+    /// `max_tokens_per_day`.
+    pub max_cost_per_day: Option<f64>,
+    /// Whether the answer picogent posts for a run ends with a line of what it spent (turns, tool
+    /// calls, tokens, cost).
+    pub spend_footer: bool,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_turns: 12,
+            max_tool_calls: 40,
+            max_tokens_per_run: 60_000,
+            run_timeout_ms: 300_000,
+            max_tokens_per_day: 2_000_000,
+            max_replies_per_thread_per_hour: 6,
+            max_concurrent_runs: 4,
+            max_tool_result_bytes: 8 * 1024,
+            shutdown_grace_ms: 30_000,
+            max_identical_calls: 3,
+            max_cost_per_day: None,
+            spend_footer: true,
+        }
+    }
+}
+
+/// `mcp_servers.<name>.tools`: which of one external server's tools the host takes, by their
+/// original names, before the permission policy sees them under their public names.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerToolsConfig {
+    /// Original tool names or globs (`*`, `?`) taken; empty means all.
+    pub allowed: Vec<String>,
+    /// Original tool names or globs never taken; wins over `allowed`.
+    pub disallowed: Vec<String>,
+}
+
+/// Where the agent keeps its state: `state.path` (a SQLite file) or `state.url` (a SQLite path,
+/// `sqlite:<path>`, or `postgres://user@host:port/database`); one of the two, not both.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "StateSection", into = "StateSection")]
+pub struct StateConfig {
+    /// The agent's SQLite database (processed events, sessions, runs, spend) when the state is in
+    /// SQLite; `<path>.lock` beside it keeps a second copy off it. Its folder also holds the
+    /// artifacts of external tools' results, whichever store holds the state.
+    pub path: PathBuf,
+    /// The PostgreSQL database holding the state instead, with no password in it (that comes
+    /// from `PGPASSWORD` or `~/.pgpass`); its rows are keyed by the agent's slug.
+    pub postgres_url: Option<String>,
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        StateConfig { path: PathBuf::from("./picogent.db"), postgres_url: None }
+    }
+}
+
+/// The `state` section as agent.json spells it.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StateSection {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    path: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    url: Option<String>,
+}
+
+impl TryFrom<StateSection> for StateConfig {
+    type Error = String;
+
+    fn try_from(section: StateSection) -> Result<StateConfig, String> {
+        let url = match (section.path, section.url) {
+            (Some(_), Some(_)) => {
+                return Err("`state.path` and `state.url` are both set: keep one (`state.path` for a SQLite \
+                     file, `state.url` for a SQLite path or a postgres:// URL)"
+                    .to_string());
+            }
+            (Some(path), None) => return Ok(StateConfig { path, ..StateConfig::default() }),
+            (None, None) => return Ok(StateConfig::default()),
+            (None, Some(url)) => url,
+        };
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            crate::state::check_postgres_url(&url).map_err(|message| format!("`state.url` {message}"))?;
+            return Ok(StateConfig { postgres_url: Some(url), ..StateConfig::default() });
+        }
+        let path = match url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")) {
+            Some(path) => path,
+            None if url.contains("://") => {
+                let scheme = url.split("://").next().unwrap_or_default();
+                return Err(format!(
+                    "`state.url`: a {scheme}:// database is not one picogent keeps its state in; expected a SQLite \
+                     file path, sqlite:<path>, or postgres://user@host:port/database"
+                ));
+            }
+            None => &url,
+        };
+        if path.is_empty() || path.starts_with(":memory:") {
+            return Err("`state.url`: expected the path of a SQLite file after `sqlite:` (an in-memory database \
+                 would forget everything at exit)"
+                .to_string());
+        }
+        Ok(StateConfig { path: PathBuf::from(path), ..StateConfig::default() })
+    }
+}
+
+impl From<StateConfig> for StateSection {
+    fn from(config: StateConfig) -> StateSection {
+        match config.postgres_url {
+            Some(url) => StateSection { path: None, url: Some(url) },
+            None => StateSection { path: Some(config.path), url: None },
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Where `picogent run` serves `/healthz`, `/readyz`, `/metrics` and the run inspector (`/`).
+    pub listen: String,
+    /// The environment variable holding the run inspector's token, needed when `listen` is not
+    /// a loopback address (a loopback listener needs no login).
+    pub ui_token_env: String,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig { listen: "127.0.0.1:9464".to_string(), ui_token_env: "PICOGENT_UI_TOKEN".to_string() }
+    }
+}
+
+/// How `picogent run` makes sure it is the one active copy of its agent on the tracker: it keeps
+/// a marker with a beat count in its member status, refuses to start while another copy's marker
+/// moves, and stops acting when it finds a newer copy's marker there (`runtime::presence`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PresenceConfig {
+    /// Check and keep the marker; `false` trusts the operator to run one copy per identity.
+    pub check: bool,
+    /// How often the marker is read and moved on, in milliseconds. A copy whose marker has not
+    /// been confirmed for two beats holds its writes; a copy starting beside a stale marker
+    /// watches it for two and a half beats before taking over; a fresh start waits two beats.
+    pub heartbeat_ms: u64,
+}
+
+impl Default for PresenceConfig {
+    fn default() -> Self {
+        PresenceConfig { check: true, heartbeat_ms: 10_000 }
+    }
+}
+
+/// Replicas of one agent on one PostgreSQL state (`state.url`). Off: one copy per agent, held to
+/// that by the agent's lock in the database.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReplicasConfig {
+    /// Share the agent's work with the other replicas on the same `state.url` and `slug`.
+    pub enabled: bool,
+    /// How long the event stream's lease lasts, in milliseconds: a replica that holds it renews
+    /// it every third of this; when it dies, another takes the stream over within about this
+    /// long plus `poll_ms`.
+    pub stream_lease_ms: u64,
+    /// How long a run's lease lasts, in milliseconds: a run whose replica stopped renewing it for
+    /// this long is resumed by another replica.
+    pub run_lease_ms: u64,
+    /// How often a replica looks for queued runs, inputs for its runs and the stream's lease,
+    /// and beats its heartbeat, in milliseconds.
+    pub poll_ms: u64,
+}
+
+impl Default for ReplicasConfig {
+    fn default() -> Self {
+        ReplicasConfig { enabled: false, stream_lease_ms: 6_000, run_lease_ms: 15_000, poll_ms: 500 }
+    }
+}
+
+/// The range `presence.heartbeat_ms` must be in: below it the tracker is asked many times a
+/// second; above it a copy taking over waits for hours.
+pub const PRESENCE_HEARTBEAT_MS: std::ops::RangeInclusive<u64> = 100..=600_000;
+
+/// Security of the MCP server's HTTP endpoint. Loopback hosts and origins are always allowed; the
+/// lists add more. The bearer token itself lives in the environment, never in the file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct McpConfig {
+    /// The environment variable holding the bearer token MCP clients must send over HTTP.
+    pub token_env: String,
+    /// Browser origins allowed besides loopback ones, with scheme and port, e.g.
+    /// `https://app.example.com:443` (`:*` matches any port). A request with any other `Origin`
+    /// header is refused with 403; requests without one (non-browser clients) pass.
+    pub allowed_origins: Vec<String>,
+    /// `Host` header values allowed besides `localhost`, `127.0.0.1` and `::1`, e.g.
+    /// `agent.example.com` or `agent.example.com:8808`. Needed to listen on a non-loopback address.
+    pub allowed_hosts: Vec<String>,
+    /// Let the MCP `start_run` tool work a task that is not assigned to the agent.
+    pub allow_unassigned_runs: bool,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        McpConfig {
+            token_env: "PICOGENT_MCP_TOKEN".to_string(),
+            allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+            allow_unassigned_runs: false,
+        }
+    }
+}
+
+/// One external MCP server: either a child process spoken to over stdio (`command`) or a
+/// Streamable HTTP endpoint (`url`). Secrets are never written here: a header or env value may
+/// name an environment variable as `${NAME}`, read when the server is connected.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerConfig {
+    /// The program to start (stdio transport).
+    #[serde(default)]
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Extra environment of the child; values may contain `${NAME}`.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// The child's working folder; relative paths are taken from the config file's folder.
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    /// The Streamable HTTP endpoint, e.g. `https://example.com/mcp`.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Extra HTTP headers; values may contain `${NAME}` (e.g. `"Bearer ${GITHUB_TOKEN}"`).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Whether the server's tool annotations are believed. An untrusted server's tools are never
+    /// read-only and always count as destructive.
+    #[serde(default)]
+    pub trusted: bool,
+    /// The server's tools offered, by their original names (globs `*`, `?`).
+    #[serde(default)]
+    pub tools: ServerToolsConfig,
+    /// Timeout of one request to the server, in milliseconds; a call that runs out is cancelled.
+    #[serde(default = "default_mcp_timeout_ms")]
+    pub timeout_ms: u64,
+}
+
+/// The permission policy over every tool, the tracker's included (`tools::policy`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PermissionsConfig {
+    /// Public tool names or globs (`*`, `?`) that may run; empty means all.
+    pub allowed_tools: Vec<String>,
+    /// Public tool names or globs that never run; wins over `allowed_tools`.
+    pub disallowed_tools: Vec<String>,
+    pub mode: PermissionMode,
+    /// In `ask` mode, how long to wait for a human's yes or no before the call is denied.
+    pub ask_timeout_ms: u64,
+    /// In `ask` mode, public tool names or globs whose consequential calls need a human's yes, in
+    /// addition to every tool annotated as destructive. A tracker tool judges which of its calls
+    /// are consequential (`update_task` to `done`, `assign_task` to someone else); a listed tool
+    /// that cannot tell (an external one) always asks. Empty: the annotations alone decide.
+    pub ask_tools: Vec<String>,
+}
+
+impl Default for PermissionsConfig {
+    fn default() -> Self {
+        PermissionsConfig {
+            allowed_tools: Vec::new(),
+            disallowed_tools: Vec::new(),
+            mode: PermissionMode::Auto,
+            ask_timeout_ms: 300_000,
+            ask_tools: default_ask_tools(),
+        }
+    }
+}
+
+/// The tracker tools that reassign, reject or close a task, or rewrite what it asks for. None of
+/// the 23 deletes anything; `take_task` cannot take a task from someone else (the tracker refuses).
+pub fn default_ask_tools() -> Vec<String> {
+    ["update_task", "assign_task", "reject_task"].map(str::to_string).to_vec()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PermissionMode {
+    /// Every allowed tool runs.
+    #[default]
+    Auto,
+    /// Only read-only tools run.
+    ReadOnly,
+    /// A destructive tool, or a consequential call of a tool in `ask_tools`, runs only after a
+    /// human member answers `yes` in the conversation.
+    Ask,
+}
+
+/// `startup`: what reconciliation takes up at a start and after every reconnect.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StartupConfig {
+    /// Mentions older than this are history, not requests: reconciliation does not answer them
+    /// (`0`: it answers none). Events replayed by a resume are not affected: they were missed,
+    /// not old.
+    pub answer_mentions_since: TextDuration,
+}
+
+impl Default for StartupConfig {
+    fn default() -> Self {
+        StartupConfig { answer_mentions_since: TextDuration(std::time::Duration::from_secs(15 * 60)) }
+    }
+}
+
+/// A span of time written as text with a unit (`90s`, `15m`, `2h`, `1d`) or as a number of
+/// seconds; `0` is none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TextDuration(pub std::time::Duration);
+
+impl TextDuration {
+    const EXPECTED: &str = "a span of time like 90s, 15m, 2h or 1d, or 0 for none";
+
+    /// Reads `15m`, `90s`, `2h`, `1d`, `0`, or a bare number of seconds.
+    pub fn parse(text: &str) -> Result<TextDuration, String> {
+        let text = text.trim();
+        let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+        let (number, unit) = text.split_at(split);
+        let seconds_per_unit = match unit.trim() {
+            "" | "s" => 1,
+            "m" => 60,
+            "h" => 3_600,
+            "d" => 86_400,
+            _ => return Err(format!("{text:?} is not {}", Self::EXPECTED)),
+        };
+        let number: u64 = number.parse().map_err(|_| format!("{text:?} is not {}", Self::EXPECTED))?;
+        number
+            .checked_mul(seconds_per_unit)
+            .map(|seconds| TextDuration(std::time::Duration::from_secs(seconds)))
+            .ok_or_else(|| format!("{text:?} is too long a span of time"))
+    }
+}
+
+impl std::fmt::Display for TextDuration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let seconds = self.0.as_secs();
+        match seconds {
+            0 => f.write_str("0"),
+            s if s % 86_400 == 0 => write!(f, "{}d", s / 86_400),
+            s if s % 3_600 == 0 => write!(f, "{}h", s / 3_600),
+            s if s % 60 == 0 => write!(f, "{}m", s / 60),
+            s => write!(f, "{s}s"),
+        }
+    }
+}
+
+/// How long the agent's state keeps rows it only needs for a while (`state::retention`), in
+/// milliseconds like every other duration in the file. The defaults keep months of running to a
+/// small file; tests set seconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// Processed event ids (the duplicate filter of the event stream). The resume point is never
+    /// pruned.
+    pub events_ms: u64,
+    /// Once-only claims (messages taken in, notices posted); at least `events_ms`. A message's
+    /// claim also stays until reconciliation can no longer find that message.
+    pub claims_ms: u64,
+    /// Finished runs, counted from their end; running runs and the newest run of each session are
+    /// kept (the latter without its transcript).
+    pub runs_ms: u64,
+    /// Conversations not touched for this long; the next message in that thread starts fresh.
+    pub sessions_ms: u64,
+    /// How often pruning runs; the first time is a minute after start (or `interval_ms`, if
+    /// shorter).
+    pub interval_ms: u64,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        const DAY_MS: u64 = 24 * 60 * 60 * 1000;
+        RetentionConfig {
+            events_ms: 7 * DAY_MS,
+            claims_ms: 30 * DAY_MS,
+            runs_ms: 90 * DAY_MS,
+            sessions_ms: 30 * DAY_MS,
+            interval_ms: 60 * 60 * 1000,
+        }
+    }
+}
+
+impl Serialize for TextDuration {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for TextDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<TextDuration, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = TextDuration;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(TextDuration::EXPECTED)
+            }
+            fn visit_u64<E: serde::de::Error>(self, seconds: u64) -> Result<TextDuration, E> {
+                Ok(TextDuration(std::time::Duration::from_secs(seconds)))
+            }
+            fn visit_i64<E: serde::de::Error>(self, seconds: i64) -> Result<TextDuration, E> {
+                u64::try_from(seconds)
+                    .map(|seconds| TextDuration(std::time::Duration::from_secs(seconds)))
+                    .map_err(|_| E::custom(format!("{seconds} is not {}", TextDuration::EXPECTED)))
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<TextDuration, E> {
+                TextDuration::parse(text).map_err(E::custom)
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+fn default_mcp_timeout_ms() -> u64 {
+    60_000
+}
+fn default_api_prefix() -> String {
+    "/api".to_string()
+}
+pub(super) fn default_token_env() -> String {
+    "TEAMBOARD_TOKEN".to_string()
+}
+fn default_tracker_timeout_ms() -> u64 {
+    10_000
+}
