@@ -389,7 +389,7 @@ async fn finish(
     count_in_metrics(&services.metrics, &record);
     services.metrics.cost(spent.cost);
     let status = record.outcome.status();
-    let notice = (status == RunStatus::Failed).then(|| failure_notice(&record));
+    let notice = (status == RunStatus::Failed).then(|| failure_notice(&record, &output.conversation));
     let finish = FinishRun {
         status,
         turns: record.turns,
