@@ -48,6 +48,18 @@ async fn wait_question(alice: &TrackerClient, task_id: &str, count: usize) -> St
     .await
 }
 
+/// The agent in `ask` mode on `board` with `model`, ready, and alice's client.
+async fn ask_mode_agent(
+    dir: &std::path::Path,
+    board: &picogent::board::BoardHandle,
+    model: &OfflineModelHandle,
+) -> (picogent::runtime::AgentHandle, TrackerClient) {
+    let extra = json!({"permissions": {"mode": "ask", "ask_timeout_ms": 30_000}});
+    let agent = start_agent(agent_config(dir, &board.url(), &model.url(), "picogent", extra)).await;
+    wait_ready(&agent).await;
+    (agent, client(board, "tok-alice"))
+}
+
 fn text(result: &CallToolResult) -> String {
     serde_json::to_value(&result.content).unwrap().to_string()
 }
@@ -66,10 +78,7 @@ async fn in_ask_mode_a_cut_off_call_is_neither_asked_about_nor_run() {
          "reply": {"content": "I could not finish the change; TE-1 stays open."}}
     ]))
     .await;
-    let extra = json!({"permissions": {"mode": "ask", "ask_timeout_ms": 30_000}});
-    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
-    wait_ready(&agent).await;
-    let alice = client(&board, "tok-alice");
+    let (agent, alice) = ask_mode_agent(dir.path(), &board, &model).await;
     let task = create_assigned(&alice, "Release notes", "Write the release notes for 2.0").await;
     let session = format!("task:{}", task.id);
     eventually(WAIT, "the run to end", || async {
@@ -109,10 +118,7 @@ async fn in_ask_mode_the_agent_asks_before_closing_or_rejecting_a_task_and_not_b
          "reply": {"content": "Gave TE-2 back."}}
     ]))
     .await;
-    let extra = json!({"permissions": {"mode": "ask", "ask_timeout_ms": 30_000}});
-    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
-    wait_ready(&agent).await;
-    let alice = client(&board, "tok-alice");
+    let (agent, alice) = ask_mode_agent(dir.path(), &board, &model).await;
 
     let task = create_assigned(&alice, "Release notes", "Write the release notes for 2.0").await;
     assert_eq!(task.key, "TE-1");
