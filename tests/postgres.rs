@@ -19,6 +19,7 @@ use picogent::state::{RunStatus, State};
 use picogent::tracker::TrackerClient;
 use picogent::tracker::model::*;
 use serde_json::json;
+use sqlx::Connection;
 use test_postgres::{TestSchema, with_schema};
 
 /// An agent config whose state is in `schema`.
@@ -214,6 +215,90 @@ async fn a_second_copy_on_the_same_postgres_state_refuses_to_start() {
         wait_idle(&first).await;
         assert_eq!(mine(&thread(&alice, &question.id).await, "picogent"), 1);
         first.shutdown().await.unwrap();
+        model.shutdown().await;
+        board.shutdown().await.unwrap();
+    })
+    .await;
+}
+
+/// The backends that hold the agent `agent`'s advisory lock in `schema` (`PostgresLock::take`).
+async fn lock_backends(schema: &TestSchema, agent: &str) -> Vec<i32> {
+    let mut connection = schema.connection().await;
+    let pids = sqlx::query_scalar(
+        "WITH k AS (SELECT hashtextextended('picogent agent ' || COALESCE(current_schema(), '') || '/' || $1, 0) AS key) \
+         SELECT l.pid FROM pg_locks l, k WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted \
+         AND l.classid = ((k.key >> 32) & 4294967295)::oid AND l.objid = (k.key & 4294967295)::oid",
+    )
+    .bind(agent)
+    .fetch_all(&mut connection)
+    .await
+    .unwrap();
+    let _ = connection.close().await;
+    pids
+}
+
+/// Ends the connection that holds the agent's lock, as a restart of PostgreSQL or a cut would.
+async fn end_lock_connection(schema: &TestSchema, agent: &str) {
+    let pids = lock_backends(schema, agent).await;
+    assert_eq!(pids.len(), 1, "one connection holds the lock: {pids:?}");
+    let mut connection = schema.connection().await;
+    let ended: bool =
+        sqlx::query_scalar("SELECT pg_terminate_backend($1)").bind(pids[0]).fetch_one(&mut connection).await.unwrap();
+    assert!(ended);
+    let _ = connection.close().await;
+}
+
+/// The agent's lock in PostgreSQL lasts as long as its connection. When the connection ends the
+/// agent takes the lock again and goes on (a second copy is still refused); when another copy
+/// took it first, this copy stops acting, says why, and answers nothing more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_lost_with_its_connection_is_taken_again_or_this_copy_stands_down() {
+    use picogent::state::{PostgresLock, StateError};
+    with_schema(|schema| async move {
+        let dir = tempfile::tempdir().unwrap();
+        let board = start_board(dir.path()).await;
+        let model = start_model(0).await;
+        let config = config_on(&schema, dir.path(), &board.url(), &model.url(), "picogent");
+        let agent = start_agent(config.clone()).await;
+        wait_ready(&agent).await;
+        let alice = client(&board, "tok-alice");
+        let chat = chat_id(&alice).await;
+        let first_pid = lock_backends(&schema, "picogent").await;
+
+        end_lock_connection(&schema, "picogent").await;
+        eventually(Duration::from_secs(10), "the lock taken again", || async {
+            let now = lock_backends(&schema, "picogent").await;
+            (now.len() == 1 && now != first_pid).then_some(())
+        })
+        .await;
+        let refused = PostgresLock::take(&schema.url(), "picogent", false).await;
+        assert!(
+            matches!(refused, Err(StateError::PostgresLocked { .. })),
+            "a second copy is still refused: {refused:?}"
+        );
+        let question = say(&alice, &chat, "@picogent still there?").await;
+        eventually(Duration::from_secs(20), "the reply", || async {
+            (mine(&thread(&alice, &question.id).await, "picogent") == 1).then_some(())
+        })
+        .await;
+        assert!(!agent.is_superseded());
+
+        // Another copy takes the lock the moment the connection ends: this copy stands down.
+        end_lock_connection(&schema, "picogent").await;
+        let other = PostgresLock::take(&schema.url(), "picogent", false).await.expect("the other copy takes the lock");
+        tokio::time::timeout(Duration::from_secs(10), agent.superseded()).await.expect("this copy stands down");
+        let reason = agent.status.superseded().unwrap_or_default().to_string();
+        assert!(reason.contains("took its lock in the PostgreSQL database"), "{reason}");
+        assert!(!reason.contains("password"), "{reason}");
+        let unanswered = say(&alice, &chat, "@picogent are you the one answering?").await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(
+            mine(&thread(&alice, &unanswered.id).await, "picogent"),
+            0,
+            "a copy that stood down answers nothing"
+        );
+        other.release().await;
+        let _ = tokio::time::timeout(Duration::from_secs(10), agent.shutdown()).await;
         model.shutdown().await;
         board.shutdown().await.unwrap();
     })

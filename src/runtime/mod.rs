@@ -17,6 +17,7 @@ pub mod replicas;
 pub mod retention;
 pub mod run;
 pub mod startup;
+mod state_lock;
 pub mod status;
 
 use std::net::SocketAddr;
@@ -36,6 +37,8 @@ use crate::tracker::TrackerClient;
 use crate::transport::{StreamOptions, StreamStart};
 use metrics::Metrics;
 use run::RunServices;
+use state_lock::{StandDown, StateLock, TakenLock};
+pub use state_lock::{StateLockError, lock_state};
 use status::StatusBoard;
 
 /// What `start` needs beyond the config: the secrets (read from the environment by the caller)
@@ -71,6 +74,8 @@ pub struct AgentHandle {
     host: Arc<crate::mcp::host::McpHost>,
     /// Keeps this copy's marker moving on the tracker (`presence.check`); `None` when off.
     presence: Option<presence::Heartbeat>,
+    /// Cancelled once a newer copy took over (on the tracker, or the agent's lock in PostgreSQL).
+    superseded: CancellationToken,
     /// The lock that keeps a second agent off the same state; released with the handle.
     _state_lock: StateLock,
 }
@@ -108,17 +113,15 @@ impl AgentHandle {
         self.shutdown.clone()
     }
 
-    /// Resolves once a newer copy of the agent took over on the tracker (never without
-    /// `presence.check`); by then this copy writes nothing more and its event stream is stopped.
+    /// Resolves once a newer copy of the agent took over: on the tracker (`presence.check`), or
+    /// the agent's lock in PostgreSQL while this copy's connection was down; by then this copy
+    /// writes nothing more and its event stream is stopped.
     pub async fn superseded(&self) {
-        match &self.presence {
-            Some(presence) => presence.superseded().await,
-            None => std::future::pending().await,
-        }
+        self.superseded.cancelled().await
     }
 
     pub fn is_superseded(&self) -> bool {
-        self.presence.as_ref().is_some_and(presence::Heartbeat::is_superseded)
+        self.superseded.is_cancelled()
     }
 }
 
@@ -128,19 +131,15 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     let config = Arc::new(config);
     let prompts = Arc::new(Prompts::load(&config.prompts_dir)?);
     // One copy per state: the SQLite file's lock, or the agent's lock in the PostgreSQL database.
-    let (state_lock, state) = match &config.state.postgres_url {
+    let (taken_lock, state) = match &config.state.postgres_url {
         None => {
-            let lock = StateLock::File(lock_state(&config.state.path)?);
+            let lock = TakenLock::File(lock_state(&config.state.path)?);
             (lock, State::open(&config.state.path).await?)
         }
         Some(url) => {
             let state = State::open_postgres(url, &config.slug).await?;
-            (
-                StateLock::Postgres(
-                    crate::state::PostgresLock::take(url, &config.slug, config.replicas.enabled).await?,
-                ),
-                state,
-            )
+            let lock = crate::state::PostgresLock::take(url, &config.slug, config.replicas.enabled).await?;
+            (TakenLock::Postgres(lock), state)
         }
     };
     // A replica writes its runs' ends as itself, and reads the shared spend each time.
@@ -206,7 +205,13 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     let (inputs_tx, inputs_rx) = mpsc::channel::<Input>(1024);
     let stream_options = stream.unwrap_or_else(|| StreamOptions::from_config(&config));
     let stream_cancel = shutdown.child_token();
-    let presence = claimed.map(|claimed| claimed.spawn(status.clone(), stream_cancel.clone()));
+    // A newer copy taking over, on the tracker or the agent's lock in PostgreSQL, stops this one.
+    let superseded = CancellationToken::new();
+    let gate = claimed.as_ref().map(|claimed| claimed.gate());
+    let presence = claimed.map(|claimed| claimed.spawn(status.clone(), stream_cancel.clone(), superseded.clone()));
+    let stand_down =
+        StandDown { gate, status: status.clone(), stream: stream_cancel.clone(), superseded: superseded.clone() };
+    let state_lock = taken_lock.keep(std::time::Duration::from_millis(config.presence.heartbeat_ms), stand_down);
     // The stream puts its items straight into the router's one input channel; a replica's only
     // while it holds the stream's lease.
     let stream = match &replica {
@@ -271,6 +276,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
         retention,
         host,
         presence,
+        superseded,
         _state_lock: state_lock,
     })
 }
@@ -291,53 +297,6 @@ fn replica_id() -> String {
     let host: String = host_name().chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').take(32).collect();
     let random = uuid::Uuid::new_v4().simple().to_string();
     format!("{host}-{}", &random[..8])
-}
-
-/// What keeps a second copy of the agent off its state while this one runs.
-#[derive(Debug)]
-#[allow(dead_code, reason = "held, never read: dropping it lets the lock go")]
-enum StateLock {
-    /// The operating system's lock on `<state.path>.lock`.
-    File(std::fs::File),
-    /// The agent's advisory lock in the PostgreSQL database.
-    Postgres(crate::state::PostgresLock),
-}
-
-/// Why [`lock_state`] did not take the lock.
-#[derive(Debug, thiserror::Error)]
-pub enum StateLockError {
-    /// Another process holds it: an agent runs on the file.
-    #[error(
-        "another picogent run is using the state file {} (its lock {} is held): run one copy per state file, \
-         or give this one its own state.path",
-        path.display(),
-        lock_path.display()
-    )]
-    Held { path: std::path::PathBuf, lock_path: std::path::PathBuf },
-    // `cause`, not `source`: the message says it already, and the chain would say it twice.
-    #[error("cannot {action} the state lock {}: {cause}", lock_path.display())]
-    Io { action: &'static str, lock_path: std::path::PathBuf, cause: std::io::Error },
-}
-
-/// Takes the operating system's lock on `<state.path>.lock`, so a second agent on the same state
-/// file refuses to start instead of answering everything a second time. The lock goes with the
-/// process, however it ends. `picogent state migrate` takes it too, so no agent writes the file
-/// while its state is copied.
-pub fn lock_state(path: &std::path::Path) -> Result<std::fs::File, StateLockError> {
-    let mut lock_path = path.as_os_str().to_owned();
-    lock_path.push(".lock");
-    let lock_path = std::path::PathBuf::from(lock_path);
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|cause| StateLockError::Io { action: "open", lock_path: lock_path.clone(), cause })?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(StateLockError::Held { path: path.to_path_buf(), lock_path }),
-        Err(std::fs::TryLockError::Error(cause)) => Err(StateLockError::Io { action: "take", lock_path, cause }),
-    }
 }
 
 /// `/healthz`, `/readyz`, `/metrics`, and `/mcp` with the running agent when an MCP token is set.

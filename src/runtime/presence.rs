@@ -226,14 +226,18 @@ impl Presence {
     }
 
     /// Keeps the marker moving until [`Heartbeat::finish`]; when a beat finds another copy's
-    /// marker, stops this copy acting: the gate refuses every write, `stream` is cancelled and
-    /// `status` says why.
-    pub fn spawn(self, status: Arc<StatusBoard>, stream: CancellationToken) -> Heartbeat {
+    /// marker, stops this copy acting: the gate refuses every write, `stream` and `superseded`
+    /// are cancelled and `status` says why.
+    pub fn spawn(
+        self,
+        status: Arc<StatusBoard>,
+        stream: CancellationToken,
+        superseded: CancellationToken,
+    ) -> Heartbeat {
         let stop = CancellationToken::new();
-        let superseded = CancellationToken::new();
         let timing = self.timing;
-        let task = tokio::spawn(self.keep(status, stream, stop.clone(), superseded.clone()));
-        Heartbeat { stop, superseded, timing, task }
+        let task = tokio::spawn(self.keep(status, stream, stop.clone(), superseded));
+        Heartbeat { stop, timing, task }
     }
 
     async fn keep(
@@ -437,21 +441,11 @@ fn tracker_error(source: TrackerError) -> PresenceError {
 /// The running heartbeat of [`Presence::spawn`].
 pub struct Heartbeat {
     stop: CancellationToken,
-    superseded: CancellationToken,
     timing: Timing,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Heartbeat {
-    /// Resolves once a newer copy took over from this one.
-    pub async fn superseded(&self) {
-        self.superseded.cancelled().await
-    }
-
-    pub fn is_superseded(&self) -> bool {
-        self.superseded.is_cancelled()
-    }
-
     /// How long a superseded copy goes on answering `/readyz` before it exits.
     pub fn linger(&self) -> Duration {
         self.timing.linger()

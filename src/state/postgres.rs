@@ -173,6 +173,24 @@ impl PostgresStore {
 #[derive(Debug)]
 pub struct PostgresLock {
     connection: PgConnection,
+    /// What it was taken with, to take it again when its connection ends.
+    spec: LockSpec,
+}
+
+/// Which lock [`PostgresLock::take`] took: the database, the agent, and whether shared.
+#[derive(Debug, Clone)]
+pub struct LockSpec {
+    url: String,
+    agent: String,
+    shared: bool,
+}
+
+impl LockSpec {
+    /// Takes the lock again on a new connection (after its connection went): `PostgresLocked`
+    /// while another copy holds it.
+    pub async fn take(&self) -> Result<PostgresLock, StateError> {
+        PostgresLock::take(&self.url, &self.agent, self.shared).await
+    }
 }
 
 impl PostgresLock {
@@ -186,8 +204,8 @@ impl PostgresLock {
             ("tcp_keepalives_interval", "5"),
             ("tcp_keepalives_count", "3"),
         ]);
-        let url = shown(&options);
-        let connect_error = |cause: sqlx::Error| StateError::PostgresConnect { url: url.clone(), cause };
+        let shown_url = shown(&options);
+        let connect_error = |cause: sqlx::Error| StateError::PostgresConnect { url: shown_url.clone(), cause };
         let mut connection = tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&options))
             .await
             .map_err(|_| connect_error(timed_out()))?
@@ -203,9 +221,20 @@ impl PostgresLock {
         let taken: bool = sqlx::query_scalar(query).bind(agent).fetch_one(&mut connection).await?;
         if !taken {
             let _ = connection.close().await;
-            return Err(StateError::PostgresLocked { url, agent: agent.to_string(), replicas: shared });
+            return Err(StateError::PostgresLocked { url: shown_url, agent: agent.to_string(), replicas: shared });
         }
-        Ok(PostgresLock { connection })
+        Ok(PostgresLock { connection, spec: LockSpec { url: url.to_string(), agent: agent.to_string(), shared } })
+    }
+
+    /// Whether the lock's connection still answers: the server lets the lock go with it (a
+    /// restart of PostgreSQL, a network cut, a terminated backend).
+    pub async fn answers(&mut self) -> bool {
+        sqlx::query("SELECT 1").execute(&mut self.connection).await.is_ok()
+    }
+
+    /// What to take again when [`answers`](Self::answers) says the lock went.
+    pub fn spec(&self) -> LockSpec {
+        self.spec.clone()
     }
 
     /// Lets the lock go now (dropping it lets it go too, as the connection closes).
