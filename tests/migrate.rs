@@ -121,7 +121,12 @@ async fn an_agent_moved_to_postgres_goes_on_where_it_stopped_and_does_nothing_tw
         let last = lines.last().unwrap();
         assert!(last.starts_with("moved the state of agent `picogent` from "), "{stdout}");
         assert!(last.contains("in one transaction"), "{stdout}");
-        assert!(db.exists(), "the SQLite file is left as it was");
+        // The old file says where its state went: `picogent run` on it refuses, as it would act a
+        // second time beside the agent on PostgreSQL (with the same copy id).
+        let old = picogent_output(&["run"], &config_path).await;
+        let stderr = String::from_utf8_lossy(&old.stderr);
+        assert!(!old.status.success(), "{stderr}");
+        assert!(stderr.contains("was moved to postgres://") && stderr.contains("set state.url"), "{stderr}");
 
         let agent = start_agent(on_postgres(&config, &schema)).await;
         assert!(agent.state.path().is_none(), "the agent runs on PostgreSQL");
@@ -253,9 +258,11 @@ async fn a_second_migration_into_the_same_schema_refuses_and_changes_nothing() {
         let db = dir.path().join("picogent.db");
         let (answered, running) = a_state_file(&db).await;
 
-        let file_before = std::fs::read(&db).unwrap();
         let migrated = sqlite_to_postgres(&db, &schema.url(), "picogent").await.unwrap();
-        assert!(std::fs::read(&db).unwrap() == file_before, "the SQLite file is left as it was");
+        let file = State::open(&db).await.unwrap();
+        let moved_to = file.get_value(picogent::state::migrate::MOVED_TO).await.unwrap().expect("the file is marked");
+        assert!(moved_to.starts_with(&migrated.target), "{moved_to}");
+        file.close().await;
         let expected: Vec<(&str, u64)> = TABLES.into_iter().zip([2, 1, 1, 1, 1, 2, 1, 1]).collect();
         assert_eq!(migrated.tables, expected, "stream_head is not set on a state that processed events");
         assert!(migrated.target.starts_with("postgres://postgres@127.0.0.1:5432/test"), "{}", migrated.target);
@@ -277,6 +284,14 @@ async fn a_second_migration_into_the_same_schema_refuses_and_changes_nothing() {
         state.close().await;
 
         let before = rows_in(&schema, "picogent").await;
+        // The same file again, anywhere: it was moved.
+        let again = sqlite_to_postgres(&db, &schema.url(), "otherbot").await.unwrap_err();
+        assert!(matches!(again, MigrateError::AlreadyMoved { .. }), "{again}");
+        assert!(again.to_string().contains("was moved already, to postgres://"), "{again}");
+        assert_eq!(rows_in(&schema, "otherbot").await.0, vec![0; TABLES.len()], "nothing copied");
+        // Another file of the same agent into the same schema.
+        let db = dir.path().join("another.db");
+        a_state_file(&db).await;
         let again = sqlite_to_postgres(&db, &schema.url(), "picogent").await.unwrap_err();
         let message = again.to_string();
         assert!(matches!(again, MigrateError::TargetNotEmpty { .. }), "{message}");
@@ -352,7 +367,7 @@ async fn a_file_that_is_not_picogents_state_is_refused_with_what_to_do() {
 
 /// The binary: a file an agent is running on is refused (exit 1) and PostgreSQL left untouched;
 /// a target that is not PostgreSQL, a missing flag or no way to name the agent is bad usage
-/// (exit 2); a target that holds the agent already is refused (exit 1).
+/// (exit 2); a file moved already is refused (exit 1).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_command_refuses_a_running_agents_file_and_bad_usage_with_its_exit_codes() {
     with_schema(|schema| async move {
@@ -395,8 +410,7 @@ async fn the_command_refuses_a_running_agents_file_and_bad_usage_with_its_exit_c
         let (code, stdout, stderr) = migrate_command(&["--from", from, "--to", &url, "--agent", "picogent"]).await;
         assert_eq!(code, 1, "{stderr}");
         assert_eq!(stdout, "");
-        assert!(stderr.starts_with("error: the PostgreSQL state postgres://"), "{stderr}");
-        assert!(stderr.contains("already holds rows of agent `picogent` (in "), "{stderr}");
+        assert!(stderr.starts_with("error: the state file ") && stderr.contains("was moved already"), "{stderr}");
         assert_eq!(rows_in(&schema, "picogent").await, before, "nothing changed");
         model.shutdown().await;
         board.shutdown().await.unwrap();

@@ -134,7 +134,17 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     let (taken_lock, state) = match &config.state.postgres_url {
         None => {
             let lock = TakenLock::File(lock_state(&config.state.path)?);
-            (lock, State::open(&config.state.path).await?)
+            let state = State::open(&config.state.path).await?;
+            if let Some(to) = state.get_value(crate::state::migrate::MOVED_TO).await? {
+                state.close().await;
+                anyhow::bail!(
+                    "the state file {} was moved to {to} by `picogent state migrate`: set state.url to that database \
+                     (and drop state.path) to run the agent there; starting on the file would answer again what the \
+                     agent did since. To start this agent afresh instead, delete the file",
+                    config.state.path.display()
+                );
+            }
+            (lock, state)
         }
         Some(url) => {
             let state = State::open_postgres(url, &config.slug).await?;

@@ -14,10 +14,15 @@
 //! - the file is missing, or is not picogent's state at this version;
 //! - the file's lock (`runtime::lock_state`) is held by a running agent;
 //! - an agent of that slug is running on the target (its `PostgresLock`);
+//! - the file was moved already;
 //! - the target already holds a row of the agent in any table.
 //!
-//! The SQLite file is opened read-only and left as it was. The file's lock and the agent's lock
-//! in PostgreSQL are held until the copy has committed, so no agent starts on either side halfway.
+//! The SQLite file is read without a write until the copy has committed; then, still under its
+//! lock, it gets one named value, [`MOVED_TO`] (where its state went, and when), so a
+//! `picogent run` on the old file refuses instead of acting a second time beside the agent on
+//! PostgreSQL (they would share the copy id, so the tracker's presence marker could not tell
+//! them apart), and a second migration of it is refused. The file's lock and the agent's lock in
+//! PostgreSQL are held until the copy has committed, so no agent starts on either side halfway.
 //!
 //! The columns are named on both sides, as the schema stands in `migrations/state/`. A column a
 //! later migration adds to the PostgreSQL tables with a default takes its default here.
@@ -71,6 +76,18 @@ pub enum MigrateError {
     Locked { path: PathBuf, lock_path: PathBuf },
     #[error(transparent)]
     Lock(StateLockError),
+    #[error(
+        "the state file {} was moved already, to {to}: run the agent there (state.url), or migrate another \
+         agent's file",
+        path.display()
+    )]
+    AlreadyMoved { path: PathBuf, to: String },
+    #[error(
+        "the state is copied, but the file {} could not be marked as moved ({cause}): do not start picogent on the \
+         file again; run the agent on the PostgreSQL state (state.url)",
+        path.display()
+    )]
+    Mark { path: PathBuf, cause: StateError },
     // `cause`, not `source`, here and below: the message says it already.
     #[error("cannot read {table} in the state file {}: {cause}", path.display())]
     Read { path: PathBuf, table: &'static str, cause: sqlx::Error },
@@ -129,9 +146,37 @@ pub async fn sqlite_to_postgres(from: &Path, to: &str, agent: &str) -> Result<Mi
         let _ = sqlx::Connection::close(source).await;
         return Err(error);
     }
+    let moved: Option<String> = sqlx::query_scalar("SELECT value FROM named_values WHERE name = $1")
+        .bind(MOVED_TO)
+        .fetch_optional(&mut source)
+        .await
+        .map_err(|cause| MigrateError::Read { path: from.to_path_buf(), table: "named_values", cause })?;
+    if let Some(to) = moved {
+        let _ = sqlx::Connection::close(source).await;
+        return Err(MigrateError::AlreadyMoved { path: from.to_path_buf(), to });
+    }
     let copied = copy_into(&mut source, from, to, agent).await;
     let _ = sqlx::Connection::close(source).await;
-    copied
+    let migrated = copied?;
+    // Still under the file's lock: the file says where its state went, so `picogent run` on it
+    // refuses instead of acting a second time beside the agent on PostgreSQL.
+    let moved_to = format!("{} at {}", migrated.target, now_text());
+    let mark = async {
+        let state = super::State::open(from).await?;
+        let marked = state.set_value(MOVED_TO, &moved_to).await;
+        state.close().await;
+        marked
+    };
+    mark.await.map_err(|cause| MigrateError::Mark { path: from.to_path_buf(), cause })?;
+    Ok(migrated)
+}
+
+/// The named value a moved SQLite file keeps: where its state went, and when.
+pub const MOVED_TO: &str = "state.moved_to";
+
+fn now_text() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    now.format(&time::format_description::well_known::Rfc3339).unwrap_or_else(|_| now.unix_timestamp().to_string())
 }
 
 async fn open_read_only(path: &Path) -> Result<SqliteConnection, MigrateError> {
