@@ -160,7 +160,14 @@ impl StreamKeeper {
     /// Renews the lease; stops the stream when it is lost or cannot be renewed in time.
     async fn renew(&mut self, mut stream: Held) -> Option<Held> {
         let sent = Instant::now();
-        match self.replicas.renew_stream(self.timing.lease).await {
+        // An answer later than the point of giving up is no use: the database waiting for a
+        // connection (an outage) must not keep the stream past it.
+        let in_time = self.timing.give_up_after().saturating_sub(stream.last_renewed.elapsed());
+        let Ok(answer) = tokio::time::timeout(in_time, self.replicas.renew_stream(self.timing.lease)).await else {
+            self.stop_stream(stream, "the stream's lease could not be renewed in time").await;
+            return None;
+        };
+        match answer {
             Ok(true) => {
                 self.outage.answered();
                 stream.last_renewed = sent;

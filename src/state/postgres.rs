@@ -23,6 +23,9 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/state-po
 /// How long the first connection may take before the database counts as not answering.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a query waits for a connection from the pool.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The PostgreSQL store: a pool on the database, and whose rows it reads and writes.
 #[derive(Clone, Debug)]
 pub(super) struct PostgresStore {
@@ -84,7 +87,15 @@ impl PostgresStore {
             .map_err(|_| connect_error(timed_out()))?
             .map_err(connect_error)?;
         let _ = first.close().await;
-        let pool = PgPoolOptions::new().max_connections(4).connect_with(options).await.map_err(connect_error)?;
+        // A query that waits for a connection gives up after a few seconds: in an outage every
+        // poller (a replica's tick, the stream's lease) learns it at once instead of stalling
+        // for sqlx's default 30 s.
+        let pool = PgPoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(options)
+            .await
+            .map_err(connect_error)?;
         if let Err(cause) = MIGRATOR.run(&pool).await {
             pool.close().await;
             return Err(StateError::PostgresMigrate { url, cause });
