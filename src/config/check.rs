@@ -44,6 +44,14 @@ impl Config {
         if self.http.listen.parse::<std::net::SocketAddr>().is_err() {
             return problem("http.listen", "expected an address like 127.0.0.1:9464");
         }
+        for (name, link) in [("http.task_link", &self.http.task_link), ("http.message_link", &self.http.message_link)] {
+            if let Some(link) = link {
+                check_url(name, link)?;
+                if !link.contains("{id}") {
+                    return problem(name, "expected a URL with {id} where the task's or message's id goes");
+                }
+            }
+        }
         Ok(())
     }
 

@@ -181,11 +181,36 @@ pub struct HttpConfig {
     /// The environment variable holding the run inspector's token, needed when `listen` is not
     /// a loopback address (a loopback listener needs no login).
     pub ui_token_env: String,
+    /// Where the run inspector links a task run: a URL with `{id}` for the task's id. `None`:
+    /// the reference board's page, `{tracker.url}/tasks/{id}`.
+    pub task_link: Option<String>,
+    /// Where it links a chat run: a URL with `{id}` for the thread's first message. `None`: the
+    /// reference board's page, `{tracker.url}/messages/{id}`.
+    pub message_link: Option<String>,
 }
 
 impl Default for HttpConfig {
     fn default() -> Self {
-        HttpConfig { listen: "127.0.0.1:9464".to_string(), ui_token_env: "PICOGENT_UI_TOKEN".to_string() }
+        HttpConfig {
+            listen: "127.0.0.1:9464".to_string(),
+            ui_token_env: "PICOGENT_UI_TOKEN".to_string(),
+            task_link: None,
+            message_link: None,
+        }
+    }
+}
+
+impl HttpConfig {
+    /// The link to the board's page of a task (`task`) or thread, for the run inspector.
+    pub fn link(&self, tracker_url: &str, task: bool, id: &str) -> String {
+        let (template, path) = match task {
+            true => (&self.task_link, "tasks"),
+            false => (&self.message_link, "messages"),
+        };
+        match template {
+            Some(template) => template.replace("{id}", id),
+            None => format!("{}/{path}/{id}", tracker_url.trim_end_matches('/')),
+        }
     }
 }
 

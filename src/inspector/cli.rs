@@ -26,7 +26,7 @@ pub async fn list(config_path: &std::path::Path, limit: u32, filter: RunFilter) 
         .context("cannot read the runs")?
         .iter()
         .filter(|run| filter.keeps(run))
-        .map(|run| view::summary(run, &config.tracker.url))
+        .map(|run| view::summary(run, &config))
         .collect();
     print!("{}", list_text(&summaries));
     Ok(ExitCode::SUCCESS)

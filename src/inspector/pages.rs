@@ -38,9 +38,8 @@ async fn runs_view(inspector: &Inspector, filter: &RunFilter) -> Result<minijinj
     let mut kinds: Vec<String> = runs.iter().map(|run| view::trigger_kind(&run.trigger).to_string()).collect();
     kinds.sort();
     kinds.dedup();
-    let tracker = &inspector.config.tracker.url;
     let shown: Vec<view::RunSummary> =
-        runs.iter().filter(|run| filter.keeps(run)).map(|run| view::summary(run, tracker)).collect();
+        runs.iter().filter(|run| filter.keeps(run)).map(|run| view::summary(run, &inspector.config)).collect();
     let statuses: Vec<&str> = RunStatus::ALL.iter().map(|status| status.as_str()).collect();
     let query = serde_urlencoded::to_string(filter).unwrap_or_default();
     Ok(context(json!({

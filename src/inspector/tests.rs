@@ -213,7 +213,7 @@ fn the_terminal_shows_the_same_run() {
         let state = State::open(&config.state.path).await.unwrap();
         let run_id = hostile_run(&state).await;
         let run = state.get_run(&run_id).await.unwrap().unwrap();
-        let list = super::cli::list_text(&[super::view::summary(&run, &config.tracker.url)]);
+        let list = super::cli::list_text(&[super::view::summary(&run, &config)]);
         assert!(list.contains(&run_id) && list.contains("completed"), "{list}");
         super::cli::show_text(&super::view::detail(&run, &config))
     });
@@ -223,4 +223,19 @@ fn the_terminal_shows_the_same_run() {
         assert!(text.contains(part), "{part} missing:\n{text}");
     }
     assert_eq!(super::cli::list_text(&[]), "no runs\n");
+}
+
+#[test]
+fn a_run_links_to_its_task_where_the_config_says_the_board_shows_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let run = runtime.block_on(async {
+        let state = State::open(&config.state.path).await.unwrap();
+        let run_id = hostile_run(&state).await;
+        state.get_run(&run_id).await.unwrap().unwrap()
+    });
+    assert_eq!(super::view::summary(&run, &config).link.as_deref(), Some("http://127.0.0.1:9/tasks/t-1"));
+    config.http.task_link = Some("https://board.example.com/task/{id}/view".into());
+    assert_eq!(super::view::summary(&run, &config).link.as_deref(), Some("https://board.example.com/task/t-1/view"));
 }

@@ -37,16 +37,15 @@ pub fn trigger_kind(trigger: &str) -> &str {
     trigger.split_whitespace().next().unwrap_or("")
 }
 
-pub fn summary(run: &RunRow, tracker_url: &str) -> RunSummary {
+pub fn summary(run: &RunRow, config: &Config) -> RunSummary {
     let now = OffsetDateTime::now_utc();
     let duration = match run.duration() {
         Some(duration) => seconds(duration.as_secs_f64()),
         None => format!("{} so far", seconds((now - run.started_at).as_seconds_f64().max(0.0))),
     };
-    let base = tracker_url.trim_end_matches('/');
     let link = match SessionKey::parse(&run.session_key) {
-        Some(SessionKey::Task(id)) => Some(format!("{base}/tasks/{id}")),
-        Some(SessionKey::Thread(id)) => Some(format!("{base}/messages/{id}")),
+        Some(SessionKey::Task(id)) => Some(config.http.link(&config.tracker.url, true, &id)),
+        Some(SessionKey::Thread(id)) => Some(config.http.link(&config.tracker.url, false, &id)),
         Some(SessionKey::Prompt(_)) | None => None,
     };
     RunSummary {
@@ -168,7 +167,7 @@ pub fn detail(run: &RunRow, config: &Config) -> RunDetail {
     ];
     let failed = matches!(run.status, RunStatus::Failed | RunStatus::Stopped);
     RunDetail {
-        summary: summary(run, &config.tracker.url),
+        summary: summary(run, config),
         session_key: run.session_key.clone(),
         system_prompt: stored.as_ref().and_then(|stored| stored.system_prompt.clone()),
         prompt: stored.as_ref().map(|stored| stored.prompt.clone()).or_else(|| start_prompt(run)),
