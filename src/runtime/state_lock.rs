@@ -150,7 +150,9 @@ async fn keep(mut lock: PostgresLock, every: Duration, stand_down: StandDown, st
                     let since = *held_since.get_or_insert_with(tokio::time::Instant::now);
                     if since.elapsed() >= grace {
                         let reason = format!(
-                            "another copy of agent `{agent}` took its lock in the PostgreSQL database {url} while this                              copy's connection was down; this copy writes nothing more and exits: run one copy per                              agent and database (or several with replicas.enabled)"
+                            "another copy of agent `{agent}` took its lock in the PostgreSQL database {url} while this \
+                             copy's connection was down; this copy writes nothing more and exits: run one copy per \
+                             agent and database (or several with replicas.enabled)"
                         );
                         tracing::error!("{reason}");
                         stand_down.now(reason);
