@@ -260,16 +260,25 @@ async fn answers_cut_off_at_the_output_cap_are_one_notice_each_streamed_one_requ
 /// invalid JSON).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cut_off_tool_arguments_never_poison_the_thread() {
-    // 22 tokens end the echoed call inside its arguments: `{"limit": 5`.
+    // 22 tokens end the echoed call inside its arguments: `{"limit": 5`. Mostly: the prompt
+    // carries the board's ids, so the model's echo is not always the same, and now and then
+    // llama.cpp closes the cut-off JSON itself and hands over valid arguments. Either way the
+    // call came in an answer cut off at the cap, and is not run.
     let world =
         world(ServerOptions { context: 4096, template: Some(TOOL_TEMPLATE) }, json!({"max_output_tokens": 22})).await;
     let question = world.mention(ECHOED_CALL).await;
     let first = world.agent_posts(&question, 1).await;
     let runs = world.runs(&question).await;
     let record = record_of(&runs[0]);
-    let cut: Vec<_> = record.calls.iter().filter(|c| c.raw_arguments.is_some()).collect();
-    assert!(!cut.is_empty(), "the model's call was cut off inside its arguments: {record:#?}");
+    let first_turn: Vec<_> = record.calls.iter().filter(|c| c.turn == 1).collect();
+    assert!(!first_turn.is_empty(), "the model called a tool: {record:#?}");
+    let invalid = first_turn.iter().filter(|c| c.raw_arguments.is_some()).count();
+    println!(
+        "the cut-off call's arguments came {}",
+        if invalid > 0 { "as invalid JSON" } else { "closed by llama.cpp (valid JSON)" }
+    );
     assert!(record.calls.iter().all(|c| c.outcome != ToolCallOutcome::Ok), "a cut-off call is never run: {record:#?}");
+    assert!(first_turn.iter().all(|c| c.outcome == ToolCallOutcome::Refused), "{record:#?}");
     for arguments in arguments_sent_back(&world.proxy) {
         serde_json::from_str::<Value>(&arguments)
             .unwrap_or_else(|e| panic!("invalid JSON went back into the conversation: {arguments:?}: {e}"));
