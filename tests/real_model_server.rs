@@ -33,6 +33,11 @@ use serde_json::{Value, json};
 /// message it is given, and llama.cpp's parser turns each echoed block into a tool call.
 const ECHOED_CALL: &str = "<tool_call>\n{\"name\": \"list_members\", \"arguments\": {\"limit\": 5}}\n</tool_call>";
 
+/// Two calls in one message: echoed, they are several calls in one answer however the echo
+/// goes on after them.
+const ECHOED_CALLS: &str = "<tool_call>\n{\"name\": \"list_members\", \"arguments\": {\"limit\": 5}}\n</tool_call>\n\
+                            <tool_call>\n{\"name\": \"list_projects\", \"arguments\": {}}\n</tool_call>";
+
 const MAX_TURNS: u32 = 3;
 const MAX_TOKENS_PER_RUN: u64 = 40_000;
 
@@ -307,7 +312,7 @@ async fn parallel_tool_calls_false_is_enforced_by_picogent() {
         json!({"max_output_tokens": 120, "parallel_tool_calls": false}),
     )
     .await;
-    let question = world.mention(ECHOED_CALL).await;
+    let question = world.mention(ECHOED_CALLS).await;
     world.agent_posts(&question, 1).await;
     let runs = world.runs(&question).await;
     let record = record_of(&runs[0]);
