@@ -13,8 +13,8 @@
 //! - the target is not a `postgres://` URL, or holds a password;
 //! - the file is missing, or is not picogent's state at this version;
 //! - the file's lock (`runtime::lock_state`) is held by a running agent;
-//! - an agent of that slug is running on the target (its `PostgresLock`);
 //! - the file was moved already;
+//! - an agent of that slug is running on the target (its `PostgresLock`);
 //! - the target already holds a row of the agent in any table.
 //!
 //! The SQLite file is read without a write until the copy has committed; then, still under its
