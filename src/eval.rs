@@ -356,8 +356,10 @@ impl Eval<'_> {
                 "Go through every label.\n- list the labels\n- find the unused ones\n- propose merges",
             )
             .await?;
-        // The stop comes right after the assignment: the router hears both in order, so the run
-        // is under way (or waiting for a slot) when the stop reaches it, however fast the model.
+        // The stop comes right after the assignment, and the router hears the two in order: the
+        // run is under way (or waiting for a slot) when the stop reaches it, unless the model
+        // works the whole task in the moment between them (no real one does; the planner in the
+        // test answers in 50 ms for it).
         self.comment(&task.id, "@picogent stop").await?;
         let session = format!("task:{}", task.id);
         self.settled(&session, 1).await?;

@@ -201,16 +201,22 @@ impl Default for HttpConfig {
 }
 
 impl HttpConfig {
-    /// The link to the board's page of a task (`task`) or thread, for the run inspector.
-    pub fn link(&self, tracker_url: &str, task: bool, id: &str) -> String {
-        let (template, path) = match task {
-            true => (&self.task_link, "tasks"),
-            false => (&self.message_link, "messages"),
-        };
-        match template {
-            Some(template) => template.replace("{id}", id),
-            None => format!("{}/{path}/{id}", tracker_url.trim_end_matches('/')),
-        }
+    /// The board's page of the task `id`, for the run inspector.
+    pub fn task_link(&self, tracker_url: &str, id: &str) -> String {
+        link(self.task_link.as_deref(), tracker_url, "tasks", id)
+    }
+
+    /// The board's page of the message `id` (a thread's first message), for the run inspector.
+    pub fn message_link(&self, tracker_url: &str, id: &str) -> String {
+        link(self.message_link.as_deref(), tracker_url, "messages", id)
+    }
+}
+
+/// `template` with the id in it, or the reference board's page `{tracker_url}/{path}/{id}`.
+fn link(template: Option<&str>, tracker_url: &str, path: &str, id: &str) -> String {
+    match template {
+        Some(template) => template.replace("{id}", id),
+        None => format!("{}/{path}/{id}", tracker_url.trim_end_matches('/')),
     }
 }
 

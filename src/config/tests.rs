@@ -415,15 +415,15 @@ fn replicas_are_off_by_default_need_postgres_and_sane_leases() {
 fn board_links_are_urls_with_an_id_and_default_to_the_reference_boards_pages() {
     let dir = tempfile::tempdir().unwrap();
     let config = Config::load_with_env(&write(dir.path(), MINIMAL), []).unwrap();
-    assert_eq!(config.http.link(&config.tracker.url, true, "t-1"), "http://127.0.0.1:8700/tasks/t-1");
-    assert_eq!(config.http.link(&config.tracker.url, false, "m-1"), "http://127.0.0.1:8700/messages/m-1");
+    assert_eq!(config.http.task_link(&config.tracker.url, "t-1"), "http://127.0.0.1:8700/tasks/t-1");
+    assert_eq!(config.http.message_link(&config.tracker.url, "m-1"), "http://127.0.0.1:8700/messages/m-1");
     let with = |http: &str| MINIMAL.replacen("\"slug\"", &format!("\"http\": {http}, \"slug\""), 1);
     let text = with(
         r#"{"task_link": "https://board.example.com/t/{id}", "message_link": "https://board.example.com/c/{id}#m"}"#,
     );
     let config = Config::load_with_env(&write(dir.path(), &text), []).unwrap();
-    assert_eq!(config.http.link(&config.tracker.url, true, "t-1"), "https://board.example.com/t/t-1");
-    assert_eq!(config.http.link(&config.tracker.url, false, "m-1"), "https://board.example.com/c/m-1#m");
+    assert_eq!(config.http.task_link(&config.tracker.url, "t-1"), "https://board.example.com/t/t-1");
+    assert_eq!(config.http.message_link(&config.tracker.url, "m-1"), "https://board.example.com/c/m-1#m");
     let error =
         Config::load_with_env(&write(dir.path(), &with(r#"{"task_link": "https://board.example.com/t/"}"#)), [])
             .unwrap_err()

@@ -44,8 +44,8 @@ pub fn summary(run: &RunRow, config: &Config) -> RunSummary {
         None => format!("{} so far", seconds((now - run.started_at).as_seconds_f64().max(0.0))),
     };
     let link = match SessionKey::parse(&run.session_key) {
-        Some(SessionKey::Task(id)) => Some(config.http.link(&config.tracker.url, true, &id)),
-        Some(SessionKey::Thread(id)) => Some(config.http.link(&config.tracker.url, false, &id)),
+        Some(SessionKey::Task(id)) => Some(config.http.task_link(&config.tracker.url, &id)),
+        Some(SessionKey::Thread(id)) => Some(config.http.message_link(&config.tracker.url, &id)),
         Some(SessionKey::Prompt(_)) | None => None,
     };
     RunSummary {

@@ -175,11 +175,8 @@ impl Router {
         {
             tracing::info!(run_id, reason, "stopped a queued run");
             // Said once where it was asked, as for a run stopped while it ran.
-            if let Ok(QueuedRequest { kind, .. }) = serde_json::from_str(&request)
-                && self.claim(ClaimKind::RunNotice, run_id).await
-            {
-                let text = format!("Stopped before it started: {reason}.");
-                self.post_notice(&kind, &text, &format!("notice-{run_id}")).await;
+            if let Ok(QueuedRequest { kind, .. }) = serde_json::from_str(&request) {
+                self.run_notice(&kind, run_id, &super::runs::stopped_before_start(reason)).await;
             }
             return true;
         }

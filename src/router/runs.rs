@@ -149,9 +149,13 @@ impl Router {
             self.claim(ClaimKind::Message, message_id).await;
         }
         self.metrics.run_finished(RunStatus::Stopped.as_str(), Duration::ZERO);
-        if self.claim(ClaimKind::RunNotice, &run_id).await {
-            let text = format!("Stopped before it started: {reason}.");
-            self.post_notice(&request.kind, &text, &format!("notice-{run_id}")).await;
+        self.run_notice(&request.kind, &run_id, &stopped_before_start(reason)).await;
+    }
+
+    /// The one notice of the run `run_id`, posted where it was asked once its claim is taken.
+    pub(super) async fn run_notice(&self, kind: &RunKind, run_id: &str, text: &str) {
+        if self.claim(ClaimKind::RunNotice, run_id).await {
+            self.post_notice(kind, text, &format!("notice-{run_id}")).await;
         }
     }
 
@@ -238,10 +242,8 @@ impl Router {
             // Completed; or cut short by the shutdown, and it resumes at the next start.
             _ => None,
         };
-        if let Some(text) = text
-            && self.claim(ClaimKind::RunNotice, &done.run_id).await
-        {
-            self.post_notice(&done.kind, &text, &format!("notice-{}", done.run_id)).await;
+        if let Some(text) = text {
+            self.run_notice(&done.kind, &done.run_id, &text).await;
         }
         // Input that arrived after the run's last turn boundary starts a follow-up run.
         if !leftover.is_empty() && done.status == RunStatus::Completed {
@@ -378,4 +380,9 @@ impl Router {
             }
         })
     }
+}
+
+/// The notice of a run stopped before it started (waiting for a slot, or queued).
+pub(super) fn stopped_before_start(reason: &str) -> String {
+    format!("Stopped before it started: {reason}.")
 }

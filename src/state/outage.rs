@@ -56,7 +56,8 @@ impl Outage {
     }
 
     /// Whether the last ask failed.
-    pub fn ongoing(&self) -> bool {
+    #[cfg(test)]
+    fn ongoing(&self) -> bool {
         self.since.is_some()
     }
 }

@@ -275,12 +275,9 @@ pub async fn comment(
     Path(task): Path<String>,
     form: Result<Form<Comment>, FormRejection>,
 ) -> Response {
-    let caller = match signed_in(&state, &headers) {
-        Ok(caller) => caller,
-        Err(response) => return response.into_response(),
-    };
-    let Ok(Form(Comment { content })) = form else {
-        return error_page(BoardError::invalid("content", "some text", "write a comment first"), Some(&caller));
+    let (caller, content) = match caller_with_text(&state, &headers, form, "write a comment first") {
+        Ok(posted) => posted,
+        Err(response) => return *response,
     };
     let found = match state.pool.acquire().await {
         Ok(mut conn) => db::find_task(&mut conn, &task).await,
@@ -290,9 +287,23 @@ pub async fn comment(
         Ok(task) => task,
         Err(error) => return error_page(error, Some(&caller)),
     };
-    let content = one_kind_of_newline(&content);
     let body = SendMessage { content, task_id: Some(task.id.clone()), ..SendMessage::default() };
     send_then_show(state, caller, body, &format!("/tasks/{}", task.key)).await
+}
+
+/// The signed-in caller and the text of the comment or message they posted (one kind of
+/// newline), or the page that sends them to sign in or says what is missing.
+fn caller_with_text(
+    state: &BoardState,
+    headers: &HeaderMap,
+    form: Result<Form<Comment>, FormRejection>,
+    missing: &str,
+) -> Result<(Caller, String), Box<Response>> {
+    let caller = signed_in(state, headers).map_err(|redirect| Box::new(redirect.into_response()))?;
+    match form {
+        Ok(Form(Comment { content })) => Ok((caller, one_kind_of_newline(&content))),
+        Err(_) => Err(Box::new(error_page(BoardError::invalid("content", "some text", missing), Some(&caller)))),
+    }
 }
 
 /// Posts `body` as `caller` through the API's own handler, then shows the page at `to`.
@@ -346,12 +357,9 @@ pub async fn post_chat(
     Path(project): Path<String>,
     form: Result<Form<Comment>, FormRejection>,
 ) -> Response {
-    let caller = match signed_in(&state, &headers) {
-        Ok(caller) => caller,
-        Err(response) => return response.into_response(),
-    };
-    let Ok(Form(Comment { content })) = form else {
-        return error_page(BoardError::invalid("content", "some text", "write a message first"), Some(&caller));
+    let (caller, content) = match caller_with_text(&state, &headers, form, "write a message first") {
+        Ok(posted) => posted,
+        Err(response) => return *response,
     };
     let found = match state.pool.acquire().await {
         Ok(mut conn) => db::find_project(&mut conn, &project).await,
@@ -361,7 +369,6 @@ pub async fn post_chat(
         Ok(project) => project,
         Err(error) => return error_page(error, Some(&caller)),
     };
-    let content = one_kind_of_newline(&content);
     let body = SendMessage { content, chat_id: Some(project.chat_id.clone()), ..SendMessage::default() };
     send_then_show(state, caller, body, &format!("/projects/{}/chat", project.slug)).await
 }
