@@ -38,7 +38,7 @@ async fn connect(server: &str) -> PgConnection {
         Err(error) => panic!(
             "the PostgreSQL tests need PostgreSQL at {server} (trust authentication, database `test`), and it \
              did not answer: {error}. Start it with `service postgresql start` (or `pg_ctlcluster <version> main \
-             start`), or set POSTGRES_TEST_URL to a server that runs; README.md, section Tests, says what they need"
+             start`), or set POSTGRES_TEST_URL to a server that runs; docs/testing.md says what they need"
         ),
     }
 }
