@@ -94,6 +94,7 @@ impl Harness {
             steering,
             window: agent::ModelWindow::default(),
             checkpoint: None,
+            expects_tool_calls: false,
         };
         let input = RunInput { system_prompt: SYSTEM.to_string(), history: vec![], prompt: prompt.to_string() };
         let run = agent::run(setup, input);

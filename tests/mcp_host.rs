@@ -594,6 +594,7 @@ async fn the_agent_loop_calls_an_mcp_tool_with_the_scripted_offline_model() {
         steering: None,
         window: picogent::agent::ModelWindow::default(),
         checkpoint: None,
+        expects_tool_calls: false,
     };
     let input = RunInput {
         system_prompt: "You are picogent.".to_string(),

@@ -82,7 +82,8 @@ async fn a_plain_text_task_answer_is_posted_once_as_the_summary_comment() {
     let dir = tempfile::tempdir().unwrap();
     let board = start_board(dir.path()).await;
     let model = scripted(json!([
-        {"expect": {"tools_include": ["add_step"]}, "reply": {"content": "Summary: the guide is written and checked."}}
+        {"expect": {"tools_include": ["add_step"]}, "reply": {"tool_calls": [{"name": "list_tasks", "arguments": {}}]}},
+        {"reply": {"content": "Summary: the guide is written and checked."}}
     ]))
     .await;
     let extra = json!({"llm": {"price": {"input_per_million": 2.0, "output_per_million": 8.0}}});
@@ -101,7 +102,7 @@ async fn a_plain_text_task_answer_is_posted_once_as_the_summary_comment() {
     let summary = mine(&posted);
     assert_eq!(summary.len(), 1, "{posted:#?}");
     assert!(summary[0].content.starts_with("Summary: the guide is written and checked."));
-    assert!(summary[0].content.contains("1 turn · 0 tool calls ·") && summary[0].content.contains("cost "));
+    assert!(summary[0].content.contains("2 turns · 1 tool call ·") && summary[0].content.contains("cost "));
     // The cost is in the run's record and in /metrics too.
     assert!(run.cost.is_some_and(|cost| cost > 0.0), "{run:?}");
     let metrics =
@@ -492,15 +493,195 @@ async fn an_answer_cut_off_by_the_output_limit_is_not_a_clean_completion() {
         {"reply": {"finish_reason": "length", "content": "The open tasks are TE-1, TE-2 and"}}
     ]))
     .await;
-    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({}))).await;
+    let extra = json!({"llm": {"max_output_tokens": 300}});
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
     let notice = notice_for_a_mention(&agent, &board).await;
-    assert!(notice.contains("cut off by the output limit"), "{notice}");
-    assert!(notice.contains("TE-1, TE-2 and") && notice.contains("llm.max_output_tokens"), "{notice}");
+    assert!(notice.contains("cut off at the output limit (`llm.max_output_tokens`, now 300)"), "{notice}");
+    assert!(notice.contains("TE-1, TE-2 and") && notice.contains("raise llm.max_output_tokens"), "{notice}");
+    assert!(!notice.contains("token limit for one run") && !notice.contains("smaller tasks"), "{notice}");
     let run = agent.state.list_runs(10).await.unwrap().remove(0);
     assert_eq!(run.status, RunStatus::Failed, "{run:?}");
     let record = &run.record.unwrap()["record"];
     assert_eq!((record["outcome"].as_str(), record["finish_reason"].as_str()), (Some("cut_off"), Some("length")));
+    assert_eq!(record["cut_off"], json!({"tokens": 300, "bound": "output_limit"}));
     agent.shutdown().await.unwrap();
+    board.shutdown().await.unwrap();
+}
+
+/// The case: the answer was cut off where the context window ran out, below the output
+/// limit, with the run's token budget far away. The notice names the context window and the
+/// output limit with their values, never the run's token budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_cut_off_by_the_context_window_names_it_not_the_run_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = scripted(json!([{"reply": {"finish_reason": "length", "content": "Let me think about"}}])).await;
+    let extra = json!({"llm": {"max_output_tokens": 8000, "context_tokens": 8000},
+                       "limits": {"max_tokens_per_run": 60000}});
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    let notice = notice_for_a_mention(&agent, &board).await;
+    let run = agent.state.list_runs(10).await.unwrap().remove(0);
+    let record = &run.record.unwrap()["record"];
+    assert_eq!(record["outcome"], "cut_off", "{record:#}");
+    assert_eq!(record["cut_off"]["bound"], "context_window", "{record:#}");
+    let tokens = record["cut_off"]["tokens"].as_u64().unwrap();
+    assert!(tokens < 8000, "{record:#}");
+    assert!(notice.contains(&format!("cut off at {tokens} tokens")), "{notice}");
+    assert!(notice.contains("`llm.context_tokens`, now 8000") && notice.contains("`llm.max_output_tokens`, now 8000"));
+    assert!(!notice.contains("token limit for one run") && !notice.contains("max_tokens_per_run"), "{notice}");
+    agent.shutdown().await.unwrap();
+    board.shutdown().await.unwrap();
+}
+
+/// A task run whose model only writes text (a small base model "answering" its prompt) did not
+/// work the task: the run is `did_nothing`, not `completed`; the task gets one notice saying so,
+/// and the model's text is not posted as a summary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_run_that_called_no_tool_did_nothing_and_says_so_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = scripted(json!([
+        {"expect": {"tools_include": ["add_step"]}, "reply": {"content": "Sure! The task is all done now. Bananas."}}
+    ]))
+    .await;
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({}))).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+    let task = create_assigned(&alice, "Write the guide", "- write\n- check").await;
+    let session = format!("task:{}", task.id);
+    let run = eventually(Duration::from_secs(20), "the run to end", || async {
+        runs_for(&agent, &session).await.into_iter().find(|run| run.status != RunStatus::Running)
+    })
+    .await;
+    let notice = eventually(Duration::from_secs(20), "the notice on the task", || async {
+        mine(&comments(&alice, &task.id).await).first().map(|m| m.content.clone())
+    })
+    .await;
+    wait_idle(&agent).await;
+    assert_eq!(run.status, RunStatus::DidNothing, "{run:?}");
+    assert_eq!(serde_json::to_value(&run).unwrap()["status"], "did_nothing");
+    assert!(notice.contains("did not work this task") && notice.contains("`llm.model`, now offline-planner"));
+    assert!(notice.contains("Run `picogent check`"), "no probe ran in process: {notice}");
+    assert!(!notice.contains("Bananas") && !notice.contains("all done"), "the model's text is not posted: {notice}");
+    assert_eq!(mine(&comments(&alice, &task.id).await).len(), 1, "one notice");
+    assert!(alice.list_steps(&task.id).await.unwrap().is_empty());
+    let metrics =
+        reqwest::get(format!("http://{}/metrics", agent.http_addr.unwrap())).await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("picogent_runs_total{outcome=\"did_nothing\"} 1"), "{metrics}");
+    // Reconciliation takes the task as handled: nothing more is posted.
+    let caught_up = picogent::transport::LinkStatus::CaughtUp { last_seq: 0 };
+    agent.inputs.send(picogent::transport::StreamItem::Status(caught_up).into()).await.unwrap();
+    eventually(Duration::from_secs(10), "reconciled", || async { agent.status.caught_up().then_some(()) }).await;
+    wait_idle(&agent).await;
+    assert_eq!(mine(&comments(&alice, &task.id).await).len(), 1);
+    assert_eq!(runs_for(&agent, &session).await.len(), 1, "not worked again");
+    assert!(model.mismatches().is_empty(), "{:?}", model.mismatches());
+    agent.shutdown().await.unwrap();
+    board.shutdown().await.unwrap();
+}
+
+/// `picogent run` as a child process with its log in a file, serving `/readyz` on `http`.
+struct AgentProcess {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+    http: std::net::SocketAddr,
+}
+
+impl AgentProcess {
+    fn start(dir: &std::path::Path, board: &str, model_url: &str) -> AgentProcess {
+        let http = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let extra = json!({"http": {"listen": http.to_string()}});
+        let config = agent_config(dir, board, model_url, "picogent", extra);
+        let log = dir.join("agent.log");
+        let child = spawn_agent_process_with(&write_config(dir, &config), std::fs::File::create(&log).unwrap());
+        AgentProcess { child, log, http }
+    }
+
+    /// `/readyz` once the agent is ready and its start-up model check has come back.
+    async fn checked(&self) -> Value {
+        eventually(Duration::from_secs(30), "/readyz with the model check", || async {
+            let response = reqwest::get(format!("http://{}/readyz", self.http)).await.ok()?;
+            let ready = response.status().is_success();
+            let body: Value = response.json().await.ok()?;
+            let checked = body["model"]["verdict"].as_str().is_some_and(|verdict| verdict != "probing");
+            (ready && checked).then_some(body)
+        })
+        .await
+    }
+
+    /// Stops it with SIGTERM and gives back its log.
+    async fn stop(mut self) -> String {
+        let pid = self.child.id().to_string();
+        assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        let status = tokio::task::spawn_blocking(move || self.child.wait().unwrap()).await.unwrap();
+        assert!(status.success(), "exit status {status:?}");
+        std::fs::read_to_string(&self.log).unwrap()
+    }
+}
+
+/// The lines of `log` at WARN that carry the start-up model check.
+fn model_check_warnings(log: &str) -> Vec<&str> {
+    log.lines().filter(|line| line.contains("WARN") && line.contains("model check:")).collect()
+}
+
+/// `picogent run` against a model server that is down: it starts (the tracker side works) and
+/// says once, at WARN, that it cannot reach the model, naming the URL without its user info and
+/// the setting to fix; `/readyz` shows the verdict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_warns_once_at_start_when_the_model_server_is_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let agent = AgentProcess::start(dir.path(), &board.url(), &format!("http://someone:s3cret@{closed}/v1"));
+    let body = agent.checked().await;
+    let model = &body["model"];
+    assert_eq!(model["verdict"], "unreachable", "{body:#}");
+    let url = format!("http://{closed}/v1");
+    assert!(model["detail"].as_str().unwrap().contains(&url), "{body:#}");
+    assert!(model["fix"].as_str().unwrap().contains("llm.base_url"), "{body:#}");
+    assert!(!body.to_string().contains("s3cret") && !body.to_string().contains("someone"), "{body:#}");
+    let log = agent.stop().await;
+    let warnings = model_check_warnings(&log);
+    assert_eq!(warnings.len(), 1, "one warning: {log}");
+    assert!(warnings[0].contains(&url) && warnings[0].contains("llm.base_url"), "{log}");
+    assert!(!log.contains("s3cret") && !log.contains("someone"), "no user info in the log: {log}");
+    board.shutdown().await.unwrap();
+}
+
+/// `picogent run` against a model that answers in text instead of calling tools: one WARN at
+/// start with the fix, the verdict in `/readyz`, and the notice of a task run that did nothing
+/// says what that check found instead of sending people to `picogent check`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_warns_at_start_when_the_model_cannot_call_tools_and_its_notice_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = scripted(json!([
+        {"expect": {"tools_include": ["report_status"]}, "reply": {"content": "I am ready."}},
+        {"expect": {"tools_include": ["add_step"]}, "reply": {"content": "Task complete! Here is a poem."}}
+    ]))
+    .await;
+    let agent = AgentProcess::start(dir.path(), &board.url(), &model.url());
+    let body = agent.checked().await;
+    assert_eq!(body["model"]["verdict"], "no_tool_calls", "{body:#}");
+    assert!(body["model"]["fix"].as_str().unwrap().contains("llm.model"), "{body:#}");
+
+    let alice = client(&board, "tok-alice");
+    let task = create_assigned(&alice, "Write the guide", "- write\n- check").await;
+    let notice = eventually(Duration::from_secs(30), "the notice on the task", || async {
+        mine(&comments(&alice, &task.id).await).first().map(|m| m.content.clone())
+    })
+    .await;
+    assert!(notice.contains("did not work this task"), "{notice}");
+    assert!(notice.contains("answered a request for one tool call in text"), "the probe's verdict: {notice}");
+    assert!(!notice.contains("Run `picogent check`") && !notice.contains("poem"), "{notice}");
+    let log = agent.stop().await;
+    assert_eq!(mine(&comments(&alice, &task.id).await).len(), 1, "one notice");
+    let warnings = model_check_warnings(&log);
+    assert_eq!(warnings.len(), 1, "one warning: {log}");
+    assert!(warnings[0].contains("in text") && warnings[0].contains("llm.model"), "{log}");
+    let run_end = log.lines().find(|line| line.contains("run failed (did_nothing)"));
+    assert!(run_end.is_some_and(|line| line.contains("WARN")), "the run's end at WARN: {log}");
+    assert!(model.mismatches().is_empty(), "{:?}", model.mismatches());
     board.shutdown().await.unwrap();
 }
 
@@ -525,7 +706,7 @@ async fn a_cut_off_answer_that_gives_the_prompt_back_is_not_quoted_on_the_board(
     .await;
     wait_idle(&agent).await;
     assert_eq!(mine(&comments(&alice, &task.id).await).len(), 1, "one notice");
-    assert!(notice.contains("cut off by the output limit"), "{notice}");
+    assert!(notice.contains("cut off at the output limit (`llm.max_output_tokens`, now"), "{notice}");
     assert!(notice.contains("only repeated the request back"), "{notice}");
     assert!(!notice.contains("PWNED") && !notice.contains("@bob"), "{notice}");
     assert_eq!(alice.get_task(&task.id).await.unwrap().assignee_slug.as_deref(), Some("picogent"));

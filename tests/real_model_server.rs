@@ -238,7 +238,11 @@ async fn answers_cut_off_at_the_output_cap_are_one_notice_each_streamed_one_requ
     for question in &questions {
         let posts = world.agent_posts(question, 1).await;
         assert_eq!(posts.len(), 1, "one notice in the thread: {posts:#?}");
-        assert!(posts[0].content.contains("cut off by the output limit"), "the notice says why: {}", posts[0].content);
+        assert!(
+            posts[0].content.contains("cut off at the output limit (`llm.max_output_tokens`, now 64)"),
+            "the notice says why: {}",
+            posts[0].content
+        );
         let runs = world.runs(question).await;
         assert_eq!(runs.len(), 1, "{runs:#?}");
         assert_ne!(runs[0].status, RunStatus::Completed, "a cut-off answer is not a clean completion");

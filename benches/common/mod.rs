@@ -193,6 +193,7 @@ pub async fn one_turn_run(
             steering: None,
             window: picogent::agent::ModelWindow::default(),
             checkpoint: None,
+            expects_tool_calls: true,
         },
         picogent::agent::RunInput {
             system_prompt: system_prompt.to_string(),

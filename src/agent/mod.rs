@@ -13,6 +13,11 @@
 //!   (the tool list in the source's fixed order), so provider-side prompt caching works.
 //! - Every tool call the model made gets exactly one tool message, even when it was not run,
 //!   so the returned conversation is always valid to send again (a session resumes from it).
+//! - An answer cut off (`finish_reason: length`) is blamed on the cap that set its request's
+//!   `max_output_tokens` ([`OutputBound`]): the configured output limit or the context window's
+//!   room is `CutOff`; only what remained of the run's budget is `BudgetTokens`.
+//! - A run that must act (`expects_tool_calls`, a task run) and ends with text without ever
+//!   calling a tool is `DidNothing`, never `Completed`.
 
 mod context;
 mod dispatch;
@@ -24,7 +29,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-pub use record::{RunOutcome, RunRecord, ToolCallCounts, ToolCallOutcome, ToolCallRecord};
+pub use record::{CutOffAt, OutputBound, RunOutcome, RunRecord, ToolCallCounts, ToolCallOutcome, ToolCallRecord};
 
 use crate::config::Limits;
 use crate::llm::{ChatModel, ChatRequest, LlmError, Message, ModelFailure};
@@ -57,6 +62,10 @@ pub struct RunSetup<'a> {
     /// Gets the record and the conversation so far after every turn, for whoever shows a run
     /// while it runs (the run inspector reads them from the state database).
     pub checkpoint: Option<tokio::sync::watch::Sender<Option<RunOutput>>>,
+    /// The run is there to act through its tools (working a task): a text answer from a run that
+    /// called no tool at all ends it `DidNothing`, not `Completed`. A run answering a question
+    /// may answer in text alone.
+    pub expects_tool_calls: bool,
 }
 
 /// What the model and its server allow a request.
@@ -126,17 +135,17 @@ enum Step<T> {
 pub async fn run(setup: RunSetup<'_>, input: RunInput) -> RunOutput {
     let mut run = Turns::new(setup, input);
     let outcome = loop {
-        let max_output_tokens = match run.before_turn() {
-            Step::Go(tokens) => tokens,
+        let room = match run.before_turn() {
+            Step::Go(room) => room,
             Step::Again => continue,
             Step::End(outcome) => break outcome,
         };
-        let answer = match run.ask_model(max_output_tokens).await {
+        let answer = match run.ask_model(room.tokens).await {
             Step::Go(answer) => answer,
             Step::Again => continue,
             Step::End(outcome) => break outcome,
         };
-        let calls = match run.take_answer(answer, max_output_tokens) {
+        let calls = match run.take_answer(answer, room) {
             Step::Go(calls) => calls,
             Step::Again => continue,
             Step::End(outcome) => break outcome,
@@ -209,8 +218,8 @@ impl<'a> Turns<'a> {
     }
 
     /// Takes in steering and checks every budget before a request; gives the output cap the
-    /// request may ask for.
-    fn before_turn(&mut self) -> Step<u32> {
+    /// request may ask for, and what set it.
+    fn before_turn(&mut self) -> Step<CutOffAt> {
         if let Some(receiver) = self.setup.steering.as_mut() {
             while let Ok(text) = receiver.try_recv() {
                 self.messages.push(Message::user(text));
@@ -245,8 +254,11 @@ impl<'a> Turns<'a> {
             ));
             return Step::End(RunOutcome::BudgetTokens);
         }
-        let room = (remaining_tokens - prompt_estimate).min(context - prompt_estimate);
-        Step::Go(u32::try_from(room).unwrap_or(u32::MAX).min(self.setup.window.output_cap))
+        Step::Go(output_room(
+            self.setup.window.output_cap,
+            context - prompt_estimate,
+            remaining_tokens - prompt_estimate,
+        ))
     }
 
     /// The request does not fit the context window: drops old tool results of this run, then
@@ -308,7 +320,7 @@ impl<'a> Turns<'a> {
     /// Counts the answer and adds it to the conversation (its tool calls with valid JSON
     /// arguments); an answer without tool calls ends the run, with its text as the final message
     /// or a reason why there is none.
-    fn take_answer(&mut self, answer: crate::llm::ChatResponse, max_output_tokens: u32) -> Step<Vec<PreparedCall>> {
+    fn take_answer(&mut self, answer: crate::llm::ChatResponse, room: CutOffAt) -> Step<Vec<PreparedCall>> {
         let record = &mut self.record;
         record.turns += 1;
         record.prompt_tokens += answer.usage.prompt_tokens;
@@ -329,8 +341,21 @@ impl<'a> Turns<'a> {
         }
         let record = &mut self.record;
         let cut_off = answer.finish_reason == crate::llm::FinishReason::Length;
-        // The cap that bit: what remained of the run's token budget, or the configured one.
-        let by_budget = max_output_tokens < self.setup.window.output_cap;
+        // Cut off by what remained of the run's budget, the budget ended the run; by the
+        // configured cap or the context window's room, the answer was too long for one request.
+        let cut_outcome = match room.bound {
+            OutputBound::TokenBudget => RunOutcome::BudgetTokens,
+            OutputBound::OutputLimit | OutputBound::ContextWindow => RunOutcome::CutOff,
+        };
+        let tokens = room.tokens;
+        let cut_where = match room.bound {
+            OutputBound::OutputLimit => format!("the output limit of {tokens} tokens (llm.max_output_tokens)"),
+            OutputBound::ContextWindow => format!(
+                "{tokens} tokens, the room the context window (llm.context_tokens {}) left after the request",
+                self.setup.window.context_tokens
+            ),
+            OutputBound::TokenBudget => format!("{tokens} tokens, what remained of the run's token budget"),
+        };
         let outcome = match (content, answer.refusal) {
             (_, Some(refusal)) => {
                 record.detail = Some(format!("the model declined: {refusal}"));
@@ -338,9 +363,18 @@ impl<'a> Turns<'a> {
             }
             (Some(text), None) if cut_off => {
                 record.final_message = text;
-                record.detail =
-                    Some(format!("the answer was cut off at the output limit of {max_output_tokens} tokens"));
-                if by_budget { RunOutcome::BudgetTokens } else { RunOutcome::CutOff }
+                record.detail = Some(format!("the answer was cut off at {cut_where}"));
+                record.cut_off = Some(room);
+                cut_outcome
+            }
+            (Some(text), None) if self.setup.expects_tool_calls && record.calls.is_empty() => {
+                record.final_message = text;
+                record.detail = Some(
+                    "the model answered in text and called no tool in a run that works a task, so nothing was \
+                     done on the board"
+                        .to_string(),
+                );
+                RunOutcome::DidNothing
             }
             (Some(text), None) => {
                 record.final_message = text;
@@ -351,10 +385,9 @@ impl<'a> Turns<'a> {
                 RunOutcome::Refusal
             }
             (None, None) if cut_off => {
-                record.detail = Some(format!(
-                    "the answer was cut off at the output limit of {max_output_tokens} tokens before any text"
-                ));
-                if by_budget { RunOutcome::BudgetTokens } else { RunOutcome::CutOff }
+                record.detail = Some(format!("the answer was cut off at {cut_where} before any text"));
+                record.cut_off = Some(room);
+                cut_outcome
             }
             (None, None) => {
                 record.detail = Some(format!("finish reason {:?}", answer.finish_reason));
@@ -483,15 +516,41 @@ impl<'a> Turns<'a> {
             record.final_message = outcome.describe(record);
         }
         record.wall_time_ms = millis(self.started.elapsed());
-        tracing::info!(
-            outcome = ?record.outcome,
-            turns = record.turns,
-            tool_calls = record.tool_calls,
-            tokens = record.total_tokens(),
-            "run finished"
-        );
+        log_end(record);
         self.messages.remove(0);
         RunOutput { record: self.record, conversation: self.messages }
+    }
+}
+
+/// The output cap of the next request: the least of the configured cap, the room the context
+/// window leaves after the prompt, and what remains of the run's token budget after it; on a
+/// tie, the one a person would change first (the configured cap, then the window).
+fn output_room(output_cap: u32, context_room: u64, budget_room: u64) -> CutOffAt {
+    let cap = u64::from(output_cap);
+    let (tokens, bound) = if cap <= context_room && cap <= budget_room {
+        (cap, OutputBound::OutputLimit)
+    } else if context_room <= budget_room {
+        (context_room, OutputBound::ContextWindow)
+    } else {
+        (budget_room, OutputBound::TokenBudget)
+    };
+    CutOffAt { tokens: u32::try_from(tokens).unwrap_or(u32::MAX), bound }
+}
+
+/// The one line of a run's end: info when it completed or was stopped, a warning when it
+/// failed, an error when the model service failed it.
+fn log_end(record: &RunRecord) {
+    let outcome = record.outcome.as_str();
+    let detail = record.detail.as_deref().unwrap_or("");
+    let (turns, tool_calls, tokens) = (record.turns, record.tool_calls, record.total_tokens());
+    match record.outcome {
+        RunOutcome::Completed | RunOutcome::Cancelled => {
+            tracing::info!(outcome, turns, tool_calls, tokens, "run finished")
+        }
+        RunOutcome::ModelError => {
+            tracing::error!(outcome, turns, tool_calls, tokens, "run failed: the model service failed: {detail}")
+        }
+        _ => tracing::warn!(outcome, turns, tool_calls, tokens, "run failed ({outcome}): {detail}"),
     }
 }
 

@@ -30,9 +30,13 @@ pub enum RunOutcome {
     EmptyAnswer,
     /// The model declined to answer.
     Refusal,
-    /// The answer was cut off by the configured output limit (`finish_reason: length`): not a
-    /// clean completion; the final message holds what there was.
+    /// The answer was cut off (`finish_reason: length`) by the configured output limit or by the
+    /// room the context window left: not a clean completion; the final message holds what there
+    /// was. Cut off by what remained of the run's token budget, it is `BudgetTokens`.
     CutOff,
+    /// A run that had to work on the board (a task run) ended with a text answer and no tool
+    /// call at all: nothing was done, whatever the text says, so it is not `Completed`.
+    DidNothing,
 }
 
 impl RunOutcome {
@@ -49,6 +53,7 @@ impl RunOutcome {
             RunOutcome::EmptyAnswer => "empty_answer",
             RunOutcome::Refusal => "refusal",
             RunOutcome::CutOff => "cut_off",
+            RunOutcome::DidNothing => "did_nothing",
         }
     }
 
@@ -66,11 +71,17 @@ impl RunOutcome {
             | RunOutcome::EmptyAnswer
             | RunOutcome::Refusal
             | RunOutcome::CutOff => RunStatus::Failed,
+            RunOutcome::DidNothing => RunStatus::DidNothing,
         }
     }
 
-    /// A short sentence the caller can post when the run did not complete.
+    /// A short sentence saying why the run did not complete, kept as its final message. The
+    /// notice people read (`runtime::answer::failure_notice`) adds the setting and its value.
     pub fn describe(self, record: &RunRecord) -> String {
+        let cut_off = |what: &str| match record.cut_off {
+            Some(at) => format!("My answer was cut off at {} tokens, {what}, before it was complete.", at.tokens),
+            None => format!("My answer was cut off, {what}, before it was complete."),
+        };
         match self {
             RunOutcome::Completed => "done".to_string(),
             RunOutcome::BudgetTurns => {
@@ -79,8 +90,12 @@ impl RunOutcome {
             RunOutcome::BudgetToolCalls => {
                 format!("I stopped after {} tool calls, the limit for one run, before finishing.", record.tool_calls)
             }
+            RunOutcome::BudgetTokens if record.cut_off.is_some() => {
+                cut_off("all that was left of the run's token budget")
+            }
             RunOutcome::BudgetTokens => format!(
-                "I stopped after using {} tokens: the next step would not fit in the token limit for one run.",
+                "I stopped after using {} tokens: the next request would not fit in what was left of the run's token \
+                 budget.",
                 record.total_tokens()
             ),
             RunOutcome::Deadline => "I ran out of time for this run before finishing.".to_string(),
@@ -88,9 +103,36 @@ impl RunOutcome {
             RunOutcome::ModelError => "I could not finish: the model service failed.".to_string(),
             RunOutcome::EmptyAnswer => "I could not finish: the model returned an empty answer.".to_string(),
             RunOutcome::Refusal => "I could not finish: the model declined to answer.".to_string(),
-            RunOutcome::CutOff => "My answer was cut off by the output limit before it was complete.".to_string(),
+            RunOutcome::CutOff => match record.cut_off.map(|at| at.bound) {
+                Some(OutputBound::ContextWindow) => cut_off("all the room the context window left after the request"),
+                _ => cut_off("the output limit"),
+            },
+            RunOutcome::DidNothing => {
+                "I did not work this: the model answered in text without calling any tool.".to_string()
+            }
         }
     }
+}
+
+/// What capped an answer that was cut off (`finish_reason: length`): the request asked for the
+/// least of the three.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputBound {
+    /// The configured cap of one answer, `llm.max_output_tokens`.
+    OutputLimit,
+    /// What the context window (`llm.context_tokens`) left after the request.
+    ContextWindow,
+    /// What remained of the run's token budget.
+    TokenBudget,
+}
+
+/// Where an answer was cut off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CutOffAt {
+    /// The output cap the request asked for.
+    pub tokens: u32,
+    pub bound: OutputBound,
 }
 
 /// What became of one tool call.
@@ -190,6 +232,9 @@ pub struct RunRecord {
     /// Why the model service failed the run, when it did (`ModelError`).
     #[serde(default)]
     pub model_failure: Option<crate::llm::ModelFailure>,
+    /// Where the last answer was cut off, when it was (`CutOff`, or `BudgetTokens` mid-answer).
+    #[serde(default)]
+    pub cut_off: Option<CutOffAt>,
 }
 
 impl RunRecord {
@@ -212,6 +257,7 @@ impl RunRecord {
             steering_inputs: 0,
             finish_reason: None,
             model_failure: None,
+            cut_off: None,
         }
     }
 
@@ -253,6 +299,7 @@ mod tests {
             RunOutcome::EmptyAnswer,
             RunOutcome::Refusal,
             RunOutcome::CutOff,
+            RunOutcome::DidNothing,
         ];
         for outcome in outcomes {
             assert_eq!(serde_json::to_value(outcome).unwrap(), outcome.as_str());

@@ -1,6 +1,7 @@
 //! The checks of the model endpoint for `picogent check`: `GET {base_url}/models`, and one small
 //! chat request with one tool, sent with the configured parameters, to see whether the model
-//! will work before the first task does.
+//! will work before the first task does. `picogent run` asks the same once at start
+//! ([`check_model`]) and keeps its [`ModelCheck`].
 
 use std::time::Duration;
 
@@ -145,4 +146,179 @@ fn leave_out(config: &mut LlmConfig, parameter: &str) -> bool {
         _ => return false,
     }
     true
+}
+
+/// What the model probe found, as `picogent run` keeps it: logged once at start, shown in
+/// `/readyz` (`model`), and quoted by the notice of a task run that did nothing.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ModelCheck {
+    pub verdict: Verdict,
+    /// What was found, in a sentence; a URL in it carries no user info.
+    pub detail: String,
+    /// What to do about it, naming the setting; `None` when the model works.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+/// The probe's verdict on the model endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// The probe is still waiting for its answer.
+    Probing,
+    /// The model called the offered tool, with every configured parameter taken.
+    CallsTools,
+    /// The model answered in text instead of calling the tool, or the server said it cannot
+    /// take tools: it cannot work tasks.
+    NoToolCalls,
+    /// No connection to `llm.base_url`.
+    Unreachable,
+    /// The server answered with an error (a refused key or parameter, an unknown model, a
+    /// timeout, a server error).
+    Failed,
+}
+
+impl Verdict {
+    /// The word shown for it, as in `/readyz`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Probing => "probing",
+            Verdict::CallsTools => "calls_tools",
+            Verdict::NoToolCalls => "no_tool_calls",
+            Verdict::Unreachable => "unreachable",
+            Verdict::Failed => "failed",
+        }
+    }
+}
+
+impl ModelCheck {
+    /// The check while its request is out.
+    pub fn probing(config: &LlmConfig) -> ModelCheck {
+        ModelCheck {
+            verdict: Verdict::Probing,
+            detail: format!("asking {} for one tool call", display_url(&config.base_url)),
+            fix: None,
+        }
+    }
+
+    /// Whether the probe found the model and its server ready to work tasks.
+    pub fn works(&self) -> bool {
+        self.verdict == Verdict::CallsTools
+    }
+}
+
+/// The tool-call probe of `picogent check`, judged: does the model at `llm.base_url` call tools
+/// with the configured parameters? When it answers in text, the server's `/props` (llama.cpp)
+/// says whether its chat template drops tools, so the fix names the right cause.
+pub async fn check_model(config: &LlmConfig, api_key: Option<Secret>) -> ModelCheck {
+    let url = display_url(&config.base_url);
+    let model = &config.model;
+    let failed = |verdict, detail: String, fix: &str| ModelCheck { verdict, detail, fix: Some(fix.to_string()) };
+    match probe_tool_call(config, api_key.clone()).await {
+        Ok(probe) if probe.called_tool && probe.refused_parameters.is_empty() => ModelCheck {
+            verdict: Verdict::CallsTools,
+            detail: format!("{model} at {url} called the offered tool"),
+            fix: None,
+        },
+        Ok(probe) if !probe.refused_parameters.is_empty() => {
+            let named: Vec<String> = probe.refused_parameters.iter().map(|p| format!("`{p}`")).collect();
+            failed(
+                Verdict::Failed,
+                format!("{url} refused the request parameter(s) {} that picogent sends", named.join(", ")),
+                "change the setting that sends it in the llm section of agent.json (see docs/llm.md), or run \
+                 `picogent check`",
+            )
+        }
+        Ok(_) => {
+            let drops_tools = server_props(config, api_key).await.and_then(|props| props.supports_tools);
+            let fix = match drops_tools {
+                Some(false) => {
+                    "the server's chat template drops the tools it is sent: start llama-server with --jinja and a \
+                     tool-capable --chat-template-file (see docs/llm.md)"
+                }
+                _ => "set llm.model to a model with tool calling (an instruction-tuned model; see docs/llm.md)",
+            };
+            failed(
+                Verdict::NoToolCalls,
+                format!("{model} at {url} answered a request for one tool call in text: it cannot work tasks"),
+                fix,
+            )
+        }
+        Err(error) => {
+            let message = without_user_info(&error.to_string(), &config.base_url);
+            match error {
+                super::LlmError::Connection { .. } => failed(
+                    Verdict::Unreachable,
+                    format!("cannot reach the model server at {url}: {message}"),
+                    "start the model server, or set llm.base_url to where it listens",
+                ),
+                super::LlmError::Timeout { .. } => failed(
+                    Verdict::Failed,
+                    format!("{url} did not answer one small request in time: {message}"),
+                    "check that the server is not overloaded, or raise llm.timeout_ms",
+                ),
+                super::LlmError::Unauthorized { .. } => failed(
+                    Verdict::Failed,
+                    format!("{url} refused the API key: {message}"),
+                    "put the right key in the environment variable named by llm.api_key_env",
+                ),
+                super::LlmError::ModelNotFound { .. } => failed(
+                    Verdict::Failed,
+                    format!("{url} does not serve the model {model}: {message}"),
+                    "set llm.model to a model the server lists at GET /models",
+                ),
+                super::LlmError::ToolsUnsupported { .. } => failed(
+                    Verdict::NoToolCalls,
+                    format!("{model} at {url} does not take tools: {message}"),
+                    "set llm.model to a model with tool calling (on llama-server: --jinja and a tool-capable chat \
+                     template, see docs/llm.md)",
+                ),
+                _ => failed(
+                    Verdict::Failed,
+                    format!("{url} failed one small request with one tool: {message}"),
+                    "check the llm section of agent.json; `picogent check` tests each part",
+                ),
+            }
+        }
+    }
+}
+
+/// `base_url` as it may be shown: without user info, query or fragment.
+pub fn display_url(base_url: &str) -> String {
+    match reqwest::Url::parse(base_url) {
+        Ok(mut url) => {
+            let _ = url.set_username("");
+            let _ = url.set_password(None);
+            url.set_query(None);
+            url.set_fragment(None);
+            url.as_str().trim_end_matches('/').to_string()
+        }
+        Err(_) => "llm.base_url (not a URL)".to_string(),
+    }
+}
+
+/// `text` with the user info of `base_url` (`name:password@`) taken out wherever the URL was
+/// quoted in it.
+fn without_user_info(text: &str, base_url: &str) -> String {
+    let Ok(url) = reqwest::Url::parse(base_url) else { return text.to_string() };
+    let user_info = match (url.username(), url.password()) {
+        ("", None) => return text.to_string(),
+        (name, Some(password)) => format!("{name}:{password}@"),
+        (name, None) => format!("{name}@"),
+    };
+    text.replace(&user_info, "")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shown_url_carries_no_user_info() {
+        let url = "http://someone:s3cret@127.0.0.1:8080/v1/?key=k#x";
+        assert_eq!(display_url(url), "http://127.0.0.1:8080/v1");
+        let text = without_user_info("error sending request for url (http://someone:s3cret@127.0.0.1:8080/v1/)", url);
+        assert!(!text.contains("s3cret") && !text.contains("someone"), "{text}");
+        assert_eq!(display_url("not a url"), "llm.base_url (not a URL)");
+    }
 }

@@ -238,7 +238,7 @@ impl Router {
         self.metrics.run_finished(done.status.as_str(), done.duration);
         let text = match (done.status, stop_reason) {
             (RunStatus::Stopped, Some(reason)) => Some(format!("Stopped: {reason}.")),
-            (RunStatus::Failed, _) => done.notice.clone(),
+            (RunStatus::Failed | RunStatus::DidNothing, _) => done.notice.clone(),
             // Completed; or cut short by the shutdown, and it resumes at the next start.
             _ => None,
         };

@@ -30,7 +30,10 @@ pub fn routes(metrics: Arc<Metrics>, status: Arc<StatusBoard>) -> Router {
 }
 
 /// The status code says whether the agent is ready; the JSON body says so in words, with how
-/// it started (`startup`: the stream's mode and seq, what the first reconciliation found).
+/// it started (`startup`: the stream's mode and seq, what the first reconciliation found) and
+/// what the start-up probe found of the model (`model`: its verdict, and the fix; `null` when no
+/// probe was sent). A model that cannot work tasks does not make the agent unready: it still
+/// hears events, and its runs say why they fail.
 async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
     let replica = state.status.replica();
     let (code, status) = if let Some(reason) = state.status.superseded() {
@@ -50,7 +53,8 @@ async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not connected to the tracker".to_string())
     };
-    let mut body = serde_json::json!({"status": status, "startup": state.status.startup()});
+    let mut body =
+        serde_json::json!({"status": status, "startup": state.status.startup(), "model": state.status.model()});
     if let Some(view) = replica {
         body["replica"] = serde_json::json!(view);
     }

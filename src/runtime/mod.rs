@@ -376,6 +376,12 @@ pub async fn run_cli(config_path: &std::path::Path, start: StreamStart) -> anyho
     let mcp_token = Secret::from_env(&config.mcp.token_env).ok();
     let ui_token = Secret::from_env(&config.http.ui_token_env).ok();
     let stream = StreamOptions { start, ..StreamOptions::from_config(&config) };
+    // The model probe of `picogent check`, sent at once and answered in the background: the start
+    // does not wait for it.
+    let llm = config.llm.clone();
+    let probe_key = llm_api_key.clone();
+    let probe = tokio::spawn(async move { crate::llm::probe::check_model(&llm, probe_key).await });
+    let probing = crate::llm::probe::ModelCheck::probing(&config.llm);
     let started = self::start(AgentOptions {
         config,
         tracker_token,
@@ -395,19 +401,44 @@ pub async fn run_cli(config_path: &std::path::Path, start: StreamStart) -> anyho
             _ => return Err(error),
         },
     };
+    let probe = keep_model_check(probe, probing, agent.status.clone());
     let stopped_by_signal = tokio::select! {
         _ = shutdown_signal() => true,
         _ = wait_finished(&agent) => false,
         _ = agent.superseded() => false,
     };
     if agent.is_superseded() {
+        probe.abort();
         return Ok(stand_down(agent).await);
     }
     if stopped_by_signal {
         tracing::info!("signal received: stopping");
     }
+    probe.abort();
     agent.shutdown().await?;
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// Shows the start-up model probe as out, then keeps what it found for `/readyz` and the notices,
+/// and logs it once: at info when the model calls tools, else one warning with the fix.
+fn keep_model_check(
+    probe: tokio::task::JoinHandle<crate::llm::probe::ModelCheck>,
+    probing: crate::llm::probe::ModelCheck,
+    status: Arc<StatusBoard>,
+) -> tokio::task::JoinHandle<()> {
+    status.set_model(probing);
+    tokio::spawn(async move {
+        let Ok(check) = probe.await else { return };
+        match &check.fix {
+            None => tracing::info!(verdict = check.verdict.as_str(), "model check: {}", check.detail),
+            Some(fix) => tracing::warn!(
+                verdict = check.verdict.as_str(),
+                "model check: {}; runs will fail until this is fixed: {fix}",
+                check.detail
+            ),
+        }
+        status.set_model(check);
+    })
 }
 
 /// How long a superseded agent gives its runs to notice that their writes are refused.

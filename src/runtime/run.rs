@@ -12,8 +12,9 @@
 //!   a power cut could take back;
 //! - a resumed run sends the model its stored request again, with the history it had, so the
 //!   same calls get the same idempotency keys and land once;
-//! - every run ends with a status and, if it failed or was stopped, one notice for people; a run
-//!   cut short by a shutdown stays `running` in the database and resumes at the next start.
+//! - every run ends with a status and, if it failed, did nothing or was stopped, one notice for
+//!   people; a run cut short by a shutdown stays `running` in the database and resumes at the
+//!   next start.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,7 +26,7 @@ use crate::agent::{RunOutcome, RunOutput, RunRecord};
 use crate::config::Config;
 use crate::llm::Message;
 use crate::prompts::{PromptError, Prompts};
-use crate::runtime::answer::{RunPosts, answer_text, failure_notice, post_answer};
+use crate::runtime::answer::{NoticeContext, RunPosts, TokenBudget, answer_text, failure_notice, post_answer};
 use crate::runtime::metrics::Metrics;
 use crate::runtime::prompt::{system_prompt, user_prompt};
 use crate::runtime::record::{RunStart, StoredRun};
@@ -113,8 +114,8 @@ pub struct RunDone {
     /// How it ended. [`RunStatus::Interrupted`]: cut short by the shutdown; its row stays
     /// `running` in the database, so the next start resumes it.
     pub status: RunStatus,
-    /// The one short comment to leave where the run was asked, for a failed run. A stopped run's
-    /// notice is the router's to write: it knows who stopped it.
+    /// The one short comment to leave where the run was asked, for a run that failed or did
+    /// nothing. A stopped run's notice is the router's to write: it knows who stopped it.
     pub notice: Option<String>,
     pub duration: Duration,
     /// How many steering inputs the loop took in; the router hands the rest to a follow-up run.
@@ -200,12 +201,12 @@ async fn drive(
     };
     let begun = begin(services, run_id, request, task).await?;
     let posts = Arc::new(RunPosts::new(services.post_guard.clone()));
-    let output = model_loop(services, run_id, request, &begun, posts.clone(), cancel, steer).await;
+    let (output, token_budget) = model_loop(services, run_id, request, &begun, posts.clone(), cancel, steer).await;
     if output.record.outcome == RunOutcome::Completed {
         let text = answer_text(&output.record, &services.config.limits, services.config.llm.price.as_ref());
         post_answer(&services.client, &posts, &request.session, run_id, &request.kind, text).await;
     }
-    Ok(finish(services, run_id, &request.session, begun.start, output).await)
+    Ok(finish(services, run_id, &request.session, begun.start, output, token_budget).await)
 }
 
 /// Moves a task run's task to `in_progress` if it is not started yet: the person who assigned it
@@ -276,7 +277,7 @@ async fn stored_history(state: &State, session: &SessionKey) -> Result<Vec<Messa
 }
 
 /// Drives the agent's loop over the run's tools, within its budgets and the day's remaining
-/// tokens.
+/// tokens; says which of those held the run's tokens.
 async fn model_loop(
     services: &RunServices,
     run_id: &str,
@@ -285,14 +286,16 @@ async fn model_loop(
     posts: Arc<RunPosts>,
     cancel: &CancellationToken,
     steer: mpsc::UnboundedReceiver<String>,
-) -> RunOutput {
+) -> (RunOutput, TokenBudget) {
     let config = &services.config;
     let mut limits = config.limits.clone();
     let spent_today = services.state.spend_today().await.unwrap_or_default();
-    limits.max_tokens_per_run = limits
-        .max_tokens_per_run
-        .min(config.limits.max_tokens_per_day.saturating_sub(spent_today.tokens))
-        .min(tokens_left_by_cost(config, spent_today.cost));
+    let token_budget = TokenBudget::least(
+        limits.max_tokens_per_run,
+        (config.limits.max_tokens_per_day.saturating_sub(spent_today.tokens), config.limits.max_tokens_per_day),
+        config.limits.max_cost_per_day.map(|max| (tokens_left_by_cost(config, spent_today.cost), max)),
+    );
+    limits.max_tokens_per_run = token_budget.tokens();
     let (checkpoint, saver) = spawn_checkpoints(services, run_id, &begun.start);
     let mut tool_context = crate::tools::ToolContext::new(config.slug.clone());
     tool_context.idempotency_key = Some(format!("{run_id}-h{}", begun.start.history_len));
@@ -309,6 +312,9 @@ async fn model_loop(
         steering: Some(steer),
         window: crate::agent::ModelWindow::from_config(&config.llm),
         checkpoint: Some(checkpoint),
+        // A task run is there to work the task on the board; a follow-up run answers the input
+        // that came too late for the run before it, and may answer in words alone.
+        expects_tool_calls: matches!(request.kind, RunKind::Task { .. }) && request.prompt.is_none(),
     };
     let input = crate::agent::RunInput {
         system_prompt: begun.system.clone(),
@@ -318,7 +324,7 @@ async fn model_loop(
     let output = crate::agent::run(setup, input).await;
     // The last checkpoint is written before the run's end, which replaces it.
     let _ = saver.await;
-    output
+    (output, token_budget)
 }
 
 /// Keeps the run's record in the state database up to date after every turn, so the run
@@ -362,6 +368,7 @@ async fn finish(
     session: &SessionKey,
     start: RunStart,
     output: RunOutput,
+    token_budget: TokenBudget,
 ) -> Ended {
     let state = &services.state;
     let record = output.record;
@@ -389,7 +396,15 @@ async fn finish(
     count_in_metrics(&services.metrics, &record);
     services.metrics.cost(spent.cost);
     let status = record.outcome.status();
-    let notice = (status == RunStatus::Failed).then(|| failure_notice(&record, &output.conversation));
+    let notice = matches!(status, RunStatus::Failed | RunStatus::DidNothing).then(|| {
+        let context = NoticeContext {
+            llm: &services.config.llm,
+            limits: &services.config.limits,
+            token_budget,
+            model_check: services.status.model(),
+        };
+        failure_notice(&record, &output.conversation, &context)
+    });
     let finish = FinishRun {
         status,
         turns: record.turns,

@@ -22,6 +22,8 @@ pub struct StatusBoard {
     replica: Mutex<Option<ReplicaView>>,
     /// Runs waiting in this process's queue for a free slot (`limits.max_concurrent_runs`).
     waiting: Mutex<Vec<WaitingRun>>,
+    /// What the model probe `picogent run` sends at start found; `None` when none was sent.
+    model: Mutex<Option<crate::llm::probe::ModelCheck>>,
 }
 
 /// A run waiting for a slot, as the run inspector lists it.
@@ -55,6 +57,7 @@ impl Default for StatusBoard {
             holds_stream: AtomicBool::new(false),
             replica: Mutex::new(None),
             waiting: Mutex::new(Vec::new()),
+            model: Mutex::new(None),
         }
     }
 }
@@ -152,5 +155,14 @@ impl StatusBoard {
     /// How the agent started, once the event stream began.
     pub fn startup(&self) -> Option<StartupReport> {
         self.startup.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    pub fn set_model(&self, check: crate::llm::probe::ModelCheck) {
+        *self.model.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(check);
+    }
+
+    /// What the start-up model probe found (or that it is still out); `None` when none was sent.
+    pub fn model(&self) -> Option<crate::llm::probe::ModelCheck> {
+        self.model.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
     }
 }

@@ -563,7 +563,7 @@ impl Store for PostgresStore {
     async fn has_finished_run_for(&self, session_key: &str) -> Result<bool, StateError> {
         Ok(sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM runs WHERE agent = $1 AND session_key = $2 \
-             AND status IN ('completed', 'failed', 'stopped'))",
+             AND status IN ('completed', 'failed', 'did_nothing', 'stopped'))",
         )
         .bind(&self.agent)
         .bind(session_key)
@@ -659,9 +659,10 @@ impl Store for PostgresStore {
             "WITH ranked AS ( \
                SELECT id, \
                  ROW_NUMBER() OVER (PARTITION BY session_key ORDER BY started_at_ms DESC, row_order DESC) AS newest, \
-                 ROW_NUMBER() OVER (PARTITION BY session_key, status IN ('completed', 'failed', 'stopped') \
-                                    ORDER BY started_at_ms DESC, row_order DESC) AS newest_alike, \
-                 status IN ('completed', 'failed', 'stopped') AS finished_work \
+                 ROW_NUMBER() OVER ( \
+                   PARTITION BY session_key, status IN ('completed', 'failed', 'did_nothing', 'stopped') \
+                   ORDER BY started_at_ms DESC, row_order DESC) AS newest_alike, \
+                 status IN ('completed', 'failed', 'did_nothing', 'stopped') AS finished_work \
                FROM runs WHERE agent = $1) \
              DELETE FROM runs WHERE agent = $1 AND status NOT IN ('queued', 'running') \
                AND COALESCE(finished_at_ms, started_at_ms) < $2 \

@@ -32,8 +32,8 @@
 //! - **Runs**: a running run is never touched (it is resumed at the next start). Reconciliation
 //!   asks whether a task has a *finished* run, and an assignment event whether a run started
 //!   after it; both read the newest runs of a session. So the newest run of each session, and its
-//!   newest `completed`/`failed`/`stopped` run, always stay, as small rows: past `runs_ms` their
-//!   transcript (`record`) is dropped. Every other finished run goes `runs_ms` after it ended.
+//!   newest `completed`/`failed`/`did_nothing`/`stopped` run, always stay, as small rows: past
+//!   `runs_ms` their transcript (`record`) is dropped. Every other finished run goes `runs_ms` after it ended.
 //! - **Sessions** are conversations; one not updated for `sessions_ms` goes, unless a run of it
 //!   is still running. The next message in that thread simply starts a fresh conversation.
 //! - **Replies** feed the per-thread reply cap, which looks back one hour; a day is kept.
@@ -130,8 +130,8 @@ impl State {
     }
 
     /// Deletes runs that ended before `before`, except the newest run of each session and its
-    /// newest `completed`/`failed`/`stopped` one, whose transcripts it drops instead. Returns
-    /// (runs deleted, transcripts dropped). Running runs are never touched.
+    /// newest `completed`/`failed`/`did_nothing`/`stopped` one, whose transcripts it drops
+    /// instead. Returns (runs deleted, transcripts dropped). Running runs are never touched.
     pub async fn prune_runs(&self, before: OffsetDateTime) -> Result<(u64, u64), StateError> {
         on_store!(self, prune_runs(to_ms(before)))
     }

@@ -19,6 +19,10 @@ pub enum RunStatus {
     Running,
     Completed,
     Failed,
+    /// Ended without doing anything: a task run whose model answered in text and called no
+    /// tool. Not a success, and counted apart from other failures: it says the model does not
+    /// work tasks (one that cannot call tools, or a base model).
+    DidNothing,
     /// Stopped on purpose: a person said stop, the task was unassigned, or MCP `stop_run`.
     Stopped,
     /// Cut short by a shutdown or a crash. Stored as such only when a restart found it `running`
@@ -28,11 +32,12 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
-    pub const ALL: [RunStatus; 6] = [
+    pub const ALL: [RunStatus; 7] = [
         RunStatus::Queued,
         RunStatus::Running,
         RunStatus::Completed,
         RunStatus::Failed,
+        RunStatus::DidNothing,
         RunStatus::Stopped,
         RunStatus::Interrupted,
     ];
@@ -43,6 +48,7 @@ impl RunStatus {
             RunStatus::Running => "running",
             RunStatus::Completed => "completed",
             RunStatus::Failed => "failed",
+            RunStatus::DidNothing => "did_nothing",
             RunStatus::Stopped => "stopped",
             RunStatus::Interrupted => "interrupted",
         }
@@ -224,8 +230,8 @@ impl State {
         on_store!(self, unfinished_runs())?.into_iter().map(run_from_columns).collect()
     }
 
-    /// Whether any run of `session_key` has ended `completed`, `failed` or `stopped` (an
-    /// interrupted run does not count: its work may be unfinished).
+    /// Whether any run of `session_key` has ended `completed`, `failed`, `did_nothing` or
+    /// `stopped` (an interrupted run does not count: its work may be unfinished).
     pub async fn has_finished_run_for(&self, session_key: &str) -> Result<bool, StateError> {
         on_store!(self, has_finished_run_for(session_key))
     }

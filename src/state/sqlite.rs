@@ -319,7 +319,8 @@ impl Store for SqliteStore {
 
     async fn has_finished_run_for(&self, session_key: &str) -> Result<bool, StateError> {
         let found: Option<i64> = sqlx::query_scalar(
-            "SELECT 1 FROM runs WHERE session_key = ? AND status IN ('completed', 'failed', 'stopped') LIMIT 1",
+            "SELECT 1 FROM runs WHERE session_key = ? \
+             AND status IN ('completed', 'failed', 'did_nothing', 'stopped') LIMIT 1",
         )
         .bind(session_key)
         .fetch_optional(&self.pool)
@@ -396,9 +397,10 @@ impl Store for SqliteStore {
             "WITH ranked AS ( \
                SELECT rowid AS row_id, \
                  ROW_NUMBER() OVER (PARTITION BY session_key ORDER BY started_at_ms DESC, rowid DESC) AS newest, \
-                 ROW_NUMBER() OVER (PARTITION BY session_key, status IN ('completed', 'failed', 'stopped') \
-                                    ORDER BY started_at_ms DESC, rowid DESC) AS newest_alike, \
-                 status IN ('completed', 'failed', 'stopped') AS finished_work \
+                 ROW_NUMBER() OVER ( \
+                   PARTITION BY session_key, status IN ('completed', 'failed', 'did_nothing', 'stopped') \
+                   ORDER BY started_at_ms DESC, rowid DESC) AS newest_alike, \
+                 status IN ('completed', 'failed', 'did_nothing', 'stopped') AS finished_work \
                FROM runs) \
              DELETE FROM runs WHERE status <> 'running' AND COALESCE(finished_at_ms, started_at_ms) < ?1 \
                AND rowid IN (SELECT row_id FROM ranked WHERE newest > 1 AND NOT (finished_work AND newest_alike = 1))",

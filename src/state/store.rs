@@ -147,7 +147,7 @@ pub(super) trait Store {
     async fn list_runs(&self, limit: i64) -> Result<Vec<RunColumns>, StateError>;
     /// Runs still `running`, oldest first (ties: the earlier inserted first).
     async fn unfinished_runs(&self) -> Result<Vec<RunColumns>, StateError>;
-    /// Whether a run of the session ended `completed`, `failed` or `stopped`.
+    /// Whether a run of the session ended `completed`, `failed`, `did_nothing` or `stopped`.
     async fn has_finished_run_for(&self, session_key: &str) -> Result<bool, StateError>;
     /// Whether a run of the session started at or after `since_ms`.
     async fn has_run_since(&self, session_key: &str, since_ms: i64) -> Result<bool, StateError>;

@@ -84,6 +84,7 @@ on_both_stores!(
     run_lifecycle_from_start_to_finish,
     finishing_an_unknown_or_running_run_is_an_error,
     unfinished_runs_are_found_after_reopen,
+    every_end_status_is_stored_and_read_back,
     list_runs_is_newest_first_and_limited,
     runs_started_in_the_same_millisecond_keep_their_order,
     has_run_since_and_finished_runs_are_per_session,
@@ -280,6 +281,21 @@ async fn unfinished_runs_are_found_after_reopen(place: Place) {
     let interrupted = state.get_run(&cut_short).await.unwrap().unwrap();
     assert_eq!(interrupted.status, RunStatus::Interrupted);
     assert!(!state.has_finished_run_for("thread:m1").await.unwrap(), "an interrupted run is not finished work");
+}
+
+/// Every status a run can end with is stored and read back; all but `interrupted` are finished
+/// work, `did_nothing` too (reconciliation does not take its task up again at every start).
+async fn every_end_status_is_stored_and_read_back(place: Place) {
+    let state = place.open().await;
+    let ends = RunStatus::ALL.into_iter().filter(|status| !matches!(status, RunStatus::Queued | RunStatus::Running));
+    for status in ends {
+        let session = format!("task:{status}");
+        let run_id = state.start_run(&session, "task.assigned TE-9").await.unwrap();
+        assert!(state.finish_run(&run_id, &FinishRun::new(status)).await.unwrap(), "{status}");
+        assert_eq!(state.get_run(&run_id).await.unwrap().unwrap().status, status);
+        let finished_work = status != RunStatus::Interrupted;
+        assert_eq!(state.has_finished_run_for(&session).await.unwrap(), finished_work, "{status}");
+    }
 }
 
 async fn list_runs_is_newest_first_and_limited(place: Place) {
@@ -748,6 +764,43 @@ async fn a_whole_pass_counts_by_table_and_leaves_the_resume_point(place: Place) 
 }
 
 // ---- SQLite only: the file, its log, its errors ----
+
+/// A state file written before runs could end `did_nothing` (migration 5 rebuilds the table to
+/// allow it) keeps every run, with its columns and row order, and takes the new status.
+#[tokio::test]
+async fn a_state_file_from_before_did_nothing_keeps_its_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let options = sqlx::sqlite::SqliteConnectOptions::new().filename(&path).create_if_missing(true);
+    let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
+    super::sqlite::MIGRATOR.run_to(4, &pool).await.unwrap();
+    for (id, status, started) in [("b", "failed", 20), ("a", "running", 20), ("c", "completed", 10)] {
+        sqlx::query(
+            "INSERT INTO runs (id, session_key, trigger, status, turns, outcome, started_at_ms, record, cost) \
+             VALUES (?, 'task:t1', 'manual', ?, 2, 'why', ?, '{\"k\":1}', 0.5)",
+        )
+        .bind(id)
+        .bind(status)
+        .bind(started)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    let refused = sqlx::query("UPDATE runs SET status = 'did_nothing' WHERE id = 'a'").execute(&pool).await;
+    assert!(refused.is_err(), "the old schema refuses the new status");
+    pool.close().await;
+
+    let state = State::open(&path).await.unwrap();
+    let runs = state.list_runs(10).await.unwrap();
+    let ids: Vec<&str> = runs.iter().map(|run| run.id.as_str()).collect();
+    assert_eq!(ids, ["a", "b", "c"], "newest first, ties in the order they were written");
+    let failed = &runs[1];
+    assert_eq!((failed.status, failed.turns, failed.outcome.as_deref()), (RunStatus::Failed, 2, Some("why")));
+    assert_eq!((failed.record.clone(), failed.cost), (Some(json!({"k": 1})), Some(0.5)));
+    assert_eq!(state.unfinished_runs().await.unwrap().len(), 1);
+    assert!(state.finish_run("a", &FinishRun::new(RunStatus::DidNothing)).await.unwrap());
+    assert_eq!(state.get_run("a").await.unwrap().unwrap().status, RunStatus::DidNothing);
+}
 
 #[tokio::test]
 async fn open_creates_the_file_in_wal_mode() {
