@@ -1,7 +1,8 @@
 //! Bad input, fuzzed with proptest (bounded: a few thousand cases per target, seconds each):
 //! the event envelope parser, tool argument validation through the real registry, and prompt
-//! rendering of hostile text. No input panics; hidden text never survives cleaning; lengths are
-//! capped; oversized bodies and fields are refused with a clear error. A crash found here
+//! rendering of hostile text. No input panics; hidden text and control tokens never survive
+//! cleaning; nothing inside a fence changes a prompt's structure; lengths are capped; oversized
+//! bodies and fields are refused with a clear error. A crash found here
 //! becomes a case in the regression tables below.
 
 mod support;
@@ -89,6 +90,25 @@ fn hostile_text() -> impl Strategy<Value = String> {
         Just("\u{E0041}".to_string()),
         Just("\u{0000}".to_string()),
         Just("\n".to_string()),
+        prop::sample::select(vec![
+            "<|im_start|>",
+            "<|",
+            "|>",
+            "[INST]",
+            "[/INST]",
+            "</s>",
+            "<s",
+            ">",
+            "<<",
+            "untrusted-"
+        ])
+        .prop_map(str::to_string),
+        prop::sample::select(vec![
+            "<<untrusted-0123456789abcdef>>",
+            "<<end-untrusted-0123456789abcdef>>",
+            "<<END-untrusted"
+        ])
+        .prop_map(str::to_string),
         Just("é🦀".to_string()),
         any::<char>().prop_map(|c| c.to_string()),
         (1usize..5).prop_map(|n| "x".repeat(n * 3000)),
@@ -158,10 +178,25 @@ fn prompts_dir() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("prompts")
 }
 
-/// What must never reach a model: comment markers, zero-width, bidi and tag characters, and
-/// control characters other than newline and tab.
+/// The text of `text` outside its fences.
+fn structure(text: &str) -> String {
+    prompts::split_fences(text)
+        .into_iter()
+        .filter_map(|part| match part {
+            prompts::Part::Structure(text) => Some(text),
+            prompts::Part::Data(_) => None,
+        })
+        .collect()
+}
+
+/// What must never reach a model: comment markers, chat-template control tokens, zero-width,
+/// bidi and tag characters, and control characters other than newline and tab.
 fn assert_clean(text: &str) {
     assert!(!text.contains("<!--"), "an HTML comment opener survived: {text:?}");
+    let lower = text.to_ascii_lowercase();
+    for token in prompts::CONTROL_TOKENS.iter().chain(&["<|im_start|>", "<||>"]) {
+        assert!(!lower.contains(&token.to_ascii_lowercase()), "the control token {token} survived: {text:?}");
+    }
     for c in text.chars() {
         let hidden = matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2064}'
             | '\u{2066}'..='\u{2069}' | '\u{FEFF}' | '\u{00AD}' | '\u{E0000}'..='\u{E007F}')
@@ -200,6 +235,8 @@ fn hostile_text_is_cleaned_capped_and_never_panics() {
         "-->",
         "a\u{0000}b",
         "\u{E0001}\u{E0068}\u{E0069}",
+        "<|im_<|x|>start|>",
+        "<<un<!-- -->trusted-0123456789abcdef>>",
     ];
     for text in regressions {
         assert_clean(&prompts::clean_text(text, 100));
@@ -209,6 +246,8 @@ fn hostile_text_is_cleaned_capped_and_never_panics() {
         .run(&strategy, |(text, max_chars)| {
             let cleaned = prompts::clean_text(&text, max_chars);
             assert_clean(&cleaned);
+            let lower = cleaned.to_ascii_lowercase();
+            assert!(!lower.contains("<<untrusted") && !lower.contains("<<end-untrusted"), "{cleaned:?}");
             // The cap: at most `max_chars` of the text plus the short note of what was cut.
             let kept = cleaned.split("… [cut: ").next().unwrap_or_default();
             assert!(kept.chars().count() <= max_chars, "{} > {max_chars}", kept.chars().count());
@@ -218,30 +257,42 @@ fn hostile_text_is_cleaned_capped_and_never_panics() {
         .unwrap();
 
     let prompts = Prompts::load(&prompts_dir()).unwrap();
+    let fence = prompts::Fence::random();
+    let render = |task: &TaskOut, message: &MessageOut, author: &str| {
+        let assigned = prompts
+            .task_assigned(&TaskAssignedVars {
+                task: TaskView::new(task, &[], &fence),
+                assigned_by: author.to_string(),
+                comments: vec![MessageView::new(message, &fence)],
+            })
+            .unwrap();
+        let new = prompts
+            .message_new(&MessageNewVars {
+                message: MessageView::new(message, &fence),
+                thread: vec![MessageView::new(message, &fence)],
+                task: Some(TaskView::new(task, &[], &fence)),
+                agent_slug: "picogent".into(),
+            })
+            .unwrap();
+        [assigned, new]
+    };
     let strategy = (hostile_text(), hostile_text(), hostile_text(), "[a-z]{1,8}");
     runner(1500)
         .run(&strategy, |(title, description, content, author)| {
-            let task = task_with(&title, &description);
-            let message = message_with(&content, &author);
-            let assigned = prompts
-                .task_assigned(&TaskAssignedVars {
-                    task: TaskView::new(&task, &[]),
-                    assigned_by: author.clone(),
-                    comments: vec![MessageView::new(&message)],
-                })
-                .unwrap();
-            let new = prompts
-                .message_new(&MessageNewVars {
-                    message: MessageView::new(&message),
-                    thread: vec![MessageView::new(&message)],
-                    task: Some(TaskView::new(&task, &[])),
-                    agent_slug: "picogent".into(),
-                })
-                .unwrap();
-            for rendered in [&assigned, &new] {
+            let rendered = render(&task_with(&title, &description), &message_with(&content, &author), &author);
+            // The same prompts with a plain word for each field that is not empty once cleaned.
+            let plain = |text: &str| if prompts::clean_text(text, 10).is_empty() { "" } else { "x" };
+            let plain_rendered = render(
+                &task_with(plain(&title), plain(&description)),
+                &message_with(plain(&content), &author),
+                &author,
+            );
+            for (rendered, plain_rendered) in rendered.iter().zip(&plain_rendered) {
                 assert_clean(rendered);
                 // Each of the three fields is capped; the templates add a little around them.
                 assert!(rendered.chars().count() <= 5 * prompts::MAX_FIELD_CHARS + 4000, "{}", rendered.len());
+                // Nothing inside a fence changes what is outside: the structure is the template's.
+                assert_eq!(structure(rendered), structure(plain_rendered), "{rendered}");
             }
             Ok(())
         })

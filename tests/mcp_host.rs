@@ -271,7 +271,7 @@ async fn everything_over_stdio_results_artifacts_resources_prompts_and_list_chan
     assert_eq!(instructions.len(), 1);
     assert_eq!(instructions[0].0, "everything");
     assert!(!instructions[0].1.is_empty());
-    let sections = host.instruction_sections();
+    let sections = host.instruction_sections(&picogent::prompts::Fence::random());
     assert!(sections[0].title.contains("`everything`"), "{}", sections[0].title);
     assert!(!sections[0].body.is_empty());
 

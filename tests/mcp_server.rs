@@ -231,7 +231,9 @@ fn assert_python_report(fixture: &Fixture, report: &Value, mode: &str) {
     assert!(reply_to.contains("@alice wrote to you (@picogent)"), "{reply_to}");
     assert!(reply_to.contains(&fixture.task_title), "the task is filled in: {reply_to}");
     let standup = report["standup"].as_str().unwrap();
-    assert!(standup.contains(&format!("{} [todo] {}", fixture.task_key, fixture.task_title)), "{standup}");
+    // The title is what people wrote: inside a fence.
+    let line = format!("{} [todo] <<untrusted-", fixture.task_key);
+    assert!(standup.lines().any(|l| l.contains(&line) && l.contains(&fixture.task_title)), "{standup}");
     assert_eq!(report["prompt_missing_argument_error"], -32602);
 }
 

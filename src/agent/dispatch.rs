@@ -1,5 +1,6 @@
 //! Running one turn's tool calls: checking names and arguments, running read-only calls
-//! concurrently and the others in order, and turning each result into the text the model reads.
+//! concurrently and the others in order, and turning each result into the text the model reads:
+//! cleaned (`prompts::clean_text`), cut, and inside the run's fence, whatever its source.
 
 use std::collections::HashSet;
 
@@ -8,6 +9,8 @@ use tokio::time::Instant;
 
 use super::record::{ToolCallOutcome, ToolCallRecord};
 use crate::llm::{Message, TOOL_ERROR_PREFIX, ToolCall, ToolSpec};
+use crate::prompts::Fence;
+use crate::tools::policy::ORIGIN_META_KEY;
 use crate::tools::{ToolContext, ToolSource};
 
 /// The tools offered in this run, in the source's fixed order.
@@ -23,11 +26,17 @@ pub(crate) struct OfferedTools {
 
 impl OfferedTools {
     /// Keeps the source's tools whose names are in `offered`, in the source's order (so the tool
-    /// list is byte-identical across turns whatever order the caller listed names in).
-    pub fn new(source_tools: Vec<Tool>, offered: &[String]) -> OfferedTools {
+    /// list is byte-identical across turns whatever order the caller listed names in). An
+    /// external server's tool (one with an origin in `_meta`) has its description cleaned and
+    /// inside `fence`, the run's: the server wrote it, so it is data like any other.
+    pub fn new(source_tools: Vec<Tool>, offered: &[String], fence: &Fence) -> OfferedTools {
         let wanted: HashSet<&str> = offered.iter().map(String::as_str).collect();
-        let (tools, withheld): (Vec<Tool>, Vec<Tool>) =
+        let (mut tools, withheld): (Vec<Tool>, Vec<Tool>) =
             source_tools.into_iter().partition(|tool| wanted.contains(tool.name.as_ref()));
+        for tool in tools.iter_mut().filter(|tool| is_external(tool)) {
+            let description = tool.description.as_deref().unwrap_or_default();
+            tool.description = Some(fence.data(description, usize::MAX).into());
+        }
         OfferedTools {
             tokens: tools.iter().map(crate::llm::tool_tokens).sum(),
             withheld: withheld.iter().map(|tool| tool.name.to_string()).collect(),
@@ -92,6 +101,11 @@ impl OfferedTools {
         ranked.sort();
         ranked.into_iter().take(3).map(|(_, offered)| offered).collect()
     }
+}
+
+/// Whether `tool` comes from an external MCP server (the host marks its tools with their origin).
+fn is_external(tool: &Tool) -> bool {
+    tool.meta.as_ref().is_some_and(|meta| meta.contains_key(ORIGIN_META_KEY))
 }
 
 /// A call checked before running: either the parsed arguments, or the error the model reads.
@@ -312,7 +326,9 @@ async fn run_one(
                 context.tool_context.idempotency_key.as_ref().map(|key| format!("{key}-t{}-c{index}", context.turn));
             let result = context.source.call(&call.name, arguments.clone(), &tool_context).await;
             let outcome = if result.is_error == Some(true) { ToolCallOutcome::Error } else { ToolCallOutcome::Ok };
-            (outcome, result_text(&result, context.max_result_bytes))
+            // Whatever the source, its result is data: cleaned, cut, then fenced (so the cut
+            // never takes the close). Refusals above are the loop's own words, not fenced.
+            (outcome, context.tool_context.fence.wrap(&result_text(&result, context.max_result_bytes)))
         }
     };
     let is_error = outcome != ToolCallOutcome::Ok;
@@ -403,7 +419,7 @@ mod tests {
 
     fn offered(names: &[&str]) -> OfferedTools {
         let tools = names.iter().map(|name| Tool::new(name.to_string(), "d", serde_json::Map::new())).collect();
-        OfferedTools::new(tools, &names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+        OfferedTools::new(tools, &names.iter().map(|n| n.to_string()).collect::<Vec<_>>(), &Fence::random())
     }
 
     #[test]
@@ -475,7 +491,7 @@ mod tests {
     #[test]
     fn offered_tools_keep_the_source_order() {
         let tools = ["a", "b", "c"].iter().map(|n| Tool::new(n.to_string(), "d", serde_json::Map::new())).collect();
-        let offered = OfferedTools::new(tools, &["c".to_string(), "a".to_string()]);
+        let offered = OfferedTools::new(tools, &["c".to_string(), "a".to_string()], &Fence::random());
         let names: Vec<&str> = offered.specs.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["a", "c"]);
     }

@@ -186,7 +186,8 @@ impl<'a> Turns<'a> {
         let run_cancel = setup.cancel.child_token();
         let mut tool_context = setup.tool_context.clone();
         tool_context.cancel = run_cancel.clone();
-        let offered = OfferedTools::new(setup.tools.tools(), &std::mem::take(&mut setup.offered_tools));
+        let offered =
+            OfferedTools::new(setup.tools.tools(), &std::mem::take(&mut setup.offered_tools), &tool_context.fence);
         let mut record = RunRecord::new();
         let mut history = input.history;
         let fixed = crate::llm::count_text_tokens(&input.system_prompt)
@@ -222,7 +223,8 @@ impl<'a> Turns<'a> {
     fn before_turn(&mut self) -> Step<CutOffAt> {
         if let Some(receiver) = self.setup.steering.as_mut() {
             while let Ok(text) = receiver.try_recv() {
-                self.messages.push(Message::user(text));
+                // Steering was worded before this run's fence was known (`prompts::fence_pending`).
+                self.messages.push(Message::user(self.tool_context.fence.settle(&text)));
                 self.record.steering_inputs += 1;
             }
         }

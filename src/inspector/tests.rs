@@ -69,6 +69,7 @@ async fn hostile_run(state: &State) -> String {
         prompt: "Task: <script>alert('prompt')</script>".into(),
         history_len: 0,
         system_prompt: Some("You are <b>picogent</b>.".into()),
+        fence: None,
         record: Some(record),
         conversation: vec![
             Message::user("Task: <script>alert('prompt')</script>"),

@@ -564,16 +564,20 @@ fn log_startup(startup: &StartupReport, report: &ReconcileReport) {
 
 /// How a message that arrives during a run is handed to it. In a chat thread it is a new
 /// request to answer, so it carries the same `Message id:`/`Thread id:` lines as
-/// `prompts/message_new.md`; on a task it is extra input for the work in progress.
+/// `prompts/message_new.md`; on a task it is extra input for the work in progress. The content
+/// is fenced for the run that takes it in (`prompts::fence_pending`, settled by the run).
 fn steering_text(message: &MessageOut, session: &SessionKey) -> String {
-    let content = crate::prompts::clean_text(&message.content, crate::prompts::MAX_FIELD_CHARS);
+    use crate::prompts::clean_name;
+    let content = crate::prompts::fence_pending(&message.content, crate::prompts::MAX_FIELD_CHARS);
+    let author = clean_name(&message.author_slug);
     match session {
         SessionKey::Thread(root) => format!(
-            "Message id: {}\nThread id: {root}\n@{} wrote in this thread while you were working:\n\n{content}",
-            message.id, message.author_slug
+            "Message id: {}\nThread id: {}\n@{author} wrote in this thread while you were working:\n\n{content}",
+            clean_name(&message.id),
+            clean_name(root)
         ),
         SessionKey::Task(_) | SessionKey::Prompt(_) => {
-            format!("@{} commented while you were working:\n\n{content}", message.author_slug)
+            format!("@{author} commented while you were working:\n\n{content}")
         }
     }
 }

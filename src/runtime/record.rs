@@ -17,6 +17,10 @@ pub struct RunStart {
     /// request: a resumed run renders its system prompt afresh).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,
+    /// The run's fence, so a resumed run fences its system prompt, tool descriptions and results
+    /// with the same token as before (runs stored before fences have none: they get a new one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<crate::prompts::Fence>,
 }
 
 /// What is stored with a run when it ends: its start, the loop's record and the transcript.
@@ -27,6 +31,9 @@ pub struct StoredRun {
     /// The system prompt the run was sent (runs stored before it was kept have none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,
+    /// The run's fence (see [`RunStart::fence`]): kept here too, since this replaces the start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<crate::prompts::Fence>,
     #[serde(default)]
     pub record: Option<crate::agent::RunRecord>,
     #[serde(default)]
@@ -58,9 +65,12 @@ pub fn timeline_lines(run: &crate::state::RunRow) -> Vec<String> {
             Message::Tool { tool_call_id, content, is_error, .. } => {
                 let call = names.remove(tool_call_id).unwrap_or_default();
                 let mark = if *is_error { "✗" } else { "→" };
-                lines.push(format!("tool  {call} {mark} {}", one_line(content, 100)));
+                let content = crate::prompts::without_fences(content);
+                lines.push(format!("tool  {call} {mark} {}", one_line(&content, 100)));
             }
-            Message::User { content } => lines.push(format!("input {}", one_line(content, 100))),
+            Message::User { content } => {
+                lines.push(format!("input {}", one_line(&crate::prompts::without_fences(content), 100)))
+            }
             Message::System { .. } => {}
         }
     }

@@ -11,7 +11,8 @@
 //!   so no tool call (the run's first chance to act on the board) happens on a record a crash or
 //!   a power cut could take back;
 //! - a resumed run sends the model its stored request again, with the history it had, so the
-//!   same calls get the same idempotency keys and land once;
+//!   same calls get the same idempotency keys and land once; its stored fence too, so what it
+//!   renders afresh (the system prompt, tool descriptions and results) is fenced as before;
 //! - every run ends with a status and, if it failed, did nothing or was stopped, one notice for
 //!   people; a run cut short by a shutdown stays `running` in the database and resumes at the
 //!   next start.
@@ -25,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::{RunOutcome, RunOutput, RunRecord};
 use crate::config::Config;
 use crate::llm::Message;
-use crate::prompts::{PromptError, Prompts};
+use crate::prompts::{Fence, PromptError, Prompts};
 use crate::runtime::answer::{NoticeContext, RunPosts, TokenBudget, answer_text, failure_notice, post_answer};
 use crate::runtime::metrics::Metrics;
 use crate::runtime::prompt::{system_prompt, user_prompt};
@@ -185,6 +186,8 @@ struct Begun {
     system: String,
     history: Vec<Message>,
     start: RunStart,
+    /// The run's fence, stored in `start`: its tool descriptions, results and steering use it.
+    fence: Fence,
 }
 
 async fn drive(
@@ -244,26 +247,29 @@ async fn begin(
             .filter(|start| start.history_len <= history.len()),
         None => None,
     };
-    let (start, history) = match stored_start {
+    let (start, history, fence) = match stored_start {
         Some(start) => {
             let history = history[..start.history_len].to_vec();
-            (start, history)
+            let fence = start.fence.clone().unwrap_or_else(Fence::random);
+            (start, history, fence)
         }
         None => {
+            let fence = Fence::random();
             let prompt = match &request.prompt {
-                Some(prompt) => prompt.clone(),
-                None => user_prompt(services, &request.kind, task, &request.steering_message_ids).await?,
+                // Steering that came too late for the run before: its fence takes this run's token.
+                Some(prompt) => fence.settle(prompt),
+                None => user_prompt(services, &request.kind, task, &request.steering_message_ids, &fence).await?,
             };
-            (RunStart { prompt, history_len: history.len(), system_prompt: None }, history)
+            (RunStart { prompt, history_len: history.len(), system_prompt: None, fence: None }, history, fence)
         }
     };
-    let system = system_prompt(&services.config, &services.prompts, services.host.instruction_sections())?;
-    let start = RunStart { system_prompt: Some(system.clone()), ..start };
+    let system = system_prompt(&services.config, &services.prompts, services.host.instruction_sections(&fence))?;
+    let start = RunStart { system_prompt: Some(system.clone()), fence: Some(fence.clone()), ..start };
     state.save_run_record(run_id, &serde_json::to_value(&start)?).await?;
     // Everything recorded so far (the event, the claim, the run, its start) must outlive a power
     // cut before the loop's first tool call acts on the board.
     state.sync().await?;
-    Ok(Begun { system, history, start })
+    Ok(Begun { system, history, start, fence })
 }
 
 /// The session's stored conversation; an unreadable one is started afresh rather than failing
@@ -302,6 +308,7 @@ async fn model_loop(
     tool_context.post_guard = Some(posts);
     tool_context.run_id = Some(run_id.to_string());
     tool_context.session = Some(request.session.clone());
+    tool_context.fence = begun.fence.clone();
     let setup = crate::agent::RunSetup {
         model: services.model.as_ref(),
         tools: services.tools.as_ref(),
@@ -346,6 +353,7 @@ fn spawn_checkpoints(
                 prompt: start.prompt.clone(),
                 history_len: start.history_len,
                 system_prompt: start.system_prompt.clone(),
+                fence: start.fence.clone(),
                 record: Some(output.record),
                 conversation: output.conversation,
             };
@@ -423,6 +431,7 @@ async fn finish(
         prompt: start.prompt,
         history_len: start.history_len,
         system_prompt: start.system_prompt,
+        fence: start.fence,
         record: Some(record),
         conversation: output.conversation,
     };

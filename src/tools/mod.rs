@@ -53,6 +53,10 @@ pub struct ToolContext {
     pub session: Option<crate::session::SessionKey>,
     /// The run's id (set by the runtime): large tool results are saved under it as artifacts.
     pub run_id: Option<String>,
+    /// The run's fence (set by the runtime, stored with the run): the agent's loop puts every
+    /// tool result, external tool description and steering input inside it. A fresh random one
+    /// where no run sets it.
+    pub fence: crate::prompts::Fence,
 }
 
 /// Where a message is about to be posted.
@@ -103,6 +107,7 @@ impl ToolContext {
             post_guard: None,
             session: None,
             run_id: None,
+            fence: crate::prompts::Fence::random(),
         }
     }
 }

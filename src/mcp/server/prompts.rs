@@ -13,7 +13,7 @@ use rmcp::model::{
 use serde_json::{Value, json};
 
 use super::{McpServer, STATIC_LIST_TTL_MS};
-use crate::prompts::{MessageNewVars, MessageView, StandupVars, TaskAssignedVars, TaskView};
+use crate::prompts::{Fence, MessageNewVars, MessageView, StandupVars, TaskAssignedVars, TaskView, clean_name};
 use crate::tracker::TrackerError;
 use crate::tracker::model::{MessageQuery, TaskQuery};
 
@@ -91,10 +91,11 @@ impl McpServer {
         let query = MessageQuery { task_id: Some(task.id.clone()), limit: Some(50), ..Default::default() };
         let comments = tracker.list_messages(&query).await.map_err(tracker_error)?;
         // Over MCP no assignment event names who assigned it; the task's creator asked for it.
+        let fence = Fence::random();
         let vars = TaskAssignedVars {
-            task: TaskView::new(&task, &steps),
-            assigned_by: task.created_by.clone(),
-            comments: comments.iter().map(MessageView::new).collect(),
+            task: TaskView::new(&task, &steps, &fence),
+            assigned_by: clean_name(&task.created_by),
+            comments: comments.iter().map(|comment| MessageView::new(comment, &fence)).collect(),
         };
         self.inner.prompts.task_assigned(&vars).map_err(|e| ErrorData::internal_error(e.to_string(), None))
     }
@@ -106,18 +107,22 @@ impl McpServer {
             MessageQuery { parent_id: Some(message.thread_root().to_string()), limit: Some(50), ..Default::default() };
         let thread = tracker.list_messages(&query).await.map_err(tracker_error)?;
         // Earlier messages only: the thread as the author saw it when writing.
-        let earlier: Vec<MessageView> =
-            thread.iter().take_while(|earlier| earlier.id != message.id).map(MessageView::new).collect();
+        let fence = Fence::random();
+        let earlier: Vec<MessageView> = thread
+            .iter()
+            .take_while(|earlier| earlier.id != message.id)
+            .map(|earlier| MessageView::new(earlier, &fence))
+            .collect();
         let task = match &message.task_id {
             Some(task_id) => {
                 let task = tracker.get_task(task_id).await.map_err(tracker_error)?;
                 let steps = tracker.list_steps(&task.id).await.map_err(tracker_error)?;
-                Some(TaskView::new(&task, &steps))
+                Some(TaskView::new(&task, &steps, &fence))
             }
             None => None,
         };
         let vars = MessageNewVars {
-            message: MessageView::new(&message),
+            message: MessageView::new(&message, &fence),
             thread: earlier,
             task,
             agent_slug: self.inner.agent_slug.clone(),
@@ -128,6 +133,7 @@ impl McpServer {
     async fn render_standup(&self, project_slug: &str) -> Result<String, ErrorData> {
         let tracker = &self.inner.tracker;
         let project = tracker.get_project(project_slug).await.map_err(tracker_error)?;
+        let fence = Fence::random();
         let mut tasks = Vec::new();
         let mut cursor = None;
         for _ in 0..MAX_STANDUP_PAGES {
@@ -139,13 +145,13 @@ impl McpServer {
                 ..Default::default()
             };
             let page = tracker.list_tasks(&query).await.map_err(tracker_error)?;
-            tasks.extend(page.items.iter().map(|task| TaskView::new(task, &[])));
+            tasks.extend(page.items.iter().map(|task| TaskView::new(task, &[], &fence)));
             match page.next_cursor {
                 Some(next) => cursor = Some(next),
                 None => break,
             }
         }
-        let vars = StandupVars { project_slug: project.slug.clone(), tasks };
+        let vars = StandupVars { project_slug: clean_name(&project.slug), tasks };
         self.inner.prompts.standup(&vars).map_err(|e| ErrorData::internal_error(e.to_string(), None))
     }
 }
