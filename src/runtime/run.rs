@@ -253,7 +253,13 @@ async fn begin(
                 Some(prompt) => prompt.clone(),
                 None => user_prompt(services, &request.kind, task, &request.steering_message_ids).await?,
             };
-            (RunStart { prompt, history_len: history.len(), system_prompt: None }, history)
+            let message_words = match &request.kind {
+                RunKind::Message { message } => {
+                    Some(crate::runtime::record::message_words(&message.content, &services.config.slug))
+                }
+                RunKind::Task { .. } | RunKind::Prompt { .. } => None,
+            };
+            (RunStart { prompt, history_len: history.len(), system_prompt: None, message_words }, history)
         }
     };
     let system = system_prompt(&services.config, &services.prompts, services.host.instruction_sections())?;
@@ -340,6 +346,7 @@ fn spawn_checkpoints(
                 prompt: start.prompt.clone(),
                 history_len: start.history_len,
                 system_prompt: start.system_prompt.clone(),
+                message_words: start.message_words.clone(),
                 record: Some(output.record),
                 conversation: output.conversation,
             };
@@ -408,6 +415,7 @@ async fn finish(
         prompt: start.prompt,
         history_len: start.history_len,
         system_prompt: start.system_prompt,
+        message_words: start.message_words,
         record: Some(record),
         conversation: output.conversation,
     };
