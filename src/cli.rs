@@ -42,6 +42,17 @@ fn positive_ms(text: &str) -> Result<u64, String> {
     }
 }
 
+/// A `--allowed-host` value: a host name or address, with a port or not.
+fn host_name(text: &str) -> Result<String, String> {
+    if crate::web::hosts::is_host_name(text) {
+        Ok(text.to_string())
+    } else {
+        Err("expected a host name or address, with a port or not, like board.example.com or board.example.com:8700 \
+             (no scheme, no path)"
+            .to_string())
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the reference board: a small real Team Board (HTTP + WebSocket + SQLite).
@@ -63,6 +74,11 @@ pub enum Command {
         /// milliseconds. Default 1 hour.
         #[arg(long, default_value_t = 60 * 60 * 1000, value_parser = positive_ms)]
         prune_interval_ms: u64,
+        /// A host name the web page answers to besides the listen address, localhost and the
+        /// loopback addresses (repeat for more), e.g. board.example.com or board.example.com:8700.
+        /// Others get an empty 421 (DNS-rebinding protection); the API answers any.
+        #[arg(long = "allowed-host", value_name = "HOST", value_parser = host_name)]
+        allowed_hosts: Vec<String>,
     },
     /// Serve the tracker tools, task/project resources and prompts as an MCP server, acting as the
     /// agent of the config (token from the environment variable named by `tracker.token_env`).
@@ -228,10 +244,11 @@ const EXIT_USAGE: u8 = 2;
 const SECRET_LOGGING_TARGETS: [&str; 2] =
     ["tungstenite::handshake::client=info", "tungstenite::handshake::server=info"];
 
-/// Sets up tracing on stderr (stdout is kept for command output and, later, MCP over stdio).
-pub fn init_logging(format: LogFormat) {
+/// Sets up tracing on stderr (stdout is kept for command output and MCP over stdio), filtered by
+/// `RUST_LOG`, or when it is not set by `default_filter`.
+pub fn init_logging(format: LogFormat, default_filter: &str) {
     let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     // Libraries that log whole HTTP requests, headers and all, at trace: the bearer token would
     // be in the log. Capped here, whatever RUST_LOG says: these are the exact targets, so the
     // directive replaces any the user gave for them and wins over `trace` or `tungstenite=trace`.
@@ -248,7 +265,12 @@ pub fn init_logging(format: LogFormat) {
 }
 
 pub fn main(cli: Cli) -> ExitCode {
-    init_logging(cli.log_format);
+    // The demo prints its own timeline on stdout; the agent's info lines would bury it.
+    let default_filter = match cli.command {
+        Command::Demo { .. } => crate::demo::DEFAULT_LOG_FILTER,
+        _ => "info",
+    };
+    init_logging(cli.log_format, default_filter);
     // `mcp --stdio` serves one client whose requests mostly wait on the tracker, and the board's
     // requests mostly wait on SQLite (which runs on sqlx's own threads): one thread answers them
     // without passing each message between worker threads (docs/performance.md).
@@ -267,13 +289,14 @@ pub fn main(cli: Cli) -> ExitCode {
     };
     let result = runtime.block_on(async move {
         match cli.command {
-            Command::Board { listen, db, seed, event_retention_ms, prune_interval_ms } => {
+            Command::Board { listen, db, seed, event_retention_ms, prune_interval_ms, allowed_hosts } => {
                 let retention = crate::board::Retention {
                     events: std::time::Duration::from_millis(event_retention_ms),
                     interval: std::time::Duration::from_millis(prune_interval_ms),
                 };
                 crate::board::run_cli(crate::board::BoardOptions {
                     retention,
+                    allowed_hosts,
                     ..crate::board::BoardOptions::new(listen, db, seed)
                 })
                 .await

@@ -23,6 +23,11 @@ const ALICE_TOKEN: &str = "tok-alice";
 /// The demo agent's `/mcp` token: a fixed demo value, like the seed's member tokens.
 const DEMO_MCP_TOKEN: &str = "tok-mcp-demo";
 
+/// The log filter of `picogent demo` when `RUST_LOG` is not set: warnings and errors only, so the
+/// timeline it prints is what a person reads (`RUST_LOG=info` shows the agent's own lines); not
+/// even SQLite's slow statements, which a busy machine makes of the demo's start.
+pub const DEFAULT_LOG_FILTER: &str = "warn,sqlx::query=error";
+
 /// Everything the demo started, so `--keep` can print it and a test can inspect it.
 pub struct Demo {
     pub board: crate::board::BoardHandle,
@@ -189,8 +194,9 @@ async fn print_timeline(demo: &Demo) -> anyhow::Result<()> {
     let mut runs = demo.agent.state.list_runs(20).await?;
     runs.reverse();
     for run in runs {
+        let summary = crate::inspector::view::summary(&run, &demo.config);
         println!();
-        println!("event    {} (run {})", run.trigger, &run.id[..8.min(run.id.len())]);
+        println!("event    {} (run {})", crate::inspector::view::run_name(&summary), summary.short_id);
         for line in crate::runtime::record::timeline_lines(&run) {
             println!("  {line}");
         }
@@ -200,7 +206,8 @@ async fn print_timeline(demo: &Demo) -> anyhow::Result<()> {
 
 fn print_outcome(outcome: &Outcome) {
     println!();
-    println!("final    {} \"{}\" is {}", outcome.task.key, outcome.task.title, outcome.task.status);
+    let status = crate::web::readable::status_label(outcome.task.status.as_str()).to_lowercase();
+    println!("final    {} \"{}\" is {status}", outcome.task.key, outcome.task.title);
     for step in &outcome.steps {
         println!("  [{}] {}", if step.done { "x" } else { " " }, step.title);
     }
@@ -220,6 +227,9 @@ pub async fn run_cli(keep: bool) -> anyhow::Result<ExitCode> {
     println!("picogent demo — reference board, offline planner model (a rule-based stand-in, not an LLM), agent");
     println!("board    {}", demo.board.url());
     println!("model    {} (offline planner)", demo.model.url());
+    if std::env::var_os("RUST_LOG").is_none() {
+        println!("log      warnings only; RUST_LOG=info picogent demo shows the agent's log on stderr");
+    }
     println!();
     let outcome = demo.play(Duration::from_secs(30)).await;
     let outcome = match outcome {
@@ -251,7 +261,7 @@ fn print_keep(demo: &Demo) {
     if let Some(addr) = demo.agent.http_addr {
         println!("  run inspector   http://{addr}/   (every run: prompts, turns, tool calls, budgets; events; spend)");
     }
-    println!("  board     {board}/api   (WebSocket {board}/api/ws)");
+    println!("  board     {board}/api   (WebSocket {})", demo.alice.ws_url());
     println!("  model     {}   (offline planner)", demo.model.url());
     if let Some(addr) = demo.agent.http_addr {
         println!("  agent     http://{addr}/healthz  /readyz  /metrics");

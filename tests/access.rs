@@ -1,6 +1,8 @@
 //! Access: the board, the MCP HTTP endpoint and the agent's HTTP endpoint refuse missing and
-//! wrong tokens; `/metrics` and `/healthz` expose no secrets; and the logs of `picogent board`,
-//! `picogent run` and `picogent mcp --http`, at `RUST_LOG=trace`, never contain a token.
+//! wrong tokens; `/metrics` and `/healthz` expose no secrets; the board's page and the run
+//! inspector answer only their own host names and take changes only from their own origin (DNS
+//! rebinding); and the logs of `picogent board`, `picogent run` and `picogent mcp --http`, at
+//! `RUST_LOG=trace`, never contain a token.
 
 mod support;
 
@@ -318,4 +320,109 @@ async fn trace_logs_of_board_and_agent_carry_no_token() {
         assert!(log.contains("TRACE"), "{what} logged at trace: {} bytes", log.len());
         assert_no_token(&format!("{what}'s trace log"), log, &["tok-bob-wrong", MCP_TOKEN]);
     }
+}
+
+/// A form post: a path and its url-encoded body.
+type Post<'a> = &'a [(&'a str, &'a str)];
+
+/// A page that rebinds its own name to 127.0.0.1 makes the browser send `Host` with that name:
+/// the board's page (`picogent board`, the binary) and the run inspector (an agent on loopback)
+/// answer it with an empty 421, GET or POST, sign nobody in, and refuse a change whose `Origin`
+/// is another site's with an empty 403. Their own names (the listener's address, `localhost`,
+/// and the names configured: `--allowed-host`, `http.allowed_hosts`) are served, and so are the
+/// board's API and the agent's probes, whatever the name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pages_give_a_rebinding_host_and_a_foreign_origin_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let board_addr = free_port();
+    let (board_log, board_stderr) = log_file(dir.path(), "board.log");
+    let mut board = Command::new(env!("CARGO_BIN_EXE_picogent"))
+        .args(["board", "--listen", &board_addr.to_string(), "--allowed-host", "board.example.test", "--db"])
+        .arg(dir.path().join("board.db"))
+        .arg("--seed")
+        .arg(support::seed_path())
+        .stdout(Stdio::null())
+        .stderr(board_stderr)
+        .spawn()
+        .unwrap();
+    wait_listening(board_addr, &mut board).await;
+    let board_url = format!("http://{board_addr}");
+    let model = picogent::offline_model::start(picogent::offline_model::OfflineModelOptions::planner()).await.unwrap();
+    let extra = json!({"http": {"allowed_hosts": ["agent.example.test"]}});
+    let agent =
+        start_agent_in_process(agent_config_json(dir.path(), &board_url, &model.url(), "picogent", extra)).await;
+    let agent_addr = agent.http_addr.unwrap();
+    let inspector_url = format!("http://{agent_addr}");
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let rebinding = "rebind.attacker.example";
+
+    // Each page: its base URL, pages to GET, and a form to POST (a path and its body).
+    let pages: [(&str, &[&str], Post); 2] = [
+        (
+            &board_url,
+            &["/", "/signin", "/projects/team", "/tasks/TE-1", "/assets/live.js"],
+            &[("/signin", "member=alice")],
+        ),
+        (&inspector_url, &["/", "/runs", "/events", "/health", "/runs/live", "/login"], &[("/login", "token=x")]),
+    ];
+    for (base, gets, posts) in pages {
+        for path in gets {
+            let answer = http.get(format!("{base}{path}")).header("host", rebinding).send().await.unwrap();
+            assert_eq!(answer.status(), 421, "GET {base}{path} for {rebinding}");
+            assert!(answer.headers().get("set-cookie").is_none(), "GET {path}");
+            assert_eq!(answer.text().await.unwrap(), "", "GET {base}{path}: nothing else");
+        }
+        for (path, form) in posts {
+            let post = |host: &str, origin: Option<&str>| {
+                let mut request = http
+                    .post(format!("{base}{path}"))
+                    .header("host", host)
+                    .header("content-type", "application/x-www-form-urlencoded")
+                    .body(form.to_string());
+                if let Some(origin) = origin {
+                    request = request.header("origin", origin);
+                }
+                request.send()
+            };
+            let answer = post(rebinding, Some("http://rebind.attacker.example")).await.unwrap();
+            assert_eq!(answer.status(), 421, "POST {base}{path} for {rebinding}");
+            assert!(answer.headers().get("set-cookie").is_none(), "POST {path} signed someone in");
+            assert_eq!(answer.text().await.unwrap(), "", "POST {base}{path}: nothing else");
+            // The right name, but posted by another site's page.
+            let own_host = base.trim_start_matches("http://");
+            let answer = post(own_host, Some("http://rebind.attacker.example")).await.unwrap();
+            assert_eq!(answer.status(), 403, "POST {base}{path} from another origin");
+            assert!(answer.headers().get("set-cookie").is_none(), "POST {path} from another origin");
+            assert_eq!(answer.text().await.unwrap(), "", "POST {base}{path} from another origin: nothing else");
+            // Its own origin, and a client that is no browser (no Origin), are served.
+            for origin in [Some(base), None] {
+                let answer = post(own_host, origin).await.unwrap();
+                assert_eq!(answer.status(), 303, "POST {base}{path} with Origin {origin:?}");
+            }
+        }
+    }
+    // Their own names, with any port, and the names configured.
+    let (board_port, agent_port) = (board_addr.port(), agent_addr.port());
+    for (url, host) in [
+        (format!("{board_url}/signin"), format!("localhost:{board_port}")),
+        (format!("{board_url}/signin"), format!("127.0.0.1:{board_port}")),
+        (format!("{board_url}/signin"), "board.example.test".to_string()),
+        (format!("{inspector_url}/runs"), format!("localhost:{agent_port}")),
+        (format!("{inspector_url}/runs"), format!("127.0.0.1:{agent_port}")),
+        (format!("{inspector_url}/runs"), format!("agent.example.test:{agent_port}")),
+    ] {
+        let answer = http.get(&url).header("host", &host).send().await.unwrap();
+        assert_eq!(answer.status(), 200, "{url} as {host}");
+    }
+    // What is not a page answers any name: the board's API (its token guards it), the probes.
+    let api = http.get(format!("{board_url}/api/members")).header("host", rebinding).bearer_auth("tok-alice");
+    assert_eq!(api.send().await.unwrap().status(), 200, "the board's API");
+    for path in ["/healthz", "/metrics"] {
+        let answer = http.get(format!("{inspector_url}{path}")).header("host", rebinding).send().await.unwrap();
+        assert_eq!(answer.status(), 200, "{path}");
+    }
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    let log = stop_and_read_log(board, &board_log);
+    assert!(log.contains("DNS rebinding"), "the board says why it refused: {log}");
 }

@@ -1,6 +1,7 @@
 //! The board page and the run inspector in a real browser: Debian's Chromium, driven by
 //! Playwright (`tests/browser/see_it_work.mjs`) against the demo stack started here (reference
-//! board, offline planner model, agent). Fails, never skips, when Chromium or the script's
+//! board, offline planner model, agent): statuses as labels, times as "3 min ago" with the exact
+//! time on hover, a chat run named by its question's words, the start told in a table. Fails, never skips, when Chromium or the script's
 //! packages are missing, and says how to install them. Screenshots land in
 //! `target/browser-screenshots/`.
 
@@ -86,11 +87,17 @@ async fn a_person_sees_the_agent_work_in_the_browser() {
     stop_guarded.cancel();
     demo.shutdown().await.expect("the demo stack stops");
     assert!(output.status.success(), "the browser scenarios failed:\n{stdout}\n{stderr}");
-    assert!(stdout.contains("6 passed, 0 failed"), "not every scenario ran:\n{stdout}");
+    assert!(stdout.contains("7 passed, 0 failed"), "not every scenario ran:\n{stdout}");
     for shot in [
         "board-signed-in.png",
         "board-task-worked.png",
+        "board-columns.png",
+        "board-chat.png",
+        "inspector-runs.png",
+        "inspector-chat-run.png",
         "inspector-run.png",
+        "inspector-events.png",
+        "inspector-health.png",
         "board-escaped-title.png",
         "inspector-token-needed.png",
     ] {

@@ -1,7 +1,9 @@
 //! The run inspector shows a run while it runs: each turn is checkpointed into the state
 //! database, so the run's page (`/runs/{id}` on the agent's listener) lists the tool calls made
 //! so far before the run ends. The agent in process, the reference board and the offline model
-//! answering each request after 300 ms, over loopback.
+//! answering each request after 300 ms, over loopback. And `picogent runs list|show` (the
+//! binary) print the same runs for a terminal: a list that fits 120 columns, a run found by the
+//! short id the list shows.
 
 #[path = "support/agent.rs"]
 mod agent_support;
@@ -73,4 +75,96 @@ async fn a_run_waiting_for_a_slot_is_listed_as_queued() {
     assert!(!html.contains("Queued, waiting"), "nothing waits any more: {html}");
     agent.shutdown().await.unwrap();
     model.shutdown().await;
+}
+
+/// `picogent runs list` fits a terminal of 120 columns, whatever the runs hold, and names a chat
+/// run by its words; `picogent runs show` takes the short id it shows (or any unique start of
+/// an id), and an ambiguous start is an error that lists the runs it could mean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_list_fits_120_columns_and_runs_show_takes_a_short_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let state_path = dir.path().join("state.db");
+    let state = picogent::state::State::open(&state_path).await.unwrap();
+    // Seventeen runs: two of them share the first character of their id (there are 16).
+    let mut ids = Vec::new();
+    for n in 0..16 {
+        let id = state.start_run(&format!("task:t{n}"), &format!("task.assigned TE-{}", 1000 + n)).await.unwrap();
+        let finish = picogent::state::FinishRun {
+            turns: 12,
+            tool_calls: 40,
+            prompt_tokens: 1_234_567,
+            outcome: Some(format!("{} {}", "a long outcome that goes on and on;".repeat(8), n)),
+            ..picogent::state::FinishRun::new(RunStatus::Failed)
+        };
+        assert!(state.finish_run(&id, &finish).await.unwrap());
+        ids.push(id);
+    }
+    let message_id = "5d0c1a2b-3e4f-4a5b-8c6d-7e8f9a0b1c2d";
+    let chat = state.start_run(&format!("thread:{message_id}"), &format!("message.new {message_id}")).await.unwrap();
+    let record = json!({"prompt": "…", "history_len": 0, "message_words": "what is on the board for the release?"});
+    let finish = picogent::state::FinishRun {
+        outcome: Some("Replied in the thread.".into()),
+        record: Some(record),
+        ..picogent::state::FinishRun::new(RunStatus::Completed)
+    };
+    assert!(state.finish_run(&chat, &finish).await.unwrap());
+    ids.push(chat.clone());
+    state.close().await;
+    let config = dir.path().join("agent.json");
+    let text = json!({
+        "slug": "picogent", "name": "Picogent", "prompts_dir": dir.path(),
+        "tracker": {"url": "http://127.0.0.1:9"},
+        "llm": {"base_url": "http://127.0.0.1:9/v1", "model": "m"},
+        "state": {"path": state_path},
+    });
+    std::fs::write(&config, text.to_string()).unwrap();
+    let runs = |args: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
+            .arg("runs")
+            .args(args)
+            .arg("--config")
+            .arg(&config)
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).to_string(),
+            String::from_utf8_lossy(&output.stderr).to_string(),
+        )
+    };
+
+    let (code, list, stderr) = runs(&["list"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(list.lines().count(), 1 + ids.len(), "a header and a line per run:\n{list}");
+    for line in list.lines() {
+        assert!(line.chars().count() <= 120, "{} columns: {line}", line.chars().count());
+    }
+    for id in &ids {
+        assert!(list.lines().any(|line| line.starts_with(&id[..8])), "{id} by its short id:\n{list}");
+    }
+    let chat_line = list.lines().find(|line| line.starts_with(&chat[..8])).unwrap();
+    assert!(chat_line.contains("  \"what is on the board for the release?\": Replied"), "{chat_line}");
+    assert!(!list.contains(message_id), "the message id is no name for a person:\n{list}");
+
+    let (code, shown, stderr) = runs(&["show", &chat[..8]]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(shown.starts_with(&format!("run      {chat}  Completed")), "{shown}");
+    let (code, shown, _) = runs(&["show", &chat]);
+    assert_eq!(code, Some(0));
+    assert!(shown.contains(&chat), "the whole id works too: {shown}");
+
+    let first = |id: &String| id.chars().next().unwrap();
+    let shared = ids.iter().map(first).find(|c| ids.iter().filter(|id| first(id) == *c).count() > 1).unwrap();
+    let (code, out, stderr) = runs(&["show", &shared.to_string()]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(stderr.contains("is the start of several runs' ids; give more of it"), "{stderr}");
+    let mut meant: Vec<&String> = ids.iter().filter(|id| first(id) == shared).collect();
+    meant.sort();
+    for id in meant.iter().take(10) {
+        assert!(stderr.contains(id.as_str()), "{id} is listed: {stderr}");
+    }
+    let (code, _, stderr) = runs(&["show", "nosuchrun"]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("no run nosuchrun") && stderr.contains("picogent runs list"), "{stderr}");
 }

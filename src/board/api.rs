@@ -46,7 +46,7 @@ pub fn router(state: BoardState) -> Router {
         .layer(DefaultBodyLimit::max(limits::BODY_BYTES));
     Router::new()
         .nest(API_PREFIX, api)
-        .merge(super::web::routes())
+        .merge(super::web::routes(&state))
         .fallback(unknown_route)
         .layer(middleware::from_fn_with_state(state.clone(), note_change))
         .with_state(state)

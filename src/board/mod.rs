@@ -43,20 +43,23 @@ pub use error::BoardError;
 pub use retention::Retention;
 pub use seed::{Seed, SeedError, SeedMember, SeedProject};
 
-/// Where the board listens, its database, the seed for a new database, and how long it keeps
-/// its event log.
+/// Where the board listens, its database, the seed for a new database, how long it keeps its
+/// event log, and the host names its web page answers to.
 #[derive(Debug, Clone)]
 pub struct BoardOptions {
     pub listen: SocketAddr,
     pub db: PathBuf,
     pub seed: Option<PathBuf>,
     pub retention: Retention,
+    /// Host names the web page answers to besides the listener's address, `localhost` and the
+    /// loopback addresses (`--allowed-host`); the API answers any (its bearer tokens guard it).
+    pub allowed_hosts: Vec<String>,
 }
 
 impl BoardOptions {
     /// A board on `listen` with the default retention.
     pub fn new(listen: SocketAddr, db: impl Into<PathBuf>, seed: Option<PathBuf>) -> BoardOptions {
-        BoardOptions { listen, db: db.into(), seed, retention: Retention::default() }
+        BoardOptions { listen, db: db.into(), seed, retention: Retention::default(), allowed_hosts: Vec::new() }
     }
 
     /// A board on a free loopback port: what tests and the demo want.
@@ -83,6 +86,8 @@ pub struct BoardState {
     pub(crate) changes: Arc<tokio::sync::watch::Sender<u64>>,
     /// The web page's signed-in sessions.
     pub(crate) web_sessions: Arc<web::Sessions>,
+    /// The host names the web page answers to.
+    pub(crate) own_hosts: Arc<crate::web::hosts::OwnHosts>,
 }
 
 /// Task ids by id or key, for the reads that only need to know a task exists and its id (its
@@ -197,6 +202,7 @@ pub async fn start(options: BoardOptions) -> anyhow::Result<BoardHandle> {
         task_ids: Arc::default(),
         changes: Arc::new(tokio::sync::watch::Sender::new(0)),
         web_sessions: Arc::default(),
+        own_hosts: Arc::new(crate::web::hosts::OwnHosts::new(addr.ip(), &options.allowed_hosts)),
     };
     retention::spawn(&state, options.retention);
     let app = api::router(state.clone());

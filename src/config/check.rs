@@ -44,6 +44,14 @@ impl Config {
         if self.http.listen.parse::<std::net::SocketAddr>().is_err() {
             return problem("http.listen", "expected an address like 127.0.0.1:9464");
         }
+        if let Some(bad) = self.http.allowed_hosts.iter().find(|host| !crate::web::hosts::is_host_name(host)) {
+            return problem(
+                "http.allowed_hosts",
+                &format!(
+                    "{bad:?} is not a host name: expected a name or address, with a port or not, like agent.example.com or agent.example.com:8443 (no scheme, no path)"
+                ),
+            );
+        }
         for (name, link) in [("http.task_link", &self.http.task_link), ("http.message_link", &self.http.message_link)] {
             if let Some(link) = link {
                 check_url(name, link)?;

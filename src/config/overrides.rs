@@ -4,9 +4,10 @@
 use super::ENV_PREFIX;
 
 /// The fields that hold lists; their `PICOGENT_*` overrides take a comma list or a JSON array.
-pub(super) const LIST_FIELDS: [&str; 7] = [
+pub(super) const LIST_FIELDS: [&str; 8] = [
     "capabilities",
     "allowed_bots",
+    "http.allowed_hosts",
     "mcp.allowed_origins",
     "mcp.allowed_hosts",
     "permissions.allowed_tools",

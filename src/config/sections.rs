@@ -187,6 +187,10 @@ pub struct HttpConfig {
     /// Where it links a chat run: a URL with `{id}` for the thread's first message. `None`: the
     /// reference board's page, `{tracker.url}/messages/{id}`.
     pub message_link: Option<String>,
+    /// Host names the run inspector answers to besides `listen`'s address, `localhost` and the
+    /// loopback addresses, e.g. `agent.example.com` (any port) or `agent.example.com:8443`. A
+    /// request for any other name gets an empty 421 (DNS-rebinding protection).
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for HttpConfig {
@@ -196,6 +200,7 @@ impl Default for HttpConfig {
             ui_token_env: "PICOGENT_UI_TOKEN".to_string(),
             task_link: None,
             message_link: None,
+            allowed_hosts: Vec::new(),
         }
     }
 }

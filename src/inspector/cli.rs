@@ -28,53 +28,109 @@ pub async fn list(config_path: &std::path::Path, limit: u32, filter: RunFilter) 
         .filter(|run| filter.keeps(run))
         .map(|run| view::summary(run, &config))
         .collect();
-    print!("{}", list_text(&summaries));
+    print!("{}", list_text(&summaries, time::OffsetDateTime::now_utc()));
     Ok(ExitCode::SUCCESS)
 }
 
-/// The runs as a table, one line each.
-pub fn list_text(runs: &[RunSummary]) -> String {
+/// The widest line `picogent runs list` prints: a terminal of 120 columns shows each run on
+/// one line.
+pub const LIST_WIDTH: usize = 120;
+
+/// The runs as a table, one line each, each at most [`LIST_WIDTH`] characters: the short id
+/// (`runs show` takes it), the counts, when it started, and what started it with its outcome,
+/// cut to fit.
+pub fn list_text(runs: &[RunSummary], now: time::OffsetDateTime) -> String {
     if runs.is_empty() {
         return "no runs\n".to_string();
     }
     let mut out = format!(
-        "{:<36}  {:<11}  {:>5}  {:>5}  {:>8}  {:>10}  {:<20}  trigger: outcome\n",
+        "{:<8}  {:<11}  {:>5}  {:>5}  {:>7}  {:>9}  {:<12}  what: outcome\n",
         "run", "status", "turns", "calls", "tokens", "duration", "started"
     );
     for run in runs {
-        let _ = writeln!(
-            out,
-            "{:<36}  {:<11}  {:>5}  {:>5}  {:>8}  {:>10}  {:<20}  {}: {}",
-            run.id,
-            run.status,
-            run.turns,
-            run.tool_calls,
-            run.tokens,
-            run.duration,
-            run.started_at,
-            run.trigger,
-            run.outcome
+        let started = crate::web::readable::parse(&run.started_at)
+            .map(|at| crate::web::readable::ago(at, now))
+            .unwrap_or_else(|| run.started_at.clone());
+        let columns = format!(
+            "{:<8}  {:<11}  {:>5}  {:>5}  {:>7}  {:>9}  {:<12}  ",
+            run.short_id, run.status, run.turns, run.tool_calls, run.tokens, run.duration, started
         );
+        // A chat message's words, quoted, say what it was without `message.new` before them;
+        // the room is better spent on the outcome.
+        let name = match &run.words {
+            Some(words) if run.trigger_kind == "message.new" => format!("\"{words}\""),
+            _ => view::run_name(run),
+        };
+        let what = match run.outcome.as_str() {
+            "" => name,
+            outcome => format!("{name}: {outcome}"),
+        };
+        let room = LIST_WIDTH.saturating_sub(columns.chars().count()).max(1);
+        let what = if what.chars().count() > room {
+            format!("{}…", what.chars().take(room - 1).collect::<String>())
+        } else {
+            what
+        };
+        let _ = writeln!(out, "{columns}{what}");
     }
     out
 }
 
-/// `picogent runs show ID`: one run in full; exit 1 when there is no such run.
+/// `picogent runs show ID`: one run in full; `ID` is a run's id or its start (the 8-character
+/// short id `runs list` and the inspector show). Exit 1 when no run, or several, match.
 pub async fn show(config_path: &std::path::Path, run_id: &str) -> anyhow::Result<ExitCode> {
     let config = Config::load(config_path)?;
     let state = open_state(&config).await?;
-    let run = state.get_run(run_id).await;
+    let found = find_run(&state, run_id).await;
     let location = state.location();
     state.close().await;
-    match run.context("cannot read the run")? {
-        Some(run) => {
+    match found.context("cannot read the run")? {
+        Found::One(run) => {
             print!("{}", show_text(&view::detail(&run, &config)));
             Ok(ExitCode::SUCCESS)
         }
-        None => {
-            eprintln!("no run {run_id} in {}: `picogent runs list` shows the runs kept", location);
+        Found::None if run_id.trim().is_empty() => {
+            eprintln!("error: give a run's id, or its start (the short id): `picogent runs list` shows them");
             Ok(ExitCode::FAILURE)
         }
+        Found::None => {
+            eprintln!("error: no run {run_id} in {location}: `picogent runs list` shows the runs kept");
+            Ok(ExitCode::FAILURE)
+        }
+        Found::Several(ids) => {
+            let shown = ids.iter().take(SEVERAL_SHOWN).map(String::as_str).collect::<Vec<_>>().join("\n  ");
+            let more = if ids.len() > SEVERAL_SHOWN { "\n  …" } else { "" };
+            eprintln!("error: {run_id} is the start of several runs' ids; give more of it:\n  {shown}{more}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// How many ids an ambiguous prefix lists.
+const SEVERAL_SHOWN: usize = 10;
+
+/// What a run id, or the start of one, names.
+enum Found {
+    One(Box<crate::state::RunRow>),
+    None,
+    Several(Vec<String>),
+}
+
+/// The run `id` names: the run with that id, or else the one run whose id starts with it.
+async fn find_run(state: &State, id: &str) -> Result<Found, crate::state::StateError> {
+    let id = id.trim();
+    if id.is_empty() {
+        return Ok(Found::None);
+    }
+    if let Some(run) = state.get_run(id).await? {
+        return Ok(Found::One(Box::new(run)));
+    }
+    // One more than are listed, to know there are more.
+    let ids = state.run_ids_starting_with(id, SEVERAL_SHOWN as u32 + 1).await?;
+    match ids.as_slice() {
+        [] => Ok(Found::None),
+        [only] => Ok(state.get_run(only).await?.map_or(Found::None, |run| Found::One(Box::new(run)))),
+        _ => Ok(Found::Several(ids)),
     }
 }
 
@@ -82,17 +138,24 @@ pub async fn show(config_path: &std::path::Path, run_id: &str) -> anyhow::Result
 pub fn show_text(run: &RunDetail) -> String {
     let summary = &run.summary;
     let mut out = String::new();
-    let _ = writeln!(out, "run      {}  {}", summary.id, summary.status);
+    let _ = writeln!(out, "run      {}  {}", summary.id, crate::web::readable::status_label(summary.status));
     let _ = writeln!(
         out,
         "trigger  {}{}",
-        summary.trigger,
+        view::run_name(summary),
         summary.link.as_ref().map(|link| format!("  ({link})")).unwrap_or_default()
     );
+    let started = match crate::web::readable::parse(&summary.started_at) {
+        Some(at) => {
+            let ago = crate::web::readable::ago(at, time::OffsetDateTime::now_utc());
+            format!("{} ({ago})", crate::web::readable::exact(at))
+        }
+        None => summary.started_at.clone(),
+    };
     let _ = writeln!(
         out,
         "started  {}  {}  {} tokens{}",
-        summary.started_at,
+        started,
         summary.duration,
         summary.tokens,
         summary.cost.as_ref().map(|c| format!("  cost {c}")).unwrap_or_default()

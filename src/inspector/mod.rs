@@ -6,6 +6,10 @@
 //! Who may look: a loopback listener needs no login; on any other address every page and stream
 //! needs the token from `http.ui_token_env` (`Authorization: Bearer`, or a cookie set by the
 //! token form at `/login`), and without that variable the inspector is not served at all.
+//! Before any of that, a request must name one of the listener's own hosts (its address,
+//! `localhost`, the loopback addresses, `http.allowed_hosts`), and a POST must come from the
+//! inspector's own origin (`crate::web::hosts`): otherwise a page of another site that rebinds
+//! its name to 127.0.0.1 could read every transcript on a loopback listener.
 //! Transcripts hold tracker and model text: every page is escaped by the templates and sent with
 //! the shared Content-Security-Policy (`crate::web`).
 
@@ -13,7 +17,7 @@ pub mod cli;
 mod pages;
 pub mod view;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, LazyLock};
 
 use axum::Router;
@@ -38,6 +42,7 @@ const SESSION_COOKIE: &str = "inspector_session";
 static PAGES: LazyLock<Environment<'static>> = LazyLock::new(|| {
     crate::web::environment(&[
         ("_inspector_nav.html", include_str!("templates/_inspector_nav.html")),
+        ("_inspector_trigger.html", include_str!("templates/_inspector_trigger.html")),
         ("inspector_runs.html", include_str!("templates/inspector_runs.html")),
         ("inspector_runs_live.html", include_str!("templates/inspector_runs_live.html")),
         ("inspector_run.html", include_str!("templates/inspector_run.html")),
@@ -109,8 +114,12 @@ impl Inspector {
     }
 }
 
-/// Every page and stream of the inspector, behind its access check.
+/// Every page and stream of the inspector, behind its access check, all behind the check of
+/// the host names it answers to.
 pub fn routes(inspector: Inspector) -> Router {
+    let http = &inspector.config.http;
+    let listen = http.listen.parse::<SocketAddr>().map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |addr| addr.ip());
+    let hosts = Arc::new(crate::web::hosts::OwnHosts::new(listen, &http.allowed_hosts));
     Router::new()
         .route("/", get(pages::runs_page))
         .route("/runs", get(pages::runs_page))
@@ -124,6 +133,7 @@ pub fn routes(inspector: Inspector) -> Router {
         // The token form and its stylesheet and script are for whoever has no token yet.
         .route("/login", get(pages::login_page).post(pages::login))
         .merge(crate::web::asset_routes())
+        .layer(axum::middleware::from_fn_with_state(hosts, crate::web::hosts::own_hosts_only))
         .with_state(inspector)
 }
 

@@ -137,12 +137,13 @@ pub async fn health_page(State(inspector): State<Inspector>) -> Response {
     let (bars, budget_y) = view::spend_chart(days, config.limits.max_tokens_per_day, config.llm.price.is_some());
     let status = &inspector.status;
     let last_event = inspector.metrics.recent_events().first().map(|event| view::rfc3339(event.at));
+    let startup = status.startup().map(|report| view::startup_view(&report));
     let view = context(json!({
         "bars": bars, "budget_y": budget_y, "budget": config.limits.max_tokens_per_day,
         "max_cost_per_day": config.limits.max_cost_per_day,
         "connected": status.connected(), "caught_up": status.caught_up(), "superseded": status.superseded(),
         "active": status.active_runs(), "last_event": last_event,
-        "startup": status.startup().and_then(|report| serde_json::to_string_pretty(&report).ok()),
+        "startup": startup,
         "model": config.llm.model, "model_url": config.llm.base_url, "tools": *inspector.tools,
         "tracker": config.tracker.url, "slug": config.slug, "chart_width": 40 * SPEND_DAYS + 60,
     }));

@@ -34,6 +34,11 @@ fn config(dir: &std::path::Path) -> crate::config::Config {
 }
 
 async fn serve(listen: &str, access: Access) -> Served {
+    serve_with(listen, access, Arc::default()).await
+}
+
+/// [`serve`], showing what `status` says of the running agent.
+async fn serve_with(listen: &str, access: Access, status: Arc<crate::runtime::status::StatusBoard>) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path());
     let state = State::open(&config.state.path).await.unwrap();
@@ -42,7 +47,7 @@ async fn serve(listen: &str, access: Access) -> Served {
     metrics.event("task.assigned", "run");
     let inspector = Inspector::new(
         state.clone(),
-        Arc::default(),
+        status,
         metrics,
         Arc::new(config),
         vec!["get_task".into()],
@@ -70,6 +75,7 @@ async fn hostile_run(state: &State) -> String {
         history_len: 0,
         system_prompt: Some("You are <b>picogent</b>.".into()),
         fence: None,
+        message_words: None,
         record: Some(record),
         conversation: vec![
             Message::user("Task: <script>alert('prompt')</script>"),
@@ -214,8 +220,8 @@ fn the_terminal_shows_the_same_run() {
         let state = State::open(&config.state.path).await.unwrap();
         let run_id = hostile_run(&state).await;
         let run = state.get_run(&run_id).await.unwrap().unwrap();
-        let list = super::cli::list_text(&[super::view::summary(&run, &config)]);
-        assert!(list.contains(&run_id) && list.contains("completed"), "{list}");
+        let list = super::cli::list_text(&[super::view::summary(&run, &config)], time::OffsetDateTime::now_utc());
+        assert!(list.contains(&run_id[..8]) && list.contains("completed") && list.contains("just now"), "{list}");
         super::cli::show_text(&super::view::detail(&run, &config))
     });
     for part in
@@ -223,7 +229,7 @@ fn the_terminal_shows_the_same_run() {
     {
         assert!(text.contains(part), "{part} missing:\n{text}");
     }
-    assert_eq!(super::cli::list_text(&[]), "no runs\n");
+    assert_eq!(super::cli::list_text(&[], time::OffsetDateTime::now_utc()), "no runs\n");
 }
 
 #[test]
@@ -239,4 +245,142 @@ fn a_run_links_to_its_task_where_the_config_says_the_board_shows_it() {
     assert_eq!(super::view::summary(&run, &config).link.as_deref(), Some("http://127.0.0.1:9/tasks/t-1"));
     config.http.task_link = Some("https://board.example.com/task/{id}/view".into());
     assert_eq!(super::view::summary(&run, &config).link.as_deref(), Some("https://board.example.com/task/t-1/view"));
+}
+
+/// A finished chat run, answering a message whose words it stored at its start.
+async fn chat_run(state: &State) -> String {
+    let message_id = "0b7f3c1e-9d2a-4f61-a8e3-5c4d2b1a0f9e";
+    let run_id = state.start_run(&format!("thread:{message_id}"), &format!("message.new {message_id}")).await.unwrap();
+    let stored = StoredRun {
+        prompt: "Message id: …".into(),
+        history_len: 0,
+        system_prompt: None,
+        message_words: Some("what is on the board for the <b>release</b>?".into()),
+        record: Some(RunRecord::new()),
+        conversation: Vec::new(),
+    };
+    let finish = FinishRun {
+        outcome: Some("Replied in the thread.".into()),
+        record: Some(serde_json::to_value(&stored).unwrap()),
+        ..FinishRun::new(RunStatus::Completed)
+    };
+    assert!(state.finish_run(&run_id, &finish).await.unwrap());
+    run_id
+}
+
+/// The text a person reads in `html`: the tags' contents, not their attributes.
+fn visible_text(html: &str) -> String {
+    let mut text = String::new();
+    let mut in_tag = false;
+    for c in html.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => in_tag = false,
+            c if !in_tag => text.push(c),
+            _ => {}
+        }
+    }
+    text
+}
+
+#[tokio::test]
+async fn a_chat_run_is_named_by_its_words_and_statuses_and_times_read_as_words() {
+    let served = serve("127.0.0.1:0", Access::Open).await;
+    let run_id = chat_run(&served.state).await;
+    for path in ["/runs".to_string(), format!("/runs/{run_id}")] {
+        let (status, html) = served.get(&path).await;
+        assert_eq!(status, StatusCode::OK);
+        let text = visible_text(&html);
+        assert!(text.contains("what is on the board for the &lt;b&gt;release&lt;&#x2f;b&gt;?"), "{path}: {text}");
+        assert!(!text.contains("0b7f3c1e"), "{path} shows the message id as the run's name: {text}");
+        assert!(html.contains("title=\"message.new 0b7f3c1e-9d2a-4f61-a8e3-5c4d2b1a0f9e\""), "on hover: {html}");
+        assert!(text.contains("Completed") && !text.contains("completed"), "{path}: the status's label: {text}");
+        // The start: relative, with the exact time in UTC on hover.
+        let time = html.split("<time ").nth(1).unwrap_or_else(|| panic!("{path} has no time element: {html}"));
+        assert!(time.starts_with("datetime=\"20") && time.contains(" UTC\">just now</time>"), "{path}: {time}");
+    }
+    let (_, html) = served.get("/runs").await;
+    assert!(html.contains("<option value=\"interrupted\">Interrupted</option>"), "the filter offers labels: {html}");
+}
+
+#[tokio::test]
+async fn the_health_page_says_how_it_started_in_a_table() {
+    use crate::runtime::startup::{ReconcileReport, StartupReport};
+    let status = Arc::new(crate::runtime::status::StatusBoard::default());
+    let mut found = ReconcileReport::default();
+    found.tasks.open = 3;
+    found.tasks.worked = 1;
+    found.tasks.skip("summarised");
+    found.tasks.skip("summarised");
+    found.mentions.window = "24h".into();
+    found.mentions.answered = 2;
+    found.mentions.skip("old");
+    found.mentions.skip("a_reason_added_later");
+    found.errors.push("cannot read the comments of TE-9: tracker error 500".into());
+    status.set_startup(StartupReport {
+        mode: crate::transport::StartMode::Head,
+        from_seq: 41,
+        skipped_events: 7,
+        reconciliation: Some(found),
+    });
+    let served = serve_with("127.0.0.1:0", Access::Open, status).await;
+    let (code, html) = served.get("/health").await;
+    assert_eq!(code, StatusCode::OK);
+    let startup =
+        html.split("<table id=\"startup\">").nth(1).expect("a table of the start").split("</table>").next().unwrap();
+    let text = visible_text(startup);
+    for part in [
+        "at the tracker&#x27;s head (seq 41), 7 past events not acted on",
+        "3 on the board, 1 worked",
+        "2 the board shows the agent&#x27;s summary after the task&#x27;s last change",
+        "2 answered, within 24h",
+        "1 older than the window",
+        "1 A reason added later",
+        "cannot read the comments of TE-9",
+    ] {
+        assert!(text.contains(part), "{part:?} missing: {text}");
+    }
+    assert!(!startup.contains('{') && !startup.contains("\"mode\""), "no JSON: {startup}");
+}
+
+#[tokio::test]
+async fn a_page_for_another_host_name_gets_nothing() {
+    let served = serve("127.0.0.1:0", Access::Open).await;
+    let run_id = hostile_run(&served.state).await;
+    for path in
+        ["/", "/runs", &format!("/runs/{run_id}"), "/runs/live", "/events", "/health", "/login", "/assets/live.js"]
+    {
+        let answer = served
+            .http
+            .get(format!("{}{path}", served.url))
+            .header(reqwest::header::HOST, "rebind.attacker.example")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), StatusCode::MISDIRECTED_REQUEST, "{path}");
+        assert_eq!(answer.text().await.unwrap(), "", "{path}: nothing else");
+    }
+    let port = served.url.rsplit(':').next().unwrap().to_string();
+    for host in [format!("localhost:{port}"), format!("127.0.0.1:{port}")] {
+        let answer =
+            served.http.get(format!("{}/runs", served.url)).header(reqwest::header::HOST, &host).send().await.unwrap();
+        assert_eq!(answer.status(), StatusCode::OK, "{host}");
+    }
+}
+
+#[test]
+fn http_allowed_hosts_takes_host_names_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("prompts")).unwrap();
+    let load = |hosts: serde_json::Value| {
+        let mut text = serde_json::to_value(config(dir.path())).unwrap();
+        text["http"]["allowed_hosts"] = hosts;
+        let path = dir.path().join("agent.json");
+        std::fs::write(&path, text.to_string()).unwrap();
+        crate::config::Config::load(&path)
+    };
+    let loaded = load(serde_json::json!(["agent.example.com", "agent.example.com:8443"])).unwrap();
+    assert_eq!(loaded.http.allowed_hosts, ["agent.example.com", "agent.example.com:8443"]);
+    let error = load(serde_json::json!(["https://agent.example.com/"])).unwrap_err().to_string();
+    assert!(error.contains("http.allowed_hosts") && error.contains("is not a host name"), "{error}");
 }

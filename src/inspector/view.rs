@@ -19,6 +19,9 @@ pub struct RunSummary {
     pub trigger: String,
     /// The trigger's first word (`task.assigned`, `message.new`, `manual`, …), for the filter.
     pub trigger_kind: String,
+    /// A chat run's message, its first words: what a person knows the run by (a message's id
+    /// means nothing to them). `None` for other runs, and for runs stored before it was kept.
+    pub words: Option<String>,
     /// Where it was asked, on the tracker (the reference board's page), if anywhere.
     pub link: Option<String>,
     pub status: &'static str,
@@ -43,16 +46,22 @@ pub fn summary(run: &RunRow, config: &Config) -> RunSummary {
         Some(duration) => seconds(duration.as_secs_f64()),
         None => format!("{} so far", seconds((now - run.started_at).as_seconds_f64().max(0.0))),
     };
-    let link = match SessionKey::parse(&run.session_key) {
-        Some(SessionKey::Task(id)) => Some(config.http.task_link(&config.tracker.url, &id)),
-        Some(SessionKey::Thread(id)) => Some(config.http.message_link(&config.tracker.url, &id)),
+    let session = SessionKey::parse(&run.session_key);
+    let link = match &session {
+        Some(SessionKey::Task(id)) => Some(config.http.task_link(&config.tracker.url, id)),
+        Some(SessionKey::Thread(id)) => Some(config.http.message_link(&config.tracker.url, id)),
         Some(SessionKey::Prompt(_)) | None => None,
+    };
+    let words = match session {
+        Some(SessionKey::Thread(_)) => message_words(run),
+        _ => None,
     };
     RunSummary {
         id: run.id.clone(),
         short_id: run.id.chars().take(8).collect(),
         trigger: run.trigger.clone(),
         trigger_kind: trigger_kind(&run.trigger).to_string(),
+        words,
         link,
         status: run.status.as_str(),
         turns: run.turns,
@@ -69,6 +78,25 @@ pub fn summary(run: &RunRow, config: &Config) -> RunSummary {
             }),
             160,
         ),
+    }
+}
+
+/// The words of the message a chat run answers, as its start recorded them (the record is
+/// already parsed with the row: only this one field is looked at, not the whole transcript).
+fn message_words(run: &RunRow) -> Option<String> {
+    let words = run.record.as_ref()?.get("message_words")?.as_str()?;
+    Some(crate::runtime::record::one_line(words, WORDS_SHOWN)).filter(|words| !words.is_empty())
+}
+
+/// How many characters of a chat run's message name it.
+const WORDS_SHOWN: usize = 60;
+
+/// What the runs list names a run by: a chat run's words, quoted, after its trigger's first
+/// word (`message.new "what is on the board…"`); otherwise its trigger.
+pub fn run_name(run: &RunSummary) -> String {
+    match &run.words {
+        Some(words) => format!("{} \"{words}\"", run.trigger_kind),
+        None => run.trigger.clone(),
     }
 }
 
@@ -329,4 +357,87 @@ pub fn spend_chart(days: Vec<(time::Date, crate::state::Spend)>, budget: u64, pr
         })
         .collect();
     (bars, 100 - budget.saturating_mul(100) / scale)
+}
+
+/// How the agent started and what its first reconciliation did, as the health page says it.
+#[derive(Debug, Clone, Serialize)]
+pub struct StartupView {
+    /// Where the event stream began, in words.
+    pub began: String,
+    /// `None` until the first reconciliation has run.
+    pub reconciliation: Option<ReconcileView>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ReconcileView {
+    pub tasks_open: u64,
+    pub tasks_worked: u64,
+    pub tasks_skipped: Vec<Skipped>,
+    /// `startup.answer_mentions_since`.
+    pub mentions_window: String,
+    pub mentions_answered: u64,
+    pub mentions_skipped: Vec<Skipped>,
+    /// What could not be read, in words.
+    pub errors: Vec<String>,
+}
+
+/// How many were left alone for one reason, and the reason in words.
+#[derive(Debug, Clone, Serialize)]
+pub struct Skipped {
+    pub reason: String,
+    pub why: String,
+    pub count: u64,
+}
+
+pub fn startup_view(report: &crate::runtime::startup::StartupReport) -> StartupView {
+    use crate::transport::StartMode;
+    let began = match report.mode {
+        StartMode::Head => match report.skipped_events {
+            0 => format!("a first start: at the tracker's head (seq {}), nothing before it", report.from_seq),
+            skipped => format!(
+                "a first start: at the tracker's head (seq {}), {skipped} past events not acted on",
+                report.from_seq
+            ),
+        },
+        StartMode::Resume => format!("where it stopped: after seq {}, what came since replayed", report.from_seq),
+        StartMode::FromStart => "from the start of the tracker's log (--from-start): every event replayed".to_string(),
+    };
+    let skipped = |counts: &std::collections::BTreeMap<String, u64>| -> Vec<Skipped> {
+        counts
+            .iter()
+            .map(|(reason, count)| Skipped { reason: reason.clone(), why: skip_meaning(reason), count: *count })
+            .collect()
+    };
+    let reconciliation = report.reconciliation.as_ref().map(|found| ReconcileView {
+        tasks_open: found.tasks.open,
+        tasks_worked: found.tasks.worked,
+        tasks_skipped: skipped(&found.tasks.skipped),
+        mentions_window: found.mentions.window.clone(),
+        mentions_answered: found.mentions.answered,
+        mentions_skipped: skipped(&found.mentions.skipped),
+        errors: found.errors.clone(),
+    });
+    StartupView { began, reconciliation }
+}
+
+/// Why reconciliation left a task or a mention alone, in words; a reason this list does not
+/// know reads as its words (`crate::web::readable::status_label`).
+fn skip_meaning(reason: &str) -> String {
+    let known = match reason {
+        "summarised" => "the board shows the agent's summary after the task's last change",
+        "finished_run" => "a finished run covers it",
+        "unfinished_run" => "an unfinished run of it is resumed instead",
+        "running" => "a run of it is going on",
+        "board_error" => "the board could not be read for it",
+        "state_error" => "the state database could not be read for it",
+        "refused" => "refused: the day's budget is spent, or the agent is stopping",
+        "old" => "older than the window",
+        "handled" => "answered on the board already",
+        "seen" => "handled before, as the state database records",
+        other => match fate_meaning(other) {
+            (_, "see the router for this fate") => return crate::web::readable::status_label(other),
+            (_, why) => why,
+        },
+    };
+    known.to_string()
 }

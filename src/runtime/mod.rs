@@ -318,7 +318,11 @@ fn http_routes(
 ) -> axum::Router {
     let routes = http::routes(services.metrics.clone(), services.status.clone());
     let Some(token) = mcp_token else {
-        tracing::warn!("MCP at /mcp is off: set {} to serve it", config.mcp.token_env);
+        // Said only to whoever asked for MCP (an `mcp` section other than the defaults): to
+        // everyone else, /mcp being off is what they expect.
+        if config.mcp != crate::config::McpConfig::default() {
+            tracing::info!("MCP at /mcp is off: set {} to serve it", config.mcp.token_env);
+        }
         return routes;
     };
     let control = Arc::new(control::RuntimeControl {

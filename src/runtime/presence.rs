@@ -248,6 +248,9 @@ impl Presence {
         superseded: CancellationToken,
     ) {
         let mut wait = self.timing.heartbeat;
+        // Whether the beats are failing: a tracker that stays down is warned of once, not at
+        // every beat (the later failures at debug), and its return said once.
+        let mut failing = false;
         loop {
             // A status change is a beat of its own, at once.
             let change = tokio::select! {
@@ -263,6 +266,9 @@ impl Presence {
             let answered = match beat {
                 Ok(Found::Held(stored)) => {
                     wait = self.timing.heartbeat;
+                    if std::mem::take(&mut failing) {
+                        tracing::info!("the presence heartbeat gets through again; writes go on");
+                    }
                     Ok(StatusOut { status: stored })
                 }
                 Ok(Found::Another(marker)) => {
@@ -282,8 +288,17 @@ impl Presence {
                     }
                     return;
                 }
+                Err(error) if failing => {
+                    tracing::debug!(%error, "the presence heartbeat still does not get through");
+                    wait = self.timing.heartbeat / 2;
+                    Err(error)
+                }
                 Err(error) => {
-                    tracing::warn!(%error, "the presence heartbeat did not get through; writes wait until it does");
+                    failing = true;
+                    tracing::warn!(
+                        %error,
+                        "the presence heartbeat did not get through; writes wait until it does (said once until it does)"
+                    );
                     wait = self.timing.heartbeat / 2;
                     Err(error)
                 }

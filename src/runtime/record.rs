@@ -21,6 +21,9 @@ pub struct RunStart {
     /// with the same token as before (runs stored before fences have none: they get a new one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fence: Option<crate::prompts::Fence>,
+    /// A chat run's message, its first words: what the run inspector names the run by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_words: Option<String>,
 }
 
 /// What is stored with a run when it ends: its start, the loop's record and the transcript.
@@ -34,11 +37,32 @@ pub struct StoredRun {
     /// The run's fence (see [`RunStart::fence`]): kept here too, since this replaces the start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fence: Option<crate::prompts::Fence>,
+    /// As in [`RunStart`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_words: Option<String>,
     #[serde(default)]
     pub record: Option<crate::agent::RunRecord>,
     #[serde(default)]
     pub conversation: Vec<Message>,
 }
+
+/// The first words of `content`, a message to the agent `slug`, on one line and without the
+/// mention of the agent it opens with: `@picogent what is on the board?` → `what is on the
+/// board?`. Hidden characters are removed first, as for a prompt.
+pub fn message_words(content: &str, slug: &str) -> String {
+    let visible = crate::prompts::clean_text(content, 1_000);
+    let text = visible.trim_start();
+    let text = text.strip_prefix(&format!("@{slug}")).filter(|rest| !rest.starts_with(is_slug_char)).unwrap_or(text);
+    let text = text.trim_start_matches([',', ':']);
+    one_line(text, MESSAGE_WORDS)
+}
+
+fn is_slug_char(c: char) -> bool {
+    c.is_alphanumeric() || c == '-' || c == '_'
+}
+
+/// How many characters of a chat run's message are kept to name it.
+const MESSAGE_WORDS: usize = 120;
 
 impl StoredRun {
     /// The stored run of a run row, if it holds one (a run that ended before its start was

@@ -260,7 +260,13 @@ async fn begin(
                 Some(prompt) => fence.settle(prompt),
                 None => user_prompt(services, &request.kind, task, &request.steering_message_ids, &fence).await?,
             };
-            (RunStart { prompt, history_len: history.len(), system_prompt: None, fence: None }, history, fence)
+            let message_words = match &request.kind {
+                RunKind::Message { message } => {
+                    Some(crate::runtime::record::message_words(&message.content, &services.config.slug))
+                }
+                RunKind::Task { .. } | RunKind::Prompt { .. } => None,
+            };
+            (RunStart { prompt, history_len: history.len(), system_prompt: None, fence: None, message_words }, history, fence)
         }
     };
     let system = system_prompt(&services.config, &services.prompts, services.host.instruction_sections(&fence))?;
@@ -354,6 +360,7 @@ fn spawn_checkpoints(
                 history_len: start.history_len,
                 system_prompt: start.system_prompt.clone(),
                 fence: start.fence.clone(),
+                message_words: start.message_words.clone(),
                 record: Some(output.record),
                 conversation: output.conversation,
             };
@@ -432,6 +439,7 @@ async fn finish(
         history_len: start.history_len,
         system_prompt: start.system_prompt,
         fence: start.fence,
+        message_words: start.message_words,
         record: Some(record),
         conversation: output.conversation,
     };

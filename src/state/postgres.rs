@@ -549,6 +549,15 @@ impl Store for PostgresStore {
         .await?)
     }
 
+    async fn run_ids_starting_with(&self, prefix: &str, limit: i64) -> Result<Vec<String>, StateError> {
+        Ok(sqlx::query_scalar("SELECT id FROM runs WHERE agent = $1 AND left(id, char_length($2)) = $2 LIMIT $3")
+            .bind(&self.agent)
+            .bind(prefix)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
     async fn unfinished_runs(&self) -> Result<Vec<RunColumns>, StateError> {
         Ok(sqlx::query_as(concat!(
             "SELECT ",

@@ -224,6 +224,14 @@ impl State {
         on_store!(self, list_runs(i64::from(limit)))?.into_iter().map(run_from_columns).collect()
     }
 
+    /// The ids of at most `limit` runs whose id begins with `prefix` (`picogent runs show` with a
+    /// short id), sorted.
+    pub async fn run_ids_starting_with(&self, prefix: &str, limit: u32) -> Result<Vec<String>, StateError> {
+        let mut ids = on_store!(self, run_ids_starting_with(prefix, i64::from(limit)))?;
+        ids.sort();
+        Ok(ids)
+    }
+
     /// Runs still `running`, oldest first. At start-up these are runs a crash or a kill cut
     /// short: candidates to resume, or to close with [`State::mark_interrupted`].
     pub async fn unfinished_runs(&self) -> Result<Vec<RunRow>, StateError> {

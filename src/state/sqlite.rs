@@ -307,6 +307,14 @@ impl Store for SqliteStore {
         .await?)
     }
 
+    async fn run_ids_starting_with(&self, prefix: &str, limit: i64) -> Result<Vec<String>, StateError> {
+        Ok(sqlx::query_scalar("SELECT id FROM runs WHERE substr(id, 1, length(?1)) = ?1 LIMIT ?2")
+            .bind(prefix)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
     async fn unfinished_runs(&self) -> Result<Vec<RunColumns>, StateError> {
         Ok(sqlx::query_as(concat!(
             "SELECT ",

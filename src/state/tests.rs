@@ -86,6 +86,7 @@ on_both_stores!(
     unfinished_runs_are_found_after_reopen,
     every_end_status_is_stored_and_read_back,
     list_runs_is_newest_first_and_limited,
+    runs_are_found_by_the_start_of_their_id,
     runs_started_in_the_same_millisecond_keep_their_order,
     has_run_since_and_finished_runs_are_per_session,
     spend_adds_up_per_day,
@@ -307,6 +308,26 @@ async fn list_runs_is_newest_first_and_limited(place: Place) {
     let listed: Vec<String> = state.list_runs(3).await.unwrap().into_iter().map(|run| run.id).collect();
     let expected: Vec<String> = ids.iter().rev().take(3).cloned().collect();
     assert_eq!(listed, expected);
+}
+
+async fn runs_are_found_by_the_start_of_their_id(place: Place) {
+    let state = place.open().await;
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        ids.push(state.start_run(&format!("task:t{n}"), "manual").await.unwrap());
+    }
+    let short: String = ids[1].chars().take(8).collect();
+    assert_eq!(state.run_ids_starting_with(&short, 10).await.unwrap(), vec![ids[1].clone()]);
+    assert_eq!(state.run_ids_starting_with(&ids[2], 10).await.unwrap(), vec![ids[2].clone()], "a whole id");
+    let mut all = ids.clone();
+    all.sort();
+    assert_eq!(state.run_ids_starting_with("", 10).await.unwrap(), all, "every id begins with nothing");
+    assert_eq!(state.run_ids_starting_with("", 2).await.unwrap().len(), 2, "at most the limit");
+    // Wildcards of LIKE are plain characters here.
+    for pattern in ["%", "_", "________"] {
+        assert!(state.run_ids_starting_with(pattern, 10).await.unwrap().is_empty(), "{pattern}");
+    }
+    assert!(state.run_ids_starting_with(&format!("{short}x"), 10).await.unwrap().is_empty());
 }
 
 async fn spend_adds_up_per_day(place: Place) {

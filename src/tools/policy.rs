@@ -342,18 +342,22 @@ impl PolicySource {
         let (server, original) = origin_of(&tool);
         let read_only = is_read_only(&tool);
         let destructive = is_destructive(&tool);
+        // One readable line at debug: `tool reply_message (writes) allowed: auto mode`, the
+        // MCP server and its own name for the tool when it comes from one.
+        let kind = if read_only {
+            "reads"
+        } else if destructive {
+            "may change or delete"
+        } else {
+            "writes"
+        };
+        let from = match &server {
+            Some(server) if *original != *name => format!(", {original} of MCP server {server}"),
+            Some(server) => format!(", of MCP server {server}"),
+            None => String::new(),
+        };
         let log = |decision: &str, why: &str| {
-            tracing::info!(
-                server = server.as_deref().unwrap_or("tracker"),
-                tool = %original,
-                public_name = %name,
-                read_only,
-                destructive,
-                annotations = ?tool.annotations,
-                decision,
-                why,
-                "tool permission decision"
-            );
+            tracing::debug!("tool {name} ({kind}{from}) {decision}: {why}");
         };
         if !self.policy.allows(name) {
             log("denied", "not allowed by permissions.allowed_tools / disallowed_tools");

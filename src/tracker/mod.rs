@@ -110,7 +110,8 @@ impl TrackerClient {
         &self.token
     }
 
-    /// The event stream's URL (`ws://` or `wss://`), without the token.
+    /// The event stream's URL (`ws://` or `wss://`), without the token. (Any user info in
+    /// `tracker.url` stays in it, for the connection: logs show [`shown_url`] of it.)
     pub fn ws_url(&self) -> String {
         let api_base = self.api_base();
         let base = if let Some(rest) = api_base.strip_prefix("https://") {
@@ -369,12 +370,37 @@ async fn execute<T: DeserializeOwned>(request: reqwest::RequestBuilder) -> Resul
     Err(error_from_answer(status, retry_after, &bytes))
 }
 
+/// `url` as logs and errors may show it: without user info (`user:password@`) or a query.
+pub fn shown_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) => {
+            let _ = parsed.set_username("");
+            let _ = parsed.set_password(None);
+            parsed.set_query(None);
+            parsed.to_string()
+        }
+        Err(_) => "(an invalid URL)".to_string(),
+    }
+}
+
 fn transport_error(error: reqwest::Error) -> TrackerError {
-    // The URL carries no secret (the token travels in a header), but strip it anyway: errors are
-    // shown to people and models.
+    // What could not be reached is named by its origin alone (`http://host:port`): no user info
+    // a URL might carry, no path or query. Errors are shown to people and models.
     let timed_out = error.is_timeout();
-    let message = error.without_url().to_string();
+    let to = error.url().map(|url| format!(" to {}", url.origin().ascii_serialization())).unwrap_or_default();
+    let cause = root_cause(&error).map(|cause| format!(" ({cause})")).unwrap_or_default();
+    let message = format!("{}{to}{cause}", error.without_url());
     TrackerError::Transport { message: if timed_out { format!("timed out: {message}") } else { message }, timed_out }
+}
+
+/// The innermost cause of `error`, which says what happened ("Connection refused"), where the
+/// outer ones say only that a request failed.
+fn root_cause(error: &dyn std::error::Error) -> Option<String> {
+    let mut cause = error.source()?;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    Some(cause.to_string())
 }
 
 /// Maps an error answer to the enum; the contract's error body supplies the message and field.

@@ -255,6 +255,8 @@ async fn run<T: From<StreamItem>>(
 ) -> Result<(), StreamError> {
     let request = build_request(&url, &bearer, &options.token_env)?;
     drop(bearer);
+    // From here the URL is only named (logs, errors): without any user info it carried.
+    let url = crate::tracker::shown_url(&url);
     let config = WebSocketConfig::default()
         .max_message_size(Some(options.max_frame_bytes))
         .max_frame_size(Some(options.max_frame_bytes));
@@ -295,10 +297,14 @@ async fn run<T: From<StreamItem>>(
                     }
                 }
             }
-            Ok(Err(error)) => connect_failure(error, &options, &url)?,
+            Ok(Err(error)) => {
+                let reason = connect_failure(error, &options, &url)?;
+                cannot_connect(&url, &reason, down_reported);
+                reason
+            }
             Err(_elapsed) => {
                 let reason = format!("no handshake within {} ms", options.connect_timeout.as_millis());
-                tracing::warn!(url = %url, %reason, "event stream cannot connect; retrying");
+                cannot_connect(&url, &reason, down_reported);
                 reason
             }
         };
@@ -332,9 +338,18 @@ fn connect_failure(error: tungstenite::Error, options: &StreamOptions, url: &str
         tracing::error!(%error, "event stream refused");
         return Err(error);
     }
-    let reason = describe_connect_error(&error);
-    tracing::warn!(url = %url, %reason, "event stream cannot connect; retrying");
-    Ok(reason)
+    Ok(describe_connect_error(&error))
+}
+
+/// Logs a failed connection attempt: a warning for the first since the link was last up (or
+/// since the start), debug for the rest, so a tracker that stays down is not warned of at every
+/// attempt.
+fn cannot_connect(url: &str, reason: &str, down_reported: bool) {
+    if down_reported {
+        tracing::debug!(url = %url, %reason, "event stream still cannot connect; retrying");
+    } else {
+        tracing::warn!(url = %url, %reason, "event stream cannot connect; retrying (said once until it connects)");
+    }
 }
 
 /// What one connection needs from the stream.
@@ -424,7 +439,7 @@ pub fn backoff_delay(failed_attempts: u32, initial: Duration, max: Duration, rng
 fn build_request(url: &str, bearer: &str, token_env: &str) -> Result<Request, StreamError> {
     let mut request = url
         .into_client_request()
-        .map_err(|e| StreamError::InvalidUrl { url: url.to_string(), message: e.to_string() })?;
+        .map_err(|e| StreamError::InvalidUrl { url: crate::tracker::shown_url(url), message: e.to_string() })?;
     let mut value = HeaderValue::from_str(bearer).map_err(|_| StreamError::InvalidToken {
         token_env: token_env.to_string(),
         message: "it holds characters not allowed in a header (a newline or a control character?)".to_string(),

@@ -1,12 +1,18 @@
 //! What the two web pages picogent serves share — the reference board's page (`board::web`) and
 //! the run inspector (`inspector`): the security headers of every answer, the embedded assets
-//! (one stylesheet, one small script), the template environment and the live updates.
+//! (one stylesheet, one small script), the template environment with its filters (status labels
+//! and times, [`readable`]), the live updates, and the host names they answer to ([`hosts`]).
 //!
 //! Invariants: every page is rendered by minijinja with HTML autoescape (templates end in
 //! `.html`), so tracker and model text shows as text; every answer carries
 //! [`CONTENT_SECURITY_POLICY`], which allows no inline script and nothing from another origin;
 //! pages are complete without the script, which only swaps in fresh server-rendered fragments
-//! from a server-sent events stream (`data-live` on an element names its stream).
+//! from a server-sent events stream (`data-live` on an element names its stream) and keeps
+//! relative times fresh; a request for a host name that is not the server's own gets an empty
+//! `421`, and a change sent from another site an empty `403` ([`hosts`]).
+
+pub mod hosts;
+pub mod readable;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -32,6 +38,7 @@ const BASE_HTML: &str = include_str!("base.html");
 pub fn environment(templates: &[(&'static str, &'static str)]) -> Environment<'static> {
     let mut env = Environment::new();
     env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+    readable::add_filters(&mut env);
     let all = std::iter::once(&("base.html", BASE_HTML)).chain(templates);
     for (name, text) in all {
         if let Err(error) = env.add_template(name, text) {
@@ -71,7 +78,10 @@ pub fn with_headers(mut response: Response) -> Response {
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CONTENT_SECURITY_POLICY));
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    // `same-origin`, not `no-referrer`: under `no-referrer` a browser sends `Origin: null` with
+    // the page's own form posts, which the check of changes (`hosts`) could not tell from another
+    // site's. Other sites still get no referrer.
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response

@@ -7,6 +7,12 @@
 //! redirect, so the pages work without script; the embedded script only swaps in fresh fragments
 //! from `…/live` (server-sent events), sent whenever anything on the board changed
 //! (`BoardState::changes`).
+//!
+//! The page answers only its own host names (the listener's address, `localhost`, the loopback
+//! addresses, `--allowed-host`), and takes a POST only from its own origin (`crate::web::hosts`):
+//! a page of another site that rebinds its name to 127.0.0.1 could otherwise sign in as any
+//! member. The API beside it is not held to its host names: an agent may reach a board off
+//! loopback by any name, and its bearer tokens, which no other site's page has, guard it.
 
 mod pages;
 
@@ -43,8 +49,8 @@ static PAGES: LazyLock<Environment<'static>> = LazyLock::new(|| {
 /// Signed-in pages: session id → the member it acts as.
 pub(crate) type Sessions = crate::web::Sessions<Caller>;
 
-/// The page's routes, and its assets.
-pub fn routes() -> Router<BoardState> {
+/// The page's routes, and its assets, behind the check of the host names it answers to.
+pub fn routes(state: &BoardState) -> Router<BoardState> {
     Router::new()
         .route("/", get(pages::home))
         .route("/signin", get(pages::signin_page).post(pages::signin))
@@ -60,6 +66,7 @@ pub fn routes() -> Router<BoardState> {
         .route("/tasks/{task}/comments", post(pages::comment))
         .route("/messages/{id}", get(pages::message))
         .merge(crate::web::asset_routes())
+        .layer(axum::middleware::from_fn_with_state(state.own_hosts.clone(), crate::web::hosts::own_hosts_only))
 }
 
 /// The session id of the request's cookie, if it has one.

@@ -19,14 +19,10 @@ use crate::tracker::model::{
     TaskQuery, TaskStatus,
 };
 
-/// The columns of a project's board, in the order work moves.
-const COLUMNS: [(TaskStatus, &str); 5] = [
-    (TaskStatus::Backlog, "Backlog"),
-    (TaskStatus::Todo, "To do"),
-    (TaskStatus::InProgress, "In progress"),
-    (TaskStatus::InReview, "In review"),
-    (TaskStatus::Done, "Done"),
-];
+/// The columns of a project's board, in the order work moves (each headed by its status's
+/// label, as the task page shows it).
+const COLUMNS: [TaskStatus; 5] =
+    [TaskStatus::Backlog, TaskStatus::Todo, TaskStatus::InProgress, TaskStatus::InReview, TaskStatus::Done];
 
 /// How many tasks a board shows, and messages a task or chat shows (the newest).
 const PAGE: u32 = 200;
@@ -105,9 +101,9 @@ async fn project_view(state: &BoardState, caller: &Caller, project: &str) -> Res
     let page = tasks::list_tasks(State(state.clone()), caller.clone(), QueryParams(query)).await?.0;
     let columns: Vec<serde_json::Value> = COLUMNS
         .iter()
-        .map(|(status, label)| {
+        .map(|status| {
             let in_column: Vec<&TaskOut> = page.items.iter().filter(|task| task.status == *status).collect();
-            json!({"status": status.as_str(), "label": label, "tasks": in_column})
+            json!({"status": status.as_str(), "tasks": in_column})
         })
         .collect();
     let projects = all_projects(state).await?;

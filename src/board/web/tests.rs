@@ -214,3 +214,71 @@ fn sse_data(response: reqwest::Response) -> impl futures::Stream<Item = String> 
         }
     }))
 }
+
+#[tokio::test]
+async fn statuses_read_as_labels_and_times_as_how_long_ago() {
+    let page = board().await;
+    let cookie = page.sign_in("alice").await;
+    page.post("/projects/team/tasks", &cookie, &[("title", "Label me"), ("assignee", "bob")]).await;
+    page.post("/tasks/TE-1/comments", &cookie, &[("content", "first")]).await;
+    let moved = page
+        .http
+        .patch(format!("{}/tasks/TE-1", page.board.api_base()))
+        .bearer_auth("tok-bob")
+        .json(&serde_json::json!({"status": "in_review"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(moved.status(), StatusCode::OK);
+    let (_, html) = page.get("/tasks/TE-1", &cookie).await;
+    assert!(html.contains("data-status=\"in_review\">In review</span>"), "{html}");
+    assert!(!html.contains(">in_review<"), "{html}");
+    let comment = html.split("class=\"author\">@alice</span>").nth(1).expect("alice's comment");
+    assert!(comment.trim_start().starts_with("<span class=\"muted\"><time datetime=\"20"), "{comment}");
+    assert!(comment.contains(" UTC\">just now</time>"), "{comment}");
+    let (_, html) = page.get("/projects/team", &cookie).await;
+    for label in ["Backlog", "To do", "In progress", "In review", "Done"] {
+        assert!(html.contains(&format!("<h2>{label} <span")), "{label}: {html}");
+    }
+}
+
+#[tokio::test]
+async fn the_page_answers_only_its_own_host_names_and_takes_changes_only_from_its_own_origin() {
+    let page = board().await;
+    let cookie = page.sign_in("alice").await;
+    let rebind = |request: reqwest::RequestBuilder| request.header(reqwest::header::HOST, "rebind.attacker.example");
+    for path in ["/", "/signin", "/projects/team", "/projects/team/live", "/tasks/TE-1", "/assets/style.css"] {
+        let answer = rebind(page.http.get(page.url(path))).header(COOKIE, &cookie).send().await.unwrap();
+        assert_eq!(answer.status(), StatusCode::MISDIRECTED_REQUEST, "GET {path}");
+        assert_eq!(answer.text().await.unwrap(), "", "GET {path}: nothing else");
+    }
+    let signin = rebind(page.http.post(page.url("/signin"))).with_form(&[("member", "alice")]).send().await.unwrap();
+    assert_eq!(signin.status(), StatusCode::MISDIRECTED_REQUEST, "a rebinding page cannot sign in");
+    assert!(signin.headers().get(SET_COOKIE).is_none());
+    assert_eq!(signin.text().await.unwrap(), "");
+    let foreign = page
+        .http
+        .post(page.url("/projects/team/tasks"))
+        .header(COOKIE, &cookie)
+        .header(reqwest::header::ORIGIN, "http://rebind.attacker.example")
+        .with_form(&[("title", "planted")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(foreign.status(), StatusCode::FORBIDDEN);
+    assert_eq!(foreign.text().await.unwrap(), "");
+    let own = page
+        .http
+        .post(page.url("/projects/team/tasks"))
+        .header(COOKIE, &cookie)
+        .header(reqwest::header::ORIGIN, page.board.url())
+        .with_form(&[("title", "from the page itself")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(own.status(), StatusCode::SEE_OTHER);
+    assert_eq!(page.board_task("TE-1").await["title"], "from the page itself", "only the own origin's post landed");
+    // The API is not the page: its bearer token is what guards it, under any name.
+    let api = rebind(page.http.get(format!("{}/members", page.board.api_base()))).bearer_auth("tok-alice");
+    assert_eq!(api.send().await.unwrap().status(), StatusCode::OK);
+}

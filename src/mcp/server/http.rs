@@ -3,7 +3,8 @@
 //!
 //! Invariants:
 //! - nothing is served without the bearer token (401), compared in constant time and never
-//!   logged; then `Host`/`Origin` are checked (403), loopback always allowed;
+//!   logged; then `Host`/`Origin` are checked (403), loopback always allowed (the same loopback
+//!   names as the web pages', `crate::web::hosts`);
 //! - a non-loopback listen address is refused unless `mcp.allowed_hosts` names the hosts clients
 //!   will use.
 
@@ -21,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use super::{McpServer, McpServerError};
 use crate::config::McpConfig;
 use crate::secret::Secret;
+use crate::web::hosts::{LOOPBACK_HOSTS, LOOPBACK_ORIGINS};
 
 /// Who may use the HTTP endpoint: the bearer token and the allowed `Origin`/`Host` values.
 #[derive(Debug, Clone)]
@@ -29,17 +31,6 @@ pub struct HttpSecurity {
     allowed_origins: Vec<String>,
     allowed_hosts: Vec<String>,
 }
-
-/// Loopback origins any port, both schemes: a local tool (the MCP Inspector's web UI) is fine.
-const LOOPBACK_ORIGINS: [&str; 6] = [
-    "http://localhost:*",
-    "http://127.0.0.1:*",
-    "http://[::1]:*",
-    "https://localhost:*",
-    "https://127.0.0.1:*",
-    "https://[::1]:*",
-];
-const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 
 impl HttpSecurity {
     /// The token and lists as given; loopback origins and hosts are added.
@@ -54,6 +45,7 @@ impl HttpSecurity {
     }
 
     fn transport_config(&self, cancel: CancellationToken) -> StreamableHttpServerConfig {
+        // The loopback lists are the pages' own (`crate::web::hosts`); rmcp checks them here.
         let origins: Vec<String> = LOOPBACK_ORIGINS
             .iter()
             .map(|origin| origin.to_string())
