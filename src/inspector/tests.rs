@@ -255,6 +255,7 @@ async fn chat_run(state: &State) -> String {
         prompt: "Message id: …".into(),
         history_len: 0,
         system_prompt: None,
+        fence: None,
         message_words: Some("what is on the board for the <b>release</b>?".into()),
         record: Some(RunRecord::new()),
         conversation: Vec::new(),
