@@ -356,15 +356,19 @@ async fn messages_threads_mentions_and_files() {
     assert_eq!(alice.get_message(&root.id).await.unwrap(), root);
     assert!(matches!(alice.get_message("nope").await, Err(TrackerError::NotFound { .. })));
 
-    let reply =
-        bob.reply_message(&root.id, &ReplyMessage { content: "hello".into(), mentions: None }, None).await.unwrap();
+    let reply = bob
+        .reply_message(&root.id, &ReplyMessage { content: "hello".into(), mentions: None, reply_to: None }, None)
+        .await
+        .unwrap();
     assert_eq!(
         (reply.parent_id.as_deref(), reply.chat_id.as_deref()),
         (Some(root.id.as_str()), Some(chat_id.as_str()))
     );
     // A reply to a reply joins the same thread; so does send_message with parent_id alone.
-    let nested =
-        alice.reply_message(&reply.id, &ReplyMessage { content: "again".into(), mentions: None }, None).await.unwrap();
+    let nested = alice
+        .reply_message(&reply.id, &ReplyMessage { content: "again".into(), mentions: None, reply_to: None }, None)
+        .await
+        .unwrap();
     assert_eq!(nested.parent_id.as_deref(), Some(root.id.as_str()));
     let by_parent = SendMessage { content: "third".into(), parent_id: Some(reply.id.clone()), ..Default::default() };
     let third = bob.send_message(&by_parent, None).await.unwrap();
@@ -373,7 +377,7 @@ async fn messages_threads_mentions_and_files() {
         (Some(root.id.as_str()), Some(chat_id.as_str()))
     );
     assert!(matches!(
-        bob.reply_message("nope", &ReplyMessage { content: "x".into(), mentions: None }, None).await,
+        bob.reply_message("nope", &ReplyMessage { content: "x".into(), mentions: None, reply_to: None }, None).await,
         Err(TrackerError::NotFound { .. })
     ));
 
@@ -670,7 +674,10 @@ async fn events_reach_the_members_the_contract_names() {
     bob.send_message(&comment, None).await.unwrap();
     let chat = SendMessage { content: "hello team".into(), chat_id: Some(chat_id), ..Default::default() };
     let chat = bob.send_message(&chat, None).await.unwrap();
-    other.reply_message(&chat.id, &ReplyMessage { content: "hi @alice".into(), mentions: None }, None).await.unwrap();
+    other
+        .reply_message(&chat.id, &ReplyMessage { content: "hi @alice".into(), mentions: None, reply_to: None }, None)
+        .await
+        .unwrap();
 
     let names = |events: Vec<EventEnvelope>| events.into_iter().map(|e| e.event).collect::<Vec<_>>();
     let agent_events = all_events(&board, "picogent").await;
