@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::runs::{StartRefused, Started};
 use super::{ActiveRun, Router};
 use crate::runtime::guard::{Asked, Steering};
+use crate::runtime::refusal::Refusal;
 use crate::runtime::run::{RunKind, RunRequest};
 use crate::session::SessionKey;
 use crate::state::{Beat, ClaimKind, ClaimedRun, Enqueued, InputKind, Outage, QueuedRun, Replicas};
@@ -147,12 +148,14 @@ impl Router {
                         Ok(false) => continue,
                         Err(error) => {
                             tracing::error!(%error, "cannot steer a run through the state database");
+                            self.tell(&session, &Refusal::NotRecorded, Some(&message_id)).await;
                             return "state_error";
                         }
                     }
                 }
                 Err(refused) => {
                     tracing::info!(%refused, "the reply run was not started");
+                    self.tell_refused(&session, &refused, Some(&message_id)).await;
                     return "refused";
                 }
             }

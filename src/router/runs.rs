@@ -148,7 +148,8 @@ impl Router {
                 budget: format!("{} tokens", limits.max_tokens_per_day),
             },
         };
-        self.tell(&request.session, &refusal, answered_message(&request.kind)).await;
+        let asked = request.prompt_from.as_ref().map(|asked| asked.message_id.as_str());
+        self.tell(&request.session, &refusal, asked.or(answered_message(&request.kind))).await;
         false
     }
 
@@ -284,13 +285,17 @@ impl Router {
                 .map(|text| Steering { text: text.clone(), asked: request.prompt_from.clone() })
                 .chain(request.steering.iter().cloned())
                 .collect();
+            let asked = request.prompt_from.as_ref().map(|asked| asked.message_id.clone());
             match self.start_or_queue(request).await {
                 Ok(_) => {}
                 // Replicas: a run of the session started elsewhere meanwhile; it takes the input.
                 Err(StartRefused::Busy { run_id, .. }) if self.replicas.is_some() => {
                     self.send_all(&run_id, inputs).await
                 }
-                Err(refused) => tracing::warn!(%refused, session = %done.session, "the follow-up run was not started"),
+                Err(refused) => {
+                    tracing::warn!(%refused, session = %done.session, "the follow-up run was not started");
+                    self.tell_refused(&done.session, &refused, asked.as_deref()).await;
+                }
             }
         }
         if self.replicas.is_some() {
@@ -312,8 +317,14 @@ impl Router {
             if !self.waiting.iter().any(|request| request.session == next.session) {
                 self.waiting_sessions.remove(&next.session);
             }
+            let session = next.session.clone();
+            let asked = match &next.kind {
+                RunKind::Message { message } if next.prompt.is_none() => Some(message.id.clone()),
+                _ => next.prompt_from.as_ref().map(|asked| asked.message_id.clone()),
+            };
             if let Err(refused) = self.spawn_run(next).await {
                 tracing::warn!(%refused, "a waiting run was not started");
+                self.tell_refused(&session, &refused, asked.as_deref()).await;
             }
         }
         self.publish_waiting();
