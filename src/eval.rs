@@ -330,7 +330,8 @@ impl Eval<'_> {
             .collect();
         let Some(root) = roots.last() else { return Err("the question of the scenario before is missing".into()) };
         let before = self.agent_replies(&root.id).await?.len();
-        let reply = ReplyMessage { content: "@picogent and which one is the oldest?".into(), mentions: None };
+        let reply =
+            ReplyMessage { content: "@picogent and which one is the oldest?".into(), mentions: None, reply_to: None };
         self.alice.reply_message(&root.id, &reply, None).await.map_err(|e| format!("cannot reply: {e}"))?;
         self.settled(&format!("thread:{}", root.id), 2).await?;
         match self.agent_replies(&root.id).await?.len() - before {

@@ -8,7 +8,10 @@
 //! of total sleeping. A `Retry-After` the server sent replaces the computed delay for that
 //! attempt when it fits within `max_elapsed_ms`; a longer one ends the retrying with the error.
 //! Whether an error is retried is decided by the caller's [`Retryable`] implementation on the
-//! error enum, never by reading message text.
+//! error enum, never by reading message text, and never by comparing one failure with the last:
+//! a 5xx that comes back with the same body is retried like any other until the schedule ends,
+//! as the SDKs people trust do (a server's own words that it is deterministic are classified into
+//! the enum by the caller first, e.g. `llm::openai`).
 
 use std::time::Duration;
 

@@ -78,6 +78,7 @@ mod tests {
             parent_id: None,
             mentions: vec![],
             created_at: String::new(),
+            reply_to: None,
         };
         assert_eq!(SessionKey::of_message(&comment), SessionKey::Task("t9".into()));
         comment.task_id = None;

@@ -356,16 +356,32 @@ async fn messages_threads_mentions_and_files() {
     assert_eq!(alice.get_message(&root.id).await.unwrap(), root);
     assert!(matches!(alice.get_message("nope").await, Err(TrackerError::NotFound { .. })));
 
-    let reply =
-        bob.reply_message(&root.id, &ReplyMessage { content: "hello".into(), mentions: None }, None).await.unwrap();
+    let reply = bob
+        .reply_message(&root.id, &ReplyMessage { content: "hello".into(), mentions: None, reply_to: None }, None)
+        .await
+        .unwrap();
     assert_eq!(
         (reply.parent_id.as_deref(), reply.chat_id.as_deref()),
         (Some(root.id.as_str()), Some(chat_id.as_str()))
     );
-    // A reply to a reply joins the same thread; so does send_message with parent_id alone.
-    let nested =
-        alice.reply_message(&reply.id, &ReplyMessage { content: "again".into(), mentions: None }, None).await.unwrap();
+    // A reply to a reply joins the same thread; so does send_message with parent_id alone. What
+    // a message answers is kept apart from where it is: `reply_to` names any message.
+    let answering = ReplyMessage { content: "again".into(), mentions: None, reply_to: Some(reply.id.clone()) };
+    let nested = alice.reply_message(&reply.id, &answering, None).await.unwrap();
     assert_eq!(nested.parent_id.as_deref(), Some(root.id.as_str()));
+    assert_eq!(nested.reply_to.as_deref(), Some(reply.id.as_str()));
+    assert_eq!(alice.get_message(&nested.id).await.unwrap(), nested);
+    assert_eq!((root.reply_to.as_ref(), reply.reply_to.as_ref()), (None, None));
+    let nowhere = SendMessage {
+        content: "answers nothing".into(),
+        chat_id: Some(chat_id.clone()),
+        reply_to: Some("nope".into()),
+        ..Default::default()
+    };
+    match alice.send_message(&nowhere, None).await {
+        Err(TrackerError::Invalid { field, .. }) => assert_eq!(field.as_deref(), Some("reply_to")),
+        other => panic!("a reply_to that names no message is refused, got {other:?}"),
+    }
     let by_parent = SendMessage { content: "third".into(), parent_id: Some(reply.id.clone()), ..Default::default() };
     let third = bob.send_message(&by_parent, None).await.unwrap();
     assert_eq!(
@@ -373,7 +389,7 @@ async fn messages_threads_mentions_and_files() {
         (Some(root.id.as_str()), Some(chat_id.as_str()))
     );
     assert!(matches!(
-        bob.reply_message("nope", &ReplyMessage { content: "x".into(), mentions: None }, None).await,
+        bob.reply_message("nope", &ReplyMessage { content: "x".into(), mentions: None, reply_to: None }, None).await,
         Err(TrackerError::NotFound { .. })
     ));
 
@@ -670,7 +686,10 @@ async fn events_reach_the_members_the_contract_names() {
     bob.send_message(&comment, None).await.unwrap();
     let chat = SendMessage { content: "hello team".into(), chat_id: Some(chat_id), ..Default::default() };
     let chat = bob.send_message(&chat, None).await.unwrap();
-    other.reply_message(&chat.id, &ReplyMessage { content: "hi @alice".into(), mentions: None }, None).await.unwrap();
+    other
+        .reply_message(&chat.id, &ReplyMessage { content: "hi @alice".into(), mentions: None, reply_to: None }, None)
+        .await
+        .unwrap();
 
     let names = |events: Vec<EventEnvelope>| events.into_iter().map(|e| e.event).collect::<Vec<_>>();
     let agent_events = all_events(&board, "picogent").await;

@@ -51,7 +51,9 @@ async fn set_task(alice: &TrackerClient, task: &TaskOut, update: UpdateTask) -> 
 }
 
 async fn reply(who: &TrackerClient, parent: &MessageOut, text: &str) -> MessageOut {
-    who.reply_message(&parent.id, &ReplyMessage { content: text.into(), mentions: None }, None).await.unwrap()
+    who.reply_message(&parent.id, &ReplyMessage { content: text.into(), mentions: None, reply_to: None }, None)
+        .await
+        .unwrap()
 }
 
 fn agent_posts(messages: &[MessageOut]) -> usize {
@@ -476,6 +478,86 @@ async fn a_plain_text_answer_counts_as_handled_after_the_state_file_is_lost() {
     wait_idle(&agent).await;
     assert_eq!(agent_posts(&thread(&alice, &question.id).await), 1, "answered once");
     assert_eq!(agent_messages(&pool).await, posted, "nothing posted after the restart");
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+/// The messages of the agent in `messages` that name `asked` as what they answer.
+fn answers_to(messages: &[MessageOut], asked: &MessageOut) -> usize {
+    messages.iter().filter(|m| m.author_slug == "picogent" && m.reply_to.as_deref() == Some(asked.id.as_str())).count()
+}
+
+/// Three mentions in one task thread, posted before a first start: the agent answers a later
+/// one first, and a reply to a later mention answers only that one. After the state file is
+/// lost, a first start again reads what each reply of the agent names: the later mention is
+/// handled, the two earlier ones are answered, each once, by a reply that names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_mentions_in_one_task_thread_are_each_answered_once_whichever_is_answered_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let pool = board_db(dir.path()).await;
+    let alice = client(&board, "tok-alice");
+    let task = alice
+        .create_task(
+            &CreateTask {
+                project_slug: "team".into(),
+                title: "Release 1.4".into(),
+                assignee_slug: Some("bob".into()),
+                ..CreateTask::default()
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    // Threads are one level deep: every mention is a reply to the same first comment, so the
+    // agent's replies all have that comment as their parent.
+    let root = comment(&alice, &task.id, "Questions about the release, below.").await;
+    let mut mentions = Vec::new();
+    for n in 1..=3 {
+        mentions.push(reply(&alice, &root, &format!("@picogent question {n}: is it ready?")).await);
+    }
+    let earlier: Vec<String> = mentions[..2].iter().map(|m| m.id.clone()).collect();
+    // The first two look older than the window of a first start, so only the third is answered.
+    backdate(&pool, &earlier, Duration::from_secs(20 * 60)).await;
+    let config = agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({}));
+    let agent = start_agent(config.clone()).await;
+    let body = startup_report(agent.http_addr.unwrap()).await;
+    let found = &body["startup"]["reconciliation"]["mentions"];
+    assert_eq!(found, &json!({"window": "15m", "answered": 1, "skipped": {"old": 2}}), "{body:#}");
+    eventually(Duration::from_secs(20), "the reply to the third mention", || async {
+        (answers_to(&comments(&alice, &task.id).await, &mentions[2]) == 1).then_some(())
+    })
+    .await;
+    wait_idle(&agent).await;
+    agent.shutdown().await.unwrap();
+
+    // The state file is lost; the two earlier mentions are recent now. The agent's reply to the
+    // third came after them in the thread: it answers the third alone.
+    for suffix in ["", "-wal", "-shm"] {
+        let mut path = config.state.path.clone().into_os_string();
+        path.push(suffix);
+        let _ = std::fs::remove_file(path);
+    }
+    backdate(&pool, &earlier, Duration::from_secs(60)).await;
+    let agent = start_agent(config).await;
+    let body = startup_report(agent.http_addr.unwrap()).await;
+    assert_eq!(body["startup"]["mode"], "head", "{body:#}");
+    let found = &body["startup"]["reconciliation"]["mentions"];
+    assert_eq!(found, &json!({"window": "15m", "answered": 2, "skipped": {"handled": 1}}), "{body:#}");
+    eventually(Duration::from_secs(30), "a reply to each earlier mention", || async {
+        let thread = comments(&alice, &task.id).await;
+        mentions[..2].iter().all(|mention| answers_to(&thread, mention) >= 1).then_some(())
+    })
+    .await;
+    wait_idle(&agent).await;
+    let thread = comments(&alice, &task.id).await;
+    for mention in &mentions {
+        assert_eq!(answers_to(&thread, mention), 1, "{:?} answered once: {thread:#?}", mention.content);
+    }
+    assert_eq!(agent_posts(&thread), 3, "nothing else: {thread:#?}");
+    assert!(thread.iter().filter(|m| m.author_slug == "picogent").all(|m| m.parent_id.as_deref() == Some(&root.id)));
     agent.shutdown().await.unwrap();
     model.shutdown().await;
     board.shutdown().await.unwrap();

@@ -495,6 +495,7 @@ async fn ask_mode_approved_refused_and_timed_out_through_board_threads() {
                 task_id: None,
                 parent_id: None,
                 mentions: None,
+                reply_to: None,
             },
             None,
         )
@@ -509,7 +510,7 @@ async fn ask_mode_approved_refused_and_timed_out_through_board_threads() {
     let thread = MessageQuery { parent_id: Some(root_message.id.clone()), ..MessageQuery::default() };
     let asked = request_posted(&alice, &thread).await;
     assert!(asked.contains("mcp__time__get_current_time") && asked.contains("Europe/Paris"), "{asked}");
-    let reply = |text: &str| ReplyMessage { content: text.to_string(), mentions: None };
+    let reply = |text: &str| ReplyMessage { content: text.to_string(), mentions: None, reply_to: None };
     alice.reply_message(&root_message.id, &reply("@picogent yes, go ahead"), None).await.unwrap();
     let approved = call.await.unwrap();
     assert_eq!(approved.is_error, Some(false), "{}", text(&approved));
@@ -541,6 +542,7 @@ async fn ask_mode_approved_refused_and_timed_out_through_board_threads() {
         task_id: Some(task.id.clone()),
         parent_id: None,
         mentions: None,
+        reply_to: None,
     };
     otherbot.send_message(&comment("yes"), None).await.unwrap();
     alice.send_message(&comment("no"), None).await.unwrap();

@@ -186,3 +186,44 @@ async fn the_daily_spend_guard_holds_against_endless_tool_calling() {
     agent.shutdown().await.unwrap();
     model.shutdown().await;
 }
+
+/// A 500 that comes back with the same body three times is a blip, as hosted providers word it
+/// the same every time, not a deterministic failure: retried with backoff within the retry limit,
+/// the fourth request is answered and the person sees the answer in the thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_identical_500s_then_an_answer_complete_the_run() {
+    use picogent::offline_model::script::Script;
+    let board = TestBoard::start().await;
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/llm/server_error_repeated.json");
+    let script = Script::from_file(&fixture).unwrap();
+    let model = picogent::offline_model::start(OfflineModelOptions::script(script)).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let retry = json!({"llm": {"retry": {"max_attempts": 5, "initial_delay_ms": 10, "max_delay_ms": 40, "max_elapsed_ms": 5000}}});
+    let agent = agent_for(&board, &model, dir.path(), retry).await;
+    let alice = board.client("alice");
+    let chat = alice.get_project("team").await.unwrap().chat_id;
+    let body =
+        SendMessage { content: "@picogent are you there?".into(), chat_id: Some(chat), ..SendMessage::default() };
+    let question = alice.send_message(&body, None).await.unwrap();
+    let replies = eventually(Duration::from_secs(30), "the answer in the thread", || async {
+        let query = MessageQuery { parent_id: Some(question.id.clone()), ..MessageQuery::default() };
+        let mine: Vec<_> =
+            alice.list_messages(&query).await.ok()?.into_iter().filter(|m| m.author_slug == "picogent").collect();
+        (!mine.is_empty()).then_some(mine)
+    })
+    .await;
+    assert_eq!(replies.len(), 1, "{replies:#?}");
+    assert!(replies[0].content.starts_with("Here, after three server errors."), "{}", replies[0].content);
+    assert_eq!(replies[0].reply_to.as_deref(), Some(question.id.as_str()), "the answer names the question");
+    let runs: Vec<_> = eventually(Duration::from_secs(10), "the run's end", || async {
+        let runs = agent.state.list_runs(10).await.ok()?;
+        runs.iter().all(|run| run.status != RunStatus::Running).then_some(runs)
+    })
+    .await;
+    assert_eq!(runs.len(), 1, "{runs:#?}");
+    assert_eq!(runs[0].status, RunStatus::Completed, "{:#?}", runs[0]);
+    assert_eq!(model.request_count(), 4, "three 500s, then the answer");
+    assert_eq!(model.mismatches(), Vec::<String>::new());
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+}

@@ -396,6 +396,52 @@ async fn a_run_stopped_while_it_waits_for_a_slot_says_so_once_and_stays_stopped(
     board.shutdown().await.unwrap();
 }
 
+/// The reply cap is a guard against bots, not people: a person's seventh and tenth mention in an
+/// hour in one thread are answered like the first, each by a reply that names it, with no notice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_persons_seventh_and_tenth_mention_in_an_hour_are_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let extra = json!({"limits": {"max_replies_per_thread_per_hour": 6}});
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+    let root = say(&alice, &chat_id(&alice).await, "@picogent question 1: what is open?").await;
+    let mut asked = vec![root.clone()];
+    for n in 1..=10 {
+        let mention = asked.last().unwrap().clone();
+        let answer = eventually(Duration::from_secs(20), &format!("the answer to question {n}"), || async {
+            thread(&alice, &root.id).await.into_iter().find(|m| m.reply_to.as_deref() == Some(mention.id.as_str()))
+        })
+        .await;
+        assert_eq!(answer.author_slug, "picogent");
+        wait_idle(&agent).await;
+        if n < 10 {
+            let body = ReplyMessage {
+                content: format!("@picogent question {}: and then?", n + 1),
+                mentions: None,
+                reply_to: None,
+            };
+            asked.push(alice.reply_message(&root.id, &body, None).await.unwrap());
+        }
+    }
+    let messages = thread(&alice, &root.id).await;
+    let replies: Vec<_> = messages.iter().filter(|m| m.author_slug == "picogent").collect();
+    assert_eq!(replies.len(), 10, "one reply per mention, the seventh to the tenth too: {messages:#?}");
+    for question in &asked {
+        let named = replies.iter().filter(|m| m.reply_to.as_deref() == Some(question.id.as_str())).count();
+        assert_eq!(named, 1, "{:?} answered once", question.content);
+    }
+    assert!(replies.iter().all(|m| !m.content.contains("max_replies_per_thread_per_hour")), "no notice");
+    assert_eq!(agent.metrics.event_count("message.new", "reply_cap"), 0);
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+/// Two bots allowed to answer each other are stopped by the cap on replies to bots; the person
+/// who started the thread sees one notice from each bot that stopped, not one per message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reply_cap_stops_two_bots_talking_to_each_other() {
     let dir = tempfile::tempdir().unwrap();
@@ -418,31 +464,46 @@ async fn reply_cap_stops_two_bots_talking_to_each_other() {
     // thread the other has answered in: without the cap they would go on for ever.
     let root = say(&alice, &chat, "@picogent @otherbot please discuss the release between you").await;
     let capped = |bot: &AgentHandle| bot.metrics.event_count("message.new", "reply_cap");
+    let is_notice = |m: &MessageOut| m.content.contains("limits.max_replies_per_thread_per_hour");
+    let notices_of =
+        |messages: &[MessageOut], slug: &str| messages.iter().filter(|m| m.author_slug == slug && is_notice(m)).count();
     let messages = eventually(Duration::from_secs(60), "the conversation stopped by the cap", || async {
         if picogent.status.active_runs() + otherbot.status.active_runs() > 0 {
             return None;
         }
         let messages = thread(&alice, &root.id).await;
         let last = messages.last()?.author_slug.clone();
-        // The bot that did not write the last message refused to answer it.
+        // The bot that did not write the last message refused to answer it, and a bot that
+        // refused told the thread.
         let refuser = if last == "picogent" { &otherbot } else { &picogent };
-        (capped(refuser) >= 1).then_some(messages)
+        let told = [(&picogent, "picogent"), (&otherbot, "otherbot")]
+            .iter()
+            .all(|(bot, slug)| capped(bot) == 0 || notices_of(&messages, slug) >= 1);
+        (capped(refuser) >= 1 && told).then_some(messages)
     })
     .await;
     for slug in ["picogent", "otherbot"] {
-        let count = messages.iter().filter(|m| m.author_slug == slug).count();
-        assert!(count <= cap as usize, "{slug} replied {count} times: {messages:#?}");
+        // Its answer to alice is a person's and not counted; its answers to the other bot are.
+        let answers = messages.iter().filter(|m| m.author_slug == slug && !is_notice(m)).count();
+        assert!(answers <= cap as usize + 1, "{slug} replied {answers} times: {messages:#?}");
+        assert!(notices_of(&messages, slug) <= 1, "{slug}: one notice, not one per message: {messages:#?}");
     }
-    let most = ["picogent", "otherbot"].map(|slug| messages.iter().filter(|m| m.author_slug == slug).count());
-    assert_eq!(most.into_iter().max(), Some(cap as usize), "{messages:#?}");
+    let most =
+        ["picogent", "otherbot"].map(|slug| messages.iter().filter(|m| m.author_slug == slug && !is_notice(m)).count());
+    assert_eq!(most.into_iter().max(), Some(cap as usize + 1), "{messages:#?}");
+    let notices: Vec<_> = messages.iter().filter(|m| is_notice(m)).collect();
+    assert!(!notices.is_empty(), "the person is told: {messages:#?}");
+    assert!(notices.iter().all(|m| m.content.contains("UTC")), "and when the bot answers again: {notices:#?}");
     picogent.shutdown().await.unwrap();
     otherbot.shutdown().await.unwrap();
     model.shutdown().await;
     board.shutdown().await.unwrap();
 }
 
+/// Past the day's budget every new request is refused without a model call, and the person is
+/// told once in each thread where they asked, with the setting and when: not once per mention.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn daily_spend_guard_refuses_new_runs_with_one_notice() {
+async fn daily_spend_guard_refuses_new_runs_with_one_notice_per_thread() {
     let dir = tempfile::tempdir().unwrap();
     let board = start_board(dir.path()).await;
     let model = start_model(0).await;
@@ -463,23 +524,32 @@ async fn daily_spend_guard_refuses_new_runs_with_one_notice() {
     // Top the day up to the limit, as a busy day would have.
     agent.state.add_tokens(time::OffsetDateTime::now_utc().date(), 2500 - spent).await.unwrap();
 
-    let mut later = Vec::new();
-    for n in 0..3 {
-        later.push(say(&alice, &chat, &format!("@picogent question {n}")).await);
+    // Three mentions in one thread, one in another.
+    let busy = say(&alice, &chat, "@picogent question 0").await;
+    for n in 1..3 {
+        let body = ReplyMessage { content: format!("@picogent question {n}"), mentions: None, reply_to: None };
+        alice.reply_message(&busy.id, &body, None).await.unwrap();
     }
+    let other = say(&alice, &chat, "@picogent another question").await;
     eventually(Duration::from_secs(20), "spend guard", || async {
-        (agent.metrics.event_count("run", "spend_guard") >= 3).then_some(())
+        (agent.metrics.event_count("run", "spend_guard") >= 4).then_some(())
     })
     .await;
     wait_idle(&agent).await;
-    let mut notices = 0;
-    for message in &later {
-        for reply in thread(&alice, &message.id).await.iter().filter(|m| m.author_slug == "picogent") {
-            assert!(reply.content.contains("daily model budget"), "{}", reply.content);
-            notices += 1;
-        }
+    for root in [&busy, &other] {
+        // The refusal is counted, then told.
+        let notices = eventually(Duration::from_secs(20), "the notice in the thread", || async {
+            let notices: Vec<_> =
+                thread(&alice, &root.id).await.into_iter().filter(|m| m.author_slug == "picogent").collect();
+            (!notices.is_empty()).then_some(notices)
+        })
+        .await;
+        assert_eq!(notices.len(), 1, "one notice in the thread: {notices:#?}");
+        let text = &notices[0].content;
+        assert!(text.contains("daily model budget") && text.contains("limits.max_tokens_per_day"), "{text}");
+        assert!(text.contains("00:00 UTC"), "when it works again: {text}");
+        assert_eq!(notices[0].reply_to.as_deref(), Some(root.id.as_str()), "it answers the first refused");
     }
-    assert_eq!(notices, 1, "one notice for the day");
     assert_eq!(agent.state.list_runs(50).await.unwrap().len(), 1);
     assert!(agent.state.tokens_today().await.unwrap() <= 2500);
     agent.shutdown().await.unwrap();

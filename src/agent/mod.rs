@@ -227,6 +227,8 @@ impl<'a> Turns<'a> {
                 self.messages.push(Message::user(self.tool_context.fence.settle(&text)));
                 self.record.steering_inputs += 1;
             }
+            // The tools' post guard names what a post answers from what the loop took in.
+            self.tool_context.steering_taken = self.record.steering_inputs;
         }
         let limits = &self.setup.limits;
         if self.setup.cancel.is_cancelled() {

@@ -271,6 +271,7 @@ pub struct MessageRow {
     pub parent_id: Option<String>,
     pub mentions: String,
     pub created_at: String,
+    pub reply_to: Option<String>,
 }
 
 impl TryFrom<MessageRow> for MessageOut {
@@ -285,13 +286,14 @@ impl TryFrom<MessageRow> for MessageOut {
             task_id: row.task_id,
             parent_id: row.parent_id,
             created_at: row.created_at,
+            reply_to: row.reply_to,
         })
     }
 }
 
 macro_rules! message_select {
     () => {
-        "SELECT row, id, author_slug, content, chat_id, task_id, parent_id, mentions, created_at FROM messages"
+        "SELECT row, id, author_slug, content, chat_id, task_id, parent_id, mentions, created_at, reply_to FROM messages"
     };
 }
 pub(crate) use message_select;

@@ -35,6 +35,8 @@ pub struct NewMessage {
     pub parent_id: Option<String>,
     /// Mentions as sent; checked and merged with the `@slug`s of the content here.
     pub mentions: Vec<String>,
+    /// The message this one answers, as sent; checked to exist here.
+    pub reply_to: Option<String>,
 }
 
 /// The `@slug`s in `content` that name one of `members`, as whole words.
@@ -79,6 +81,19 @@ pub async fn store_message(
             mentions.push(slug.clone());
         }
     }
+    if let Some(answered) = &new.reply_to {
+        match db::find_message_row(conn, answered).await {
+            Ok(_) => {}
+            Err(BoardError::NotFound { .. }) => {
+                return Err(BoardError::invalid(
+                    "reply_to",
+                    "the id of an existing message",
+                    format!("reply_to names {answered:?}, which is not a message"),
+                ));
+            }
+            Err(error) => return Err(error),
+        }
+    }
     let message = MessageOut {
         id: db::new_id(),
         author_slug: author.to_string(),
@@ -88,10 +103,11 @@ pub async fn store_message(
         parent_id: new.parent_id,
         mentions,
         created_at: db::now(),
+        reply_to: new.reply_to,
     };
     sqlx::query(
-        "INSERT INTO messages (id, author_slug, content, chat_id, task_id, parent_id, mentions, created_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        "INSERT INTO messages (id, author_slug, content, chat_id, task_id, parent_id, mentions, created_at, reply_to) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )
     .bind(&message.id)
     .bind(&message.author_slug)
@@ -101,6 +117,7 @@ pub async fn store_message(
     .bind(&message.parent_id)
     .bind(serde_json::Value::from(message.mentions.clone()).to_string())
     .bind(&message.created_at)
+    .bind(&message.reply_to)
     .execute(&mut *conn)
     .await?;
 
@@ -178,7 +195,7 @@ pub async fn send_message(
         (Some(chat_id), None, None) => (Some(db::project_of_chat(&mut tx, chat_id).await?.chat_id), None, None),
         (None, Some(task), None) => (None, Some(db::find_task_row(&mut tx, task).await?.id), None),
     };
-    let new = NewMessage { content: body.content, chat_id, task_id, parent_id, mentions };
+    let new = NewMessage { content: body.content, chat_id, task_id, parent_id, mentions, reply_to: body.reply_to };
     let mut outbox = Outbox::default();
     let message = store_message(&mut tx, &mut outbox, &caller.slug, new).await?;
     tx.commit().await?;
@@ -211,6 +228,7 @@ pub async fn reply_message(
         task_id: root.task_id,
         parent_id: Some(root.id),
         mentions,
+        reply_to: body.reply_to,
     };
     let mut outbox = Outbox::default();
     let message = store_message(&mut tx, &mut outbox, &caller.slug, new).await?;

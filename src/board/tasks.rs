@@ -322,6 +322,7 @@ pub async fn reject_task(
         task_id: Some(before.id.clone()),
         parent_id: None,
         mentions: Vec::new(),
+        reply_to: None,
     };
     store_message(&mut tx, &mut outbox, &caller.slug, comment).await?;
     tx.commit().await?;

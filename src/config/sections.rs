@@ -47,7 +47,8 @@ pub struct Limits {
     pub run_timeout_ms: u64,
     /// Prompt + completion tokens across all runs in one UTC day.
     pub max_tokens_per_day: u64,
-    /// Replies the agent may post in one thread in an hour: the loop guard.
+    /// Replies to bots the agent may post in one thread in an hour: the loop guard (people are
+    /// always answered).
     pub max_replies_per_thread_per_hour: u32,
     /// Runs in flight at once.
     pub max_concurrent_runs: u32,

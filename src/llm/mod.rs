@@ -161,8 +161,10 @@ pub enum LlmError {
     ToolsUnsupported { message: String },
     #[error("the model server refused the request ({status}): {message}")]
     Rejected { status: u16, message: String },
-    #[error("the model server failed the same way twice ({status}): {message}")]
-    Repeated { status: u16, message: String },
+    /// A server error whose text says trying again cannot help (llama.cpp cannot parse the
+    /// conversation it was sent); never retried.
+    #[error("the model server cannot process this request ({status}): {message}")]
+    Unprocessable { status: u16, message: String },
     #[error("the model client is misconfigured: {message}")]
     Config { message: String },
 }
@@ -172,9 +174,7 @@ impl LlmError {
     pub fn kind(&self) -> ModelFailure {
         match self {
             LlmError::RateLimited { .. } => ModelFailure::RateLimited,
-            LlmError::Server { .. } | LlmError::BadResponse { .. } | LlmError::Repeated { .. } => {
-                ModelFailure::ServerError
-            }
+            LlmError::Server { .. } | LlmError::BadResponse { .. } => ModelFailure::ServerError,
             LlmError::Timeout { .. } => ModelFailure::Timeout,
             LlmError::Connection { .. } => ModelFailure::Unreachable,
             LlmError::ContextLength { .. } => ModelFailure::ContextLength,
@@ -184,7 +184,9 @@ impl LlmError {
                 ModelFailure::ParameterRefused { parameter: parameter.clone() }
             }
             LlmError::ToolsUnsupported { .. } => ModelFailure::ToolsUnsupported,
-            LlmError::Rejected { .. } | LlmError::Config { .. } => ModelFailure::Rejected,
+            LlmError::Rejected { .. } | LlmError::Unprocessable { .. } | LlmError::Config { .. } => {
+                ModelFailure::Rejected
+            }
         }
     }
 }
@@ -228,7 +230,7 @@ impl Retryable for LlmError {
             | LlmError::ParameterRefused { .. }
             | LlmError::ToolsUnsupported { .. }
             | LlmError::Rejected { .. }
-            | LlmError::Repeated { .. }
+            | LlmError::Unprocessable { .. }
             | LlmError::Config { .. } => RetryDecision::Stop,
         }
     }

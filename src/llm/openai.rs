@@ -233,23 +233,10 @@ impl ChatModel for OpenAiChat {
                 .wire_body(request)
                 .map_err(|e| LlmError::Config { message: format!("cannot serialise the request: {e}") })?;
             let body = bytes::Bytes::from(body);
-            // A server error that comes back with the same status and body is deterministic
-            // (llama.cpp refusing a conversation it cannot parse, say): trying again cannot help.
-            let last_failure: std::sync::Mutex<Option<(u16, String)>> = std::sync::Mutex::new(None);
-            with_retry(&self.retry, || async {
-                match self.attempt(&body, request).await {
-                    Err(LlmError::Server { status, message, retry_after }) => {
-                        let seen = (status, message.clone());
-                        let repeated = last_failure.lock().map(|mut last| last.replace(seen.clone()) == Some(seen));
-                        match repeated {
-                            Ok(true) => Err(LlmError::Repeated { status, message }),
-                            _ => Err(LlmError::Server { status, message, retry_after }),
-                        }
-                    }
-                    other => other,
-                }
-            })
-            .await
+            // Every 5xx is retried with backoff up to the policy's limit, the same body or not
+            // (hosted providers answer a blip with the same words every time); only a 5xx whose
+            // text says it is deterministic stops early, classified once in `classify_error`.
+            with_retry(&self.retry, || self.attempt(&body, request)).await
         })
     }
 }
@@ -301,6 +288,44 @@ impl ErrorBody {
 const REQUEST_FIELDS: [&str; 7] =
     ["parallel_tool_calls", "max_completion_tokens", "max_tokens", "temperature", "tool_choice", "stream", "tools"];
 
+/// A server error whose text says that trying again cannot help. llama.cpp answers with a 500
+/// (`server_error`) what is the request's fault: a conversation it cannot parse or format, a
+/// request too large for its context, tools without `--jinja`. Sending the same request again
+/// gets the same answer, so these stop the retrying at once; every other 5xx is retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DeterministicServerError {
+    /// The server cannot parse or format the conversation it was sent (its messages, its tools,
+    /// a tool call's arguments).
+    Conversation,
+    /// The request does not fit the server's context (or its batch).
+    ContextSize,
+    /// The server was started without what tool calls need.
+    ToolsUnsupported,
+}
+
+/// llama.cpp's texts for [`DeterministicServerError`], lowercase, as its server and its chat
+/// code (`common/chat.cpp`, `tools/server/`) word them. The one place a 5xx's text decides
+/// anything: the issue that asked for it allows string matching here and only here.
+const DETERMINISTIC_SERVER_ERRORS: [(&str, DeterministicServerError); 10] = [
+    ("failed to parse tool call arguments as json", DeterministicServerError::Conversation),
+    ("failed to parse messages", DeterministicServerError::Conversation),
+    ("failed to parse tools", DeterministicServerError::Conversation),
+    ("this custom template is not supported", DeterministicServerError::Conversation),
+    ("[json.exception.", DeterministicServerError::Conversation),
+    ("exceeds the available context size", DeterministicServerError::ContextSize),
+    ("larger than the max context size", DeterministicServerError::ContextSize),
+    ("context shift is disabled", DeterministicServerError::ContextSize),
+    ("is too large to process", DeterministicServerError::ContextSize),
+    ("param requires --jinja", DeterministicServerError::ToolsUnsupported),
+];
+
+impl DeterministicServerError {
+    /// Which deterministic error `lower` (a 5xx's message, lowercased) is, if any.
+    fn of(lower: &str) -> Option<DeterministicServerError> {
+        DETERMINISTIC_SERVER_ERRORS.iter().find(|(text, _)| lower.contains(text)).map(|(_, kind)| *kind)
+    }
+}
+
 /// Maps a failed HTTP answer to the error the caller acts on. The context-length check reads the
 /// error `code` and `type` first and the message only as a fallback, because servers other than
 /// OpenAI (llama.cpp, vLLM, Ollama) often send no code, only a sentence about the context.
@@ -311,7 +336,12 @@ fn classify_error(status: u16, retry_after: Option<Duration>, body: &[u8]) -> Ll
         // Out of credit is a 429 too, but waiting does not help.
         429 if code == "insufficient_quota" => LlmError::Rejected { status, message },
         429 => LlmError::RateLimited { retry_after, message },
-        500..=599 => LlmError::Server { status, retry_after, message },
+        500..=599 => match DeterministicServerError::of(&lower) {
+            Some(DeterministicServerError::Conversation) => LlmError::Unprocessable { status, message },
+            Some(DeterministicServerError::ContextSize) => LlmError::ContextLength { message },
+            Some(DeterministicServerError::ToolsUnsupported) => LlmError::ToolsUnsupported { message },
+            None => LlmError::Server { status, retry_after, message },
+        },
         // A server-side request timeout: as transient as a 5xx.
         408 => LlmError::Server { status, retry_after, message },
         400 | 413
@@ -566,6 +596,50 @@ mod tests {
         }
         let error = classify_error(400, None, br#"{"error":{"code":400,"message":"the context size","type":"x"}}"#);
         assert!(error.to_string().contains("context size"), "{error}");
+    }
+
+    /// llama.cpp's deterministic 500s stop at once, each as what the person must fix; every other
+    /// 5xx is retried, however often it comes back with the same body.
+    #[test]
+    fn only_a_5xx_whose_text_says_it_is_deterministic_stops_the_retrying() {
+        use crate::retry::{RetryDecision, Retryable};
+        let llama =
+            |message: &str| format!(r#"{{"error":{{"code":500,"message":"{message}","type":"server_error"}}}}"#);
+        let stops = [
+            (
+                llama(
+                    "Failed to parse tool call arguments as JSON: [json.exception.parse_error.101] parse error at line 1, \
+                     column 17: syntax error while parsing object - unexpected end of input; expected '}'",
+                ),
+                ModelFailure::Rejected,
+            ),
+            (llama("Failed to parse messages: Missing 'role' in message"), ModelFailure::Rejected),
+            (llama("this custom template is not supported, try using --jinja"), ModelFailure::Rejected),
+            (llama("context shift is disabled"), ModelFailure::ContextLength),
+            (
+                llama(
+                    "input (5000 tokens) is too large to process. increase the physical batch size (current batch size: 2048)",
+                ),
+                ModelFailure::ContextLength,
+            ),
+            (llama("tools param requires --jinja flag"), ModelFailure::ToolsUnsupported),
+        ];
+        for (body, expected) in stops {
+            let error = classify_error(500, None, body.as_bytes());
+            assert_eq!(error.retry_decision(), RetryDecision::Stop, "{body}");
+            assert_eq!(error.kind(), expected, "{body}");
+        }
+        let retried: [(u16, &[u8]); 4] = [
+            (500, br#"{"error":{"message":"The server had an error while processing your request. Sorry about that!","type":"server_error"}}"#),
+            (500, br#"{"error":{"code":500,"message":"The model produced output that does not match the expected peg-native format","type":"server_error"}}"#),
+            (502, b"<html>502 Bad Gateway</html>"),
+            (503, br#"{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}"#),
+        ];
+        for (status, body) in retried {
+            let error = classify_error(status, None, body);
+            assert_eq!(error.retry_decision(), RetryDecision::Retry, "{status} {}", String::from_utf8_lossy(body));
+            assert_eq!(error.kind(), ModelFailure::ServerError);
+        }
     }
 
     #[test]

@@ -117,6 +117,7 @@ mod tests {
             parent_id: None,
             mentions: mentions.iter().map(|m| m.to_string()).collect(),
             created_at: String::new(),
+            reply_to: None,
         }
     }
 

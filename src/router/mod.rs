@@ -28,7 +28,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::runtime::guard::{Asked, Asker, Steering};
 use crate::runtime::metrics::Metrics;
+use crate::runtime::refusal::Refusal;
 use crate::runtime::run::{RunDone, RunKind, RunRequest, RunServices};
 use crate::runtime::startup::{ReconcileReport, StartupReport, counts_line};
 use crate::runtime::status::StatusBoard;
@@ -71,10 +73,10 @@ impl From<StreamItem> for Input {
 struct ActiveRun {
     run_id: String,
     cancel: CancellationToken,
-    steer: mpsc::UnboundedSender<String>,
+    steer: mpsc::UnboundedSender<Steering>,
     /// Every steering input sent to the run, in order; the run reports how many it took in, and
     /// the rest (arrived after its last turn) goes to a follow-up run instead of being lost.
-    steered: Vec<String>,
+    steered: Vec<Steering>,
     /// Why it was cancelled, once it was: said once when it ends.
     stop_reason: Option<String>,
     /// Replicas: the last of the run's inputs in the database handed to it.
@@ -319,11 +321,12 @@ impl Router {
         }
         tracing::info!(task = %task.key, %source, "working assigned task");
         let trigger = format!("task.assigned {}", task.key);
-        let request = RunRequest::new(session, trigger, RunKind::Task { task: Box::new(task), assigned_by });
+        let request = RunRequest::new(session.clone(), trigger, RunKind::Task { task: Box::new(task), assigned_by });
         match self.start_or_queue(request).await {
             Ok(_) => true,
             Err(refused) => {
                 tracing::info!(%refused, "the task run was not started");
+                self.tell_refused(&session, &refused, None).await;
                 false
             }
         }
@@ -415,10 +418,8 @@ impl Router {
             self.metrics.event(EVENT, fate);
             return fate;
         }
-        let facts = MessageFacts {
-            author_kind: self.member_kind(&message.author_slug).await,
-            replies_to_agent: self.replies_to_agent(&message, &session).await,
-        };
+        let author_kind = self.member_kind(&message.author_slug).await;
+        let facts = MessageFacts { author_kind, replies_to_agent: self.replies_to_agent(&message, &session).await };
         let fate = filter::message_fate(
             &message,
             facts,
@@ -426,43 +427,65 @@ impl Router {
             self.config.chat_listen,
             &self.config.allowed_bots,
         );
-        let thread_key = session.as_string();
+        let asker = asker_of(author_kind);
         if fate != MessageFate::Answer {
             self.claim(ClaimKind::Message, &message.id).await;
             self.metrics.event(EVENT, fate.as_str());
             tracing::debug!(id = %message.id, fate = fate.as_str(), "message not answered");
+            // A person who asks the agent by name is told once why it does not answer.
+            if fate == MessageFate::ChatOff
+                && asker == Asker::Person
+                && filter::mentions_agent(&message, &self.config.slug)
+            {
+                self.tell(&session, &Refusal::ChatOff, Some(&message.id)).await;
+            }
             return fate.as_str();
         }
-        match self.state.replies_in_last_hour(&thread_key).await {
-            Ok(count) if count >= self.config.limits.max_replies_per_thread_per_hour => {
-                self.claim(ClaimKind::Message, &message.id).await;
-                tracing::warn!(thread = %thread_key, count, "thread reply cap reached: not answering (loop guard)");
-                self.metrics.event(EVENT, "reply_cap");
-                return "reply_cap";
+        // The loop guard: only what answers a bot counts, and a bot's message past the cap costs
+        // no model call. A person is always answered (within the budgets).
+        if asker == Asker::Bot {
+            match self.services.post_guard.capped(&session).await {
+                Ok(None) => {}
+                Ok(Some(count)) => {
+                    self.claim(ClaimKind::Message, &message.id).await;
+                    tracing::warn!(thread = %session, count, "thread reply cap for bots reached: not answering (loop guard)");
+                    self.metrics.event(EVENT, "reply_cap");
+                    self.services.post_guard.tell_people(&session, count, Some(&message.id)).await;
+                    return "reply_cap";
+                }
+                Err(error) => tracing::warn!(%error, "cannot read the thread reply count"),
             }
-            Ok(_) => {}
-            Err(error) => tracing::warn!(%error, "cannot read the thread reply count"),
         }
         // A busy session takes the message as steering: no second run. A run whose loop has
         // already ended (its channel is closed) hands what it did not take in to a follow-up
-        // run when its end comes back, so the message is kept with the run either way.
-        let steering = steering_text(&message, &session);
+        // run when its end comes back, so the message is kept with the run either way. A
+        // mention reconciliation found is a question of its own, asked while nobody heard it:
+        // it waits for a run of its own, so each is answered (and named) by its own reply.
+        let steering = Steering {
+            text: steering_text(&message, &session),
+            asked: Some(Asked { message_id: message.id.clone(), asker }),
+        };
         if self.replicas.is_some() {
             return self.route_message(message, session, steering).await;
         }
-        if let Some(active) = self.active.get_mut(&session) {
-            let _ = active.steer.send(steering.clone());
-            active.steered.push(steering);
-            self.claim(ClaimKind::Message, &message.id).await;
-            self.metrics.event(EVENT, "steered");
-            return "steered";
-        }
-        if let Some(waiting) = self.waiting.iter_mut().find(|r| r.session == session) {
-            waiting.steering.push(steering);
-            waiting.steering_message_ids.push(message.id.clone());
-            self.accepted_messages.insert(message.id.clone());
-            self.metrics.event(EVENT, "steered");
-            return "steered";
+        let reconciled = source == "reconciled";
+        let waiting = self.waiting.iter_mut().rev().find(|r| r.session == session);
+        match (self.active.get_mut(&session), waiting) {
+            (Some(active), _) if !reconciled => {
+                let _ = active.steer.send(steering.clone());
+                active.steered.push(steering);
+                self.claim(ClaimKind::Message, &message.id).await;
+                self.metrics.event(EVENT, "steered");
+                return "steered";
+            }
+            (None, Some(waiting)) if !reconciled => {
+                waiting.steering.push(steering);
+                waiting.steering_message_ids.push(message.id.clone());
+                self.accepted_messages.insert(message.id.clone());
+                self.metrics.event(EVENT, "steered");
+                return "steered";
+            }
+            _ => {}
         }
         self.metrics.event(EVENT, "run");
         let trigger = format!("message.new {}", message.id);
@@ -471,11 +494,18 @@ impl Router {
             claim: Some((ClaimKind::Message, message.id.clone())),
             ..RunRequest::new(session, trigger, RunKind::Message { message: Box::new(message) })
         };
-        self.accepted_messages.insert(message_id);
-        match self.start_or_queue(request).await {
+        self.accepted_messages.insert(message_id.clone());
+        let session = request.session.clone();
+        let started = match self.session_busy(&session).await {
+            // Reconciled, for a session with a run: after it, in order.
+            true => self.queue_behind(request).await,
+            false => self.start_or_queue(request).await,
+        };
+        match started {
             Ok(_) => "run",
             Err(refused) => {
                 tracing::info!(%refused, "the reply run was not started");
+                self.tell_refused(&session, &refused, Some(&message_id)).await;
                 "refused"
             }
         }
@@ -497,6 +527,33 @@ impl Router {
             Ok(parent) => parent.author_slug == self.config.slug,
             Err(_) => false,
         }
+    }
+
+    /// Who asked for a run of `kind`: the author of its message, the member who assigned its
+    /// task, or a person (the operator's prompt).
+    async fn asker_of_run(&mut self, request: &RunRequest) -> Asker {
+        if let Some(from) = &request.prompt_from {
+            return from.asker;
+        }
+        let slug = match &request.kind {
+            RunKind::Message { message } => message.author_slug.clone(),
+            RunKind::Task { assigned_by, .. } => assigned_by.clone(),
+            RunKind::Prompt { .. } => return Asker::Person,
+        };
+        asker_of(self.member_kind(&slug).await)
+    }
+
+    /// Tells the person a refused start left without an answer (the daily budget tells its own
+    /// notice as it refuses; a shutdown or a duplicate leaves nobody waiting).
+    async fn tell_refused(&self, session: &SessionKey, refused: &StartRefused, reply_to: Option<&str>) {
+        if let StartRefused::State { .. } = refused {
+            self.tell(session, &Refusal::NotRecorded, reply_to).await;
+        }
+    }
+
+    /// Tells `session` once in its window that `refusal` refused what was asked there.
+    async fn tell(&self, session: &SessionKey, refusal: &Refusal, reply_to: Option<&str>) {
+        crate::runtime::refusal::tell_once(&self.state, &self.client, session, refusal, reply_to).await;
     }
 
     async fn member_kind(&mut self, slug: &str) -> Option<MemberKind> {
@@ -537,6 +594,15 @@ impl Router {
             let found = reconciler.run().await;
             let _ = inputs.send(Input::Reconciled(Box::new(found))).await;
         });
+    }
+}
+
+/// Who a member of `kind` is to the loop guard: a member the tracker could not tell about counts
+/// as a bot, so the guard errs on the side of stopping.
+fn asker_of(kind: Option<MemberKind>) -> Asker {
+    match kind {
+        Some(MemberKind::Human) => Asker::Person,
+        Some(MemberKind::Agent) | None => Asker::Bot,
     }
 }
 

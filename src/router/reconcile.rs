@@ -9,8 +9,11 @@
 //!   own comment at or after the task's last change (`updated_at`; an assignment is a change,
 //!   so a comment after it is a comment after the assignment);
 //! - mentions: no older than `startup.answer_mentions_since`, and not already answered on the
-//!   board — the agent's own message after the mention where it answers (the task's comments for
-//!   a task comment, else the thread).
+//!   board — an answer is judged by what the agent's messages name, not by when they came: a
+//!   mention is answered iff a message of the agent after it, where it answers (the task's
+//!   comments for a task comment, else the thread), names it as `reply_to` — or, one that names
+//!   nothing (a tracker that keeps no `reply_to`, an older agent), has it as its parent. A reply
+//!   to a later mention in the same thread answers only that one.
 //!
 //! The cost is bounded: mentions are read newest first and reading stops at the first one older
 //! than the window (at most [`MAX_MENTION_PAGES`] pages); each task and each recent mention costs
@@ -233,8 +236,8 @@ impl Reconciler<'_> {
         wanted
     }
 
-    /// Whether the agent posted after `message` where it answers it: on the task for a task
-    /// comment, else in the thread.
+    /// Whether a message of the agent after `message`, where it answers it (on the task for a
+    /// task comment, else in the thread), answers it ([`answers`]).
     async fn answered_on_board(&self, message: &MessageOut) -> Result<bool, TrackerError> {
         let mut query = match SessionKey::of_message(message) {
             SessionKey::Task(task_id) => MessageQuery { task_id: Some(task_id), ..MessageQuery::default() },
@@ -246,7 +249,7 @@ impl Reconciler<'_> {
         query.after = Some(message.id.clone());
         for _ in 0..MAX_THREAD_PAGES {
             let page = self.client.list_messages(&query).await?;
-            if page.iter().any(|later| later.author_slug == self.slug) {
+            if page.iter().any(|later| later.author_slug == self.slug && answers(later, &message.id)) {
                 return Ok(true);
             }
             match page.last() {
@@ -258,6 +261,54 @@ impl Reconciler<'_> {
     }
 }
 
+/// Whether `reply` answers the message `asked`: it names it as `reply_to`, or names nothing and
+/// has it as its parent (threads are one level deep, so a parent names only a thread's first
+/// message).
+fn answers(reply: &MessageOut, asked: &str) -> bool {
+    match &reply.reply_to {
+        Some(named) => named == asked,
+        None => reply.parent_id.as_deref() == Some(asked),
+    }
+}
+
 fn parse_time(text: &str) -> Option<OffsetDateTime> {
     OffsetDateTime::parse(text, &Rfc3339).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(parent_id: Option<&str>, reply_to: Option<&str>) -> MessageOut {
+        MessageOut {
+            id: "r".into(),
+            author_slug: "picogent".into(),
+            content: "an answer".into(),
+            chat_id: None,
+            task_id: Some("t1".into()),
+            parent_id: parent_id.map(str::to_string),
+            mentions: vec![],
+            created_at: String::new(),
+            reply_to: reply_to.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn a_mention_is_answered_by_a_reply_that_names_it_not_by_a_later_one() {
+        let cases = [
+            // Named: answered, wherever in the thread it is.
+            (reply(Some("root"), Some("m2")), "m2", true),
+            // A reply naming a later mention in the same thread answers only that one.
+            (reply(Some("root"), Some("m3")), "m2", false),
+            (reply(Some("root"), Some("root")), "root", true),
+            // A tracker that keeps no `reply_to`: the parent names the thread's first message.
+            (reply(Some("root"), None), "root", true),
+            (reply(Some("root"), None), "m2", false),
+            // A comment on the task that names nothing answers nothing.
+            (reply(None, None), "m2", false),
+        ];
+        for (reply, asked, expected) in cases {
+            assert_eq!(answers(&reply, asked), expected, "{asked}: {reply:?}");
+        }
+    }
 }

@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
 
 use super::runs::{StartRefused, Started};
 use super::{ActiveRun, Router};
+use crate::runtime::guard::{Asked, Steering};
+use crate::runtime::refusal::Refusal;
 use crate::runtime::run::{RunKind, RunRequest};
 use crate::session::SessionKey;
 use crate::state::{Beat, ClaimKind, ClaimedRun, Enqueued, InputKind, Outage, QueuedRun, Replicas};
@@ -38,6 +40,9 @@ pub struct ReplicaRouter {
 struct QueuedRequest {
     kind: RunKind,
     prompt: Option<String>,
+    /// The message `prompt` came from (a follow-up's); absent in requests queued before it was kept.
+    #[serde(default)]
+    prompt_from: Option<Asked>,
 }
 
 /// Why a claimed run cannot be run.
@@ -62,13 +67,16 @@ impl Router {
     pub(super) async fn enqueue(&mut self, request: RunRequest) -> Result<Started, StartRefused> {
         let Some(queue) = self.queue().cloned() else { return Err(StartRefused::ShuttingDown) };
         let state_error = |error: &dyn std::fmt::Display| StartRefused::State { message: error.to_string() };
-        let queued = QueuedRequest { kind: request.kind.clone(), prompt: request.prompt.clone() };
+        let queued = QueuedRequest {
+            kind: request.kind.clone(),
+            prompt: request.prompt.clone(),
+            prompt_from: request.prompt_from.clone(),
+        };
         let json = serde_json::to_string(&queued).map_err(|error| state_error(&error))?;
         let inputs: Vec<(String, Option<String>)> = request
             .steering
             .iter()
-            .enumerate()
-            .map(|(i, text)| (text.clone(), request.steering_message_ids.get(i).cloned()))
+            .map(|input| (input.text.clone(), input.asked.as_ref().map(|asked| asked.message_id.clone())))
             .collect();
         let session_key = request.session.as_string();
         let run = QueuedRun {
@@ -103,7 +111,7 @@ impl Router {
         &mut self,
         message: MessageOut,
         session: SessionKey,
-        steering: String,
+        steering: Steering,
     ) -> &'static str {
         const EVENT: &str = "message.new";
         let Some(queue) = self.queue().cloned() else { return "refused" };
@@ -132,7 +140,7 @@ impl Router {
                     return "duplicate";
                 }
                 Err(StartRefused::Busy { run_id, .. }) => {
-                    match queue.send_input(&run_id, InputKind::Steer, &steering, Some(&message_id)).await {
+                    match queue.send_input(&run_id, InputKind::Steer, &steering.text, Some(&message_id)).await {
                         Ok(true) => {
                             self.metrics.event(EVENT, "steered");
                             return "steered";
@@ -140,12 +148,14 @@ impl Router {
                         Ok(false) => continue,
                         Err(error) => {
                             tracing::error!(%error, "cannot steer a run through the state database");
+                            self.tell(&session, &Refusal::NotRecorded, Some(&message_id)).await;
                             return "state_error";
                         }
                     }
                 }
                 Err(refused) => {
                     tracing::info!(%refused, "the reply run was not started");
+                    self.tell_refused(&session, &refused, Some(&message_id)).await;
                     return "refused";
                 }
             }
@@ -244,24 +254,44 @@ impl Router {
         };
         let mut stops = Vec::new();
         for input in inputs {
+            let Some(seen) = self.active.values().find(|run| run.run_id == input.run_id).map(|run| run.inputs_seen)
+            else {
+                continue;
+            };
+            if input.n <= seen {
+                continue;
+            }
+            let steering = match input.kind {
+                InputKind::Steer => Some(self.steering_of(input.text.clone(), input.message_id.clone()).await),
+                InputKind::Stop => None,
+            };
             let Some((session, run)) = self.active.iter_mut().find(|(_, run)| run.run_id == input.run_id) else {
                 continue;
             };
-            if input.n <= run.inputs_seen {
-                continue;
-            }
             run.inputs_seen = input.n;
-            match input.kind {
-                InputKind::Steer => {
-                    let _ = run.steer.send(input.text.clone());
-                    run.steered.push(input.text);
+            match steering {
+                Some(steering) => {
+                    let _ = run.steer.send(steering.clone());
+                    run.steered.push(steering);
                 }
-                InputKind::Stop => stops.push((session.clone(), input.text)),
+                None => stops.push((session.clone(), input.text)),
             }
         }
         for (session, reason) in stops {
             self.stop(&session, &reason).await;
         }
+    }
+
+    /// A steering input read from the database, with who asked it: the author of its message,
+    /// read afresh from the tracker (`None` asks nothing of anyone).
+    async fn steering_of(&mut self, text: String, message_id: Option<String>) -> Steering {
+        let Some(message_id) = message_id else { return Steering { text, asked: None } };
+        let author = self.client.get_message(&message_id).await.ok().map(|message| message.author_slug);
+        let kind = match author {
+            Some(author) => self.member_kind(&author).await,
+            None => None,
+        };
+        Steering { text, asked: Some(Asked { message_id, asker: super::asker_of(kind) }) }
     }
 
     /// Claims queued runs (and runs whose replica died) while slots are free, and starts them.
@@ -287,9 +317,12 @@ impl Router {
             match self.request_of(&run).await {
                 Ok(mut request) => {
                     let steering: Vec<_> = inputs.iter().filter(|input| input.kind == InputKind::Steer).collect();
-                    request.steering = steering.iter().map(|input| input.text.clone()).collect();
                     request.steering_message_ids =
                         steering.iter().filter_map(|input| input.message_id.clone()).collect();
+                    for input in steering {
+                        let steered = self.steering_of(input.text.clone(), input.message_id.clone()).await;
+                        request.steering.push(steered);
+                    }
                     if run.attempts > 1 {
                         tracing::info!(run_id = %run.id, attempts = run.attempts, "resuming a run another replica left");
                     }
@@ -330,19 +363,20 @@ impl Router {
             ),
             None => None,
         };
-        let (kind, prompt) = match queued {
+        let (kind, prompt, prompt_from) = match queued {
             Some(QueuedRequest { kind: RunKind::Prompt { .. }, .. }) if run.attempts > 1 => {
                 return Err(NotRunnable::Gone("a prompt run is not resumed after its replica stopped".to_string()));
             }
-            Some(QueuedRequest { kind: RunKind::Task { .. }, prompt }) if run.attempts > 1 => {
-                (self.resumable_kind(&session).await?, prompt)
+            Some(QueuedRequest { kind: RunKind::Task { .. }, prompt, prompt_from }) if run.attempts > 1 => {
+                (self.resumable_kind(&session).await?, prompt, prompt_from)
             }
-            Some(QueuedRequest { kind, prompt }) => (kind, prompt),
-            None => (self.resumable_kind(&session).await?, None),
+            Some(QueuedRequest { kind, prompt, prompt_from }) => (kind, prompt, prompt_from),
+            None => (self.resumable_kind(&session).await?, None, None),
         };
         Ok(RunRequest {
             resume_run_id: Some(run.id.clone()),
             prompt,
+            prompt_from,
             ..RunRequest::new(session, run.trigger.clone(), kind)
         })
     }
@@ -357,27 +391,28 @@ impl Router {
 
     /// What the run `run_id` was sent and did not take in, after `consumed` inputs: the prompt
     /// and steering of its follow-up run.
-    pub(super) async fn leftover_of(&self, run_id: &str, consumed: usize) -> Vec<String> {
-        let Some(queue) = self.queue() else { return Vec::new() };
-        match queue.inputs(&[run_id.to_string()]).await {
-            Ok(inputs) => inputs
-                .into_iter()
-                .filter(|input| input.kind == InputKind::Steer)
-                .skip(consumed)
-                .map(|input| input.text)
-                .collect(),
+    pub(super) async fn leftover_of(&mut self, run_id: &str, consumed: usize) -> Vec<Steering> {
+        let Some(queue) = self.queue().cloned() else { return Vec::new() };
+        let inputs = match queue.inputs(&[run_id.to_string()]).await {
+            Ok(inputs) => inputs,
             Err(error) => {
                 tracing::error!(%error, run_id, "cannot read what the run was sent; a follow-up may be missing");
-                Vec::new()
+                return Vec::new();
             }
+        };
+        let mut leftover = Vec::new();
+        for input in inputs.into_iter().filter(|input| input.kind == InputKind::Steer).skip(consumed) {
+            leftover.push(self.steering_of(input.text, input.message_id).await);
         }
+        leftover
     }
 
     /// Sends `inputs` to the run `run_id` (a follow-up met a run of the same session).
-    pub(super) async fn send_all(&self, run_id: &str, inputs: Vec<String>) {
+    pub(super) async fn send_all(&self, run_id: &str, inputs: Vec<Steering>) {
         let Some(queue) = self.queue() else { return };
-        for text in inputs {
-            if let Err(error) = queue.send_input(run_id, InputKind::Steer, &text, None).await {
+        for input in inputs {
+            let message_id = input.asked.as_ref().map(|asked| asked.message_id.as_str());
+            if let Err(error) = queue.send_input(run_id, InputKind::Steer, &input.text, message_id).await {
                 tracing::error!(%error, run_id, "cannot hand input to the session's run");
             }
         }
@@ -427,8 +462,8 @@ impl ActiveRun {
     pub(super) fn new(
         run_id: String,
         cancel: tokio_util::sync::CancellationToken,
-        steer: tokio::sync::mpsc::UnboundedSender<String>,
-        steered: Vec<String>,
+        steer: tokio::sync::mpsc::UnboundedSender<Steering>,
+        steered: Vec<Steering>,
     ) -> ActiveRun {
         ActiveRun { run_id, cancel, steer, steered, stop_reason: None, inputs_seen: 0, lost: false }
     }

@@ -8,6 +8,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{ActiveRun, Input, Router};
+use crate::runtime::guard::Steering;
+use crate::runtime::refusal::Refusal;
 use crate::runtime::run::{RunDone, RunKind, RunRequest};
 use crate::session::SessionKey;
 use crate::state::{ClaimKind, FinishRun, RunStatus};
@@ -44,13 +46,17 @@ impl Router {
     /// Cancels the run of `session` (on whichever replica runs it), remembering why so it is said
     /// once when the run ends.
     pub(super) async fn stop(&mut self, session: &SessionKey, reason: &str) -> bool {
-        if let Some(request) =
-            self.waiting.iter().position(|r| &r.session == session).and_then(|pos| self.waiting.remove(pos))
-        {
+        // Every run of the session waiting for a slot (or behind its running run) stops too.
+        let (stopping, kept): (Vec<RunRequest>, Vec<RunRequest>) =
+            self.waiting.drain(..).partition(|request| &request.session == session);
+        self.waiting = kept.into();
+        let stopped_waiting = !stopping.is_empty();
+        if stopped_waiting {
             self.waiting_sessions.remove(session);
             self.publish_waiting();
+        }
+        for request in stopping {
             self.stop_before_start(request, reason).await;
-            return true;
         }
         match self.active.get_mut(session) {
             Some(run) => {
@@ -59,6 +65,7 @@ impl Router {
                 run.cancel.cancel();
                 true
             }
+            None if stopped_waiting => true,
             None => self.stop_anywhere(session, reason).await,
         }
     }
@@ -85,6 +92,22 @@ impl Router {
         }
     }
 
+    /// Queues `request` behind the run its session has (a reconciled mention: a question of its
+    /// own); it starts when that run ends and a slot is free. The daily budget is asked now, as
+    /// for any new run.
+    pub(super) async fn queue_behind(&mut self, request: RunRequest) -> Result<Started, StartRefused> {
+        if self.shutdown.is_cancelled() {
+            return Err(StartRefused::ShuttingDown);
+        }
+        if !self.spend_allows(&request).await {
+            return Err(StartRefused::DailyBudget);
+        }
+        self.waiting_sessions.insert(request.session.clone());
+        self.waiting.push_back(request);
+        self.publish_waiting();
+        Ok(Started::Queued)
+    }
+
     /// Starts the run now if a slot is free, else queues it.
     pub(super) async fn start_or_queue(&mut self, request: RunRequest) -> Result<Started, StartRefused> {
         if self.shutdown.is_cancelled() {
@@ -106,7 +129,7 @@ impl Router {
     }
 
     /// The daily spend guard: past `max_tokens_per_day` (or `max_cost_per_day`), new runs are
-    /// refused with one notice a day.
+    /// refused, and the person is told once a day where they asked.
     pub(super) async fn spend_allows(&mut self, request: &RunRequest) -> bool {
         let limits = &self.config.limits;
         let spent = self.state.spend_today().await.unwrap_or_default();
@@ -115,19 +138,18 @@ impl Router {
             return true;
         }
         self.metrics.event("run", "spend_guard");
-        let day = time::OffsetDateTime::now_utc().date().to_string();
         tracing::warn!(tokens = spent.tokens, cost = spent.cost, "daily model budget reached; run refused");
-        if self.claim(ClaimKind::SpendNotice, &day).await {
-            let (budget, setting) = match (over_cost, limits.max_cost_per_day) {
-                (true, Some(max)) => (format!("{max} in cost"), "limits.max_cost_per_day"),
-                _ => (format!("{} tokens", limits.max_tokens_per_day), "limits.max_tokens_per_day"),
-            };
-            let text = format!(
-                "I have used my daily model budget ({budget}) and will not start new work until tomorrow (UTC). \
-                 Ask an admin to raise {setting} if this is urgent."
-            );
-            self.post_notice(&request.kind, &text, &format!("spend-{day}")).await;
-        }
+        let refusal = match (over_cost, limits.max_cost_per_day) {
+            (true, Some(max)) => {
+                Refusal::DailyBudget { setting: "limits.max_cost_per_day", budget: format!("{max} in cost") }
+            }
+            _ => Refusal::DailyBudget {
+                setting: "limits.max_tokens_per_day",
+                budget: format!("{} tokens", limits.max_tokens_per_day),
+            },
+        };
+        let asked = request.prompt_from.as_ref().map(|asked| asked.message_id.as_str());
+        self.tell(&request.session, &refusal, asked.or(answered_message(&request.kind))).await;
         false
     }
 
@@ -192,9 +214,10 @@ impl Router {
         // period, and only then cancels what is left (see `drain`).
         let cancel = CancellationToken::new();
         let (steer_tx, steer_rx) = mpsc::unbounded_channel();
-        let steered: Vec<String> = request.steering.drain(..).collect();
-        for text in &steered {
-            let _ = steer_tx.send(text.clone());
+        request.asker = self.asker_of_run(&request).await;
+        let steered: Vec<Steering> = request.steering.drain(..).collect();
+        for input in &steered {
+            let _ = steer_tx.send(input.clone());
         }
         self.active.insert(request.session.clone(), ActiveRun::new(run_id.clone(), cancel.clone(), steer_tx, steered));
         self.status.set_active_runs(self.active.len());
@@ -249,19 +272,30 @@ impl Router {
         if !leftover.is_empty() && done.status == RunStatus::Completed {
             let trigger = format!("follow-up of {}", done.run_id);
             let mut inputs = leftover.into_iter();
+            let first = inputs.next();
             let request = RunRequest {
-                prompt: inputs.next(),
+                prompt: first.as_ref().map(|input| input.text.clone()),
+                prompt_from: first.and_then(|input| input.asked),
                 steering: inputs.collect(),
                 ..RunRequest::new(done.session.clone(), trigger, done.kind.clone())
             };
-            let inputs: Vec<String> = request.prompt.iter().chain(&request.steering).cloned().collect();
+            let inputs: Vec<Steering> = request
+                .prompt
+                .iter()
+                .map(|text| Steering { text: text.clone(), asked: request.prompt_from.clone() })
+                .chain(request.steering.iter().cloned())
+                .collect();
+            let asked = request.prompt_from.as_ref().map(|asked| asked.message_id.clone());
             match self.start_or_queue(request).await {
                 Ok(_) => {}
                 // Replicas: a run of the session started elsewhere meanwhile; it takes the input.
                 Err(StartRefused::Busy { run_id, .. }) if self.replicas.is_some() => {
                     self.send_all(&run_id, inputs).await
                 }
-                Err(refused) => tracing::warn!(%refused, session = %done.session, "the follow-up run was not started"),
+                Err(refused) => {
+                    tracing::warn!(%refused, session = %done.session, "the follow-up run was not started");
+                    self.tell_refused(&done.session, &refused, asked.as_deref()).await;
+                }
             }
         }
         if self.replicas.is_some() {
@@ -271,18 +305,26 @@ impl Router {
         }
     }
 
-    /// Starts waiting runs while slots are free, in the order they came.
+    /// Starts waiting runs while slots are free, in the order they came; one whose session has
+    /// a run keeps its place until that run ends.
     async fn start_waiting(&mut self) {
         while self.slot_free() {
-            let Some(next) = self.waiting.pop_front() else { break };
-            self.waiting_sessions.remove(&next.session);
-            if self.active.contains_key(&next.session) {
-                self.waiting_sessions.insert(next.session.clone());
-                self.waiting.push_back(next);
+            let Some(position) = self.waiting.iter().position(|request| !self.active.contains_key(&request.session))
+            else {
                 break;
+            };
+            let Some(next) = self.waiting.remove(position) else { break };
+            if !self.waiting.iter().any(|request| request.session == next.session) {
+                self.waiting_sessions.remove(&next.session);
             }
+            let session = next.session.clone();
+            let asked = match &next.kind {
+                RunKind::Message { message } if next.prompt.is_none() => Some(message.id.clone()),
+                _ => next.prompt_from.as_ref().map(|asked| asked.message_id.clone()),
+            };
             if let Err(refused) = self.spawn_run(next).await {
                 tracing::warn!(%refused, "a waiting run was not started");
+                self.tell_refused(&session, &refused, asked.as_deref()).await;
             }
         }
         self.publish_waiting();
@@ -311,6 +353,7 @@ impl Router {
             RunKind::Message { message } => SendMessage {
                 content: text.to_string(),
                 parent_id: Some(message.thread_root().to_string()),
+                reply_to: Some(message.id.clone()),
                 ..SendMessage::default()
             },
             RunKind::Prompt { .. } => return,
@@ -379,6 +422,14 @@ impl Router {
                 Ok(RunKind::Message { message: Box::new(self.client.get_message(root).await?) })
             }
         })
+    }
+}
+
+/// The message a run of `kind` answers, if it answers one.
+fn answered_message(kind: &RunKind) -> Option<&str> {
+    match kind {
+        RunKind::Message { message } => Some(&message.id),
+        RunKind::Task { .. } | RunKind::Prompt { .. } => None,
     }
 }
 

@@ -5,7 +5,8 @@
 //!
 //! Invariants:
 //! - the answer is posted with the idempotency key `answer-{run id}`, the same across retries and
-//!   resumes, so it lands once; it passes the loop guard like every post of the agent;
+//!   resumes, so it lands once; it passes the loop guard like every post of the agent, and names
+//!   the message it answers (`reply_to`) as every post of the run does (`runtime/guard.rs`);
 //! - a run that replied or commented where it was asked (seen by [`RunPosts`], which hears of
 //!   every post the run's tools made) posts nothing more; empty text is never posted.
 
@@ -18,21 +19,24 @@ use crate::agent::{RunOutcome, RunRecord};
 use crate::config::{Limits, LlmConfig, Price};
 use crate::llm::probe::ModelCheck;
 use crate::llm::{Message, ModelFailure};
+use crate::runtime::guard::{Answering, ReplyCap};
 use crate::runtime::run::RunKind;
 use crate::session::SessionKey;
 use crate::tools::{PostGuard, PostPlace, PostRefused};
 use crate::tracker::TrackerClient;
 use crate::tracker::model::{MessageOut, SendMessage};
 
-/// A run's post guard: the agent's loop guard, plus a note of every session the run posted in.
+/// A run's post guard: what the run answers and the agent's loop guard, plus a note of every
+/// session the run posted in.
 pub struct RunPosts {
-    inner: Arc<dyn PostGuard>,
+    cap: Arc<ReplyCap>,
+    answering: Arc<Answering>,
     posted_in: Mutex<HashSet<SessionKey>>,
 }
 
 impl RunPosts {
-    pub fn new(inner: Arc<dyn PostGuard>) -> RunPosts {
-        RunPosts { inner, posted_in: Mutex::new(HashSet::new()) }
+    pub fn new(cap: Arc<ReplyCap>, answering: Arc<Answering>) -> RunPosts {
+        RunPosts { cap, answering, posted_in: Mutex::new(HashSet::new()) }
     }
 
     /// Whether the run posted a message in `session`.
@@ -42,15 +46,21 @@ impl RunPosts {
 }
 
 impl PostGuard for RunPosts {
-    fn before_post<'a>(&'a self, place: &'a PostPlace) -> BoxFuture<'a, Result<(), PostRefused>> {
-        self.inner.before_post(place)
+    fn before_post<'a>(
+        &'a self,
+        place: &'a PostPlace,
+        steering_taken: u32,
+    ) -> BoxFuture<'a, Result<Option<String>, PostRefused>> {
+        Box::pin(self.cap.clear(place, &self.answering, steering_taken))
     }
 
     fn posted(&self, message: &MessageOut) {
         if let Ok(mut posted) = self.posted_in.lock() {
             posted.insert(SessionKey::of_message(message));
         }
-        self.inner.posted(message);
+        if let Some(answered) = &message.reply_to {
+            self.answering.named(answered);
+        }
     }
 }
 
@@ -73,7 +83,8 @@ fn answer_place(kind: &RunKind) -> Option<(PostPlace, SendMessage)> {
 }
 
 /// Posts a completed run's final answer where it was asked, with the spend line, unless the run
-/// posted there itself or the answer is empty.
+/// posted there itself or the answer is empty. `steering_taken`: the steering inputs the run took
+/// in, for what the answer names.
 pub async fn post_answer(
     client: &TrackerClient,
     posts: &RunPosts,
@@ -81,16 +92,20 @@ pub async fn post_answer(
     run_id: &str,
     kind: &RunKind,
     text: String,
+    steering_taken: u32,
 ) {
     if text.trim().is_empty() || posts.posted_in(session) {
         return;
     }
     let Some((place, body)) = answer_place(kind) else { return };
-    if let Err(refused) = posts.before_post(&place).await {
-        tracing::warn!(%refused, "the run's answer was not posted");
-        return;
-    }
-    let body = SendMessage { content: text, ..body };
+    let reply_to = match posts.before_post(&place, steering_taken).await {
+        Ok(reply_to) => reply_to,
+        Err(refused) => {
+            tracing::warn!(%refused, "the run's answer was not posted");
+            return;
+        }
+    };
+    let body = SendMessage { content: text, reply_to, ..body };
     match client.send_message(&body, Some(&format!("answer-{run_id}"))).await {
         Ok(message) => posts.posted(&message),
         Err(error) => tracing::error!(%error, "could not post the run's answer"),

@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod presence;
 pub mod prompt;
 pub mod record;
+pub mod refusal;
 pub mod replicas;
 pub mod retention;
 pub mod run;

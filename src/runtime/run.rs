@@ -28,6 +28,7 @@ use crate::config::Config;
 use crate::llm::Message;
 use crate::prompts::{Fence, PromptError, Prompts};
 use crate::runtime::answer::{NoticeContext, RunPosts, TokenBudget, answer_text, failure_notice, post_answer};
+use crate::runtime::guard::{Answering, Asked, Asker, ReplyCap, Steering};
 use crate::runtime::metrics::Metrics;
 use crate::runtime::prompt::{system_prompt, user_prompt};
 use crate::runtime::record::{RunStart, StoredRun};
@@ -53,8 +54,9 @@ pub struct RunServices {
     pub shutdown: CancellationToken,
     /// The external MCP servers: their instructions and prompt commands.
     pub host: Arc<crate::mcp::host::McpHost>,
-    /// The loop guard the message tools ask before every post.
-    pub post_guard: Arc<dyn crate::tools::PostGuard>,
+    /// The loop guard, and what tells where each post lands and what it answers (asked before
+    /// every post of a run).
+    pub post_guard: Arc<ReplyCap>,
 }
 
 /// What a run is for.
@@ -76,7 +78,7 @@ pub struct RunRequest {
     pub trigger: String,
     pub kind: RunKind,
     /// Input that arrived before the run started; handed to it at its first turn boundary.
-    pub steering: Vec<String>,
+    pub steering: Vec<Steering>,
     /// The messages `steering` came from: the prompt does not show them again.
     pub steering_message_ids: Vec<String>,
     /// Set when continuing a run interrupted by a crash or restart.
@@ -88,6 +90,12 @@ pub struct RunRequest {
     /// A claim (kind, key) written in the same transaction as the run's start, so the thing is
     /// handled once and a crash between deciding and starting loses nothing.
     pub claim: Option<(ClaimKind, String)>,
+    /// Who asked for the run: the member who wrote its message or assigned its task (the router
+    /// sets it as it starts the run). The loop guard counts only what answers a bot.
+    pub asker: Asker,
+    /// The message a given `prompt` came from (a follow-up's first late input): what the run
+    /// answers instead of its kind's message.
+    pub prompt_from: Option<Asked>,
 }
 
 impl RunRequest {
@@ -102,6 +110,8 @@ impl RunRequest {
             resume_run_id: None,
             prompt: None,
             claim: None,
+            asker: Asker::Person,
+            prompt_from: None,
         }
     }
 }
@@ -145,7 +155,7 @@ pub async fn execute(
     run_id: String,
     request: RunRequest,
     cancel: CancellationToken,
-    steer: mpsc::UnboundedReceiver<String>,
+    steer: mpsc::UnboundedReceiver<Steering>,
 ) -> RunDone {
     let started = Instant::now();
     let ended = match drive(&services, &run_id, &request, &cancel, steer).await {
@@ -195,7 +205,7 @@ async fn drive(
     run_id: &str,
     request: &RunRequest,
     cancel: &CancellationToken,
-    steer: mpsc::UnboundedReceiver<String>,
+    steer: mpsc::UnboundedReceiver<Steering>,
 ) -> Result<Ended, RunError> {
     // A follow-up run's task was acknowledged by the run it follows (and may be in review now).
     let task = match request.prompt {
@@ -203,13 +213,51 @@ async fn drive(
         Some(_) => None,
     };
     let begun = begin(services, run_id, request, task).await?;
-    let posts = Arc::new(RunPosts::new(services.post_guard.clone()));
-    let (output, token_budget) = model_loop(services, run_id, request, &begun, posts.clone(), cancel, steer).await;
+    let answering = Arc::new(answering_of(request));
+    let posts = Arc::new(RunPosts::new(services.post_guard.clone(), answering.clone()));
+    // Steering goes on to the loop as text; what it came from is noted for what posts answer,
+    // before the loop can take it in.
+    let (to_loop, loop_steering) = mpsc::unbounded_channel();
+    let mut steer = steer;
+    // What was sent before the start is the loop's at its first turn, as if sent to it directly.
+    while let Ok(Steering { text, asked }) = steer.try_recv() {
+        answering.steered(asked);
+        let _ = to_loop.send(text);
+    }
+    let forwarding = tokio::spawn(forward_steering(steer, answering, to_loop));
+    let (output, token_budget) =
+        model_loop(services, run_id, request, &begun, posts.clone(), cancel, loop_steering).await;
+    forwarding.abort();
     if output.record.outcome == RunOutcome::Completed {
         let text = answer_text(&output.record, &services.config.limits, services.config.llm.price.as_ref());
-        post_answer(&services.client, &posts, &request.session, run_id, &request.kind, text).await;
+        let steering_taken = output.record.steering_inputs;
+        post_answer(&services.client, &posts, &request.session, run_id, &request.kind, text, steering_taken).await;
     }
     Ok(finish(services, run_id, &request.session, begun.start, output, token_budget).await)
+}
+
+/// What the run answers: the message it was asked with (for a message run), and who asked.
+fn answering_of(request: &RunRequest) -> Answering {
+    let trigger = match (&request.prompt, &request.kind) {
+        (Some(_), _) => request.prompt_from.clone(),
+        (None, RunKind::Message { message }) => Some(Asked { message_id: message.id.clone(), asker: request.asker }),
+        (None, RunKind::Task { .. } | RunKind::Prompt { .. }) => None,
+    };
+    Answering::new(request.session.clone(), request.asker, trigger)
+}
+
+/// Hands each steering input to the loop, noting first what it came from.
+async fn forward_steering(
+    mut steer: mpsc::UnboundedReceiver<Steering>,
+    answering: Arc<Answering>,
+    to_loop: mpsc::UnboundedSender<String>,
+) {
+    while let Some(Steering { text, asked }) = steer.recv().await {
+        answering.steered(asked);
+        if to_loop.send(text).is_err() {
+            return;
+        }
+    }
 }
 
 /// Moves a task run's task to `in_progress` if it is not started yet: the person who assigned it

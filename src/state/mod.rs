@@ -95,8 +95,12 @@ pub enum ClaimKind {
     Message,
     /// Key: the run id. The notice of a failed or stopped run was posted.
     RunNotice,
-    /// Key: the UTC day. The notice that the daily budget is spent was posted.
+    /// Key: the UTC day, then `/` and the session. The notice that the daily budget is spent
+    /// was posted there.
     SpendNotice,
+    /// Key: the UTC day (and hour) of its window, then `/`, what refused, `/` and the session. The
+    /// notice that a cap or a policy refused a request was posted there in that window.
+    LimitNotice,
 }
 
 impl ClaimKind {
@@ -105,6 +109,7 @@ impl ClaimKind {
             ClaimKind::Message => "message",
             ClaimKind::RunNotice => "run_notice",
             ClaimKind::SpendNotice => "spend_notice",
+            ClaimKind::LimitNotice => "limit_notice",
         }
     }
 }

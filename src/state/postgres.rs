@@ -646,7 +646,7 @@ impl Store for PostgresStore {
         let deleted = sqlx::query(
             "DELETE FROM claims WHERE agent = $1 AND claimed_at_ms < $2 AND ( \
                (kind = 'run_notice' AND key NOT IN (SELECT id FROM runs WHERE agent = $1 AND status IN ('queued', 'running'))) \
-               OR (kind = 'spend_notice' AND key COLLATE \"C\" < $3))",
+               OR (kind IN ('spend_notice', 'limit_notice') AND key COLLATE \"C\" < $3))",
         )
         .bind(&self.agent)
         .bind(before_ms)

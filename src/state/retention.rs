@@ -27,8 +27,9 @@
 //!   `picogent run --from-start` replays the whole log on purpose and is not covered.
 //! - **Notice claims** stop a notice from being posted twice. A run's notice is asked for only
 //!   when the run ends in this process; a run still `running` may be resumed and end again, so
-//!   its claim stays. The spend notice is keyed by the UTC day and asked for only today; its
-//!   claim stays until the day is two days gone (clocks and time zones never reach back further).
+//!   its claim stays. The spend and limit notices are keyed by the UTC day (their keys start
+//!   with it) and asked for only within that day; a claim stays until its day is two days gone
+//!   (clocks and time zones never reach back further).
 //! - **Runs**: a running run is never touched (it is resumed at the next start). Reconciliation
 //!   asks whether a task has a *finished* run, and an assignment event whether a run started
 //!   after it; both read the newest runs of a session. So the newest run of each session, and its
@@ -116,8 +117,9 @@ impl State {
         Ok(pruned)
     }
 
-    /// Deletes the claims of run notices and spend notices made before `before` that nothing can
-    /// ask about again: not of a run still running, not of a day after `today` minus two.
+    /// Deletes the claims of run notices, spend notices and limit notices made before `before`
+    /// that nothing can ask about again: not of a run still running, not of a day after `today`
+    /// minus two.
     pub async fn prune_notice_claims(&self, before: OffsetDateTime, today: Date) -> Result<u64, StateError> {
         let oldest_day_asked = (today - time::Duration::days(SPEND_NOTICE_DAYS_KEPT)).to_string();
         on_store!(self, prune_notice_claims(to_ms(before), &oldest_day_asked))

@@ -385,7 +385,7 @@ impl Store for SqliteStore {
         let deleted = sqlx::query(
             "DELETE FROM claims WHERE claimed_at_ms < ?1 AND ( \
                (kind = 'run_notice' AND key NOT IN (SELECT id FROM runs WHERE status = 'running')) \
-               OR (kind = 'spend_notice' AND key < ?2))",
+               OR (kind IN ('spend_notice', 'limit_notice') AND key < ?2))",
         )
         .bind(before_ms)
         .bind(oldest_day_asked)

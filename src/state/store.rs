@@ -173,7 +173,8 @@ pub(super) trait Store {
     // ---- pruning: what may go and why is at the top of `retention.rs` ----
 
     /// Deletes the run-notice claims made before `before_ms` whose run is not `running`, and the
-    /// spend-notice claims made before it whose day is before `oldest_day_asked`.
+    /// spend- and limit-notice claims made before it whose day (the key's start) is before
+    /// `oldest_day_asked`.
     async fn prune_notice_claims(&self, before_ms: i64, oldest_day_asked: &str) -> Result<u64, StateError>;
     /// Deletes the message claims made before `before_ms`.
     async fn prune_message_claims(&self, before_ms: i64) -> Result<u64, StateError>;

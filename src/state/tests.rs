@@ -628,19 +628,22 @@ async fn notice_claims_stay_while_their_run_runs_or_their_day_is_recent(place: P
         state.claim(ClaimKind::RunNotice, key).await.unwrap();
     }
     for day in &days {
-        state.claim(ClaimKind::SpendNotice, day).await.unwrap();
+        state.claim(ClaimKind::SpendNotice, &format!("{day}/task:t1")).await.unwrap();
+        state.claim(ClaimKind::LimitNotice, &format!("{day}T10/reply_cap/thread:m1")).await.unwrap();
     }
     state.claim(ClaimKind::Message, "m1").await.unwrap();
     execute(&state, "UPDATE claims SET claimed_at_ms = $1".to_string(), &[to_ms(days_ago(60))], &[]).await;
 
     // Past days 3 and 40, the finished run and the unknown one go; the message claim is not a
     // notice claim.
-    assert_eq!(state.prune_notice_claims(days_ago(30), today).await.unwrap(), 4);
+    assert_eq!(state.prune_notice_claims(days_ago(30), today).await.unwrap(), 6);
     assert!(state.is_claimed(ClaimKind::RunNotice, &running).await.unwrap(), "a running run may end again");
     assert!(!state.is_claimed(ClaimKind::RunNotice, &finished).await.unwrap());
     assert!(!state.is_claimed(ClaimKind::RunNotice, "run-long-gone").await.unwrap());
     for (day, kept) in days.iter().zip([true, true, true, false, false]) {
-        assert_eq!(state.is_claimed(ClaimKind::SpendNotice, day).await.unwrap(), kept, "{day}");
+        assert_eq!(state.is_claimed(ClaimKind::SpendNotice, &format!("{day}/task:t1")).await.unwrap(), kept, "{day}");
+        let limit = format!("{day}T10/reply_cap/thread:m1");
+        assert_eq!(state.is_claimed(ClaimKind::LimitNotice, &limit).await.unwrap(), kept, "{day}");
     }
     assert!(state.is_claimed(ClaimKind::Message, "m1").await.unwrap());
     // A claim younger than the cutoff stays whatever it is.

@@ -78,13 +78,14 @@ impl TrackerTool for SendMessage {
         } else {
             PostPlace::Chat { chat_id: args.chat_id.clone().unwrap_or_default() }
         };
-        guard(context, &place).await?;
+        let reply_to = guard(context, &place).await?;
         let body = model::SendMessage {
             content: args.content,
             chat_id: args.chat_id,
             task_id: args.task_id,
             parent_id: args.parent_id,
             mentions: args.mentions,
+            reply_to,
         };
         let message = client.send_message(&body, context.idempotency_key.as_deref()).await?;
         posted(context, &message);
@@ -194,21 +195,24 @@ impl TrackerTool for ReplyMessage {
         client: &TrackerClient,
         context: &ToolContext,
     ) -> Result<ToolOutput, ToolError> {
-        guard(context, &PostPlace::Reply { parent_id: args.parent_id.clone() }).await?;
-        let body = model::ReplyMessage { content: args.content, mentions: args.mentions };
+        let reply_to = guard(context, &PostPlace::Reply { parent_id: args.parent_id.clone() }).await?;
+        let body = model::ReplyMessage { content: args.content, mentions: args.mentions, reply_to };
         let message = client.reply_message(&args.parent_id, &body, context.idempotency_key.as_deref()).await?;
         posted(context, &message);
         ToolOutput::new(format!("sent {}", format::message_line(&message)), &message)
     }
 }
 
-/// Asks the context's post guard (the loop guard) whether this post may go out.
-async fn guard(context: &ToolContext, place: &PostPlace) -> Result<(), ToolError> {
+/// Asks the context's post guard (the loop guard) whether this post may go out, and which
+/// message it answers (none without a guard: the MCP server and the command line post for a
+/// person, who names nothing).
+async fn guard(context: &ToolContext, place: &PostPlace) -> Result<Option<String>, ToolError> {
     match &context.post_guard {
-        Some(guard) => {
-            guard.before_post(place).await.map_err(|refused| ToolError::Refused { message: refused.to_string() })
-        }
-        None => Ok(()),
+        Some(guard) => guard
+            .before_post(place, context.steering_taken)
+            .await
+            .map_err(|refused| ToolError::Refused { message: refused.to_string() }),
+        None => Ok(None),
     }
 }
 

@@ -57,6 +57,9 @@ pub struct ToolContext {
     /// tool result, external tool description and steering input inside it. A fresh random one
     /// where no run sets it.
     pub fence: crate::prompts::Fence,
+    /// How many steering inputs the loop has taken in so far (the loop sets it at each turn
+    /// boundary): the post guard names what a post answers from it.
+    pub steering_taken: u32,
 }
 
 /// Where a message is about to be posted.
@@ -70,11 +73,17 @@ pub enum PostPlace {
     Chat { chat_id: String },
 }
 
-/// The loop guard's hook into the message tools: it may refuse a post, with a reason the model
-/// reads, and hears of every post that landed. The runtime implements it with the per-thread
-/// reply cap, and each run wraps it to know where it has posted.
+/// The runtime's hook into the message tools: before every post it may refuse it (the loop
+/// guard), with a reason the model reads, or clear it, naming the message the post answers (its
+/// `reply_to`, which the tool sends); and it hears of every post that landed. Each run
+/// implements it with what it answers and the per-thread reply cap (`runtime::answer::RunPosts`).
 pub trait PostGuard: Send + Sync {
-    fn before_post<'a>(&'a self, place: &'a PostPlace) -> BoxFuture<'a, Result<(), PostRefused>>;
+    /// `steering_taken`: the steering inputs the loop had taken in when the post was made.
+    fn before_post<'a>(
+        &'a self,
+        place: &'a PostPlace,
+        steering_taken: u32,
+    ) -> BoxFuture<'a, Result<Option<String>, PostRefused>>;
 
     /// Told after a post landed, with the message as the tracker stored it.
     fn posted(&self, _message: &crate::tracker::model::MessageOut) {}
@@ -84,7 +93,7 @@ pub trait PostGuard: Send + Sync {
 #[derive(Debug, thiserror::Error)]
 pub enum PostRefused {
     #[error(
-        "the agent has posted {count} messages here in the last hour, the limit \
+        "the agent has answered bots here {count} times in the last hour, the limit \
          (limits.max_replies_per_thread_per_hour); do not post here again, finish with a short final answer"
     )]
     ReplyCap { count: u32 },
@@ -108,6 +117,7 @@ impl ToolContext {
             session: None,
             run_id: None,
             fence: crate::prompts::Fence::random(),
+            steering_taken: 0,
         }
     }
 }

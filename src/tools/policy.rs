@@ -199,17 +199,11 @@ impl TrackerAsker {
         let (mut body, query) = match session {
             SessionKey::Prompt(_) => return no_place(),
             SessionKey::Task(task_id) => (
-                SendMessage { content, chat_id: None, task_id: Some(task_id.clone()), parent_id: None, mentions: None },
+                SendMessage { content, task_id: Some(task_id.clone()), ..SendMessage::default() },
                 MessageQuery { task_id: Some(task_id.clone()), ..MessageQuery::default() },
             ),
             SessionKey::Thread(root_message_id) => (
-                SendMessage {
-                    content,
-                    chat_id: None,
-                    task_id: None,
-                    parent_id: Some(root_message_id.clone()),
-                    mentions: None,
-                },
+                SendMessage { content, parent_id: Some(root_message_id.clone()), ..SendMessage::default() },
                 MessageQuery { parent_id: Some(root_message_id.clone()), ..MessageQuery::default() },
             ),
         };

@@ -165,6 +165,10 @@ pub struct MessageOut {
     pub mentions: Vec<String>,
     #[serde(default)]
     pub created_at: String,
+    /// The message this one answers, as its author named it (an extension of the seed design;
+    /// `None` when it names none, or the tracker keeps none).
+    #[serde(default)]
+    pub reply_to: Option<String>,
 }
 
 impl MessageOut {
@@ -355,6 +359,9 @@ pub struct SendMessage {
     pub parent_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mentions: Option<Vec<String>>,
+    /// The message this one answers (any message's id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_to: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -363,6 +370,9 @@ pub struct ReplyMessage {
     pub content: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mentions: Option<Vec<String>>,
+    /// The message this one answers (any message's id); the reply still attaches to the thread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_to: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
