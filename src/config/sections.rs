@@ -341,6 +341,7 @@ pub struct PermissionsConfig {
     pub allowed_tools: Vec<String>,
     /// Public tool names or globs that never run; wins over `allowed_tools`.
     pub disallowed_tools: Vec<String>,
+    #[serde(deserialize_with = "super::choice::one_of")]
     pub mode: PermissionMode,
     /// In `ask` mode, how long to wait for a human's yes or no before the call is denied.
     pub ask_timeout_ms: u64,
