@@ -303,6 +303,7 @@ pub fn main(cli: Cli) -> ExitCode {
             }
             Command::Run { config, from_start } => {
                 let start = if from_start { StreamStart::FromStart } else { StreamStart::Recorded };
+                make_state_folder(&config)?;
                 crate::runtime::run_cli(&config, start).await
             }
             Command::Check { config } => crate::check::run_cli(&config).await,
@@ -328,6 +329,26 @@ pub fn main(cli: Cli) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `picogent run` on a new machine: the folder of `state.path` is made when it is missing (the
+/// state file, its lock and external tools' artifacts go there). A config that does not load is
+/// left to `runtime::run_cli` to report.
+fn make_state_folder(config_path: &std::path::Path) -> anyhow::Result<()> {
+    let Ok(config) = Config::load(config_path) else { return Ok(()) };
+    let folder = config.state.folder();
+    if folder.exists() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(folder).with_context(|| {
+        format!(
+            "cannot make the state folder {} (the folder of state.path): make it, or set state.path to a file in a \
+             folder this user may write",
+            folder.display()
+        )
+    })?;
+    tracing::info!(folder = %folder.display(), "made the state folder");
+    Ok(())
 }
 
 /// How `picogent mcp` talks to its client.

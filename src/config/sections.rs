@@ -110,6 +110,16 @@ pub struct StateConfig {
     pub postgres_url: Option<String>,
 }
 
+impl StateConfig {
+    /// The folder of `path`: the state file, its lock and external tools' artifacts go there.
+    pub fn folder(&self) -> &std::path::Path {
+        match self.path.parent() {
+            Some(folder) if !folder.as_os_str().is_empty() => folder,
+            _ => std::path::Path::new("."),
+        }
+    }
+}
+
 impl Default for StateConfig {
     fn default() -> Self {
         StateConfig { path: PathBuf::from("./picogent.db"), postgres_url: None }
