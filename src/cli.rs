@@ -111,15 +111,17 @@ pub enum Command {
         config: PathBuf,
     },
     /// Score the configured model on a fixed suite of scenarios on a fresh reference board, each
-    /// checked from the board: a scorecard, or JSON with `--json`; exit 1 when a scenario fails.
+    /// checked from the board: a line per scenario as it ends and the totals, or JSON with
+    /// `--json`; exit 1 when a scenario fails or the time runs out, 130 on Ctrl-C (the scorecard
+    /// so far is printed either way).
     Eval {
         #[arg(long, default_value = "agent.json")]
         config: PathBuf,
-        /// Print the scorecard as JSON.
+        /// Print the scorecard as JSON, at the end.
         #[arg(long)]
         json: bool,
-        /// How long one scenario may take.
-        #[arg(long, default_value_t = 300)]
+        /// How long the whole eval may take, in seconds, the agent's start and shutdown included.
+        #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
         timeout_secs: u64,
     },
     /// The agent's durable state: move it between stores.
