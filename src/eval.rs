@@ -511,7 +511,7 @@ impl Eval<'_> {
         let question = self.alice.send_message(&message, None).await.map_err(|e| format!("cannot post: {e}"))?;
         let session = format!("thread:{}", question.id);
         self.settled(&session, 1).await?;
-        match self.agent_replies(&question.id).await?.len() {
+        match self.replies_once_posted(&question.id, 1).await?.len() {
             1 => {}
             n => return Err(format!("{n} replies in the thread, one expected")),
         }
@@ -534,7 +534,7 @@ impl Eval<'_> {
         let reply = ReplyMessage { content: "@picogent and which one is the oldest?".into(), mentions: None };
         self.alice.reply_message(&root.id, &reply, None).await.map_err(|e| format!("cannot reply: {e}"))?;
         self.settled(&session, runs_before.len() + 1).await?;
-        match self.agent_replies(&root.id).await?.len() - before {
+        match self.replies_once_posted(&root.id, before + 1).await?.len() - before {
             1 => {}
             n => return Err(format!("{n} new replies in the thread, one expected")),
         }
@@ -587,11 +587,26 @@ impl Eval<'_> {
     /// The agent's comments on the task once there is one, or none after a while: the notice of
     /// a run that did not complete comes a moment after its end.
     async fn notice_on(&self, task_id: &str) -> Result<Vec<MessageOut>, String> {
+        self.once_posted(1, || self.agent_comments(task_id)).await
+    }
+
+    /// The agent's replies in the thread of `root` once there are `count`, or fewer after a
+    /// while: a failed run's notice comes a moment after its end, and it must be in the thread
+    /// before the next scenario counts what is new there.
+    async fn replies_once_posted(&self, root: &str, count: usize) -> Result<Vec<MessageOut>, String> {
+        self.once_posted(count, || self.agent_replies(root)).await
+    }
+
+    async fn once_posted<F, Fut>(&self, count: usize, read: F) -> Result<Vec<MessageOut>, String>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<MessageOut>, String>>,
+    {
         let deadline = (Instant::now() + NOTICE_WAIT).min(self.play_until);
         loop {
-            let said = self.agent_comments(task_id).await?;
-            if !said.is_empty() || Instant::now() >= deadline {
-                return Ok(said);
+            let posted = read().await?;
+            if posted.len() >= count || Instant::now() >= deadline {
+                return Ok(posted);
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

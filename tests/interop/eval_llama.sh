@@ -26,4 +26,4 @@ cat >"$work/agent.json" <<JSON
   "prompts_dir": "$(pwd)/prompts"
 }
 JSON
-cargo run --quiet --release -- eval --config "$work/agent.json" --timeout-secs 150 "$@"
+cargo run --quiet --release -- eval --config "$work/agent.json" --timeout-secs 600 "$@"
