@@ -28,7 +28,7 @@ use crate::tracker::TrackerClient;
 use crate::tracker::model::{CreateTask, MessageOut, MessageQuery, ReplyMessage, SendMessage, TaskOut, TaskStatus};
 
 /// Bumped whenever a scenario or what it checks changes, so scorecards compare like with like.
-pub const SUITE_VERSION: &str = "2";
+pub const SUITE_VERSION: &str = "3";
 
 /// How one scenario went.
 #[derive(Debug, Clone, Serialize)]
@@ -143,7 +143,7 @@ impl Scorecard {
         if !self.not_played.is_empty() {
             out.push_str(&format!("; not played: {} ({why})", self.not_played.join(", ")));
         } else if !why.is_empty() {
-            out.push_str(&format!("; {why} as the eval stopped"));
+            out.push_str(&format!("; {why}"));
         }
         out.push('\n');
         out

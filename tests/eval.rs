@@ -81,7 +81,7 @@ async fn the_cli_prints_json_and_fails_when_a_scenario_fails() {
     assert!(!passed("work_task"), "{card:#}");
     assert!(passed("answer_question"), "a plain-text answer is still posted: {card:#}");
     assert_eq!(card["model"], "says-done");
-    assert_eq!(card["suite"], "2");
+    assert_eq!(card["suite"], "3");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -203,7 +203,7 @@ async fn each_line_comes_as_its_scenario_ends_and_the_time_limit_ends_it_with_th
     });
     let next = |lines: &std::sync::mpsc::Receiver<String>| lines.recv_timeout(Duration::from_secs(60)).unwrap();
     let lines = tokio::task::spawn_blocking(move || {
-        assert!(next(&lines).starts_with("picogent eval (suite 2) of offline-planner"));
+        assert!(next(&lines).starts_with("picogent eval (suite 3) of offline-planner"));
         let first = next(&lines);
         // The question is held until the time runs out: the eval is still going.
         assert!(eval.try_wait().unwrap().is_none(), "the line came before the end: {first}");

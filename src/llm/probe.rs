@@ -43,7 +43,7 @@ pub async fn probe(config: &LlmConfig, api_key: Option<Secret>) -> Result<String
     if listed.is_empty() {
         return Ok(format!("{base} answers (it lists no models, so llm.model {} is not checked)", config.model));
     }
-    if listed.iter().any(|name| *name == config.model) {
+    if listed.contains(&config.model) {
         return Ok(format!("{base} serves {}", config.model));
     }
     const SHOWN: usize = 8;
