@@ -1,5 +1,6 @@
-//! `picogent check`: validates the config and the templates, reaches the tracker (REST and
-//! WebSocket) and the model endpoint, and reports each result on one line with what to fix.
+//! `picogent check`: validates the config and the templates, checks that the state folder can be
+//! written, reaches the tracker (REST and WebSocket) and the model endpoint, and reports each
+//! result on one line with what to fix.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -45,6 +46,7 @@ pub async fn run_cli(config_path: &Path) -> anyhow::Result<ExitCode> {
         },
         Err(error) => Line { ok: false, what: "prompts".into(), detail: error.to_string() },
     });
+    lines.push(check_state_folder(&config));
     let token = match Secret::from_env(&config.tracker.token_env) {
         Ok(token) => {
             lines.push(Line {
@@ -81,8 +83,12 @@ pub async fn run_cli(config_path: &Path) -> anyhow::Result<ExitCode> {
     let reachable = model.ok;
     lines.push(model);
     if reachable {
-        lines.extend(check_server(&config).await);
-        lines.push(check_tool_call(&config).await);
+        // The tool call first: only the server's answer to it tells whether llama-server was
+        // started without `--jinja` (its `/props` says nothing about it), which the advice on
+        // its chat template depends on.
+        let (tool_call, jinja_off) = check_tool_call(&config).await;
+        lines.extend(check_server(&config, jinja_off).await);
+        lines.push(tool_call);
     }
     print(&lines);
     Ok(if lines.iter().all(|l| l.ok) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
@@ -124,25 +130,35 @@ async fn check_model(config: &Config) -> Line {
 
 /// What the server says about itself at `/props` (llama.cpp's server): whether its chat template
 /// takes tools, and whether its context holds `llm.context_tokens`. Servers without it: no lines.
-async fn check_server(config: &Config) -> Vec<Line> {
+/// `jinja_off`: the server refused the tool-call probe for want of `--jinja`.
+async fn check_server(config: &Config, jinja_off: bool) -> Vec<Line> {
     let key = config.llm.api_key().ok().flatten();
     let Some(props) = crate::llm::probe::server_props(&config.llm, key).await else { return Vec::new() };
     let build = props.build.as_deref().map(|b| format!(" ({b})")).unwrap_or_default();
     let mut lines = Vec::new();
     if let Some(supports) = props.supports_tools {
-        lines.push(Line {
-            ok: supports,
-            what: "server tools".into(),
-            detail: if supports {
-                format!("the server{build} says its chat template takes tools")
-            } else {
+        // `--jinja` is advised only to a server that said it lacks it: it is llama-server's
+        // default, and most servers that drop tools run with it and a template without tools.
+        let (ok, detail) = match (supports, jinja_off) {
+            (true, false) => (true, format!("the server{build} says its chat template takes tools")),
+            (true, true) => (
+                false,
+                format!(
+                    "the server{build} says its chat template takes tools, but it was started with --no-jinja and \
+                     refuses every request that carries tools: start llama-server with --jinja"
+                ),
+            ),
+            (false, jinja_off) => (
+                false,
                 format!(
                     "the server{build} says its chat template does not take tools: it drops the tools picogent \
-                     sends, and the model can only write text. Start llama-server with --jinja and a tool-capable \
-                     --chat-template-file (see docs/llm.md)"
-                )
-            },
-        });
+                     sends, and the model can only write text. Start llama-server with {}a tool-capable \
+                     --chat-template-file (see docs/llm.md)",
+                    if jinja_off { "--jinja and " } else { "" }
+                ),
+            ),
+        };
+        lines.push(Line { ok, what: "server tools".into(), detail });
     }
     if let Some(context) = props.context_tokens {
         let configured = config.llm.context_tokens;
@@ -174,12 +190,12 @@ async fn check_server(config: &Config) -> Vec<Line> {
 }
 
 /// One small request with one tool: does the model call tools, and does the server take the
-/// configured parameters?
-async fn check_tool_call(config: &Config) -> Line {
+/// configured parameters? Also says whether the server refused it for want of `--jinja`.
+async fn check_tool_call(config: &Config) -> (Line, bool) {
     let what = "model tool call".to_string();
     let key = match config.llm.api_key() {
         Ok(key) => key,
-        Err(error) => return Line { ok: false, what, detail: error.to_string() },
+        Err(error) => return (Line { ok: false, what, detail: error.to_string() }, false),
     };
     match crate::llm::probe::probe_tool_call(&config.llm, key).await {
         Ok(probe) => {
@@ -199,12 +215,78 @@ async fn check_tool_call(config: &Config) -> Line {
                     config.llm.model
                 )
             };
-            Line {
+            let line = Line {
                 ok: probe.called_tool && refused.is_none(),
                 what,
                 detail: format!("{called}{}", refused.unwrap_or_default()),
-            }
+            };
+            (line, false)
         }
-        Err(error) => Line { ok: false, what, detail: error.to_string() },
+        Err(error) if wants_jinja(&error) => {
+            let detail = format!("{error}: llama-server takes tools only with --jinja; start it with --jinja");
+            (Line { ok: false, what, detail }, true)
+        }
+        Err(error) => (Line { ok: false, what, detail: error.to_string() }, false),
     }
+}
+
+/// llama-server's answer to a request with tools when it was started with `--no-jinja`: a fixed
+/// text ("tools param requires --jinja flag"), the one place it says so.
+fn wants_jinja(error: &crate::llm::LlmError) -> bool {
+    use crate::llm::LlmError;
+    match error {
+        LlmError::Server { message, .. }
+        | LlmError::Rejected { message, .. }
+        | LlmError::Unprocessable { message, .. }
+        | LlmError::ToolsUnsupported { message }
+        | LlmError::ParameterRefused { message, .. } => message.contains("requires --jinja"),
+        _ => false,
+    }
+}
+
+/// The folder of `state.path` exists and this user may write in it (the state file, its `-wal`
+/// and its `.lock` go there, and external tools' artifacts), and the state file, if there is
+/// one, may be written. A folder that is missing fails, though `picogent run` would make it: a
+/// mistyped path would otherwise start the agent afresh on a new, empty state.
+fn check_state_folder(config: &Config) -> Line {
+    let what = "state".to_string();
+    let fail = |detail: String| Line { ok: false, what: what.clone(), detail };
+    let folder = config.state.folder();
+    let path = &config.state.path;
+    match std::fs::metadata(folder) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => return fail(format!("{} (the folder of state.path) is not a folder", folder.display())),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return fail(format!(
+                "the state folder {} does not exist: create it (mkdir -p {}; picogent run also makes it when it \
+                 starts), or set state.path to a file in another folder",
+                folder.display(),
+                folder.display()
+            ));
+        }
+        Err(error) => return fail(format!("cannot read the state folder {}: {error}", folder.display())),
+    }
+    if let Err(error) = tempfile::Builder::new().prefix(".picogent-check-").tempfile_in(folder) {
+        return fail(format!(
+            "cannot write in the state folder {} ({error}): give this user write access to it, or set state.path \
+             to a file in a folder it may write",
+            folder.display()
+        ));
+    }
+    if path.exists()
+        && let Err(error) = std::fs::OpenOptions::new().write(true).open(path)
+    {
+        return fail(format!(
+            "cannot write the state file {} ({error}): give this user write access to it",
+            path.display()
+        ));
+    }
+    let detail = match &config.state.postgres_url {
+        Some(_) => {
+            format!("the state is in PostgreSQL (state.url); {} is writable, for tools' artifacts", folder.display())
+        }
+        None if path.exists() => format!("{} can be written", path.display()),
+        None => format!("{} can be made in {} (a first start)", path.display(), folder.display()),
+    };
+    Line { ok: true, what, detail }
 }

@@ -127,15 +127,17 @@ pub enum Command {
         config: PathBuf,
     },
     /// Score the configured model on a fixed suite of scenarios on a fresh reference board, each
-    /// checked from the board: a scorecard, or JSON with `--json`; exit 1 when a scenario fails.
+    /// checked from the board: a line per scenario as it ends and the totals, or JSON with
+    /// `--json`; exit 1 when a scenario fails or the time runs out, 130 on Ctrl-C (the scorecard
+    /// so far is printed either way).
     Eval {
         #[arg(long, default_value = "agent.json")]
         config: PathBuf,
-        /// Print the scorecard as JSON.
+        /// Print the scorecard as JSON, at the end.
         #[arg(long)]
         json: bool,
-        /// How long one scenario may take.
-        #[arg(long, default_value_t = 300)]
+        /// How long the whole eval may take, in seconds, the agent's start and shutdown included.
+        #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
         timeout_secs: u64,
     },
     /// The agent's durable state: move it between stores.
@@ -326,6 +328,7 @@ pub fn main(cli: Cli) -> ExitCode {
             }
             Command::Run { config, from_start } => {
                 let start = if from_start { StreamStart::FromStart } else { StreamStart::Recorded };
+                make_state_folder(&config)?;
                 crate::runtime::run_cli(&config, start).await
             }
             Command::Check { config } => crate::check::run_cli(&config).await,
@@ -351,6 +354,26 @@ pub fn main(cli: Cli) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `picogent run` on a new machine: the folder of `state.path` is made when it is missing (the
+/// state file, its lock and external tools' artifacts go there). A config that does not load is
+/// left to `runtime::run_cli` to report.
+fn make_state_folder(config_path: &std::path::Path) -> anyhow::Result<()> {
+    let Ok(config) = Config::load(config_path) else { return Ok(()) };
+    let folder = config.state.folder();
+    if folder.exists() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(folder).with_context(|| {
+        format!(
+            "cannot make the state folder {} (the folder of state.path): make it, or set state.path to a file in a \
+             folder this user may write",
+            folder.display()
+        )
+    })?;
+    tracing::info!(folder = %folder.display(), "made the state folder");
+    Ok(())
 }
 
 /// How `picogent mcp` talks to its client.

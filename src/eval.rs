@@ -6,6 +6,11 @@
 //!
 //! With the offline planner every scenario passes (a test holds it to that); against a real
 //! model the scorecard says how it does, with turns, tool calls, tokens and seconds.
+//!
+//! A reply counts as an answer only when the run that posted it completed: a failed run's one
+//! post is its failure notice, whatever it says (the run's outcome is read from the agent's
+//! state, not guessed from the text). The time limit is the whole eval's, shutdown included;
+//! when it runs out, or on Ctrl-C, the scorecard so far is the result.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -13,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use serde::Serialize;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, LlmConfig};
 use crate::runtime::AgentHandle;
@@ -22,7 +28,7 @@ use crate::tracker::TrackerClient;
 use crate::tracker::model::{CreateTask, MessageOut, MessageQuery, ReplyMessage, SendMessage, TaskOut, TaskStatus};
 
 /// Bumped whenever a scenario or what it checks changes, so scorecards compare like with like.
-pub const SUITE_VERSION: &str = "2";
+pub const SUITE_VERSION: &str = "3";
 
 /// How one scenario went.
 #[derive(Debug, Clone, Serialize)]
@@ -37,7 +43,7 @@ pub struct ScenarioScore {
     pub seconds: f64,
 }
 
-/// The whole suite's result.
+/// The whole suite's result, or as much of it as was played.
 #[derive(Debug, Clone, Serialize)]
 pub struct Scorecard {
     pub suite: &'static str,
@@ -48,10 +54,35 @@ pub struct Scorecard {
     pub tool_calls: u32,
     pub tokens: u64,
     pub seconds: f64,
+    /// The scenarios not played (or not to their end) because the eval was cut short, in order.
+    pub not_played: Vec<&'static str>,
+    /// Why the eval ended before its last scenario; `None` when it played them all.
+    pub cut_short: Option<CutShort>,
+    /// The time limit of the whole eval, in seconds.
+    pub timeout_secs: u64,
+}
+
+/// Why an eval ended early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CutShort {
+    /// The time limit (`--timeout-secs`) ran out.
+    TimedOut,
+    /// Ctrl-C.
+    Interrupted,
 }
 
 impl Scorecard {
-    fn new(model: String, scenarios: Vec<ScenarioScore>) -> Scorecard {
+    /// The card of `scenarios` as played; every scenario of the suite not among them is listed
+    /// as not played.
+    pub fn new(
+        model: String,
+        scenarios: Vec<ScenarioScore>,
+        cut_short: Option<CutShort>,
+        timeout: Duration,
+    ) -> Scorecard {
+        let not_played =
+            SCENARIOS.iter().map(|s| s.name()).filter(|name| !scenarios.iter().any(|s| s.name == *name)).collect();
         Scorecard {
             suite: SUITE_VERSION,
             model,
@@ -61,58 +92,165 @@ impl Scorecard {
             tokens: scenarios.iter().map(|s| s.tokens).sum(),
             seconds: scenarios.iter().map(|s| s.seconds).sum(),
             scenarios,
+            not_played,
+            cut_short,
+            timeout_secs: timeout.as_secs(),
         }
     }
 
-    /// One line per scenario and a total, for a terminal.
-    pub fn render(&self) -> String {
-        let mut out = format!("picogent eval (suite {}) of {}\n", self.suite, self.model);
-        for s in &self.scenarios {
-            out.push_str(&format!(
-                "{} {:<22} {:>3} turns {:>3} tool calls {:>7} tokens {:>6.1} s  {}\n",
-                if s.passed { "pass" } else { "FAIL" },
-                s.name,
-                s.turns,
-                s.tool_calls,
-                s.tokens,
-                s.seconds,
-                s.reason
-            ));
-        }
-        out.push_str(&format!(
-            "total: {} of {} passed, {} turns, {} tool calls, {} tokens, {:.1} s\n",
+    /// Every scenario played, and passed.
+    pub fn all_passed(&self) -> bool {
+        self.cut_short.is_none() && self.not_played.is_empty() && self.passed == self.scenarios.len()
+    }
+
+    /// The first line of the scorecard.
+    pub fn header(model: &str) -> String {
+        format!("picogent eval (suite {SUITE_VERSION}) of {model}\n")
+    }
+
+    /// The line of one scenario.
+    pub fn line(s: &ScenarioScore) -> String {
+        format!(
+            "{} {:<22} {:>3} turns {:>3} tool calls {:>7} tokens {:>6.1} s  {}\n",
+            if s.passed { "pass" } else { "FAIL" },
+            s.name,
+            s.turns,
+            s.tool_calls,
+            s.tokens,
+            s.seconds,
+            s.reason
+        )
+    }
+
+    /// The last line: the totals, and what was not played and why.
+    pub fn total(&self) -> String {
+        let mut out = format!(
+            "total: {} of {} passed, {} turns, {} tool calls, {} tokens, {:.1} s",
             self.passed,
-            self.scenarios.len(),
+            self.scenarios.len() + self.not_played.len(),
             self.turns,
             self.tool_calls,
             self.tokens,
             self.seconds
-        ));
+        );
+        let why = match self.cut_short {
+            Some(CutShort::TimedOut) => {
+                format!("the time limit of {} s (--timeout-secs) ran out", self.timeout_secs)
+            }
+            Some(CutShort::Interrupted) => "interrupted".to_string(),
+            None => String::new(),
+        };
+        if !self.not_played.is_empty() {
+            out.push_str(&format!("; not played: {} ({why})", self.not_played.join(", ")));
+        } else if !why.is_empty() {
+            out.push_str(&format!("; {why}"));
+        }
+        out.push('\n');
+        out
+    }
+
+    /// The whole card, for a terminal: the header, one line per scenario played, the total.
+    pub fn render(&self) -> String {
+        let mut out = Scorecard::header(&self.model);
+        for s in &self.scenarios {
+            out.push_str(&Scorecard::line(s));
+        }
+        out.push_str(&self.total());
         out
     }
 }
 
-/// `picogent eval --config agent.json [--json]`: scores the configured model; exit 0 when every
-/// scenario passed.
+/// The exit code of an eval stopped by Ctrl-C (128 + SIGINT, as shells report it).
+const EXIT_INTERRUPTED: u8 = 130;
+
+/// `picogent eval --config agent.json [--json] [--timeout-secs N]`: scores the configured model.
+/// Each scenario's line is printed as it finishes; the scorecard so far ends the output when the
+/// time limit (the whole eval's, shutdown included) runs out or on Ctrl-C. Exit 0 when every
+/// scenario was played and passed, 130 on Ctrl-C, 1 otherwise.
 pub async fn run_cli(config_path: &Path, json: bool, timeout: Duration) -> anyhow::Result<ExitCode> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let stop = CancellationToken::new();
+    tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                stop.cancel();
+                // A second Ctrl-C does not wait for the agent to stop.
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    std::process::exit(i32::from(EXIT_INTERRUPTED));
+                }
+            }
+        }
+    });
     let config = Config::load(config_path)?;
     let api_key = config.llm.api_key()?;
-    let card = evaluate(config.llm.clone(), api_key, Some(config.prompts_dir.clone()), timeout).await?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&card)?);
-    } else {
-        print!("{}", card.render());
+    let model = config.llm.model.clone();
+    if !json {
+        print_now(&Scorecard::header(&model));
     }
-    Ok(if card.passed == card.scenarios.len() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    let (played, scores) = std::sync::mpsc::channel::<ScenarioScore>();
+    let options = EvalOptions {
+        llm: config.llm.clone(),
+        api_key,
+        prompts_dir: Some(config.prompts_dir.clone()),
+        timeout,
+        stop: stop.clone(),
+    };
+    let evaluation = evaluate(options, move |score| {
+        if !json {
+            print_now(&Scorecard::line(score));
+        }
+        let _ = played.send(score.clone());
+    });
+    // `evaluate` keeps to the deadline itself; this holds it to it whatever part hangs.
+    let card = tokio::select! {
+        card = evaluation => card?,
+        () = tokio::time::sleep_until(deadline) => {
+            Scorecard::new(model, scores.try_iter().collect(), Some(CutShort::TimedOut), timeout)
+        }
+    };
+    if json {
+        print_now(&format!("{}\n", serde_json::to_string_pretty(&card)?));
+    } else {
+        print_now(&card.total());
+    }
+    Ok(match card.cut_short {
+        Some(CutShort::Interrupted) => ExitCode::from(EXIT_INTERRUPTED),
+        _ if card.all_passed() => ExitCode::SUCCESS,
+        _ => ExitCode::FAILURE,
+    })
 }
 
-/// Runs the suite against `llm` on a fresh reference board; `timeout` bounds each scenario.
-pub async fn evaluate(
-    llm: LlmConfig,
-    api_key: Option<Secret>,
-    prompts_dir: Option<PathBuf>,
-    timeout: Duration,
-) -> anyhow::Result<Scorecard> {
+/// Prints `text` and flushes it, so a line is seen when its scenario ends, also through a pipe.
+fn print_now(text: &str) {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(text.as_bytes());
+    let _ = stdout.flush();
+}
+
+/// What [`evaluate`] plays against.
+pub struct EvalOptions {
+    pub llm: LlmConfig,
+    pub api_key: Option<Secret>,
+    /// The prompt templates; `None`: the built-in ones.
+    pub prompts_dir: Option<PathBuf>,
+    /// How long the whole eval may take, from the board's start to the agent's shutdown.
+    pub timeout: Duration,
+    /// Cancelled (Ctrl-C): no scenario more is played, the one under way is not scored.
+    pub stop: CancellationToken,
+}
+
+/// The most of the time limit kept back for stopping the agent and the board.
+const SHUTDOWN_RESERVE: Duration = Duration::from_secs(5);
+
+/// Runs the suite against `options.llm` on a fresh reference board, handing each scenario's
+/// score to `on_score` as it ends; returns the scorecard, cut short when the time runs out or
+/// `options.stop` is cancelled.
+pub async fn evaluate(options: EvalOptions, mut on_score: impl FnMut(&ScenarioScore)) -> anyhow::Result<Scorecard> {
+    let EvalOptions { llm, api_key, prompts_dir, timeout, stop } = options;
+    let deadline = Instant::now() + timeout;
+    let play_until = deadline - SHUTDOWN_RESERVE.min(timeout / 10);
     let dir = tempfile::tempdir().context("cannot make a temporary folder")?;
     let board = crate::demo::start_seeded_board(dir.path()).await?;
     let prompts_dir = match prompts_dir {
@@ -129,6 +267,8 @@ pub async fn evaluate(
         "prompts_dir": prompts_dir,
         // The eval's board is new: a short beat makes the first start's wait short.
         "presence": {"heartbeat_ms": 500},
+        // Once the scenarios are over (or cut short) nothing waits for a run to finish.
+        "limits": {"shutdown_grace_ms": 1000},
     }))
     .context("the eval's config is invalid")?;
     config.llm = llm;
@@ -145,15 +285,40 @@ pub async fn evaluate(
     .await
     .context("cannot start the agent")?;
     let alice = TrackerClient::new(&config.tracker, Secret::new("tok-alice"))?;
-    let eval = Eval { agent: &agent, alice, timeout };
-    eval.wait_ready().await?;
+    let eval = Eval { agent: &agent, alice, play_until, timeout };
+    let mut cut_short = tokio::select! {
+        ready = eval.wait_ready() => match ready {
+            Ok(()) => None,
+            Err(_) if Instant::now() >= play_until => Some(CutShort::TimedOut),
+            Err(error) => return Err(error),
+        },
+        () = stop.cancelled() => Some(CutShort::Interrupted),
+    };
     let mut scores = Vec::new();
     for scenario in SCENARIOS {
-        scores.push(eval.play(scenario).await);
+        if cut_short.is_some() {
+            break;
+        }
+        tokio::select! {
+            score = eval.play(scenario) => {
+                on_score(&score);
+                scores.push(score);
+                if Instant::now() >= play_until {
+                    cut_short = Some(CutShort::TimedOut);
+                }
+            }
+            () = stop.cancelled() => cut_short = Some(CutShort::Interrupted),
+        }
     }
-    agent.shutdown().await?;
-    board.shutdown().await?;
-    Ok(Scorecard::new(model, scores))
+    let stopped = async {
+        agent.shutdown().await?;
+        board.shutdown().await
+    };
+    match tokio::time::timeout(deadline.saturating_duration_since(Instant::now()), stopped).await {
+        Ok(stopped) => stopped?,
+        Err(_) => tracing::warn!("the eval's agent and board had not stopped when the time limit ran out"),
+    }
+    Ok(Scorecard::new(model, scores, cut_short, timeout))
 }
 
 /// The scenarios, in the order they are played (later ones use what earlier ones left).
@@ -187,15 +352,21 @@ enum Scenario {
 struct Eval<'a> {
     agent: &'a AgentHandle,
     alice: TrackerClient,
+    /// When waiting for the agent stops, leaving the rest of the time limit for the shutdown.
+    play_until: Instant,
+    /// The eval's time limit, as the user gave it.
     timeout: Duration,
 }
+
+/// How long a notice may take to follow the end of its run (it is posted right after).
+const NOTICE_WAIT: Duration = Duration::from_secs(10);
 
 /// What a scenario's check concluded.
 type Verdict = Result<String, String>;
 
 impl Eval<'_> {
     async fn wait_ready(&self) -> anyhow::Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = (Instant::now() + Duration::from_secs(30)).min(self.play_until);
         while !self.agent.status.caught_up() {
             anyhow::ensure!(Instant::now() < deadline, "the agent did not connect to the board in time");
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -237,17 +408,40 @@ impl Eval<'_> {
     /// Waits until the agent has taken the work in and finished it: at least `runs` new runs of
     /// `session`, none running, none waiting.
     async fn settled(&self, session: &str, runs: usize) -> Result<(), String> {
-        let deadline = Instant::now() + self.timeout;
         loop {
-            let of_session: Vec<_> = self.runs().await.into_iter().filter(|run| run.session_key == session).collect();
+            let of_session = self.runs_of(session).await;
             let done = of_session.len() >= runs && of_session.iter().all(|run| run.status != RunStatus::Running);
             if done && self.agent.status.active_runs() == 0 {
                 return Ok(());
             }
-            if Instant::now() >= deadline {
-                return Err(format!("the agent did not finish within {} s", self.timeout.as_secs()));
+            if Instant::now() >= self.play_until {
+                return Err(format!(
+                    "the agent had not finished when the eval's time limit of {} s (--timeout-secs) ran out",
+                    self.timeout.as_secs()
+                ));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn runs_of(&self, session: &str) -> Vec<crate::state::RunRow> {
+        self.runs().await.into_iter().filter(|run| run.session_key == session).collect()
+    }
+
+    /// The runs of `session` other than `before` all completed: what they posted is an answer.
+    /// A failed run posts its one failure notice, which is never an answer, whatever it says.
+    async fn completed(&self, session: &str, before: &[String]) -> Result<(), String> {
+        let runs = self.runs_of(session).await;
+        match runs.iter().find(|run| !before.contains(&run.id) && run.status != RunStatus::Completed) {
+            Some(run) => {
+                let stored = crate::runtime::record::StoredRun::of(run).and_then(|stored| stored.record);
+                let outcome = stored.map_or("no outcome recorded", |record| record.outcome.as_str());
+                Err(format!(
+                    "the run ended {} ({outcome}): what it posted is its failure notice, not an answer",
+                    run.status.as_str()
+                ))
+            }
+            None => Ok(()),
         }
     }
 
@@ -276,7 +470,8 @@ impl Eval<'_> {
         self.alice.list_messages(&query).await.map_err(|e| format!("cannot read the board: {e}"))
     }
 
-    /// The task worked as a person expects: steps laid out and ticked, in review, one summary.
+    /// The task worked as a person expects: steps laid out and ticked, in review, one summary
+    /// (from a run that completed: a failed run's comment is its notice).
     async fn check_worked(&self, task: &TaskOut, min_steps: usize) -> Verdict {
         let now = self.alice.get_task(&task.id).await.map_err(|e| format!("cannot read the task: {e}"))?;
         let steps = self.alice.list_steps(&task.id).await.map_err(|e| format!("cannot read the steps: {e}"))?;
@@ -294,6 +489,7 @@ impl Eval<'_> {
         if summaries != 1 {
             return Err(format!("{summaries} comments by the agent, one summary expected"));
         }
+        self.completed(&format!("task:{}", task.id), &[]).await?;
         Ok(format!("{} steps ticked, in review, one summary", steps.len()))
     }
 
@@ -313,11 +509,14 @@ impl Eval<'_> {
             ..SendMessage::default()
         };
         let question = self.alice.send_message(&message, None).await.map_err(|e| format!("cannot post: {e}"))?;
-        self.settled(&format!("thread:{}", question.id), 1).await?;
-        match self.agent_replies(&question.id).await?.len() {
-            1 => Ok("one reply in the thread".into()),
-            n => Err(format!("{n} replies in the thread, one expected")),
+        let session = format!("thread:{}", question.id);
+        self.settled(&session, 1).await?;
+        match self.replies_once_posted(&question.id, 1).await?.len() {
+            1 => {}
+            n => return Err(format!("{n} replies in the thread, one expected")),
         }
+        self.completed(&session, &[]).await?;
+        Ok("one reply in the thread".into())
     }
 
     async fn follow_up(&self) -> Verdict {
@@ -330,14 +529,18 @@ impl Eval<'_> {
             .collect();
         let Some(root) = roots.last() else { return Err("the question of the scenario before is missing".into()) };
         let before = self.agent_replies(&root.id).await?.len();
+        let session = format!("thread:{}", root.id);
+        let runs_before: Vec<String> = self.runs_of(&session).await.into_iter().map(|run| run.id).collect();
         let reply =
             ReplyMessage { content: "@picogent and which one is the oldest?".into(), mentions: None, reply_to: None };
         self.alice.reply_message(&root.id, &reply, None).await.map_err(|e| format!("cannot reply: {e}"))?;
-        self.settled(&format!("thread:{}", root.id), 2).await?;
-        match self.agent_replies(&root.id).await?.len() - before {
-            1 => Ok("one more reply in the thread".into()),
-            n => Err(format!("{n} new replies in the thread, one expected")),
+        self.settled(&session, runs_before.len() + 1).await?;
+        match self.replies_once_posted(&root.id, before + 1).await?.len() - before {
+            1 => {}
+            n => return Err(format!("{n} new replies in the thread, one expected")),
         }
+        self.completed(&session, &runs_before).await?;
+        Ok("one more reply in the thread".into())
     }
 
     async fn steering(&self) -> Verdict {
@@ -368,7 +571,8 @@ impl Eval<'_> {
         if let Some(run) = runs.iter().find(|run| run.status != RunStatus::Stopped) {
             return Err(format!("a run of the task ended {}, not stopped", run.status.as_str()));
         }
-        let said = self.agent_comments(&task.id).await?;
+        // The router posts a stopped run's notice just after the run's end is recorded.
+        let said = self.notice_on(&task.id).await?;
         match said.as_slice() {
             [notice] if notice.content.starts_with("Stopped") && notice.content.contains("@alice") => {}
             [other] => return Err(format!("the agent said {:?}, not that it stopped", other.content)),
@@ -379,6 +583,34 @@ impl Eval<'_> {
             return Err(format!("the task was moved on to {} after the stop", now.status));
         }
         Ok(format!("stopped, one notice, the task left {}", now.status))
+    }
+
+    /// The agent's comments on the task once there is one, or none after a while: the notice of
+    /// a run that did not complete comes a moment after its end.
+    async fn notice_on(&self, task_id: &str) -> Result<Vec<MessageOut>, String> {
+        self.once_posted(1, || self.agent_comments(task_id)).await
+    }
+
+    /// The agent's replies in the thread of `root` once there are `count`, or fewer after a
+    /// while: a failed run's notice comes a moment after its end, and it must be in the thread
+    /// before the next scenario counts what is new there.
+    async fn replies_once_posted(&self, root: &str, count: usize) -> Result<Vec<MessageOut>, String> {
+        self.once_posted(count, || self.agent_replies(root)).await
+    }
+
+    async fn once_posted<F, Fut>(&self, count: usize, read: F) -> Result<Vec<MessageOut>, String>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<MessageOut>, String>>,
+    {
+        let deadline = (Instant::now() + NOTICE_WAIT).min(self.play_until);
+        loop {
+            let posted = read().await?;
+            if posted.len() >= count || Instant::now() >= deadline {
+                return Ok(posted);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     async fn comment(&self, task_id: &str, text: &str) -> Result<MessageOut, String> {

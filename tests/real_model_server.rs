@@ -198,7 +198,12 @@ async fn check_tells_whether_the_servers_chat_template_takes_tools() {
         line.starts_with("FAIL") && line.contains("does not take tools") && line.contains("--chat-template-file"),
         "{report}"
     );
+    assert!(!line.contains("--jinja"), "the server runs with --jinja already: {report}");
     assert!(report.lines().any(|l| l.starts_with("ok   tracker REST")), "{report}");
+    assert!(
+        report.lines().any(|l| l.starts_with("ok   model endpoint") && l.contains("serves gemma3-270m")),
+        "{report}"
+    );
     let probe = report.lines().find(|l| l.contains("model tool call")).unwrap_or_else(|| panic!("no probe:\n{report}"));
     assert!(probe.starts_with("FAIL") && probe.contains("answered in text"), "{report}");
 
@@ -221,6 +226,38 @@ async fn check_tells_whether_the_servers_chat_template_takes_tools() {
         .to_string();
     assert!(
         report.lines().any(|l| l.starts_with("FAIL server context") && l.contains("set llm.context_tokens to 4096")),
+        "{report}"
+    );
+}
+
+/// A server started with `--no-jinja` refuses every request with tools: `check` says to start it
+/// with `--jinja` (and, where its template takes no tools, a template that does), and only then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_advises_jinja_only_to_a_server_started_without_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let tools = LlamaServer::start_with_args(
+        dir.path(),
+        ServerOptions { context: 4096, template: Some(TOOL_TEMPLATE) },
+        &["--no-jinja"],
+    )
+    .await;
+    let report = check_output(dir.path(), &board.url(), &tools.url()).await;
+    let line =
+        report.lines().find(|l| l.contains("server tools")).unwrap_or_else(|| panic!("no server line:\n{report}"));
+    assert!(line.starts_with("FAIL") && line.contains("--no-jinja") && line.contains("with --jinja"), "{report}");
+    let probe = report.lines().find(|l| l.contains("model tool call")).unwrap_or_else(|| panic!("no probe:\n{report}"));
+    assert!(probe.starts_with("FAIL") && probe.contains("start it with --jinja"), "{report}");
+    drop(tools);
+
+    let plain =
+        LlamaServer::start_with_args(dir.path(), ServerOptions { context: 4096, template: None }, &["--no-jinja"])
+            .await;
+    let report = check_output(dir.path(), &board.url(), &plain.url()).await;
+    let line =
+        report.lines().find(|l| l.contains("server tools")).unwrap_or_else(|| panic!("no server line:\n{report}"));
+    assert!(
+        line.starts_with("FAIL") && line.contains("with --jinja and a tool-capable --chat-template-file"),
         "{report}"
     );
 }

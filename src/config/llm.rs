@@ -5,6 +5,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::retry::RetryConfig;
 
+/// The cap of one answer when `llm.max_output_tokens` is not set. Long enough for a summary, a
+/// plan or a tool call with a page of text in it; short enough that a model that runs on (a base
+/// model repeating its prompt, a loop of the same sentence) is cut off in a minute or so on a
+/// local server, not after many. Within a small window (`llm.context_tokens: 4096`) the loop asks
+/// for what the window leaves, and keeps a quarter of it for the answer when it trims a session.
+pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 2048;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LlmConfig {
@@ -17,11 +24,13 @@ pub struct LlmConfig {
     /// Sent only when set: reasoning models refuse it.
     #[serde(default)]
     pub temperature: Option<f32>,
+    /// The cap of one answer, in tokens; `None`: [`DEFAULT_MAX_OUTPUT_TOKENS`]. The loop asks
+    /// for less when the run's token budget or the context window leaves less.
     #[serde(default)]
     pub max_output_tokens: Option<u32>,
     /// Which request field carries the output cap: `max_completion_tokens` (OpenAI's current
     /// name, the default) or `max_tokens` (for servers that read only the older name).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::choice::one_of")]
     pub max_tokens_field: MaxTokensField,
     /// The model's context window in tokens: every request (system prompt, tools, the stored
     /// session, the current input) is kept within it.

@@ -14,12 +14,13 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 mod check;
+mod choice;
 mod llm;
 mod overrides;
 mod sections;
 
 pub(crate) use check::slug_ok;
-pub use llm::{LlmConfig, MaxTokensField, Price};
+pub use llm::{DEFAULT_MAX_OUTPUT_TOKENS, LlmConfig, MaxTokensField, Price};
 use sections::default_token_env;
 pub use sections::{
     HttpConfig, Limits, McpConfig, McpServerConfig, PRESENCE_HEARTBEAT_MS, PermissionMode, PermissionsConfig,
@@ -38,10 +39,10 @@ pub struct Config {
     #[serde(default)]
     pub capabilities: Vec<String>,
     /// Which chat messages start a run.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "choice::one_of")]
     pub chat_listen: ChatListen,
     /// Which task events start a run.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "choice::one_of")]
     pub task_listen: TaskListen,
     /// Other agent members whose messages the agent may answer (all other bots are ignored).
     #[serde(default)]
@@ -110,15 +111,22 @@ fn default_prompts_dir() -> PathBuf {
     PathBuf::from("prompts")
 }
 
-/// Why a configuration could not be loaded. Each says which file and, where it can, which field.
+/// Why a configuration could not be loaded. Each says where the mistake is: the file (and, where
+/// it can, the field, or the line), or the `PICOGENT_*` variable that overrides the file.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
     Read { path: PathBuf, source: std::io::Error },
+    /// The file is not JSON: where, in its own lines.
+    #[error("config file {path}: {message} at line {line}, column {column}:\n{excerpt}")]
+    Syntax { path: PathBuf, line: usize, column: usize, message: String, excerpt: String },
     #[error("config file {path}: {message}")]
     Invalid { path: PathBuf, message: String },
     #[error("config file {path}: field `{field}`: {message}")]
     Field { path: PathBuf, field: String, message: String },
+    /// The mistake is in an override, not in the file.
+    #[error("environment variable {variable}: field `{field}`: {message}")]
+    Override { variable: String, field: String, message: String },
 }
 
 /// What an old file with a top-level `tools` section (or a `PICOGENT_TOOLS__*` override) is told:
@@ -128,6 +136,9 @@ const MOVED_TOOLS_SECTION: &str = "the section moved into `permissions`: rename 
 
 /// The environment prefix of overrides: `PICOGENT_TRACKER__URL` sets `tracker.url`.
 pub const ENV_PREFIX: &str = "PICOGENT";
+
+/// The `PICOGENT_*` variables that override the file, by name, with their values as given.
+type Overrides = BTreeMap<String, String>;
 
 impl Config {
     /// Loads `path`, then applies `PICOGENT_*` overrides from the process environment.
@@ -139,71 +150,147 @@ impl Config {
     pub fn load_with_env(path: &Path, vars: impl IntoIterator<Item = (String, String)>) -> Result<Config, ConfigError> {
         let text =
             std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        check_syntax(path, &text)?;
         // A variable that holds a secret (say `PICOGENT_MCP_TOKEN`) is not an override, even when
         // its name carries the prefix.
         let secret_vars = secret_env_names(&text);
-        let mut overrides: config::Map<String, String> = vars
+        let overrides: Overrides = vars
             .into_iter()
             .filter(|(key, _)| key.starts_with(&format!("{ENV_PREFIX}_")) && !secret_vars.contains(key))
-            .map(|(key, value)| {
-                let value = overrides::list_override(&key, &value).map_err(|message| ConfigError::Field {
-                    path: path.to_path_buf(),
-                    field: key.clone(),
-                    message,
-                })?;
-                Ok((key, value))
-            })
-            .collect::<Result<_, ConfigError>>()?;
-        // `PICOGENT_PERMISSIONS__ASK_TOOLS='[]'` empties the list: set here, not split from "".
-        let empty_lists: Vec<String> = overrides
-            .iter()
-            .filter(|(_, value)| value.is_empty())
-            .filter_map(|(key, _)| overrides::list_field(key))
             .collect();
-        overrides.retain(|key, value| !(value.is_empty() && overrides::list_field(key).is_some()));
-        let environment = config::Environment::with_prefix(ENV_PREFIX)
-            .prefix_separator("_")
-            .separator("__")
-            .try_parsing(true)
-            .list_separator(",");
-        let environment = overrides::LIST_FIELDS
-            .iter()
-            .fold(environment, |environment, field| environment.with_list_parse_key(field))
-            .source(Some(overrides));
-        let invalid =
-            |e: config::ConfigError| ConfigError::Invalid { path: path.to_path_buf(), message: e.to_string() };
-        let builder = config::Config::builder()
-            .add_source(config::File::from_str(&text, config::FileFormat::Json))
-            .add_source(environment);
-        let builder = empty_lists
-            .iter()
-            .try_fold(builder, |builder, field| builder.set_override(field, Vec::<String>::new()))
-            .map_err(invalid)?;
-        let built = builder.build().map_err(invalid)?;
-        if built.get::<config::Value>("tools").is_ok() {
-            return Err(ConfigError::Field {
-                path: path.to_path_buf(),
-                field: "tools".to_string(),
-                message: MOVED_TOOLS_SECTION.to_string(),
-            });
-        }
-        let mut config: Config = built
-            .try_deserialize()
-            .map_err(|e| ConfigError::Invalid { path: path.to_path_buf(), message: describe(&e) })?;
-        let base = path.parent().unwrap_or(Path::new("."));
-        if config.prompts_dir.is_relative() {
-            config.prompts_dir = base.join(&config.prompts_dir);
-        }
-        for server in config.mcp_servers.values_mut() {
-            if let Some(cwd) = &server.cwd
-                && cwd.is_relative()
-            {
-                server.cwd = Some(base.join(cwd));
-            }
-        }
-        config.validate(path)?;
-        Ok(config)
+        load_text(path, &text, &overrides).map_err(|error| blame(path, &text, &overrides, error))
     }
+}
+
+/// The file's text with `overrides` applied, deserialized and checked.
+fn load_text(path: &Path, text: &str, overrides: &Overrides) -> Result<Config, ConfigError> {
+    let mut values = config::Map::new();
+    for (variable, value) in overrides {
+        let value = overrides::list_override(variable, value).map_err(|message| ConfigError::Override {
+            variable: variable.clone(),
+            field: overrides::field_of(variable),
+            message,
+        })?;
+        values.insert(variable.clone(), value);
+    }
+    // `PICOGENT_PERMISSIONS__ASK_TOOLS='[]'` empties the list: set here, not split from "".
+    let empty_lists: Vec<String> =
+        values.iter().filter(|(_, value)| value.is_empty()).filter_map(|(key, _)| overrides::list_field(key)).collect();
+    values.retain(|key, value| !(value.is_empty() && overrides::list_field(key).is_some()));
+    let environment = config::Environment::with_prefix(ENV_PREFIX)
+        .prefix_separator("_")
+        .separator("__")
+        .try_parsing(true)
+        .list_separator(",");
+    let environment = overrides::LIST_FIELDS
+        .iter()
+        .fold(environment, |environment, field| environment.with_list_parse_key(field))
+        .source(Some(values));
+    let invalid = |e: config::ConfigError| ConfigError::Invalid { path: path.to_path_buf(), message: e.to_string() };
+    let builder = config::Config::builder()
+        .add_source(config::File::from_str(text, config::FileFormat::Json))
+        .add_source(environment);
+    let builder = empty_lists
+        .iter()
+        .try_fold(builder, |builder, field| builder.set_override(field, Vec::<String>::new()))
+        .map_err(invalid)?;
+    // The state is in one place: an override of one of `state.path` and `state.url` (the
+    // twelve-factor way to point a deployment at its database) replaces the file's other one.
+    let fields: Vec<String> = overrides.keys().map(|variable| overrides::field_of(variable)).collect();
+    let builder = match (fields.iter().any(|f| f == "state.url"), fields.iter().any(|f| f == "state.path")) {
+        (true, false) => builder.set_override("state.path", None::<String>).map_err(invalid)?,
+        (false, true) => builder.set_override("state.url", None::<String>).map_err(invalid)?,
+        _ => builder,
+    };
+    let built = builder.build().map_err(invalid)?;
+    if built.get::<config::Value>("tools").is_ok() {
+        return Err(ConfigError::Field {
+            path: path.to_path_buf(),
+            field: "tools".to_string(),
+            message: MOVED_TOOLS_SECTION.to_string(),
+        });
+    }
+    let mut config: Config = built.try_deserialize().map_err(|e| match locate(&e) {
+        (Some(field), message) => ConfigError::Field { path: path.to_path_buf(), field, message },
+        (None, message) => ConfigError::Invalid { path: path.to_path_buf(), message },
+    })?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    if config.prompts_dir.is_relative() {
+        config.prompts_dir = base.join(&config.prompts_dir);
+    }
+    for server in config.mcp_servers.values_mut() {
+        if let Some(cwd) = &server.cwd
+            && cwd.is_relative()
+        {
+            server.cwd = Some(base.join(cwd));
+        }
+    }
+    config.validate(path)?;
+    Ok(config)
+}
+
+/// An error of the file with its overrides, told as the mistake of the override that causes it:
+/// the one, among those that set the field in error (or a field in it, or the section it is
+/// in), without which the file loads or fails otherwise. When none does, the file is at fault.
+fn blame(path: &Path, text: &str, overrides: &Overrides, error: ConfigError) -> ConfigError {
+    let (field, message) = match &error {
+        ConfigError::Override { .. } => return error,
+        ConfigError::Field { field, message, .. } => (Some(field.as_str()), message.clone()),
+        ConfigError::Invalid { message, .. } => (None, message.clone()),
+        ConfigError::Read { .. } | ConfigError::Syntax { .. } => return error,
+    };
+    let related = |set: &str| {
+        field.is_none_or(|field| {
+            set == field || set.starts_with(&format!("{field}.")) || field.starts_with(&format!("{set}."))
+        })
+    };
+    let culprit = overrides.keys().find(|variable| {
+        let set = overrides::field_of(variable);
+        if !related(&set) {
+            return false;
+        }
+        let mut without = overrides.clone();
+        without.remove(*variable);
+        match load_text(path, text, &without) {
+            Ok(_) => true,
+            Err(other) => other.to_string() != error.to_string(),
+        }
+    });
+    match culprit {
+        Some(variable) => ConfigError::Override {
+            variable: variable.clone(),
+            field: field.map_or_else(|| overrides::field_of(variable), str::to_string),
+            message,
+        },
+        None => error,
+    }
+}
+
+/// Checks that the file is JSON. A mistake is shown with its line and the line before it: a
+/// missing comma is only noticed on the line after it.
+fn check_syntax(path: &Path, text: &str) -> Result<(), ConfigError> {
+    let Err(error) = serde_json::from_str::<serde::de::IgnoredAny>(text) else { return Ok(()) };
+    let (line, column) = (error.line(), error.column());
+    let full = error.to_string();
+    let message = full.strip_suffix(&format!(" at line {line} column {column}")).unwrap_or(&full).to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    let at = line.saturating_sub(1).min(lines.len().saturating_sub(1));
+    let before = lines[..at].iter().rposition(|l| !l.trim().is_empty());
+    let width = (at + 1).to_string().len();
+    let mut excerpt = String::new();
+    if let Some(before) = before {
+        excerpt.push_str(&format!("  {:>width$} | {}\n", before + 1, lines[before]));
+    }
+    let here = lines.get(at).copied().unwrap_or_default();
+    excerpt.push_str(&format!("  {:>width$} | {here}\n", at + 1));
+    // The caret under the column, keeping the line's own tabs so it lines up.
+    let pad: String = here.chars().take(column.saturating_sub(1)).map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
+    excerpt.push_str(&format!("  {:>width$} | {pad}^", ""));
+    let starts_line = here.chars().take(column.saturating_sub(1)).all(char::is_whitespace);
+    if let Some(before) = before.filter(|_| starts_line && message.starts_with("expected `,`")) {
+        excerpt.push_str(&format!("\n  is a comma missing at the end of line {}?", before + 1));
+    }
+    Err(ConfigError::Syntax { path: path.to_path_buf(), line, column, message, excerpt })
 }
 
 /// The environment variables the file names as holding secrets (`tracker.token_env`,
@@ -225,23 +312,22 @@ fn secret_env_names(text: &str) -> Vec<String> {
     .collect()
 }
 
-/// Rewrites a `config` deserialization error into "field `x`: what was wrong" where it can.
-fn describe(error: &config::ConfigError) -> String {
+/// A `config` deserialization error as the field it is in (where it says) and what was wrong.
+fn locate(error: &config::ConfigError) -> (Option<String>, String) {
     match error {
-        config::ConfigError::Type { origin: _, unexpected, expected, key } => match key {
-            Some(key) => format!("field `{key}`: expected {expected}, got {unexpected}"),
-            None => format!("expected {expected}, got {unexpected}"),
-        },
-        config::ConfigError::At { error, origin: _, key } => match key {
-            Some(key) => format!("field `{key}`: {}", describe(error)),
-            None => describe(error),
-        },
+        config::ConfigError::Type { origin: _, unexpected, expected, key } => {
+            (key.clone(), format!("expected {expected}, got {unexpected}"))
+        }
+        config::ConfigError::At { error, origin: _, key } => {
+            let (inner, message) = locate(error);
+            (key.clone().or(inner), message)
+        }
         // serde's words for a list, in the file's terms.
         config::ConfigError::Message(message) => {
-            message.replace("expected a sequence", "expected a list (a JSON array)")
+            (None, message.replace("expected a sequence", "expected a list (a JSON array)"))
         }
-        config::ConfigError::NotFound(key) => format!("field `{key}` is required but missing"),
-        other => other.to_string(),
+        config::ConfigError::NotFound(key) => (Some(key.clone()), "required but missing".to_string()),
+        other => (None, other.to_string()),
     }
 }
 

@@ -37,9 +37,14 @@ pub(super) fn list_override(key: &str, value: &str) -> Result<String, String> {
     Ok(items.join(","))
 }
 
+/// The field a `PICOGENT_*` variable overrides: `PICOGENT_LIMITS__MAX_TURNS` → `limits.max_turns`.
+pub(super) fn field_of(variable: &str) -> String {
+    variable.strip_prefix(&format!("{ENV_PREFIX}_")).unwrap_or(variable).to_lowercase().replace("__", ".")
+}
+
 /// The list field a `PICOGENT_*` variable overrides (`PICOGENT_PERMISSIONS__ASK_TOOLS` →
 /// `permissions.ask_tools`), if it names one.
 pub(super) fn list_field(key: &str) -> Option<String> {
-    let field = key.trim_start_matches(&format!("{ENV_PREFIX}_")).to_lowercase().replace("__", ".");
+    let field = field_of(key);
     LIST_FIELDS.contains(&field.as_str()).then_some(field)
 }

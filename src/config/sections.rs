@@ -111,6 +111,16 @@ pub struct StateConfig {
     pub postgres_url: Option<String>,
 }
 
+impl StateConfig {
+    /// The folder of `path`: the state file, its lock and external tools' artifacts go there.
+    pub fn folder(&self) -> &std::path::Path {
+        match self.path.parent() {
+            Some(folder) if !folder.as_os_str().is_empty() => folder,
+            _ => std::path::Path::new("."),
+        }
+    }
+}
+
 impl Default for StateConfig {
     fn default() -> Self {
         StateConfig { path: PathBuf::from("./picogent.db"), postgres_url: None }
@@ -347,6 +357,7 @@ pub struct PermissionsConfig {
     pub allowed_tools: Vec<String>,
     /// Public tool names or globs that never run; wins over `allowed_tools`.
     pub disallowed_tools: Vec<String>,
+    #[serde(deserialize_with = "super::choice::one_of")]
     pub mode: PermissionMode,
     /// In `ask` mode, how long to wait for a human's yes or no before the call is denied.
     pub ask_timeout_ms: u64,

@@ -93,7 +93,7 @@ fn bad_enum_value_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let text = MINIMAL.replace("\"slug\"", "\"chat_listen\": \"sometimes\", \"slug\"");
     let error = Config::load_with_env(&write(dir.path(), &text), []).unwrap_err().to_string();
-    assert!(error.contains("sometimes"), "{error}");
+    assert!(error.contains("sometimes") && error.contains("\"mentions\", \"all\", \"none\""), "{error}");
 }
 
 #[test]
@@ -433,4 +433,135 @@ fn board_links_are_urls_with_an_id_and_default_to_the_reference_boards_pages() {
         .unwrap_err()
         .to_string();
     assert!(error.contains("http.message_link"), "{error}");
+}
+
+#[test]
+fn the_output_cap_defaults_to_a_few_thousand_tokens_and_is_never_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::load_with_env(&write(dir.path(), MINIMAL), []).unwrap();
+    assert_eq!(config.llm.max_output_tokens, None);
+    // What the loop asks a request for when the file sets nothing.
+    let window = crate::agent::ModelWindow::from_config(&config.llm);
+    assert_eq!(window.output_cap, DEFAULT_MAX_OUTPUT_TOKENS);
+    assert_eq!(DEFAULT_MAX_OUTPUT_TOKENS, 2048);
+    // A small local window still loads, and keeps its own cap.
+    let small = MINIMAL.replace("\"model\": \"offline-planner\"", "\"model\": \"m\", \"context_tokens\": 4096");
+    let config = Config::load_with_env(&write(dir.path(), &small), []).unwrap();
+    assert_eq!(crate::agent::ModelWindow::from_config(&config.llm).output_cap, 2048);
+    let vars = [("PICOGENT_LLM__MAX_OUTPUT_TOKENS".to_string(), "256".to_string())];
+    assert_eq!(Config::load_with_env(&write(dir.path(), &small), vars).unwrap().llm.max_output_tokens, Some(256));
+    let zero = MINIMAL.replace("\"model\": \"offline-planner\"", "\"model\": \"m\", \"max_output_tokens\": 0");
+    let error = Config::load_with_env(&write(dir.path(), &zero), []).unwrap_err().to_string();
+    assert!(error.contains("llm.max_output_tokens") && error.contains("greater than 0"), "{error}");
+}
+
+#[test]
+fn a_word_that_is_not_one_of_a_settings_words_is_answered_with_the_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (r#""chat_listen": "mention""#, "chat_listen", "\"mention\" is not one of \"mentions\", \"all\", \"none\""),
+        (r#""task_listen": "all""#, "task_listen", "\"all\" is not one of \"assigned\", \"none\""),
+        (r#""permissions": {"mode": "readonly"}"#, "permissions.mode", "\"auto\", \"read_only\", \"ask\""),
+    ];
+    for (setting, field, says) in cases {
+        let text = MINIMAL.replace("\"slug\"", &format!("{setting}, \"slug\""));
+        let error = Config::load_with_env(&write(dir.path(), &text), []).unwrap_err().to_string();
+        assert!(error.contains(&format!("field `{field}`")) && error.contains(says), "{setting}: {error}");
+        assert!(!error.contains("variant"), "no Rust words: {error}");
+    }
+    let text = MINIMAL.replace("\"model\": \"offline-planner\"", "\"model\": \"m\", \"max_tokens_field\": \"tokens\"");
+    let error = Config::load_with_env(&write(dir.path(), &text), []).unwrap_err().to_string();
+    assert!(error.contains("\"max_completion_tokens\", \"max_tokens\""), "{error}");
+    // Every word still loads, from the file and from the environment.
+    let text = MINIMAL.replace("\"slug\"", r#""chat_listen": "all", "permissions": {"mode": "read_only"}, "slug""#);
+    let config = Config::load_with_env(&write(dir.path(), &text), []).unwrap();
+    assert_eq!((config.chat_listen, config.permissions.mode), (ChatListen::All, PermissionMode::ReadOnly));
+    let vars = [("PICOGENT_CHAT_LISTEN".to_string(), "none".to_string())];
+    assert_eq!(Config::load_with_env(&write(dir.path(), MINIMAL), vars).unwrap().chat_listen, ChatListen::None);
+}
+
+#[test]
+fn a_mistake_in_an_override_is_told_as_the_variables_not_the_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), MINIMAL);
+    let cases = [
+        ("PICOGENT_LIMITS__MAX_TURNS", "many", "field `limits.max_turns`: expected an integer"),
+        ("PICOGENT_CHAT_LISTEN", "mention", "is not one of \"mentions\""),
+        ("PICOGENT_PRESENCE__HEARTBEAT_MS", "5", "from 100 to 600000"),
+        ("PICOGENT_TRACKER__URL", "ftp://board", "tracker.url"),
+        ("PICOGENT_LIMITS__MAX_TURN", "3", "unknown field `max_turn`"),
+        ("PICOGENT_STATE__URL", "mysql://picogent@db/agents", "mysql://"),
+        ("PICOGENT_ALLOWED_BOTS", "[\"a\"", "JSON array"),
+    ];
+    for (variable, value, says) in cases {
+        // Beside a correct override, which is not blamed.
+        let vars = [
+            (variable.to_string(), value.to_string()),
+            ("PICOGENT_LIMITS__MAX_TOOL_CALLS".to_string(), "9".to_string()),
+        ];
+        let error = Config::load_with_env(&path, vars).unwrap_err().to_string();
+        assert!(error.starts_with(&format!("environment variable {variable}: ")), "{variable}: {error}");
+        assert!(error.contains(says), "{variable}: {error}");
+        assert!(!error.contains("agent.json"), "the file is not blamed: {error}");
+    }
+    // A mistake in the file stays the file's, whatever the environment sets beside it.
+    let text = MINIMAL.replace("\"slug\"", r#""limits": {"max_turns": "many"}, "slug""#);
+    let vars = [("PICOGENT_LIMITS__MAX_TOOL_CALLS".to_string(), "9".to_string())];
+    let error = Config::load_with_env(&write(dir.path(), &text), vars).unwrap_err().to_string();
+    assert!(error.starts_with("config file") && error.contains("agent.json"), "{error}");
+    assert!(error.contains("field `limits.max_turns`"), "{error}");
+    // An override that fixes the file's mistake is not blamed for it either: it loads.
+    let vars = [("PICOGENT_LIMITS__MAX_TURNS".to_string(), "4".to_string())];
+    assert_eq!(Config::load_with_env(&write(dir.path(), &text), vars).unwrap().limits.max_turns, 4);
+}
+
+#[test]
+fn an_override_of_one_place_of_the_state_replaces_the_files_other() {
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("agent.json");
+    let url = "postgres://picogent@127.0.0.1:5432/agents";
+    let vars = [("PICOGENT_STATE__URL".to_string(), url.to_string())];
+    let config = Config::load_with_env(&shipped, vars).unwrap();
+    assert_eq!(config.state.postgres_url.as_deref(), Some(url), "the shipped file sets state.path");
+    let vars = [("PICOGENT_STATE__URL".to_string(), "sqlite:/var/lib/picogent/agent.db".to_string())];
+    let config = Config::load_with_env(&shipped, vars).unwrap();
+    assert_eq!(
+        (config.state.path.as_path(), config.state.postgres_url),
+        (Path::new("/var/lib/picogent/agent.db"), None)
+    );
+    // And the other way round: a file with state.url, and PICOGENT_STATE__PATH.
+    let dir = tempfile::tempdir().unwrap();
+    let text = MINIMAL.replace("\"slug\"", &format!(r#""state": {{"url": "{url}"}}, "slug""#));
+    let vars = [("PICOGENT_STATE__PATH".to_string(), "/srv/agent.db".to_string())];
+    let config = Config::load_with_env(&write(dir.path(), &text), vars).unwrap();
+    assert_eq!((config.state.path.as_path(), config.state.postgres_url), (Path::new("/srv/agent.db"), None));
+    // Both from the environment is still one too many, and the error says so.
+    let vars = [
+        ("PICOGENT_STATE__PATH".to_string(), "/srv/agent.db".to_string()),
+        ("PICOGENT_STATE__URL".to_string(), url.to_string()),
+    ];
+    let error = Config::load_with_env(&write(dir.path(), &text), vars).unwrap_err().to_string();
+    assert!(error.contains("`state.path` and `state.url` are both set"), "{error}");
+    assert!(error.starts_with("environment variable PICOGENT_STATE__"), "{error}");
+}
+
+#[test]
+fn a_json_mistake_is_shown_on_its_line_with_the_line_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // A missing comma: serde_json notices it on the next line; the line before is shown too.
+    let text = "{\n    \"slug\": \"picogent\",\n    \"name\": \"Picogent\"\n\n    \"tracker\": {\"url\": \"http://127.0.0.1:8700\"}\n}\n";
+    let error = Config::load_with_env(&write(dir.path(), text), []).unwrap_err().to_string();
+    assert!(error.contains("agent.json") && error.contains("line 5, column 5"), "{error}");
+    assert!(error.contains("3 |     \"name\": \"Picogent\""), "the line with the mistake: {error}");
+    assert!(error.contains("5 |     \"tracker\""), "the line it was noticed on: {error}");
+    assert!(error.contains("    |     ^"), "a caret under the column: {error}");
+    assert!(error.contains("a comma missing at the end of line 3"), "{error}");
+    assert!(!error.contains("4 |"), "the blank line between is left out: {error}");
+    // A trailing comma, and a file cut short: the line, no guess about commas.
+    for (text, line) in [
+        ("{\"slug\": \"picogent\",\n \"name\": \"P\",\n}\n", "3 | }"),
+        ("{\"slug\": \"picogent\",\n \"name\": \"P\"", "2 |  \"name\": \"P\""),
+    ] {
+        let error = Config::load_with_env(&write(dir.path(), text), []).unwrap_err().to_string();
+        assert!(error.contains(line) && !error.contains("comma missing"), "{text:?}: {error}");
+    }
 }

@@ -26,8 +26,8 @@ use crate::config::{LlmConfig, MaxTokensField};
 use crate::retry::{RetryConfig, parse_retry_after, with_retry};
 use crate::secret::Secret;
 
-/// The output cap when `llm.max_output_tokens` is not set.
-pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 4096;
+/// The output cap when `llm.max_output_tokens` is not set (defined with the setting).
+pub use crate::config::DEFAULT_MAX_OUTPUT_TOKENS;
 
 /// A chat model behind an OpenAI-compatible `/v1/chat/completions`.
 #[derive(Debug, Clone)]

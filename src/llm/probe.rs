@@ -13,7 +13,9 @@ fn quick_client(config: &LlmConfig) -> reqwest::Result<reqwest::Client> {
     reqwest::Client::builder().timeout(Duration::from_millis(config.timeout_ms.min(10_000))).build()
 }
 
-/// Asks the endpoint for its models; says whether the configured one is listed.
+/// Asks the endpoint for its models: an error when the list it gives does not hold the
+/// configured one (by id, or one of llama.cpp's `aliases`); an empty list passes, since some
+/// servers list none.
 pub async fn probe(config: &LlmConfig, api_key: Option<Secret>) -> Result<String, String> {
     let base = config.base_url.trim_end_matches('/');
     let http = quick_client(config).map_err(|e| e.to_string())?;
@@ -33,14 +35,26 @@ pub async fn probe(config: &LlmConfig, api_key: Option<Secret>) -> Result<String
         return Err(format!("{base}/models answered HTTP {status}"));
     }
     let body: serde_json::Value = response.json().await.unwrap_or_default();
-    let listed = body["data"]
-        .as_array()
-        .is_some_and(|models| models.iter().any(|m| m["id"].as_str() == Some(config.model.as_str())));
-    Ok(if listed {
-        format!("{base} serves {}", config.model)
-    } else {
-        format!("{base} answers (model {} not in its list; some servers list none)", config.model)
-    })
+    let models = body["data"].as_array().cloned().unwrap_or_default();
+    let names = |model: &serde_json::Value| -> Vec<String> {
+        let aliases = model["aliases"].as_array().into_iter().flatten();
+        model["id"].as_str().into_iter().chain(aliases.filter_map(|alias| alias.as_str())).map(str::to_string).collect()
+    };
+    let listed: Vec<String> = models.iter().flat_map(names).collect();
+    if listed.is_empty() {
+        return Ok(format!("{base} answers (it lists no models, so llm.model {} is not checked)", config.model));
+    }
+    if listed.contains(&config.model) {
+        return Ok(format!("{base} serves {}", config.model));
+    }
+    const SHOWN: usize = 8;
+    let ids: Vec<&str> = models.iter().filter_map(|model| model["id"].as_str()).collect();
+    let more = if ids.len() > SHOWN { format!(" and {} more", ids.len() - SHOWN) } else { String::new() };
+    Err(format!(
+        "{base} does not serve llm.model {:?}: it lists {}{more}; set llm.model to the one to use",
+        config.model,
+        ids.iter().take(SHOWN).map(|id| format!("{id:?}")).collect::<Vec<_>>().join(", ")
+    ))
 }
 
 /// What a llama.cpp-style server says about itself at `GET /props` (next to `/v1`).

@@ -10,7 +10,7 @@ eval "$(bash tests/interop/install_llama.sh | grep '^LLAMA_')"
 work=$(mktemp -d)
 trap 'kill "$server" 2>/dev/null || true; rm -rf "$work"' EXIT
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$LLAMA_SERVER" --jinja -m "$LLAMA_MODEL" --host 127.0.0.1 --port "$port" -c 4096 -np 1 --seed 42 --temp 0 \
+"$LLAMA_SERVER" --jinja -m "$LLAMA_MODEL" --alias gemma3-270m --host 127.0.0.1 --port "$port" -c 4096 -np 1 --seed 42 --temp 0 \
   --no-webui --chat-template-file "$LLAMA_TEMPLATES/Qwen-Qwen2.5-7B-Instruct.jinja" >"$work/llama.log" 2>&1 &
 server=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.2; done
@@ -26,4 +26,4 @@ cat >"$work/agent.json" <<JSON
   "prompts_dir": "$(pwd)/prompts"
 }
 JSON
-cargo run --quiet --release -- eval --config "$work/agent.json" --timeout-secs 150 "$@"
+cargo run --quiet --release -- eval --config "$work/agent.json" --timeout-secs 600 "$@"

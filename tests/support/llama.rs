@@ -71,6 +71,9 @@ pub struct ServerOptions {
     pub template: Option<&'static str>,
 }
 
+/// The model's name on the server (`--alias`), as `llm.model` names it.
+pub const MODEL_ALIAS: &str = "gemma3-270m";
+
 /// The tool-capable template the tests use: Qwen 2.5's, which renders tools and whose
 /// `<tool_call>` blocks llama.cpp's parser turns into tool calls.
 pub const TOOL_TEMPLATE: &str = "Qwen-Qwen2.5-7B-Instruct.jinja";
@@ -86,6 +89,12 @@ impl LlamaServer {
     /// Starts it with one slot, greedy sampling and a fixed seed (so the tiny model answers the
     /// same way every run) and waits until `/health` answers 200.
     pub async fn start(dir: &Path, options: ServerOptions) -> LlamaServer {
+        LlamaServer::start_with_args(dir, options, &[]).await
+    }
+
+    /// [`LlamaServer::start`] with `extra` added to the command line (e.g. `--no-jinja`; a flag
+    /// given again wins over the one before).
+    pub async fn start_with_args(dir: &Path, options: ServerOptions, extra: &[&str]) -> LlamaServer {
         let installed = installed();
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let log = dir.join(format!("llama-server-{port}.log"));
@@ -94,12 +103,16 @@ impl LlamaServer {
             .arg("--jinja")
             .arg("-m")
             .arg(&installed.model)
+            // The name the tests configure as `llm.model`, which `/v1/models` then lists (it lists
+            // the file's path otherwise, and `picogent check` fails a name the server does not list).
+            .args(["--alias", MODEL_ALIAS])
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
             .args(["-c", &options.context.to_string(), "-np", "1", "--seed", "42", "--temp", "0", "-t", "2"])
             .arg("--no-webui");
         if let Some(template) = options.template {
             command.arg("--chat-template-file").arg(installed.templates.join(template));
         }
+        command.args(extra);
         let child = command
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())

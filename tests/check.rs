@@ -1,0 +1,149 @@
+//! `picogent check` and `picogent run` as a person setting up a deployment meets them: the binary
+//! run against the reference board and the offline model, its report read line by line.
+
+#[path = "support/agent.rs"]
+mod agent_support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use agent_support::*;
+use picogent::tracker::model::TaskStatus;
+use serde_json::json;
+
+/// `picogent check --config <path>` with `env` added; its exit status and stdout.
+async fn check_with_env(config_path: &Path, env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_picogent"));
+    command.args(["check", "--config"]).arg(config_path).env("TEAMBOARD_TOKEN", "tok-picogent").env("RUST_LOG", "warn");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let output = tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap();
+    (output.status.code(), String::from_utf8_lossy(&output.stdout).to_string())
+}
+
+fn line<'a>(report: &'a str, what: &str) -> &'a str {
+    report
+        .lines()
+        .find(|l| l.get(4..).unwrap_or_default().trim_start().starts_with(what))
+        .unwrap_or_else(|| panic!("no {what} line:\n{report}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_fails_a_model_name_the_server_does_not_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let config =
+        agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({"llm": {"model": "gpt-4o-mini"}}));
+    let (code, report) = check_with_env(&write_config(dir.path(), &config), &[]).await;
+    assert_eq!(code, Some(1), "{report}");
+    let endpoint = line(&report, "model endpoint");
+    assert!(endpoint.starts_with("FAIL"), "{report}");
+    assert!(
+        endpoint.contains("\"gpt-4o-mini\"")
+            && endpoint.contains("\"offline-planner\"")
+            && endpoint.contains("set llm.model"),
+        "names the model, what the server lists, and the setting: {report}"
+    );
+    // The name it lists passes.
+    let config = agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({}));
+    let (code, report) = check_with_env(&write_config(dir.path(), &config), &[]).await;
+    assert_eq!(code, Some(0), "{report}");
+    assert!(line(&report, "model endpoint").starts_with("ok") && report.contains("serves offline-planner"), "{report}");
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_fails_a_state_folder_that_is_missing_or_cannot_be_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let a_file = dir.path().join("not-a-folder");
+    std::fs::write(&a_file, "x").unwrap();
+    let missing = dir.path().join("var/lib/picogent");
+    let cases = [
+        (missing.join("agent.db"), vec!["does not exist", "mkdir -p", "picogent run also makes it"]),
+        (a_file.join("agent.db"), vec!["is not a folder"]),
+        // Nobody may make files in /proc, root included.
+        (Path::new("/proc/picogent.db").to_path_buf(), vec!["cannot write in the state folder /proc", "write access"]),
+    ];
+    for (state, says) in cases {
+        let config =
+            agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({"state": {"path": state}}));
+        let (code, report) = check_with_env(&write_config(dir.path(), &config), &[]).await;
+        assert_eq!(code, Some(1), "{report}");
+        let state_line = line(&report, "state");
+        assert!(state_line.starts_with("FAIL"), "{}: {report}", state.display());
+        for word in says {
+            assert!(state_line.contains(word), "{}: {word}: {report}", state.display());
+        }
+        assert!(!missing.exists(), "check makes nothing");
+    }
+    let config = agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({}));
+    let (code, report) = check_with_env(&write_config(dir.path(), &config), &[]).await;
+    assert_eq!(code, Some(0), "{report}");
+    assert!(line(&report, "state").starts_with("ok") && line(&report, "state").contains("a first start"), "{report}");
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_makes_a_missing_state_folder_and_works_the_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let state = dir.path().join("var/lib/picogent/agent.db");
+    let config = agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({"state": {"path": state}}));
+    let process = std::sync::Mutex::new(spawn_agent_process(&write_config(dir.path(), &config)));
+    let alice = client(&board, "tok-alice");
+    let task = create_assigned(&alice, "Start on a new machine", "- one\n- two").await;
+    let worked = eventually(Duration::from_secs(30), "the task worked", || async {
+        let exited = process.lock().unwrap().try_wait().unwrap();
+        assert!(exited.is_none(), "picogent run exited with {exited:?}");
+        let now = alice.get_task(&task.id).await.ok()?;
+        (now.status == TaskStatus::InReview).then_some(now)
+    })
+    .await;
+    assert_eq!(worked.status, TaskStatus::InReview);
+    let mut process = process.into_inner().unwrap();
+    assert!(state.exists(), "the state is in the folder run made");
+    let stopped = std::process::Command::new("kill").arg("-TERM").arg(process.id().to_string()).status().unwrap();
+    assert!(stopped.success());
+    let status = tokio::task::spawn_blocking(move || process.wait().unwrap()).await.unwrap();
+    assert!(status.success(), "{status:?}");
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_says_where_a_config_mistake_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = agent_config(dir.path(), "http://127.0.0.1:1", "http://127.0.0.1:1/v1", "picogent", json!({}));
+    let path = write_config(dir.path(), &config);
+    // In an override: the variable is named, not the file, and the words the setting takes.
+    let (code, report) = check_with_env(&path, &[("PICOGENT_CHAT_LISTEN", "mention")]).await;
+    assert_eq!(code, Some(1), "{report}");
+    let config_line = line(&report, "config");
+    assert!(
+        config_line.starts_with("FAIL config") && config_line.contains("environment variable PICOGENT_CHAT_LISTEN")
+    );
+    assert!(config_line.contains("\"mention\" is not one of \"mentions\", \"all\", \"none\""), "{report}");
+    assert!(!config_line.contains("agent.json"), "{report}");
+    // The twelve-factor way to point the shipped file at PostgreSQL passes the config line.
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("agent.json");
+    let (_, report) =
+        check_with_env(&shipped, &[("PICOGENT_STATE__URL", "postgres://picogent@127.0.0.1:5432/test")]).await;
+    assert!(line(&report, "config").starts_with("ok"), "{report}");
+    // In the file's JSON: the line, and the line before it where the comma is missing.
+    let text = serde_json::to_string_pretty(&config).unwrap();
+    let broken = text.replacen("\"slug\": \"picogent\",", "\"slug\": \"picogent\"", 1);
+    assert_ne!(broken, text);
+    std::fs::write(&path, &broken).unwrap();
+    let (code, report) = check_with_env(&path, &[]).await;
+    assert_eq!(code, Some(1), "{report}");
+    let slug_line = broken.lines().position(|l| l.contains("\"slug\"")).unwrap() + 1;
+    assert!(report.contains(&format!("{slug_line} |   \"slug\": \"picogent\"")), "{report}");
+    assert!(report.contains(&format!("a comma missing at the end of line {slug_line}")), "{report}");
+}
