@@ -413,9 +413,10 @@ impl PolicySource {
             return;
         }
         let content = format!(
-            "I did not do something this run was asked to: `{name}` would {}, and a run may only {} by default. \
+            "I did not do something this run was asked to: `{name}` would {}{}, and a run may only {} by default. \
              To allow such changes, set {}. Any other call outside this run is refused too, without another notice.",
             judgement.what,
+            judgement.note,
             judgement.run,
             widening(judgement.reach, name)
         );
@@ -481,8 +482,8 @@ impl PolicySource {
                         original_name: original.clone(),
                         arguments: arguments.clone(),
                         reason: format!(
-                            "this is outside what this run may change (it may {}); {setting} would allow it without asking",
-                            judgement.run
+                            "this is outside what this run may change{} (it may {}); {setting} would allow it without asking",
+                            judgement.note, judgement.run
                         ),
                     };
                     let approval = asker.ask(&request, context).await;
@@ -493,10 +494,10 @@ impl PolicySource {
                 log("denied", &format!("outside the run's scope (permissions.scope: {})", self.scope.scope.as_str()));
                 self.notify(name, &judgement, context).await;
                 return Err(format!(
-                    "refused: outside this run's scope: `{name}` would {}, and this run may only {}. Do not retry it \
-                     or look for another way to do it; say in your answer what you did not do. A person can allow \
+                    "refused: outside this run's scope: `{name}` would {}{}, and this run may only {}. Do not retry \
+                     it or look for another way to do it; say in your answer what you did not do. A person can allow \
                      it with {setting}.",
-                    judgement.what, judgement.run
+                    judgement.what, judgement.note, judgement.run
                 ));
             }
         }

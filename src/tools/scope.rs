@@ -80,18 +80,21 @@ pub struct Judgement {
     pub reach: RunScope,
     /// "change task SE-1 (project `sales`)", empty when the call stays within the run.
     pub what: String,
+    /// Why it is beyond the run when the words above do not say, or empty: " (a run may hand its
+    /// task back only to @alice, who created it)".
+    pub note: String,
     /// What the run may do instead: "change its own task TE-3 and post in its comments".
     pub run: String,
 }
 
 impl Judgement {
     pub fn within_run() -> Judgement {
-        Judgement { reach: RunScope::Run, what: String::new(), run: String::new() }
+        Judgement { reach: RunScope::Run, what: String::new(), note: String::new(), run: String::new() }
     }
 
     /// A call reaching `reach`, doing `what`, from the run at `place`.
     pub fn beyond_run(reach: RunScope, what: String, place: &RunPlace) -> Judgement {
-        Judgement { reach, what, run: place.describe(None) }
+        Judgement { reach, what, note: String::new(), run: place.describe(None) }
     }
 }
 
@@ -162,7 +165,7 @@ impl Own {
     }
 
     fn reach(&self, reach: RunScope, what: String) -> Judgement {
-        Judgement { reach, what, run: self.place.describe(self.task.as_ref()) }
+        Judgement { reach, what, note: String::new(), run: self.place.describe(self.task.as_ref()) }
     }
 }
 
@@ -227,13 +230,9 @@ async fn judge_task(
                 } else {
                     format!("@{}", task.created_by)
                 };
-                Ok(own.reach(
-                    RunScope::Project,
-                    format!(
-                        "assign task {} to @{slug} (a run may hand its task back only to {creator}, who created it)",
-                        task.key
-                    ),
-                ))
+                let mut judgement = own.reach(RunScope::Project, format!("assign task {} to @{slug}", task.key));
+                judgement.note = format!(" (a run may hand its task back only to {creator}, who created it)");
+                Ok(judgement)
             }
         }
     }
