@@ -47,6 +47,7 @@ pub async fn run_cli(config_path: &Path) -> anyhow::Result<ExitCode> {
         Err(error) => Line { ok: false, what: "prompts".into(), detail: error.to_string() },
     });
     lines.push(check_state_folder(&config));
+    lines.push(Line { ok: true, what: "run scope".into(), detail: scope_words(&config.permissions) });
     let token = match Secret::from_env(&config.tracker.token_env) {
         Ok(token) => {
             lines.push(Line {
@@ -92,6 +93,22 @@ pub async fn run_cli(config_path: &Path) -> anyhow::Result<ExitCode> {
     }
     print(&lines);
     Ok(if lines.iter().all(|l| l.ok) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// The scope runs are held to, in words: what a run may change and how it is widened.
+fn scope_words(permissions: &crate::config::PermissionsConfig) -> String {
+    use crate::config::RunScope;
+    let scope = match permissions.scope {
+        RunScope::Run => "a run changes only its own task (or replies in its own thread)",
+        RunScope::Project => "a run changes anything in its own project",
+        RunScope::Any => "a run changes anything its tools reach",
+    };
+    let cross = if permissions.cross_scope_tools.is_empty() {
+        String::new()
+    } else {
+        format!("; across tasks also: {}", permissions.cross_scope_tools.join(", "))
+    };
+    format!("permissions.scope \"{}\": {scope}{cross} (see docs/guarantees.md)", permissions.scope.as_str())
 }
 
 async fn check_rest(client: &TrackerClient, config: &Config) -> Line {

@@ -151,6 +151,7 @@ impl Config {
             ("permissions.allowed_tools", &self.permissions.allowed_tools),
             ("permissions.disallowed_tools", &self.permissions.disallowed_tools),
             ("permissions.ask_tools", &self.permissions.ask_tools),
+            ("permissions.cross_scope_tools", &self.permissions.cross_scope_tools),
         ] {
             for pattern in patterns {
                 crate::tools::policy::check_pattern(pattern).map_err(|message| (name.to_string(), message))?;

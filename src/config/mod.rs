@@ -24,8 +24,8 @@ pub use llm::{DEFAULT_MAX_OUTPUT_TOKENS, LlmConfig, MaxTokensField, Price};
 use sections::default_token_env;
 pub use sections::{
     HttpConfig, Limits, McpConfig, McpServerConfig, PRESENCE_HEARTBEAT_MS, PermissionMode, PermissionsConfig,
-    PresenceConfig, ReplicasConfig, RetentionConfig, ServerToolsConfig, StartupConfig, StateConfig, TextDuration,
-    TrackerConfig, default_ask_tools,
+    PresenceConfig, ReplicasConfig, RetentionConfig, RunScope, ServerToolsConfig, StartupConfig, StateConfig,
+    TextDuration, TrackerConfig, default_ask_tools,
 };
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

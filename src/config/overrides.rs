@@ -4,7 +4,7 @@
 use super::ENV_PREFIX;
 
 /// The fields that hold lists; their `PICOGENT_*` overrides take a comma list or a JSON array.
-pub(super) const LIST_FIELDS: [&str; 8] = [
+pub(super) const LIST_FIELDS: [&str; 9] = [
     "capabilities",
     "allowed_bots",
     "http.allowed_hosts",
@@ -13,6 +13,7 @@ pub(super) const LIST_FIELDS: [&str; 8] = [
     "permissions.allowed_tools",
     "permissions.disallowed_tools",
     "permissions.ask_tools",
+    "permissions.cross_scope_tools",
 ];
 
 /// An override's value as the comma list the environment source splits: a JSON array

@@ -366,6 +366,12 @@ pub struct PermissionsConfig {
     /// are consequential (`update_task` to `done`, `assign_task` to someone else); a listed tool
     /// that cannot tell (an external one) always asks. Empty: the annotations alone decide.
     pub ask_tools: Vec<String>,
+    /// What a task or chat run may change (`tools::scope`): `run` (the default) its own task and
+    /// thread, `project` anything in its own project, `any` anything the tools can reach.
+    pub scope: RunScope,
+    /// Public tool names or globs whose calls may reach past `scope` (for example `add_step` to
+    /// let runs add steps to any task). Empty: none.
+    pub cross_scope_tools: Vec<String>,
 }
 
 impl Default for PermissionsConfig {
@@ -376,6 +382,32 @@ impl Default for PermissionsConfig {
             mode: PermissionMode::Auto,
             ask_timeout_ms: 300_000,
             ask_tools: default_ask_tools(),
+            scope: RunScope::Run,
+            cross_scope_tools: Vec::new(),
+        }
+    }
+}
+
+/// `permissions.scope`: how far a run's writes may reach. Ordered: each allows what the one
+/// before it does, and more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunScope {
+    /// Its own task (status, steps, comments, assignment back to its creator) or its own thread.
+    #[default]
+    Run,
+    /// Anything in the project of its task or chat.
+    Project,
+    /// Anything the tools can reach (the behaviour before scopes).
+    Any,
+}
+
+impl RunScope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunScope::Run => "run",
+            RunScope::Project => "project",
+            RunScope::Any => "any",
         }
     }
 }

@@ -45,6 +45,18 @@ impl ToolSource for CombinedSource {
         self.sources.iter().find(|source| source.tool(name).is_some())?.effect(name, arguments, context)
     }
 
+    fn reach<'a>(
+        &'a self,
+        name: &'a str,
+        arguments: &'a serde_json::Value,
+        context: &'a ToolContext,
+    ) -> BoxFuture<'a, Option<Result<crate::tools::scope::Judgement, String>>> {
+        Box::pin(async move {
+            let source = self.sources.iter().find(|source| source.tool(name).is_some())?;
+            source.reach(name, arguments, context).await
+        })
+    }
+
     fn call<'a>(
         &'a self,
         name: &'a str,

@@ -11,7 +11,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::tools::ToolContext;
 use crate::tools::format;
-use crate::tools::kernel::{ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write};
+use crate::tools::kernel::{
+    Target, ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write,
+};
 use crate::tracker::TrackerClient;
 use crate::tracker::model::{self, AttachmentOut, FileContent, limits};
 
@@ -51,6 +53,10 @@ impl TrackerTool for UploadFile {
 
     fn output_schema() -> Option<serde_json::Value> {
         output_schema_for::<AttachmentOut>()
+    }
+
+    fn target(args: &UploadFileArgs, _: &ToolContext) -> Target {
+        Target::Message { message_id: args.message_id.clone() }
     }
 
     async fn run(args: UploadFileArgs, client: &TrackerClient, context: &ToolContext) -> Result<ToolOutput, ToolError> {

@@ -17,6 +17,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::tools::schema::input_schema_for;
+pub use crate::tools::scope::Target;
 use crate::tools::{CallEffect, ToolContext};
 use crate::tracker::{TrackerClient, TrackerError};
 
@@ -267,6 +268,15 @@ pub trait TrackerTool: Send + Sync + 'static {
         CallEffect::Consequential(Self::TITLE.to_lowercase())
     }
 
+    /// What a call would change on the board, judged from its arguments: the run's scope
+    /// (`permissions.scope`, [`crate::tools::scope`]) lets it run only when this target is the
+    /// run's own task or thread. Asked only of tools that write; the default, a target the tool
+    /// cannot name, runs only under `scope: any`.
+    fn target(args: &Self::Args, context: &ToolContext) -> Target {
+        let _ = (args, context);
+        Target::Unknown
+    }
+
     fn run(
         args: Self::Args,
         client: &TrackerClient,
@@ -291,6 +301,10 @@ pub(super) type RunFn =
 /// tool's schema.
 pub(super) type EffectFn = fn(Value, &ToolContext) -> CallEffect;
 
+/// [`TrackerTool::target`] with the type erased, on checked arguments; `None` when they do not
+/// parse (the run refuses the call then, so it changes nothing).
+pub(super) type TargetFn = fn(Value, &ToolContext) -> Option<Target>;
+
 /// A tool with its type erased: what the catalog compiles and stores.
 pub struct ToolEntry {
     pub(super) name: &'static str,
@@ -304,6 +318,7 @@ pub struct ToolEntry {
     pub(super) input_schema: fn() -> Value,
     pub(super) run: RunFn,
     pub(super) effect: EffectFn,
+    pub(super) target: TargetFn,
 }
 
 impl ToolEntry {
@@ -320,6 +335,7 @@ impl ToolEntry {
             input_schema: input_schema_for::<T::Args>,
             run: run_erased::<T>,
             effect: effect_erased::<T>,
+            target: target_erased::<T>,
         }
     }
 }
@@ -344,4 +360,8 @@ fn effect_erased<T: TrackerTool>(arguments: Value, context: &ToolContext) -> Cal
         Ok(args) => T::effect(&args, context),
         Err(_) => CallEffect::Refused,
     }
+}
+
+fn target_erased<T: TrackerTool>(arguments: Value, context: &ToolContext) -> Option<Target> {
+    serde_json::from_value::<T::Args>(arguments).ok().map(|args| T::target(&args, context))
 }

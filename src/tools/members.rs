@@ -5,7 +5,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::tools::ToolContext;
 use crate::tools::format;
-use crate::tools::kernel::{ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write};
+use crate::tools::kernel::{
+    Target, ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write,
+};
 use crate::tools::projects::NoArgs;
 use crate::tracker::TrackerClient;
 use crate::tracker::model::{MemberOut, StatusOut, limits};
@@ -99,6 +101,11 @@ impl TrackerTool for UpdateMyStatus {
 
     fn output_schema() -> Option<serde_json::Value> {
         output_schema_for::<StatusOut>()
+    }
+
+    /// The agent's own status is no one else's.
+    fn target(_: &Self::Args, _: &ToolContext) -> Target {
+        Target::Nothing
     }
 
     async fn run(args: UpdateMyStatusArgs, client: &TrackerClient, _: &ToolContext) -> Result<ToolOutput, ToolError> {

@@ -4,7 +4,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::tools::format;
-use crate::tools::kernel::{ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write};
+use crate::tools::kernel::{
+    Target, ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write,
+};
 use crate::tools::{PostPlace, ToolContext};
 use crate::tracker::TrackerClient;
 use crate::tracker::model::{self, MessageOut, limits};
@@ -55,6 +57,16 @@ impl TrackerTool for SendMessage {
 
     fn output_schema() -> Option<serde_json::Value> {
         output_schema_for::<MessageOut>()
+    }
+
+    /// Where the message would go; a call naming no place or several is refused by `run` itself.
+    fn target(args: &SendMessageArgs, _: &ToolContext) -> Target {
+        match (&args.chat_id, &args.task_id, &args.parent_id) {
+            (None, None, Some(parent_id)) => Target::Post(PostPlace::Reply { parent_id: parent_id.clone() }),
+            (None, Some(task_id), None) => Target::Post(PostPlace::Task { task_id: task_id.clone() }),
+            (Some(chat_id), None, None) => Target::Post(PostPlace::Chat { chat_id: chat_id.clone() }),
+            _ => Target::Nothing,
+        }
     }
 
     async fn run(
@@ -188,6 +200,10 @@ impl TrackerTool for ReplyMessage {
 
     fn output_schema() -> Option<serde_json::Value> {
         output_schema_for::<MessageOut>()
+    }
+
+    fn target(args: &ReplyMessageArgs, _: &ToolContext) -> Target {
+        Target::Post(PostPlace::Reply { parent_id: args.parent_id.clone() })
     }
 
     async fn run(

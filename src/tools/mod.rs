@@ -9,6 +9,8 @@
 //!   [`files`], with [`format`](mod@format) for their text;
 //! - [`policy`]: the permission policy over every tool, as a [`ToolSource`] wrapper; a source
 //!   tells it what a call would do ([`CallEffect`]), so `ask` mode asks only when it matters;
+//! - [`scope`]: how far a run's writes reach (`permissions.scope`): each tracker tool names
+//!   what a call changes, the scope resolves it against the run's task or thread;
 //! - [`combined`]: several sources offered as one.
 //!
 //! Tool definitions are rmcp's `Tool` and results are rmcp's `CallToolResult`: the shapes are
@@ -24,6 +26,7 @@ pub mod policy;
 pub mod projects;
 pub mod registry;
 pub mod schema;
+pub mod scope;
 pub mod steps;
 pub mod tasks;
 
@@ -60,6 +63,9 @@ pub struct ToolContext {
     /// How many steering inputs the loop has taken in so far (the loop sets it at each turn
     /// boundary): the post guard names what a post answers from it.
     pub steering_taken: u32,
+    /// Whether the run's one notice about calls refused for its scope went out (shared by the
+    /// clones of a run's context; each new context starts a run of its own).
+    pub scope_notice: scope::NoticeOnce,
 }
 
 /// Where a message is about to be posted.
@@ -118,6 +124,7 @@ impl ToolContext {
             run_id: None,
             fence: crate::prompts::Fence::random(),
             steering_taken: 0,
+            scope_notice: scope::NoticeOnce::default(),
         }
     }
 }
@@ -152,6 +159,19 @@ pub trait ToolSource: Send + Sync {
     /// default, and every external MCP tool) means it cannot, and a listed tool then always asks.
     fn effect(&self, _name: &str, _arguments: &serde_json::Value, _context: &ToolContext) -> Option<CallEffect> {
         None
+    }
+
+    /// How far calling `name` with `arguments` reaches from the run of `context`
+    /// ([`scope::Judgement`]), if the source can tell; `None` (the default, and every external MCP
+    /// tool) lets the policy judge from the tool's annotations: a destructive tool reaches past
+    /// any run. `Some(Err)`: the source could not judge, in words for the model.
+    fn reach<'a>(
+        &'a self,
+        _name: &'a str,
+        _arguments: &'a serde_json::Value,
+        _context: &'a ToolContext,
+    ) -> BoxFuture<'a, Option<Result<scope::Judgement, String>>> {
+        Box::pin(async { None })
     }
 
     /// Calls one tool. Never fails at the Rust level: every failure, an unknown name included, is

@@ -17,6 +17,12 @@
 //! - the question says what the call would do in plain words, posted in the run's conversation;
 //!   the agent waits for a human member's `yes` or `no`; no answer within `ask_timeout_ms`, no
 //!   conversation, or a tracker error: denied;
+//! - a task or chat run's writes stay within its scope (`permissions.scope`, default `run`: its
+//!   own task and thread; [`crate::tools::scope`]): the source judges how far a call reaches from
+//!   its arguments (a tracker tool names its target; an external tool that may change or delete
+//!   things reaches past any run); a call past the scope and not in `cross_scope_tools` is asked
+//!   about in `ask` mode and refused otherwise, with the setting that allows it, and the run posts
+//!   one notice about it in its task or thread. A context without a run is not scoped;
 //! - a denied call is an error result telling the model why; every decision is logged with the
 //!   server, original tool name, public name and annotations.
 
@@ -27,10 +33,11 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use rmcp::model::{CallToolResult, Tool};
 
-use crate::config::{PermissionMode, PermissionsConfig};
+use crate::config::{PermissionMode, PermissionsConfig, RunScope};
 use crate::session::SessionKey;
 use crate::tools::combined::CombinedSource;
 use crate::tools::kernel::refusal;
+use crate::tools::scope::{Judgement, RunPlace};
 use crate::tools::{CallEffect, ToolContext, ToolSource};
 use crate::tracker::TrackerClient;
 use crate::tracker::model::{MemberKind, MessageQuery, SendMessage};
@@ -315,17 +322,107 @@ impl From<&PermissionsConfig> for Policy {
     }
 }
 
+/// How far a run's writes may reach: `permissions.scope` and `permissions.cross_scope_tools`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ScopeRule {
+    pub scope: RunScope,
+    pub cross_scope_tools: Vec<String>,
+}
+
+impl From<&PermissionsConfig> for ScopeRule {
+    fn from(config: &PermissionsConfig) -> ScopeRule {
+        ScopeRule { scope: config.scope, cross_scope_tools: config.cross_scope_tools.clone() }
+    }
+}
+
+impl ScopeRule {
+    /// Whether a call of `name` reaching `reach` may run.
+    pub fn allows(&self, name: &str, reach: RunScope) -> bool {
+        reach <= self.scope || self.cross_scope_tools.iter().any(|pattern| glob_match(pattern, name))
+    }
+}
+
 /// A [`ToolSource`] that offers and runs only what the policy allows.
 pub struct PolicySource {
     inner: Arc<dyn ToolSource>,
     policy: Policy,
     asker: Option<Arc<dyn Asker>>,
+    scope: ScopeRule,
+    /// Where the run's one notice about calls refused for its scope is posted; `None`: nowhere.
+    notices: Option<TrackerClient>,
+}
+
+/// The setting that would let a call reaching `reach` run, as a person writes it.
+fn widening(reach: RunScope, name: &str) -> String {
+    format!("permissions.scope: \"{}\" in agent.json, or `{name}` in permissions.cross_scope_tools", reach.as_str())
 }
 
 impl PolicySource {
     /// `asker` is needed only in `ask` mode; without one, destructive calls are denied there.
+    /// Runs are held to the `run` scope; [`PolicySource::with_scope`] sets another.
     pub fn new(inner: Arc<dyn ToolSource>, policy: Policy, asker: Option<Arc<dyn Asker>>) -> PolicySource {
-        PolicySource { inner, policy, asker }
+        PolicySource { inner, policy, asker, scope: ScopeRule::default(), notices: None }
+    }
+
+    /// The scope runs are held to, and the client that posts the one notice per run about the
+    /// calls refused for it.
+    pub fn with_scope(mut self, scope: ScopeRule, notices: Option<TrackerClient>) -> PolicySource {
+        self.scope = scope;
+        self.notices = notices;
+        self
+    }
+
+    /// How far the call reaches: the source judges its own tools; an external tool that may
+    /// change or delete things reaches past any run. `Err`: it could not be judged.
+    async fn judge(
+        &self,
+        name: &str,
+        tool: &Tool,
+        arguments: &serde_json::Value,
+        context: &ToolContext,
+    ) -> Result<Judgement, String> {
+        if let Some(judged) = self.inner.reach(name, arguments, context).await {
+            return judged;
+        }
+        let Some(place) = RunPlace::of(context) else { return Ok(Judgement::within_run()) };
+        if !is_destructive(tool) {
+            return Ok(Judgement::within_run());
+        }
+        let (server, original) = origin_of(tool);
+        let what = match server {
+            Some(server) => {
+                format!("run `{original}` of MCP server `{server}`, a tool that may change or delete things")
+            }
+            None => format!("run `{name}`, a tool that may change or delete things"),
+        };
+        Ok(Judgement::beyond_run(RunScope::Any, what, &place))
+    }
+
+    /// Posts the run's one notice about a call refused for its scope, in the run's task or
+    /// thread, once per run (the idempotency key holds it to one across a resume too).
+    async fn notify(&self, name: &str, judgement: &Judgement, context: &ToolContext) {
+        let Some(client) = &self.notices else { return };
+        let Some(place) = RunPlace::of(context) else { return };
+        if !context.scope_notice.first() {
+            return;
+        }
+        let content = format!(
+            "I did not do something this run was asked to: `{name}` would {}{}, and a run may only {} by default. \
+             To allow such changes, set {}. Any other call outside this run is refused too, without another notice.",
+            judgement.what,
+            judgement.note,
+            judgement.run,
+            widening(judgement.reach, name)
+        );
+        let (task_id, parent_id) = match place {
+            RunPlace::Task(task) => (Some(task), None),
+            RunPlace::Thread(root) => (None, Some(root)),
+        };
+        let body = SendMessage { content, chat_id: None, task_id, parent_id, mentions: None, reply_to: None };
+        let key = context.run_id.as_ref().map(|run| format!("{run}-scope-notice"));
+        if let Err(error) = client.send_message(&body, key.as_deref()).await {
+            tracing::warn!(%error, "cannot post the notice about a call outside the run's scope");
+        }
     }
 
     async fn decide(&self, name: &str, arguments: &serde_json::Value, context: &ToolContext) -> Result<(), String> {
@@ -358,6 +455,49 @@ impl PolicySource {
             return Err(format!(
                 "permission denied: the tool `{name}` is not allowed by this agent's tool policy; do not retry it, use another way or say you cannot"
             ));
+        }
+        if self.policy.mode != PermissionMode::ReadOnly && RunPlace::of(context).is_some() {
+            let judgement = match self.judge(name, &tool, arguments, context).await {
+                Ok(judgement) => judgement,
+                Err(why) => {
+                    log("denied", "the run's scope could not be checked");
+                    return Err(format!("permission denied: {why}"));
+                }
+            };
+            if !self.scope.allows(name, judgement.reach) {
+                let setting = widening(judgement.reach, name);
+                if self.policy.mode == PermissionMode::Ask {
+                    let Some(asker) = &self.asker else {
+                        log("denied", "outside the run's scope, in ask mode without a way to ask");
+                        return Err(format!(
+                            "permission denied: `{name}` reaches outside this run and no human can be asked"
+                        ));
+                    };
+                    let request = ApprovalRequest {
+                        action: Some(judgement.what.clone()),
+                        public_name: name.to_string(),
+                        server: server.clone(),
+                        original_name: original.clone(),
+                        arguments: arguments.clone(),
+                        reason: format!(
+                            "this is outside what this run may change{} (it may {}); {setting} would allow it without asking",
+                            judgement.note, judgement.run
+                        ),
+                    };
+                    let approval = asker.ask(&request, context).await;
+                    let (decision, why) = approval_log(&approval);
+                    log(decision, &format!("outside the run's scope: {why}"));
+                    return approval_verdict(approval, name);
+                }
+                log("denied", &format!("outside the run's scope (permissions.scope: {})", self.scope.scope.as_str()));
+                self.notify(name, &judgement, context).await;
+                return Err(format!(
+                    "refused: outside this run's scope: `{name}` would {}{}, and this run may only {}. Do not retry \
+                     it or look for another way to do it; say in your answer what you did not do. A person can allow \
+                     it with {setting}.",
+                    judgement.what, judgement.note, judgement.run
+                ));
+            }
         }
         match self.policy.mode {
             PermissionMode::Auto => {
@@ -461,6 +601,15 @@ impl ToolSource for PolicySource {
         self.inner.tool(name).filter(|tool| self.policy.offers(tool))
     }
 
+    fn reach<'a>(
+        &'a self,
+        name: &'a str,
+        arguments: &'a serde_json::Value,
+        context: &'a ToolContext,
+    ) -> BoxFuture<'a, Option<Result<Judgement, String>>> {
+        self.inner.reach(name, arguments, context)
+    }
+
     fn call<'a>(
         &'a self,
         name: &'a str,
@@ -490,6 +639,7 @@ pub fn governed(
         _ => None,
     };
     PolicySource::new(Arc::new(CombinedSource::new(sources)), Policy::from(&config.permissions), asker)
+        .with_scope(ScopeRule::from(&config.permissions), Some(client.clone()))
 }
 
 /// Tools for a person at the other end (`picogent mcp`, `picogent tools call`): the same
@@ -501,7 +651,9 @@ pub fn governed_for_person(sources: Vec<Arc<dyn ToolSource>>, config: &crate::co
     if policy.mode == PermissionMode::Ask {
         policy.mode = PermissionMode::Auto;
     }
+    // A person's call carries no run (no session), so the run's scope never applies to it.
     PolicySource::new(Arc::new(CombinedSource::new(sources)), policy, None)
+        .with_scope(ScopeRule { scope: RunScope::Any, cross_scope_tools: Vec::new() }, None)
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use rmcp::model::{CallToolResult, ContentBlock, Tool};
 use serde_json::Value;
 
 use crate::tools::format;
-use crate::tools::kernel::{EffectFn, RunFn, ToolEntry, ToolError, ToolGroup, ToolOutput};
+use crate::tools::kernel::{EffectFn, RunFn, TargetFn, ToolEntry, ToolError, ToolGroup, ToolOutput};
 use crate::tools::schema::ArgumentSchema;
 use crate::tools::{CallEffect, ToolContext, ToolSource};
 use crate::tracker::TrackerClient;
@@ -104,6 +104,7 @@ struct Compiled {
     arguments: ArgumentSchema,
     run: RunFn,
     effect: EffectFn,
+    target: TargetFn,
 }
 
 /// The compiled definitions, without a tracker: enough to list tools and count their tokens.
@@ -158,6 +159,7 @@ impl Catalog {
                 arguments,
                 run: entry.run,
                 effect: entry.effect,
+                target: entry.target,
             });
         }
         let offered = (0..compiled.len()).collect();
@@ -298,6 +300,35 @@ impl Registry {
         }
     }
 
+    /// How far a call reaches from the run of `context` (see [`crate::tools::scope`]): a read,
+    /// a call `call` would refuse and a context without a run stay within it. `Err`: the
+    /// tracker could not be asked, in words for the model.
+    pub async fn reach(
+        &self,
+        name: &str,
+        arguments: &Value,
+        context: &ToolContext,
+    ) -> Result<crate::tools::scope::Judgement, String> {
+        use crate::tools::scope::{Judgement, RunPlace, judge};
+        let within = Ok(Judgement::within_run());
+        if RunPlace::of(context).is_none() {
+            return within;
+        }
+        let catalog = &self.catalog;
+        let Some(index) = catalog.index_of(name).filter(|index| catalog.offered.contains(index)) else {
+            return within;
+        };
+        let compiled = &catalog.compiled[index];
+        if compiled.tool.annotations.as_ref().and_then(|a| a.read_only_hint) == Some(true) {
+            return within;
+        }
+        let Ok(arguments) = compiled.arguments.check(arguments.clone()) else { return within };
+        let Some(target) = (compiled.target)(arguments, context) else { return within };
+        judge(&target, context, &self.client).await.map_err(|error| {
+            format!("cannot check what `{name}` would change ({error}); a write outside this run is not made unchecked, try again later")
+        })
+    }
+
     async fn call_inner(
         &self,
         name: &str,
@@ -344,6 +375,15 @@ impl ToolSource for Registry {
 
     fn effect(&self, name: &str, arguments: &Value, context: &ToolContext) -> Option<CallEffect> {
         Some(Registry::effect(self, name, arguments, context))
+    }
+
+    fn reach<'a>(
+        &'a self,
+        name: &'a str,
+        arguments: &'a Value,
+        context: &'a ToolContext,
+    ) -> BoxFuture<'a, Option<Result<crate::tools::scope::Judgement, String>>> {
+        Box::pin(async move { Some(Registry::reach(self, name, arguments, context).await) })
     }
 
     fn call<'a>(&'a self, name: &'a str, arguments: Value, context: &'a ToolContext) -> BoxFuture<'a, CallToolResult> {

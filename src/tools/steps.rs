@@ -5,7 +5,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::tools::ToolContext;
 use crate::tools::format;
-use crate::tools::kernel::{ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write};
+use crate::tools::kernel::{
+    Target, ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write,
+};
 use crate::tracker::TrackerClient;
 use crate::tracker::model::{self, StepOut, limits};
 
@@ -82,6 +84,10 @@ impl TrackerTool for AddStep {
         output_schema_for::<StepOut>()
     }
 
+    fn target(args: &AddStepArgs, _: &ToolContext) -> Target {
+        Target::Task { task: args.task_id.clone(), assignee: None }
+    }
+
     async fn run(args: AddStepArgs, client: &TrackerClient, context: &ToolContext) -> Result<ToolOutput, ToolError> {
         let step = client.add_step(&args.task_id, &args.title, context.idempotency_key.as_deref()).await?;
         ToolOutput::new(format!("added {}", format::step_line(&step)), &step)
@@ -115,6 +121,10 @@ impl TrackerTool for CompleteStep {
 
     fn output_schema() -> Option<serde_json::Value> {
         output_schema_for::<StepOut>()
+    }
+
+    fn target(args: &StepIdArgs, _: &ToolContext) -> Target {
+        Target::Task { task: args.task_id.clone(), assignee: None }
     }
 
     async fn run(args: StepIdArgs, client: &TrackerClient, context: &ToolContext) -> Result<ToolOutput, ToolError> {
@@ -153,6 +163,10 @@ impl TrackerTool for UpdateStep {
 
     fn output_schema() -> Option<serde_json::Value> {
         output_schema_for::<StepOut>()
+    }
+
+    fn target(args: &UpdateStepArgs, _: &ToolContext) -> Target {
+        Target::Task { task: args.task_id.clone(), assignee: None }
     }
 
     async fn run(args: UpdateStepArgs, client: &TrackerClient, _: &ToolContext) -> Result<ToolOutput, ToolError> {

@@ -11,7 +11,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer};
 
 use crate::tools::format;
-use crate::tools::kernel::{ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write};
+use crate::tools::kernel::{
+    Target, ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write,
+};
 use crate::tools::{CallEffect, ToolContext};
 use crate::tracker::TrackerClient;
 use crate::tracker::model::{self, Priority, RejectOut, TaskOut, TaskPage, TaskStatus, TaskType, WatchOut, limits};
@@ -164,6 +166,11 @@ impl TrackerTool for CreateTask {
         output_schema_for::<TaskOut>()
     }
 
+    /// A new task is outside any one run: in scope only under `project` (its own project) or `any`.
+    fn target(args: &CreateTaskArgs, _: &ToolContext) -> Target {
+        Target::NewTask { project: args.project_slug.clone() }
+    }
+
     async fn run(args: CreateTaskArgs, client: &TrackerClient, context: &ToolContext) -> Result<ToolOutput, ToolError> {
         let body = model::CreateTask {
             project_slug: args.project_slug,
@@ -245,6 +252,10 @@ impl TrackerTool for UpdateTask {
         if doing.is_empty() { CallEffect::Routine } else { CallEffect::Consequential(doing.join(", and ")) }
     }
 
+    fn target(args: &UpdateTaskArgs, _: &ToolContext) -> Target {
+        Target::Task { task: args.task_id.clone(), assignee: args.assignee_slug.clone() }
+    }
+
     async fn run(args: UpdateTaskArgs, client: &TrackerClient, _: &ToolContext) -> Result<ToolOutput, ToolError> {
         let body = model::UpdateTask {
             title: args.title,
@@ -291,6 +302,10 @@ impl TrackerTool for TakeTask {
         output_schema_for::<TaskOut>()
     }
 
+    fn target(args: &TakeTaskArgs, context: &ToolContext) -> Target {
+        Target::Task { task: args.task_id.clone(), assignee: Some(Some(context.agent_slug.clone())) }
+    }
+
     async fn run(args: TakeTaskArgs, client: &TrackerClient, context: &ToolContext) -> Result<ToolOutput, ToolError> {
         let slug = own_slug(args.agent_slug, context, "take a task")?;
         let task = client.take_task(&args.task_id, &slug, context.idempotency_key.as_deref()).await?;
@@ -333,6 +348,10 @@ impl TrackerTool for RejectTask {
             "reject task {}, giving it back unassigned with the reason \"{}\"",
             args.task_id, args.reason
         ))
+    }
+
+    fn target(args: &RejectTaskArgs, _: &ToolContext) -> Target {
+        Target::Task { task: args.task_id.clone(), assignee: Some(None) }
     }
 
     async fn run(args: RejectTaskArgs, client: &TrackerClient, context: &ToolContext) -> Result<ToolOutput, ToolError> {
@@ -379,6 +398,10 @@ impl TrackerTool for AssignTask {
         }
     }
 
+    fn target(args: &AssignTaskArgs, _: &ToolContext) -> Target {
+        Target::Task { task: args.task_id.clone(), assignee: Some(Some(args.assignee_slug.clone())) }
+    }
+
     async fn run(args: AssignTaskArgs, client: &TrackerClient, context: &ToolContext) -> Result<ToolOutput, ToolError> {
         let task = client.assign_task(&args.task_id, &args.assignee_slug, context.idempotency_key.as_deref()).await?;
         ToolOutput::new(format!("assigned {}", format::task_line(&task)), &task)
@@ -403,6 +426,10 @@ impl TrackerTool for WatchTask {
 
     fn output_schema() -> Option<serde_json::Value> {
         output_schema_for::<WatchOut>()
+    }
+
+    fn target(args: &TakeTaskArgs, _: &ToolContext) -> Target {
+        Target::Task { task: args.task_id.clone(), assignee: None }
     }
 
     async fn run(args: TakeTaskArgs, client: &TrackerClient, context: &ToolContext) -> Result<ToolOutput, ToolError> {
