@@ -31,6 +31,8 @@
 //!   the tools, tracker resources and prompts over MCP (stdio and Streamable HTTP); the rest
 //!   connects external MCP servers as tool sources, under the permission policy over all tools.
 //! - [`inspector`]: the run inspector at `/` of `picogent run`'s listener, and `picogent runs`.
+//! - [`private_files`]: the files only the user running picogent may read (`0600` in `0700`
+//!   folders): the state database and its lock, the artifacts, the board's database.
 //! - [`web`]: what the board's web page and the run inspector share: security headers, embedded
 //!   assets, templates, live fragments over server-sent events.
 
@@ -45,6 +47,7 @@ pub mod inspector;
 pub mod llm;
 pub mod mcp;
 pub mod offline_model;
+pub mod private_files;
 pub mod prompts;
 pub mod retry;
 pub mod router;

@@ -8,6 +8,11 @@
 //! waits for nor blocks readers and writers, so the background one costs requests nothing.
 //! sqlx's default pings a pooled connection before handing it out: one more round trip to the
 //! connection's worker thread per statement, for a local file that cannot go stale.
+//!
+//! Both databases are private (`crate::private_files`): the file is made `0600` before SQLite
+//! opens it, so the write-ahead log and shared-memory files SQLite
+//! makes beside it get the same mode (SQLite copies the database's); an existing file of another
+//! user, or a link, is refused.
 
 use std::path::Path;
 use std::time::Duration;
@@ -21,11 +26,16 @@ pub const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 /// Why a database could not be opened.
 #[derive(Debug)]
 pub enum OpenError {
+    /// The file, its folder or a file beside it could not be made private, or is another user's.
+    Private(crate::private_files::PrivateFileError),
     /// The file could not be opened or is not an SQLite database.
     Connect(sqlx::Error),
     /// Its schema could not be brought up to date.
     Migrate(MigrateError),
 }
+
+/// The files SQLite keeps beside a database.
+const BESIDE: [&str; 3] = ["-wal", "-shm", "-journal"];
 
 /// Opens the database at `path` (creating the file if it is missing), brings its schema up to
 /// date with `migrator`, and checkpoints it in the background until the pool is closed.
@@ -33,6 +43,7 @@ pub enum OpenError {
 /// Commits are `synchronous = NORMAL`: they survive a crash of the process at once, a power cut
 /// once the log is flushed (by a checkpoint, or by whoever must be sure sooner).
 pub async fn open(path: &Path, max_connections: u32, migrator: &Migrator) -> Result<SqlitePool, OpenError> {
+    make_private(path).map_err(OpenError::Private)?;
     let options = SqliteConnectOptions::new()
         .filename(path)
         .create_if_missing(true)
@@ -53,6 +64,25 @@ pub async fn open(path: &Path, max_connections: u32, migrator: &Migrator) -> Res
     }
     checkpoint_in_background(pool.clone());
     Ok(pool)
+}
+
+/// Creates the database file `0600` if it is missing, and checks that it and the files beside it
+/// are this user's and private; SQLite then makes its log files alike. The folder is not made
+/// here (a missing one is SQLite's error, naming the path): it is the user's, and only warned
+/// about when others may write into it.
+fn make_private(path: &Path) -> Result<(), crate::private_files::PrivateFileError> {
+    let folder = path.parent().filter(|folder| !folder.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !folder.is_dir() {
+        return Ok(());
+    }
+    crate::private_files::warn_if_others_write(folder);
+    crate::private_files::open_private(path)?;
+    for suffix in BESIDE {
+        let mut beside = path.as_os_str().to_owned();
+        beside.push(suffix);
+        crate::private_files::check_existing(Path::new(&beside))?;
+    }
+    Ok(())
 }
 
 /// Checkpoints `pool`'s database every [`CHECKPOINT_EVERY`] until the pool is closed.

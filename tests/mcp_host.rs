@@ -13,6 +13,8 @@
 //! Overrides: `MCP_SERVER_TIME`, `MCP_SERVER_GIT` (the executables), `MCP_SERVER_EVERYTHING` (its
 //! `dist/index.js`), `NODE` (the node binary).
 
+#[path = "support/agent.rs"]
+mod agent_support;
 #[path = "support/interop.rs"]
 mod interop;
 
@@ -673,4 +675,241 @@ async fn tool_list_changes_refresh_and_timeouts_cancel_on_the_server() {
     assert!(text(&stopped).contains("cancelled because the run stopped"), "{}", text(&stopped));
     recorded(&marker, "cancelled", 2).await;
     host.shutdown().await;
+}
+
+// ---- bounds: a result past `max_result_bytes`, a line no call can be told from, artifacts' quotas ----
+
+fn python() -> String {
+    required("MCP_PYTHON", root().join(".venv-test/bin/python")).display().to_string()
+}
+
+/// `fixtures/mcp/bounds_server.py` over stdio; `extra` is merged into its config. Its timeout is
+/// ten minutes: a call that waited for it instead of failing at once would outlast [`WAIT`].
+fn bounds_stdio(extra: serde_json::Value) -> McpServerConfig {
+    let mut config = json!({
+        "command": python(),
+        "args": [root().join("fixtures/mcp/bounds_server.py").display().to_string(), "stdio"],
+        "trusted": true,
+        "timeout_ms": 600_000
+    });
+    for (key, value) in extra.as_object().unwrap() {
+        config[key] = value.clone();
+    }
+    server(config)
+}
+
+/// One call that must end (with a result or an error) within [`WAIT`], though the server's
+/// timeout is far longer.
+async fn call_at_once(
+    host: &McpHost,
+    name: &str,
+    arguments: serde_json::Value,
+    context: &ToolContext,
+) -> CallToolResult {
+    tokio::time::timeout(WAIT, host.call(name, arguments, context))
+        .await
+        .unwrap_or_else(|_| panic!("{name} waited for the server's timeout instead of ending at once"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_over_max_result_bytes_fails_at_once_and_the_connection_stays() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = start(vec![("big", bounds_stdio(json!({})))], dir.path(), 8192).await;
+    let server = host.server("big").unwrap();
+    assert_eq!(server.config().max_result_bytes, 4 * 1024 * 1024, "the default");
+
+    let refused = call_at_once(&host, "mcp__big__blob", json!({"mib": 50}), &context()).await;
+    assert_eq!(refused.is_error, Some(true), "{}", text(&refused));
+    let message = text(&refused);
+    assert!(message.contains("over its limit of 4194304 bytes"), "{message}");
+    assert!(message.contains("mcp_servers.big.max_result_bytes"), "names the setting: {message}");
+    assert!(message.contains("ask for less"), "says what to do: {message}");
+    assert!(message.len() < 1_000, "none of the result reaches the model: {} bytes", message.len());
+    assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "nothing was saved");
+
+    // The same connection answers the next call: nothing was restarted.
+    let next = call_at_once(&host, "mcp__big__echo", json!({"text": "still here"}), &context()).await;
+    assert_eq!(text(&next), "still here");
+    assert_eq!(server.connections(), 1);
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_limit_is_the_setting_not_the_transports_own() {
+    // rmcp's stdio transport drops lines over 16 MiB; a larger setting is honoured all the same.
+    let dir = tempfile::tempdir().unwrap();
+    let config = bounds_stdio(json!({"max_result_bytes": 32 * 1024 * 1024}));
+    let host = start(vec![("big", config)], dir.path(), 8192).await;
+    let saved = call_at_once(&host, "mcp__big__blob", json!({"mib": 20}), &context()).await;
+    assert_eq!(saved.is_error, Some(false), "{}", text(&saved));
+    assert!(text(&saved).contains("saved as artifact"), "{}", text(&saved));
+    let artifact = artifact_path(&text(&saved));
+    assert_eq!(std::fs::metadata(&artifact).unwrap().len(), 20 * 1024 * 1024);
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_over_the_limit_that_answers_no_call_it_can_tell_restarts_the_server_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = server(json!({
+        "command": python(),
+        "args": [root().join("fixtures/mcp/raw_lines_server.py").display().to_string()],
+        "trusted": true,
+        "timeout_ms": 600_000,
+        "max_result_bytes": 1024 * 1024
+    }));
+    let host = start(vec![("raw", config)], dir.path(), 8192).await;
+    let server = host.server("raw").unwrap();
+    // The server answers with no `id`: before, the call waited its whole timeout.
+    let failed = call_at_once(&host, "mcp__raw__unroutable", json!({"mib": 20}), &context()).await;
+    assert_eq!(failed.is_error, Some(true), "{}", text(&failed));
+    let message = text(&failed);
+    assert!(message.contains("over its limit of 1048576 bytes"), "{message}");
+    assert!(message.contains("mcp_servers.raw.max_result_bytes"), "{message}");
+    assert!(message.contains("restarted"), "{message}");
+
+    until(server, "the server to be restarted", |s| s.status() == ServerStatus::Ready && s.connections() == 2).await;
+    let next = call_at_once(&host, "mcp__raw__echo", json!({"text": "back"}), &context()).await;
+    assert_eq!(text(&next), "back", "{}", text(&next));
+    host.shutdown().await;
+}
+
+/// `fixtures/mcp/bounds_server.py` over Streamable HTTP on a free port, answering POSTs as `mode`
+/// (`sse` or `json`); the child is killed when dropped.
+async fn bounds_http(mode: &str) -> (tokio::process::Child, u16) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let child = tokio::process::Command::new(python())
+        .args([root().join("fixtures/mcp/bounds_server.py").display().to_string(), "http".into(), port.to_string()])
+        .arg(mode)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+        assert!(tokio::time::Instant::now() < deadline, "bounds_server.py did not listen on {port}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (child, port)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_streamable_http_a_result_over_the_limit_fails_at_once_too() {
+    let dir = tempfile::tempdir().unwrap();
+    for mode in ["json", "sse"] {
+        let (mut child, port) = bounds_http(mode).await;
+        let config =
+            server(json!({"url": format!("http://127.0.0.1:{port}/mcp"), "trusted": true, "timeout_ms": 600_000}));
+        let host = start(vec![("remote", config)], dir.path(), 8192).await;
+        let refused = call_at_once(&host, "mcp__remote__blob", json!({"mib": 50}), &context()).await;
+        assert_eq!(refused.is_error, Some(true), "{mode}: {}", text(&refused));
+        let message = text(&refused);
+        assert!(message.contains("mcp_servers.remote.max_result_bytes"), "{mode}: {message}");
+        assert!(message.len() < 1_000, "{mode}: none of the result reaches the model");
+        let next = call_at_once(&host, "mcp__remote__echo", json!({"text": "still here"}), &context()).await;
+        assert_eq!(text(&next), "still here", "{mode}");
+        assert_eq!(host.server("remote").unwrap().connections(), 1, "{mode}");
+        host.shutdown().await;
+        child.kill().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn artifacts_past_their_quota_are_refused_with_a_readable_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let artifacts = dir.path().join("artifacts");
+    let servers = BTreeMap::from([("big".to_string(), bounds_stdio(json!({})))]);
+    let store = ArtifactStore::new(artifacts.clone(), 8192).with_quotas(5 * 1024 * 1024 / 2, 7 * 1024 * 1024 / 2);
+    let host = McpHost::start_servers(servers, store).await;
+    until(host.server("big").unwrap(), "the server to connect", |s| s.status() == ServerStatus::Ready).await;
+
+    let mut saved = Vec::new();
+    for _ in 0..2 {
+        let image = call_at_once(&host, "mcp__big__image", json!({"kib": 1024}), &context()).await;
+        assert!(text(&image).contains("image saved as artifact"), "{}", text(&image));
+        saved.push(artifact_path(&text(&image)));
+    }
+    // The run's third MiB would pass its quota of 2.5 MiB: not saved, and the model reads why.
+    let refused = call_at_once(&host, "mcp__big__image", json!({"kib": 1024}), &context()).await;
+    let message = text(&refused);
+    assert!(message.contains("image (image/png, 1048576 bytes) omitted: it was not saved"), "{message}");
+    assert!(message.contains("limits.max_artifact_bytes_per_run"), "{message}");
+    let text_refused = call_at_once(&host, "mcp__big__blob", json!({"mib": 1}), &context()).await;
+    assert!(text(&text_refused).contains("the rest was not saved"), "{}", text(&text_refused));
+
+    // Another run has its own quota, until the folder's (3.5 MiB) is reached.
+    let mut other = context();
+    other.run_id = Some("run-other".to_string());
+    let image = call_at_once(&host, "mcp__big__image", json!({"kib": 1024}), &other).await;
+    assert!(text(&image).contains("image saved as artifact"), "{}", text(&image));
+    let image = call_at_once(&host, "mcp__big__image", json!({"kib": 1024}), &other).await;
+    assert!(text(&image).contains("limits.max_artifact_bytes;"), "{}", text(&image));
+
+    // What was saved is private: 0600 files in 0700 folders.
+    use std::os::unix::fs::MetadataExt;
+    let mode = |path: &Path| std::fs::metadata(path).unwrap().mode() & 0o777;
+    for path in &saved {
+        assert_eq!(mode(path), 0o600, "{}", path.display());
+        for folder in path.ancestors().skip(1).take_while(|folder| folder.starts_with(&artifacts)) {
+            assert_eq!(mode(folder), 0o700, "{}", folder.display());
+        }
+    }
+    host.shutdown().await;
+}
+
+/// Peak resident memory of process `pid` (`VmHWM`), in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|line| line.starts_with("VmHWM:")).expect("VmHWM in /proc/PID/status");
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_50_mib_result_fails_at_once_in_a_running_agent_with_bounded_memory_and_the_next_call_works() {
+    use agent_support::{agent_config, client, comments, create_assigned, eventually, start_board, write_config};
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let script = Script::from_json(
+        &json!({
+            "description": "A 50 MiB result, refused at once, then a call that works.",
+            "turns": [
+                {"expect": {"tools_include": ["mcp__big__blob", "mcp__big__echo"]},
+                 "reply": {"tool_calls": [{"name": "mcp__big__blob", "arguments": {"mib": 50}}]}},
+                {"expect": {"last_tool_result_is_error": true, "last_tool_result_contains": "mcp_servers.big.max_result_bytes"},
+                 "reply": {"tool_calls": [{"name": "mcp__big__echo", "arguments": {"text": "still here"}}]}},
+                {"expect": {"last_tool_result_is_error": false, "last_tool_result_contains": "still here"},
+                 "reply": {"content": "The blob was over the limit; the next call still works."}}
+            ]
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let model = offline_model::start(OfflineModelOptions::script(script)).await.unwrap();
+    // Ten minutes of timeout: a call that waited for it would leave no answer within the wait below.
+    let server = serde_json::to_value(bounds_stdio(json!({}))).unwrap();
+    let config =
+        agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({"mcp_servers": {"big": server}}));
+    let log = std::fs::File::create(dir.path().join("agent.log")).unwrap();
+    let mut agent = agent_support::spawn_agent_process_with(&write_config(dir.path(), &config), log);
+    let alice = client(&board, "tok-alice");
+
+    let task = create_assigned(&alice, "Fetch the big blob", "Call the blob tool, then echo.").await;
+    let answer = eventually(WAIT, "the run's answer on the task", || async {
+        comments(&alice, &task.id)
+            .await
+            .into_iter()
+            .find(|m| m.author_slug == "picogent" && m.content.contains("still works"))
+    })
+    .await;
+    let peak = peak_rss_kib(agent.id());
+    agent.kill().unwrap();
+    agent.wait().unwrap();
+    let log = std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default();
+    assert_eq!(model.mismatches(), Vec::<String>::new(), "the model saw other requests than the script's; log:\n{log}");
+    assert!(answer.content.contains("over the limit"), "{}", answer.content);
+    // The agent read no more of the 50 MiB than the limit (4 MiB) and the line it was cut at.
+    assert!(peak < 100 * 1024, "the agent's peak resident memory was {peak} KiB");
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
 }

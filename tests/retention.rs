@@ -5,6 +5,8 @@
 
 #[path = "support/agent.rs"]
 mod agent_support;
+#[path = "support/interop.rs"]
+mod interop;
 mod support;
 
 use std::path::Path;
@@ -265,6 +267,74 @@ async fn events_the_board_pruned_while_the_agent_was_away_are_covered_by_reconci
     .await;
     wait_idle(&agent).await;
     assert_eq!((replies_of(&alice, &away).await, replies_of(&alice, &later).await), (1, 1));
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_artifacts_are_pruned_with_it_and_artifacts_of_runs_it_does_not_know_stay() {
+    use picogent::offline_model::{self, OfflineModelOptions, script::Script};
+    interop::ensure_installed();
+    let dir = tempfile::tempdir().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = root.join(".venv-test/bin/python");
+    assert!(python.exists(), "{} is missing: run bash tests/interop/install.sh", python.display());
+    let board = agent_support::start_board(dir.path()).await;
+    let script = Script::from_json(
+        &json!({"turns": [
+            {"expect": {"tools_include": ["mcp__big__image"]},
+             "reply": {"tool_calls": [{"name": "mcp__big__image", "arguments": {"kib": 64}}]}},
+            {"expect": {"last_tool_result_contains": "image saved as artifact"}, "reply": {"content": "Saved the image."}}
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let model = offline_model::start(OfflineModelOptions::script(script)).await.unwrap();
+    let mut config = agent_config_with_retention(dir.path(), &board, &model.url());
+    config.mcp_servers.insert(
+        "big".to_string(),
+        serde_json::from_value(json!({
+            "command": python.display().to_string(),
+            "args": [root.join("fixtures/mcp/bounds_server.py").display().to_string(), "stdio"],
+            "trusted": true
+        }))
+        .unwrap(),
+    );
+    // Another agent keeping its state in the same folder: its run is not this state's to prune.
+    let foreign = dir.path().join("artifacts/0d9c6c52-0000-4000-8000-000000000000/x/y/art-1.bin");
+    std::fs::create_dir_all(foreign.parent().unwrap()).unwrap();
+    std::fs::write(&foreign, b"theirs").unwrap();
+    let agent = start_agent_steady(config).await;
+    wait_ready(&agent).await;
+    let alice = agent_support::client(&board, "tok-alice");
+
+    let task = agent_support::create_assigned(&alice, "Draw something", "Save an image.").await;
+    eventually(Duration::from_secs(60), "the run's answer", || async {
+        let comments = agent_support::comments(&alice, &task.id).await;
+        comments.iter().any(|m| m.author_slug == "picogent" && m.content.contains("Saved the image")).then_some(())
+    })
+    .await;
+    assert_eq!(model.mismatches(), Vec::<String>::new());
+    // Where the artifact was saved, as the model read it.
+    let requests = model.requests();
+    let result = requests.last().unwrap()["messages"].as_array().unwrap().last().unwrap()["content"].to_string();
+    let run = agent_support::runs_for(&agent, &format!("task:{}", task.id)).await.remove(0);
+    let folder = dir.path().join("artifacts").join(&run.id);
+    assert!(result.contains(&folder.display().to_string()), "the artifact is under its run's folder: {result}");
+
+    // Past retention.runs_ms the run's artifacts go (the run's row stays: the newest of its task).
+    eventually(Duration::from_secs(20), "the run's artifacts pruned", || async {
+        (!folder.exists() && metric(&agent, "picogent_pruned_artifact_runs_total") == 1).then_some(())
+    })
+    .await;
+    assert!(agent.state.get_run(&run.id).await.unwrap().is_some(), "the row stays, its transcript dropped");
+    let passes = metric(&agent, "picogent_prune_passes_total");
+    eventually(Duration::from_secs(10), "three more passes", || async {
+        (metric(&agent, "picogent_prune_passes_total") >= passes + 3).then_some(())
+    })
+    .await;
+    assert!(foreign.exists(), "a run this state does not know keeps its artifacts");
     agent.shutdown().await.unwrap();
     model.shutdown().await;
     board.shutdown().await.unwrap();

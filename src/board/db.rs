@@ -16,10 +16,14 @@ use crate::tracker::model::{
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/board");
 
-/// Opens (creating if missing) the database ([`crate::sqlite::open`]) and runs the embedded
-/// migrations.
+/// Opens (creating if missing, `0600` in a `0700` folder) the database ([`crate::sqlite::open`])
+/// and runs the embedded migrations.
 pub async fn open(path: &Path) -> anyhow::Result<SqlitePool> {
     crate::sqlite::open(path, 8, &MIGRATOR).await.map_err(|error| match error {
+        // The board's database holds every member's token: only its user may read it.
+        crate::sqlite::OpenError::Private(source) => {
+            anyhow::Error::new(source).context(format!("cannot open the board database {}", path.display()))
+        }
         crate::sqlite::OpenError::Connect(source) => {
             anyhow::Error::new(source).context(format!("cannot open the board database {}", path.display()))
         }

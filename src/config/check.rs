@@ -5,6 +5,10 @@ use std::path::Path;
 
 use super::{Config, ConfigError, PRESENCE_HEARTBEAT_MS};
 
+/// What `mcp_servers.*.max_result_bytes` may be: every message of the server must fit (its tool
+/// list too), and the limit is what bounds the memory one message takes.
+const MCP_RESULT_BYTES: std::ops::RangeInclusive<usize> = 64 * 1024..=1024 * 1024 * 1024;
+
 impl Config {
     /// Checks what types alone cannot: values in range, URLs that parse, names that are sane.
     pub fn validate(&self, path: &Path) -> Result<(), ConfigError> {
@@ -105,6 +109,8 @@ impl Config {
             ("limits.max_tokens_per_day", self.limits.max_tokens_per_day),
             ("limits.max_concurrent_runs", self.limits.max_concurrent_runs as u64),
             ("limits.max_tool_result_bytes", self.limits.max_tool_result_bytes as u64),
+            ("limits.max_artifact_bytes_per_run", self.limits.max_artifact_bytes_per_run),
+            ("limits.max_artifact_bytes", self.limits.max_artifact_bytes),
             ("limits.max_identical_calls", self.limits.max_identical_calls as u64),
             ("tracker.retry.max_attempts", self.tracker.retry.max_attempts as u64),
             ("llm.retry.max_attempts", self.llm.retry.max_attempts as u64),
@@ -141,6 +147,12 @@ impl Config {
             }
             if server.timeout_ms == 0 {
                 return problem(&at(".timeout_ms"), "expected a number greater than 0");
+            }
+            if !MCP_RESULT_BYTES.contains(&server.max_result_bytes) {
+                return problem(
+                    &at(".max_result_bytes"),
+                    "expected a size in bytes from 65536 (64 KiB: the server's lists must fit too) to 1073741824 (1 GiB)",
+                );
             }
         }
         Ok(())

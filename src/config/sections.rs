@@ -54,6 +54,11 @@ pub struct Limits {
     pub max_concurrent_runs: u32,
     /// Tool result text sent to the model is cut at this many bytes.
     pub max_tool_result_bytes: usize,
+    /// Bytes of artifacts (external tools' large or binary results, saved to disk) one run may
+    /// write; past it a result is not saved and the model is told why.
+    pub max_artifact_bytes_per_run: u64,
+    /// Bytes all artifacts in the artifacts folder may take together; past it, as above.
+    pub max_artifact_bytes: u64,
     /// On SIGINT/SIGTERM, how long running runs may take to finish.
     pub shutdown_grace_ms: u64,
     /// The same tool with the same arguments this many times in a row is not run again: the
@@ -78,6 +83,8 @@ impl Default for Limits {
             max_replies_per_thread_per_hour: 6,
             max_concurrent_runs: 4,
             max_tool_result_bytes: 8 * 1024,
+            max_artifact_bytes_per_run: 64 * 1024 * 1024,
+            max_artifact_bytes: 1024 * 1024 * 1024,
             shutdown_grace_ms: 30_000,
             max_identical_calls: 3,
             max_cost_per_day: None,
@@ -347,6 +354,10 @@ pub struct McpServerConfig {
     /// Timeout of one request to the server, in milliseconds; a call that runs out is cancelled.
     #[serde(default = "default_mcp_timeout_ms")]
     pub timeout_ms: u64,
+    /// The largest message the server may send, in bytes as it is sent (JSON): a result past it
+    /// fails its call at once, and no more of it is kept than this.
+    #[serde(default = "default_mcp_max_result_bytes")]
+    pub max_result_bytes: usize,
 }
 
 /// The permission policy over every tool, the tracker's included (`tools::policy`).
@@ -555,6 +566,11 @@ impl<'de> Deserialize<'de> for TextDuration {
 
 fn default_mcp_timeout_ms() -> u64 {
     60_000
+}
+/// 4 MiB: far more than a model can read, little enough to hold while it is shaped.
+pub const DEFAULT_MCP_MAX_RESULT_BYTES: usize = 4 * 1024 * 1024;
+fn default_mcp_max_result_bytes() -> usize {
+    DEFAULT_MCP_MAX_RESULT_BYTES
 }
 fn default_api_prefix() -> String {
     "/api".to_string()

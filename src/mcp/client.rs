@@ -10,11 +10,16 @@
 //!   refresh keeps the previous list and logs a warning;
 //! - every request carries the server's `timeout_ms`; a request that runs out (or whose run is
 //!   cancelled) is dropped, and rmcp then sends `notifications/cancelled` to the server;
+//! - no message of the server is kept past its `max_result_bytes` (`client/limit.rs`, and the
+//!   HTTP client's limits): a result past it fails its call at once with
+//!   [`ServerCallError::ResultTooLarge`], and the connection stays; a message past it that
+//!   answers no call that can be told restarts the connection, failing the calls on it at once;
 //! - secrets named in `headers` / `env` as `${NAME}` are read from the environment when connecting
 //!   and never logged (only header names are); a stdio server inherits only a minimal environment
 //!   (PATH, HOME, locale…) plus its `env`, never picogent's own tokens.
 
 mod connect;
+mod limit;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, RwLock};
@@ -25,7 +30,7 @@ use rmcp::model::{
     JsonObject, ProgressNotificationParam, Prompt, ProtocolVersion, ReadResourceRequestParams, ReadResourceResult,
     Resource, Tool,
 };
-use rmcp::service::{MaybeSendFuture, NotificationContext, RunningService};
+use rmcp::service::{MaybeSendFuture, NotificationContext};
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceError};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -55,6 +60,23 @@ pub enum ServerCallError {
     Cancelled { server: String },
     #[error("mcp server {server} failed the request: {message}")]
     Failed { server: String, message: String },
+    #[error(
+        "the result of mcp server {server} is over its limit of {limit} bytes (mcp_servers.{server}.max_result_bytes), \
+         so the call was refused without reading the rest: ask for less (a narrower query, fewer items, one page), \
+         or raise that setting"
+    )]
+    ResultTooLarge { server: String, limit: usize },
+    #[error(
+        "mcp server {server} sent a message over its limit of {limit} bytes (mcp_servers.{server}.max_result_bytes) \
+         that answers no call picogent can tell, so its connection is being restarted and this call was ended \
+         unanswered: try again in a moment, asking for less"
+    )]
+    MessageTooLarge { server: String, limit: usize },
+    #[error(
+        "mcp server {server} ended its answer to this call before it was complete: its response stream broke, \
+         or was over the limit of {limit} bytes (mcp_servers.{server}.max_result_bytes); try again, asking for less"
+    )]
+    AnswerCut { server: String, limit: usize },
 }
 
 /// Whether a server is usable right now.
@@ -89,8 +111,15 @@ pub struct ServerSnapshot {
     pub protocol_version: Option<String>,
 }
 
+/// One connection as its calls use it: the peer, and what the connection's reader tells them.
+#[derive(Clone)]
+struct Link {
+    peer: Peer<RoleClient>,
+    overflow: Arc<limit::Overflow>,
+}
+
 struct State {
-    peer: Option<Peer<RoleClient>>,
+    link: Option<Link>,
     status: ServerStatus,
     snapshot: ServerSnapshot,
     pid: Option<u32>,
@@ -130,7 +159,7 @@ impl ServerConnection {
             name,
             config,
             state: RwLock::new(State {
-                peer: None,
+                link: None,
                 status: ServerStatus::Connecting,
                 snapshot: ServerSnapshot::default(),
                 pid: None,
@@ -204,10 +233,10 @@ impl ServerConnection {
         self.generation.send_modify(|generation| *generation += 1);
     }
 
-    fn peer(&self) -> Result<Peer<RoleClient>, ServerCallError> {
+    fn link(&self) -> Result<Link, ServerCallError> {
         let state = self.read();
-        match (&state.peer, &state.status) {
-            (Some(peer), ServerStatus::Ready) => Ok(peer.clone()),
+        match (&state.link, &state.status) {
+            (Some(link), ServerStatus::Ready) => Ok(link.clone()),
             (_, status) => Err(ServerCallError::Unavailable {
                 server: self.name.clone(),
                 reason: match status {
@@ -219,6 +248,11 @@ impl ServerConnection {
         }
     }
 
+    /// Whether `link` is still the server's connection (it may have been restarted since).
+    fn is_connected_with(&self, link: &Link) -> bool {
+        self.read().link.as_ref().is_some_and(|current| Arc::ptr_eq(&current.overflow, &link.overflow))
+    }
+
     fn timeout(&self) -> Duration {
         Duration::from_millis(self.config.timeout_ms)
     }
@@ -227,30 +261,49 @@ impl ServerConnection {
     /// request future makes rmcp send `notifications/cancelled` for it.
     async fn request<T>(
         &self,
+        link: &Link,
         cancel: &CancellationToken,
         request: impl Future<Output = Result<T, ServiceError>>,
     ) -> Result<T, ServerCallError> {
-        self.request_within(self.timeout(), cancel, request).await
+        self.request_within(self.timeout(), link, cancel, request).await
     }
 
     async fn request_within<T>(
         &self,
         limit: Duration,
+        link: &Link,
         cancel: &CancellationToken,
         request: impl Future<Output = Result<T, ServiceError>>,
     ) -> Result<T, ServerCallError> {
         tokio::select! {
             outcome = tokio::time::timeout(limit, request) => match outcome {
                 Ok(Ok(value)) => Ok(value),
-                Ok(Err(error)) => Err(self.failed(error)),
+                Ok(Err(error)) => Err(self.failed(error, link)),
                 Err(_) => Err(ServerCallError::TimedOut { server: self.name.clone(), timeout_ms: limit.as_millis() as u64 }),
             },
             _ = cancel.cancelled() => Err(ServerCallError::Cancelled { server: self.name.clone() }),
         }
     }
 
-    fn failed(&self, error: ServiceError) -> ServerCallError {
+    /// What a failed request tells the model, the limits' cases first.
+    fn failed(&self, error: ServiceError, link: &Link) -> ServerCallError {
+        let server = self.name.clone();
+        let limit = self.config.max_result_bytes;
         match error {
+            ServiceError::McpError(data) if limit::is_too_large(&data) => {
+                ServerCallError::ResultTooLarge { server, limit }
+            }
+            ServiceError::TransportSend(sent) if body_too_large(&sent) => {
+                ServerCallError::ResultTooLarge { server, limit }
+            }
+            ServiceError::TransportClosed if link.overflow.cut_connection() => {
+                ServerCallError::MessageTooLarge { server, limit }
+            }
+            // The HTTP client ends a call this way when its response stream broke or its event was
+            // over the limit (rmcp does not say which); the connection itself is still there.
+            ServiceError::TransportClosed if self.config.url.is_some() && self.is_connected_with(link) => {
+                ServerCallError::AnswerCut { server, limit }
+            }
             ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
                 ServerCallError::Unavailable { server: self.name.clone(), reason: error.to_string() }
             }
@@ -268,9 +321,9 @@ impl ServerConnection {
         arguments: JsonObject,
         cancel: &CancellationToken,
     ) -> Result<rmcp::model::CallToolResult, ServerCallError> {
-        let peer = self.peer()?;
+        let link = self.link()?;
         let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
-        self.request(cancel, peer.call_tool(params)).await
+        self.request(&link, cancel, link.peer.call_tool(params)).await
     }
 
     /// `prompts/get`.
@@ -280,9 +333,10 @@ impl ServerConnection {
         arguments: JsonObject,
         cancel: &CancellationToken,
     ) -> Result<GetPromptResult, ServerCallError> {
-        let peer = self.peer()?;
+        let link = self.link()?;
         let params = GetPromptRequestParams::new(prompt).with_arguments(arguments);
-        self.request(cancel, async move {
+        let peer = link.peer.clone();
+        self.request(&link, cancel, async move {
             match peer.get_prompt_once(params).await? {
                 rmcp::model::GetPromptResponse::Complete(result) => Ok(result),
                 _ => Err(ServiceError::UnexpectedResponse),
@@ -297,8 +351,8 @@ impl ServerConnection {
         uri: &str,
         cancel: &CancellationToken,
     ) -> Result<ReadResourceResult, ServerCallError> {
-        let peer = self.peer()?;
-        self.request(cancel, peer.read_resource(ReadResourceRequestParams::new(uri))).await
+        let link = self.link()?;
+        self.request(&link, cancel, link.peer.read_resource(ReadResourceRequestParams::new(uri))).await
     }
 
     /// Keeps the server connected until `shutdown`: connect, serve the connection until it ends,
@@ -315,9 +369,9 @@ impl ServerConnection {
                 _ = shutdown.cancelled() => break,
             };
             match connected {
-                Ok((running, pid)) => {
+                Ok(connected) => {
                     backoff = BACKOFF_START;
-                    let ended = self.serve_connection(running, pid, (events_tx, events_rx), &shutdown).await;
+                    let ended = self.serve_connection(connected, (events_tx, events_rx), &shutdown).await;
                     if ended == ConnectionEnd::Shutdown {
                         return;
                     }
@@ -334,7 +388,7 @@ impl ServerConnection {
             backoff = (backoff * 2).min(BACKOFF_MAX);
         }
         self.update(|state| {
-            state.peer = None;
+            state.link = None;
             state.status = ServerStatus::Stopped;
         });
     }
@@ -344,13 +398,12 @@ impl ServerConnection {
     /// `shutdown` fires (it is then stopped).
     async fn serve_connection(
         &self,
-        running: RunningService<RoleClient, Handler>,
-        pid: Option<u32>,
+        connect::Connected { running, pid, overflow }: connect::Connected,
         (events_tx, mut events_rx): (mpsc::UnboundedSender<Refresh>, mpsc::UnboundedReceiver<Refresh>),
         shutdown: &CancellationToken,
     ) -> ConnectionEnd {
-        let peer = running.peer().clone();
-        let snapshot = self.first_snapshot(&peer, &events_tx).await;
+        let link = Link { peer: running.peer().clone(), overflow };
+        let snapshot = self.first_snapshot(&link, &events_tx).await;
         tracing::info!(
             server = %self.name,
             protocol = snapshot.protocol_version.as_deref().unwrap_or("?"),
@@ -360,7 +413,7 @@ impl ServerConnection {
             "mcp server connected"
         );
         self.update(|state| {
-            state.peer = Some(peer.clone());
+            state.link = Some(link.clone());
             state.status = ServerStatus::Ready;
             state.snapshot = snapshot;
             state.pid = pid;
@@ -371,18 +424,18 @@ impl ServerConnection {
         let reason = loop {
             tokio::select! {
                 quit = &mut finished => break format!("connection ended ({quit:?})"),
-                Some(what) = events_rx.recv() => self.refresh(&peer, what).await,
+                Some(what) = events_rx.recv() => self.refresh(&link, what).await,
                 _ = shutdown.cancelled() => {
                     stop.cancel();
                     let _ = finished.await;
-                    self.update(|state| { state.peer = None; state.status = ServerStatus::Stopped; });
+                    self.update(|state| { state.link = None; state.status = ServerStatus::Stopped; });
                     return ConnectionEnd::Shutdown;
                 }
             }
         };
         tracing::warn!(server = %self.name, %reason, "mcp server went away; restarting it");
         self.update(|state| {
-            state.peer = None;
+            state.link = None;
             state.pid = None;
             state.status = ServerStatus::Down { reason: "the server exited".to_string() };
         });
@@ -391,8 +444,8 @@ impl ServerConnection {
 
     /// What a fresh connection offers: the server's info, then the lists its capabilities
     /// declare (an empty list where one cannot be read).
-    async fn first_snapshot(&self, peer: &Peer<RoleClient>, events: &mpsc::UnboundedSender<Refresh>) -> ServerSnapshot {
-        let info = peer.peer_info();
+    async fn first_snapshot(&self, link: &Link, events: &mpsc::UnboundedSender<Refresh>) -> ServerSnapshot {
+        let info = link.peer.peer_info();
         let mut snapshot = ServerSnapshot {
             has_resources: info.as_ref().is_some_and(|info| info.capabilities.resources.is_some()),
             instructions: info.as_ref().and_then(|info| info.instructions.clone()),
@@ -402,33 +455,33 @@ impl ServerConnection {
         // From 2026-07-28 a server sends list changes only on a listen stream. It is open before
         // the lists are read, so no change between the two is missed.
         if info.as_ref().is_some_and(|info| !info.protocol_version.has_initialize())
-            && let Some(subscription) = self.listen(peer).await
+            && let Some(subscription) = self.listen(link).await
         {
             tokio::spawn(forward_list_changes(subscription, events.clone()));
         }
         let capabilities = info.as_ref().map(|info| info.capabilities.clone()).unwrap_or_default();
         if capabilities.tools.is_some() {
-            snapshot.tools = self.list_tools(peer).await.unwrap_or_default();
+            snapshot.tools = self.list_tools(link).await.unwrap_or_default();
         }
         if capabilities.prompts.is_some() {
-            snapshot.prompts = self.list_prompts(peer).await.unwrap_or_default();
+            snapshot.prompts = self.list_prompts(link).await.unwrap_or_default();
         }
         if capabilities.resources.is_some() {
-            snapshot.resources = self.list_resources(peer).await.unwrap_or_default();
+            snapshot.resources = self.list_resources(link).await.unwrap_or_default();
         }
         snapshot
     }
 
     /// Opens the list-change stream of a 2026-07-28 server. A server that refuses it only loses
     /// refreshes (logged).
-    async fn listen(&self, peer: &Peer<RoleClient>) -> Option<rmcp::service::Subscription> {
+    async fn listen(&self, link: &Link) -> Option<rmcp::service::Subscription> {
         use rmcp::model::SubscriptionFilter;
         let filter =
             SubscriptionFilter::builder().tools_list_changed().prompts_list_changed().resources_list_changed().build();
         let never = CancellationToken::new();
         // Part of connecting, so it gets the handshake's allowance rather than a call's timeout.
         let limit = self.timeout().max(Duration::from_secs(30));
-        match self.request_within(limit, &never, peer.listen(filter)).await {
+        match self.request_within(limit, link, &never, link.peer.listen(filter)).await {
             Ok(subscription) => Some(subscription),
             Err(error) => {
                 tracing::info!(server = %self.name, %error, "mcp server offers no list-change stream");
@@ -437,21 +490,21 @@ impl ServerConnection {
         }
     }
 
-    async fn refresh(&self, peer: &Peer<RoleClient>, what: Refresh) {
+    async fn refresh(&self, link: &Link, what: Refresh) {
         tracing::info!(server = %self.name, list = ?what, "mcp server list changed; refreshing");
         match what {
             Refresh::Tools => {
-                if let Some(tools) = self.list_tools(peer).await {
+                if let Some(tools) = self.list_tools(link).await {
                     self.update(|state| state.snapshot.tools = tools);
                 }
             }
             Refresh::Prompts => {
-                if let Some(prompts) = self.list_prompts(peer).await {
+                if let Some(prompts) = self.list_prompts(link).await {
                     self.update(|state| state.snapshot.prompts = prompts);
                 }
             }
             Refresh::Resources => {
-                if let Some(resources) = self.list_resources(peer).await {
+                if let Some(resources) = self.list_resources(link).await {
                     self.update(|state| {
                         state.snapshot.resources = resources;
                         state.snapshot.has_resources = true;
@@ -463,9 +516,9 @@ impl ServerConnection {
 
     /// Every page of `tools/list`, filtered by the server's allow/deny lists. `None` (and a warning)
     /// when the server fails: the caller keeps what it had.
-    async fn list_tools(&self, peer: &Peer<RoleClient>) -> Option<Vec<Tool>> {
+    async fn list_tools(&self, link: &Link) -> Option<Vec<Tool>> {
         let never = CancellationToken::new();
-        match self.request(&never, peer.list_all_tools()).await {
+        match self.request(link, &never, link.peer.list_all_tools()).await {
             Ok(tools) => Some(
                 tools
                     .into_iter()
@@ -485,9 +538,9 @@ impl ServerConnection {
         }
     }
 
-    async fn list_prompts(&self, peer: &Peer<RoleClient>) -> Option<Vec<Prompt>> {
+    async fn list_prompts(&self, link: &Link) -> Option<Vec<Prompt>> {
         let never = CancellationToken::new();
-        match self.request(&never, peer.list_all_prompts()).await {
+        match self.request(link, &never, link.peer.list_all_prompts()).await {
             Ok(prompts) => Some(prompts),
             Err(error) => {
                 tracing::warn!(server = %self.name, %error, "cannot list mcp prompts; keeping the previous list");
@@ -496,9 +549,9 @@ impl ServerConnection {
         }
     }
 
-    async fn list_resources(&self, peer: &Peer<RoleClient>) -> Option<Vec<Resource>> {
+    async fn list_resources(&self, link: &Link) -> Option<Vec<Resource>> {
         let never = CancellationToken::new();
-        match self.request(&never, peer.list_all_resources()).await {
+        match self.request(link, &never, link.peer.list_all_resources()).await {
             Ok(resources) => Some(resources),
             Err(error) => {
                 tracing::warn!(server = %self.name, %error, "cannot list mcp resources; keeping the previous list");
@@ -506,6 +559,15 @@ impl ServerConnection {
             }
         }
     }
+}
+
+/// Whether a failed send is the HTTP client refusing a response body over the limit.
+fn body_too_large(sent: &rmcp::transport::DynamicTransportError) -> bool {
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    matches!(
+        sent.error.downcast_ref::<StreamableHttpError<reqwest::Error>>(),
+        Some(StreamableHttpError::ResponseBodyTooLarge { .. })
+    )
 }
 
 /// Forwards list-changed notifications from a `subscriptions/listen` stream to the supervisor;

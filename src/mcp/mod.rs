@@ -6,10 +6,12 @@
 //! and offers their tools to the model beside the tracker's, under the one permission policy of
 //! [`crate::tools::policy`]:
 //!
-//! - [`client`]: one server's connection — transport, handshake, restart with backoff, its lists;
+//! - [`client`]: one server's connection — transport, handshake, restart with backoff, its lists,
+//!   and the limit on what it sends (`max_result_bytes`);
 //! - [`host`]: every server together as one [`crate::tools::ToolSource`], with public names,
 //!   resource tools, prompt commands and server instructions;
-//! - [`results`]: what a tool result becomes for the model (inline text or an artifact on disk).
+//! - [`results`]: what a tool result becomes for the model (inline text or an artifact on disk,
+//!   within the artifacts' quotas).
 
 pub mod client;
 pub mod host;

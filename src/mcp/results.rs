@@ -5,23 +5,39 @@
 //!   under `<state dir>/artifacts/<run>/<server>/<tool>/` and the model gets its id, size, path;
 //! - text longer than `limits.max_tool_result_bytes` is saved whole as an artifact and the model
 //!   gets the first lines and where the rest is;
+//! - artifacts are private (`0600` files in `0700` folders, [`crate::private_files`]) and within
+//!   two quotas: `limits.max_artifact_bytes_per_run` for one run's, `limits.max_artifact_bytes` for
+//!   the whole folder. What would pass one is not saved, and the model is told so and why; the
+//!   quotas are counted from the disk, under one lock, so concurrent saves cannot pass them
+//!   together;
+//! - a run's artifacts go with it: retention removes `<run>/` when the run is past
+//!   `retention.runs_ms` (`runtime/retention.rs`);
 //! - `structuredContent` is shown as formatted JSON (a text block repeating it is dropped);
 //!   a `resource_link` is one line with its URI and MIME type;
 //! - `is_error` is kept.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use base64::Engine;
 use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
 
+use crate::private_files::{self, PrivateFileError};
+
 /// Lines of a large result shown inline before the pointer to its artifact.
 const PREVIEW_LINES: usize = 20;
+/// The folder of the artifacts of calls made outside a run.
+const NO_RUN: &str = "no-run";
 
-/// Where artifacts go, and how much text may stay inline.
+/// Where artifacts go, how much text may stay inline, and how much may be saved.
 #[derive(Debug, Clone)]
 pub struct ArtifactStore {
     root: PathBuf,
     max_inline_bytes: usize,
+    max_run_bytes: u64,
+    max_total_bytes: u64,
+    /// Held while a save counts the quotas and writes, so two saves cannot pass them together.
+    saving: Arc<Mutex<()>>,
 }
 
 /// One saved artifact.
@@ -32,16 +48,48 @@ pub struct Artifact {
     pub size: usize,
 }
 
+/// Why an artifact was not saved. The messages are read by the model.
+#[derive(Debug, thiserror::Error)]
+pub enum SaveError {
+    #[error(
+        "this run's artifacts would pass their quota of {limit} bytes (limits.max_artifact_bytes_per_run; \
+         {used} bytes saved already): ask for less, or a part at a time"
+    )]
+    RunQuota { limit: u64, used: u64 },
+    #[error(
+        "the artifacts folder would pass its quota of {limit} bytes (limits.max_artifact_bytes; {used} bytes \
+         kept): ask for less; older runs' artifacts go with their runs (retention.runs_ms)"
+    )]
+    TotalQuota { limit: u64, used: u64 },
+    #[error(transparent)]
+    File(#[from] PrivateFileError),
+}
+
 impl ArtifactStore {
-    /// `root` is the artifacts folder itself (`<state dir>/artifacts`).
+    /// `root` is the artifacts folder itself (`<state dir>/artifacts`). The quotas are those of
+    /// the default `limits` until [`ArtifactStore::with_quotas`].
     pub fn new(root: PathBuf, max_inline_bytes: usize) -> ArtifactStore {
-        ArtifactStore { root, max_inline_bytes: max_inline_bytes.max(1) }
+        let limits = crate::config::Limits::default();
+        ArtifactStore {
+            root,
+            max_inline_bytes: max_inline_bytes.max(1),
+            max_run_bytes: limits.max_artifact_bytes_per_run,
+            max_total_bytes: limits.max_artifact_bytes,
+            saving: Arc::new(Mutex::new(())),
+        }
     }
 
-    /// `<parent of state.path>/artifacts`, inline limit `limits.max_tool_result_bytes`.
+    /// The quotas: bytes one run may save, and bytes the whole folder may hold.
+    pub fn with_quotas(self, max_run_bytes: u64, max_total_bytes: u64) -> ArtifactStore {
+        ArtifactStore { max_run_bytes, max_total_bytes, ..self }
+    }
+
+    /// `<parent of state.path>/artifacts`, inline limit `limits.max_tool_result_bytes`, quotas
+    /// `limits.max_artifact_bytes_per_run` and `limits.max_artifact_bytes`.
     pub fn from_config(config: &crate::config::Config) -> ArtifactStore {
         let state_dir = config.state.path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         ArtifactStore::new(state_dir.join("artifacts"), config.limits.max_tool_result_bytes)
+            .with_quotas(config.limits.max_artifact_bytes_per_run, config.limits.max_artifact_bytes)
     }
 
     pub fn root(&self) -> &Path {
@@ -52,7 +100,7 @@ impl ArtifactStore {
         self.max_inline_bytes
     }
 
-    /// Saves `bytes` as `<root>/<run>/<server>/<tool>/<id>.<ext>`.
+    /// Saves `bytes` as `<root>/<run>/<server>/<tool>/<id>.<ext>`, within the quotas.
     pub fn save(
         &self,
         run: Option<&str>,
@@ -60,14 +108,69 @@ impl ArtifactStore {
         tool: &str,
         mime_type: Option<&str>,
         bytes: &[u8],
-    ) -> std::io::Result<Artifact> {
+    ) -> Result<Artifact, SaveError> {
         let id = format!("art-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-        let folder =
-            self.root.join(path_segment(run.unwrap_or("no-run"))).join(path_segment(server)).join(path_segment(tool));
-        std::fs::create_dir_all(&folder)?;
+        let run_folder = self.root.join(path_segment(run.unwrap_or(NO_RUN)));
+        let folder = run_folder.join(path_segment(server)).join(path_segment(tool));
+        let size = bytes.len() as u64;
+        let _saving = self.saving.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let used = disk_usage(&run_folder);
+        if used.saturating_add(size) > self.max_run_bytes {
+            return Err(SaveError::RunQuota { limit: self.max_run_bytes, used });
+        }
+        let used = disk_usage(&self.root);
+        if used.saturating_add(size) > self.max_total_bytes {
+            return Err(SaveError::TotalQuota { limit: self.max_total_bytes, used });
+        }
+        private_files::create_private_dir_all(&folder)?;
         let path = folder.join(format!("{id}.{}", extension(mime_type)));
-        std::fs::write(&path, bytes)?;
+        private_files::write_new_private(&path, bytes)?;
         Ok(Artifact { id, path, size: bytes.len() })
+    }
+
+    /// The run ids that have artifacts (their folders' names), not the folder of calls made
+    /// outside a run.
+    pub fn runs(&self) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(&self.root) else { return Vec::new() };
+        entries
+            .filter_map(Result::ok)
+            .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_dir()))
+            .filter_map(|entry| entry.file_name().into_string().ok())
+            .filter(|name| name != NO_RUN)
+            .collect()
+    }
+
+    /// Removes the artifacts of `run`; answers the bytes they took.
+    pub fn remove_run(&self, run: &str) -> std::io::Result<u64> {
+        let folder = self.root.join(path_segment(run));
+        let _saving = self.saving.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let size = disk_usage(&folder);
+        match std::fs::remove_dir_all(&folder) {
+            Ok(()) => Ok(size),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(0),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Removes the artifacts of calls made outside a run that were saved before `before`;
+    /// answers how many went.
+    pub fn remove_runless_before(&self, before: std::time::SystemTime) -> u64 {
+        fn walk(folder: &Path, before: std::time::SystemTime, removed: &mut u64) {
+            let Ok(entries) = std::fs::read_dir(folder) else { return };
+            for entry in entries.filter_map(Result::ok) {
+                let Ok(metadata) = entry.metadata() else { continue };
+                if metadata.is_dir() {
+                    walk(&entry.path(), before, removed);
+                } else if metadata.modified().is_ok_and(|at| at < before) && std::fs::remove_file(entry.path()).is_ok()
+                {
+                    *removed += 1;
+                }
+            }
+        }
+        let _saving = self.saving.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut removed = 0;
+        walk(&self.root.join(NO_RUN), before, &mut removed);
+        removed
     }
 
     /// Turns a `tools/call` result into one text block for the model.
@@ -138,9 +241,9 @@ impl ArtifactStore {
         let artifact = match self.save(run, server, tool, Some("text/plain"), text.as_bytes()) {
             Ok(artifact) => artifact,
             Err(error) => {
-                tracing::warn!(server, tool, %error, "cannot save a large tool result as an artifact; cutting it");
+                tracing::warn!(server, tool, %error, "a large tool result was not saved as an artifact; cutting it");
                 return format!(
-                    "{}\n[cut at {} of {} bytes; the rest could not be saved: {error}]",
+                    "{}\n[cut at {} of {} bytes: the rest was not saved, because {error}]",
                     cut(&text, self.max_inline_bytes / 2),
                     self.max_inline_bytes / 2,
                     text.len()
@@ -184,7 +287,9 @@ impl ArtifactStore {
                 artifact.size,
                 artifact.path.display()
             ),
-            Err(error) => format!("[{kind} ({mime}, {} bytes) omitted: it could not be saved: {error}]", bytes.len()),
+            Err(error) => {
+                format!("[{kind} ({mime}, {} bytes) omitted: it was not saved, because {error}]", bytes.len())
+            }
         }
     }
 }
@@ -206,6 +311,19 @@ fn cut(text: &str, max: usize) -> &str {
         end -= 1;
     }
     &text[..end]
+}
+
+/// The bytes of the files under `folder` (0 when it is missing); links are not followed.
+fn disk_usage(folder: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(folder) else { return 0 };
+    entries
+        .filter_map(Result::ok)
+        .map(|entry| match entry.file_type() {
+            Ok(kind) if kind.is_dir() => disk_usage(&entry.path()),
+            Ok(kind) if kind.is_file() => entry.metadata().map_or(0, |metadata| metadata.len()),
+            _ => 0,
+        })
+        .sum()
 }
 
 /// A file-name-safe version of a name from a server or the model.
@@ -280,6 +398,46 @@ mod tests {
         );
         assert!(!text.contains(&data));
         assert_eq!(shaped.is_error, Some(true));
+    }
+
+    #[test]
+    fn artifacts_are_private_and_within_their_quotas_and_go_with_their_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ArtifactStore::new(dir.path().join("artifacts"), 10).with_quotas(100, 150);
+        let saved = store.save(Some("run-a"), "s", "t", None, &[1; 60]).unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            let mode = |path: &Path| std::fs::metadata(path).unwrap().mode() & 0o777;
+            assert_eq!(mode(&saved.path), 0o600);
+            for folder in saved.path.ancestors().skip(1).take(4) {
+                assert_eq!(mode(folder), 0o700, "{}", folder.display());
+            }
+        }
+        let error = store.save(Some("run-a"), "s", "t", None, &[1; 60]).unwrap_err();
+        assert!(matches!(error, SaveError::RunQuota { limit: 100, used: 60 }), "{error}");
+        assert!(error.to_string().contains("limits.max_artifact_bytes_per_run"), "{error}");
+        store.save(Some("run-b"), "s", "t", None, &[1; 60]).unwrap();
+        let error = store.save(Some("run-c"), "s", "t", None, &[1; 60]).unwrap_err();
+        assert!(matches!(error, SaveError::TotalQuota { limit: 150, used: 120 }), "{error}");
+
+        // What the model reads when a large text cannot be saved: the start, and why.
+        let big: String = (0..30).map(|i| format!("line {i}\n")).collect();
+        let shaped =
+            store.shape_tool_result(CallToolResult::success(vec![ContentBlock::text(big)]), Some("run-c"), "s", "t");
+        let text = text_of(&shaped);
+        assert!(text.contains("was not saved") && text.contains("limits.max_artifact_bytes"), "{text}");
+
+        let mut runs = store.runs();
+        runs.sort();
+        assert_eq!(runs, ["run-a", "run-b"]);
+        assert_eq!(store.remove_run("run-a").unwrap(), 60);
+        assert_eq!(store.runs(), ["run-b"]);
+        store.save(Some("run-c"), "s", "t", None, &[1; 60]).unwrap();
+        store.save(None, "s", "t", None, &[1; 10]).unwrap();
+        assert_eq!(store.remove_runless_before(std::time::SystemTime::UNIX_EPOCH), 0, "too young");
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(1);
+        assert_eq!(store.remove_runless_before(later), 1);
     }
 
     #[test]

@@ -1,11 +1,19 @@
 //! Counters and latency summaries of the running agent, rendered in the Prometheus text format
-//! at `/metrics`. Labels are never free text from the network beyond event names, tool names and
-//! fixed outcome words, and nothing here can hold a secret.
+//! at `/metrics`. Nothing here can hold a secret, and every label comes from a bounded set, so
+//! nothing a peer sends can add series without end:
+//! - an event's name is one of the tracker's event names the agent knows (`run` for the router's
+//!   own), else `unknown`; its fate and a run's outcome are words of the code (`&'static str`);
+//! - a tool's name is one the run offered: a call of any other name (a model making names up)
+//!   counts under `unknown`, and so does a call never run, whose name nothing checked; and past
+//!   [`MAX_TOOL_LABELS`] names (a server listing thousands of tools) new names do too;
+//! - the replica's id is this process's own.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::time::Duration;
+
+use crate::agent::ToolCallOutcome;
 
 /// Every metric of the agent. One instance, shared behind an `Arc`.
 #[derive(Debug, Default)]
@@ -26,6 +34,21 @@ pub struct RecentEvent {
 
 /// How many recent events [`Metrics::recent_events`] keeps.
 pub const RECENT_EVENTS: usize = 200;
+
+/// How many tool names get series of their own; calls of names past it count under `unknown`.
+pub const MAX_TOOL_LABELS: usize = 256;
+
+/// The label of what cannot be counted under its own name.
+const UNKNOWN: &str = "unknown";
+
+/// The event names counted under their own name: the tracker's, and the router's own `run`.
+const KNOWN_EVENTS: [&str; 5] = [
+    crate::tracker::model::EVENT_TASK_ASSIGNED,
+    crate::tracker::model::EVENT_TASK_UNASSIGNED,
+    crate::tracker::model::EVENT_TASK_UPDATED,
+    crate::tracker::model::EVENT_MESSAGE_NEW,
+    "run",
+];
 
 #[derive(Debug, Default)]
 struct Inner {
@@ -50,6 +73,8 @@ struct Inner {
     pruned: BTreeMap<&'static str, u64>,
     /// Pruning passes that finished.
     prune_passes: u64,
+    /// Runs whose artifacts the retention schedule removed.
+    pruned_artifact_runs: u64,
 }
 
 /// Count and sum, enough for rates and means in Prometheus.
@@ -79,8 +104,10 @@ impl Metrics {
         f(&mut guard)
     }
 
-    pub fn event(&self, name: &str, fate: &str) {
-        self.with(|m| *m.events.entry((label(name), label(fate))).or_default() += 1);
+    /// Counts an event by its name (a known one, else `unknown`) and its fate, a word of the code.
+    pub fn event(&self, name: &str, fate: &'static str) {
+        let counted = KNOWN_EVENTS.iter().find(|known| **known == name).copied().unwrap_or(UNKNOWN);
+        self.with(|m| *m.events.entry((counted.to_string(), label(fate))).or_default() += 1);
         let mut recent = self.recent.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if recent.len() >= RECENT_EVENTS {
             recent.pop_front();
@@ -95,15 +122,35 @@ impl Metrics {
         recent.iter().rev().cloned().collect()
     }
 
-    pub fn run_finished(&self, outcome: &str, duration: Duration) {
+    pub fn run_finished(&self, outcome: &'static str, duration: Duration) {
         self.with(|m| {
             *m.runs.entry(label(outcome)).or_default() += 1;
             m.run_seconds.observe(duration);
         });
     }
 
-    pub fn tool_call(&self, tool: &str, outcome: &str) {
-        self.with(|m| *m.tool_calls.entry((label(tool), label(outcome))).or_default() += 1);
+    /// Counts a tool call by its tool and outcome. Only a call that reached an offered tool is
+    /// counted under the tool's name (see the module's docs).
+    pub fn tool_call(&self, tool: &str, outcome: ToolCallOutcome) {
+        let offered = match outcome {
+            ToolCallOutcome::Ok
+            | ToolCallOutcome::Error
+            | ToolCallOutcome::InvalidArguments
+            | ToolCallOutcome::Refused => true,
+            ToolCallOutcome::UnknownTool | ToolCallOutcome::NotRun => false,
+        };
+        self.with(|m| {
+            let mut tool = if offered { label(tool) } else { UNKNOWN.to_string() };
+            let named = m.tool_calls.keys().any(|(known, _)| *known == tool);
+            if !named {
+                let names: std::collections::BTreeSet<&String> =
+                    m.tool_calls.keys().map(|(known, _)| known).filter(|known| *known != UNKNOWN).collect();
+                if names.len() >= MAX_TOOL_LABELS {
+                    tool = UNKNOWN.to_string();
+                }
+            }
+            *m.tool_calls.entry((tool, outcome.as_str().to_string())).or_default() += 1;
+        });
     }
 
     pub fn tokens(&self, prompt: u64, completion: u64) {
@@ -143,9 +190,14 @@ impl Metrics {
         });
     }
 
+    /// Counts the runs whose artifacts a pruning pass removed.
+    pub fn pruned_artifacts(&self, runs: u64) {
+        self.with(|m| m.pruned_artifact_runs += runs);
+    }
+
     /// The count of events with this name and fate (for tests and status).
     pub fn event_count(&self, name: &str, fate: &str) -> u64 {
-        self.with(|m| m.events.get(&(label(name), label(fate))).copied().unwrap_or(0))
+        self.with(|m| m.events.get(&(name.to_string(), label(fate))).copied().unwrap_or(0))
     }
 
     /// The Prometheus text exposition.
@@ -203,6 +255,9 @@ impl Metrics {
                 let n = m.pruned.get(table).copied().unwrap_or(0);
                 let _ = writeln!(out, "picogent_pruned_rows_total{{table=\"{table}\"}} {n}");
             }
+            let _ = writeln!(out, "# HELP picogent_pruned_artifact_runs_total Runs whose artifacts the retention schedule removed.");
+            let _ = writeln!(out, "# TYPE picogent_pruned_artifact_runs_total counter");
+            let _ = writeln!(out, "picogent_pruned_artifact_runs_total {}", m.pruned_artifact_runs);
             let _ = writeln!(out, "# HELP picogent_prune_passes_total Pruning passes of the state database that finished.");
             let _ = writeln!(out, "# TYPE picogent_prune_passes_total counter");
             let _ = writeln!(out, "picogent_prune_passes_total {}", m.prune_passes);
@@ -246,14 +301,51 @@ mod tests {
         metrics.event("message.new", "answer");
         metrics.event("message.new", "answer");
         metrics.event("evil\"}\n", "x");
-        metrics.tool_call("get_task", "ok");
+        metrics.tool_call("get_task", ToolCallOutcome::Ok);
         metrics.run_finished("completed", Duration::from_millis(1500));
         let text = metrics.render(1, true, false);
         assert!(text.contains("picogent_events_total{event=\"message.new\",fate=\"answer\"} 2"), "{text}");
-        assert!(text.contains("picogent_events_total{event=\"evil___\",fate=\"x\"} 1"), "{text}");
+        assert!(text.contains("picogent_events_total{event=\"unknown\",fate=\"x\"} 1"), "{text}");
         assert!(text.contains("picogent_run_duration_seconds_count 1"), "{text}");
         assert!(text.contains("picogent_active_runs 1"), "{text}");
         assert_eq!(metrics.event_count("message.new", "answer"), 2);
+    }
+
+    /// The series of one metric in the text.
+    fn series(text: &str, name: &str) -> usize {
+        text.lines().filter(|line| line.starts_with(&format!("{name}{{"))).count()
+    }
+
+    #[test]
+    fn labels_come_from_bounded_sets_whatever_names_arrive() {
+        let metrics = Metrics::default();
+        metrics.tool_call("get_task", ToolCallOutcome::Ok);
+        metrics.tool_call("get_task", ToolCallOutcome::Refused);
+        for n in 0..300 {
+            metrics.tool_call(&format!("invented_{n}"), ToolCallOutcome::UnknownTool);
+            metrics.tool_call(&format!("never_run_{n}"), ToolCallOutcome::NotRun);
+            metrics.event(&format!("made.up.{n}"), "ignored");
+        }
+        let text = metrics.render(0, true, true);
+        assert_eq!(series(&text, "picogent_tool_calls_total"), 4, "{text}");
+        assert!(text.contains("picogent_tool_calls_total{tool=\"unknown\",outcome=\"unknown_tool\"} 300"), "{text}");
+        assert!(text.contains("picogent_tool_calls_total{tool=\"unknown\",outcome=\"not_run\"} 300"), "{text}");
+        assert!(text.contains("picogent_tool_calls_total{tool=\"get_task\",outcome=\"refused\"} 1"), "{text}");
+        assert_eq!(series(&text, "picogent_events_total"), 1, "{text}");
+        assert!(text.contains("picogent_events_total{event=\"unknown\",fate=\"ignored\"} 300"), "{text}");
+
+        // Offered tools past the cap (a server listing thousands) count under `unknown` too.
+        for n in 0..MAX_TOOL_LABELS + 50 {
+            metrics.tool_call(&format!("mcp__big__tool_{n}"), ToolCallOutcome::Ok);
+        }
+        let text = metrics.render(0, true, true);
+        let named = text
+            .lines()
+            .filter(|line| line.starts_with("picogent_tool_calls_total{") && !line.contains("tool=\"unknown\""))
+            .filter_map(|line| line.split('"').nth(1))
+            .collect::<std::collections::BTreeSet<_>>();
+        assert_eq!(named.len(), MAX_TOOL_LABELS, "{text}");
+        assert!(named.contains("get_task"), "names counted before stay");
     }
 
     #[test]

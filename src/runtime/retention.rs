@@ -3,6 +3,13 @@
 //! and counts it in `/metrics`. What may be removed, and why that never makes the agent act
 //! twice, is `state/retention.rs`; this file only decides *when*, and whether message claims may
 //! go this time (which needs the live link's status).
+//!
+//! The artifacts of external tools' results (`mcp/results.rs`) go with their run: a run's folder
+//! is removed once the run ended more than `retention.runs_ms` ago, when its transcript (the only
+//! thing that points at them) goes or is dropped. They are removed first, while the run's row
+//! still says when it ended. A running run keeps them, and so does a folder of a run this state
+//! does not know (another agent may keep its state in the same folder); artifacts of calls made
+//! outside any run go `runs_ms` after they were saved.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +21,8 @@ use super::metrics::Metrics;
 use super::run::RunServices;
 use super::status::StatusBoard;
 use crate::config::RetentionConfig;
-use crate::state::{PrunePlan, Pruned, State, StateError};
+use crate::mcp::results::ArtifactStore;
+use crate::state::{PrunePlan, Pruned, RunStatus, State, StateError};
 
 /// The first pass runs this long after start (or after `interval_ms`, if shorter): late enough
 /// to stay out of the start-up's resume and reconciliation, soon enough to be seen working.
@@ -26,6 +34,7 @@ pub(crate) fn spawn(services: &RunServices) -> tokio::task::JoinHandle<()> {
         retention: services.config.retention.clone(),
         mention_window: services.config.startup.answer_mentions_since.0,
         state: services.state.clone(),
+        artifacts: services.host.artifacts().clone(),
         status: services.status.clone(),
         metrics: services.metrics.clone(),
     };
@@ -38,6 +47,7 @@ struct Pruner {
     /// How far back reconciliation lists mentions (`startup.answer_mentions_since`).
     mention_window: Duration,
     state: State,
+    artifacts: ArtifactStore,
     status: Arc<StatusBoard>,
     metrics: Arc<Metrics>,
 }
@@ -71,8 +81,13 @@ impl Pruner {
         let caught_up = self.status.caught_up();
         let plan = plan(&self.retention, self.mention_window, OffsetDateTime::now_utc(), caught_up);
         let message_claims = plan.message_claims_before.is_some();
+        let artifact_runs = prune_artifacts(&self.artifacts, &self.state, plan.runs_before).await?;
+        self.metrics.pruned_artifacts(artifact_runs);
         let pruned = self.state.prune(&plan).await?;
         self.metrics.pruned(&pruned);
+        if artifact_runs > 0 {
+            tracing::info!(runs = artifact_runs, "removed the artifacts of runs past retention.runs_ms");
+        }
         if pruned.total() > 0 {
             tracing::info!(
                 events = pruned.events,
@@ -90,6 +105,36 @@ impl Pruner {
         }
         Ok(pruned)
     }
+}
+
+/// Removes the artifacts of the runs that ended before `runs_before` (see the module's docs),
+/// and those of calls outside a run saved before it; answers how many runs' folders went.
+pub(crate) async fn prune_artifacts(
+    artifacts: &ArtifactStore,
+    state: &State,
+    runs_before: OffsetDateTime,
+) -> Result<u64, StateError> {
+    let mut removed = 0;
+    for run_id in artifacts.runs() {
+        let Some(run) = state.get_run(&run_id).await? else { continue };
+        if matches!(run.status, RunStatus::Queued | RunStatus::Running) {
+            continue;
+        }
+        if run.finished_at.unwrap_or(run.started_at) >= runs_before {
+            continue;
+        }
+        match artifacts.remove_run(&run_id) {
+            Ok(_) => removed += 1,
+            Err(error) => {
+                tracing::warn!(run = %run_id, %error, "cannot remove a run's artifacts; trying again next time")
+            }
+        }
+    }
+    let runless = artifacts.remove_runless_before(runs_before.into());
+    if runless > 0 {
+        tracing::info!(files = runless, "removed artifacts of calls outside a run past retention.runs_ms");
+    }
+    Ok(removed)
 }
 
 /// The cutoffs of a pass at `now`. A retention longer than the calendar reaches back keeps

@@ -501,7 +501,7 @@ async fn finish(
 fn count_in_metrics(metrics: &Metrics, record: &RunRecord) {
     metrics.tokens(record.prompt_tokens, record.completion_tokens);
     for call in &record.calls {
-        metrics.tool_call(&call.name, call.outcome.as_str());
+        metrics.tool_call(&call.name, call.outcome);
     }
     if record.turns > 0 {
         metrics.turn(Duration::from_millis(record.model_time_ms / u64::from(record.turns)));

@@ -137,7 +137,9 @@ pub async fn sqlite_to_postgres(from: &Path, to: &str, agent: &str) -> Result<Mi
     }
     // Held to the end: no `picogent run` starts on the file while it is read.
     let _file_lock = lock_state(from).map_err(|error| match error {
-        StateLockError::Held { path, lock_path } => MigrateError::Locked { path, lock_path },
+        StateLockError::Held { path, lock_path } | StateLockError::HeldBy { path, lock_path, .. } => {
+            MigrateError::Locked { path, lock_path }
+        }
         error => MigrateError::Lock(error),
     })?;
     let mut source = open_read_only(from).await?;

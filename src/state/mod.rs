@@ -120,6 +120,9 @@ impl ClaimKind {
 pub enum StateError {
     #[error("cannot open the state database {path}: {source}; {hint}")]
     Open { path: PathBuf, source: sqlx::Error, hint: &'static str },
+    /// The file, its folder or its log is another user's, a link, or cannot be made private.
+    #[error("cannot open the state database privately: {0}")]
+    Private(crate::private_files::PrivateFileError),
     #[error(
         "cannot prepare the state database {path}: {source}; if the file belongs to another program or \
          a newer picogent, move it aside or set `state.path` to a new file"

@@ -43,6 +43,7 @@ impl SqliteStore {
         // Commits are NORMAL: one survives a crash of the process but not a power cut until
         // `sync`; see the state's invariants for who calls it and when.
         let pool = crate::sqlite::open(path, 4, &MIGRATOR).await.map_err(|error| match error {
+            crate::sqlite::OpenError::Private(source) => StateError::Private(source),
             crate::sqlite::OpenError::Connect(source) => open_error(source),
             crate::sqlite::OpenError::Migrate(source) => StateError::Migrate { path: path.to_path_buf(), source },
         })?;
