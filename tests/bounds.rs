@@ -131,7 +131,9 @@ async fn three_hundred_invented_tool_names_add_no_series_to_metrics() {
     )
     .unwrap();
     let model = offline_model::start(OfflineModelOptions::script(script)).await.unwrap();
-    let extra = json!({"limits": {"max_tool_calls": 1000, "max_tokens_per_run": 1_000_000}});
+    // 300 calls in one answer are more than the default output cap (2048 tokens) lets through.
+    let extra = json!({"limits": {"max_tool_calls": 1000, "max_tokens_per_run": 1_000_000},
+                       "llm": {"max_output_tokens": 32_000}});
     let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
     wait_ready(&agent).await;
     let metrics = || async {

@@ -794,3 +794,23 @@ async fn a_repeating_500_is_retried_to_the_limit_unless_its_text_says_it_is_dete
         board.shutdown().await.unwrap();
     }
 }
+
+/// `picogent run`'s model check at start is not a turn of a run: the offline model's script mode
+/// answers it as a model that calls tools would, and the script's first turn is still the first
+/// request of the run that follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_start_up_model_check_takes_no_turn_of_a_script() {
+    use picogent::llm::probe::{Verdict, check_model};
+    let script = Script::from_json(
+        &json!({"turns": [{"expect": {"tools_include": ["get_task"]}, "reply": {"content": "first turn"}}]})
+            .to_string(),
+    )
+    .unwrap();
+    let model = picogent::offline_model::start(OfflineModelOptions::script(script)).await.unwrap();
+    let config = picogent::config::LlmConfig::new(&model.url(), "offline-script");
+    let check = check_model(&config, None).await;
+    assert_eq!(check.verdict, Verdict::CallsTools, "{check:?}");
+    assert_eq!(model.script_position(), 0, "the check took no turn of the script");
+    assert_eq!(model.mismatches(), Vec::<String>::new());
+    model.shutdown().await;
+}

@@ -29,12 +29,12 @@ use picogent::tracker::TrackerClient;
 use picogent::tracker::model::*;
 use serde_json::{Value, json};
 
-/// A tool call written the way Qwen 2.5's template asks for one: the base model echoes the
-/// message it is given, and llama.cpp's parser turns each echoed block into a tool call.
+/// A tool call written the way Qwen 2.5's template asks for one: the base model echoes the start
+/// of the chat prompt, where the test's template puts it, and llama.cpp's parser turns each
+/// echoed block into a tool call.
 const ECHOED_CALL: &str = "<tool_call>\n{\"name\": \"list_members\", \"arguments\": {\"limit\": 5}}\n</tool_call>";
 
-/// Two calls in one message: echoed, they are several calls in one answer however the echo
-/// goes on after them.
+/// Two calls: echoed, they are several calls in one answer however the echo goes on after them.
 const ECHOED_CALLS: &str = "<tool_call>\n{\"name\": \"list_members\", \"arguments\": {\"limit\": 5}}\n</tool_call>\n\
                             <tool_call>\n{\"name\": \"list_projects\", \"arguments\": {}}\n</tool_call>";
 
@@ -66,10 +66,12 @@ fn limits() -> Value {
            "max_replies_per_thread_per_hour": 20})
 }
 
-/// The project's prompts, with the person's words moved to the top of the chat prompt: the base
-/// model echoes the start of its prompt, so what it echoes is what the person wrote (a tool call
-/// in the tests that need one). Templates are the users' to edit; this is one such edit.
-fn echo_first_prompts(dir: &Path) -> std::path::PathBuf {
+/// The project's prompts, with `first` at the top of the chat prompt: the base model echoes the
+/// start of its prompt, so what it echoes is `first`. That is the person's words, or, for the
+/// tests that need the model to call a tool, a tool call written into the template itself: board
+/// text can no longer carry one to the model (`clean_text` removes `<tool_call>` tags from it).
+/// Templates are the users' to edit; this is one such edit.
+fn echo_first_prompts(dir: &Path, first: Echo) -> std::path::PathBuf {
     let prompts = dir.join("prompts");
     std::fs::create_dir_all(&prompts).unwrap();
     for entry in std::fs::read_dir(prompts_dir()).unwrap() {
@@ -78,16 +80,29 @@ fn echo_first_prompts(dir: &Path) -> std::path::PathBuf {
     }
     let chat = std::fs::read_to_string(prompts.join("message_new.md")).unwrap();
     let body = chat.split_once("-#}\n").map(|(_, body)| body).unwrap_or(&chat);
-    std::fs::write(prompts.join("message_new.md"), format!("{{{{ message.content }}}}\n\n{body}")).unwrap();
+    let first = match first {
+        Echo::Message => "{{ message.content }}".to_string(),
+        Echo::Call(call) => format!("{{% raw %}}{call}{{% endraw %}}"),
+    };
+    std::fs::write(prompts.join("message_new.md"), format!("{first}\n\n{body}")).unwrap();
     prompts
 }
 
-async fn world(server: ServerOptions, llm: Value) -> World {
+/// What the chat prompt starts with, and so what the base model echoes.
+#[derive(Clone, Copy)]
+enum Echo {
+    /// The person's message.
+    Message,
+    /// A tool call in the model's own format.
+    Call(&'static str),
+}
+
+async fn world(server: ServerOptions, llm: Value, echo: Echo) -> World {
     let dir = tempfile::tempdir().unwrap();
     let board = start_board(dir.path()).await;
     let server = LlamaServer::start(dir.path(), server).await;
     let proxy = RecordingProxy::start(server.addr).await;
-    let prompts = echo_first_prompts(dir.path());
+    let prompts = echo_first_prompts(dir.path(), echo);
     let extra = json!({"llm": llm_section(&proxy.url(), llm), "limits": limits(), "prompts_dir": prompts});
     let agent = start_agent(agent_config(dir.path(), &board.url(), &proxy.url(), "picogent", extra)).await;
     wait_ready(&agent).await;
@@ -270,6 +285,7 @@ async fn answers_cut_off_at_the_output_cap_are_one_notice_each_streamed_one_requ
     let world = world(
         ServerOptions { context: 4096, template: None },
         json!({"stream": true, "idle_timeout_ms": 60000, "max_concurrent_requests": 1}),
+        Echo::Message,
     )
     .await;
     let mut questions = Vec::new();
@@ -314,9 +330,13 @@ async fn cut_off_tool_arguments_never_poison_the_thread() {
     // carries the board's ids, so the model's echo is not always the same, and now and then
     // llama.cpp closes the cut-off JSON itself and hands over valid arguments. Either way the
     // call came in an answer cut off at the cap, and is not run.
-    let world =
-        world(ServerOptions { context: 4096, template: Some(TOOL_TEMPLATE) }, json!({"max_output_tokens": 22})).await;
-    let question = world.mention(ECHOED_CALL).await;
+    let world = world(
+        ServerOptions { context: 4096, template: Some(TOOL_TEMPLATE) },
+        json!({"max_output_tokens": 22}),
+        Echo::Call(ECHOED_CALL),
+    )
+    .await;
+    let question = world.mention("list the members, please").await;
     let first = world.agent_posts(&question, 1).await;
     let runs = world.runs(&question).await;
     let record = record_of(&runs[0]);
@@ -355,9 +375,10 @@ async fn parallel_tool_calls_false_is_enforced_by_picogent() {
     let world = world(
         ServerOptions { context: 4096, template: Some(TOOL_TEMPLATE) },
         json!({"max_output_tokens": 120, "parallel_tool_calls": false}),
+        Echo::Call(ECHOED_CALLS),
     )
     .await;
-    let question = world.mention(ECHOED_CALLS).await;
+    let question = world.mention("list the members and the projects, please").await;
     world.agent_posts(&question, 1).await;
     let runs = world.runs(&question).await;
     let record = record_of(&runs[0]);
@@ -392,6 +413,7 @@ async fn the_servers_context_size_error_is_recognised() {
     let world = world(
         ServerOptions { context: 1024, template: Some(TOOL_TEMPLATE) },
         json!({"context_tokens": 32768, "max_output_tokens": 32}),
+        Echo::Message,
     )
     .await;
     let question = world.mention("what is open on the board?").await;

@@ -840,7 +840,11 @@ async fn a_second_agent_on_the_same_state_file_refuses_to_start() {
     let second = tokio::time::timeout(Duration::from_secs(20), second).await.expect("the second exits");
     let stderr = String::from_utf8_lossy(&second.stderr);
     assert!(!second.status.success(), "{stderr}");
-    assert!(stderr.contains("another picogent run is using the state file"), "{stderr}");
+    assert!(
+        stderr.contains("another picogent run (process ") && stderr.contains(") is using the state file"),
+        "{stderr}"
+    );
+    assert!(stderr.contains(&format!("(process {})", first.id())), "the refusal names the holder: {stderr}");
     assert!(first.try_wait().unwrap().is_none(), "the first one goes on");
     first.kill().unwrap();
     first.wait().unwrap();

@@ -103,6 +103,10 @@ pub struct ToolProbe {
     pub refused_parameters: Vec<String>,
 }
 
+/// The one tool of the model check's request: a request offering this tool and no other is the
+/// check (the offline model's script mode answers it outside the script).
+pub const PROBE_TOOL: &str = "report_status";
+
 /// Sends one small request with one tool, with the parameters `config` sends. A parameter the
 /// server refuses is reported and left out for the next try, so every refused one is named.
 pub async fn probe_tool_call(config: &LlmConfig, api_key: Option<Secret>) -> Result<ToolProbe, super::LlmError> {
@@ -118,7 +122,7 @@ pub async fn probe_tool_call(config: &LlmConfig, api_key: Option<Secret>) -> Res
         "required": ["status"]
     });
     let tools = [ToolSpec {
-        name: "report_status".to_string(),
+        name: PROBE_TOOL.to_string(),
         description: "Report your status.".to_string(),
         parameters: std::sync::Arc::new(parameters.as_object().cloned().unwrap_or_default()),
     }];

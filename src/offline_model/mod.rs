@@ -462,6 +462,12 @@ fn decide(
     );
     let answer = match &state.options.mode {
         Mode::Planner => planner_answer(state, &messages, &tools),
+        // `picogent run`'s model check at start is not a turn of the run the script replays: it
+        // is answered as a model that calls tools answers it, and the script stays where it is.
+        Mode::Script(_) if tools.len() == 1 && tools[0].name == crate::llm::probe::PROBE_TOOL => Answer::Turn(Reply {
+            tool_calls: vec![(tools[0].name.clone(), json!({"status": "ready"}).to_string())],
+            ..Reply::default()
+        }),
         Mode::Script(script) => script_answer(state, script, &messages, &tools)?,
     };
     Ok((answer, facts))
