@@ -807,7 +807,7 @@ async fn the_start_up_model_check_takes_no_turn_of_a_script() {
     )
     .unwrap();
     let model = picogent::offline_model::start(OfflineModelOptions::script(script)).await.unwrap();
-    let config = picogent::config::LlmConfig::new(&model.url(), "offline-script");
+    let config = picogent::config::LlmConfig::new(model.url(), "offline-script");
     let check = check_model(&config, None).await;
     assert_eq!(check.verdict, Verdict::CallsTools, "{check:?}");
     assert_eq!(model.script_position(), 0, "the check took no turn of the script");
