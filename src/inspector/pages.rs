@@ -144,8 +144,8 @@ pub async fn health_page(State(inspector): State<Inspector>) -> Response {
         "connected": status.connected(), "caught_up": status.caught_up(), "superseded": status.superseded(),
         "active": status.active_runs(), "last_event": last_event,
         "startup": startup,
-        "model": config.llm.model, "model_url": config.llm.base_url, "tools": *inspector.tools,
-        "tracker": config.tracker.url, "slug": config.slug, "chart_width": 40 * SPEND_DAYS + 60,
+        "model": config.llm.model, "model_url": crate::secret::shown_url(&config.llm.base_url), "tools": *inspector.tools,
+        "tracker": crate::secret::shown_url(&config.tracker.url), "slug": config.slug, "chart_width": 40 * SPEND_DAYS + 60,
     }));
     render(StatusCode::OK, "inspector_health.html", view)
 }

@@ -266,7 +266,11 @@ async fn begin(
                 }
                 RunKind::Task { .. } | RunKind::Prompt { .. } => None,
             };
-            (RunStart { prompt, history_len: history.len(), system_prompt: None, fence: None, message_words }, history, fence)
+            (
+                RunStart { prompt, history_len: history.len(), system_prompt: None, fence: None, message_words },
+                history,
+                fence,
+            )
         }
     };
     let system = system_prompt(&services.config, &services.prompts, services.host.instruction_sections(&fence))?;
