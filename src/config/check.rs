@@ -68,6 +68,7 @@ impl Config {
                 ),
             );
         }
+        self.check_http_limits()?;
         for (name, link) in [("http.task_link", &self.http.task_link), ("http.message_link", &self.http.message_link)] {
             if let Some(link) = link {
                 check_url(name, link)?;
@@ -75,6 +76,32 @@ impl Config {
                     return problem(name, "expected a URL with {id} where the task's or message's id goes");
                 }
             }
+        }
+        Ok(())
+    }
+
+    fn check_http_limits(&self) -> Result<(), Problem> {
+        let http = &self.http;
+        if !(100..=300_000).contains(&http.header_timeout_ms) {
+            return problem(
+                "http.header_timeout_ms",
+                "expected milliseconds from 100 to 300000 for a client to send its request's headers",
+            );
+        }
+        if !(1..=65_536).contains(&http.max_connections) {
+            return problem("http.max_connections", "expected a number of connections from 1 to 65536");
+        }
+        if !(1..=http.max_connections).contains(&http.max_live_streams) {
+            return problem(
+                "http.max_live_streams",
+                "expected a number of live streams from 1 to http.max_connections (each holds a connection)",
+            );
+        }
+        if http.session_idle_ms < 1_000 {
+            return problem("http.session_idle_ms", "expected milliseconds, at least 1000 (8 hours is 28800000)");
+        }
+        if http.session_lifetime_ms < 1_000 {
+            return problem("http.session_lifetime_ms", "expected milliseconds, at least 1000 (24 hours is 86400000)");
         }
         Ok(())
     }

@@ -261,7 +261,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
             Some(access) => routes.merge(inspector_routes(&services, access)),
             None => routes,
         };
-        let (addr, handle) = http::serve(listen, routes, shutdown.child_token())
+        let (addr, handle) = http::serve(listen, routes, config.http.doors(), shutdown.child_token())
             .await
             .with_context(|| format!("cannot listen on {listen} (http.listen)"))?;
         tracing::info!(%addr, "agent http listening: / (run inspector) /healthz /readyz /metrics");
