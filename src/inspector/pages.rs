@@ -177,10 +177,8 @@ pub async fn login(State(inspector): State<Inspector>, form: Result<Form<Login>,
     // Counted before the token is looked at: right or wrong, no more than the rate.
     if let Err(wait) = inspector.sign_ins.take() {
         let seconds = crate::web::sessions::retry_after_secs(wait);
-        tracing::warn!(
-            per_minute = inspector.sign_ins.per_minute(),
-            "refused an inspector sign-in: too many in the last minute"
-        );
+        // At debug: the attempts let through, wrong ones, are each a warning already.
+        tracing::debug!(per_minute = inspector.sign_ins.per_minute(), "refused a sign-in: too many in the last minute");
         let message = format!(
             "too many sign-ins to this inspector in the last minute (at most {} a minute): wait {seconds} s and try \
              again",

@@ -131,11 +131,6 @@ impl LiveStreams {
     pub fn new(max: usize) -> LiveStreams {
         LiveStreams { open: Arc::new(Semaphore::new(max)), max }
     }
-
-    /// Streams open now.
-    pub fn open(&self) -> usize {
-        self.max - self.open.available_permits()
-    }
 }
 
 /// A server-sent events stream of `render`'s fragment: sent at once, then again after each wake
