@@ -72,7 +72,7 @@ pub async fn run_cli(config_path: &Path) -> anyhow::Result<ExitCode> {
                     Ok(()) => Line {
                         ok: true,
                         what: "tracker events".into(),
-                        detail: format!("{} answers ping", client.ws_url()),
+                        detail: format!("{} answers ping", crate::secret::shown_url(&client.ws_url())),
                     },
                     Err(error) => Line { ok: false, what: "tracker events".into(), detail: error },
                 });
@@ -127,9 +127,11 @@ async fn check_rest(client: &TrackerClient, config: &Config) -> Line {
                 me.slug, config.slug, me.slug
             ),
         },
-        Err(error) => {
-            Line { ok: false, what, detail: format!("{error} (is tracker.url {} right?)", config.tracker.url) }
-        }
+        Err(error) => Line {
+            ok: false,
+            what,
+            detail: format!("{error} (is tracker.url {} right?)", crate::secret::shown_url(&config.tracker.url)),
+        },
     }
 }
 

@@ -42,6 +42,36 @@ fn positive_ms(text: &str) -> Result<u64, String> {
     }
 }
 
+/// A count of at least 1 (`--max-connections` and the like).
+fn positive_count(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(count) if count > 0 => Ok(count),
+        _ => Err("expected a whole number greater than 0".to_string()),
+    }
+}
+
+/// The limits of `picogent board`'s door, each with the agent's default for `http.listen`.
+#[derive(Debug, clap::Args)]
+pub struct BoardLimits {
+    /// How long a client may take to send a request's headers, in milliseconds; past it the
+    /// connection is closed (as is a keep-alive connection idle that long).
+    #[arg(long, default_value_t = crate::web::DoorLimits::DEFAULT_HEADER_TIMEOUT_MS, value_parser = positive_ms)]
+    header_timeout_ms: u64,
+    /// Connections open at once (WebSockets included); past it new clients wait until one closes.
+    #[arg(long, default_value_t = crate::web::DoorLimits::DEFAULT_MAX_CONNECTIONS, value_parser = positive_count)]
+    max_connections: usize,
+    /// Live streams of the web page open at once; past it a new one gets 503 with Retry-After
+    /// (the page still works and tries again later).
+    #[arg(long, default_value_t = crate::web::LiveStreams::DEFAULT_MAX, value_parser = positive_count)]
+    max_live_streams: usize,
+    /// Signed-in sessions of the web page kept; past it the one used longest ago ends.
+    #[arg(long, default_value_t = crate::web::SessionLimits::DEFAULT_MAX_SESSIONS, value_parser = positive_count)]
+    max_sessions: usize,
+    /// Sign-ins to the web page allowed in any minute; past it they get 429 with Retry-After.
+    #[arg(long, default_value_t = crate::web::SignInRate::DEFAULT_PER_MINUTE, value_parser = positive_count)]
+    sign_ins_per_minute: usize,
+}
+
 /// A `--allowed-host` value: a host name or address, with a port or not.
 fn host_name(text: &str) -> Result<String, String> {
     if crate::web::hosts::is_host_name(text) {
@@ -79,6 +109,8 @@ pub enum Command {
         /// Others get an empty 421 (DNS-rebinding protection); the API answers any.
         #[arg(long = "allowed-host", value_name = "HOST", value_parser = host_name)]
         allowed_hosts: Vec<String>,
+        #[command(flatten)]
+        limits: BoardLimits,
     },
     /// Serve the tracker tools, task/project resources and prompts as an MCP server, acting as the
     /// agent of the config (token from the environment variable named by `tracker.token_env`).
@@ -291,14 +323,25 @@ pub fn main(cli: Cli) -> ExitCode {
     };
     let result = runtime.block_on(async move {
         match cli.command {
-            Command::Board { listen, db, seed, event_retention_ms, prune_interval_ms, allowed_hosts } => {
+            Command::Board { listen, db, seed, event_retention_ms, prune_interval_ms, allowed_hosts, limits } => {
                 let retention = crate::board::Retention {
                     events: std::time::Duration::from_millis(event_retention_ms),
                     interval: std::time::Duration::from_millis(prune_interval_ms),
                 };
+                let doors = crate::web::DoorLimits {
+                    header_timeout: std::time::Duration::from_millis(limits.header_timeout_ms),
+                    max_connections: limits.max_connections,
+                };
+                let pages = crate::board::PageLimits {
+                    max_live_streams: limits.max_live_streams,
+                    max_sessions: limits.max_sessions,
+                    sign_ins_per_minute: limits.sign_ins_per_minute,
+                };
                 crate::board::run_cli(crate::board::BoardOptions {
                     retention,
                     allowed_hosts,
+                    doors,
+                    pages,
                     ..crate::board::BoardOptions::new(listen, db, seed)
                 })
                 .await
@@ -411,7 +454,7 @@ async fn serve_mcp(
         }
         McpListen::Http(addr) => {
             mcp::check_listen_address(addr, &config.mcp)?;
-            let security = mcp::HttpSecurity::from_config(&config.mcp)?;
+            let security = mcp::HttpSecurity::from_config(&config.mcp)?.with_doors(config.http.doors());
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(|source| mcp::McpServerError::Bind { addr, source })?;

@@ -51,9 +51,65 @@ pub enum SecretError {
     NotUnicode { name: String },
 }
 
+/// `url` as it may be shown anywhere (pages, `check`, logs, errors, `/readyz`): without user info
+/// (`name:password@`), query or fragment. The one function every path that shows a configured
+/// URL goes through; a text that is not a URL is not shown at all.
+pub fn shown_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) => {
+            let _ = parsed.set_username("");
+            let _ = parsed.set_password(None);
+            parsed.set_query(None);
+            parsed.set_fragment(None);
+            parsed.to_string()
+        }
+        Err(_) => "(an invalid URL)".to_string(),
+    }
+}
+
+/// Whether `url` carries a credential where it would show: user info (`name@`, `name:password@`)
+/// or a `password` in its query. The check of `llm.base_url`, `mcp_servers.*.url`, `tracker.url`
+/// and (a password only; a PostgreSQL user name is no secret) `state.url`.
+pub fn url_credential(url: &str) -> Option<UrlCredential> {
+    let parsed = reqwest::Url::parse(url).ok()?;
+    if parsed.password().is_some() || parsed.query_pairs().any(|(key, _)| key == "password") {
+        Some(UrlCredential::Password)
+    } else if !parsed.username().is_empty() {
+        Some(UrlCredential::UserName)
+    } else {
+        None
+    }
+}
+
+/// What [`url_credential`] found in a URL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UrlCredential {
+    /// A password (user info `name:password@`, or `?password=`).
+    Password,
+    /// A user name alone (`name@`).
+    UserName,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shown_url_has_no_user_info_query_or_fragment() {
+        let shown = shown_url("http://someone:s3cret@127.0.0.1:8080/v1/?key=k#x");
+        assert_eq!(shown, "http://127.0.0.1:8080/v1/");
+        assert_eq!(shown_url("https://only-name@example.com/mcp"), "https://example.com/mcp");
+        assert_eq!(shown_url("not a url"), "(an invalid URL)");
+    }
+
+    #[test]
+    fn credentials_in_urls_are_found() {
+        assert_eq!(url_credential("http://a:b@host/v1"), Some(UrlCredential::Password));
+        assert_eq!(url_credential("http://host/v1?password=x"), Some(UrlCredential::Password));
+        assert_eq!(url_credential("http://a@host/v1"), Some(UrlCredential::UserName));
+        assert_eq!(url_credential("http://host:8080/v1"), None);
+        assert_eq!(url_credential("not a url"), None);
+    }
 
     #[test]
     fn debug_and_display_hide_the_value() {

@@ -59,8 +59,9 @@ async fn a_person_sees_the_agent_work_in_the_browser() {
         CancellationToken::new(),
     );
     let stop_guarded = CancellationToken::new();
+    let doors = picogent::web::DoorLimits::default();
     let (guarded_addr, _guarded) =
-        picogent::runtime::http::serve(wildcard, picogent::inspector::routes(guarded), stop_guarded.clone())
+        picogent::runtime::http::serve(wildcard, picogent::inspector::routes(guarded), doors, stop_guarded.clone())
             .await
             .expect("the guarded inspector listens");
     let guarded_url = format!("http://127.0.0.1:{}", guarded_addr.port());

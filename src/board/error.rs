@@ -26,6 +26,10 @@ pub enum BoardError {
     /// 422: a field is missing, of the wrong type, unknown, out of range or too long.
     #[error("{message}")]
     Invalid { field: String, expected: String, message: String },
+    /// 429: too many of these requests for now (the web page's sign-ins); `Retry-After` says
+    /// how many seconds to wait.
+    #[error("{message}")]
+    RateLimited { message: String, retry_after_secs: u64 },
     /// 413: the body is over the contract's cap.
     #[error("the request body is over {limit} bytes")]
     TooLarge { limit: usize },
@@ -58,6 +62,14 @@ impl BoardError {
         BoardError::Forbidden { message: message.into() }
     }
 
+    /// The seconds a client is told to wait before it tries again (`Retry-After`), if any.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            BoardError::RateLimited { retry_after_secs, .. } => Some(*retry_after_secs),
+            _ => None,
+        }
+    }
+
     /// The HTTP status this error answers with.
     pub fn status(&self) -> StatusCode {
         self.status_and_code().0
@@ -71,6 +83,7 @@ impl BoardError {
             BoardError::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
             BoardError::Invalid { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
             BoardError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "invalid"),
+            BoardError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             BoardError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             BoardError::Database(_) | BoardError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
@@ -94,6 +107,10 @@ impl IntoResponse for BoardError {
             _ => (self.to_string(), serde_json::Value::Null),
         };
         let body = ErrorBody { error: ErrorDetail { code: code.to_string(), message, details } };
-        (status, Json(body)).into_response()
+        let mut response = (status, Json(body)).into_response();
+        if let Some(seconds) = self.retry_after_secs() {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, seconds.into());
+        }
+        response
     }
 }

@@ -44,7 +44,7 @@ pub use retention::Retention;
 pub use seed::{Seed, SeedError, SeedMember, SeedProject};
 
 /// Where the board listens, its database, the seed for a new database, how long it keeps its
-/// event log, and the host names its web page answers to.
+/// event log, the host names its web page answers to, and the limits of its door.
 #[derive(Debug, Clone)]
 pub struct BoardOptions {
     pub listen: SocketAddr,
@@ -54,12 +54,45 @@ pub struct BoardOptions {
     /// Host names the web page answers to besides the listener's address, `localhost` and the
     /// loopback addresses (`--allowed-host`); the API answers any (its bearer tokens guard it).
     pub allowed_hosts: Vec<String>,
+    /// The listener's header deadline and connection cap (`--header-timeout-ms`,
+    /// `--max-connections`).
+    pub doors: crate::web::DoorLimits,
+    /// The web page's live streams, sessions and sign-ins.
+    pub pages: PageLimits,
+}
+
+/// The web page's limits: live streams open at once (`--max-live-streams`), sessions kept
+/// (`--max-sessions`, the one used longest ago put out first) and sign-ins in any minute
+/// (`--sign-ins-per-minute`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageLimits {
+    pub max_live_streams: usize,
+    pub max_sessions: usize,
+    pub sign_ins_per_minute: usize,
+}
+
+impl Default for PageLimits {
+    fn default() -> Self {
+        PageLimits {
+            max_live_streams: crate::web::LiveStreams::DEFAULT_MAX,
+            max_sessions: crate::web::SessionLimits::DEFAULT_MAX_SESSIONS,
+            sign_ins_per_minute: crate::web::SignInRate::DEFAULT_PER_MINUTE,
+        }
+    }
 }
 
 impl BoardOptions {
-    /// A board on `listen` with the default retention.
+    /// A board on `listen` with the default retention and limits.
     pub fn new(listen: SocketAddr, db: impl Into<PathBuf>, seed: Option<PathBuf>) -> BoardOptions {
-        BoardOptions { listen, db: db.into(), seed, retention: Retention::default(), allowed_hosts: Vec::new() }
+        BoardOptions {
+            listen,
+            db: db.into(),
+            seed,
+            retention: Retention::default(),
+            allowed_hosts: Vec::new(),
+            doors: crate::web::DoorLimits::default(),
+            pages: PageLimits::default(),
+        }
     }
 
     /// A board on a free loopback port: what tests and the demo want.
@@ -86,6 +119,10 @@ pub struct BoardState {
     pub(crate) changes: Arc<tokio::sync::watch::Sender<u64>>,
     /// The web page's signed-in sessions.
     pub(crate) web_sessions: Arc<web::Sessions>,
+    /// Sign-ins of the web page in the last minute.
+    pub(crate) sign_ins: Arc<crate::web::SignInRate>,
+    /// The web page's live streams open now, within their cap.
+    pub(crate) live_streams: crate::web::LiveStreams,
     /// The host names the web page answers to.
     pub(crate) own_hosts: Arc<crate::web::hosts::OwnHosts>,
 }
@@ -131,7 +168,7 @@ impl TaskIds {
 pub struct BoardHandle {
     addr: SocketAddr,
     state: BoardState,
-    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    server: tokio::task::JoinHandle<()>,
 }
 
 impl BoardHandle {
@@ -153,11 +190,11 @@ impl BoardHandle {
     /// closes the database, so a new board can open the same file.
     pub async fn shutdown(mut self) -> anyhow::Result<()> {
         self.state.shutdown.cancel();
-        let served = (&mut self.server).await.context("the board's server task failed")?;
+        (&mut self.server).await.context("the board's server task failed")?;
         self.state.tasks.close();
         self.state.tasks.wait().await;
         self.state.pool.close().await;
-        served.context("the board's server failed")
+        Ok(())
     }
 }
 
@@ -201,15 +238,18 @@ pub async fn start(options: BoardOptions) -> anyhow::Result<BoardHandle> {
         tasks: TaskTracker::new(),
         task_ids: Arc::default(),
         changes: Arc::new(tokio::sync::watch::Sender::new(0)),
-        web_sessions: Arc::default(),
+        web_sessions: Arc::new(web::Sessions::new(crate::web::SessionLimits {
+            max_sessions: options.pages.max_sessions,
+            ..crate::web::SessionLimits::default()
+        })),
+        sign_ins: Arc::new(crate::web::SignInRate::new(options.pages.sign_ins_per_minute)),
+        live_streams: crate::web::LiveStreams::new(options.pages.max_live_streams),
         own_hosts: Arc::new(crate::web::hosts::OwnHosts::new(addr.ip(), &options.allowed_hosts)),
     };
     retention::spawn(&state, options.retention);
     let app = api::router(state.clone());
     let stop = state.shutdown.clone();
-    let server = tokio::spawn(async move {
-        axum::serve(listener, app).with_graceful_shutdown(async move { stop.cancelled().await }).await
-    });
+    let server = tokio::spawn(crate::web::serve::serve(listener, app, options.doors, stop, "board"));
     tracing::info!(%addr, "board listening");
     Ok(BoardHandle { addr, state, server })
 }

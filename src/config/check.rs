@@ -33,6 +33,22 @@ impl Config {
         for (name, url) in [("tracker.url", &self.tracker.url), ("llm.base_url", &self.llm.base_url)] {
             check_url(name, url)?;
         }
+        let api_key_env = self.llm.api_key_env.as_deref().unwrap_or("OPENAI_API_KEY");
+        no_credential(
+            "llm.base_url",
+            &self.llm.base_url,
+            &format!(
+                "give the key in an environment variable and name it in llm.api_key_env (e.g. \"api_key_env\": \"{api_key_env}\"); it is sent as a bearer token"
+            ),
+        )?;
+        no_credential(
+            "tracker.url",
+            &self.tracker.url,
+            &format!(
+                "give the member's token in the environment variable tracker.token_env names (now {})",
+                self.tracker.token_env
+            ),
+        )?;
         if !self.tracker.api_prefix.is_empty() && !self.tracker.api_prefix.starts_with('/') {
             return problem("tracker.api_prefix", "expected a path starting with '/', or empty");
         }
@@ -56,6 +72,7 @@ impl Config {
                 ),
             );
         }
+        self.check_http_limits()?;
         for (name, link) in [("http.task_link", &self.http.task_link), ("http.message_link", &self.http.message_link)] {
             if let Some(link) = link {
                 check_url(name, link)?;
@@ -63,6 +80,32 @@ impl Config {
                     return problem(name, "expected a URL with {id} where the task's or message's id goes");
                 }
             }
+        }
+        Ok(())
+    }
+
+    fn check_http_limits(&self) -> Result<(), Problem> {
+        let http = &self.http;
+        if !(100..=300_000).contains(&http.header_timeout_ms) {
+            return problem(
+                "http.header_timeout_ms",
+                "expected milliseconds from 100 to 300000 for a client to send its request's headers",
+            );
+        }
+        if !(1..=65_536).contains(&http.max_connections) {
+            return problem("http.max_connections", "expected a number of connections from 1 to 65536");
+        }
+        if !(1..=http.max_connections).contains(&http.max_live_streams) {
+            return problem(
+                "http.max_live_streams",
+                "expected a number of live streams from 1 to http.max_connections (each holds a connection)",
+            );
+        }
+        if http.session_idle_ms < 1_000 {
+            return problem("http.session_idle_ms", "expected milliseconds, at least 1000 (8 hours is 28800000)");
+        }
+        if http.session_lifetime_ms < 1_000 {
+            return problem("http.session_lifetime_ms", "expected milliseconds, at least 1000 (24 hours is 86400000)");
         }
         Ok(())
     }
@@ -139,6 +182,13 @@ impl Config {
                 }
                 (None, Some(url)) => {
                     check_url(&at(".url"), url)?;
+                    no_credential(
+                        &at(".url"),
+                        url,
+                        &format!(
+                            "send it as a header from an environment variable: \"headers\": {{\"Authorization\": \"Bearer ${{TOKEN}}\"}} in mcp_servers.{name}"
+                        ),
+                    )?;
                     if !server.args.is_empty() || !server.env.is_empty() || server.cwd.is_some() {
                         return problem(&at(""), "`args`, `env` and `cwd` apply to a `command` server only");
                     }
@@ -259,7 +309,26 @@ pub(crate) fn slug_ok(text: &str) -> bool {
 
 fn check_url(field: &str, url: &str) -> Result<(), Problem> {
     if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < 8 {
-        return problem(field, &format!("expected an http:// or https:// URL, got {url:?}"));
+        // Named without any user info it holds: the message is printed and logged.
+        let shown =
+            if reqwest::Url::parse(url).is_ok() { crate::secret::shown_url(url) } else { "something else".into() };
+        return problem(field, &format!("expected an http:// or https:// URL, got {shown:?}"));
     }
     Ok(())
+}
+
+/// Refuses a URL with user info (`name:password@`) or a `password` in its query: secrets never go
+/// in the config file, and a URL is shown (pages, `check`, logs). `instead` says where the
+/// secret goes. The secret itself is not in the message.
+fn no_credential(field: &str, url: &str, instead: &str) -> Result<(), Problem> {
+    match crate::secret::url_credential(url) {
+        None => Ok(()),
+        Some(_) => problem(
+            field,
+            &format!(
+                "holds a credential (user info `name:password@` or a password in the query), and secrets never go in the config file: remove it from the URL ({}) and {instead}",
+                crate::secret::shown_url(url)
+            ),
+        ),
+    }
 }

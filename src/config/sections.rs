@@ -209,6 +209,18 @@ pub struct HttpConfig {
     /// loopback addresses, e.g. `agent.example.com` (any port) or `agent.example.com:8443`. A
     /// request for any other name gets an empty 421 (DNS-rebinding protection).
     pub allowed_hosts: Vec<String>,
+    /// How long a client may take to send a request's headers (and a keep-alive connection stay
+    /// idle), in milliseconds: a slow client holds a connection no longer.
+    pub header_timeout_ms: u64,
+    /// Connections open at once on `listen`; past it new clients wait until one closes.
+    pub max_connections: usize,
+    /// The inspector's live streams open at once; past it a new one gets 503 with
+    /// `Retry-After` (the page still works, and tries again later).
+    pub max_live_streams: usize,
+    /// An inspector session (after the token form) not used this long ends, in milliseconds.
+    pub session_idle_ms: u64,
+    /// An inspector session this old ends, however used, in milliseconds.
+    pub session_lifetime_ms: u64,
 }
 
 impl Default for HttpConfig {
@@ -219,11 +231,33 @@ impl Default for HttpConfig {
             task_link: None,
             message_link: None,
             allowed_hosts: Vec::new(),
+            header_timeout_ms: crate::web::DoorLimits::DEFAULT_HEADER_TIMEOUT_MS,
+            max_connections: crate::web::DoorLimits::DEFAULT_MAX_CONNECTIONS,
+            max_live_streams: crate::web::LiveStreams::DEFAULT_MAX,
+            session_idle_ms: 8 * 60 * 60 * 1000,
+            session_lifetime_ms: 24 * 60 * 60 * 1000,
         }
     }
 }
 
 impl HttpConfig {
+    /// The listener's limits.
+    pub fn doors(&self) -> crate::web::DoorLimits {
+        crate::web::DoorLimits {
+            header_timeout: std::time::Duration::from_millis(self.header_timeout_ms),
+            max_connections: self.max_connections,
+        }
+    }
+
+    /// How long an inspector session lasts, and how many are kept.
+    pub fn sessions(&self) -> crate::web::SessionLimits {
+        crate::web::SessionLimits {
+            idle: Some(std::time::Duration::from_millis(self.session_idle_ms)),
+            lifetime: Some(std::time::Duration::from_millis(self.session_lifetime_ms)),
+            ..crate::web::SessionLimits::default()
+        }
+    }
+
     /// The board's page of the task `id`, for the run inspector.
     pub fn task_link(&self, tracker_url: &str, id: &str) -> String {
         link(self.task_link.as_deref(), tracker_url, "tasks", id)

@@ -565,3 +565,45 @@ fn a_json_mistake_is_shown_on_its_line_with_the_line_before_it() {
         assert!(error.contains(line) && !error.contains("comma missing"), "{text:?}: {error}");
     }
 }
+
+#[test]
+fn the_listeners_limits_have_defaults_and_out_of_range_values_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::load_with_env(&write(dir.path(), MINIMAL), []).unwrap();
+    let doors = config.http.doors();
+    assert_eq!(doors.header_timeout, std::time::Duration::from_secs(10));
+    assert_eq!(doors.max_connections, 512);
+    assert_eq!(config.http.max_live_streams, 64);
+    let sessions = config.http.sessions();
+    assert_eq!(sessions.idle, Some(std::time::Duration::from_secs(8 * 3600)));
+    assert_eq!(sessions.lifetime, Some(std::time::Duration::from_secs(24 * 3600)));
+    let cases = [
+        (r#"{"header_timeout_ms": 0}"#, "http.header_timeout_ms"),
+        (r#"{"header_timeout_ms": 3600000}"#, "http.header_timeout_ms"),
+        (r#"{"max_connections": 0}"#, "http.max_connections"),
+        (r#"{"max_connections": 10, "max_live_streams": 11}"#, "http.max_live_streams"),
+        (r#"{"max_live_streams": 0}"#, "http.max_live_streams"),
+        (r#"{"session_idle_ms": 10}"#, "http.session_idle_ms"),
+        (r#"{"session_lifetime_ms": 0}"#, "http.session_lifetime_ms"),
+    ];
+    for (http, field) in cases {
+        let text = MINIMAL.replacen("\"slug\"", &format!("\"http\": {http}, \"slug\""), 1);
+        let error = Config::load_with_env(&write(dir.path(), &text), []).unwrap_err().to_string();
+        assert!(error.contains(field) && error.contains("expected"), "{http}: {error}");
+    }
+}
+
+#[test]
+fn a_credential_in_a_url_is_refused_naming_the_field_and_not_the_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("http://127.0.0.1:8790/v1", "http://user:pw-secret@127.0.0.1:8790/v1", "llm.base_url"),
+        ("http://127.0.0.1:8790/v1", "http://127.0.0.1:8790/v1?password=pw-secret", "llm.base_url"),
+        ("http://127.0.0.1:8700", "http://pw-secret@127.0.0.1:8700", "tracker.url"),
+    ];
+    for (good, bad, field) in cases {
+        let error = Config::load_with_env(&write(dir.path(), &MINIMAL.replace(good, bad)), []).unwrap_err().to_string();
+        assert!(error.contains(field) && error.contains("holds a credential"), "{bad}: {error}");
+        assert!(!error.contains("pw-secret"), "the message shows the secret: {error}");
+    }
+}

@@ -5,7 +5,10 @@
 //!
 //! Who may look: a loopback listener needs no login; on any other address every page and stream
 //! needs the token from `http.ui_token_env` (`Authorization: Bearer`, or a cookie set by the
-//! token form at `/login`), and without that variable the inspector is not served at all.
+//! token form at `/login`), and without that variable the inspector is not served at all. A
+//! session of the token form ends when unused for `http.session_idle_ms`, when
+//! `http.session_lifetime_ms` old, or at the sign-out button (`POST /logout`), which forgets it
+//! on the server too; the form takes `SignInRate::DEFAULT_PER_MINUTE` attempts a minute.
 //! Before any of that, a request must name one of the listener's own hosts (its address,
 //! `localhost`, the loopback addresses, `http.allowed_hosts`), and a POST must come from the
 //! inspector's own origin (`crate::web::hosts`): otherwise a page of another site that rebinds
@@ -25,7 +28,7 @@ use axum::extract::{Request, State as AxumState};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::Response;
-use axum::routing::get;
+use axum::routing::{get, post};
 use minijinja::Environment;
 use tokio_util::sync::CancellationToken;
 
@@ -65,6 +68,11 @@ pub enum Access {
 }
 
 impl Access {
+    /// Whether people sign in (and so can sign out): a listener off loopback.
+    pub fn signs_in(&self) -> bool {
+        matches!(self, Access::Token(_))
+    }
+
     /// The access for a listener on `listen`: open on loopback, the token elsewhere, and `None`
     /// (the inspector is not served, which the log says) elsewhere without a token.
     pub fn for_listener(listen: SocketAddr, token: Option<Secret>, token_env: &str) -> Option<Access> {
@@ -97,7 +105,13 @@ pub struct Inspector {
     pub access: Access,
     /// Ends the live streams at shutdown.
     pub shutdown: CancellationToken,
+    /// Browsers signed in with the token form; each ends after `http.session_idle_ms` unused,
+    /// `http.session_lifetime_ms` after it began, or at sign-out.
     pub(crate) sessions: Arc<crate::web::Sessions<()>>,
+    /// Attempts at the token form in the last minute: a guesser gets 429, not a million tries.
+    pub(crate) sign_ins: Arc<crate::web::SignInRate>,
+    /// The live streams open now, within `http.max_live_streams`.
+    pub(crate) live_streams: crate::web::LiveStreams,
 }
 
 impl Inspector {
@@ -110,7 +124,11 @@ impl Inspector {
         access: Access,
         shutdown: CancellationToken,
     ) -> Inspector {
-        Inspector { state, status, metrics, config, tools: Arc::new(tools), access, shutdown, sessions: Arc::default() }
+        let sessions = Arc::new(crate::web::Sessions::new(config.http.sessions()));
+        let sign_ins = Arc::new(crate::web::SignInRate::new(crate::web::SignInRate::DEFAULT_PER_MINUTE));
+        let live_streams = crate::web::LiveStreams::new(config.http.max_live_streams);
+        let tools = Arc::new(tools);
+        Inspector { state, status, metrics, config, tools, access, shutdown, sessions, sign_ins, live_streams }
     }
 }
 
@@ -130,6 +148,8 @@ pub fn routes(inspector: Inspector) -> Router {
         .route("/events/live", get(pages::events_live))
         .route("/health", get(pages::health_page))
         .layer(axum::middleware::from_fn_with_state(inspector.clone(), require_access))
+        // Signing out needs no valid session: an ended one is cleared all the same.
+        .route("/logout", post(pages::logout))
         // The token form and its stylesheet and script are for whoever has no token yet.
         .route("/login", get(pages::login_page).post(pages::login))
         .merge(crate::web::asset_routes())

@@ -46,7 +46,7 @@ async fn runs_view(inspector: &Inspector, filter: &RunFilter) -> Result<minijinj
         "runs": shown, "filter": filter, "statuses": statuses, "kinds": kinds, "query": query,
         "active": inspector.status.active_runs(), "connected": inspector.status.connected(),
         "waiting": inspector.status.waiting(),
-        "slug": inspector.config.slug,
+        "slug": inspector.config.slug, "sign_out": inspector.access.signs_in(),
     })))
 }
 
@@ -67,7 +67,7 @@ pub async fn runs_live(
 ) -> Response {
     let filter = filter.map(|Query(filter)| filter).unwrap_or_default();
     let shared = inspector.clone();
-    crate::web::live(wake(&inspector), move || {
+    crate::web::live(&inspector.live_streams, wake(&inspector), move || {
         let (inspector, filter) = (shared.clone(), filter.clone());
         async move { fragment("inspector_runs_live.html", runs_view(&inspector, &filter).await.ok()) }
     })
@@ -80,7 +80,7 @@ fn fragment(name: &str, view: Option<minijinja::Value>) -> Option<String> {
 async fn run_view(inspector: &Inspector, id: &str) -> Result<Option<minijinja::Value>, crate::state::StateError> {
     let Some(run) = inspector.state.get_run(id).await? else { return Ok(None) };
     let detail = view::detail(&run, &inspector.config);
-    Ok(Some(context(json!({"run": detail, "slug": inspector.config.slug}))))
+    Ok(Some(context(json!({"run": detail, "slug": inspector.config.slug, "sign_out": inspector.access.signs_in()}))))
 }
 
 pub async fn run_page(State(inspector): State<Inspector>, Path(id): Path<String>) -> Response {
@@ -100,7 +100,7 @@ pub async fn run_live(State(inspector): State<Inspector>, Path(id): Path<String>
         Err(error) => return state_failed(error),
     }
     let shared = inspector.clone();
-    crate::web::live(wake(&inspector), move || {
+    crate::web::live(&inspector.live_streams, wake(&inspector), move || {
         let (inspector, id) = (shared.clone(), id.clone());
         async move { fragment("inspector_run_live.html", run_view(&inspector, &id).await.ok().flatten()) }
     })
@@ -108,7 +108,10 @@ pub async fn run_live(State(inspector): State<Inspector>, Path(id): Path<String>
 
 fn events_view(inspector: &Inspector) -> minijinja::Value {
     let events: Vec<view::EventLine> = inspector.metrics.recent_events().iter().map(view::event_line).collect();
-    context(json!({"events": events, "kept": crate::runtime::metrics::RECENT_EVENTS, "slug": inspector.config.slug}))
+    context(json!({
+        "events": events, "kept": crate::runtime::metrics::RECENT_EVENTS, "slug": inspector.config.slug,
+        "sign_out": inspector.access.signs_in(),
+    }))
 }
 
 pub async fn events_page(State(inspector): State<Inspector>) -> Response {
@@ -117,7 +120,7 @@ pub async fn events_page(State(inspector): State<Inspector>) -> Response {
 
 pub async fn events_live(State(inspector): State<Inspector>) -> Response {
     let shared = inspector.clone();
-    crate::web::live(wake(&inspector), move || {
+    crate::web::live(&inspector.live_streams, wake(&inspector), move || {
         let inspector = shared.clone();
         async move { fragment("inspector_events_live.html", Some(events_view(&inspector))) }
     })
@@ -144,8 +147,9 @@ pub async fn health_page(State(inspector): State<Inspector>) -> Response {
         "connected": status.connected(), "caught_up": status.caught_up(), "superseded": status.superseded(),
         "active": status.active_runs(), "last_event": last_event,
         "startup": startup,
-        "model": config.llm.model, "model_url": config.llm.base_url, "tools": *inspector.tools,
-        "tracker": config.tracker.url, "slug": config.slug, "chart_width": 40 * SPEND_DAYS + 60,
+        "model": config.llm.model, "model_url": crate::secret::shown_url(&config.llm.base_url), "tools": *inspector.tools,
+        "tracker": crate::secret::shown_url(&config.tracker.url), "slug": config.slug, "chart_width": 40 * SPEND_DAYS + 60,
+        "sign_out": inspector.access.signs_in(),
     }));
     render(StatusCode::OK, "inspector_health.html", view)
 }
@@ -170,6 +174,20 @@ pub struct Login {
 /// Checks the token of the form and keeps a session for the browser in an `HttpOnly` cookie.
 pub async fn login(State(inspector): State<Inspector>, form: Result<Form<Login>, FormRejection>) -> Response {
     let Access::Token(token) = &inspector.access else { return Redirect::to("/").into_response() };
+    // Counted before the token is looked at: right or wrong, no more than the rate.
+    if let Err(wait) = inspector.sign_ins.take() {
+        let seconds = crate::web::sessions::retry_after_secs(wait);
+        // At debug: the attempts let through, wrong ones, are each a warning already.
+        tracing::debug!(per_minute = inspector.sign_ins.per_minute(), "refused a sign-in: too many in the last minute");
+        let message = format!(
+            "too many sign-ins to this inspector in the last minute (at most {} a minute): wait {seconds} s and try \
+             again",
+            inspector.sign_ins.per_minute()
+        );
+        let mut page = error_page(StatusCode::TOO_MANY_REQUESTS, &message);
+        page.headers_mut().insert(header::RETRY_AFTER, seconds.into());
+        return page;
+    }
     let Ok(Form(Login { token: given })) = form else { return login_form(StatusCode::UNAUTHORIZED, true) };
     if !crate::mcp::server::token_matches(given.trim(), token) {
         tracing::warn!("refused an inspector sign-in with a wrong token");
@@ -177,4 +195,14 @@ pub async fn login(State(inspector): State<Inspector>, form: Result<Form<Login>,
     }
     let session = inspector.sessions.open(());
     ([(header::SET_COOKIE, crate::web::session_cookie(SESSION_COOKIE, &session))], Redirect::to("/")).into_response()
+}
+
+/// Signs the browser out: its session ends on the server (its cookie, replayed, opens nothing)
+/// and the cookie is cleared.
+pub async fn logout(State(inspector): State<Inspector>, headers: axum::http::HeaderMap) -> Response {
+    if let Some(id) = crate::web::cookie(&headers, SESSION_COOKIE) {
+        inspector.sessions.close(id);
+    }
+    let target = if inspector.access.signs_in() { "/login" } else { "/" };
+    ([(header::SET_COOKIE, crate::web::session_cookie(SESSION_COOKIE, ""))], Redirect::to(target)).into_response()
 }

@@ -55,10 +55,9 @@ async fn serve_with(listen: &str, access: Access, status: Arc<crate::runtime::st
         tokio_util::sync::CancellationToken::new(),
     );
     let listen: SocketAddr = listen.parse().unwrap();
-    let (addr, _server) =
-        crate::runtime::http::serve(listen, super::routes(inspector), tokio_util::sync::CancellationToken::new())
-            .await
-            .unwrap();
+    let doors = crate::web::DoorLimits::default();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let (addr, _server) = crate::runtime::http::serve(listen, super::routes(inspector), doors, shutdown).await.unwrap();
     let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
     Served { url: format!("http://127.0.0.1:{}", addr.port()), state, http, _dir: dir }
 }

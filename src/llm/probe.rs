@@ -301,16 +301,11 @@ pub async fn check_model(config: &LlmConfig, api_key: Option<Secret>) -> ModelCh
     }
 }
 
-/// `base_url` as it may be shown: without user info, query or fragment.
+/// `base_url` as it may be shown: without user info, query or fragment
+/// ([`crate::secret::shown_url`]).
 pub fn display_url(base_url: &str) -> String {
     match reqwest::Url::parse(base_url) {
-        Ok(mut url) => {
-            let _ = url.set_username("");
-            let _ = url.set_password(None);
-            url.set_query(None);
-            url.set_fragment(None);
-            url.as_str().trim_end_matches('/').to_string()
-        }
+        Ok(_) => crate::secret::shown_url(base_url).trim_end_matches('/').to_string(),
         Err(_) => "llm.base_url (not a URL)".to_string(),
     }
 }

@@ -1,5 +1,6 @@
-//! The agent's own HTTP listener: `/healthz`, `/readyz`, `/metrics`. Nothing served here carries
-//! a secret.
+//! The agent's own HTTP listener: `/healthz`, `/readyz`, `/metrics`, served within the limits of
+//! `http.header_timeout_ms` and `http.max_connections` (`crate::web::serve`). Nothing served here
+//! carries a secret.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -69,20 +70,15 @@ async fn metrics_text(State(state): State<HttpState>) -> impl IntoResponse {
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }
 
-/// Binds `listen` and serves `router` until `shutdown`. Returns the bound address.
+/// Binds `listen` and serves `router` within `limits` until `shutdown`. Returns the bound address.
 pub async fn serve(
     listen: SocketAddr,
     router: Router,
+    limits: crate::web::DoorLimits,
     shutdown: CancellationToken,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
-    let handle = tokio::spawn(async move {
-        let served =
-            axum::serve(listener, router).with_graceful_shutdown(async move { shutdown.cancelled().await }).await;
-        if let Err(error) = served {
-            tracing::error!(%error, "agent http listener failed");
-        }
-    });
+    let handle = tokio::spawn(crate::web::serve::serve(listener, router, limits, shutdown, "http.listen"));
     Ok((addr, handle))
 }

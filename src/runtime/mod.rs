@@ -130,6 +130,17 @@ impl AgentHandle {
 pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     let AgentOptions { config, tracker_token, llm_api_key, mcp_token, ui_token, stream, serve_http } = options;
     let config = Arc::new(config);
+    if serve_http && mcp_token.is_some() {
+        // `/mcp` here follows the rule of `picogent mcp --http`: off loopback only for the host
+        // names `mcp.allowed_hosts` lists. Checked before anything is locked, claimed or connected.
+        let listen: SocketAddr = config.http.listen.parse().context("http.listen is not an address")?;
+        crate::mcp::server::check_listen_address(listen, &config.mcp).with_context(|| {
+            format!(
+                "/mcp is served on http.listen because {} is set (unset it to run without /mcp)",
+                config.mcp.token_env
+            )
+        })?;
+    }
     let prompts = Arc::new(Prompts::load(&config.prompts_dir)?);
     // One copy per state: the SQLite file's lock, or the agent's lock in the PostgreSQL database.
     let (taken_lock, state) = match &config.state.postgres_url {
@@ -251,7 +262,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
             Some(access) => routes.merge(inspector_routes(&services, access)),
             None => routes,
         };
-        let (addr, handle) = http::serve(listen, routes, shutdown.child_token())
+        let (addr, handle) = http::serve(listen, routes, config.http.doors(), shutdown.child_token())
             .await
             .with_context(|| format!("cannot listen on {listen} (http.listen)"))?;
         tracing::info!(%addr, "agent http listening: / (run inspector) /healthz /readyz /metrics");

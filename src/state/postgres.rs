@@ -40,8 +40,8 @@ pub(super) struct PostgresStore {
 /// password in it (secrets are never in agent.json: the password comes from `PGPASSWORD` or
 /// `~/.pgpass`). The message says what is wrong and what to do.
 pub fn check_url(url: &str) -> Result<(), String> {
-    let parsed = reqwest::Url::parse(url).map_err(|error| format!("is not a postgres:// URL ({error})"))?;
-    if parsed.password().is_some() || parsed.query_pairs().any(|(key, _)| key == "password") {
+    reqwest::Url::parse(url).map_err(|error| format!("is not a postgres:// URL ({error})"))?;
+    if crate::secret::url_credential(url) == Some(crate::secret::UrlCredential::Password) {
         return Err("holds a password, and secrets never go in agent.json: remove it from the URL and give it in \
              the environment variable PGPASSWORD (or in ~/.pgpass)"
             .to_string());

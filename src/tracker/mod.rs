@@ -370,17 +370,10 @@ async fn execute<T: DeserializeOwned>(request: reqwest::RequestBuilder) -> Resul
     Err(error_from_answer(status, retry_after, &bytes))
 }
 
-/// `url` as logs and errors may show it: without user info (`user:password@`) or a query.
+/// `url` as logs and errors may show it: without user info (`user:password@`) or a query
+/// ([`crate::secret::shown_url`]).
 pub fn shown_url(url: &str) -> String {
-    match reqwest::Url::parse(url) {
-        Ok(mut parsed) => {
-            let _ = parsed.set_username("");
-            let _ = parsed.set_password(None);
-            parsed.set_query(None);
-            parsed.to_string()
-        }
-        Err(_) => "(an invalid URL)".to_string(),
-    }
+    crate::secret::shown_url(url)
 }
 
 fn transport_error(error: reqwest::Error) -> TrackerError {

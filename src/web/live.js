@@ -27,7 +27,12 @@ function showTimes(root) {
   }
 }
 
-for (const element of document.querySelectorAll("[data-live]")) {
+// A stream the server refused (its cap of live streams, 503) or could not serve is closed by the
+// browser for good; it is opened again after a while, so the page goes live again by itself.
+// A dropped connection is reopened by the browser itself.
+const RETRY_MS = 30000;
+
+function follow(element) {
   const source = new EventSource(element.dataset.live);
   source.addEventListener("message", (event) => {
     element.innerHTML = event.data;
@@ -35,8 +40,17 @@ for (const element of document.querySelectorAll("[data-live]")) {
     showTimes(element);
   });
   source.addEventListener("error", () => {
-    element.dataset.liveState = "reconnecting";
+    if (source.readyState === EventSource.CLOSED) {
+      element.dataset.liveState = "paused";
+      setTimeout(() => follow(element), RETRY_MS * (1 + Math.random()));
+    } else {
+      element.dataset.liveState = "reconnecting";
+    }
   });
+}
+
+for (const element of document.querySelectorAll("[data-live]")) {
+  follow(element);
 }
 showTimes(document);
 setInterval(() => showTimes(document), 30000);

@@ -9,20 +9,30 @@
 //! pages are complete without the script, which only swaps in fresh server-rendered fragments
 //! from a server-sent events stream (`data-live` on an element names its stream) and keeps
 //! relative times fresh; a request for a host name that is not the server's own gets an empty
-//! `421`, and a change sent from another site an empty `403` ([`hosts`]).
+//! `421`, and a change sent from another site an empty `403` ([`hosts`]); each listener serves
+//! at most its cap of live streams ([`LiveStreams`]): past it a new one gets `503` with
+//! `Retry-After`, and the page stays what it is (the script tries again later), and a closed
+//! stream gives its place and its memory back at once. The listeners' own limits (headers,
+//! connections) are [`serve`]'s; sessions and sign-ins are [`sessions`]'.
 
 pub mod hosts;
 pub mod readable;
+pub mod serve;
+pub mod sessions;
+
+pub use serve::DoorLimits;
+pub use sessions::{SessionLimits, Sessions, SignInRate};
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::sync::Arc;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use minijinja::Environment;
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 
 /// Sent with every page, fragment, stream and asset.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
@@ -104,17 +114,49 @@ pub trait Wake: Send + 'static {
     fn wait(&mut self) -> impl Future<Output = bool> + Send;
 }
 
+/// The live streams one listener serves at once, with the cap that bounds them. Cheap to clone:
+/// clones count together.
+#[derive(Debug, Clone)]
+pub struct LiveStreams {
+    open: Arc<Semaphore>,
+    max: usize,
+}
+
+impl LiveStreams {
+    /// `http.max_live_streams`'s default, and the board's.
+    pub const DEFAULT_MAX: usize = 64;
+    /// What a stream refused for the cap is told to wait, in seconds.
+    pub const RETRY_AFTER_SECS: u64 = 30;
+
+    pub fn new(max: usize) -> LiveStreams {
+        LiveStreams { open: Arc::new(Semaphore::new(max)), max }
+    }
+}
+
 /// A server-sent events stream of `render`'s fragment: sent at once, then again after each wake
 /// whenever it changed. `render` returning `None` (the thing is gone, or cannot be read) skips
-/// that turn. The stream ends when the client goes or `wake` says so.
-pub fn live<W, R, F>(mut wake: W, render: R) -> Response
+/// that turn. The stream ends when the client goes or `wake` says so, and gives its place in
+/// `streams` back then; past the cap it is a `503` with `Retry-After` instead.
+pub fn live<W, R, F>(streams: &LiveStreams, mut wake: W, render: R) -> Response
 where
     W: Wake,
     R: Fn() -> F + Send + 'static,
     F: Future<Output = Option<String>> + Send,
 {
+    let Ok(place) = streams.open.clone().try_acquire_owned() else {
+        tracing::debug!(max = streams.max, "refused a live stream: the listener's cap is reached");
+        let words = format!(
+            "too many live updates are open on this server (its cap is {}): the page works without them, reload it \
+             to see changes; live updates start again by themselves",
+            streams.max
+        );
+        let retry_after = [(header::RETRY_AFTER, HeaderValue::from(LiveStreams::RETRY_AFTER_SECS))];
+        return with_headers((StatusCode::SERVICE_UNAVAILABLE, retry_after, words).into_response());
+    };
     let (sender, receiver) = mpsc::channel::<String>(4);
     tokio::spawn(async move {
+        // Held for as long as the stream is served.
+        let _place = place;
         let mut last: Option<String> = None;
         loop {
             if let Some(html) = render().await
@@ -136,41 +178,6 @@ where
         Some((Ok::<Event, Infallible>(Event::default().data(html)), receiver))
     });
     with_headers(Sse::new(events).keep_alive(KeepAlive::default()).into_response())
-}
-
-/// Signed-in browsers: a random session id (kept in an `HttpOnly` cookie) → who it is. Kept in
-/// memory: a restarted server asks people to sign in again.
-#[derive(Debug)]
-pub struct Sessions<T>(std::sync::Mutex<std::collections::HashMap<String, T>>);
-
-impl<T> Default for Sessions<T> {
-    fn default() -> Self {
-        Sessions(std::sync::Mutex::new(std::collections::HashMap::new()))
-    }
-}
-
-impl<T: Clone> Sessions<T> {
-    /// Bound on the sessions kept; past it they all start again.
-    const MAX_SESSIONS: usize = 10_000;
-
-    /// A new session for `who`: its id, 256 random bits in hex.
-    pub fn open(&self, who: T) -> String {
-        let id = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
-        let mut sessions = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if sessions.len() >= Self::MAX_SESSIONS {
-            sessions.clear();
-        }
-        sessions.insert(id.clone(), who);
-        id
-    }
-
-    pub fn find(&self, id: &str) -> Option<T> {
-        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(id).cloned()
-    }
-
-    pub fn close(&self, id: &str) {
-        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(id);
-    }
 }
 
 /// The value of the cookie `name` in the request, if it has one.

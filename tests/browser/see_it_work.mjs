@@ -191,7 +191,7 @@ await scenario("a task titled <script>alert(1)</script> renders as text", async 
   await page.screenshot({ path: join(shots, "board-escaped-title.png"), fullPage: true });
 });
 
-await scenario("the inspector off loopback refuses a request without the token", async () => {
+await scenario("the inspector off loopback refuses a request without the token, and signs out", async () => {
   for (const path of ["/", "/runs", "/events", "/health"]) {
     const response = await page.request.get(guarded + path);
     check(response.status() === 401, `${path} without the token answered ${response.status()}`);
@@ -209,6 +209,12 @@ await scenario("the inspector off loopback refuses a request without the token",
   await visitor.click("form[action='/login'] button[type=submit]");
   await visitor.locator("#runs tr[data-run]").first().waitFor(timeout);
   check(!(await visitor.content()).includes(uiToken), "the page shows the token");
+  // Sign out: the browser's own form post passes the Origin check, and the session is over.
+  await visitor.click("form[action='/logout'] button[type=submit]");
+  await visitor.getByRole("heading", { name: "Token needed" }).waitFor(timeout);
+  await visitor.goto(guarded + "/runs");
+  await visitor.getByRole("heading", { name: "Token needed" }).waitFor(timeout);
+  check((await visitor.locator("#runs").count()) === 0, "the runs were shown after signing out");
   await guest.close();
 });
 

@@ -109,10 +109,15 @@ fn error_page(error: BoardError, signed_in_as: Option<&Caller>) -> Response {
             "status": status.as_u16(), "message": message, "me": signed_in_as.map(|c| c.slug.clone())
         })),
     );
-    match html {
+    let retry_after = error.retry_after_secs();
+    let mut response = match html {
         Some(html) => crate::web::html_page(status, html),
         None => crate::web::render_failed(),
+    };
+    if let Some(seconds) = retry_after {
+        response.headers_mut().insert(axum::http::header::RETRY_AFTER, seconds.into());
     }
+    response
 }
 
 /// What wakes a live fragment: any change on the board, or its shutdown.

@@ -64,6 +64,17 @@ pub struct SignIn {
 /// Signs the page in as a seeded human member: a session id in the cookie, the token stays on
 /// the board.
 pub async fn signin(State(state): State<BoardState>, form: Result<Form<SignIn>, FormRejection>) -> Response {
+    // Counted before anything else: a flood of attempts, good or bad, makes no sessions past it.
+    if let Err(wait) = state.sign_ins.take() {
+        let seconds = crate::web::sessions::retry_after_secs(wait);
+        tracing::debug!(per_minute = state.sign_ins.per_minute(), "refused a sign-in: too many in the last minute");
+        let message = format!(
+            "too many sign-ins on this board in the last minute (at most {} a minute): wait {seconds} s and sign in \
+             again; whoever is signed in stays signed in",
+            state.sign_ins.per_minute()
+        );
+        return error_page(BoardError::RateLimited { message, retry_after_secs: seconds }, None);
+    }
     let Ok(Form(SignIn { member })) = form else {
         return error_page(BoardError::invalid("member", "a member's slug", "choose a member to sign in as"), None);
     };
@@ -142,7 +153,7 @@ pub async fn project_live(
         Err(response) => return *response,
     };
     let shared = state.clone();
-    crate::web::live(wake(&state), move || {
+    crate::web::live(&state.live_streams, wake(&state), move || {
         let (state, caller, project) = (shared.clone(), caller.clone(), project.clone());
         async move { fragment("board_columns.html", project_view(&state, &caller, &project).await) }
     })
@@ -229,7 +240,7 @@ pub async fn task_live(State(state): State<BoardState>, headers: HeaderMap, Path
         Err(response) => return *response,
     };
     let shared = state.clone();
-    crate::web::live(wake(&state), move || {
+    crate::web::live(&state.live_streams, wake(&state), move || {
         let (state, caller, task) = (shared.clone(), caller.clone(), task.clone());
         async move { fragment("board_task_live.html", task_view(&state, &caller, &task).await) }
     })
@@ -341,7 +352,7 @@ pub async fn chat_live(State(state): State<BoardState>, headers: HeaderMap, Path
         Err(response) => return *response,
     };
     let shared = state.clone();
-    crate::web::live(wake(&state), move || {
+    crate::web::live(&state.live_streams, wake(&state), move || {
         let (state, caller, project) = (shared.clone(), caller.clone(), project.clone());
         async move { fragment("board_chat_live.html", chat_view(&state, &caller, &project).await) }
     })

@@ -24,18 +24,26 @@ use crate::config::McpConfig;
 use crate::secret::Secret;
 use crate::web::hosts::{LOOPBACK_HOSTS, LOOPBACK_ORIGINS};
 
-/// Who may use the HTTP endpoint: the bearer token and the allowed `Origin`/`Host` values.
+/// Who may use the HTTP endpoint: the bearer token and the allowed `Origin`/`Host` values; and,
+/// served on a listener of its own ([`serve_http`]), that listener's limits.
 #[derive(Debug, Clone)]
 pub struct HttpSecurity {
     token: Secret,
     allowed_origins: Vec<String>,
     allowed_hosts: Vec<String>,
+    doors: crate::web::DoorLimits,
 }
 
 impl HttpSecurity {
-    /// The token and lists as given; loopback origins and hosts are added.
+    /// The token and lists as given; loopback origins and hosts are added. The listener's limits
+    /// are the defaults.
     pub fn new(token: Secret, allowed_origins: Vec<String>, allowed_hosts: Vec<String>) -> HttpSecurity {
-        HttpSecurity { token, allowed_origins, allowed_hosts }
+        HttpSecurity { token, allowed_origins, allowed_hosts, doors: crate::web::DoorLimits::default() }
+    }
+
+    /// The same, with `doors` as the limits of [`serve_http`]'s listener.
+    pub fn with_doors(self, doors: crate::web::DoorLimits) -> HttpSecurity {
+        HttpSecurity { doors, ..self }
     }
 
     /// Reads the token from the environment variable `mcp.token_env` names.
@@ -84,7 +92,8 @@ pub fn http_router(server: McpServer, security: &HttpSecurity, cancel: Cancellat
         .layer(axum::middleware::from_fn_with_state(Arc::new(security.token.clone()), require_bearer))
 }
 
-/// Serves [`http_router`] at `/mcp` on `listener` until `cancel` fires.
+/// Serves [`http_router`] at `/mcp` on `listener`, within the security's limits of a door
+/// (`crate::web::serve`), until `cancel` fires.
 pub async fn serve_http(
     server: McpServer,
     listener: tokio::net::TcpListener,
@@ -92,10 +101,8 @@ pub async fn serve_http(
     cancel: CancellationToken,
 ) -> Result<(), McpServerError> {
     let router = axum::Router::new().nest("/mcp", http_router(server, security, cancel.clone()));
-    axum::serve(listener, router)
-        .with_graceful_shutdown(cancel.cancelled_owned())
-        .await
-        .map_err(|e| McpServerError::Transport { message: e.to_string() })
+    crate::web::serve::serve(listener, router, security.doors, cancel, "mcp --http").await;
+    Ok(())
 }
 
 async fn require_bearer(State(token): State<Arc<Secret>>, request: Request, next: Next) -> Response {
