@@ -638,26 +638,24 @@ fn model_check_warnings(log: &str) -> Vec<&str> {
 }
 
 /// `picogent run` against a model server that is down: it starts (the tracker side works) and
-/// says once, at WARN, that it cannot reach the model, naming the URL without its user info and
-/// the setting to fix; `/readyz` shows the verdict.
+/// says once, at WARN, that it cannot reach the model, naming the URL and the setting to fix;
+/// `/readyz` shows the verdict. (A URL with user info does not load at all: tests/doors.rs.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_warns_once_at_start_when_the_model_server_is_down() {
     let dir = tempfile::tempdir().unwrap();
     let board = start_board(dir.path()).await;
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let agent = AgentProcess::start(dir.path(), &board.url(), &format!("http://someone:s3cret@{closed}/v1"));
+    let agent = AgentProcess::start(dir.path(), &board.url(), &format!("http://{closed}/v1"));
     let body = agent.checked().await;
     let model = &body["model"];
     assert_eq!(model["verdict"], "unreachable", "{body:#}");
     let url = format!("http://{closed}/v1");
     assert!(model["detail"].as_str().unwrap().contains(&url), "{body:#}");
     assert!(model["fix"].as_str().unwrap().contains("llm.base_url"), "{body:#}");
-    assert!(!body.to_string().contains("s3cret") && !body.to_string().contains("someone"), "{body:#}");
     let log = agent.stop().await;
     let warnings = model_check_warnings(&log);
     assert_eq!(warnings.len(), 1, "one warning: {log}");
     assert!(warnings[0].contains(&url) && warnings[0].contains("llm.base_url"), "{log}");
-    assert!(!log.contains("s3cret") && !log.contains("someone"), "no user info in the log: {log}");
     board.shutdown().await.unwrap();
 }
 

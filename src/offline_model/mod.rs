@@ -462,9 +462,7 @@ fn decide(
     );
     let answer = match &state.options.mode {
         Mode::Planner => planner_answer(state, &messages, &tools),
-        // `picogent run`'s model check at start is not a turn of the run the script replays: it
-        // is answered as a model that calls tools answers it, and the script stays where it is.
-        Mode::Script(_) if tools.len() == 1 && tools[0].name == crate::llm::probe::PROBE_TOOL => Answer::Turn(Reply {
+        Mode::Script(script) if is_unscripted_model_check(state, script, &messages, &tools) => Answer::Turn(Reply {
             tool_calls: vec![(tools[0].name.clone(), json!({"status": "ready"}).to_string())],
             ..Reply::default()
         }),
@@ -534,6 +532,19 @@ fn planner_answer(state: &ServerState, messages: &[Message], tools: &[ToolSpec])
             Answer::Turn(Reply { tool_calls: calls, ..Reply::default() })
         }
     }
+}
+
+/// Whether the request is `picogent run`'s model check at start (one tool, the check's own) and
+/// the script's next turn does not expect it. Such a check is not a turn of the run the script
+/// replays: it is answered as a model that calls tools answers it, and the script stays where it
+/// is. A script that means to answer the check itself says so in its turn's `expect`
+/// (`tools_include: ["report_status"]`), or expects nothing.
+fn is_unscripted_model_check(state: &ServerState, script: &Script, messages: &[Message], tools: &[ToolSpec]) -> bool {
+    if !(tools.len() == 1 && tools[0].name == crate::llm::probe::PROBE_TOOL) {
+        return false;
+    }
+    let position = lock(&state.counters).script_position;
+    script.turns.get(position).is_none_or(|turn| !script::check(&turn.expect, messages, tools).is_empty())
 }
 
 /// The script's next turn, after checking the request against what the turn expects.
