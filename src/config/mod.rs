@@ -25,7 +25,7 @@ use sections::default_token_env;
 pub use sections::{
     HttpConfig, Limits, McpConfig, McpServerConfig, PRESENCE_HEARTBEAT_MS, PermissionMode, PermissionsConfig,
     PresenceConfig, ReplicasConfig, RetentionConfig, RunScope, ServerToolsConfig, StartupConfig, StateConfig,
-    TextDuration, TrackerConfig, default_ask_tools,
+    TextDuration, TrackerConfig, check_postgres_url, default_ask_tools,
 };
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::str::FromStr as _;
 
 use serde::{Deserialize, Serialize};
 
@@ -159,7 +160,7 @@ impl TryFrom<StateSection> for StateConfig {
             (None, Some(url)) => url,
         };
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            crate::state::check_postgres_url(&url).map_err(|message| format!("`state.url` {message}"))?;
+            check_postgres_url(&url).map_err(|message| format!("`state.url` {message}"))?;
             return Ok(StateConfig { postgres_url: Some(url), ..StateConfig::default() });
         }
         let path = match url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")) {
@@ -614,4 +615,19 @@ pub(super) fn default_token_env() -> String {
 }
 fn default_tracker_timeout_ms() -> u64 {
     10_000
+}
+
+/// Checks `state.url` as the configuration gives it: a URL PostgreSQL's client takes, with no
+/// password in it (secrets are never in agent.json: the password comes from `PGPASSWORD` or
+/// `~/.pgpass`). The message says what is wrong and what to do.
+pub fn check_postgres_url(url: &str) -> Result<(), String> {
+    reqwest::Url::parse(url).map_err(|error| format!("is not a postgres:// URL ({error})"))?;
+    if crate::secret::url_credential(url) == Some(crate::secret::UrlCredential::Password) {
+        return Err("holds a password, and secrets never go in agent.json: remove it from the URL and give it in \
+             the environment variable PGPASSWORD (or in ~/.pgpass)"
+            .to_string());
+    }
+    sqlx::postgres::PgConnectOptions::from_str(url)
+        .map_err(|error| format!("is not a URL PostgreSQL's client takes: {error}"))?;
+    Ok(())
 }

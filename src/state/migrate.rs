@@ -35,9 +35,10 @@ use sqlx::query::Query;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteRow};
 use sqlx::{ConnectOptions, Postgres};
 
-use super::postgres::{PostgresLock, PostgresStore, check_url};
+use super::postgres::{PostgresLock, PostgresStore};
 use super::store::Store as _;
 use super::{StateError, sqlite};
+use crate::config::check_postgres_url as check_url;
 use crate::runtime::{StateLockError, lock_state};
 
 /// What was copied.

@@ -81,7 +81,7 @@ use time::{Date, OffsetDateTime};
 use crate::config::StateConfig;
 pub use lease::{Beat, ClaimedRun, ReplicaSeen, Replicas};
 pub use outage::Outage;
-pub use postgres::{LockSpec, PostgresLock, check_url as check_postgres_url};
+pub use postgres::{LockSpec, PostgresLock};
 pub use queue::{Enqueued, InputKind, QueuedRun, RunInput};
 pub use retention::{PrunePlan, Pruned};
 pub use runs::{FinishRun, RunRow, RunStatus};

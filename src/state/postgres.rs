@@ -36,20 +36,6 @@ pub(super) struct PostgresStore {
     url: String,
 }
 
-/// Checks `state.url` as the configuration gives it: a URL PostgreSQL's client takes, with no
-/// password in it (secrets are never in agent.json: the password comes from `PGPASSWORD` or
-/// `~/.pgpass`). The message says what is wrong and what to do.
-pub fn check_url(url: &str) -> Result<(), String> {
-    reqwest::Url::parse(url).map_err(|error| format!("is not a postgres:// URL ({error})"))?;
-    if crate::secret::url_credential(url) == Some(crate::secret::UrlCredential::Password) {
-        return Err("holds a password, and secrets never go in agent.json: remove it from the URL and give it in \
-             the environment variable PGPASSWORD (or in ~/.pgpass)"
-            .to_string());
-    }
-    PgConnectOptions::from_str(url).map_err(|error| format!("is not a URL PostgreSQL's client takes: {error}"))?;
-    Ok(())
-}
-
 /// `url` as it may be shown: user, host, port and database, never a password.
 fn shown(options: &PgConnectOptions) -> String {
     format!(

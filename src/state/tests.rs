@@ -1045,11 +1045,11 @@ async fn a_url_postgres_cannot_read_is_a_clear_error() {
         ("postgres://picogent@127.0.0.1/agents?password=sekret", "PGPASSWORD"),
         ("postgres://picogent@127.0.0.1:notaport/agents", "postgres://"),
     ] {
-        let message = check_postgres_url(url).unwrap_err();
+        let message = crate::config::check_postgres_url(url).unwrap_err();
         assert!(message.contains(expected), "{url}: {message}");
         assert!(!message.contains("sekret"), "{url}: {message}");
     }
-    check_postgres_url("postgres://picogent@db.internal:5433/agents?sslmode=disable").unwrap();
+    crate::config::check_postgres_url("postgres://picogent@db.internal:5433/agents?sslmode=disable").unwrap();
 }
 
 #[tokio::test]
