@@ -33,9 +33,7 @@ use crate::prompts::{Fence, Section, clean_name, clean_text, demote_headings};
 use crate::tools::policy::ORIGIN_META_KEY;
 use crate::tools::{ToolContext, ToolSource};
 
-/// The two tools offered when any server lists resources.
-pub const LIST_RESOURCES_TOOL: &str = "list_mcp_resources";
-pub const READ_RESOURCE_TOOL: &str = "read_mcp_resource";
+pub use crate::tools::{LIST_RESOURCES_TOOL, READ_RESOURCE_TOOL};
 
 const MAX_NAME: usize = 64;
 /// Longest cleaned text of a server's instructions in the system prompt, in characters.

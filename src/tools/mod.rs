@@ -39,6 +39,11 @@ use futures::future::BoxFuture;
 use rmcp::model::{CallToolResult, Tool};
 use tokio_util::sync::CancellationToken;
 
+/// The two tools the MCP host offers when any external server lists resources (`mcp::host`).
+/// Named here, below both the host and the permission policy that matches them.
+pub const LIST_RESOURCES_TOOL: &str = "list_mcp_resources";
+pub const READ_RESOURCE_TOOL: &str = "read_mcp_resource";
+
 /// What a tool call knows about who is calling and why.
 #[derive(Debug, Clone)]
 pub struct ToolContext {

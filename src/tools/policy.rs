@@ -89,7 +89,7 @@ pub fn check_pattern(pattern: &str) -> Result<(), String> {
     }
     let literal = !pattern.contains(['*', '?']);
     let known = crate::tools::registry::tool_names().contains(&pattern)
-        || [crate::mcp::host::LIST_RESOURCES_TOOL, crate::mcp::host::READ_RESOURCE_TOOL].contains(&pattern)
+        || [super::LIST_RESOURCES_TOOL, super::READ_RESOURCE_TOOL].contains(&pattern)
         || pattern.starts_with("mcp__");
     if literal && !known {
         return Err(format!(
