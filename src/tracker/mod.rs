@@ -111,7 +111,7 @@ impl TrackerClient {
     }
 
     /// The event stream's URL (`ws://` or `wss://`), without the token. (Any user info in
-    /// `tracker.url` stays in it, for the connection: logs show [`shown_url`] of it.)
+    /// `tracker.url` stays in it, for the connection: logs show [`crate::secret::shown_url`] of it.)
     pub fn ws_url(&self) -> String {
         let api_base = self.api_base();
         let base = if let Some(rest) = api_base.strip_prefix("https://") {
@@ -368,12 +368,6 @@ async fn execute<T: DeserializeOwned>(request: reqwest::RequestBuilder) -> Resul
         });
     }
     Err(error_from_answer(status, retry_after, &bytes))
-}
-
-/// `url` as logs and errors may show it: without user info (`user:password@`) or a query
-/// ([`crate::secret::shown_url`]).
-pub fn shown_url(url: &str) -> String {
-    crate::secret::shown_url(url)
 }
 
 fn transport_error(error: reqwest::Error) -> TrackerError {

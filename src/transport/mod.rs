@@ -256,7 +256,7 @@ async fn run<T: From<StreamItem>>(
     let request = build_request(&url, &bearer, &options.token_env)?;
     drop(bearer);
     // From here the URL is only named (logs, errors): without any user info it carried.
-    let url = crate::tracker::shown_url(&url);
+    let url = crate::secret::shown_url(&url);
     let config = WebSocketConfig::default()
         .max_message_size(Some(options.max_frame_bytes))
         .max_frame_size(Some(options.max_frame_bytes));
@@ -439,7 +439,7 @@ pub fn backoff_delay(failed_attempts: u32, initial: Duration, max: Duration, rng
 fn build_request(url: &str, bearer: &str, token_env: &str) -> Result<Request, StreamError> {
     let mut request = url
         .into_client_request()
-        .map_err(|e| StreamError::InvalidUrl { url: crate::tracker::shown_url(url), message: e.to_string() })?;
+        .map_err(|e| StreamError::InvalidUrl { url: crate::secret::shown_url(url), message: e.to_string() })?;
     let mut value = HeaderValue::from_str(bearer).map_err(|_| StreamError::InvalidToken {
         token_env: token_env.to_string(),
         message: "it holds characters not allowed in a header (a newline or a control character?)".to_string(),
