@@ -1,0 +1,4 @@
+pub mod private_files;
+pub mod retry;
+pub mod secret;
+pub mod sqlite;
