@@ -19,13 +19,13 @@ mod llm;
 mod overrides;
 mod sections;
 
+pub use crate::tracker::TrackerConfig;
 pub(crate) use check::slug_ok;
 pub use llm::{DEFAULT_MAX_OUTPUT_TOKENS, LlmConfig, MaxTokensField, Price};
-use sections::default_token_env;
 pub use sections::{
     HttpConfig, Limits, McpConfig, McpServerConfig, PRESENCE_HEARTBEAT_MS, PermissionMode, PermissionsConfig,
     PresenceConfig, ReplicasConfig, RetentionConfig, RunScope, ServerToolsConfig, StartupConfig, StateConfig,
-    TextDuration, TrackerConfig, check_postgres_url, default_ask_tools,
+    TextDuration, check_postgres_url, default_ask_tools,
 };
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -302,7 +302,7 @@ fn secret_env_names(text: &str) -> Vec<String> {
         file.get(section).and_then(|s| s.get(field)).and_then(|v| v.as_str()).map(str::to_string).or(default)
     };
     [
-        named("tracker", "token_env", Some(default_token_env())),
+        named("tracker", "token_env", Some(crate::tracker::DEFAULT_TOKEN_ENV.to_string())),
         named("llm", "api_key_env", None),
         named("mcp", "token_env", Some(McpConfig::default().token_env)),
         named("http", "ui_token_env", Some(HttpConfig::default().ui_token_env)),

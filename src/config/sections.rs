@@ -1,4 +1,4 @@
-//! The other sections of `agent.json` (`llm` is in `llm.rs`): tracker, limits, state, http,
+//! The other sections of `agent.json` (`llm` is in `llm.rs`, `tracker` in the tracker's crate): limits, state, http,
 //! presence, replicas, mcp, mcp_servers, permissions, startup and retention, each with its
 //! defaults, and [`TextDuration`], a span of time the file writes as text.
 
@@ -7,33 +7,6 @@ use std::path::PathBuf;
 use std::str::FromStr as _;
 
 use serde::{Deserialize, Serialize};
-
-use crate::retry::RetryConfig;
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TrackerConfig {
-    /// The tracker's base URL, e.g. `http://127.0.0.1:8700`.
-    pub url: String,
-    /// The path prefix of the REST API and the event stream.
-    #[serde(default = "default_api_prefix")]
-    pub api_prefix: String,
-    /// The environment variable holding the agent's bearer token.
-    #[serde(default = "default_token_env")]
-    pub token_env: String,
-    /// Timeout of one HTTP request, in milliseconds.
-    #[serde(default = "default_tracker_timeout_ms")]
-    pub timeout_ms: u64,
-    #[serde(default)]
-    pub retry: RetryConfig,
-}
-
-impl TrackerConfig {
-    /// `{url}{api_prefix}` without a trailing slash.
-    pub fn api_base(&self) -> String {
-        format!("{}{}", self.url.trim_end_matches('/'), self.api_prefix.trim_end_matches('/'))
-    }
-}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -606,15 +579,6 @@ fn default_mcp_timeout_ms() -> u64 {
 pub const DEFAULT_MCP_MAX_RESULT_BYTES: usize = 4 * 1024 * 1024;
 fn default_mcp_max_result_bytes() -> usize {
     DEFAULT_MCP_MAX_RESULT_BYTES
-}
-fn default_api_prefix() -> String {
-    "/api".to_string()
-}
-pub(super) fn default_token_env() -> String {
-    "TEAMBOARD_TOKEN".to_string()
-}
-fn default_tracker_timeout_ms() -> u64 {
-    10_000
 }
 
 /// Checks `state.url` as the configuration gives it: a URL PostgreSQL's client takes, with no

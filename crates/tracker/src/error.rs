@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::retry::{RetryDecision, Retryable};
+use picogent_support::retry::{RetryDecision, Retryable};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum TrackerError {

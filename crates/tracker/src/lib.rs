@@ -8,9 +8,11 @@
 //! - a client with a [`WriteGate`] (the running agent's) sends no write the gate does not admit,
 //!   and keeps the gate's presence marker in the member status (see [`presence`]).
 
+pub mod config;
 pub mod error;
 pub mod model;
 pub mod presence;
+pub mod session;
 
 use std::time::Duration;
 
@@ -18,12 +20,12 @@ use reqwest::{Method, StatusCode, header};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+pub use config::{DEFAULT_TOKEN_ENV, TrackerConfig};
 pub use error::TrackerError;
 use model::*;
 
-use crate::config::TrackerConfig;
-use crate::retry::{RetryConfig, parse_retry_after, with_retry};
-use crate::secret::Secret;
+use picogent_support::retry::{RetryConfig, parse_retry_after, with_retry};
+use picogent_support::secret::Secret;
 pub use presence::WriteGate;
 
 /// Idle connections to the tracker kept for reuse.
@@ -111,7 +113,7 @@ impl TrackerClient {
     }
 
     /// The event stream's URL (`ws://` or `wss://`), without the token. (Any user info in
-    /// `tracker.url` stays in it, for the connection: logs show [`crate::secret::shown_url`] of it.)
+    /// `tracker.url` stays in it, for the connection: logs show [`picogent_support::secret::shown_url`] of it.)
     pub fn ws_url(&self) -> String {
         let api_base = self.api_base();
         let base = if let Some(rest) = api_base.strip_prefix("https://") {

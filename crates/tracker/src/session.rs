@@ -3,7 +3,7 @@
 //! and saves the conversation), the loop guard (which counts posts per session) and the tools
 //! (the permission policy asks a human in the run's session).
 
-use crate::tracker::model::MessageOut;
+use crate::model::MessageOut;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SessionKey {
