@@ -24,7 +24,7 @@ impl Config {
     }
 
     fn check_identity(&self) -> Result<(), Problem> {
-        if !slug_ok(&self.slug) {
+        if !crate::tracker::model::slug_ok(&self.slug) {
             return problem("slug", "expected a member slug: letters, digits, '-' or '_'");
         }
         if self.name.trim().is_empty() {
@@ -168,7 +168,7 @@ impl Config {
     fn check_mcp_servers(&self) -> Result<(), Problem> {
         for (name, server) in &self.mcp_servers {
             let at = |key: &str| format!("mcp_servers.{name}{key}");
-            if !slug_ok(name) {
+            if !crate::tracker::model::slug_ok(name) {
                 return problem(&at(""), "expected a server name of letters, digits, '-' or '_'");
             }
             match (&server.command, &server.url) {
@@ -300,11 +300,6 @@ type Problem = (String, String);
 
 fn problem(field: &str, message: &str) -> Result<(), Problem> {
     Err((field.to_string(), message.to_string()))
-}
-
-/// A member slug: letters, digits, '-' or '_' (also what `picogent state migrate --agent` takes).
-pub(crate) fn slug_ok(text: &str) -> bool {
-    !text.is_empty() && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
 fn check_url(field: &str, url: &str) -> Result<(), Problem> {

@@ -19,13 +19,13 @@ mod llm;
 mod overrides;
 mod sections;
 
+pub use crate::state::{StateConfig, check_postgres_url};
 pub use crate::tracker::TrackerConfig;
-pub(crate) use check::slug_ok;
 pub use llm::{DEFAULT_MAX_OUTPUT_TOKENS, LlmConfig, MaxTokensField, Price};
 pub use sections::{
     HttpConfig, Limits, McpConfig, McpServerConfig, PRESENCE_HEARTBEAT_MS, PermissionMode, PermissionsConfig,
-    PresenceConfig, ReplicasConfig, RetentionConfig, RunScope, ServerToolsConfig, StartupConfig, StateConfig,
-    TextDuration, check_postgres_url, default_ask_tools,
+    PresenceConfig, ReplicasConfig, RetentionConfig, RunScope, ServerToolsConfig, StartupConfig, TextDuration,
+    default_ask_tools,
 };
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

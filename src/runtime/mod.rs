@@ -33,13 +33,13 @@ use crate::prompts::Prompts;
 use crate::router::{Input, Router};
 use crate::secret::Secret;
 use crate::state::State;
+pub use crate::state::{StateLockError, lock_state};
 use crate::tools::ToolSource;
 use crate::tracker::TrackerClient;
 use crate::transport::{StreamOptions, StreamStart};
 use metrics::Metrics;
 use run::RunServices;
 use state_lock::{StandDown, StateLock, TakenLock};
-pub use state_lock::{StateLockError, lock_state};
 use status::StatusBoard;
 
 /// What `start` needs beyond the config: the secrets (read from the environment by the caller)

@@ -7,6 +7,11 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+/// A member slug: letters, digits, '-' or '_' (also what `picogent state migrate --agent` takes).
+pub fn slug_ok(text: &str) -> bool {
+    !text.is_empty() && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
 /// Where a task is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]

@@ -12,7 +12,7 @@
 //! Refusals change nothing, and are checked in this order:
 //! - the target is not a `postgres://` URL, or holds a password;
 //! - the file is missing, or is not picogent's state at this version;
-//! - the file's lock (`runtime::lock_state`) is held by a running agent;
+//! - the file's lock ([`lock_state`]) is held by a running agent;
 //! - the file was moved already;
 //! - an agent of that slug is running on the target (its `PostgresLock`);
 //! - the target already holds a row of the agent in any table.
@@ -38,8 +38,8 @@ use sqlx::{ConnectOptions, Postgres};
 use super::postgres::{PostgresLock, PostgresStore};
 use super::store::Store as _;
 use super::{StateError, sqlite};
-use crate::config::check_postgres_url as check_url;
-use crate::runtime::{StateLockError, lock_state};
+use crate::check_postgres_url as check_url;
+use crate::{StateLockError, lock_state};
 
 /// What was copied.
 #[derive(Debug, Clone, PartialEq)]
@@ -127,7 +127,7 @@ pub async fn sqlite_to_postgres(from: &Path, to: &str, agent: &str) -> Result<Mi
         return Err(MigrateError::NotPostgres);
     }
     check_url(to).map_err(MigrateError::BadUrl)?;
-    if !crate::config::slug_ok(agent) {
+    if !picogent_tracker::model::slug_ok(agent) {
         return Err(MigrateError::BadSlug);
     }
     if !from.exists() {

@@ -1,6 +1,6 @@
 //! The state in one SQLite file (`state.path`): the file is the agent's, so no row names the
 //! agent; `<state.path>.lock` (taken by the runtime) keeps a second copy off it. Opened as
-//! `crate::sqlite` opens every database: WAL, `synchronous = NORMAL`, the log checkpointed in the
+//! `picogent_support::sqlite` opens every database: WAL, `synchronous = NORMAL`, the log checkpointed in the
 //! background. Schema: `migrations/state/`.
 
 use std::path::{Path, PathBuf};
@@ -42,10 +42,12 @@ impl SqliteStore {
         };
         // Commits are NORMAL: one survives a crash of the process but not a power cut until
         // `sync`; see the state's invariants for who calls it and when.
-        let pool = crate::sqlite::open(path, 4, &MIGRATOR).await.map_err(|error| match error {
-            crate::sqlite::OpenError::Private(source) => StateError::Private(source),
-            crate::sqlite::OpenError::Connect(source) => open_error(source),
-            crate::sqlite::OpenError::Migrate(source) => StateError::Migrate { path: path.to_path_buf(), source },
+        let pool = picogent_support::sqlite::open(path, 4, &MIGRATOR).await.map_err(|error| match error {
+            picogent_support::sqlite::OpenError::Private(source) => StateError::Private(source),
+            picogent_support::sqlite::OpenError::Connect(source) => open_error(source),
+            picogent_support::sqlite::OpenError::Migrate(source) => {
+                StateError::Migrate { path: path.to_path_buf(), source }
+            }
         })?;
         Ok(SqliteStore { pool, path: path.to_path_buf() })
     }

@@ -52,16 +52,18 @@
 macro_rules! on_store {
     ($state:expr, $method:ident($($argument:expr),* $(,)?)) => {
         match &$state.store {
-            $crate::state::Backend::Sqlite(store) => {
-                $crate::state::store::Store::$method(store, $($argument),*).await
+            $crate::Backend::Sqlite(store) => {
+                $crate::store::Store::$method(store, $($argument),*).await
             }
-            $crate::state::Backend::Postgres(store) => {
-                $crate::state::store::Store::$method(store, $($argument),*).await
+            $crate::Backend::Postgres(store) => {
+                $crate::store::Store::$method(store, $($argument),*).await
             }
         }
     };
 }
 
+pub mod config;
+mod file_lock;
 mod lease;
 pub mod migrate;
 mod outage;
@@ -78,7 +80,8 @@ use std::path::{Path, PathBuf};
 
 use time::{Date, OffsetDateTime};
 
-use crate::config::StateConfig;
+pub use config::{StateConfig, check_postgres_url};
+pub use file_lock::{LockHolder, StateLockError, lock_state};
 pub use lease::{Beat, ClaimedRun, ReplicaSeen, Replicas};
 pub use outage::Outage;
 pub use postgres::{LockSpec, PostgresLock};
@@ -122,7 +125,7 @@ pub enum StateError {
     Open { path: PathBuf, source: sqlx::Error, hint: &'static str },
     /// The file, its folder or its log is another user's, a link, or cannot be made private.
     #[error("cannot open the state database privately: {0}")]
-    Private(crate::private_files::PrivateFileError),
+    Private(picogent_support::private_files::PrivateFileError),
     #[error(
         "cannot prepare the state database {path}: {source}; if the file belongs to another program or \
          a newer picogent, move it aside or set `state.path` to a new file"

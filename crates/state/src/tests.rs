@@ -14,7 +14,7 @@ use time::macros::date;
 
 use super::*;
 
-#[path = "../../tests/support/postgres.rs"]
+#[path = "../../../tests/support/postgres.rs"]
 pub(super) mod test_postgres;
 use test_postgres::TestSchema;
 
@@ -188,7 +188,7 @@ async fn claims_survive_reopen(place: Place) {
 
 async fn sessions_round_trip_and_replace_whole(place: Place) {
     let state = place.open().await;
-    let key = crate::session::SessionKey::Task("task-1".into()).as_string();
+    let key = picogent_tracker::session::SessionKey::Task("task-1".into()).as_string();
     assert_eq!(key, "task:task-1");
     assert!(state.load_session(&key).await.unwrap().is_none());
 
@@ -359,7 +359,7 @@ async fn replies_are_counted_per_thread_within_the_hour(place: Place) {
 
 async fn a_claimed_run_starts_once_and_is_found_unfinished_after_a_crash(place: Place) {
     let state = place.open().await;
-    let session = crate::session::SessionKey::Task("t3".into()).as_string();
+    let session = picogent_tracker::session::SessionKey::Task("t3".into()).as_string();
     let run_id = state
         .start_claimed_run(ClaimKind::Message, "t3", &session, "task.assigned TE-3")
         .await
@@ -847,12 +847,12 @@ async fn the_log_is_checkpointed_in_the_background_not_in_a_commit() {
     let database = dir.path().join("state.db");
     let size = || std::fs::metadata(&database).unwrap().len();
     // Give the first background checkpoint (of the migrations) time to pass, then write.
-    tokio::time::sleep(crate::sqlite::CHECKPOINT_EVERY * 2).await;
+    tokio::time::sleep(picogent_support::sqlite::CHECKPOINT_EVERY * 2).await;
     let before = size();
     let big = json!([{"role": "user", "content": "x".repeat(200_000)}]);
     state.save_session("task:t1", &big).await.unwrap();
     assert_eq!(size(), before, "the commit went to the log only");
-    let deadline = std::time::Instant::now() + crate::sqlite::CHECKPOINT_EVERY * 5;
+    let deadline = std::time::Instant::now() + picogent_support::sqlite::CHECKPOINT_EVERY * 5;
     while size() == before {
         assert!(std::time::Instant::now() < deadline, "no background checkpoint copied the log into the file");
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -1045,11 +1045,11 @@ async fn a_url_postgres_cannot_read_is_a_clear_error() {
         ("postgres://picogent@127.0.0.1/agents?password=sekret", "PGPASSWORD"),
         ("postgres://picogent@127.0.0.1:notaport/agents", "postgres://"),
     ] {
-        let message = crate::config::check_postgres_url(url).unwrap_err();
+        let message = crate::check_postgres_url(url).unwrap_err();
         assert!(message.contains(expected), "{url}: {message}");
         assert!(!message.contains("sekret"), "{url}: {message}");
     }
-    crate::config::check_postgres_url("postgres://picogent@db.internal:5433/agents?sslmode=disable").unwrap();
+    crate::check_postgres_url("postgres://picogent@db.internal:5433/agents?sslmode=disable").unwrap();
 }
 
 #[tokio::test]
