@@ -355,7 +355,7 @@ pub fn main(cli: Cli) -> ExitCode {
                     let registry = crate::tools::Registry::new(tracker.clone(), config.limits.max_tool_result_bytes)?;
                     Ok(std::sync::Arc::new(crate::tools::policy::governed_for_person(
                         vec![std::sync::Arc::new(registry)],
-                        config,
+                        &config.permissions,
                     )))
                 })
                 .await
@@ -566,7 +566,7 @@ async fn tools_call(name: &str, arguments: &str, config_path: &std::path::Path, 
         crate::tracker::TrackerClient::new(&config.tracker, token).map_err(|e| e.to_string()).and_then(|client| {
             let registry = crate::tools::Registry::new(client.clone(), config.limits.max_tool_result_bytes)
                 .map_err(|e| e.to_string())?;
-            Ok(crate::tools::policy::governed_for_person(vec![std::sync::Arc::new(registry)], &config))
+            Ok(crate::tools::policy::governed_for_person(vec![std::sync::Arc::new(registry)], &config.permissions))
         });
     let tools = match tools {
         Ok(tools) => tools,

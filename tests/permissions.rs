@@ -178,7 +178,7 @@ fn tools_for(board_url: &str, config: &Config) -> (Arc<dyn ToolSource>, ToolCont
     let agent: picogent::config::TrackerConfig = serde_json::from_value(json!({"url": board_url})).unwrap();
     let agent = TrackerClient::new(&agent, picogent::secret::Secret::new("tok-picogent")).unwrap();
     let registry: Arc<dyn ToolSource> = Arc::new(Registry::new(agent.clone(), 8192).unwrap());
-    (Arc::new(governed(vec![registry], config, &agent)), ToolContext::new("picogent"))
+    (Arc::new(governed(vec![registry], &config.permissions, &agent)), ToolContext::new("picogent"))
 }
 
 fn on_task(context: &ToolContext, task: &TaskOut) -> ToolContext {

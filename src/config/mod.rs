@@ -14,18 +14,18 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 mod check;
-mod choice;
+use picogent_support::choice;
 mod llm;
 mod overrides;
 mod sections;
 
 pub use crate::state::{StateConfig, check_postgres_url};
+pub use crate::tools::{PermissionMode, PermissionsConfig, RunScope, default_ask_tools};
 pub use crate::tracker::TrackerConfig;
 pub use llm::{DEFAULT_MAX_OUTPUT_TOKENS, LlmConfig, MaxTokensField, Price};
 pub use sections::{
-    HttpConfig, Limits, McpConfig, McpServerConfig, PRESENCE_HEARTBEAT_MS, PermissionMode, PermissionsConfig,
-    PresenceConfig, ReplicasConfig, RetentionConfig, RunScope, ServerToolsConfig, StartupConfig, TextDuration,
-    default_ask_tools,
+    HttpConfig, Limits, McpConfig, McpServerConfig, PRESENCE_HEARTBEAT_MS,
+    PresenceConfig, ReplicasConfig, RetentionConfig, ServerToolsConfig, StartupConfig, TextDuration,
 };
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

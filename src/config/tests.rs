@@ -607,3 +607,15 @@ fn a_credential_in_a_url_is_refused_naming_the_field_and_not_the_secret() {
         assert!(!error.contains("pw-secret"), "the message shows the secret: {error}");
     }
 }
+
+#[test]
+fn the_words_are_the_ones_serde_writes() {
+    assert_eq!(picogent_support::choice::words::<ChatListen>(), ["mentions", "all", "none"]);
+    assert_eq!(picogent_support::choice::words::<PermissionMode>(), ["auto", "read_only", "ask"]);
+    assert_eq!(picogent_support::choice::words::<MaxTokensField>(), ["max_completion_tokens", "max_tokens"]);
+    for mode in [PermissionMode::Auto, PermissionMode::ReadOnly, PermissionMode::Ask] {
+        let written = serde_json::to_value(mode).unwrap();
+        let word = written.as_str().unwrap();
+        assert!(picogent_support::choice::words::<PermissionMode>().contains(&word), "{word}");
+    }
+}

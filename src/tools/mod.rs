@@ -22,6 +22,7 @@ pub mod format;
 pub mod kernel;
 pub mod members;
 pub mod messages;
+pub mod permissions;
 pub mod policy;
 pub mod projects;
 pub mod registry;
@@ -32,6 +33,7 @@ pub mod tasks;
 
 pub use combined::CombinedSource;
 pub use kernel::{ToolError, ToolGroup};
+pub use permissions::{PermissionMode, PermissionsConfig, RunScope, default_ask_tools};
 pub use policy::{Policy, PolicySource, governed};
 pub use registry::{CHAT_REPLY_TOOLS, Catalog, Registry, RegistryError, TASK_RUN_TOOLS};
 

@@ -33,7 +33,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use rmcp::model::{CallToolResult, Tool};
 
-use crate::config::{PermissionMode, PermissionsConfig, RunScope};
+use super::{PermissionMode, PermissionsConfig, RunScope};
 use crate::session::SessionKey;
 use crate::tools::combined::CombinedSource;
 use crate::tools::kernel::refusal;
@@ -626,28 +626,28 @@ impl ToolSource for PolicySource {
 }
 
 /// Tools ready for use: `sources` combined in this order (the registry first, then the MCP host,
-/// if any), under `config.permissions`; in `ask` mode a [`TrackerAsker`] posts through `client`.
+/// if any), under `permissions`; in `ask` mode a [`TrackerAsker`] posts through `client`.
 pub fn governed(
     sources: Vec<Arc<dyn ToolSource>>,
-    config: &crate::config::Config,
+    permissions: &PermissionsConfig,
     client: &TrackerClient,
 ) -> PolicySource {
-    let asker: Option<Arc<dyn Asker>> = match config.permissions.mode {
+    let asker: Option<Arc<dyn Asker>> = match permissions.mode {
         PermissionMode::Ask => {
-            Some(Arc::new(TrackerAsker::new(client.clone(), Duration::from_millis(config.permissions.ask_timeout_ms))))
+            Some(Arc::new(TrackerAsker::new(client.clone(), Duration::from_millis(permissions.ask_timeout_ms))))
         }
         _ => None,
     };
-    PolicySource::new(Arc::new(CombinedSource::new(sources)), Policy::from(&config.permissions), asker)
-        .with_scope(ScopeRule::from(&config.permissions), Some(client.clone()))
+    PolicySource::new(Arc::new(CombinedSource::new(sources)), Policy::from(permissions), asker)
+        .with_scope(ScopeRule::from(permissions), Some(client.clone()))
 }
 
 /// Tools for a person at the other end (`picogent mcp`, `picogent tools call`): the same
 /// policy, except that `ask` mode does not ask on the tracker — the person calling is the human
 /// who decides (an MCP host asks its user before each call), and there is no run's conversation
 /// to ask in.
-pub fn governed_for_person(sources: Vec<Arc<dyn ToolSource>>, config: &crate::config::Config) -> PolicySource {
-    let mut policy = Policy::from(&config.permissions);
+pub fn governed_for_person(sources: Vec<Arc<dyn ToolSource>>, permissions: &PermissionsConfig) -> PolicySource {
+    let mut policy = Policy::from(permissions);
     if policy.mode == PermissionMode::Ask {
         policy.mode = PermissionMode::Auto;
     }

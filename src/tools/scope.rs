@@ -20,7 +20,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::config::RunScope;
+use super::RunScope;
 use crate::session::SessionKey;
 use crate::tools::{PostPlace, ToolContext};
 use crate::tracker::model::{MemberKind, TaskOut};

@@ -1,3 +1,4 @@
+pub mod choice;
 pub mod private_files;
 pub mod retry;
 pub mod secret;

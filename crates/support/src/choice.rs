@@ -7,7 +7,7 @@ use serde::de::{DeserializeOwned, Deserializer, Error as _, Visitor};
 use serde::{Deserialize, forward_to_deserialize_any};
 
 /// `deserialize_with` for a field holding one of an enum's words.
-pub(super) fn one_of<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+pub fn one_of<'de, D, T>(deserializer: D) -> Result<T, D::Error>
 where
     D: Deserializer<'de>,
     T: DeserializeOwned,
@@ -22,7 +22,7 @@ where
 }
 
 /// The words an enum is written as: what its derived `Deserialize` hands to `deserialize_enum`.
-pub(super) fn words<T: DeserializeOwned>() -> &'static [&'static str] {
+pub fn words<T: DeserializeOwned>() -> &'static [&'static str] {
     let mut found: &'static [&'static str] = &[];
     let _ = T::deserialize(Words(&mut found));
     found
@@ -51,23 +51,5 @@ impl<'de> Deserializer<'de> for Words<'_> {
     forward_to_deserialize_any! {
         bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option unit
         unit_struct newtype_struct seq tuple tuple_struct map struct identifier ignored_any
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::{ChatListen, MaxTokensField, PermissionMode};
-
-    #[test]
-    fn the_words_are_the_ones_serde_writes() {
-        assert_eq!(words::<ChatListen>(), ["mentions", "all", "none"]);
-        assert_eq!(words::<PermissionMode>(), ["auto", "read_only", "ask"]);
-        assert_eq!(words::<MaxTokensField>(), ["max_completion_tokens", "max_tokens"]);
-        for mode in [PermissionMode::Auto, PermissionMode::ReadOnly, PermissionMode::Ask] {
-            let written = serde_json::to_value(mode).unwrap();
-            let word = written.as_str().unwrap();
-            assert!(words::<PermissionMode>().contains(&word), "{word}");
-        }
     }
 }
