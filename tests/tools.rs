@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use picogent::board::{BoardHandle, BoardOptions};
 use picogent::config::TrackerConfig;
+use picogent::llm::{count_tools_json_tokens, openai_tools_json};
 use picogent::retry::RetryConfig;
 use picogent::secret::Secret;
 use picogent::tools::{CHAT_REPLY_TOOLS, Policy, PolicySource, Registry, TASK_RUN_TOOLS, ToolContext, ToolSource};
@@ -674,4 +675,20 @@ async fn the_cli_lists_and_calls_tools_with_exit_codes() {
     assert_eq!(code, 2);
 
     f.board.shutdown().await.unwrap();
+}
+
+/// The tool definitions' cost in prompt tokens, counted as the OpenAI adapter sends them.
+#[test]
+fn token_budgets_hold() {
+    let catalog = picogent::tools::Catalog::new().unwrap();
+    let all = count_tools_json_tokens(&catalog.definitions());
+    let task_run = count_tools_json_tokens(&catalog.subset(TASK_RUN_TOOLS).unwrap().definitions());
+    let chat = count_tools_json_tokens(&catalog.subset(CHAT_REPLY_TOOLS).unwrap().definitions());
+    println!("tokens: all {all}, task run {task_run}, chat {chat}");
+    for tool in catalog.definitions() {
+        println!("{} {}", count_tools_json_tokens(std::slice::from_ref(&tool)), openai_tools_json(&[tool]));
+    }
+    assert!(all <= 2_000, "all 23 tools take {all} tokens");
+    assert!(task_run <= 1_500, "the task-run preset takes {task_run} tokens");
+    assert!(chat <= 900, "the chat preset takes {chat} tokens");
 }

@@ -24,8 +24,8 @@ pub use crate::tools::{PermissionMode, PermissionsConfig, RunScope, default_ask_
 pub use crate::tracker::TrackerConfig;
 pub use llm::{DEFAULT_MAX_OUTPUT_TOKENS, LlmConfig, MaxTokensField, Price};
 pub use sections::{
-    HttpConfig, Limits, McpConfig, McpServerConfig, PRESENCE_HEARTBEAT_MS,
-    PresenceConfig, ReplicasConfig, RetentionConfig, ServerToolsConfig, StartupConfig, TextDuration,
+    HttpConfig, Limits, McpConfig, McpServerConfig, PRESENCE_HEARTBEAT_MS, PresenceConfig, ReplicasConfig,
+    RetentionConfig, ServerToolsConfig, StartupConfig, TextDuration,
 };
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

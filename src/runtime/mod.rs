@@ -197,7 +197,8 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     let registry: Arc<dyn ToolSource> = Arc::new(build_tools(&config, &client)?);
     // External MCP servers join the tracker's tools; one permission policy governs them all.
     let host = Arc::new(crate::mcp::host::McpHost::start(&config).await);
-    let tools: Arc<dyn ToolSource> = Arc::new(crate::tools::governed(vec![registry, host.clone()], &config.permissions, &client));
+    let tools: Arc<dyn ToolSource> =
+        Arc::new(crate::tools::governed(vec![registry, host.clone()], &config.permissions, &client));
     let model: Arc<dyn crate::llm::ChatModel> = Arc::new(
         crate::llm::openai::OpenAiChat::new(&config.llm, llm_api_key).context("cannot build the model client")?,
     );

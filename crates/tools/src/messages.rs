@@ -3,13 +3,11 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::tools::format;
-use crate::tools::kernel::{
-    Target, ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write,
-};
-use crate::tools::{PostPlace, ToolContext};
-use crate::tracker::TrackerClient;
-use crate::tracker::model::{self, MessageOut, limits};
+use crate::format;
+use crate::kernel::{Target, ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write};
+use crate::{PostPlace, ToolContext};
+use picogent_tracker::TrackerClient;
+use picogent_tracker::model::{self, MessageOut, limits};
 
 /// Messages as structured content: an object, as MCP wants.
 #[derive(Debug, Serialize, JsonSchema)]

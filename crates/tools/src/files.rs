@@ -9,13 +9,11 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::tools::ToolContext;
-use crate::tools::format;
-use crate::tools::kernel::{
-    Target, ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write,
-};
-use crate::tracker::TrackerClient;
-use crate::tracker::model::{self, AttachmentOut, FileContent, limits};
+use crate::ToolContext;
+use crate::format;
+use crate::kernel::{Target, ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write};
+use picogent_tracker::TrackerClient;
+use picogent_tracker::model::{self, AttachmentOut, FileContent, limits};
 
 /// Attachments as structured content: an object, as MCP wants.
 #[derive(Debug, Serialize, JsonSchema)]
@@ -154,7 +152,7 @@ impl TrackerTool for DownloadFile {
     async fn run(args: DownloadFileArgs, client: &TrackerClient, _: &ToolContext) -> Result<ToolOutput, ToolError> {
         let file = client.download_file(&args.file_id).await?;
         let bytes = BASE64.decode(file.content.trim()).map_err(|e| {
-            ToolError::Tracker(crate::tracker::TrackerError::Decode {
+            ToolError::Tracker(picogent_tracker::TrackerError::Decode {
                 message: format!("attachment {} is not valid base64: {e}", args.file_id),
             })
         })?;

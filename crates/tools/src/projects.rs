@@ -3,11 +3,11 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::tools::ToolContext;
-use crate::tools::format;
-use crate::tools::kernel::{ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only};
-use crate::tracker::TrackerClient;
-use crate::tracker::model::ProjectOut;
+use crate::ToolContext;
+use crate::format;
+use crate::kernel::{ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only};
+use picogent_tracker::TrackerClient;
+use picogent_tracker::model::ProjectOut;
 
 /// Projects as structured content: an object, as MCP wants.
 #[derive(Debug, Serialize, JsonSchema)]

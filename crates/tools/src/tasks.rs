@@ -10,13 +10,11 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer};
 
-use crate::tools::format;
-use crate::tools::kernel::{
-    Target, ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write,
-};
-use crate::tools::{CallEffect, ToolContext};
-use crate::tracker::TrackerClient;
-use crate::tracker::model::{self, Priority, RejectOut, TaskOut, TaskPage, TaskStatus, TaskType, WatchOut, limits};
+use crate::format;
+use crate::kernel::{Target, ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write};
+use crate::{CallEffect, ToolContext};
+use picogent_tracker::TrackerClient;
+use picogent_tracker::model::{self, Priority, RejectOut, TaskOut, TaskPage, TaskStatus, TaskType, WatchOut, limits};
 
 /// Tells an absent field (`None`) from an explicit `null` (`Some(None)`).
 fn nullable<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Option<String>>, D::Error> {

@@ -60,13 +60,13 @@ pub struct ToolContext {
     /// server and the command line act for a person, not for the agent's loop).
     pub post_guard: Option<std::sync::Arc<dyn PostGuard>>,
     /// The run's session (set by the runtime): the permission policy asks a human there.
-    pub session: Option<crate::session::SessionKey>,
+    pub session: Option<picogent_tracker::session::SessionKey>,
     /// The run's id (set by the runtime): large tool results are saved under it as artifacts.
     pub run_id: Option<String>,
     /// The run's fence (set by the runtime, stored with the run): the agent's loop puts every
     /// tool result, external tool description and steering input inside it. A fresh random one
     /// where no run sets it.
-    pub fence: crate::prompts::Fence,
+    pub fence: picogent_prompts::Fence,
     /// How many steering inputs the loop has taken in so far (the loop sets it at each turn
     /// boundary): the post guard names what a post answers from it.
     pub steering_taken: u32,
@@ -99,7 +99,7 @@ pub trait PostGuard: Send + Sync {
     ) -> BoxFuture<'a, Result<Option<String>, PostRefused>>;
 
     /// Told after a post landed, with the message as the tracker stored it.
-    fn posted(&self, _message: &crate::tracker::model::MessageOut) {}
+    fn posted(&self, _message: &picogent_tracker::model::MessageOut) {}
 }
 
 /// Why a post was refused.
@@ -111,7 +111,7 @@ pub enum PostRefused {
     )]
     ReplyCap { count: u32 },
     #[error("cannot check the reply cap: {0}")]
-    State(#[from] crate::state::StateError),
+    State(#[from] picogent_state::StateError),
 }
 
 impl std::fmt::Debug for dyn PostGuard {
@@ -129,7 +129,7 @@ impl ToolContext {
             post_guard: None,
             session: None,
             run_id: None,
-            fence: crate::prompts::Fence::random(),
+            fence: picogent_prompts::Fence::random(),
             steering_taken: 0,
             scope_notice: scope::NoticeOnce::default(),
         }

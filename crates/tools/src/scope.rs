@@ -1,7 +1,7 @@
 //! A run's scope: how far the writes of a task or chat run may reach (`permissions.scope`).
 //!
 //! Each tracker tool says what a call would change ([`Target`], from its checked arguments,
-//! [`TrackerTool::target`](crate::tools::kernel::TrackerTool::target)); [`judge`] resolves that
+//! [`TrackerTool::target`](crate::kernel::TrackerTool::target)); [`judge`] resolves that
 //! target through the tracker (a task named by key or by id, a message's thread, a chat's
 //! project) against the run's own task or thread, and answers the smallest [`RunScope`] that
 //! allows the call. The permission policy compares it with the scope in force.
@@ -21,10 +21,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::RunScope;
-use crate::session::SessionKey;
-use crate::tools::{PostPlace, ToolContext};
-use crate::tracker::model::{MemberKind, TaskOut};
-use crate::tracker::{TrackerClient, TrackerError};
+use crate::{PostPlace, ToolContext};
+use picogent_tracker::model::{MemberKind, TaskOut};
+use picogent_tracker::session::SessionKey;
+use picogent_tracker::{TrackerClient, TrackerError};
 
 /// What a write call would change, as the tool that makes it says from its arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,7 +137,7 @@ async fn project_of_chat(chat_id: &str, client: &TrackerClient) -> Result<Option
 }
 
 async fn project_of_message(
-    message: &crate::tracker::model::MessageOut,
+    message: &picogent_tracker::model::MessageOut,
     client: &TrackerClient,
 ) -> Result<Option<String>, TrackerError> {
     if let Some(task) = &message.task_id {

@@ -3,7 +3,7 @@
 //! One line per thing, with the fields that matter; lists are counted. The full answer travels
 //! beside the text as structured content, so nothing here has to be complete.
 
-use crate::tracker::model::{AttachmentOut, MemberOut, MessageOut, ProjectOut, StepOut, TaskOut};
+use picogent_tracker::model::{AttachmentOut, MemberOut, MessageOut, ProjectOut, StepOut, TaskOut};
 
 /// Characters of a message's content shown in a list; the full text is one `list_messages` away.
 const MESSAGE_PREVIEW_CHARS: usize = 300;
@@ -144,7 +144,7 @@ fn one_line(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tracker::model::{Priority, TaskStatus, TaskType};
+    use picogent_tracker::model::{Priority, TaskStatus, TaskType};
 
     fn task() -> TaskOut {
         TaskOut {

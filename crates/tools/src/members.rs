@@ -3,14 +3,12 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::tools::ToolContext;
-use crate::tools::format;
-use crate::tools::kernel::{
-    Target, ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write,
-};
-use crate::tools::projects::NoArgs;
-use crate::tracker::TrackerClient;
-use crate::tracker::model::{MemberOut, StatusOut, limits};
+use crate::ToolContext;
+use crate::format;
+use crate::kernel::{Target, ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write};
+use crate::projects::NoArgs;
+use picogent_tracker::TrackerClient;
+use picogent_tracker::model::{MemberOut, StatusOut, limits};
 
 /// Members as structured content: an object, as MCP wants.
 #[derive(Debug, Serialize, JsonSchema)]

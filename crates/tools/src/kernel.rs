@@ -16,13 +16,13 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::tools::schema::input_schema_for;
-pub use crate::tools::scope::Target;
-use crate::tools::{CallEffect, ToolContext};
-use crate::tracker::{TrackerClient, TrackerError};
+use crate::schema::input_schema_for;
+pub use crate::scope::Target;
+use crate::{CallEffect, ToolContext};
+use picogent_tracker::{TrackerClient, TrackerError};
 
 /// Tools name the shape of their structured content with it, beside [`read_only`] and [`write()`].
-pub use crate::tools::schema::output_schema_for;
+pub use crate::schema::output_schema_for;
 
 /// The group a tool belongs to: `picogent tools list` shows it, and a catalog can be narrowed to groups.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -269,7 +269,7 @@ pub trait TrackerTool: Send + Sync + 'static {
     }
 
     /// What a call would change on the board, judged from its arguments: the run's scope
-    /// (`permissions.scope`, [`crate::tools::scope`]) lets it run only when this target is the
+    /// (`permissions.scope`, [`crate::scope`]) lets it run only when this target is the
     /// run's own task or thread. Asked only of tools that write; the default, a target the tool
     /// cannot name, runs only under `scope: any`.
     fn target(args: &Self::Args, context: &ToolContext) -> Target {

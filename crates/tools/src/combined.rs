@@ -7,7 +7,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use rmcp::model::{CallToolResult, ContentBlock, Tool};
 
-use crate::tools::{CallEffect, ToolContext, ToolSource};
+use crate::{CallEffect, ToolContext, ToolSource};
 
 /// Several sources as one, in a fixed order. A name offered by two sources goes to the first.
 pub struct CombinedSource {
@@ -50,7 +50,7 @@ impl ToolSource for CombinedSource {
         name: &'a str,
         arguments: &'a serde_json::Value,
         context: &'a ToolContext,
-    ) -> BoxFuture<'a, Option<Result<crate::tools::scope::Judgement, String>>> {
+    ) -> BoxFuture<'a, Option<Result<crate::scope::Judgement, String>>> {
         Box::pin(async move {
             let source = self.sources.iter().find(|source| source.tool(name).is_some())?;
             source.reach(name, arguments, context).await

@@ -18,7 +18,7 @@
 //!   the agent waits for a human member's `yes` or `no`; no answer within `ask_timeout_ms`, no
 //!   conversation, or a tracker error: denied;
 //! - a task or chat run's writes stay within its scope (`permissions.scope`, default `run`: its
-//!   own task and thread; [`crate::tools::scope`]): the source judges how far a call reaches from
+//!   own task and thread; [`crate::scope`]): the source judges how far a call reaches from
 //!   its arguments (a tracker tool names its target; an external tool that may change or delete
 //!   things reaches past any run); a call past the scope and not in `cross_scope_tools` is asked
 //!   about in `ask` mode and refused otherwise, with the setting that allows it, and the run posts
@@ -34,13 +34,13 @@ use futures::future::BoxFuture;
 use rmcp::model::{CallToolResult, Tool};
 
 use super::{PermissionMode, PermissionsConfig, RunScope};
-use crate::session::SessionKey;
-use crate::tools::combined::CombinedSource;
-use crate::tools::kernel::refusal;
-use crate::tools::scope::{Judgement, RunPlace};
-use crate::tools::{CallEffect, ToolContext, ToolSource};
-use crate::tracker::TrackerClient;
-use crate::tracker::model::{MemberKind, MessageQuery, SendMessage};
+use crate::combined::CombinedSource;
+use crate::kernel::refusal;
+use crate::scope::{Judgement, RunPlace};
+use crate::{CallEffect, ToolContext, ToolSource};
+use picogent_tracker::TrackerClient;
+use picogent_tracker::model::{MemberKind, MessageQuery, SendMessage};
+use picogent_tracker::session::SessionKey;
 
 /// Allowed when `allowed` is empty or a pattern in it matches, and no pattern in `disallowed` does.
 pub fn allowed_by(allowed: &[String], disallowed: &[String], name: &str) -> bool {
@@ -88,7 +88,7 @@ pub fn check_pattern(pattern: &str) -> Result<(), String> {
         ));
     }
     let literal = !pattern.contains(['*', '?']);
-    let known = crate::tools::registry::tool_names().contains(&pattern)
+    let known = crate::registry::tool_names().contains(&pattern)
         || [super::LIST_RESOURCES_TOOL, super::READ_RESOURCE_TOOL].contains(&pattern)
         || pattern.starts_with("mcp__");
     if literal && !known {
@@ -752,7 +752,7 @@ mod tests {
         );
         let long = ApprovalRequest {
             action: None,
-            arguments: serde_json::json!({"description": "é".repeat(crate::tracker::model::limits::DESCRIPTION)}),
+            arguments: serde_json::json!({"description": "é".repeat(picogent_tracker::model::limits::DESCRIPTION)}),
             server: Some("git".to_string()),
             original_name: "git_commit".to_string(),
             public_name: "mcp__git__git_commit".to_string(),
@@ -763,7 +763,7 @@ mod tests {
             "Permission needed: may I run `mcp__git__git_commit` (tool `git_commit` of MCP server `git`)?"
         ));
         assert!(question.contains("… (cut)"), "{}", question.chars().take(200).collect::<String>());
-        assert!(question.chars().count() < crate::tracker::model::limits::CONTENT, "{}", question.len());
+        assert!(question.chars().count() < picogent_tracker::model::limits::CONTENT, "{}", question.len());
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! [`ToolSource`] that runs them against the tracker.
 //!
 //! Invariants:
-//! - every tool is one small type implementing [`TrackerTool`](crate::tools::kernel::TrackerTool);
+//! - every tool is one small type implementing [`TrackerTool`](crate::kernel::TrackerTool);
 //!   the catalog turns it into an rmcp [`Tool`] and a compiled argument schema once, when it is
 //!   built;
 //! - arguments are checked against that schema and parsed into the typed struct exactly once, at
@@ -21,11 +21,11 @@ use futures::future::BoxFuture;
 use rmcp::model::{CallToolResult, ContentBlock, Tool};
 use serde_json::Value;
 
-use crate::tools::format;
-use crate::tools::kernel::{EffectFn, RunFn, TargetFn, ToolEntry, ToolError, ToolGroup, ToolOutput};
-use crate::tools::schema::ArgumentSchema;
-use crate::tools::{CallEffect, ToolContext, ToolSource};
-use crate::tracker::TrackerClient;
+use crate::format;
+use crate::kernel::{EffectFn, RunFn, TargetFn, ToolEntry, ToolError, ToolGroup, ToolOutput};
+use crate::schema::ArgumentSchema;
+use crate::{CallEffect, ToolContext, ToolSource};
+use picogent_tracker::TrackerClient;
 
 /// The tools a task run is offered: everything needed to read, plan and work a task.
 pub const TASK_RUN_TOOLS: &[&str] = &[
@@ -50,7 +50,7 @@ pub const CHAT_REPLY_TOOLS: &[&str] =
 
 /// Every tool of the tracker, in the order they are offered.
 pub fn all_entries() -> Vec<ToolEntry> {
-    use crate::tools::{files, members, messages, projects, steps, tasks};
+    use crate::{files, members, messages, projects, steps, tasks};
     vec![
         ToolEntry::of::<tasks::ListTasks>(),
         ToolEntry::of::<tasks::GetTask>(),
@@ -285,7 +285,7 @@ impl Registry {
         }
     }
 
-    /// What a call would do (see [`TrackerTool::effect`](crate::tools::kernel::TrackerTool::effect)),
+    /// What a call would do (see [`TrackerTool::effect`](crate::kernel::TrackerTool::effect)),
     /// its arguments checked as [`Registry::call`] checks them: a call `call` would refuse (an
     /// unknown or not offered tool, arguments that do not fit) is [`CallEffect::Refused`].
     pub fn effect(&self, name: &str, arguments: &Value, context: &ToolContext) -> CallEffect {
@@ -300,7 +300,7 @@ impl Registry {
         }
     }
 
-    /// How far a call reaches from the run of `context` (see [`crate::tools::scope`]): a read,
+    /// How far a call reaches from the run of `context` (see [`crate::scope`]): a read,
     /// a call `call` would refuse and a context without a run stay within it. `Err`: the
     /// tracker could not be asked, in words for the model.
     pub async fn reach(
@@ -308,8 +308,8 @@ impl Registry {
         name: &str,
         arguments: &Value,
         context: &ToolContext,
-    ) -> Result<crate::tools::scope::Judgement, String> {
-        use crate::tools::scope::{Judgement, RunPlace, judge};
+    ) -> Result<crate::scope::Judgement, String> {
+        use crate::scope::{Judgement, RunPlace, judge};
         let within = Ok(Judgement::within_run());
         if RunPlace::of(context).is_none() {
             return within;
@@ -382,7 +382,7 @@ impl ToolSource for Registry {
         name: &'a str,
         arguments: &'a Value,
         context: &'a ToolContext,
-    ) -> BoxFuture<'a, Option<Result<crate::tools::scope::Judgement, String>>> {
+    ) -> BoxFuture<'a, Option<Result<crate::scope::Judgement, String>>> {
         Box::pin(async move { Some(Registry::reach(self, name, arguments, context).await) })
     }
 
@@ -455,7 +455,7 @@ mod tests {
 
     #[test]
     fn a_duplicate_name_fails_the_build_of_the_registry() {
-        use crate::tools::tasks::GetTask;
+        use crate::tasks::GetTask;
         let entries = vec![ToolEntry::of::<GetTask>(), ToolEntry::of::<GetTask>()];
         let error = Catalog::from_entries(entries).unwrap_err();
         assert_eq!(error, RegistryError::DuplicateName { name: "get_task".into() });
@@ -500,21 +500,5 @@ mod tests {
         let catalog = Catalog::new().unwrap();
         assert_eq!(catalog.subset(TASK_RUN_TOOLS).unwrap().offered_names().len(), TASK_RUN_TOOLS.len());
         assert_eq!(catalog.subset(CHAT_REPLY_TOOLS).unwrap().offered_names().len(), CHAT_REPLY_TOOLS.len());
-    }
-
-    #[test]
-    fn token_budgets_hold() {
-        use crate::llm::{count_tools_json_tokens, openai_tools_json};
-        let catalog = Catalog::new().unwrap();
-        let all = count_tools_json_tokens(&catalog.definitions());
-        let task_run = count_tools_json_tokens(&catalog.subset(TASK_RUN_TOOLS).unwrap().definitions());
-        let chat = count_tools_json_tokens(&catalog.subset(CHAT_REPLY_TOOLS).unwrap().definitions());
-        println!("tokens: all {all}, task run {task_run}, chat {chat}");
-        for tool in catalog.definitions() {
-            println!("{} {}", count_tools_json_tokens(std::slice::from_ref(&tool)), openai_tools_json(&[tool]));
-        }
-        assert!(all <= 2_000, "all 23 tools take {all} tokens");
-        assert!(task_run <= 1_500, "the task-run preset takes {task_run} tokens");
-        assert!(chat <= 900, "the chat preset takes {chat} tokens");
     }
 }
