@@ -40,7 +40,7 @@ pub mod agent;
 pub mod board;
 pub mod check;
 pub mod cli;
-pub mod config;
+pub use picogent_config as config;
 pub mod demo;
 pub mod eval;
 pub mod inspector;

@@ -630,4 +630,41 @@ mod tests {
         assert_eq!(messages[1].text(), "Task: TE-1");
         assert!(drop_old_tool_results(&mut messages).is_none(), "nothing left to drop");
     }
+
+    const MINIMAL_CONFIG: &str = r#"{
+        "slug": "picogent", "name": "Picogent",
+        "tracker": {"url": "http://127.0.0.1:8700"},
+        "llm": {"base_url": "http://127.0.0.1:8790/v1", "model": "offline-planner"}
+    }"#;
+
+    fn write(dir: &std::path::Path, text: &str) -> std::path::PathBuf {
+        let path = dir.join("agent.json");
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    #[test]
+    fn the_output_cap_defaults_to_a_few_thousand_tokens_and_is_never_zero() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = crate::config::Config::load_with_env(&write(dir.path(), MINIMAL_CONFIG), []).unwrap();
+        assert_eq!(config.llm.max_output_tokens, None);
+        // What the loop asks a request for when the file sets nothing.
+        let window = ModelWindow::from_config(&config.llm);
+        assert_eq!(window.output_cap, crate::config::DEFAULT_MAX_OUTPUT_TOKENS);
+        assert_eq!(crate::config::DEFAULT_MAX_OUTPUT_TOKENS, 2048);
+        // A small local window still loads, and keeps its own cap.
+        let small =
+            MINIMAL_CONFIG.replace("\"model\": \"offline-planner\"", "\"model\": \"m\", \"context_tokens\": 4096");
+        let config = crate::config::Config::load_with_env(&write(dir.path(), &small), []).unwrap();
+        assert_eq!(ModelWindow::from_config(&config.llm).output_cap, 2048);
+        let vars = [("PICOGENT_LLM__MAX_OUTPUT_TOKENS".to_string(), "256".to_string())];
+        assert_eq!(
+            crate::config::Config::load_with_env(&write(dir.path(), &small), vars).unwrap().llm.max_output_tokens,
+            Some(256)
+        );
+        let zero =
+            MINIMAL_CONFIG.replace("\"model\": \"offline-planner\"", "\"model\": \"m\", \"max_output_tokens\": 0");
+        let error = crate::config::Config::load_with_env(&write(dir.path(), &zero), []).unwrap_err().to_string();
+        assert!(error.contains("llm.max_output_tokens") && error.contains("greater than 0"), "{error}");
+    }
 }

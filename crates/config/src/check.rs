@@ -24,7 +24,7 @@ impl Config {
     }
 
     fn check_identity(&self) -> Result<(), Problem> {
-        if !crate::tracker::model::slug_ok(&self.slug) {
+        if !picogent_tracker::model::slug_ok(&self.slug) {
             return problem("slug", "expected a member slug: letters, digits, '-' or '_'");
         }
         if self.name.trim().is_empty() {
@@ -64,7 +64,7 @@ impl Config {
         if self.http.listen.parse::<std::net::SocketAddr>().is_err() {
             return problem("http.listen", "expected an address like 127.0.0.1:9464");
         }
-        if let Some(bad) = self.http.allowed_hosts.iter().find(|host| !crate::web::hosts::is_host_name(host)) {
+        if let Some(bad) = self.http.allowed_hosts.iter().find(|host| !picogent_web::hosts::is_host_name(host)) {
             return problem(
                 "http.allowed_hosts",
                 &format!(
@@ -168,7 +168,7 @@ impl Config {
     fn check_mcp_servers(&self) -> Result<(), Problem> {
         for (name, server) in &self.mcp_servers {
             let at = |key: &str| format!("mcp_servers.{name}{key}");
-            if !crate::tracker::model::slug_ok(name) {
+            if !picogent_tracker::model::slug_ok(name) {
                 return problem(&at(""), "expected a server name of letters, digits, '-' or '_'");
             }
             match (&server.command, &server.url) {
@@ -216,7 +216,7 @@ impl Config {
             ("permissions.cross_scope_tools", &self.permissions.cross_scope_tools),
         ] {
             for pattern in patterns {
-                crate::tools::policy::check_pattern(pattern).map_err(|message| (name.to_string(), message))?;
+                picogent_tools::policy::check_pattern(pattern).map_err(|message| (name.to_string(), message))?;
             }
         }
         Ok(())
@@ -305,8 +305,11 @@ fn problem(field: &str, message: &str) -> Result<(), Problem> {
 fn check_url(field: &str, url: &str) -> Result<(), Problem> {
     if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < 8 {
         // Named without any user info it holds: the message is printed and logged.
-        let shown =
-            if reqwest::Url::parse(url).is_ok() { crate::secret::shown_url(url) } else { "something else".into() };
+        let shown = if reqwest::Url::parse(url).is_ok() {
+            picogent_support::secret::shown_url(url)
+        } else {
+            "something else".into()
+        };
         return problem(field, &format!("expected an http:// or https:// URL, got {shown:?}"));
     }
     Ok(())
@@ -316,13 +319,13 @@ fn check_url(field: &str, url: &str) -> Result<(), Problem> {
 /// in the config file, and a URL is shown (pages, `check`, logs). `instead` says where the
 /// secret goes. The secret itself is not in the message.
 fn no_credential(field: &str, url: &str, instead: &str) -> Result<(), Problem> {
-    match crate::secret::url_credential(url) {
+    match picogent_support::secret::url_credential(url) {
         None => Ok(()),
         Some(_) => problem(
             field,
             &format!(
                 "holds a credential (user info `name:password@` or a password in the query), and secrets never go in the config file: remove it from the URL ({}) and {instead}",
-                crate::secret::shown_url(url)
+                picogent_support::secret::shown_url(url)
             ),
         ),
     }

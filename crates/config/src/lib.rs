@@ -19,10 +19,10 @@ mod llm;
 mod overrides;
 mod sections;
 
-pub use crate::state::{StateConfig, check_postgres_url};
-pub use crate::tools::{PermissionMode, PermissionsConfig, RunScope, default_ask_tools};
-pub use crate::tracker::TrackerConfig;
 pub use llm::{DEFAULT_MAX_OUTPUT_TOKENS, LlmConfig, MaxTokensField, Price};
+pub use picogent_state::{StateConfig, check_postgres_url};
+pub use picogent_tools::{PermissionMode, PermissionsConfig, RunScope, default_ask_tools};
+pub use picogent_tracker::TrackerConfig;
 pub use sections::{
     HttpConfig, Limits, McpConfig, McpServerConfig, PRESENCE_HEARTBEAT_MS, PresenceConfig, ReplicasConfig,
     RetentionConfig, ServerToolsConfig, StartupConfig, TextDuration,
@@ -302,7 +302,7 @@ fn secret_env_names(text: &str) -> Vec<String> {
         file.get(section).and_then(|s| s.get(field)).and_then(|v| v.as_str()).map(str::to_string).or(default)
     };
     [
-        named("tracker", "token_env", Some(crate::tracker::DEFAULT_TOKEN_ENV.to_string())),
+        named("tracker", "token_env", Some(picogent_tracker::DEFAULT_TOKEN_ENV.to_string())),
         named("llm", "api_key_env", None),
         named("mcp", "token_env", Some(McpConfig::default().token_env)),
         named("http", "ui_token_env", Some(HttpConfig::default().ui_token_env)),

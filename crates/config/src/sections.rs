@@ -117,9 +117,9 @@ impl Default for HttpConfig {
             task_link: None,
             message_link: None,
             allowed_hosts: Vec::new(),
-            header_timeout_ms: crate::web::DoorLimits::DEFAULT_HEADER_TIMEOUT_MS,
-            max_connections: crate::web::DoorLimits::DEFAULT_MAX_CONNECTIONS,
-            max_live_streams: crate::web::LiveStreams::DEFAULT_MAX,
+            header_timeout_ms: picogent_web::DoorLimits::DEFAULT_HEADER_TIMEOUT_MS,
+            max_connections: picogent_web::DoorLimits::DEFAULT_MAX_CONNECTIONS,
+            max_live_streams: picogent_web::LiveStreams::DEFAULT_MAX,
             session_idle_ms: 8 * 60 * 60 * 1000,
             session_lifetime_ms: 24 * 60 * 60 * 1000,
         }
@@ -128,19 +128,19 @@ impl Default for HttpConfig {
 
 impl HttpConfig {
     /// The listener's limits.
-    pub fn doors(&self) -> crate::web::DoorLimits {
-        crate::web::DoorLimits {
+    pub fn doors(&self) -> picogent_web::DoorLimits {
+        picogent_web::DoorLimits {
             header_timeout: std::time::Duration::from_millis(self.header_timeout_ms),
             max_connections: self.max_connections,
         }
     }
 
     /// How long an inspector session lasts, and how many are kept.
-    pub fn sessions(&self) -> crate::web::SessionLimits {
-        crate::web::SessionLimits {
+    pub fn sessions(&self) -> picogent_web::SessionLimits {
+        picogent_web::SessionLimits {
             idle: Some(std::time::Duration::from_millis(self.session_idle_ms)),
             lifetime: Some(std::time::Duration::from_millis(self.session_lifetime_ms)),
-            ..crate::web::SessionLimits::default()
+            ..picogent_web::SessionLimits::default()
         }
     }
 

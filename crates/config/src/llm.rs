@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::retry::RetryConfig;
+use picogent_support::retry::RetryConfig;
 
 /// The cap of one answer when `llm.max_output_tokens` is not set. Long enough for a summary, a
 /// plan or a tool call with a page of text in it; short enough that a model that runs on (a base
@@ -66,8 +66,8 @@ pub struct LlmConfig {
 impl LlmConfig {
     /// The API key from the variable `api_key_env` names; `None` when it names none (local
     /// servers). A named variable that is unset or empty is an error saying which.
-    pub fn api_key(&self) -> Result<Option<crate::secret::Secret>, crate::secret::SecretError> {
-        self.api_key_env.as_deref().map(crate::secret::Secret::from_env).transpose()
+    pub fn api_key(&self) -> Result<Option<picogent_support::secret::Secret>, picogent_support::secret::SecretError> {
+        self.api_key_env.as_deref().map(picogent_support::secret::Secret::from_env).transpose()
     }
 
     /// `model` at `base_url`, with every other field at its default.
