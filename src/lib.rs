@@ -44,7 +44,7 @@ pub use picogent_config as config;
 pub mod demo;
 pub mod eval;
 pub mod inspector;
-pub mod llm;
+pub use picogent_llm as llm;
 pub mod mcp;
 pub mod offline_model;
 pub use picogent_prompts as prompts;

@@ -133,7 +133,7 @@ mod tests {
         ];
         for file in ["system.md", "task_assigned.md", "message_new.md"] {
             if let Ok(text) =
-                std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/prompts/").to_string() + file)
+                std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../prompts/").to_string() + file)
             {
                 texts.push(text);
             }

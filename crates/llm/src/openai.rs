@@ -3,7 +3,7 @@
 //! Requests and answers are async-openai 0.43's types, so the wire shape is the crate's, kept
 //! current with OpenAI. The HTTP call itself is made here with reqwest rather than through
 //! `async_openai::Client`, because that client drops the response headers of a failed request and
-//! the loop must honour `Retry-After`; retrying is `crate::retry::with_retry` (the project's one
+//! the loop must honour `Retry-After`; retrying is `picogent_support::retry::with_retry` (the project's one
 //! policy), so async-openai's own retry middleware is not used. Works with any OpenAI-compatible
 //! server: OpenAI, OpenRouter, Ollama, vLLM, llama.cpp's server, LM Studio, the offline model.
 
@@ -22,12 +22,12 @@ use futures::future::BoxFuture;
 #[cfg(test)]
 use super::ModelFailure;
 use super::{ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Message, ToolCall, ToolSpec, Usage};
-use crate::config::{LlmConfig, MaxTokensField};
-use crate::retry::{RetryConfig, parse_retry_after, with_retry};
-use crate::secret::Secret;
+use picogent_config::{LlmConfig, MaxTokensField};
+use picogent_support::retry::{RetryConfig, parse_retry_after, with_retry};
+use picogent_support::secret::Secret;
 
 /// The output cap when `llm.max_output_tokens` is not set (defined with the setting).
-pub use crate::config::DEFAULT_MAX_OUTPUT_TOKENS;
+pub use picogent_config::DEFAULT_MAX_OUTPUT_TOKENS;
 
 /// A chat model behind an OpenAI-compatible `/v1/chat/completions`.
 #[derive(Debug, Clone)]
@@ -216,10 +216,10 @@ impl OpenAiChat {
 }
 
 /// One tool's definition as async-openai serialises it, kept per definition
-/// ([`crate::llm::PerDefinition`]).
+/// ([`crate::PerDefinition`]).
 fn tool_json(tool: &ToolSpec) -> Result<std::sync::Arc<str>, serde_json::Error> {
-    static KNOWN: std::sync::OnceLock<crate::llm::PerDefinition<std::sync::Arc<str>>> = std::sync::OnceLock::new();
-    KNOWN.get_or_init(crate::llm::PerDefinition::new).get(&tool.name, &tool.description, &tool.parameters, || {
+    static KNOWN: std::sync::OnceLock<crate::PerDefinition<std::sync::Arc<str>>> = std::sync::OnceLock::new();
+    KNOWN.get_or_init(crate::PerDefinition::new).get(&tool.name, &tool.description, &tool.parameters, || {
         serde_json::to_string(&wire_tool(tool)).map(std::sync::Arc::from)
     })
 }
@@ -602,7 +602,7 @@ mod tests {
     /// 5xx is retried, however often it comes back with the same body.
     #[test]
     fn only_a_5xx_whose_text_says_it_is_deterministic_stops_the_retrying() {
-        use crate::retry::{RetryDecision, Retryable};
+        use picogent_support::retry::{RetryDecision, Retryable};
         let llama =
             |message: &str| format!(r#"{{"error":{{"code":500,"message":"{message}","type":"server_error"}}}}"#);
         let stops = [

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use crate::config::LlmConfig;
-use crate::secret::Secret;
+use picogent_config::LlmConfig;
+use picogent_support::secret::Secret;
 
 /// The client of the two quick questions (`/models`, `/props`): at most 10 s each.
 fn quick_client(config: &LlmConfig) -> reqwest::Result<reqwest::Client> {
@@ -113,7 +113,7 @@ pub async fn probe_tool_call(config: &LlmConfig, api_key: Option<Secret>) -> Res
     use super::{ChatModel, ChatRequest, LlmError, Message, ToolSpec};
     let mut config = LlmConfig {
         timeout_ms: config.timeout_ms.min(60_000),
-        retry: crate::retry::RetryConfig { max_attempts: 1, ..config.retry.clone() },
+        retry: picogent_support::retry::RetryConfig { max_attempts: 1, ..config.retry.clone() },
         ..config.clone()
     };
     let parameters = serde_json::json!({
@@ -151,7 +151,7 @@ pub async fn probe_tool_call(config: &LlmConfig, api_key: Option<Secret>) -> Res
 
 /// Leaves `parameter` out of the next request; `false` if it cannot be left out.
 fn leave_out(config: &mut LlmConfig, parameter: &str) -> bool {
-    use crate::config::MaxTokensField;
+    use picogent_config::MaxTokensField;
     match parameter {
         "temperature" if config.temperature.is_some() => config.temperature = None,
         "parallel_tool_calls" if config.parallel_tool_calls.is_some() => config.parallel_tool_calls = None,
@@ -302,10 +302,10 @@ pub async fn check_model(config: &LlmConfig, api_key: Option<Secret>) -> ModelCh
 }
 
 /// `base_url` as it may be shown: without user info, query or fragment
-/// ([`crate::secret::shown_url`]).
+/// ([`picogent_support::secret::shown_url`]).
 pub fn display_url(base_url: &str) -> String {
     match reqwest::Url::parse(base_url) {
-        Ok(_) => crate::secret::shown_url(base_url).trim_end_matches('/').to_string(),
+        Ok(_) => picogent_support::secret::shown_url(base_url).trim_end_matches('/').to_string(),
         Err(_) => "llm.base_url (not a URL)".to_string(),
     }
 }
