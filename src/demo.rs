@@ -3,7 +3,6 @@
 //! LLM) and the agent; then, as the human `alice`, assigns the agent a task and mentions it in the
 //! project chat, and prints what happened.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -16,8 +15,6 @@ use crate::secret::Secret;
 use crate::tracker::TrackerClient;
 use crate::tracker::model::{CreateTask, MessageOut, MessageQuery, SendMessage, TaskOut, TaskStatus};
 
-/// The seed the demo board starts from (the same file the tests use).
-const SEED: &str = include_str!("../fixtures/board-seed.json");
 const AGENT_TOKEN: &str = "tok-picogent";
 const ALICE_TOKEN: &str = "tok-alice";
 /// The demo agent's `/mcp` token: a fixed demo value, like the seed's member tokens.
@@ -50,7 +47,7 @@ pub struct Outcome {
 /// Starts board, offline model and agent on loopback ports chosen by the OS.
 pub async fn start(prompts_dir: Option<PathBuf>) -> anyhow::Result<Demo> {
     let dir = tempfile::tempdir().context("cannot make a temporary folder")?;
-    let board = start_seeded_board(dir.path()).await?;
+    let board = crate::board::start_seeded(dir.path()).await?;
     let model = crate::offline_model::start(crate::offline_model::OfflineModelOptions::planner())
         .await
         .context("cannot start the offline model endpoint")?;
@@ -85,17 +82,6 @@ pub async fn start(prompts_dir: Option<PathBuf>) -> anyhow::Result<Demo> {
     .context("cannot start the agent")?;
     let alice = TrackerClient::new(&config.tracker, Secret::new(ALICE_TOKEN))?;
     Ok(Demo { board, model, agent, config, alice, dir })
-}
-
-/// A reference board on a free loopback port, its database in `dir`, seeded with the project
-/// `team` and the members alice, bob, picogent and otherbot (tokens `tok-<slug>`).
-pub(crate) async fn start_seeded_board(dir: &Path) -> anyhow::Result<crate::board::BoardHandle> {
-    let seed_path = dir.join("board-seed.json");
-    std::fs::write(&seed_path, SEED).context("cannot write the board's seed")?;
-    let any_port = SocketAddr::from(([127, 0, 0, 1], 0));
-    crate::board::start(crate::board::BoardOptions::new(any_port, dir.join("board.db"), Some(seed_path)))
-        .await
-        .context("cannot start the reference board")
 }
 
 /// The templates shipped in the binary, for a run outside the source tree.

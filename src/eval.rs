@@ -252,7 +252,7 @@ pub async fn evaluate(options: EvalOptions, mut on_score: impl FnMut(&ScenarioSc
     let deadline = Instant::now() + timeout;
     let play_until = deadline - SHUTDOWN_RESERVE.min(timeout / 10);
     let dir = tempfile::tempdir().context("cannot make a temporary folder")?;
-    let board = crate::demo::start_seeded_board(dir.path()).await?;
+    let board = crate::board::start_seeded(dir.path()).await?;
     let prompts_dir = match prompts_dir {
         Some(prompts) => prompts,
         None => crate::demo::write_builtin_prompts(dir.path())?,

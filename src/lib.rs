@@ -36,8 +36,8 @@
 //! - [`web`]: what the board's web page and the run inspector share: security headers, embedded
 //!   assets, templates, live fragments over server-sent events.
 
-pub mod agent;
-pub mod board;
+pub use picogent_agent as agent;
+pub use picogent_board as board;
 pub mod check;
 pub mod cli;
 pub use picogent_config as config;
@@ -45,8 +45,8 @@ pub mod demo;
 pub mod eval;
 pub mod inspector;
 pub use picogent_llm as llm;
-pub mod mcp;
-pub mod offline_model;
+pub use picogent_mcp as mcp;
+pub use picogent_offline_model as offline_model;
 pub use picogent_prompts as prompts;
 pub use picogent_support::private_files;
 pub use picogent_support::retry;

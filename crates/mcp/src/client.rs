@@ -1,0 +1,654 @@
+//! One external MCP server: a supervisor task that keeps it connected, its lists, and the calls
+//! made to it. Opening the transport and the handshake are in `client/connect.rs`.
+//!
+//! Invariants:
+//! - the supervisor owns the connection; callers only borrow its `Peer`, so a server that exits
+//!   leaves no half-usable handle: its calls answer "server unavailable" until it is back;
+//! - a server that exits or cannot be reached is restarted with exponential backoff, forever, until
+//!   the host shuts down — a failure is a warning, never a crash;
+//! - list-changed notifications refresh that server's tools, prompts or resources; a failed
+//!   refresh keeps the previous list and logs a warning;
+//! - every request carries the server's `timeout_ms`; a request that runs out (or whose run is
+//!   cancelled) is dropped, and rmcp then sends `notifications/cancelled` to the server;
+//! - no message of the server is kept past its `max_result_bytes` (`client/limit.rs`, and the
+//!   HTTP client's limits): a result past it fails its call at once with
+//!   [`ServerCallError::ResultTooLarge`], and the connection stays; a message past it that
+//!   answers no call that can be told restarts the connection, failing the calls on it at once;
+//! - secrets named in `headers` / `env` as `${NAME}` are read from the environment when connecting
+//!   and never logged (only header names are); a stdio server inherits only a minimal environment
+//!   (PATH, HOME, locale…) plus its `env`, never picogent's own tokens.
+
+mod connect;
+mod limit;
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientConfig, GetPromptRequestParams, GetPromptResult, Implementation,
+    JsonObject, ProgressNotificationParam, Prompt, ProtocolVersion, ReadResourceRequestParams, ReadResourceResult,
+    Resource, Tool,
+};
+use rmcp::service::{MaybeSendFuture, NotificationContext};
+use rmcp::{ClientHandler, Peer, RoleClient, ServiceError};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+pub use connect::{ConnectError, expand_env};
+
+use picogent_config::McpServerConfig;
+
+/// The protocol version tried first, and the one fallen back to with servers that predate it.
+pub const PREFERRED_PROTOCOL: ProtocolVersion = ProtocolVersion::V_2026_07_28;
+pub const FALLBACK_PROTOCOL: ProtocolVersion = ProtocolVersion::V_2025_11_25;
+
+/// Progress notifications kept per server for the run record (the oldest are dropped).
+const PROGRESS_KEPT: usize = 256;
+const BACKOFF_START: Duration = Duration::from_millis(250);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// Why a request to a server did not produce an answer. Each becomes an error result the model
+/// reads, so the messages say what happened and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerCallError {
+    #[error("mcp server {server} is unavailable ({reason}); it is being restarted, try again later")]
+    Unavailable { server: String, reason: String },
+    #[error("mcp server {server} did not answer within {timeout_ms} ms; the request was cancelled")]
+    TimedOut { server: String, timeout_ms: u64 },
+    #[error("the call to mcp server {server} was cancelled because the run stopped")]
+    Cancelled { server: String },
+    #[error("mcp server {server} failed the request: {message}")]
+    Failed { server: String, message: String },
+    #[error(
+        "the result of mcp server {server} is over its limit of {limit} bytes (mcp_servers.{server}.max_result_bytes), \
+         so the call was refused without reading the rest: ask for less (a narrower query, fewer items, one page), \
+         or raise that setting"
+    )]
+    ResultTooLarge { server: String, limit: usize },
+    #[error(
+        "mcp server {server} sent a message over its limit of {limit} bytes (mcp_servers.{server}.max_result_bytes) \
+         that answers no call picogent can tell, so its connection is being restarted and this call was ended \
+         unanswered: try again in a moment, asking for less"
+    )]
+    MessageTooLarge { server: String, limit: usize },
+    #[error(
+        "mcp server {server} ended its answer to this call before it was complete: its response stream broke, \
+         or was over the limit of {limit} bytes (mcp_servers.{server}.max_result_bytes); try again, asking for less"
+    )]
+    AnswerCut { server: String, limit: usize },
+}
+
+/// Whether a server is usable right now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerStatus {
+    Connecting,
+    Ready,
+    Down { reason: String },
+    Stopped,
+}
+
+/// One progress notification, as kept for the run record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProgressRecord {
+    pub server: String,
+    pub token: String,
+    pub progress: f64,
+    pub total: Option<f64>,
+    pub message: Option<String>,
+}
+
+/// What a server offers right now.
+#[derive(Debug, Clone, Default)]
+pub struct ServerSnapshot {
+    /// The server's tools after its own `tools.allowed` / `tools.disallowed`, original names.
+    pub tools: Vec<Tool>,
+    pub prompts: Vec<Prompt>,
+    pub resources: Vec<Resource>,
+    /// Whether the server declared the resources capability.
+    pub has_resources: bool,
+    pub instructions: Option<String>,
+    pub protocol_version: Option<String>,
+}
+
+/// One connection as its calls use it: the peer, and what the connection's reader tells them.
+#[derive(Clone)]
+struct Link {
+    peer: Peer<RoleClient>,
+    overflow: Arc<limit::Overflow>,
+}
+
+struct State {
+    link: Option<Link>,
+    status: ServerStatus,
+    snapshot: ServerSnapshot,
+    pid: Option<u32>,
+    /// Connections made so far; 2 or more means the server was restarted.
+    connections: u32,
+}
+
+/// How one connection ended: the server went away (to be restarted), or the host shut down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ConnectionEnd {
+    Lost,
+    Shutdown,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Refresh {
+    Tools,
+    Prompts,
+    Resources,
+}
+
+/// A connected (or reconnecting) server. Shared by the host and its supervisor task.
+pub struct ServerConnection {
+    name: String,
+    config: McpServerConfig,
+    state: RwLock<State>,
+    progress: Arc<Mutex<VecDeque<ProgressRecord>>>,
+    /// Bumped whenever anything in `state` changes, so waiters need no polling.
+    generation: watch::Sender<u64>,
+}
+
+impl ServerConnection {
+    /// Starts the supervisor of one server. It connects at once and keeps reconnecting until
+    /// `shutdown` is cancelled.
+    pub fn start(name: String, config: McpServerConfig, shutdown: CancellationToken) -> Arc<ServerConnection> {
+        let connection = Arc::new(ServerConnection {
+            name,
+            config,
+            state: RwLock::new(State {
+                link: None,
+                status: ServerStatus::Connecting,
+                snapshot: ServerSnapshot::default(),
+                pid: None,
+                connections: 0,
+            }),
+            progress: Arc::new(Mutex::new(VecDeque::new())),
+            generation: watch::channel(0).0,
+        });
+        tokio::spawn(Arc::clone(&connection).supervise(shutdown));
+        connection
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn config(&self) -> &McpServerConfig {
+        &self.config
+    }
+
+    pub fn status(&self) -> ServerStatus {
+        self.read().status.clone()
+    }
+
+    pub fn snapshot(&self) -> ServerSnapshot {
+        self.read().snapshot.clone()
+    }
+
+    /// The child's process id (stdio servers), for operators and tests.
+    pub fn pid(&self) -> Option<u32> {
+        self.read().pid
+    }
+
+    /// How many times the server has been connected (1 = never restarted).
+    pub fn connections(&self) -> u32 {
+        self.read().connections
+    }
+
+    pub fn progress(&self) -> Vec<ProgressRecord> {
+        self.progress.lock().map(|kept| kept.iter().cloned().collect()).unwrap_or_default()
+    }
+
+    /// A receiver that changes whenever the server's status or lists change.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.generation.subscribe()
+    }
+
+    /// Waits until the server is no longer `Connecting` (ready or down), or `limit` passes.
+    pub async fn wait_settled(&self, limit: Duration) {
+        let mut changes = self.subscribe();
+        let _ = tokio::time::timeout(limit, async {
+            while self.status() == ServerStatus::Connecting {
+                if changes.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await;
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        // A poisoned lock only means a panic elsewhere mid-update; the data is still usable.
+        self.state.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn update(&self, change: impl FnOnce(&mut State)) {
+        {
+            let mut state = self.state.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+            change(&mut state);
+        }
+        self.generation.send_modify(|generation| *generation += 1);
+    }
+
+    fn link(&self) -> Result<Link, ServerCallError> {
+        let state = self.read();
+        match (&state.link, &state.status) {
+            (Some(link), ServerStatus::Ready) => Ok(link.clone()),
+            (_, status) => Err(ServerCallError::Unavailable {
+                server: self.name.clone(),
+                reason: match status {
+                    ServerStatus::Down { reason } => reason.clone(),
+                    ServerStatus::Stopped => "the host is shutting down".to_string(),
+                    _ => "still connecting".to_string(),
+                },
+            }),
+        }
+    }
+
+    /// Whether `link` is still the server's connection (it may have been restarted since).
+    fn is_connected_with(&self, link: &Link) -> bool {
+        self.read().link.as_ref().is_some_and(|current| Arc::ptr_eq(&current.overflow, &link.overflow))
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_millis(self.config.timeout_ms)
+    }
+
+    /// Runs one request with the server's timeout, giving up when `cancel` fires. Dropping the
+    /// request future makes rmcp send `notifications/cancelled` for it.
+    async fn request<T>(
+        &self,
+        link: &Link,
+        cancel: &CancellationToken,
+        request: impl Future<Output = Result<T, ServiceError>>,
+    ) -> Result<T, ServerCallError> {
+        self.request_within(self.timeout(), link, cancel, request).await
+    }
+
+    async fn request_within<T>(
+        &self,
+        limit: Duration,
+        link: &Link,
+        cancel: &CancellationToken,
+        request: impl Future<Output = Result<T, ServiceError>>,
+    ) -> Result<T, ServerCallError> {
+        tokio::select! {
+            outcome = tokio::time::timeout(limit, request) => match outcome {
+                Ok(Ok(value)) => Ok(value),
+                Ok(Err(error)) => Err(self.failed(error, link)),
+                Err(_) => Err(ServerCallError::TimedOut { server: self.name.clone(), timeout_ms: limit.as_millis() as u64 }),
+            },
+            _ = cancel.cancelled() => Err(ServerCallError::Cancelled { server: self.name.clone() }),
+        }
+    }
+
+    /// What a failed request tells the model, the limits' cases first.
+    fn failed(&self, error: ServiceError, link: &Link) -> ServerCallError {
+        let server = self.name.clone();
+        let limit = self.config.max_result_bytes;
+        match error {
+            ServiceError::McpError(data) if limit::is_too_large(&data) => {
+                ServerCallError::ResultTooLarge { server, limit }
+            }
+            ServiceError::TransportSend(sent) if body_too_large(&sent) => {
+                ServerCallError::ResultTooLarge { server, limit }
+            }
+            ServiceError::TransportClosed if link.overflow.cut_connection() => {
+                ServerCallError::MessageTooLarge { server, limit }
+            }
+            // The HTTP client ends a call this way when its response stream broke or its event was
+            // over the limit (rmcp does not say which); the connection itself is still there.
+            ServiceError::TransportClosed if self.config.url.is_some() && self.is_connected_with(link) => {
+                ServerCallError::AnswerCut { server, limit }
+            }
+            ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
+                ServerCallError::Unavailable { server: self.name.clone(), reason: error.to_string() }
+            }
+            ServiceError::McpError(data) => {
+                ServerCallError::Failed { server: self.name.clone(), message: data.message.to_string() }
+            }
+            other => ServerCallError::Failed { server: self.name.clone(), message: other.to_string() },
+        }
+    }
+
+    /// `tools/call` with the server's original tool name.
+    pub async fn call_tool(
+        &self,
+        tool: &str,
+        arguments: JsonObject,
+        cancel: &CancellationToken,
+    ) -> Result<rmcp::model::CallToolResult, ServerCallError> {
+        let link = self.link()?;
+        let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
+        self.request(&link, cancel, link.peer.call_tool(params)).await
+    }
+
+    /// `prompts/get`.
+    pub async fn get_prompt(
+        &self,
+        prompt: &str,
+        arguments: JsonObject,
+        cancel: &CancellationToken,
+    ) -> Result<GetPromptResult, ServerCallError> {
+        let link = self.link()?;
+        let params = GetPromptRequestParams::new(prompt).with_arguments(arguments);
+        let peer = link.peer.clone();
+        self.request(&link, cancel, async move {
+            match peer.get_prompt_once(params).await? {
+                rmcp::model::GetPromptResponse::Complete(result) => Ok(result),
+                _ => Err(ServiceError::UnexpectedResponse),
+            }
+        })
+        .await
+    }
+
+    /// `resources/read`.
+    pub async fn read_resource(
+        &self,
+        uri: &str,
+        cancel: &CancellationToken,
+    ) -> Result<ReadResourceResult, ServerCallError> {
+        let link = self.link()?;
+        self.request(&link, cancel, link.peer.read_resource(ReadResourceRequestParams::new(uri))).await
+    }
+
+    /// Keeps the server connected until `shutdown`: connect, serve the connection until it ends,
+    /// wait out the backoff, and again.
+    async fn supervise(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut backoff = BACKOFF_START;
+        loop {
+            self.update(|state| state.status = ServerStatus::Connecting);
+            let (events_tx, events_rx) = mpsc::unbounded_channel();
+            let handler =
+                Handler { server: self.name.clone(), events: events_tx.clone(), progress: Arc::clone(&self.progress) };
+            let connected = tokio::select! {
+                connected = self.connect(handler) => connected,
+                _ = shutdown.cancelled() => break,
+            };
+            match connected {
+                Ok(connected) => {
+                    backoff = BACKOFF_START;
+                    let ended = self.serve_connection(connected, (events_tx, events_rx), &shutdown).await;
+                    if ended == ConnectionEnd::Shutdown {
+                        return;
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(server = %self.name, %error, retry_in_ms = backoff.as_millis() as u64, "cannot connect mcp server");
+                    self.update(|state| state.status = ServerStatus::Down { reason: error.to_string() });
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = shutdown.cancelled() => break,
+            }
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+        }
+        self.update(|state| {
+            state.link = None;
+            state.status = ServerStatus::Stopped;
+        });
+    }
+
+    /// Reads what a fresh connection offers, marks the server ready, and refreshes its lists on
+    /// list-changed notifications until the connection ends (the server is then down) or
+    /// `shutdown` fires (it is then stopped).
+    async fn serve_connection(
+        &self,
+        connect::Connected { running, pid, overflow }: connect::Connected,
+        (events_tx, mut events_rx): (mpsc::UnboundedSender<Refresh>, mpsc::UnboundedReceiver<Refresh>),
+        shutdown: &CancellationToken,
+    ) -> ConnectionEnd {
+        let link = Link { peer: running.peer().clone(), overflow };
+        let snapshot = self.first_snapshot(&link, &events_tx).await;
+        tracing::info!(
+            server = %self.name,
+            protocol = snapshot.protocol_version.as_deref().unwrap_or("?"),
+            tools = snapshot.tools.len(),
+            prompts = snapshot.prompts.len(),
+            resources = snapshot.resources.len(),
+            "mcp server connected"
+        );
+        self.update(|state| {
+            state.link = Some(link.clone());
+            state.status = ServerStatus::Ready;
+            state.snapshot = snapshot;
+            state.pid = pid;
+            state.connections += 1;
+        });
+        let stop = running.cancellation_token();
+        let mut finished = Box::pin(running.waiting());
+        let reason = loop {
+            tokio::select! {
+                quit = &mut finished => break format!("connection ended ({quit:?})"),
+                Some(what) = events_rx.recv() => self.refresh(&link, what).await,
+                _ = shutdown.cancelled() => {
+                    stop.cancel();
+                    let _ = finished.await;
+                    self.update(|state| { state.link = None; state.status = ServerStatus::Stopped; });
+                    return ConnectionEnd::Shutdown;
+                }
+            }
+        };
+        tracing::warn!(server = %self.name, %reason, "mcp server went away; restarting it");
+        self.update(|state| {
+            state.link = None;
+            state.pid = None;
+            state.status = ServerStatus::Down { reason: "the server exited".to_string() };
+        });
+        ConnectionEnd::Lost
+    }
+
+    /// What a fresh connection offers: the server's info, then the lists its capabilities
+    /// declare (an empty list where one cannot be read).
+    async fn first_snapshot(&self, link: &Link, events: &mpsc::UnboundedSender<Refresh>) -> ServerSnapshot {
+        let info = link.peer.peer_info();
+        let mut snapshot = ServerSnapshot {
+            has_resources: info.as_ref().is_some_and(|info| info.capabilities.resources.is_some()),
+            instructions: info.as_ref().and_then(|info| info.instructions.clone()),
+            protocol_version: info.as_ref().map(|info| info.protocol_version.to_string()),
+            ..ServerSnapshot::default()
+        };
+        // From 2026-07-28 a server sends list changes only on a listen stream. It is open before
+        // the lists are read, so no change between the two is missed.
+        if info.as_ref().is_some_and(|info| !info.protocol_version.has_initialize())
+            && let Some(subscription) = self.listen(link).await
+        {
+            tokio::spawn(forward_list_changes(subscription, events.clone()));
+        }
+        let capabilities = info.as_ref().map(|info| info.capabilities.clone()).unwrap_or_default();
+        if capabilities.tools.is_some() {
+            snapshot.tools = self.list_tools(link).await.unwrap_or_default();
+        }
+        if capabilities.prompts.is_some() {
+            snapshot.prompts = self.list_prompts(link).await.unwrap_or_default();
+        }
+        if capabilities.resources.is_some() {
+            snapshot.resources = self.list_resources(link).await.unwrap_or_default();
+        }
+        snapshot
+    }
+
+    /// Opens the list-change stream of a 2026-07-28 server. A server that refuses it only loses
+    /// refreshes (logged).
+    async fn listen(&self, link: &Link) -> Option<rmcp::service::Subscription> {
+        use rmcp::model::SubscriptionFilter;
+        let filter =
+            SubscriptionFilter::builder().tools_list_changed().prompts_list_changed().resources_list_changed().build();
+        let never = CancellationToken::new();
+        // Part of connecting, so it gets the handshake's allowance rather than a call's timeout.
+        let limit = self.timeout().max(Duration::from_secs(30));
+        match self.request_within(limit, link, &never, link.peer.listen(filter)).await {
+            Ok(subscription) => Some(subscription),
+            Err(error) => {
+                tracing::info!(server = %self.name, %error, "mcp server offers no list-change stream");
+                None
+            }
+        }
+    }
+
+    async fn refresh(&self, link: &Link, what: Refresh) {
+        tracing::info!(server = %self.name, list = ?what, "mcp server list changed; refreshing");
+        match what {
+            Refresh::Tools => {
+                if let Some(tools) = self.list_tools(link).await {
+                    self.update(|state| state.snapshot.tools = tools);
+                }
+            }
+            Refresh::Prompts => {
+                if let Some(prompts) = self.list_prompts(link).await {
+                    self.update(|state| state.snapshot.prompts = prompts);
+                }
+            }
+            Refresh::Resources => {
+                if let Some(resources) = self.list_resources(link).await {
+                    self.update(|state| {
+                        state.snapshot.resources = resources;
+                        state.snapshot.has_resources = true;
+                    });
+                }
+            }
+        }
+    }
+
+    /// Every page of `tools/list`, filtered by the server's allow/deny lists. `None` (and a warning)
+    /// when the server fails: the caller keeps what it had.
+    async fn list_tools(&self, link: &Link) -> Option<Vec<Tool>> {
+        let never = CancellationToken::new();
+        match self.request(link, &never, link.peer.list_all_tools()).await {
+            Ok(tools) => Some(
+                tools
+                    .into_iter()
+                    .filter(|tool| {
+                        picogent_tools::policy::allowed_by(
+                            &self.config.tools.allowed,
+                            &self.config.tools.disallowed,
+                            &tool.name,
+                        )
+                    })
+                    .collect(),
+            ),
+            Err(error) => {
+                tracing::warn!(server = %self.name, %error, "cannot list mcp tools; keeping the previous list");
+                None
+            }
+        }
+    }
+
+    async fn list_prompts(&self, link: &Link) -> Option<Vec<Prompt>> {
+        let never = CancellationToken::new();
+        match self.request(link, &never, link.peer.list_all_prompts()).await {
+            Ok(prompts) => Some(prompts),
+            Err(error) => {
+                tracing::warn!(server = %self.name, %error, "cannot list mcp prompts; keeping the previous list");
+                None
+            }
+        }
+    }
+
+    async fn list_resources(&self, link: &Link) -> Option<Vec<Resource>> {
+        let never = CancellationToken::new();
+        match self.request(link, &never, link.peer.list_all_resources()).await {
+            Ok(resources) => Some(resources),
+            Err(error) => {
+                tracing::warn!(server = %self.name, %error, "cannot list mcp resources; keeping the previous list");
+                None
+            }
+        }
+    }
+}
+
+/// Whether a failed send is the HTTP client refusing a response body over the limit.
+fn body_too_large(sent: &rmcp::transport::DynamicTransportError) -> bool {
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    matches!(
+        sent.error.downcast_ref::<StreamableHttpError<reqwest::Error>>(),
+        Some(StreamableHttpError::ResponseBodyTooLarge { .. })
+    )
+}
+
+/// Forwards list-changed notifications from a `subscriptions/listen` stream to the supervisor;
+/// ends with the connection.
+async fn forward_list_changes(mut subscription: rmcp::service::Subscription, events: mpsc::UnboundedSender<Refresh>) {
+    use rmcp::model::ServerNotification;
+    while let Ok(Some(notification)) = subscription.next().await {
+        let what = match notification {
+            ServerNotification::ToolListChangedNotification(_) => Refresh::Tools,
+            ServerNotification::PromptListChangedNotification(_) => Refresh::Prompts,
+            ServerNotification::ResourceListChangedNotification(_) => Refresh::Resources,
+            _ => continue,
+        };
+        if events.send(what).is_err() {
+            return;
+        }
+    }
+}
+
+/// The client side of one connection: it hears the server's notifications.
+#[derive(Clone)]
+struct Handler {
+    server: String,
+    events: mpsc::UnboundedSender<Refresh>,
+    progress: Arc<Mutex<VecDeque<ProgressRecord>>>,
+}
+
+impl ClientHandler for Handler {
+    fn get_info(&self) -> ClientConfig {
+        let mut info = ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("picogent", env!("CARGO_PKG_VERSION")),
+        );
+        // Used by the `initialize` handshake; discovery names its own preferred versions.
+        info.protocol_version = FALLBACK_PROTOCOL;
+        info
+    }
+
+    fn on_tool_list_changed(
+        &self,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + MaybeSendFuture + '_ {
+        let _ = self.events.send(Refresh::Tools);
+        std::future::ready(())
+    }
+
+    fn on_prompt_list_changed(
+        &self,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + MaybeSendFuture + '_ {
+        let _ = self.events.send(Refresh::Prompts);
+        std::future::ready(())
+    }
+
+    fn on_resource_list_changed(
+        &self,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + MaybeSendFuture + '_ {
+        let _ = self.events.send(Refresh::Resources);
+        std::future::ready(())
+    }
+
+    fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + MaybeSendFuture + '_ {
+        let record = ProgressRecord {
+            server: self.server.clone(),
+            token: format!("{:?}", params.progress_token),
+            progress: params.progress,
+            total: params.total,
+            message: params.message.clone(),
+        };
+        tracing::info!(server = %record.server, token = %record.token, progress = record.progress, total = ?record.total, message = ?record.message, "mcp progress");
+        if let Ok(mut kept) = self.progress.lock() {
+            if kept.len() == PROGRESS_KEPT {
+                kept.pop_front();
+            }
+            kept.push_back(record);
+        }
+        std::future::ready(())
+    }
+}

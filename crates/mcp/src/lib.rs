@@ -1,0 +1,19 @@
+//! MCP both ways; the only module that imports rmcp's server and client machinery.
+//!
+//! As a server, picogent offers the tracker's tools, tasks as resources and its prompt templates
+//! to any MCP host over rmcp's own transports, and `picogent run` adds the running agent
+//! ([`server`]). As a host, picogent connects external MCP servers (`mcp_servers` in agent.json)
+//! and offers their tools to the model beside the tracker's, under the one permission policy of
+//! [`picogent_tools::policy`]:
+//!
+//! - [`client`]: one server's connection — transport, handshake, restart with backoff, its lists,
+//!   and the limit on what it sends (`max_result_bytes`);
+//! - [`host`]: every server together as one [`picogent_tools::ToolSource`], with public names,
+//!   resource tools, prompt commands and server instructions;
+//! - [`results`]: what a tool result becomes for the model (inline text or an artifact on disk,
+//!   within the artifacts' quotas).
+
+pub mod client;
+pub mod host;
+pub mod results;
+pub mod server;

@@ -1,0 +1,130 @@
+//! The extension point for the running agent: what `picogent run` lets MCP clients see and do,
+//! as a trait the runtime implements and typed records the server serialises.
+//!
+//! Invariant: these records are the JSON of `agent://status`, `run://list`, `run://{id}`,
+//! `run://{id}/result` and `report_run` — a field renamed here is renamed for every client.
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+use time::OffsetDateTime;
+use tokio::sync::broadcast;
+
+use picogent_agent::RunOutcome;
+use picogent_state::RunStatus;
+
+/// What `picogent run` lets MCP clients see and do. The server serves these as the resources
+/// `agent://status`, `run://list`, `run://{id}`, `run://{id}/log`, `run://{id}/result` and the tools
+/// `start_run`, `stop_run`, `report_run`, and sends `notifications/resources/list_changed` each
+/// time [`AgentControl::subscribe`] fires.
+pub trait AgentControl: Send + Sync {
+    /// The agent's state: connected or not, runs in flight, budgets.
+    fn status(&self) -> BoxFuture<'_, AgentStatus>;
+    /// Recent runs, newest first.
+    fn list_runs(&self) -> BoxFuture<'_, Vec<RunSummary>>;
+    /// One run's record. `NotFound` for an unknown id.
+    fn get_run<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<RunSummary, AgentControlError>>;
+    /// One run's log as text (what the model was asked, which tools it called and what came back).
+    fn run_log<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<String, AgentControlError>>;
+    /// One run's result: its outcome and final answer (or that it is still running).
+    fn run_result<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<RunResult, AgentControlError>>;
+    /// Starts a run; answers the new run's id.
+    fn start_run(&self, request: StartRun) -> BoxFuture<'_, Result<String, AgentControlError>>;
+    /// Asks a run to stop; `true` if it was running and is now stopping, `false` if it had ended.
+    fn stop_run<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<bool, AgentControlError>>;
+    /// Fires each time a run starts or ends.
+    fn subscribe(&self) -> broadcast::Receiver<()>;
+}
+
+/// The running agent, as `agent://status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AgentStatus {
+    /// Whether the WebSocket to the tracker is open.
+    pub connected: bool,
+    /// Whether what was missed while away has been replayed and reconciled.
+    pub caught_up: bool,
+    pub active_runs: usize,
+    /// Tokens spent today, against `max_tokens_per_day`.
+    pub tokens_today: u64,
+    pub max_tokens_per_day: u64,
+    /// The names of the tools the agent's runs may be offered.
+    pub tools: Vec<String>,
+}
+
+/// One run's record, as `run://list` and `run://{id}` show it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunSummary {
+    pub id: String,
+    /// The session (task or chat thread) the run belongs to.
+    pub session: String,
+    /// What started the run, e.g. `task.assigned TE-3` or `start_run TE-3`.
+    pub trigger: String,
+    pub status: RunStatus,
+    pub turns: u32,
+    pub tool_calls: u32,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub model_duration_ms: u64,
+    pub tool_duration_ms: u64,
+    /// What the run achieved or why it stopped, in a sentence.
+    pub outcome: Option<String>,
+    /// The error that ended a failed run.
+    pub error: Option<String>,
+    #[serde(serialize_with = "rfc3339")]
+    pub started_at: OffsetDateTime,
+    #[serde(serialize_with = "rfc3339_option")]
+    pub finished_at: Option<OffsetDateTime>,
+    /// What the run cost, when the model has a price (`llm.price`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<f64>,
+}
+
+/// How one run ended, as `run://{id}/result` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunResult {
+    pub id: String,
+    pub status: RunStatus,
+    /// Whether the run has ended; a run can end without a stored [`RunResult::outcome`].
+    pub finished: bool,
+    /// How the model loop ended; `None` while the run is going or when it stored no record.
+    pub outcome: Option<RunOutcome>,
+    /// The model's final answer, or the run's outcome sentence when there is none.
+    pub final_message: Option<String>,
+    pub error: Option<String>,
+}
+
+/// What a run started over MCP works on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartRun {
+    /// Work a task, as if it had just been assigned to the agent.
+    Task { task_key: String },
+    /// Follow a free-form instruction.
+    Prompt { prompt: String },
+}
+
+/// Why the runtime refused a request, shaped by what the MCP client is told.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AgentControlError {
+    /// No run has this id.
+    #[error("no run with id {run_id}")]
+    NotFound { run_id: String },
+    /// The request was understood but cannot be served now (a limit, shutting down).
+    #[error("refused: {message}")]
+    Refused { message: String },
+    /// The request names something that does not exist or is malformed (an unknown task).
+    #[error("invalid request: {message}")]
+    Invalid { message: String },
+}
+
+/// RFC 3339; a time that format cannot express (outside years 0–9999) is an empty string rather
+/// than a failed read of the whole resource.
+fn rfc3339<S: serde::Serializer>(at: &OffsetDateTime, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default())
+}
+
+/// RFC 3339, or `null` for no time (or one that format cannot express).
+fn rfc3339_option<S: serde::Serializer>(at: &Option<OffsetDateTime>, serializer: S) -> Result<S::Ok, S::Error> {
+    match at.and_then(|at| at.format(&time::format_description::well_known::Rfc3339).ok()) {
+        Some(text) => serializer.serialize_str(&text),
+        None => serializer.serialize_none(),
+    }
+}
