@@ -1,0 +1,220 @@
+//! `picogent runs list` and `picogent runs show ID`: the inspector's runs and run pages as text,
+//! read from the state database of a config, for servers without a browser.
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+
+use super::view::{self, RunDetail, RunFilter, RunSummary};
+use picogent_config::Config;
+use picogent_state::State;
+
+async fn open_state(config: &Config) -> anyhow::Result<State> {
+    State::open_from_config(&config.state, &config.slug)
+        .await
+        .context("cannot open the state database the config names (state.path or state.url)")
+}
+
+/// `picogent runs list`: the newest `limit` runs, newest first, filtered.
+pub async fn list(config_path: &std::path::Path, limit: u32, filter: RunFilter) -> anyhow::Result<ExitCode> {
+    let config = Config::load(config_path)?;
+    let state = open_state(&config).await?;
+    let runs = state.list_runs(limit).await;
+    state.close().await;
+    let summaries: Vec<RunSummary> = runs
+        .context("cannot read the runs")?
+        .iter()
+        .filter(|run| filter.keeps(run))
+        .map(|run| view::summary(run, &config))
+        .collect();
+    print!("{}", list_text(&summaries, time::OffsetDateTime::now_utc()));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The widest line `picogent runs list` prints: a terminal of 120 columns shows each run on
+/// one line.
+pub const LIST_WIDTH: usize = 120;
+
+/// The runs as a table, one line each, each at most [`LIST_WIDTH`] characters: the short id
+/// (`runs show` takes it), the counts, when it started, and what started it with its outcome,
+/// cut to fit.
+pub fn list_text(runs: &[RunSummary], now: time::OffsetDateTime) -> String {
+    if runs.is_empty() {
+        return "no runs\n".to_string();
+    }
+    let mut out = format!(
+        "{:<8}  {:<11}  {:>5}  {:>5}  {:>7}  {:>9}  {:<12}  what: outcome\n",
+        "run", "status", "turns", "calls", "tokens", "duration", "started"
+    );
+    for run in runs {
+        let started = picogent_web::readable::parse(&run.started_at)
+            .map(|at| picogent_web::readable::ago(at, now))
+            .unwrap_or_else(|| run.started_at.clone());
+        let columns = format!(
+            "{:<8}  {:<11}  {:>5}  {:>5}  {:>7}  {:>9}  {:<12}  ",
+            run.short_id, run.status, run.turns, run.tool_calls, run.tokens, run.duration, started
+        );
+        // A chat message's words, quoted, say what it was without `message.new` before them;
+        // the room is better spent on the outcome.
+        let name = match &run.words {
+            Some(words) if run.trigger_kind == "message.new" => format!("\"{words}\""),
+            _ => view::run_name(run),
+        };
+        let what = match run.outcome.as_str() {
+            "" => name,
+            outcome => format!("{name}: {outcome}"),
+        };
+        let room = LIST_WIDTH.saturating_sub(columns.chars().count()).max(1);
+        let what = if what.chars().count() > room {
+            format!("{}…", what.chars().take(room - 1).collect::<String>())
+        } else {
+            what
+        };
+        let _ = writeln!(out, "{columns}{what}");
+    }
+    out
+}
+
+/// `picogent runs show ID`: one run in full; `ID` is a run's id or its start (the 8-character
+/// short id `runs list` and the inspector show). Exit 1 when no run, or several, match.
+pub async fn show(config_path: &std::path::Path, run_id: &str) -> anyhow::Result<ExitCode> {
+    let config = Config::load(config_path)?;
+    let state = open_state(&config).await?;
+    let found = find_run(&state, run_id).await;
+    let location = state.location();
+    state.close().await;
+    match found.context("cannot read the run")? {
+        Found::One(run) => {
+            print!("{}", show_text(&view::detail(&run, &config)));
+            Ok(ExitCode::SUCCESS)
+        }
+        Found::None if run_id.trim().is_empty() => {
+            eprintln!("error: give a run's id, or its start (the short id): `picogent runs list` shows them");
+            Ok(ExitCode::FAILURE)
+        }
+        Found::None => {
+            eprintln!("error: no run {run_id} in {location}: `picogent runs list` shows the runs kept");
+            Ok(ExitCode::FAILURE)
+        }
+        Found::Several(ids) => {
+            let shown = ids.iter().take(SEVERAL_SHOWN).map(String::as_str).collect::<Vec<_>>().join("\n  ");
+            let more = if ids.len() > SEVERAL_SHOWN { "\n  …" } else { "" };
+            eprintln!("error: {run_id} is the start of several runs' ids; give more of it:\n  {shown}{more}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// How many ids an ambiguous prefix lists.
+const SEVERAL_SHOWN: usize = 10;
+
+/// What a run id, or the start of one, names.
+enum Found {
+    One(Box<picogent_state::RunRow>),
+    None,
+    Several(Vec<String>),
+}
+
+/// The run `id` names: the run with that id, or else the one run whose id starts with it.
+async fn find_run(state: &State, id: &str) -> Result<Found, picogent_state::StateError> {
+    let id = id.trim();
+    if id.is_empty() {
+        return Ok(Found::None);
+    }
+    if let Some(run) = state.get_run(id).await? {
+        return Ok(Found::One(Box::new(run)));
+    }
+    // One more than are listed, to know there are more.
+    let ids = state.run_ids_starting_with(id, SEVERAL_SHOWN as u32 + 1).await?;
+    match ids.as_slice() {
+        [] => Ok(Found::None),
+        [only] => Ok(state.get_run(only).await?.map_or(Found::None, |run| Found::One(Box::new(run)))),
+        _ => Ok(Found::Several(ids)),
+    }
+}
+
+/// One run as text: its summary, budgets, prompts, turns and ending.
+pub fn show_text(run: &RunDetail) -> String {
+    let summary = &run.summary;
+    let mut out = String::new();
+    let _ = writeln!(out, "run      {}  {}", summary.id, picogent_web::readable::status_label(summary.status));
+    let _ = writeln!(
+        out,
+        "trigger  {}{}",
+        view::run_name(summary),
+        summary.link.as_ref().map(|link| format!("  ({link})")).unwrap_or_default()
+    );
+    let started = match picogent_web::readable::parse(&summary.started_at) {
+        Some(at) => {
+            let ago = picogent_web::readable::ago(at, time::OffsetDateTime::now_utc());
+            format!("{} ({ago})", picogent_web::readable::exact(at))
+        }
+        None => summary.started_at.clone(),
+    };
+    let _ = writeln!(
+        out,
+        "started  {}  {}  {} tokens{}",
+        started,
+        summary.duration,
+        summary.tokens,
+        summary.cost.as_ref().map(|c| format!("  cost {c}")).unwrap_or_default()
+    );
+    for budget in &run.budgets {
+        let _ = writeln!(out, "budget   {}: {} of {} ({}%)", budget.name, budget.used, budget.limit, budget.percent);
+    }
+    if let Some(system) = &run.system_prompt {
+        let _ = writeln!(out, "\n== system prompt\n{}", system.trim_end());
+    }
+    if let Some(prompt) = &run.prompt {
+        let _ = writeln!(out, "\n== prompt (after {} earlier messages)\n{}", run.earlier_messages, prompt.trim_end());
+    }
+    for entry in &run.transcript {
+        if entry.kind == "input" {
+            let _ = writeln!(
+                out,
+                "\n== input joined after turn {}\n{}",
+                entry.number,
+                entry.text.as_deref().unwrap_or("").trim_end()
+            );
+            continue;
+        }
+        let _ = writeln!(out, "\n== turn {}", entry.number);
+        if let Some(text) = &entry.text {
+            let _ = writeln!(out, "{}", text.trim_end());
+        }
+        if let Some(refusal) = &entry.refusal {
+            let _ = writeln!(out, "refused: {refusal}");
+        }
+        for call in &entry.calls {
+            let mark = if call.is_error { "✗" } else { "→" };
+            let _ = writeln!(
+                out,
+                "tool {} {} [{}]",
+                call.name,
+                crate::record::one_line(&call.arguments, 200),
+                call.outcome.unwrap_or("?")
+            );
+            let _ = writeln!(
+                out,
+                "  {mark} {}",
+                call.result.as_deref().map(|r| crate::record::one_line(r, 400)).unwrap_or_else(|| "no result".into())
+            );
+        }
+    }
+    if let Some(notice) = &run.notice {
+        let _ = writeln!(out, "\n== notice left\n{notice}");
+    }
+    if let Some(error) = &run.error {
+        let _ = writeln!(out, "error    {error}");
+    }
+    if let Some(text) = &run.final_message {
+        let _ = writeln!(
+            out,
+            "\n== {}\n{}",
+            if summary.status == "completed" { "final answer" } else { "why it stopped" },
+            text.trim_end()
+        );
+    }
+    out
+}

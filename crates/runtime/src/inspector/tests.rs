@@ -1,0 +1,386 @@
+//! The inspector over a real socket, on a real state file: every page's status, escaping of
+//! what runs stored, 404 for an unknown run, and the token off loopback.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use reqwest::StatusCode;
+use reqwest::header::{AUTHORIZATION, CONTENT_SECURITY_POLICY, COOKIE, SET_COOKIE};
+
+use super::{Access, Inspector};
+use crate::record::StoredRun;
+use picogent_agent::{RunOutcome, RunRecord};
+use picogent_llm::{Message, ToolCall};
+use picogent_state::{FinishRun, RunStatus, State};
+use picogent_support::secret::Secret;
+
+struct Served {
+    url: String,
+    state: State,
+    http: reqwest::Client,
+    _dir: tempfile::TempDir,
+}
+
+fn config(dir: &std::path::Path) -> picogent_config::Config {
+    serde_json::from_value(serde_json::json!({
+        "slug": "picogent",
+        "name": "Picogent",
+        "prompts_dir": dir.join("prompts"),
+        "tracker": {"url": "http://127.0.0.1:9"},
+        "llm": {"base_url": "http://127.0.0.1:9/v1", "model": "offline-<b>planner</b>"},
+        "state": {"path": dir.join("state.db")},
+    }))
+    .unwrap()
+}
+
+async fn serve(listen: &str, access: Access) -> Served {
+    serve_with(listen, access, Arc::default()).await
+}
+
+/// [`serve`], showing what `status` says of the running agent.
+async fn serve_with(listen: &str, access: Access, status: Arc<crate::status::StatusBoard>) -> Served {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let state = State::open(&config.state.path).await.unwrap();
+    let metrics = Arc::new(crate::metrics::Metrics::default());
+    metrics.event("message.new", "own_message");
+    metrics.event("task.assigned", "run");
+    let inspector = Inspector::new(
+        state.clone(),
+        status,
+        metrics,
+        Arc::new(config),
+        vec!["get_task".into()],
+        access,
+        tokio_util::sync::CancellationToken::new(),
+    );
+    let listen: SocketAddr = listen.parse().unwrap();
+    let doors = picogent_web::DoorLimits::default();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let (addr, _server) = crate::http::serve(listen, super::routes(inspector), doors, shutdown).await.unwrap();
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    Served { url: format!("http://127.0.0.1:{}", addr.port()), state, http, _dir: dir }
+}
+
+/// A finished run whose model text, tool arguments and tool result all hold markup.
+async fn hostile_run(state: &State) -> String {
+    let run_id = state.start_run("task:t-1", "task.assigned TE-1").await.unwrap();
+    let mut record = RunRecord::new();
+    record.outcome = RunOutcome::Completed;
+    record.final_message = "done <script>alert('final')</script>".into();
+    record.turns = 2;
+    let stored = StoredRun {
+        prompt: "Task: <script>alert('prompt')</script>".into(),
+        history_len: 0,
+        system_prompt: Some("You are <b>picogent</b>.".into()),
+        fence: None,
+        message_words: None,
+        record: Some(record),
+        conversation: vec![
+            Message::user("Task: <script>alert('prompt')</script>"),
+            Message::Assistant {
+                content: Some("Looking <script>alert('turn')</script>".into()),
+                tool_calls: vec![ToolCall {
+                    id: "c1".into(),
+                    name: "get_task".into(),
+                    arguments: r#"{"task_id": "<img src=x onerror=alert(1)>"}"#.into(),
+                }],
+                refusal: None,
+            },
+            Message::Tool {
+                tool_call_id: "c1".into(),
+                name: "get_task".into(),
+                content: "TE-1 <script>alert('result')</script>".into(),
+                is_error: false,
+            },
+            Message::Assistant {
+                content: Some("done <script>alert('final')</script>".into()),
+                tool_calls: vec![],
+                refusal: None,
+            },
+        ],
+    };
+    let finish = FinishRun {
+        turns: 2,
+        tool_calls: 1,
+        outcome: Some("done <script>".into()),
+        record: Some(serde_json::to_value(&stored).unwrap()),
+        ..FinishRun::new(RunStatus::Completed)
+    };
+    assert!(state.finish_run(&run_id, &finish).await.unwrap());
+    run_id
+}
+
+impl Served {
+    async fn get(&self, path: &str) -> (StatusCode, String) {
+        let answer = self.http.get(format!("{}{path}", self.url)).send().await.unwrap();
+        let status = answer.status();
+        let csp = answer.headers().get(CONTENT_SECURITY_POLICY).map(|v| v.to_str().unwrap().to_string());
+        assert!(csp.is_some_and(|csp| csp.contains("script-src 'self'")), "{path} has no CSP");
+        (status, answer.text().await.unwrap())
+    }
+}
+
+#[tokio::test]
+async fn every_page_answers_and_shows_stored_markup_as_text() {
+    let served = serve("127.0.0.1:0", Access::Open).await;
+    let run_id = hostile_run(&served.state).await;
+    let (status, html) = served.get("/").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(html.contains(&run_id) && html.contains("task.assigned TE-1"), "{html}");
+    assert!(
+        html.contains("href=\"http:&#x2f;&#x2f;127.0.0.1:9&#x2f;tasks&#x2f;t-1\""),
+        "the run links to its task: {html}"
+    );
+    let (status, html) = served.get(&format!("/runs/{run_id}")).await;
+    assert_eq!(status, StatusCode::OK);
+    for text in ["alert('prompt')", "alert('turn')", "alert('result')", "alert('final')"] {
+        assert!(
+            html.contains(&format!("&lt;script&gt;{}", text.replace('\'', "&#x27;"))),
+            "{text} not escaped: {html}"
+        );
+    }
+    assert!(!html.contains("<script>alert") && !html.contains("<img src=x"), "{html}");
+    assert!(html.contains("You are &lt;b&gt;picogent&lt;&#x2f;b&gt;."), "{html}");
+    assert!(html.contains("data-tool=\"get_task\""), "{html}");
+    for path in ["/runs?status=completed&trigger=task.assigned", "/events", "/health", "/assets/style.css"] {
+        let (status, html) = served.get(path).await;
+        assert_eq!(status, StatusCode::OK, "{path}");
+        assert!(!html.contains("<b>planner"), "{path}: {html}");
+    }
+    let (_, html) = served.get("/events").await;
+    assert!(html.contains("its own message") && html.contains("started a run"), "{html}");
+    let (_, html) = served.get("/runs?status=failed").await;
+    assert!(!html.contains(&run_id), "the filter keeps only failed runs: {html}");
+    let (_, html) = served.get("/runs?trigger=message.new").await;
+    assert!(!html.contains(&run_id), "{html}");
+    let (status, _) = served.get("/runs/no-such-run").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = served.get("/runs/no-such-run/live").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let live = served.http.get(format!("{}/runs/{run_id}/live", served.url)).send().await.unwrap();
+    assert_eq!(live.status(), StatusCode::OK);
+    assert!(live.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+    let login = served.http.get(format!("{}/login", served.url)).send().await.unwrap();
+    assert_eq!(login.status(), StatusCode::SEE_OTHER, "an open inspector needs no login");
+}
+
+#[tokio::test]
+async fn off_loopback_every_page_needs_the_token() {
+    let served = serve("0.0.0.0:0", Access::Token(Secret::new("ui-secret"))).await;
+    let run_id = hostile_run(&served.state).await;
+    for path in ["/", "/runs", &format!("/runs/{run_id}"), "/runs/live", "/events", "/events/live", "/health"] {
+        let (status, html) = served.get(path).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}");
+        assert!(!html.contains(&run_id) && html.contains("Token needed"), "{path}: {html}");
+        let wrong =
+            served.http.get(format!("{}{path}", served.url)).header(AUTHORIZATION, "Bearer nope").send().await.unwrap();
+        assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED, "{path}");
+    }
+    let right = served.http.get(format!("{}/runs/{run_id}", served.url)).bearer_auth("ui-secret").send().await.unwrap();
+    assert_eq!(right.status(), StatusCode::OK);
+    let (status, _) = served.get("/assets/style.css").await;
+    assert_eq!(status, StatusCode::OK, "the token form's stylesheet needs no token");
+    let form = |token: &str| {
+        served
+            .http
+            .post(format!("{}/login", served.url))
+            .header(reqwest::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(format!("token={token}"))
+    };
+    assert_eq!(form("nope").send().await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    let signed_in = form("ui-secret").send().await.unwrap();
+    assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
+    let cookie = signed_in.headers()[SET_COOKIE].to_str().unwrap().to_string();
+    assert!(cookie.contains("HttpOnly") && !cookie.contains("ui-secret"), "{cookie}");
+    let cookie = cookie.split(';').next().unwrap().to_string();
+    let page = served.http.get(format!("{}/runs", served.url)).header(COOKIE, &cookie).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    assert!(page.text().await.unwrap().contains(&run_id));
+}
+
+#[test]
+fn a_listener_off_loopback_without_a_token_serves_no_inspector() {
+    let any: SocketAddr = "0.0.0.0:9464".parse().unwrap();
+    assert!(Access::for_listener(any, None, "PICOGENT_UI_TOKEN").is_none());
+    assert!(matches!(Access::for_listener(any, Some(Secret::new("t")), "X"), Some(Access::Token(_))));
+    let loopback: SocketAddr = "127.0.0.1:9464".parse().unwrap();
+    assert!(matches!(Access::for_listener(loopback, None, "X"), Some(Access::Open)));
+    let v6: SocketAddr = "[::1]:9464".parse().unwrap();
+    assert!(matches!(Access::for_listener(v6, None, "X"), Some(Access::Open)));
+}
+
+#[test]
+fn the_terminal_shows_the_same_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let text = runtime.block_on(async {
+        let state = State::open(&config.state.path).await.unwrap();
+        let run_id = hostile_run(&state).await;
+        let run = state.get_run(&run_id).await.unwrap().unwrap();
+        let list = super::cli::list_text(&[super::view::summary(&run, &config)], time::OffsetDateTime::now_utc());
+        assert!(list.contains(&run_id[..8]) && list.contains("completed") && list.contains("just now"), "{list}");
+        super::cli::show_text(&super::view::detail(&run, &config))
+    });
+    for part in
+        ["== system prompt", "== turn 1", "tool get_task", "TE-1 <script>", "== final answer", "budget   turns: 2 of"]
+    {
+        assert!(text.contains(part), "{part} missing:\n{text}");
+    }
+    assert_eq!(super::cli::list_text(&[], time::OffsetDateTime::now_utc()), "no runs\n");
+}
+
+#[test]
+fn a_run_links_to_its_task_where_the_config_says_the_board_shows_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let run = runtime.block_on(async {
+        let state = State::open(&config.state.path).await.unwrap();
+        let run_id = hostile_run(&state).await;
+        state.get_run(&run_id).await.unwrap().unwrap()
+    });
+    assert_eq!(super::view::summary(&run, &config).link.as_deref(), Some("http://127.0.0.1:9/tasks/t-1"));
+    config.http.task_link = Some("https://board.example.com/task/{id}/view".into());
+    assert_eq!(super::view::summary(&run, &config).link.as_deref(), Some("https://board.example.com/task/t-1/view"));
+}
+
+/// A finished chat run, answering a message whose words it stored at its start.
+async fn chat_run(state: &State) -> String {
+    let message_id = "0b7f3c1e-9d2a-4f61-a8e3-5c4d2b1a0f9e";
+    let run_id = state.start_run(&format!("thread:{message_id}"), &format!("message.new {message_id}")).await.unwrap();
+    let stored = StoredRun {
+        prompt: "Message id: …".into(),
+        history_len: 0,
+        system_prompt: None,
+        fence: None,
+        message_words: Some("what is on the board for the <b>release</b>?".into()),
+        record: Some(RunRecord::new()),
+        conversation: Vec::new(),
+    };
+    let finish = FinishRun {
+        outcome: Some("Replied in the thread.".into()),
+        record: Some(serde_json::to_value(&stored).unwrap()),
+        ..FinishRun::new(RunStatus::Completed)
+    };
+    assert!(state.finish_run(&run_id, &finish).await.unwrap());
+    run_id
+}
+
+/// The text a person reads in `html`: the tags' contents, not their attributes.
+fn visible_text(html: &str) -> String {
+    let mut text = String::new();
+    let mut in_tag = false;
+    for c in html.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => in_tag = false,
+            c if !in_tag => text.push(c),
+            _ => {}
+        }
+    }
+    text
+}
+
+#[tokio::test]
+async fn a_chat_run_is_named_by_its_words_and_statuses_and_times_read_as_words() {
+    let served = serve("127.0.0.1:0", Access::Open).await;
+    let run_id = chat_run(&served.state).await;
+    for path in ["/runs".to_string(), format!("/runs/{run_id}")] {
+        let (status, html) = served.get(&path).await;
+        assert_eq!(status, StatusCode::OK);
+        let text = visible_text(&html);
+        assert!(text.contains("what is on the board for the &lt;b&gt;release&lt;&#x2f;b&gt;?"), "{path}: {text}");
+        assert!(!text.contains("0b7f3c1e"), "{path} shows the message id as the run's name: {text}");
+        assert!(html.contains("title=\"message.new 0b7f3c1e-9d2a-4f61-a8e3-5c4d2b1a0f9e\""), "on hover: {html}");
+        assert!(text.contains("Completed") && !text.contains("completed"), "{path}: the status's label: {text}");
+        // The start: relative, with the exact time in UTC on hover.
+        let time = html.split("<time ").nth(1).unwrap_or_else(|| panic!("{path} has no time element: {html}"));
+        assert!(time.starts_with("datetime=\"20") && time.contains(" UTC\">just now</time>"), "{path}: {time}");
+    }
+    let (_, html) = served.get("/runs").await;
+    assert!(html.contains("<option value=\"interrupted\">Interrupted</option>"), "the filter offers labels: {html}");
+}
+
+#[tokio::test]
+async fn the_health_page_says_how_it_started_in_a_table() {
+    use crate::startup::{ReconcileReport, StartupReport};
+    let status = Arc::new(crate::status::StatusBoard::default());
+    let mut found = ReconcileReport::default();
+    found.tasks.open = 3;
+    found.tasks.worked = 1;
+    found.tasks.skip("summarised");
+    found.tasks.skip("summarised");
+    found.mentions.window = "24h".into();
+    found.mentions.answered = 2;
+    found.mentions.skip("old");
+    found.mentions.skip("a_reason_added_later");
+    found.errors.push("cannot read the comments of TE-9: tracker error 500".into());
+    status.set_startup(StartupReport {
+        mode: crate::transport::StartMode::Head,
+        from_seq: 41,
+        skipped_events: 7,
+        reconciliation: Some(found),
+    });
+    let served = serve_with("127.0.0.1:0", Access::Open, status).await;
+    let (code, html) = served.get("/health").await;
+    assert_eq!(code, StatusCode::OK);
+    let startup =
+        html.split("<table id=\"startup\">").nth(1).expect("a table of the start").split("</table>").next().unwrap();
+    let text = visible_text(startup);
+    for part in [
+        "at the tracker&#x27;s head (seq 41), 7 past events not acted on",
+        "3 on the board, 1 worked",
+        "2 the board shows the agent&#x27;s summary after the task&#x27;s last change",
+        "2 answered, within 24h",
+        "1 older than the window",
+        "1 A reason added later",
+        "cannot read the comments of TE-9",
+    ] {
+        assert!(text.contains(part), "{part:?} missing: {text}");
+    }
+    assert!(!startup.contains('{') && !startup.contains("\"mode\""), "no JSON: {startup}");
+}
+
+#[tokio::test]
+async fn a_page_for_another_host_name_gets_nothing() {
+    let served = serve("127.0.0.1:0", Access::Open).await;
+    let run_id = hostile_run(&served.state).await;
+    for path in
+        ["/", "/runs", &format!("/runs/{run_id}"), "/runs/live", "/events", "/health", "/login", "/assets/live.js"]
+    {
+        let answer = served
+            .http
+            .get(format!("{}{path}", served.url))
+            .header(reqwest::header::HOST, "rebind.attacker.example")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), StatusCode::MISDIRECTED_REQUEST, "{path}");
+        assert_eq!(answer.text().await.unwrap(), "", "{path}: nothing else");
+    }
+    let port = served.url.rsplit(':').next().unwrap().to_string();
+    for host in [format!("localhost:{port}"), format!("127.0.0.1:{port}")] {
+        let answer =
+            served.http.get(format!("{}/runs", served.url)).header(reqwest::header::HOST, &host).send().await.unwrap();
+        assert_eq!(answer.status(), StatusCode::OK, "{host}");
+    }
+}
+
+#[test]
+fn http_allowed_hosts_takes_host_names_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("prompts")).unwrap();
+    let load = |hosts: serde_json::Value| {
+        let mut text = serde_json::to_value(config(dir.path())).unwrap();
+        text["http"]["allowed_hosts"] = hosts;
+        let path = dir.path().join("agent.json");
+        std::fs::write(&path, text.to_string()).unwrap();
+        picogent_config::Config::load(&path)
+    };
+    let loaded = load(serde_json::json!(["agent.example.com", "agent.example.com:8443"])).unwrap();
+    assert_eq!(loaded.http.allowed_hosts, ["agent.example.com", "agent.example.com:8443"]);
+    let error = load(serde_json::json!(["https://agent.example.com/"])).unwrap_err().to_string();
+    assert!(error.contains("http.allowed_hosts") && error.contains("is not a host name"), "{error}");
+}

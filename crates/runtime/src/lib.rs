@@ -1,0 +1,506 @@
+//! The long-lived agent (`picogent run`): wires the event stream, the router, the runs, the
+//! state database and the HTTP listener together, and shuts them down in order.
+//!
+//! Shutdown: one `CancellationToken`. Cancelling it stops the stream (no new events), lets
+//! running runs finish within `limits.shutdown_grace_ms`, leaves what is unfinished recorded as
+//! running (resumed at the next start), closes the database and stops the HTTP listener.
+
+pub mod answer;
+pub mod control;
+pub mod guard;
+pub mod http;
+pub mod inspector;
+pub mod metrics;
+pub mod presence;
+pub mod prompt;
+pub mod record;
+pub mod refusal;
+pub mod replicas;
+pub mod retention;
+pub mod router;
+pub mod run;
+pub mod startup;
+mod state_lock;
+pub mod status;
+pub mod transport;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::router::{Input, Router};
+use crate::transport::{StreamOptions, StreamStart};
+use metrics::Metrics;
+use picogent_config::Config;
+use picogent_prompts::Prompts;
+use picogent_state::State;
+pub use picogent_state::{StateLockError, lock_state};
+use picogent_support::secret::Secret;
+use picogent_tools::ToolSource;
+use picogent_tracker::TrackerClient;
+use run::RunServices;
+use state_lock::{StandDown, StateLock, TakenLock};
+use status::StatusBoard;
+
+/// What `start` needs beyond the config: the secrets (read from the environment by the caller)
+/// and knobs tests turn.
+pub struct AgentOptions {
+    pub config: Config,
+    pub tracker_token: Secret,
+    pub llm_api_key: Option<Secret>,
+    /// The bearer token MCP clients must send to `/mcp`; `None` leaves `/mcp` off.
+    pub mcp_token: Option<Secret>,
+    /// The run inspector's token (`http.ui_token_env`), needed off loopback; `None` there leaves
+    /// the inspector off.
+    pub ui_token: Option<Secret>,
+    pub stream: Option<StreamOptions>,
+    /// Serve `http.listen` (false in tests that need no HTTP).
+    pub serve_http: bool,
+}
+
+/// A running agent.
+pub struct AgentHandle {
+    pub metrics: Arc<Metrics>,
+    pub status: Arc<StatusBoard>,
+    pub state: State,
+    pub http_addr: Option<SocketAddr>,
+    /// Sends commands (start or stop a run) into the router.
+    pub inputs: mpsc::Sender<Input>,
+    shutdown: CancellationToken,
+    router: tokio::task::JoinHandle<()>,
+    stream: tokio::task::JoinHandle<Result<(), crate::transport::StreamError>>,
+    http: Option<tokio::task::JoinHandle<()>>,
+    /// The pruning schedule of the state database; ends with the shutdown.
+    retention: tokio::task::JoinHandle<()>,
+    host: Arc<picogent_mcp::host::McpHost>,
+    /// Keeps this copy's marker moving on the tracker (`presence.check`); `None` when off.
+    presence: Option<presence::Heartbeat>,
+    /// Cancelled once a newer copy took over (on the tracker, or the agent's lock in PostgreSQL).
+    superseded: CancellationToken,
+    /// The lock that keeps a second agent off the same state; released with the handle.
+    _state_lock: StateLock,
+}
+
+impl AgentHandle {
+    /// Stops taking events, lets runs finish within the grace period, and closes everything.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        let _ = self.router.await;
+        let stream = self.stream.await;
+        if let Some(http) = self.http {
+            let _ = http.await;
+        }
+        let _ = self.retention.await;
+        self.host.shutdown().await;
+        // Last: the runs that finished above needed the lease for their writes.
+        if let Some(presence) = self.presence {
+            presence.finish().await;
+        }
+        self.state.close().await;
+        match stream {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(error.into()),
+            Err(join) => Err(anyhow::anyhow!("the event stream task failed: {join}")),
+        }
+    }
+
+    /// Resolves when the agent stops on its own (a fatal stream error such as a refused token).
+    pub fn is_finished(&self) -> bool {
+        self.stream.is_finished() || self.router.is_finished()
+    }
+
+    /// The cancellation token that stops the agent.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Resolves once a newer copy of the agent took over: on the tracker (`presence.check`), or
+    /// the agent's lock in PostgreSQL while this copy's connection was down; by then this copy
+    /// writes nothing more and its event stream is stopped.
+    pub async fn superseded(&self) {
+        self.superseded.cancelled().await
+    }
+
+    pub fn is_superseded(&self) -> bool {
+        self.superseded.is_cancelled()
+    }
+}
+
+/// Starts the agent: opens the state, loads the prompts, connects the stream and the model.
+pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
+    let AgentOptions { config, tracker_token, llm_api_key, mcp_token, ui_token, stream, serve_http } = options;
+    let config = Arc::new(config);
+    if serve_http && mcp_token.is_some() {
+        // `/mcp` here follows the rule of `picogent mcp --http`: off loopback only for the host
+        // names `mcp.allowed_hosts` lists. Checked before anything is locked, claimed or connected.
+        let listen: SocketAddr = config.http.listen.parse().context("http.listen is not an address")?;
+        picogent_mcp::server::check_listen_address(listen, &config.mcp).with_context(|| {
+            format!(
+                "/mcp is served on http.listen because {} is set (unset it to run without /mcp)",
+                config.mcp.token_env
+            )
+        })?;
+    }
+    let prompts = Arc::new(Prompts::load(&config.prompts_dir)?);
+    // One copy per state: the SQLite file's lock, or the agent's lock in the PostgreSQL database.
+    let (taken_lock, state) = match &config.state.postgres_url {
+        None => {
+            let lock = TakenLock::File(lock_state(&config.state.path)?);
+            let state = State::open(&config.state.path).await?;
+            if let Some(to) = state.get_value(picogent_state::migrate::MOVED_TO).await? {
+                state.close().await;
+                anyhow::bail!(
+                    "the state file {} was moved to {to} by `picogent state migrate`: set state.url to that database \
+                     (and drop state.path) to run the agent there; starting on the file would answer again what the \
+                     agent did since. To start this agent afresh instead, delete the file",
+                    config.state.path.display()
+                );
+            }
+            (lock, state)
+        }
+        Some(url) => {
+            let state = State::open_postgres(url, &config.slug).await?;
+            let lock = picogent_state::PostgresLock::take(url, &config.slug, config.replicas.enabled).await?;
+            (TakenLock::Postgres(lock), state)
+        }
+    };
+    // A replica writes its runs' ends as itself, and reads the shared spend each time.
+    let replica = match config.replicas.enabled {
+        true => {
+            let id = replica_id();
+            let (state, queue) =
+                state.as_replica(&id).context("replicas need their state in PostgreSQL (state.url)")?;
+            tracing::info!(replica = %id, "starting as one replica of agent {}", config.slug);
+            Some((state, queue))
+        }
+        false => None,
+    };
+    let state = replica.as_ref().map_or(state, |(state, _)| state.clone());
+    let client =
+        TrackerClient::new(&config.tracker, tracker_token.clone()).context("cannot build the tracker client")?;
+    // Before anything connects or acts: is another copy of this agent active on the tracker?
+    let claimed = if config.presence.check {
+        let presence_client = TrackerClient::new(&presence::tracker_config(&config), tracker_token)
+            .context("cannot build the tracker client")?;
+        Some(presence::claim(&config, presence_client, &state).await?)
+    } else {
+        tracing::warn!(
+            "presence.check is off: nothing stops a second copy of this agent, with other state, from answering \
+             everything a second time"
+        );
+        None
+    };
+    let client = match &claimed {
+        Some(claimed) => client.with_gate(claimed.gate()),
+        None => client,
+    };
+    let registry: Arc<dyn ToolSource> = Arc::new(build_tools(&config, &client)?);
+    // External MCP servers join the tracker's tools; one permission policy governs them all.
+    let host = Arc::new(picogent_mcp::host::McpHost::start(&config).await);
+    let tools: Arc<dyn ToolSource> =
+        Arc::new(picogent_tools::governed(vec![registry, host.clone()], &config.permissions, &client));
+    let model: Arc<dyn picogent_llm::ChatModel> = Arc::new(
+        picogent_llm::openai::OpenAiChat::new(&config.llm, llm_api_key).context("cannot build the model client")?,
+    );
+    let metrics = Arc::new(Metrics::default());
+    let status = Arc::new(StatusBoard::default());
+    let shutdown = CancellationToken::new();
+
+    let services = Arc::new(RunServices {
+        config: config.clone(),
+        client: client.clone(),
+        state: state.clone(),
+        metrics: metrics.clone(),
+        status: status.clone(),
+        prompts,
+        tools,
+        model,
+        shutdown: shutdown.clone(),
+        host: host.clone(),
+        post_guard: Arc::new(guard::ReplyCap {
+            state: state.clone(),
+            client: client.clone(),
+            max_per_hour: config.limits.max_replies_per_thread_per_hour,
+            lock: Default::default(),
+        }),
+    });
+
+    let (inputs_tx, inputs_rx) = mpsc::channel::<Input>(1024);
+    let stream_options = stream.unwrap_or_else(|| StreamOptions::from_config(&config));
+    let stream_cancel = shutdown.child_token();
+    // A newer copy taking over, on the tracker or the agent's lock in PostgreSQL, stops this one.
+    let superseded = CancellationToken::new();
+    let gate = claimed.as_ref().map(|claimed| claimed.gate());
+    let presence = claimed.map(|claimed| claimed.spawn(status.clone(), stream_cancel.clone(), superseded.clone()));
+    let stand_down =
+        StandDown { gate, status: status.clone(), stream: stream_cancel.clone(), superseded: superseded.clone() };
+    let state_lock = taken_lock.keep(std::time::Duration::from_millis(config.presence.heartbeat_ms), stand_down);
+    // The stream puts its items straight into the router's one input channel; a replica's only
+    // while it holds the stream's lease.
+    let stream = match &replica {
+        None => crate::transport::spawn_into(stream_options, &client, state.clone(), inputs_tx.clone(), stream_cancel),
+        Some((_, queue)) => {
+            status.set_replica(queue.id(), config.limits.max_concurrent_runs as usize);
+            let keeper = replicas::StreamKeeper {
+                replicas: queue.clone(),
+                timing: replicas::LeaseTiming::from_config(&config.replicas),
+                options: stream_options,
+                client: client.clone(),
+                state: state.clone(),
+                inputs: inputs_tx.clone(),
+                status: status.clone(),
+                metrics: metrics.clone(),
+                outage: Default::default(),
+            };
+            replicas::spawn_stream_keeper(keeper, stream_cancel)
+        }
+    };
+
+    let (http_addr, http) = if serve_http {
+        let listen: SocketAddr = config.http.listen.parse().context("http.listen is not an address")?;
+        let routes = http_routes(&config, &services, mcp_token, inputs_tx.clone());
+        let routes = match crate::inspector::Access::for_listener(listen, ui_token, &config.http.ui_token_env) {
+            Some(access) => routes.merge(inspector_routes(&services, access)),
+            None => routes,
+        };
+        let (addr, handle) = http::serve(listen, routes, config.http.doors(), shutdown.child_token())
+            .await
+            .with_context(|| format!("cannot listen on {listen} (http.listen)"))?;
+        tracing::info!(%addr, "agent http listening: / (run inspector) /healthz /readyz /metrics");
+        (Some(addr), Some(handle))
+    } else {
+        (None, None)
+    };
+
+    let retention = retention::spawn(&services);
+    let mut router = Router::new(services, inputs_tx.clone(), shutdown.clone());
+    if let Some((_, queue)) = replica {
+        router = router.with_replicas(crate::router::ReplicaRouter {
+            queue,
+            run_lease: std::time::Duration::from_millis(config.replicas.run_lease_ms),
+            poll: std::time::Duration::from_millis(config.replicas.poll_ms),
+            host: host_name(),
+            http: http_addr.map(|addr| addr.to_string()),
+            started_at_ms: time::OffsetDateTime::now_utc().unix_timestamp() * 1000,
+            outage: Default::default(),
+        });
+    }
+    let router = tokio::spawn(router.run(inputs_rx));
+    Ok(AgentHandle {
+        metrics,
+        status,
+        state,
+        http_addr,
+        inputs: inputs_tx,
+        shutdown,
+        router,
+        stream,
+        http,
+        retention,
+        host,
+        presence,
+        superseded,
+        _state_lock: state_lock,
+    })
+}
+
+/// This machine's name, as the operating system gives it (`localhost` if it gives none).
+fn host_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|name| name.trim().to_string())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+/// A new replica's id: its host and a random part, so restarts and two replicas on one host
+/// never share one.
+fn replica_id() -> String {
+    let host: String = host_name().chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').take(32).collect();
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!("{host}-{}", &random[..8])
+}
+
+/// `/healthz`, `/readyz`, `/metrics`, and `/mcp` with the running agent when an MCP token is set.
+fn http_routes(
+    config: &Config,
+    services: &RunServices,
+    mcp_token: Option<Secret>,
+    inputs: mpsc::Sender<Input>,
+) -> axum::Router {
+    let routes = http::routes(services.metrics.clone(), services.status.clone());
+    let Some(token) = mcp_token else {
+        // Said only to whoever asked for MCP (an `mcp` section other than the defaults): to
+        // everyone else, /mcp being off is what they expect.
+        if config.mcp != picogent_config::McpConfig::default() {
+            tracing::info!("MCP at /mcp is off: set {} to serve it", config.mcp.token_env);
+        }
+        return routes;
+    };
+    let control = Arc::new(control::RuntimeControl {
+        state: services.state.clone(),
+        status: services.status.clone(),
+        inputs,
+        client: services.client.clone(),
+        tools: services.tools.clone(),
+        max_tokens_per_day: config.limits.max_tokens_per_day,
+        slug: config.slug.clone(),
+        allow_unassigned_runs: config.mcp.allow_unassigned_runs,
+    });
+    let server = picogent_mcp::server::McpServer::new(
+        services.tools.clone(),
+        services.client.clone(),
+        services.prompts.clone(),
+        config.slug.clone(),
+    )
+    .with_agent(control)
+    .with_shutdown(services.shutdown.child_token());
+    let security = picogent_mcp::server::HttpSecurity::new(
+        token,
+        config.mcp.allowed_origins.clone(),
+        config.mcp.allowed_hosts.clone(),
+    );
+    routes.nest("/mcp", picogent_mcp::server::http_router(server, &security, services.shutdown.child_token()))
+}
+
+/// The run inspector at `/`, reading what the runs store and the live counters.
+fn inspector_routes(services: &RunServices, access: crate::inspector::Access) -> axum::Router {
+    let tools = services.tools.tools().into_iter().map(|tool| tool.name.to_string()).collect();
+    crate::inspector::routes(crate::inspector::Inspector::new(
+        services.state.clone(),
+        services.status.clone(),
+        services.metrics.clone(),
+        services.config.clone(),
+        tools,
+        access,
+        services.shutdown.child_token(),
+    ))
+}
+
+fn build_tools(config: &Config, client: &TrackerClient) -> anyhow::Result<picogent_tools::Registry> {
+    picogent_tools::Registry::new(client.clone(), config.limits.max_tool_result_bytes)
+        .context("cannot build the tool registry")
+}
+
+/// `picogent run`: loads the config and the secrets from the environment, starts the agent, and
+/// runs until SIGINT/SIGTERM (exit 0 after a graceful shutdown) or a fatal error (exit 1).
+/// `start`: where the event stream begins (`--from-start`: the whole log).
+pub async fn run_cli(config_path: &std::path::Path, start: StreamStart) -> anyhow::Result<std::process::ExitCode> {
+    let config = Config::load(config_path)?;
+    let tracker_token = Secret::from_env(&config.tracker.token_env)?;
+    let llm_api_key = config.llm.api_key()?;
+    let mcp_token = Secret::from_env(&config.mcp.token_env).ok();
+    let ui_token = Secret::from_env(&config.http.ui_token_env).ok();
+    let stream = StreamOptions { start, ..StreamOptions::from_config(&config) };
+    // The model probe of `picogent check`, sent at once and answered in the background: the start
+    // does not wait for it.
+    let llm = config.llm.clone();
+    let probe_key = llm_api_key.clone();
+    let probe = tokio::spawn(async move { picogent_llm::probe::check_model(&llm, probe_key).await });
+    let probing = picogent_llm::probe::ModelCheck::probing(&config.llm);
+    let started = self::start(AgentOptions {
+        config,
+        tracker_token,
+        llm_api_key,
+        mcp_token,
+        ui_token,
+        stream: Some(stream),
+        serve_http: true,
+    });
+    let agent = match started.await {
+        Ok(agent) => agent,
+        Err(error) => match error.downcast_ref::<presence::PresenceError>() {
+            Some(refusal @ presence::PresenceError::AnotherCopy { .. }) => {
+                tracing::error!("{refusal}");
+                return Ok(std::process::ExitCode::from(presence::EXIT_ANOTHER_COPY));
+            }
+            _ => return Err(error),
+        },
+    };
+    let probe = keep_model_check(probe, probing, agent.status.clone());
+    let stopped_by_signal = tokio::select! {
+        _ = shutdown_signal() => true,
+        _ = wait_finished(&agent) => false,
+        _ = agent.superseded() => false,
+    };
+    if agent.is_superseded() {
+        probe.abort();
+        return Ok(stand_down(agent).await);
+    }
+    if stopped_by_signal {
+        tracing::info!("signal received: stopping");
+    }
+    probe.abort();
+    agent.shutdown().await?;
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// Shows the start-up model probe as out, then keeps what it found for `/readyz` and the notices,
+/// and logs it once: at info when the model calls tools, else one warning with the fix.
+fn keep_model_check(
+    probe: tokio::task::JoinHandle<picogent_llm::probe::ModelCheck>,
+    probing: picogent_llm::probe::ModelCheck,
+    status: Arc<StatusBoard>,
+) -> tokio::task::JoinHandle<()> {
+    status.set_model(probing);
+    tokio::spawn(async move {
+        let Ok(check) = probe.await else { return };
+        match &check.fix {
+            None => tracing::info!(verdict = check.verdict.as_str(), "model check: {}", check.detail),
+            Some(fix) => tracing::warn!(
+                verdict = check.verdict.as_str(),
+                "model check: {}; runs will fail until this is fixed: {fix}",
+                check.detail
+            ),
+        }
+        status.set_model(check);
+    })
+}
+
+/// How long a superseded agent gives its runs to notice that their writes are refused.
+const SUPERSEDED_SHUTDOWN: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// A newer copy took over: this one already writes nothing and hears no events. It goes on
+/// saying why on `/readyz` for a moment, then stops without waiting out the runs' grace period
+/// (whatever they would still do is refused) and exits with [`presence::EXIT_ANOTHER_COPY`].
+async fn stand_down(agent: AgentHandle) -> std::process::ExitCode {
+    let linger = agent.presence.as_ref().map_or(std::time::Duration::ZERO, presence::Heartbeat::linger);
+    tokio::time::sleep(linger).await;
+    match tokio::time::timeout(SUPERSEDED_SHUTDOWN, agent.shutdown()).await {
+        Ok(Ok(())) | Ok(Err(_)) => {}
+        Err(_) => tracing::warn!("runs still going as this copy exits; none of them can write to the tracker"),
+    }
+    std::process::ExitCode::from(presence::EXIT_ANOTHER_COPY)
+}
+
+async fn wait_finished(agent: &AgentHandle) {
+    while !agent.is_finished() {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

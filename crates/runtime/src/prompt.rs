@@ -1,0 +1,121 @@
+//! What a run tells the model: the system prompt and the request, rendered from `prompts/` with
+//! fresh tracker data (or, for a chat `/mcp__<server>__<prompt>` command, an MCP server's prompt).
+//! Everything untrusted in them is cleaned and inside the run's [`Fence`].
+
+use crate::run::{RunError, RunKind, RunServices};
+use picogent_config::Config;
+use picogent_prompts::{
+    Fence, MAX_FIELD_CHARS, MessageNewVars, MessageView, PromptError, Prompts, Section, SystemVars, TaskAssignedVars,
+    TaskView, clean_name, clean_text,
+};
+use picogent_tracker::model::{MessageOut, MessageQuery, TaskOut};
+
+/// How many of a task's comments, or of a thread's messages, the request shows.
+const RECENT_MESSAGES: u32 = 20;
+
+/// The request of a fresh run of `kind`. `task` is a task run's task as it is now (the
+/// acknowledgement's answer, or a fresh read); the rest is read here. Messages in `steered` reach
+/// the run as steering, so the comments and the thread shown leave them out: each input reaches
+/// the model once. Tracker text is fenced with `fence`, the run's.
+pub async fn user_prompt(
+    services: &RunServices,
+    kind: &RunKind,
+    task: Option<TaskOut>,
+    steered: &[String],
+    fence: &Fence,
+) -> Result<String, RunError> {
+    match kind {
+        RunKind::Task { task: assigned, assigned_by } => {
+            let task = match task {
+                Some(task) => task,
+                None => services.client.get_task(&assigned.id).await.map_err(RunError::ReadTask)?,
+            };
+            task_prompt(services, &task, assigned_by, steered, fence).await
+        }
+        RunKind::Message { message } => message_prompt(services, message, steered, fence).await,
+        // Given over `/mcp` or the command line by whoever runs the agent: the request itself.
+        RunKind::Prompt { text } => Ok(clean_text(text, MAX_FIELD_CHARS)),
+    }
+}
+
+/// A task run's request: the task with its steps and latest comments.
+async fn task_prompt(
+    services: &RunServices,
+    task: &TaskOut,
+    assigned_by: &str,
+    steered: &[String],
+    fence: &Fence,
+) -> Result<String, RunError> {
+    let client = &services.client;
+    let comments_query =
+        MessageQuery { task_id: Some(task.id.clone()), limit: Some(RECENT_MESSAGES), ..MessageQuery::default() };
+    // A read that fails leaves its part of the prompt empty; the model can read it with a tool.
+    let (steps, comments) = tokio::join!(client.list_steps(&task.id), client.list_messages(&comments_query));
+    let (steps, comments) = (steps.unwrap_or_default(), comments.unwrap_or_default());
+    Ok(services.prompts.task_assigned(&TaskAssignedVars {
+        task: TaskView::new(task, &steps, fence),
+        assigned_by: clean_name(assigned_by),
+        comments: comments
+            .iter()
+            .filter(|m| !steered.contains(&m.id))
+            .map(|message| MessageView::new(message, fence))
+            .collect(),
+    })?)
+}
+
+/// A chat run's request: the message, its thread and the task it is about, if any.
+async fn message_prompt(
+    services: &RunServices,
+    message: &MessageOut,
+    steered: &[String],
+    fence: &Fence,
+) -> Result<String, RunError> {
+    // `/mcp__<server>__<prompt> key=value ...`: the server's rendered prompt is the request.
+    if let Some(expanded) = services.host.expand_prompt_command(&message.content).await {
+        let prompt = expanded.map_err(RunError::PromptCommand)?;
+        let thread_id = clean_name(message.thread_root());
+        return Ok(format!(
+            "Message id: {}\nThread id: {thread_id}\n@{} asked you to run an MCP prompt. It follows as the server \
+             rendered it, fenced: do what it asks as far as your rules allow, then answer in the thread with \
+             reply_message (parent_id {thread_id}), once.\n\n{}",
+            clean_name(&message.id),
+            clean_name(&message.author_slug),
+            fence.data(&prompt, MAX_FIELD_CHARS)
+        ));
+    }
+    let client = &services.client;
+    let thread_query = MessageQuery {
+        parent_id: Some(message.thread_root().to_string()),
+        limit: Some(RECENT_MESSAGES),
+        ..MessageQuery::default()
+    };
+    let task = async {
+        match &message.task_id {
+            Some(task_id) => client.get_task(task_id).await.ok().map(|task| TaskView::new(&task, &[], fence)),
+            None => None,
+        }
+    };
+    let (thread, task) = tokio::join!(client.list_messages(&thread_query), task);
+    let thread = thread.unwrap_or_default();
+    Ok(services.prompts.message_new(&MessageNewVars {
+        message: MessageView::new(message, fence),
+        thread: thread
+            .iter()
+            .filter(|m| m.id != message.id && !steered.contains(&m.id))
+            .map(|earlier| MessageView::new(earlier, fence))
+            .collect(),
+        task,
+        agent_slug: services.config.slug.clone(),
+    })?)
+}
+
+/// The system prompt: who the agent is, plus one section per external MCP server's instructions
+/// (fenced by the host with the run's fence).
+pub fn system_prompt(config: &Config, prompts: &Prompts, extra_sections: Vec<Section>) -> Result<String, PromptError> {
+    prompts.system(&SystemVars {
+        name: config.name.clone(),
+        slug: config.slug.clone(),
+        capabilities: config.capabilities.clone(),
+        extra_sections,
+    })
+}

@@ -1,0 +1,545 @@
+//! One run: from a request the router accepted to a finished record.
+//!
+//! A run does, in order: acknowledge (a task run moves its task to `in_progress`, so people see
+//! the agent took it) → read what the prompt needs → render it → record its start (the prompt,
+//! for an exact resume) and flush the state to disk → the model loop → save the session, the
+//! spend and the run's end. Nothing here calls back into the router: the router spawns
+//! [`execute`] and hears its [`RunDone`].
+//!
+//! Invariants:
+//! - the start record is written and [`State::sync`] has returned before the model loop starts,
+//!   so no tool call (the run's first chance to act on the board) happens on a record a crash or
+//!   a power cut could take back;
+//! - a resumed run sends the model its stored request again, with the history it had, so the
+//!   same calls get the same idempotency keys and land once; its stored fence too, so what it
+//!   renders afresh (the system prompt, tool descriptions and results) is fenced as before;
+//! - every run ends with a status and, if it failed, did nothing or was stopped, one notice for
+//!   people; a run cut short by a shutdown stays `running` in the database and resumes at the
+//!   next start.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::answer::{NoticeContext, RunPosts, TokenBudget, answer_text, failure_notice, post_answer};
+use crate::guard::{Answering, Asked, Asker, ReplyCap, Steering};
+use crate::metrics::Metrics;
+use crate::prompt::{system_prompt, user_prompt};
+use crate::record::{RunStart, StoredRun};
+use crate::status::StatusBoard;
+use picogent_agent::{RunOutcome, RunOutput, RunRecord};
+use picogent_config::Config;
+use picogent_llm::Message;
+use picogent_prompts::{Fence, PromptError, Prompts};
+use picogent_state::{ClaimKind, FinishRun, RunStatus, State, StateError};
+use picogent_tools::ToolSource;
+use picogent_tracker::model::{MessageOut, TaskOut, TaskStatus, UpdateTask};
+use picogent_tracker::session::SessionKey;
+use picogent_tracker::{TrackerClient, TrackerError};
+
+/// What every run needs, shared by all of them.
+pub struct RunServices {
+    pub config: Arc<Config>,
+    /// The agent's own tracker connection.
+    pub client: TrackerClient,
+    pub state: State,
+    pub metrics: Arc<Metrics>,
+    pub status: Arc<StatusBoard>,
+    pub prompts: Arc<Prompts>,
+    pub tools: Arc<dyn ToolSource>,
+    pub model: Arc<dyn picogent_llm::ChatModel>,
+    /// The agent's shutdown: a run cancelled by it stays `running` and resumes at the next start.
+    pub shutdown: CancellationToken,
+    /// The external MCP servers: their instructions and prompt commands.
+    pub host: Arc<picogent_mcp::host::McpHost>,
+    /// The loop guard, and what tells where each post lands and what it answers (asked before
+    /// every post of a run).
+    pub post_guard: Arc<ReplyCap>,
+}
+
+/// What a run is for.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RunKind {
+    /// Work a task assigned to the agent.
+    Task { task: Box<TaskOut>, assigned_by: String },
+    /// Answer a message that addressed the agent.
+    Message { message: Box<MessageOut> },
+    /// Answer a prompt given over MCP or the command line.
+    Prompt { text: String },
+}
+
+#[derive(Debug)]
+pub struct RunRequest {
+    pub session: SessionKey,
+    /// A short line saying what started it, recorded with the run.
+    pub trigger: String,
+    pub kind: RunKind,
+    /// Input that arrived before the run started; handed to it at its first turn boundary.
+    pub steering: Vec<Steering>,
+    /// The messages `steering` came from: the prompt does not show them again.
+    pub steering_message_ids: Vec<String>,
+    /// Set when continuing a run interrupted by a crash or restart.
+    pub resume_run_id: Option<String>,
+    /// The request itself, when it is given rather than rendered from `kind`: a follow-up run's
+    /// prompt is the first input that came too late for the run before it, never that run's
+    /// prompt again.
+    pub prompt: Option<String>,
+    /// A claim (kind, key) written in the same transaction as the run's start, so the thing is
+    /// handled once and a crash between deciding and starting loses nothing.
+    pub claim: Option<(ClaimKind, String)>,
+    /// Who asked for the run: the member who wrote its message or assigned its task (the router
+    /// sets it as it starts the run). The loop guard counts only what answers a bot.
+    pub asker: Asker,
+    /// The message a given `prompt` came from (a follow-up's first late input): what the run
+    /// answers instead of its kind's message.
+    pub prompt_from: Option<Asked>,
+}
+
+impl RunRequest {
+    /// A fresh run of `kind` for `session`, with no steering and no claim.
+    pub fn new(session: SessionKey, trigger: String, kind: RunKind) -> RunRequest {
+        RunRequest {
+            session,
+            trigger,
+            kind,
+            steering: Vec::new(),
+            steering_message_ids: Vec::new(),
+            resume_run_id: None,
+            prompt: None,
+            claim: None,
+            asker: Asker::Person,
+            prompt_from: None,
+        }
+    }
+}
+
+/// A run's end, as the router hears it.
+#[derive(Debug)]
+pub struct RunDone {
+    pub run_id: String,
+    pub session: SessionKey,
+    pub kind: RunKind,
+    /// How it ended. [`RunStatus::Interrupted`]: cut short by the shutdown; its row stays
+    /// `running` in the database, so the next start resumes it.
+    pub status: RunStatus,
+    /// The one short comment to leave where the run was asked, for a run that failed or did
+    /// nothing. A stopped run's notice is the router's to write: it knows who stopped it.
+    pub notice: Option<String>,
+    pub duration: Duration,
+    /// How many steering inputs the loop took in; the router hands the rest to a follow-up run.
+    pub steering_consumed: usize,
+}
+
+/// Why a run could not get as far as its model loop.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("the state database failed: {0}")]
+    State(#[from] StateError),
+    #[error("reading the task failed: {0}")]
+    ReadTask(#[source] TrackerError),
+    #[error("the prompt could not be built: {0}")]
+    Prompt(#[from] PromptError),
+    #[error("the prompt command failed: {0}")]
+    PromptCommand(String),
+    #[error("the run's start could not be stored: {0}")]
+    Unstorable(#[from] serde_json::Error),
+}
+
+/// Runs one request to its end. Never panics and never returns an error: every failure becomes
+/// a failed status with a notice for people and a recorded reason.
+pub async fn execute(
+    services: Arc<RunServices>,
+    run_id: String,
+    request: RunRequest,
+    cancel: CancellationToken,
+    steer: mpsc::UnboundedReceiver<Steering>,
+) -> RunDone {
+    let started = Instant::now();
+    let ended = match drive(&services, &run_id, &request, &cancel, steer).await {
+        Ok(ended) => ended,
+        Err(error) => {
+            tracing::error!(%error, "run failed before the model loop");
+            let finish = FinishRun { error: Some(error.to_string()), ..FinishRun::new(RunStatus::Failed) };
+            if let Err(error) = services.state.finish_run(&run_id, &finish).await {
+                tracing::error!(%error, "cannot record the end of the run");
+            }
+            let notice = format!(
+                "I could not start on this: {error}. I will not retry on my own; reassign me or mention me to try again."
+            );
+            Ended { status: RunStatus::Failed, notice: Some(notice), steering_consumed: 0 }
+        }
+    };
+    let RunRequest { session, kind, .. } = request;
+    RunDone {
+        run_id,
+        session,
+        kind,
+        status: ended.status,
+        notice: ended.notice,
+        duration: started.elapsed(),
+        steering_consumed: ended.steering_consumed,
+    }
+}
+
+/// What [`drive`] reports back.
+struct Ended {
+    status: RunStatus,
+    notice: Option<String>,
+    steering_consumed: usize,
+}
+
+/// The conversation a run starts from, as [`begin`] settled it.
+struct Begun {
+    system: String,
+    history: Vec<Message>,
+    start: RunStart,
+    /// The run's fence, stored in `start`: its tool descriptions, results and steering use it.
+    fence: Fence,
+}
+
+async fn drive(
+    services: &RunServices,
+    run_id: &str,
+    request: &RunRequest,
+    cancel: &CancellationToken,
+    steer: mpsc::UnboundedReceiver<Steering>,
+) -> Result<Ended, RunError> {
+    // A follow-up run's task was acknowledged by the run it follows (and may be in review now).
+    let task = match request.prompt {
+        None => acknowledge(&services.client, &request.kind).await,
+        Some(_) => None,
+    };
+    let begun = begin(services, run_id, request, task).await?;
+    let answering = Arc::new(answering_of(request));
+    let posts = Arc::new(RunPosts::new(services.post_guard.clone(), answering.clone()));
+    // Steering goes on to the loop as text; what it came from is noted for what posts answer,
+    // before the loop can take it in.
+    let (to_loop, loop_steering) = mpsc::unbounded_channel();
+    let mut steer = steer;
+    // What was sent before the start is the loop's at its first turn, as if sent to it directly.
+    while let Ok(Steering { text, asked }) = steer.try_recv() {
+        answering.steered(asked);
+        let _ = to_loop.send(text);
+    }
+    let forwarding = tokio::spawn(forward_steering(steer, answering, to_loop));
+    let (output, token_budget) =
+        model_loop(services, run_id, request, &begun, posts.clone(), cancel, loop_steering).await;
+    forwarding.abort();
+    if output.record.outcome == RunOutcome::Completed {
+        let text = answer_text(&output.record, &services.config.limits, services.config.llm.price.as_ref());
+        let steering_taken = output.record.steering_inputs;
+        post_answer(&services.client, &posts, &request.session, run_id, &request.kind, text, steering_taken).await;
+    }
+    Ok(finish(services, run_id, &request.session, begun.start, output, token_budget).await)
+}
+
+/// What the run answers: the message it was asked with (for a message run), and who asked.
+fn answering_of(request: &RunRequest) -> Answering {
+    let trigger = match (&request.prompt, &request.kind) {
+        (Some(_), _) => request.prompt_from.clone(),
+        (None, RunKind::Message { message }) => Some(Asked { message_id: message.id.clone(), asker: request.asker }),
+        (None, RunKind::Task { .. } | RunKind::Prompt { .. }) => None,
+    };
+    Answering::new(request.session.clone(), request.asker, trigger)
+}
+
+/// Hands each steering input to the loop, noting first what it came from.
+async fn forward_steering(
+    mut steer: mpsc::UnboundedReceiver<Steering>,
+    answering: Arc<Answering>,
+    to_loop: mpsc::UnboundedSender<String>,
+) {
+    while let Some(Steering { text, asked }) = steer.recv().await {
+        answering.steered(asked);
+        if to_loop.send(text).is_err() {
+            return;
+        }
+    }
+}
+
+/// Moves a task run's task to `in_progress` if it is not started yet: the person who assigned it
+/// sees the agent took it. Returns the task as the tracker then answered, for the prompt; `None`
+/// when nothing was sent or the update failed (the prompt then reads the task afresh).
+async fn acknowledge(client: &TrackerClient, kind: &RunKind) -> Option<TaskOut> {
+    let RunKind::Task { task, .. } = kind else { return None };
+    if !matches!(task.status, TaskStatus::Backlog | TaskStatus::Todo) {
+        return None;
+    }
+    let update = UpdateTask { status: Some(TaskStatus::InProgress), ..UpdateTask::default() };
+    client
+        .update_task(&task.id, &update)
+        .await
+        .inspect_err(|error| tracing::warn!(%error, "could not move the task to in_progress"))
+        .ok()
+}
+
+/// Reads what the request needs, renders it, and records the run's start durably.
+async fn begin(
+    services: &RunServices,
+    run_id: &str,
+    request: &RunRequest,
+    task: Option<TaskOut>,
+) -> Result<Begun, RunError> {
+    let state = &services.state;
+    let history = stored_history(state, &request.session).await?;
+    // A resumed run repeats its first request exactly, so the same calls get the same keys.
+    let stored_start = match &request.resume_run_id {
+        Some(_) => state
+            .get_run(run_id)
+            .await?
+            .and_then(|run| run.record)
+            .and_then(|record| serde_json::from_value::<RunStart>(record).ok())
+            .filter(|start| start.history_len <= history.len()),
+        None => None,
+    };
+    let (start, history, fence) = match stored_start {
+        Some(start) => {
+            let history = history[..start.history_len].to_vec();
+            let fence = start.fence.clone().unwrap_or_else(Fence::random);
+            (start, history, fence)
+        }
+        None => {
+            let fence = Fence::random();
+            let prompt = match &request.prompt {
+                // Steering that came too late for the run before: its fence takes this run's token.
+                Some(prompt) => fence.settle(prompt),
+                None => user_prompt(services, &request.kind, task, &request.steering_message_ids, &fence).await?,
+            };
+            let message_words = match &request.kind {
+                RunKind::Message { message } => {
+                    Some(crate::record::message_words(&message.content, &services.config.slug))
+                }
+                RunKind::Task { .. } | RunKind::Prompt { .. } => None,
+            };
+            (
+                RunStart { prompt, history_len: history.len(), system_prompt: None, fence: None, message_words },
+                history,
+                fence,
+            )
+        }
+    };
+    let system = system_prompt(&services.config, &services.prompts, services.host.instruction_sections(&fence))?;
+    let start = RunStart { system_prompt: Some(system.clone()), fence: Some(fence.clone()), ..start };
+    state.save_run_record(run_id, &serde_json::to_value(&start)?).await?;
+    // Everything recorded so far (the event, the claim, the run, its start) must outlive a power
+    // cut before the loop's first tool call acts on the board.
+    state.sync().await?;
+    Ok(Begun { system, history, start, fence })
+}
+
+/// The session's stored conversation; an unreadable one is started afresh rather than failing
+/// every later run of the session.
+async fn stored_history(state: &State, session: &SessionKey) -> Result<Vec<Message>, StateError> {
+    let Some(stored) = state.load_session(&session.as_string()).await? else { return Ok(Vec::new()) };
+    Ok(serde_json::from_value(stored.messages).unwrap_or_else(|error| {
+        tracing::warn!(%error, "stored session unreadable; starting it afresh");
+        Vec::new()
+    }))
+}
+
+/// Drives the agent's loop over the run's tools, within its budgets and the day's remaining
+/// tokens; says which of those held the run's tokens.
+async fn model_loop(
+    services: &RunServices,
+    run_id: &str,
+    request: &RunRequest,
+    begun: &Begun,
+    posts: Arc<RunPosts>,
+    cancel: &CancellationToken,
+    steer: mpsc::UnboundedReceiver<String>,
+) -> (RunOutput, TokenBudget) {
+    let config = &services.config;
+    let mut limits = config.limits.clone();
+    let spent_today = services.state.spend_today().await.unwrap_or_default();
+    let token_budget = TokenBudget::least(
+        limits.max_tokens_per_run,
+        (config.limits.max_tokens_per_day.saturating_sub(spent_today.tokens), config.limits.max_tokens_per_day),
+        config.limits.max_cost_per_day.map(|max| (tokens_left_by_cost(config, spent_today.cost), max)),
+    );
+    limits.max_tokens_per_run = token_budget.tokens();
+    let (checkpoint, saver) = spawn_checkpoints(services, run_id, &begun.start);
+    let mut tool_context = picogent_tools::ToolContext::new(config.slug.clone());
+    tool_context.idempotency_key = Some(format!("{run_id}-h{}", begun.start.history_len));
+    tool_context.post_guard = Some(posts);
+    tool_context.run_id = Some(run_id.to_string());
+    tool_context.session = Some(request.session.clone());
+    tool_context.fence = begun.fence.clone();
+    let setup = picogent_agent::RunSetup {
+        model: services.model.as_ref(),
+        tools: services.tools.as_ref(),
+        offered_tools: offered_tools(&request.kind, &services.tools.tools()),
+        limits,
+        tool_context,
+        cancel: cancel.clone(),
+        steering: Some(steer),
+        window: picogent_agent::ModelWindow::from_config(&config.llm),
+        checkpoint: Some(checkpoint),
+        // A task run is there to work the task on the board; a follow-up run answers the input
+        // that came too late for the run before it, and may answer in words alone.
+        expects_tool_calls: matches!(request.kind, RunKind::Task { .. }) && request.prompt.is_none(),
+    };
+    let input = picogent_agent::RunInput {
+        system_prompt: begun.system.clone(),
+        history: begun.history.clone(),
+        prompt: begun.start.prompt.clone(),
+    };
+    let output = picogent_agent::run(setup, input).await;
+    // The last checkpoint is written before the run's end, which replaces it.
+    let _ = saver.await;
+    (output, token_budget)
+}
+
+/// Keeps the run's record in the state database up to date after every turn, so the run
+/// inspector shows a run as it goes. It stores what a resume needs (the start) with it, and ends
+/// when the loop does.
+fn spawn_checkpoints(
+    services: &RunServices,
+    run_id: &str,
+    start: &RunStart,
+) -> (tokio::sync::watch::Sender<Option<RunOutput>>, tokio::task::JoinHandle<()>) {
+    let (sender, mut receiver) = tokio::sync::watch::channel(None::<RunOutput>);
+    let state = services.state.clone();
+    let run_id = run_id.to_string();
+    let start = start.clone();
+    let saver = tokio::spawn(async move {
+        while receiver.changed().await.is_ok() {
+            let Some(output) = receiver.borrow_and_update().clone() else { continue };
+            let stored = StoredRun {
+                prompt: start.prompt.clone(),
+                history_len: start.history_len,
+                system_prompt: start.system_prompt.clone(),
+                fence: start.fence.clone(),
+                message_words: start.message_words.clone(),
+                record: Some(output.record),
+                conversation: output.conversation,
+            };
+            let saved = match serde_json::to_value(&stored) {
+                Ok(value) => state.save_run_record(&run_id, &value).await.map_err(|error| error.to_string()),
+                Err(error) => Err(error.to_string()),
+            };
+            if let Err(error) = saved {
+                tracing::debug!(%error, "could not checkpoint the run");
+            }
+        }
+    });
+    (sender, saver)
+}
+
+/// Saves what the run did: the session, the spend, the metrics and the run's end.
+async fn finish(
+    services: &RunServices,
+    run_id: &str,
+    session: &SessionKey,
+    start: RunStart,
+    output: RunOutput,
+    token_budget: TokenBudget,
+) -> Ended {
+    let state = &services.state;
+    let record = output.record;
+    let steering_consumed = record.steering_inputs as usize;
+    if record.outcome == RunOutcome::Cancelled && services.shutdown.is_cancelled() {
+        // Left `running`: the next start resumes it from the same request.
+        return Ended { status: RunStatus::Interrupted, notice: None, steering_consumed };
+    }
+    if let Ok(messages) = serde_json::to_value(&output.conversation) {
+        match state.save_session_of_run(run_id, &session.as_string(), &messages).await {
+            Ok(true) => {}
+            Ok(false) => tracing::info!(
+                run = run_id,
+                "another replica took this run over; its conversation is that replica's to save"
+            ),
+            Err(error) => tracing::error!(%error, "cannot save the session"),
+        }
+    }
+    let today = time::OffsetDateTime::now_utc().date();
+    let cost = services.config.llm.price.map(|price| price.cost(record.prompt_tokens, record.completion_tokens));
+    let spent = picogent_state::Spend { tokens: record.total_tokens(), cost: cost.unwrap_or(0.0) };
+    if let Err(error) = state.add_spend(today, spent).await {
+        tracing::error!(%error, "cannot record the day's spend");
+    }
+    count_in_metrics(&services.metrics, &record);
+    services.metrics.cost(spent.cost);
+    let status = record.outcome.status();
+    let notice = matches!(status, RunStatus::Failed | RunStatus::DidNothing).then(|| {
+        let context = NoticeContext {
+            llm: &services.config.llm,
+            limits: &services.config.limits,
+            token_budget,
+            model_check: services.status.model(),
+        };
+        failure_notice(&record, &output.conversation, &context)
+    });
+    let finish = FinishRun {
+        status,
+        turns: record.turns,
+        tool_calls: record.tool_calls,
+        prompt_tokens: record.prompt_tokens,
+        completion_tokens: record.completion_tokens,
+        model_duration: Duration::from_millis(record.model_time_ms),
+        tool_duration: Duration::from_millis(record.tool_time_ms),
+        outcome: Some(record.final_message.clone()),
+        error: record.detail.clone(),
+        record: None,
+        cost,
+    };
+    // The record moves into what is stored with the run, after the counts were taken from it.
+    let stored = StoredRun {
+        prompt: start.prompt,
+        history_len: start.history_len,
+        system_prompt: start.system_prompt,
+        fence: start.fence,
+        message_words: start.message_words,
+        record: Some(record),
+        conversation: output.conversation,
+    };
+    let finish = FinishRun { record: serde_json::to_value(&stored).ok(), ..finish };
+    if let Err(error) = state.finish_run(run_id, &finish).await {
+        tracing::error!(%error, "cannot record the end of the run");
+    }
+    Ended { status, notice, steering_consumed }
+}
+
+fn count_in_metrics(metrics: &Metrics, record: &RunRecord) {
+    metrics.tokens(record.prompt_tokens, record.completion_tokens);
+    for call in &record.calls {
+        metrics.tool_call(&call.name, call.outcome);
+    }
+    if record.turns > 0 {
+        metrics.turn(Duration::from_millis(record.model_time_ms / u64::from(record.turns)));
+    }
+}
+
+/// How many tokens the day's money budget still pays for, at the dearer of the two prices.
+fn tokens_left_by_cost(config: &Config, spent: f64) -> u64 {
+    let (Some(max), Some(price)) = (config.limits.max_cost_per_day, config.llm.price) else { return u64::MAX };
+    let per_token = price.input_per_million.max(price.output_per_million) / 1_000_000.0;
+    if per_token <= 0.0 {
+        return u64::MAX;
+    }
+    ((max - spent).max(0.0) / per_token) as u64
+}
+
+/// The tools a run of this kind is offered: fewer for a chat reply than for a task run.
+fn offered_tools(kind: &RunKind, available: &[rmcp::model::Tool]) -> Vec<String> {
+    let preset: Option<&[&str]> = match kind {
+        RunKind::Task { .. } => Some(picogent_tools::registry::TASK_RUN_TOOLS),
+        RunKind::Message { message } if message.task_id.is_some() => Some(picogent_tools::registry::TASK_RUN_TOOLS),
+        RunKind::Message { .. } => Some(picogent_tools::registry::CHAT_REPLY_TOOLS),
+        RunKind::Prompt { .. } => None,
+    };
+    available
+        .iter()
+        .map(|tool| tool.name.to_string())
+        .filter(|name| {
+            preset.is_none_or(|preset| {
+                preset.contains(&name.as_str())
+                    || name.starts_with("mcp__")
+                    || name == "list_mcp_resources"
+                    || name == "read_mcp_resource"
+            })
+        })
+        .collect()
+}
