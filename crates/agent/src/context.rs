@@ -7,7 +7,7 @@
 
 use picogent_llm::{Message, message_tokens};
 
-use super::DROPPED_RESULT_NOTE;
+use crate::DROPPED_RESULT_NOTE;
 
 /// Shortens `history` (a stored session, without the system prompt) to at most `budget` tokens.
 /// Returns a note of what was done, or `None` if it already fitted.

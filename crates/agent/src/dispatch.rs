@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use rmcp::model::{CallToolResult, Tool};
 use tokio::time::Instant;
 
-use super::record::{ToolCallOutcome, ToolCallRecord};
+use crate::record::{ToolCallOutcome, ToolCallRecord};
 use picogent_llm::{Message, TOOL_ERROR_PREFIX, ToolCall, ToolSpec};
 use picogent_prompts::Fence;
 use picogent_tools::policy::ORIGIN_META_KEY;

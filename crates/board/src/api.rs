@@ -1,14 +1,14 @@
 //! The REST routes of the contract, and the smaller handlers: projects, members and steps.
-//! Tasks live in [`super::tasks`], messages and attachments in [`super::messages`].
+//! Tasks live in [`crate::tasks`], messages and attachments in [`crate::messages`].
 
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, patch, post};
 use axum::{Json, Router, middleware};
 
-use super::error::BoardError;
-use super::extract::{Caller, JsonBody, check_length, check_text, require_member};
-use super::{BoardState, db, events, idempotency, messages, tasks};
+use crate::error::BoardError;
+use crate::extract::{Caller, JsonBody, check_length, check_text, require_member};
+use crate::{BoardState, db, events, idempotency, messages, tasks};
 use picogent_tracker::model::{AddStep, MemberOut, ProjectOut, StatusOut, StepOut, UpdateStatus, UpdateStep, limits};
 
 /// The path prefix of the REST API and the event stream.
@@ -46,7 +46,7 @@ pub fn router(state: BoardState) -> Router {
         .layer(DefaultBodyLimit::max(limits::BODY_BYTES));
     Router::new()
         .nest(API_PREFIX, api)
-        .merge(super::web::routes(&state))
+        .merge(crate::web::routes(&state))
         .fallback(unknown_route)
         .layer(middleware::from_fn_with_state(state.clone(), note_change))
         .with_state(state)

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use sqlx::{SqliteConnection, SqlitePool, Transaction};
 
-use super::error::BoardError;
+use crate::error::BoardError;
 use picogent_tracker::model::{
     AttachmentOut, MemberKind, MemberOut, MessageOut, Priority, ProjectOut, StepOut, TaskOut, TaskStatus, TaskType,
 };

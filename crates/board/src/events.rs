@@ -20,10 +20,10 @@ use futures::{SinkExt, StreamExt};
 use sqlx::{SqliteConnection, SqlitePool};
 use tokio::sync::watch;
 
-use super::BoardState;
-use super::db;
-use super::error::BoardError;
-use super::extract::{authenticate, bearer_token};
+use crate::BoardState;
+use crate::db;
+use crate::error::BoardError;
+use crate::extract::{authenticate, bearer_token};
 use picogent_tracker::model::{ClientFrame, EventEnvelope, ServerControl, limits};
 
 /// Wakes the connections of members who have new events.

@@ -12,8 +12,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
-use super::BoardState;
-use super::error::BoardError;
+use crate::BoardState;
+use crate::error::BoardError;
 use picogent_tracker::model::{MemberKind, limits};
 
 /// The member a request acts as, put in the request's extensions by [`require_member`].
@@ -220,6 +220,24 @@ pub fn check_labels(labels: &[String]) -> Result<(), BoardError> {
         check_length("labels", label, limits::LABEL)?;
     }
     Ok(())
+}
+
+/// The page size of a list query, when it gives none.
+const DEFAULT_LIMIT: u32 = 50;
+/// The largest page a list query may ask for.
+const MAX_LIMIT: u32 = 200;
+
+/// Checks `limit` of a list query against 1..=200.
+pub fn page_limit(limit: Option<u32>) -> Result<u32, BoardError> {
+    let limit = limit.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(BoardError::invalid(
+            "limit",
+            format!("an integer from 1 to {MAX_LIMIT}"),
+            format!("limit {limit} is out of range"),
+        ));
+    }
+    Ok(limit)
 }
 
 #[cfg(test)]

@@ -15,9 +15,9 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::BoardState;
-use super::error::BoardError;
-use super::extract::Caller;
+use crate::BoardState;
+use crate::error::BoardError;
+use crate::extract::Caller;
 use picogent_tracker::model::limits;
 
 pub const HEADER: &str = "idempotency-key";

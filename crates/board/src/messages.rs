@@ -13,12 +13,12 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::json;
 use sqlx::SqliteConnection;
 
-use super::BoardState;
-use super::db::{self, AttachmentRow, MessageRow, message_select};
-use super::error::BoardError;
-use super::events::Outbox;
-use super::extract::{Caller, JsonBody, QueryParams, check_text};
-use super::tasks::page_limit;
+use crate::BoardState;
+use crate::db::{self, AttachmentRow, MessageRow, message_select};
+use crate::error::BoardError;
+use crate::events::Outbox;
+use crate::extract::page_limit;
+use crate::extract::{Caller, JsonBody, QueryParams, check_text};
 use picogent_tracker::model::{
     AttachmentOut, EVENT_MESSAGE_NEW, FileContent, FileQuery, MessageOut, MessageQuery, ReplyMessage, SendMessage,
     UploadFile, limits,

@@ -14,8 +14,8 @@ use std::time::Duration;
 use sqlx::SqlitePool;
 use time::OffsetDateTime;
 
-use super::BoardState;
-use super::idempotency;
+use crate::BoardState;
+use crate::idempotency;
 
 /// How long the board keeps what it only needs for a while, and how often it prunes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use sqlx::SqlitePool;
 
-use super::db;
+use crate::db;
 use picogent_tracker::model::MemberKind;
 
 /// `{"projects": [...], "members": [...]}`.

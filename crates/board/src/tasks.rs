@@ -11,32 +11,17 @@ use axum::http::StatusCode;
 use serde_json::json;
 use sqlx::SqliteConnection;
 
-use super::BoardState;
-use super::db::{self, TaskRow, task_select};
-use super::error::BoardError;
-use super::events::Outbox;
-use super::extract::{Caller, JsonBody, QueryParams, check_labels, check_length, check_text};
-use super::messages::{NewMessage, store_message};
+use crate::BoardState;
+use crate::db::{self, TaskRow, task_select};
+use crate::error::BoardError;
+use crate::events::Outbox;
+use crate::extract::page_limit;
+use crate::extract::{Caller, JsonBody, QueryParams, check_labels, check_length, check_text};
+use crate::messages::{NewMessage, store_message};
 use picogent_tracker::model::{
     AssignTask, CreateTask, EVENT_TASK_ASSIGNED, EVENT_TASK_UNASSIGNED, EVENT_TASK_UPDATED, RejectOut, RejectTask,
     TakeTask, TaskOut, TaskPage, TaskQuery, TaskStatus, UpdateTask, WatchOut, WatchTask, limits,
 };
-
-const DEFAULT_LIMIT: u32 = 50;
-const MAX_LIMIT: u32 = 200;
-
-/// Checks `limit` of a list query against 1..=200.
-pub fn page_limit(limit: Option<u32>) -> Result<u32, BoardError> {
-    let limit = limit.unwrap_or(DEFAULT_LIMIT);
-    if !(1..=MAX_LIMIT).contains(&limit) {
-        return Err(BoardError::invalid(
-            "limit",
-            format!("an integer from 1 to {MAX_LIMIT}"),
-            format!("limit {limit} is out of range"),
-        ));
-    }
-    Ok(limit)
-}
 
 /// Splits a comma list, dropping empty items.
 fn comma_list(text: &str) -> Vec<String> {

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::{Config, ConfigError, PRESENCE_HEARTBEAT_MS};
+use crate::{Config, ConfigError, PRESENCE_HEARTBEAT_MS};
 
 /// What `mcp_servers.*.max_result_bytes` may be: every message of the server must fit (its tool
 /// list too), and the limit is what bounds the memory one message takes.

@@ -1,7 +1,7 @@
 //! `PICOGENT_*` overrides of list fields: a comma list or a JSON array, checked here so a value
 //! that is neither is an error naming the variable instead of one odd item.
 
-use super::ENV_PREFIX;
+use crate::ENV_PREFIX;
 
 /// The fields that hold lists; their `PICOGENT_*` overrides take a comma list or a JSON array.
 pub(super) const LIST_FIELDS: [&str; 9] = [
@@ -20,7 +20,7 @@ pub(super) const LIST_FIELDS: [&str; 9] = [
 /// (`["a","b"]`) becomes `a,b`; a comma list stays. Anything else for a list field is an error
 /// saying what is expected.
 /// An empty JSON array (`[]`) becomes the empty string, which the environment source cannot
-/// tell from one empty item: [`Config::load_with_env`](super::Config::load_with_env) sets those
+/// tell from one empty item: [`Config::load_with_env`](crate::Config::load_with_env) sets those
 /// fields to an empty list itself.
 pub(super) fn list_override(key: &str, value: &str) -> Result<String, String> {
     if list_field(key).is_none() {

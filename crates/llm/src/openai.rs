@@ -20,8 +20,8 @@ use async_openai::types::chat::{
 use futures::future::BoxFuture;
 
 #[cfg(test)]
-use super::ModelFailure;
-use super::{ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Message, ToolCall, ToolSpec, Usage};
+use crate::ModelFailure;
+use crate::{ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Message, ToolCall, ToolSpec, Usage};
 use picogent_config::{LlmConfig, MaxTokensField};
 use picogent_support::retry::{RetryConfig, parse_retry_after, with_retry};
 use picogent_support::secret::Secret;
@@ -104,7 +104,7 @@ impl OpenAiChat {
         };
         let response = self.send(body).await?;
         if self.stream {
-            let answer = super::stream::read(response, self.idle_timeout).await.map_err(|e| self.stream_error(e))?;
+            let answer = crate::stream::read(response, self.idle_timeout).await.map_err(|e| self.stream_error(e))?;
             return answer.into_response(request);
         }
         let bytes = response.bytes().await.map_err(|e| self.transport_error(&e))?;
@@ -113,11 +113,11 @@ impl OpenAiChat {
         from_wire_response(answer, request)
     }
 
-    fn stream_error(&self, error: super::stream::StreamError) -> LlmError {
+    fn stream_error(&self, error: crate::stream::StreamError) -> LlmError {
         match error {
-            super::stream::StreamError::Idle => LlmError::Timeout { timeout_ms: self.idle_timeout.as_millis() as u64 },
-            super::stream::StreamError::Read(error) => self.transport_error(&error),
-            super::stream::StreamError::Bad(message) => LlmError::BadResponse { message },
+            crate::stream::StreamError::Idle => LlmError::Timeout { timeout_ms: self.idle_timeout.as_millis() as u64 },
+            crate::stream::StreamError::Read(error) => self.transport_error(&error),
+            crate::stream::StreamError::Bad(message) => LlmError::BadResponse { message },
         }
     }
 
@@ -461,9 +461,9 @@ fn from_wire_response(
             completion_tokens: u64::from(usage.completion_tokens),
             estimated: false,
         },
-        None => super::estimated_usage(request, message.content.as_deref(), message.refusal.as_deref(), &tool_calls),
+        None => crate::estimated_usage(request, message.content.as_deref(), message.refusal.as_deref(), &tool_calls),
     };
-    let content = message.content.map(|text| super::strip_reasoning(&text));
+    let content = message.content.map(|text| crate::strip_reasoning(&text));
     Ok(ChatResponse { content, tool_calls, refusal: message.refusal, finish_reason, usage })
 }
 

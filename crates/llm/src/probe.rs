@@ -109,8 +109,8 @@ pub const PROBE_TOOL: &str = "report_status";
 
 /// Sends one small request with one tool, with the parameters `config` sends. A parameter the
 /// server refuses is reported and left out for the next try, so every refused one is named.
-pub async fn probe_tool_call(config: &LlmConfig, api_key: Option<Secret>) -> Result<ToolProbe, super::LlmError> {
-    use super::{ChatModel, ChatRequest, LlmError, Message, ToolSpec};
+pub async fn probe_tool_call(config: &LlmConfig, api_key: Option<Secret>) -> Result<ToolProbe, crate::LlmError> {
+    use crate::{ChatModel, ChatRequest, LlmError, Message, ToolSpec};
     let mut config = LlmConfig {
         timeout_ms: config.timeout_ms.min(60_000),
         retry: picogent_support::retry::RetryConfig { max_attempts: 1, ..config.retry.clone() },
@@ -133,7 +133,7 @@ pub async fn probe_tool_call(config: &LlmConfig, api_key: Option<Secret>) -> Res
     let mut refused_parameters = Vec::new();
     // One try per parameter that can be left out, and the last.
     for _ in 0..5 {
-        let chat = super::OpenAiChat::new(&config, api_key.clone())?;
+        let chat = crate::OpenAiChat::new(&config, api_key.clone())?;
         let request = ChatRequest { messages: &messages, tools: &tools, max_output_tokens: Some(256) };
         match chat.complete(&request).await {
             Ok(answer) => return Ok(ToolProbe { called_tool: !answer.tool_calls.is_empty(), refused_parameters }),
@@ -265,27 +265,27 @@ pub async fn check_model(config: &LlmConfig, api_key: Option<Secret>) -> ModelCh
         Err(error) => {
             let message = without_user_info(&error.to_string(), &config.base_url);
             match error {
-                super::LlmError::Connection { .. } => failed(
+                crate::LlmError::Connection { .. } => failed(
                     Verdict::Unreachable,
                     format!("cannot reach the model server at {url}: {message}"),
                     "start the model server, or set llm.base_url to where it listens",
                 ),
-                super::LlmError::Timeout { .. } => failed(
+                crate::LlmError::Timeout { .. } => failed(
                     Verdict::Failed,
                     format!("{url} did not answer one small request in time: {message}"),
                     "check that the server is not overloaded, or raise llm.timeout_ms",
                 ),
-                super::LlmError::Unauthorized { .. } => failed(
+                crate::LlmError::Unauthorized { .. } => failed(
                     Verdict::Failed,
                     format!("{url} refused the API key: {message}"),
                     "put the right key in the environment variable named by llm.api_key_env",
                 ),
-                super::LlmError::ModelNotFound { .. } => failed(
+                crate::LlmError::ModelNotFound { .. } => failed(
                     Verdict::Failed,
                     format!("{url} does not serve the model {model}: {message}"),
                     "set llm.model to a model the server lists at GET /models",
                 ),
-                super::LlmError::ToolsUnsupported { .. } => failed(
+                crate::LlmError::ToolsUnsupported { .. } => failed(
                     Verdict::NoToolCalls,
                     format!("{model} at {url} does not take tools: {message}"),
                     "set llm.model to a model with tool calling (on llama-server: --jinja and a tool-capable chat \

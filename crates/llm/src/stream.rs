@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde::Deserialize;
 
-use super::{ChatRequest, ChatResponse, FinishReason, LlmError, ToolCall, Usage};
+use crate::{ChatRequest, ChatResponse, FinishReason, LlmError, ToolCall, Usage};
 
 /// Why a stream could not be read to its end.
 #[derive(Debug)]
@@ -130,9 +130,9 @@ impl Streamed {
         };
         let tool_calls: Vec<ToolCall> = self.tool_calls.into_iter().filter(|call| !call.name.is_empty()).collect();
         let usage = self.usage.unwrap_or_else(|| {
-            super::estimated_usage(request, self.content.as_deref(), self.refusal.as_deref(), &tool_calls)
+            crate::estimated_usage(request, self.content.as_deref(), self.refusal.as_deref(), &tool_calls)
         });
-        let content = self.content.map(|text| super::strip_reasoning(&text));
+        let content = self.content.map(|text| crate::strip_reasoning(&text));
         Ok(ChatResponse { content, tool_calls, refusal: self.refusal, finish_reason, usage })
     }
 }

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use futures::future::BoxFuture;
 
 use crate::guard::{Answering, ReplyCap};
-use crate::run::RunKind;
+use crate::request::RunKind;
 use picogent_agent::{RunOutcome, RunRecord};
 use picogent_config::{Limits, LlmConfig, Price};
 use picogent_llm::probe::ModelCheck;

@@ -13,8 +13,8 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 
-use super::metrics::Metrics;
-use super::status::StatusBoard;
+use crate::metrics::Metrics;
+use crate::status::StatusBoard;
 
 #[derive(Clone)]
 struct HttpState {
@@ -65,7 +65,7 @@ async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
 async fn metrics_text(State(state): State<HttpState>) -> impl IntoResponse {
     let mut body = state.metrics.render(state.status.active_runs(), state.status.connected(), state.status.caught_up());
     if let Some(view) = state.status.replica() {
-        body.push_str(&super::metrics::render_replica(&view));
+        body.push_str(&crate::metrics::render_replica(&view));
     }
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }

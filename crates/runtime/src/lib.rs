@@ -16,6 +16,7 @@ pub mod prompt;
 pub mod record;
 pub mod refusal;
 pub mod replicas;
+pub mod request;
 pub mod retention;
 pub mod router;
 pub mod run;

@@ -275,7 +275,7 @@ impl Metrics {
 
 /// The per-replica gauges, labelled with the replica's id (which is made of hex digits and a
 /// host name cleaned by [`label`]).
-pub fn render_replica(view: &super::status::ReplicaView) -> String {
+pub fn render_replica(view: &crate::status::ReplicaView) -> String {
     let id = label(&view.id);
     let mut out = String::new();
     let _ = writeln!(out, "# HELP picogent_replica_holds_stream Whether this replica holds the event stream.");

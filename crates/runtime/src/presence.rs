@@ -40,7 +40,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::status::StatusBoard;
+use crate::status::StatusBoard;
 use picogent_config::{Config, PresenceConfig, TrackerConfig};
 use picogent_state::{State, StateError};
 use picogent_support::retry::{RetryDecision, Retryable};

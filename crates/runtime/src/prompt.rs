@@ -2,7 +2,7 @@
 //! fresh tracker data (or, for a chat `/mcp__<server>__<prompt>` command, an MCP server's prompt).
 //! Everything untrusted in them is cleaned and inside the run's [`Fence`].
 
-use crate::run::{RunError, RunKind, RunServices};
+use crate::request::{RunError, RunKind, RunServices};
 use picogent_config::Config;
 use picogent_prompts::{
     Fence, MAX_FIELD_CHARS, MessageNewVars, MessageView, PromptError, Prompts, Section, SystemVars, TaskAssignedVars,

@@ -19,9 +19,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::metrics::Metrics;
-use super::status::StatusBoard;
+use crate::metrics::Metrics;
 use crate::router::Input;
+use crate::status::StatusBoard;
 use crate::transport::{LinkStatus, StreamError, StreamItem, StreamOptions, StreamStart};
 use picogent_config::ReplicasConfig;
 use picogent_state::{Outage, Replicas, State};

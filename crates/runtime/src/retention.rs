@@ -17,9 +17,9 @@ use std::time::Duration;
 use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
-use super::metrics::Metrics;
-use super::run::RunServices;
-use super::status::StatusBoard;
+use crate::metrics::Metrics;
+use crate::run::RunServices;
+use crate::status::StatusBoard;
 use picogent_config::RetentionConfig;
 use picogent_mcp::results::ArtifactStore;
 use picogent_state::{PrunePlan, Pruned, RunStatus, State, StateError};

@@ -24,129 +24,20 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::answer::{NoticeContext, RunPosts, TokenBudget, answer_text, failure_notice, post_answer};
-use crate::guard::{Answering, Asked, Asker, ReplyCap, Steering};
+use crate::guard::{Answering, Asked, Steering};
 use crate::metrics::Metrics;
 use crate::prompt::{system_prompt, user_prompt};
 use crate::record::{RunStart, StoredRun};
-use crate::status::StatusBoard;
 use picogent_agent::{RunOutcome, RunOutput, RunRecord};
 use picogent_config::Config;
 use picogent_llm::Message;
-use picogent_prompts::{Fence, PromptError, Prompts};
-use picogent_state::{ClaimKind, FinishRun, RunStatus, State, StateError};
-use picogent_tools::ToolSource;
-use picogent_tracker::model::{MessageOut, TaskOut, TaskStatus, UpdateTask};
+use picogent_prompts::Fence;
+use picogent_state::{FinishRun, RunStatus, State, StateError};
+use picogent_tracker::TrackerClient;
+use picogent_tracker::model::{TaskOut, TaskStatus, UpdateTask};
 use picogent_tracker::session::SessionKey;
-use picogent_tracker::{TrackerClient, TrackerError};
 
-/// What every run needs, shared by all of them.
-pub struct RunServices {
-    pub config: Arc<Config>,
-    /// The agent's own tracker connection.
-    pub client: TrackerClient,
-    pub state: State,
-    pub metrics: Arc<Metrics>,
-    pub status: Arc<StatusBoard>,
-    pub prompts: Arc<Prompts>,
-    pub tools: Arc<dyn ToolSource>,
-    pub model: Arc<dyn picogent_llm::ChatModel>,
-    /// The agent's shutdown: a run cancelled by it stays `running` and resumes at the next start.
-    pub shutdown: CancellationToken,
-    /// The external MCP servers: their instructions and prompt commands.
-    pub host: Arc<picogent_mcp::host::McpHost>,
-    /// The loop guard, and what tells where each post lands and what it answers (asked before
-    /// every post of a run).
-    pub post_guard: Arc<ReplyCap>,
-}
-
-/// What a run is for.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum RunKind {
-    /// Work a task assigned to the agent.
-    Task { task: Box<TaskOut>, assigned_by: String },
-    /// Answer a message that addressed the agent.
-    Message { message: Box<MessageOut> },
-    /// Answer a prompt given over MCP or the command line.
-    Prompt { text: String },
-}
-
-#[derive(Debug)]
-pub struct RunRequest {
-    pub session: SessionKey,
-    /// A short line saying what started it, recorded with the run.
-    pub trigger: String,
-    pub kind: RunKind,
-    /// Input that arrived before the run started; handed to it at its first turn boundary.
-    pub steering: Vec<Steering>,
-    /// The messages `steering` came from: the prompt does not show them again.
-    pub steering_message_ids: Vec<String>,
-    /// Set when continuing a run interrupted by a crash or restart.
-    pub resume_run_id: Option<String>,
-    /// The request itself, when it is given rather than rendered from `kind`: a follow-up run's
-    /// prompt is the first input that came too late for the run before it, never that run's
-    /// prompt again.
-    pub prompt: Option<String>,
-    /// A claim (kind, key) written in the same transaction as the run's start, so the thing is
-    /// handled once and a crash between deciding and starting loses nothing.
-    pub claim: Option<(ClaimKind, String)>,
-    /// Who asked for the run: the member who wrote its message or assigned its task (the router
-    /// sets it as it starts the run). The loop guard counts only what answers a bot.
-    pub asker: Asker,
-    /// The message a given `prompt` came from (a follow-up's first late input): what the run
-    /// answers instead of its kind's message.
-    pub prompt_from: Option<Asked>,
-}
-
-impl RunRequest {
-    /// A fresh run of `kind` for `session`, with no steering and no claim.
-    pub fn new(session: SessionKey, trigger: String, kind: RunKind) -> RunRequest {
-        RunRequest {
-            session,
-            trigger,
-            kind,
-            steering: Vec::new(),
-            steering_message_ids: Vec::new(),
-            resume_run_id: None,
-            prompt: None,
-            claim: None,
-            asker: Asker::Person,
-            prompt_from: None,
-        }
-    }
-}
-
-/// A run's end, as the router hears it.
-#[derive(Debug)]
-pub struct RunDone {
-    pub run_id: String,
-    pub session: SessionKey,
-    pub kind: RunKind,
-    /// How it ended. [`RunStatus::Interrupted`]: cut short by the shutdown; its row stays
-    /// `running` in the database, so the next start resumes it.
-    pub status: RunStatus,
-    /// The one short comment to leave where the run was asked, for a run that failed or did
-    /// nothing. A stopped run's notice is the router's to write: it knows who stopped it.
-    pub notice: Option<String>,
-    pub duration: Duration,
-    /// How many steering inputs the loop took in; the router hands the rest to a follow-up run.
-    pub steering_consumed: usize,
-}
-
-/// Why a run could not get as far as its model loop.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    #[error("the state database failed: {0}")]
-    State(#[from] StateError),
-    #[error("reading the task failed: {0}")]
-    ReadTask(#[source] TrackerError),
-    #[error("the prompt could not be built: {0}")]
-    Prompt(#[from] PromptError),
-    #[error("the prompt command failed: {0}")]
-    PromptCommand(String),
-    #[error("the run's start could not be stored: {0}")]
-    Unstorable(#[from] serde_json::Error),
-}
+pub use crate::request::{RunDone, RunError, RunKind, RunRequest, RunServices};
 
 /// Runs one request to its end. Never panics and never returns an error: every failure becomes
 /// a failed status with a notice for people and a recorded reason.

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::status::StatusBoard;
+use crate::status::StatusBoard;
 use picogent_state::{Outage, PostgresLock, StateError};
 use picogent_tracker::presence::WriteGate;
 

@@ -3,7 +3,7 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use super::startup::StartupReport;
+use crate::startup::StartupReport;
 
 #[derive(Debug)]
 pub struct StatusBoard {

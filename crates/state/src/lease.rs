@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use sqlx::postgres::PgPool;
 
-use super::StateError;
+use crate::StateError;
 
 /// The database's clock in Unix milliseconds, as SQL.
 macro_rules! now_ms_sql {

@@ -35,10 +35,10 @@ use sqlx::query::Query;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteRow};
 use sqlx::{ConnectOptions, Postgres};
 
-use super::postgres::{PostgresLock, PostgresStore};
-use super::store::Store as _;
-use super::{StateError, sqlite};
 use crate::check_postgres_url as check_url;
+use crate::postgres::{PostgresLock, PostgresStore};
+use crate::store::Store as _;
+use crate::{StateError, sqlite};
 use crate::{StateLockError, lock_state};
 
 /// What was copied.
@@ -165,7 +165,7 @@ pub async fn sqlite_to_postgres(from: &Path, to: &str, agent: &str) -> Result<Mi
     // refuses instead of acting a second time beside the agent on PostgreSQL.
     let moved_to = format!("{} at {}", migrated.target, now_text());
     let mark = async {
-        let state = super::State::open(from).await?;
+        let state = crate::State::open(from).await?;
         let marked = state.set_value(MOVED_TO, &moved_to).await;
         state.close().await;
         marked

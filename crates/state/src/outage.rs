@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::StateError;
+use crate::StateError;
 
 /// How often a continuing outage is logged at warn again.
 pub const REMIND_EVERY: Duration = Duration::from_secs(60);

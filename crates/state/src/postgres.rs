@@ -15,8 +15,8 @@ use std::time::Duration;
 use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 
-use super::StateError;
-use super::store::{NewRun, RunColumns, RunEnd, Store, run_columns};
+use crate::StateError;
+use crate::store::{NewRun, RunColumns, RunEnd, Store, run_columns};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/state-postgres");
 
@@ -157,8 +157,8 @@ impl PostgresStore {
     }
 
     /// This agent's rows as the replica `id` sees them: the leases and the run queue.
-    pub(super) fn replicas(&self, id: &str) -> super::lease::Replicas {
-        super::lease::Replicas { pool: self.pool.clone(), agent: self.agent.clone(), id: id.to_string() }
+    pub(super) fn replicas(&self, id: &str) -> crate::lease::Replicas {
+        crate::lease::Replicas { pool: self.pool.clone(), agent: self.agent.clone(), id: id.to_string() }
     }
 }
 

@@ -13,9 +13,9 @@
 //! - A steering message is claimed in the transaction that hands it to its run, so it is
 //!   answered once whichever replica hears of it again.
 
-use super::lease::{Replicas, now_ms_sql};
-use super::postgres::INSERT_CLAIM;
-use super::{ClaimKind, StateError, now_ms};
+use crate::lease::{Replicas, now_ms_sql};
+use crate::postgres::INSERT_CLAIM;
+use crate::{ClaimKind, StateError, now_ms};
 
 /// What [`Replicas::enqueue`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]

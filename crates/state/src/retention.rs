@@ -46,7 +46,7 @@
 
 use time::{Date, OffsetDateTime};
 
-use super::{State, StateError, to_ms};
+use crate::{State, StateError, to_ms};
 
 /// How long the reply log is kept: the reply cap looks back an hour.
 pub(super) const REPLY_LOG_KEPT: time::Duration = time::Duration::DAY;

@@ -6,8 +6,8 @@ use std::time::Duration;
 use serde::Serialize;
 use time::OffsetDateTime;
 
-use super::store::{NewRun, RunColumns, RunEnd};
-use super::{State, StateError, from_ms, now_ms, to_i64, to_ms, to_u64};
+use crate::store::{NewRun, RunColumns, RunEnd};
+use crate::{State, StateError, from_ms, now_ms, to_i64, to_ms, to_u64};
 
 /// Where a run is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -155,7 +155,7 @@ impl State {
     /// for why the two go together.
     pub async fn start_claimed_run(
         &self,
-        kind: super::ClaimKind,
+        kind: crate::ClaimKind,
         key: &str,
         session_key: &str,
         trigger: &str,

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use sqlx::sqlite::SqlitePool;
 
-use super::StateError;
-use super::store::{NewRun, RunColumns, RunEnd, Store, run_columns};
+use crate::StateError;
+use crate::store::{NewRun, RunColumns, RunEnd, Store, run_columns};
 
 /// The schema, `migrations/state/`; `migrate.rs` holds a state file's applied migrations against it.
 pub(super) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/state");

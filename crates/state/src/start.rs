@@ -1,7 +1,7 @@
 //! Where the event stream stands, told apart from "nowhere yet": a first start (nothing recorded)
 //! begins at the tracker's head instead of replaying its whole log.
 
-use super::{State, StateError, now_ms, to_i64};
+use crate::{State, StateError, now_ms, to_i64};
 
 /// The named value that says the stream began at the tracker's head, with the seq it began at.
 const STREAM_HEAD: &str = "stream_head";

@@ -1,8 +1,8 @@
-//! The interface every store of the state implements: SQLite ([`super::sqlite::SqliteStore`],
-//! one agent per file) and PostgreSQL ([`super::postgres::PostgresStore`], many agents in one
+//! The interface every store of the state implements: SQLite (`SqliteStore` in `sqlite.rs`,
+//! one agent per file) and PostgreSQL (`PostgresStore` in `postgres.rs`, many agents in one
 //! database, each row keyed by the agent's identity).
 //!
-//! [`State`](super::State) holds one store and does everything that is the same for both: it
+//! [`State`](crate::State) holds one store and does everything that is the same for both: it
 //! turns times, counts and JSON into the stored columns and back, keeps the day's spend at hand,
 //! and words the errors. A store only moves those columns in and out of its database, with the
 //! guarantees written on each method; the state tests (`src/state/tests.rs`) run against both.
@@ -14,7 +14,7 @@
 //! `postgres.rs` (the compiler insists on both), call it from a `State` method through
 //! `on_store!`, and add its test to the list in `tests.rs` that runs on both stores.
 
-use super::StateError;
+use crate::StateError;
 
 /// A run record as it is opened: `running`, started at `started_at_ms`.
 pub(super) struct NewRun<'a> {

@@ -1,6 +1,6 @@
 //! Small named values kept across restarts (the tracker's head a first start began at).
 
-use super::{State, StateError, now_ms};
+use crate::{State, StateError, now_ms};
 
 impl State {
     pub async fn get_value(&self, name: &str) -> Result<Option<String>, StateError> {

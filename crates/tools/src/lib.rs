@@ -17,6 +17,7 @@
 //! MCP's from the start, so serving them over MCP translates nothing.
 
 pub mod combined;
+pub mod error;
 pub mod files;
 pub mod format;
 pub mod kernel;

@@ -1,5 +1,5 @@
-//! The `permissions` section of `agent.json`: the policy over every tool ([`super::policy`]) and
-//! how far a run's writes reach ([`super::scope`]). The tools own it; the configuration embeds it.
+//! The `permissions` section of `agent.json`: the policy over every tool ([`crate::policy`]) and
+//! how far a run's writes reach ([`crate::scope`]). The tools own it; the configuration embeds it.
 
 use serde::{Deserialize, Serialize};
 

@@ -33,11 +33,11 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use rmcp::model::{CallToolResult, Tool};
 
-use super::{PermissionMode, PermissionsConfig, RunScope};
 use crate::combined::CombinedSource;
 use crate::kernel::refusal;
 use crate::scope::{Judgement, RunPlace};
 use crate::{CallEffect, ToolContext, ToolSource};
+use crate::{PermissionMode, PermissionsConfig, RunScope};
 use picogent_tracker::TrackerClient;
 use picogent_tracker::model::{MemberKind, MessageQuery, SendMessage};
 use picogent_tracker::session::SessionKey;
@@ -89,7 +89,7 @@ pub fn check_pattern(pattern: &str) -> Result<(), String> {
     }
     let literal = !pattern.contains(['*', '?']);
     let known = crate::registry::tool_names().contains(&pattern)
-        || [super::LIST_RESOURCES_TOOL, super::READ_RESOURCE_TOOL].contains(&pattern)
+        || [crate::LIST_RESOURCES_TOOL, crate::READ_RESOURCE_TOOL].contains(&pattern)
         || pattern.starts_with("mcp__");
     if literal && !known {
         return Err(format!(

@@ -12,8 +12,8 @@ use rmcp::model::JsonObject;
 use schemars::JsonSchema;
 use serde_json::{Value, json};
 
+use crate::error::{ArgumentProblem, ToolError};
 use crate::format;
-use crate::kernel::{ArgumentProblem, ToolError};
 
 /// A tool's input schema, compiled once: what a call's arguments are checked against.
 pub(super) struct ArgumentSchema {

@@ -1,7 +1,7 @@
 //! A run's scope: how far the writes of a task or chat run may reach (`permissions.scope`).
 //!
 //! Each tracker tool says what a call would change ([`Target`], from its checked arguments,
-//! [`TrackerTool::target`](crate::kernel::TrackerTool::target)); [`judge`] resolves that
+//! `TrackerTool::target` in the kernel); [`judge`] resolves that
 //! target through the tracker (a task named by key or by id, a message's thread, a chat's
 //! project) against the run's own task or thread, and answers the smallest [`RunScope`] that
 //! allows the call. The permission policy compares it with the scope in force.
@@ -20,7 +20,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::RunScope;
+use crate::RunScope;
 use crate::{PostPlace, ToolContext};
 use picogent_tracker::model::{MemberKind, TaskOut};
 use picogent_tracker::session::SessionKey;

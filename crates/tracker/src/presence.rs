@@ -7,7 +7,7 @@
 //! reads and moves it; this module alone knows its shape.
 //!
 //! Invariants:
-//! - no caller of [`TrackerClient::update_my_status`](super::TrackerClient::update_my_status)
+//! - no caller of [`TrackerClient::update_my_status`](crate::TrackerClient::update_my_status)
 //!   (the model's tool, `/mcp`, the command line) can write a marker: anything shaped like one is
 //!   stripped from the text first, so no prompt can make the agent look like another copy, or
 //!   make it stop itself;
@@ -26,8 +26,8 @@ use regex::Regex;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use super::TrackerError;
-use super::model::{StatusOut, limits};
+use crate::TrackerError;
+use crate::model::{StatusOut, limits};
 
 /// `[picogent copy <12 hex digits> #<beat>]` or `[picogent copy <12 hex digits> stopped]`.
 static MARKER: LazyLock<Regex> = LazyLock::new(|| {
