@@ -14,7 +14,7 @@ use picogent_tools::policy::ORIGIN_META_KEY;
 use picogent_tools::{ToolContext, ToolSource};
 
 /// The tools offered in this run, in the source's fixed order.
-pub struct OfferedTools {
+pub(crate) struct OfferedTools {
     pub specs: Vec<ToolSpec>,
     /// What `specs` add to every prompt (o200k).
     pub tokens: u64,
@@ -118,7 +118,7 @@ enum Checked {
 /// conversation is always valid JSON (servers such as llama.cpp refuse every later request of a
 /// conversation holding invalid JSON), and what the model wrote is kept for the record.
 #[derive(Debug, Clone)]
-pub struct PreparedCall {
+pub(crate) struct PreparedCall {
     /// The call as the conversation keeps it: its arguments are valid JSON text.
     pub call: ToolCall,
     /// The model's own text, when it differs from `call.arguments` (repaired, or not JSON).
@@ -272,10 +272,10 @@ fn json_kind(value: &serde_json::Value) -> &'static str {
 }
 
 /// What one finished call produced: its record and the tool message for the conversation.
-pub type CallResult = (ToolCallRecord, Message);
+pub(crate) type CallResult = (ToolCallRecord, Message);
 
 /// Everything a turn's calls need, borrowed from the run.
-pub struct TurnContext<'a> {
+pub(crate) struct TurnContext<'a> {
     pub source: &'a dyn ToolSource,
     pub offered: &'a OfferedTools,
     pub tool_context: &'a ToolContext,
@@ -287,7 +287,7 @@ pub struct TurnContext<'a> {
 /// Runs `calls` and writes each result into the same index of `results` as soon as it is known,
 /// so a caller that stops this future early (cancellation, deadline) keeps the finished ones.
 /// Consecutive read-only calls run concurrently; any other call runs alone, in the given order.
-pub async fn run_calls(context: &TurnContext<'_>, calls: &[PreparedCall], results: &mut [Option<CallResult>]) {
+pub(crate) async fn run_calls(context: &TurnContext<'_>, calls: &[PreparedCall], results: &mut [Option<CallResult>]) {
     let checked: Vec<Checked> = calls.iter().map(|call| check(call, context.offered)).collect();
     let mut index = 0;
     while index < calls.len() {
@@ -347,7 +347,7 @@ async fn run_one(
 
 /// The result a call gets when it was never run (budget spent, run stopped); the conversation
 /// still needs an answer to every call the model made.
-pub fn not_run(call: &ToolCall, turn: u32, at_us: u64, reason: &str) -> CallResult {
+pub(crate) fn not_run(call: &ToolCall, turn: u32, at_us: u64, reason: &str) -> CallResult {
     let record = ToolCallRecord {
         id: call.id.clone(),
         name: call.name.clone(),
@@ -366,7 +366,7 @@ pub fn not_run(call: &ToolCall, turn: u32, at_us: u64, reason: &str) -> CallResu
     (record, message)
 }
 
-pub fn micros_since(start: Instant) -> u64 {
+pub(crate) fn micros_since(start: Instant) -> u64 {
     u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX)
 }
 

@@ -237,7 +237,14 @@ pub struct RunRecord {
     pub cut_off: Option<CutOffAt>,
 }
 
+impl Default for RunRecord {
+    fn default() -> RunRecord {
+        RunRecord::new()
+    }
+}
+
 impl RunRecord {
+    /// An empty record, as a run begins.
     pub fn new() -> RunRecord {
         RunRecord {
             outcome: RunOutcome::Completed,

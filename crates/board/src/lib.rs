@@ -104,21 +104,21 @@ impl BoardOptions {
 /// What every handler shares. Cheap to clone.
 #[derive(Clone)]
 pub struct BoardState {
-    pub pool: SqlitePool,
+    pub(crate) pool: SqlitePool,
     /// Who each token belongs to (members only come from the seed).
-    pub members: Arc<extract::Members>,
-    pub hub: Arc<events::Hub>,
+    pub(crate) members: Arc<extract::Members>,
+    pub(crate) hub: Arc<events::Hub>,
     /// Woken whenever an idempotent request stores its answer, for duplicates waiting on it.
-    pub idempotency_done: Arc<Notify>,
+    pub(crate) idempotency_done: Arc<Notify>,
     /// Cancelled at shutdown; WebSocket connections watch it.
-    pub shutdown: CancellationToken,
+    pub(crate) shutdown: CancellationToken,
     /// Tasks that outlive a request (WebSocket connections, idempotent work), awaited at shutdown.
-    pub tasks: TaskTracker,
-    pub task_ids: Arc<TaskIds>,
+    pub(crate) tasks: TaskTracker,
+    pub(crate) task_ids: Arc<TaskIds>,
     /// Counts every change (a write that succeeded); the web page's live fragments watch it.
-    pub changes: Arc<tokio::sync::watch::Sender<u64>>,
+    pub(crate) changes: Arc<tokio::sync::watch::Sender<u64>>,
     /// The web page's signed-in sessions.
-    pub web_sessions: Arc<web::Sessions>,
+    pub(crate) web_sessions: Arc<web::Sessions>,
     /// Sign-ins of the web page in the last minute.
     pub sign_ins: Arc<picogent_web::SignInRate>,
     /// The web page's live streams open now, within their cap.
@@ -131,14 +131,14 @@ pub struct BoardState {
 /// steps, its comments). Tasks are never deleted and never change id or key, so an answer once
 /// read stays true, and those reads are one query instead of two.
 #[derive(Default)]
-pub struct TaskIds(std::sync::Mutex<std::collections::HashMap<String, String>>);
+pub(crate) struct TaskIds(std::sync::Mutex<std::collections::HashMap<String, String>>);
 
 impl TaskIds {
     /// Bound on the entries kept (two a task); past it the map starts again.
     const MAX_ENTRIES: usize = 200_000;
 
     /// The id of the task `id_or_key` names, or not found.
-    pub async fn resolve(
+    pub(crate) async fn resolve(
         &self,
         conn: &mut sqlx::SqliteConnection,
         id_or_key: &str,
@@ -152,7 +152,7 @@ impl TaskIds {
     }
 
     /// Notes a task that exists (committed).
-    pub fn remember(&self, id: &str, key: &str) {
+    pub(crate) fn remember(&self, id: &str, key: &str) {
         if let Ok(mut known) = self.0.lock() {
             if known.len() >= Self::MAX_ENTRIES {
                 known.clear();

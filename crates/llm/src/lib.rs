@@ -272,7 +272,7 @@ pub fn strip_reasoning(text: &str) -> String {
 
 /// The tokens of an answer whose server sent no `usage`, counted here the way the offline model
 /// counts them (o200k).
-pub fn estimated_usage(
+pub(crate) fn estimated_usage(
     request: &ChatRequest<'_>,
     content: Option<&str>,
     refusal: Option<&str>,
@@ -393,7 +393,7 @@ impl PromptCounter {
 /// Something worked out from one tool definition and kept for it: a tool source hands out the
 /// same definition (the same shared schema) run after run, so a run costs no work on its tool
 /// list. Bounded by [`MEMO_ENTRIES`].
-pub struct PerDefinition<T> {
+pub(crate) struct PerDefinition<T> {
     /// By the schema's address; the entry holds the schema, so the address cannot be reused by
     /// another while it is kept, and the name and description are compared too.
     entries: std::sync::Mutex<std::collections::HashMap<usize, Kept<T>>>,
@@ -403,12 +403,12 @@ pub struct PerDefinition<T> {
 type Kept<T> = (Arc<rmcp::model::JsonObject>, String, String, T);
 
 impl<T: Clone> PerDefinition<T> {
-    pub fn new() -> PerDefinition<T> {
+    pub(crate) fn new() -> PerDefinition<T> {
         PerDefinition { entries: std::sync::Mutex::new(std::collections::HashMap::new()) }
     }
 
     /// The kept value for the definition, or `make()`'s, then kept.
-    pub fn get<E>(
+    pub(crate) fn get<E>(
         &self,
         name: &str,
         description: &str,

@@ -29,7 +29,7 @@ use picogent_state::{PrunePlan, Pruned, RunStatus, State, StateError};
 const FIRST_PASS_AFTER: Duration = Duration::from_secs(60);
 
 /// Starts the schedule; it ends when the agent's shutdown is cancelled.
-pub fn spawn(services: &RunServices) -> tokio::task::JoinHandle<()> {
+pub(crate) fn spawn(services: &RunServices) -> tokio::task::JoinHandle<()> {
     let pruner = Pruner {
         retention: services.config.retention.clone(),
         mention_window: services.config.startup.answer_mentions_since.0,
@@ -109,7 +109,7 @@ impl Pruner {
 
 /// Removes the artifacts of the runs that ended before `runs_before` (see the module's docs),
 /// and those of calls outside a run saved before it; answers how many runs' folders went.
-pub async fn prune_artifacts(
+pub(crate) async fn prune_artifacts(
     artifacts: &ArtifactStore,
     state: &State,
     runs_before: OffsetDateTime,
