@@ -4,7 +4,7 @@
 //! running side by side never see each other's tables, and drops it at the end, pass or fail.
 //! A server that does not answer fails the test with what to do; nothing is skipped.
 //!
-//! Used by `src/state/tests.rs` (through `#[path]`) and `tests/postgres.rs`.
+//! Used by `crates/state/src/tests.rs` (through `#[path]`) and `tests/postgres.rs`.
 
 use std::future::Future;
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -24,7 +24,7 @@
 //! them apart), and a second migration of it is refused. The file's lock and the agent's lock in
 //! PostgreSQL are held until the copy has committed, so no agent starts on either side halfway.
 //!
-//! The columns are named on both sides, as the schema stands in `migrations/state/`. A column a
+//! The columns are named on both sides, as the schema stands in `crates/state/migrations/state/`. A column a
 //! later migration adds to the PostgreSQL tables with a default takes its default here.
 
 use std::path::{Path, PathBuf};
@@ -497,7 +497,7 @@ impl Table for SessionRow {
     }
 }
 
-/// A run with the columns of `migrations/state/`, named here rather than taken from the store's
+/// A run with the columns of `crates/state/migrations/state/`, named here rather than taken from the store's
 /// `run_columns!`, so columns added to PostgreSQL's runs later (with defaults) take their default.
 #[derive(sqlx::FromRow)]
 struct Run {

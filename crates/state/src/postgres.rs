@@ -1,7 +1,7 @@
 //! The state in a PostgreSQL database (`state.url = "postgres://…"`): the tables of SQLite, each
 //! row keyed by the agent's identity (its slug, the `agent` column), so one database holds
 //! several agents and every query names the one it is for. Schema:
-//! `migrations/state-postgres/` (the migrator's own table, `_sqlx_migrations`, lives in the same
+//! `crates/state/migrations/state-postgres/` (the migrator's own table, `_sqlx_migrations`, lives in the same
 //! schema; `?options=-c search_path=…` in the URL picks another schema).
 //!
 //! Durability: every connection runs with `synchronous_commit = on`, so a commit has reached the

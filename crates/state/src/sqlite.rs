@@ -1,7 +1,7 @@
 //! The state in one SQLite file (`state.path`): the file is the agent's, so no row names the
 //! agent; `<state.path>.lock` (taken by the runtime) keeps a second copy off it. Opened as
 //! `picogent_support::sqlite` opens every database: WAL, `synchronous = NORMAL`, the log checkpointed in the
-//! background. Schema: `migrations/state/`.
+//! background. Schema: `crates/state/migrations/state/`.
 
 use std::path::{Path, PathBuf};
 
@@ -10,7 +10,7 @@ use sqlx::sqlite::SqlitePool;
 use crate::StateError;
 use crate::store::{NewRun, RunColumns, RunEnd, Store, run_columns};
 
-/// The schema, `migrations/state/`; `migrate.rs` holds a state file's applied migrations against it.
+/// The schema, `crates/state/migrations/state/`; `migrate.rs` holds a state file's applied migrations against it.
 pub(super) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/state");
 
 /// The SQLite store: a pool on the file and the file's path (for `sync`).

@@ -5,7 +5,7 @@
 //! [`State`](crate::State) holds one store and does everything that is the same for both: it
 //! turns times, counts and JSON into the stored columns and back, keeps the day's spend at hand,
 //! and words the errors. A store only moves those columns in and out of its database, with the
-//! guarantees written on each method; the state tests (`src/state/tests.rs`) run against both.
+//! guarantees written on each method; the state tests (`crates/state/src/tests.rs`) run against both.
 //!
 //! Every method is keyed by the agent implicitly: a store is opened for one agent and never reads
 //! or writes another's rows.

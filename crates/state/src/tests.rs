@@ -990,7 +990,7 @@ async fn both_stores_keep_the_same_tables_and_columns() {
         expected.push((table.clone(), "agent".to_string()));
     }
     expected.push(("runs".to_string(), "row_order".to_string()));
-    // What only replicas sharing PostgreSQL need (migrations/state-postgres/0002_replicas.sql).
+    // What only replicas sharing PostgreSQL need (crates/state/migrations/state-postgres/0002_replicas.sql).
     for (table, columns) in [
         ("runs", &["request", "holder", "lease_until_ms", "attempts"][..]),
         ("run_inputs", &["agent", "run_id", "n", "kind", "text", "message_id", "at_ms"][..]),
