@@ -1,5 +1,7 @@
-//! The long-lived agent (`picogent run`): wires the event stream, the router, the runs, the
-//! state database and the HTTP listener together, and shuts them down in order.
+//! The long-lived agent (`picogent run`): wires the event stream ([`transport`]), the router
+//! ([`router`]), the runs ([`run`], speaking [`request`]'s words), the state database, the run
+//! inspector ([`inspector`]) and the HTTP listener together, and shuts them down in order. This
+//! file assembles; the modules never import it, and no two of them import each other.
 //!
 //! Shutdown: one `CancellationToken`. Cancelling it stops the stream (no new events), lets
 //! running runs finish within `limits.shutdown_grace_ms`, leaves what is unfinished recorded as

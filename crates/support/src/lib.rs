@@ -1,3 +1,10 @@
+//! What every floor of picogent shares, and nothing above it: [`secret`] (tokens and keys that
+//! never print), [`retry`] (the one retry policy, on backon), [`private_files`] (files only the
+//! user running picogent may read), [`sqlite`] (a SQLite file opened alike for the board and the
+//! state) and [`choice`] (settings that take one of a few words).
+//!
+//! Invariant: this crate depends on no other crate of the workspace.
+
 pub mod choice;
 pub mod private_files;
 pub mod retry;
