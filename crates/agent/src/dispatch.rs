@@ -96,10 +96,7 @@ impl OfferedTools {
 
     /// Up to three offered names nearest to `name` by edit distance.
     pub fn closest(&self, name: &str) -> Vec<&str> {
-        let mut ranked: Vec<(usize, &str)> =
-            self.names.iter().map(|offered| (edit_distance(name, offered), offered.as_str())).collect();
-        ranked.sort();
-        ranked.into_iter().take(3).map(|(_, offered)| offered).collect()
+        picogent_support::closest::closest(name, self.names.iter().map(String::as_str))
     }
 }
 
@@ -397,20 +394,6 @@ fn truncate(text: String, max_bytes: usize) -> String {
         cut -= 1;
     }
     format!("{}… [cut: {} more bytes]", &text[..cut], text.len() - cut)
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut previous: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut current = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let substitution = previous[j] + usize::from(ca != *cb);
-            current.push(substitution.min(previous[j + 1] + 1).min(current[j] + 1));
-        }
-        previous = current;
-    }
-    previous[b.len()]
 }
 
 #[cfg(test)]

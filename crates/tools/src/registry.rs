@@ -214,16 +214,8 @@ impl Catalog {
 
     /// Up to three offered names closest to `name` by edit distance.
     fn closest_names(&self, name: &str) -> Vec<String> {
-        let mut scored: Vec<(usize, &str)> = self
-            .offered
-            .iter()
-            .map(|&index| {
-                let candidate = self.compiled[index].tool.name.as_ref();
-                (edit_distance(name, candidate), candidate)
-            })
-            .collect();
-        scored.sort();
-        scored.into_iter().take(3).map(|(_, candidate)| candidate.to_string()).collect()
+        let offered = self.offered.iter().map(|&index| self.compiled[index].tool.name.as_ref());
+        picogent_support::closest::closest(name, offered).into_iter().map(str::to_string).collect()
     }
 }
 
@@ -391,34 +383,11 @@ impl ToolSource for Registry {
     }
 }
 
-/// Levenshtein distance over characters.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut previous: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut current = vec![i + 1; b.len() + 1];
-        for (j, &cb) in b.iter().enumerate() {
-            let substitution = previous[j] + usize::from(ca != cb);
-            current[j + 1] = substitution.min(previous[j + 1] + 1).min(current[j] + 1);
-        }
-        previous = current;
-    }
-    previous[b.len()]
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
-
-    #[test]
-    fn edit_distances() {
-        assert_eq!(edit_distance("get_task", "get_task"), 0);
-        assert_eq!(edit_distance("get_tsk", "get_task"), 1);
-        assert_eq!(edit_distance("", "abc"), 3);
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
-    }
 
     const CATALOG_ORDER: [&str; 23] = [
         "list_tasks",
