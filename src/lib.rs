@@ -3,7 +3,7 @@
 //! `picogent eval` ([`eval`]).
 //!
 //! Everything else lives in the workspace's crates, one per floor (ARCHITECTURE.md lists them
-//! with their jobs, bottom to top: support, web, tracker, prompts, state, tools, config, llm,
+//! with their jobs, bottom to top: support, web, tracker, prompts, state, tools, llm, config,
 //! agent, mcp, runtime; beside them the reference board and the offline model). Each is
 //! re-exported here under the module name it had before the split, so `picogent::tracker`,
 //! `picogent::runtime::router` and the like keep their paths for the tests and the benches.

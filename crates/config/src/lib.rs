@@ -15,11 +15,10 @@ use serde::{Deserialize, Serialize};
 
 mod check;
 use picogent_support::choice;
-mod llm;
 mod overrides;
 mod sections;
 
-pub use llm::{DEFAULT_MAX_OUTPUT_TOKENS, LlmConfig, MaxTokensField, Price};
+pub use picogent_llm::config::{DEFAULT_MAX_OUTPUT_TOKENS, LlmConfig, MaxTokensField, Price};
 pub use picogent_state::{StateConfig, check_postgres_url};
 pub use picogent_tools::{PermissionMode, PermissionsConfig, RunScope, default_ask_tools};
 pub use picogent_tracker::TrackerConfig;

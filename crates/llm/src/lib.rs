@@ -4,6 +4,7 @@
 //! the agent loop, the runtime, the stored sessions — speaks these types. They are serializable
 //! because a conversation is persisted and resumed.
 
+pub mod config;
 pub mod openai;
 pub mod probe;
 mod stream;

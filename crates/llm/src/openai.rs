@@ -21,13 +21,13 @@ use futures::future::BoxFuture;
 
 #[cfg(test)]
 use crate::ModelFailure;
+use crate::config::{LlmConfig, MaxTokensField};
 use crate::{ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Message, ToolCall, ToolSpec, Usage};
-use picogent_config::{LlmConfig, MaxTokensField};
 use picogent_support::retry::{RetryConfig, parse_retry_after, with_retry};
 use picogent_support::secret::Secret;
 
 /// The output cap when `llm.max_output_tokens` is not set (defined with the setting).
-pub use picogent_config::DEFAULT_MAX_OUTPUT_TOKENS;
+pub use crate::config::DEFAULT_MAX_OUTPUT_TOKENS;
 
 /// A chat model behind an OpenAI-compatible `/v1/chat/completions`.
 #[derive(Debug, Clone)]

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use picogent_config::LlmConfig;
+use crate::config::LlmConfig;
 use picogent_support::secret::Secret;
 
 /// The client of the two quick questions (`/models`, `/props`): at most 10 s each.
@@ -151,7 +151,7 @@ pub async fn probe_tool_call(config: &LlmConfig, api_key: Option<Secret>) -> Res
 
 /// Leaves `parameter` out of the next request; `false` if it cannot be left out.
 fn leave_out(config: &mut LlmConfig, parameter: &str) -> bool {
-    use picogent_config::MaxTokensField;
+    use crate::config::MaxTokensField;
     match parameter {
         "temperature" if config.temperature.is_some() => config.temperature = None,
         "parallel_tool_calls" if config.parallel_tool_calls.is_some() => config.parallel_tool_calls = None,

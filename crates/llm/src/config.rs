@@ -1,4 +1,4 @@
-//! The `llm` section of `agent.json`: the model's endpoint, the request fields it takes, the
+//! The `llm` section of `agent.json`, owned by the model client: the model's endpoint, the request fields it takes, the
 //! bounds of one request, and its price.
 
 use serde::{Deserialize, Serialize};
@@ -30,7 +30,7 @@ pub struct LlmConfig {
     pub max_output_tokens: Option<u32>,
     /// Which request field carries the output cap: `max_completion_tokens` (OpenAI's current
     /// name, the default) or `max_tokens` (for servers that read only the older name).
-    #[serde(default, deserialize_with = "crate::choice::one_of")]
+    #[serde(default, deserialize_with = "picogent_support::choice::one_of")]
     pub max_tokens_field: MaxTokensField,
     /// The model's context window in tokens: every request (system prompt, tools, the stored
     /// session, the current input) is kept within it.
