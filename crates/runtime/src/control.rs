@@ -7,8 +7,8 @@ use futures::future::BoxFuture;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::record::{StoredRun, timeline_lines};
+use crate::request::{RunKind, RunRequest};
 use crate::router::Input;
-use crate::run::{RunKind, RunRequest};
 use crate::status::StatusBoard;
 use picogent_mcp::server::{AgentControl, AgentControlError, AgentStatus, RunResult, RunSummary, StartRun};
 use picogent_state::State;

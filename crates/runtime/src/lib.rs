@@ -40,11 +40,11 @@ use metrics::Metrics;
 use picogent_config::Config;
 use picogent_prompts::Prompts;
 use picogent_state::State;
-pub use picogent_state::{StateLockError, lock_state};
+use picogent_state::lock_state;
 use picogent_support::secret::Secret;
 use picogent_tools::ToolSource;
 use picogent_tracker::TrackerClient;
-use run::RunServices;
+use request::RunServices;
 use state_lock::{StandDown, StateLock, TakenLock};
 use status::StatusBoard;
 

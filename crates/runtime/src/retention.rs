@@ -18,7 +18,7 @@ use time::OffsetDateTime;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
-use crate::run::RunServices;
+use crate::request::RunServices;
 use crate::status::StatusBoard;
 use picogent_config::RetentionConfig;
 use picogent_mcp::results::ArtifactStore;

@@ -37,7 +37,7 @@ use picogent_tracker::TrackerClient;
 use picogent_tracker::model::{TaskOut, TaskStatus, UpdateTask};
 use picogent_tracker::session::SessionKey;
 
-pub use crate::request::{RunDone, RunError, RunKind, RunRequest, RunServices};
+use crate::request::{RunDone, RunError, RunKind, RunRequest, RunServices};
 
 /// Runs one request to its end. Never panics and never returns an error: every failure becomes
 /// a failed status with a notice for people and a recorded reason.

@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use crate::guard::{Asked, Asker, Steering};
 use crate::metrics::Metrics;
 use crate::refusal::Refusal;
-use crate::run::{RunDone, RunKind, RunRequest, RunServices};
+use crate::request::{RunDone, RunKind, RunRequest, RunServices};
 use crate::startup::{ReconcileReport, StartupReport, counts_line};
 use crate::status::StatusBoard;
 use crate::transport::{LinkStatus, StreamItem};

@@ -18,7 +18,7 @@ use super::runs::{StartRefused, Started};
 use super::{ActiveRun, Router};
 use crate::guard::{Asked, Steering};
 use crate::refusal::Refusal;
-use crate::run::{RunKind, RunRequest};
+use crate::request::{RunKind, RunRequest};
 use picogent_state::{Beat, ClaimKind, ClaimedRun, Enqueued, InputKind, Outage, QueuedRun, Replicas};
 use picogent_tracker::model::MessageOut;
 use picogent_tracker::session::SessionKey;

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::{ActiveRun, Input, Router};
 use crate::guard::Steering;
 use crate::refusal::Refusal;
-use crate::run::{RunDone, RunKind, RunRequest};
+use crate::request::{RunDone, RunKind, RunRequest};
 use picogent_state::{ClaimKind, FinishRun, RunStatus};
 use picogent_tracker::model::SendMessage;
 use picogent_tracker::session::SessionKey;
