@@ -163,7 +163,7 @@ fn human(board: &str) -> picogent::tracker::TrackerClient {
 }
 
 /// The replica holding the stream, as the agent's own lease code reads it.
-async fn stream_holder(observer: &picogent::state::Replicas) -> Option<String> {
+async fn stream_holder(observer: &picogent::state::RunQueue) -> Option<String> {
     observer.stream_holder().await.unwrap().map(|(holder, _)| holder)
 }
 
@@ -182,7 +182,7 @@ async fn takeovers(kills: usize) -> (Vec<f64>, u64) {
         ids.push(replica.wait_ready().await);
     }
     let state = picogent::state::State::open_postgres(&schema.url(), "picogent").await.unwrap();
-    let (_, observer) = state.as_replica("observer").expect("PostgreSQL has replicas");
+    let (_, observer) = state.for_holder("observer", true);
     let mut samples = Vec::new();
     for n in 0..kills {
         let holder = loop {

@@ -15,7 +15,6 @@ use picogent::config::Config;
 use picogent::offline_model::script::Script;
 use picogent::offline_model::{OfflineModelHandle, OfflineModelOptions};
 use picogent::session::SessionKey;
-use picogent::state::RunStatus;
 use picogent::tools::{Registry, ToolContext, ToolSource, governed};
 use picogent::tracker::TrackerClient;
 use picogent::tracker::model::*;
@@ -82,7 +81,7 @@ async fn in_ask_mode_a_cut_off_call_is_neither_asked_about_nor_run() {
     let task = create_assigned(&alice, "Release notes", "Write the release notes for 2.0").await;
     let session = format!("task:{}", task.id);
     eventually(WAIT, "the run to end", || async {
-        runs_for(&agent, &session).await.into_iter().find(|run| run.status != RunStatus::Running)
+        runs_for(&agent, &session).await.into_iter().find(|run| run.status.is_over())
     })
     .await;
     wait_idle(&agent).await;
@@ -139,7 +138,7 @@ async fn in_ask_mode_the_agent_asks_before_closing_or_rejecting_a_task_and_not_b
     wait_status(&alice, &task.id, TaskStatus::Done).await;
     let session = format!("task:{}", task.id);
     eventually(WAIT, "the TE-1 run to end", || async {
-        runs_for(&agent, &session).await.into_iter().find(|run| run.status != RunStatus::Running)
+        runs_for(&agent, &session).await.into_iter().find(|run| run.status.is_over())
     })
     .await;
     wait_idle(&agent).await;

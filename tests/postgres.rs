@@ -121,7 +121,7 @@ async fn a_killed_agent_on_postgres_resumes_its_run_without_repeating_comments()
         let state = State::open_postgres(&schema.url(), "picogent").await.unwrap();
         let runs = eventually(Duration::from_secs(10), "the run recorded as finished", || async {
             let runs = state.list_runs(10).await.ok()?;
-            runs.iter().all(|r| r.status != RunStatus::Running).then_some(runs)
+            runs.iter().all(|r| r.status.is_over()).then_some(runs)
         })
         .await;
         process.kill().unwrap();

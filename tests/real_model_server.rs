@@ -166,7 +166,7 @@ fn record_of(run: &RunRow) -> RunRecord {
 
 /// Ended, within the limits, with a timeline a person can read that says how it ended.
 fn assert_within_budgets_and_readable(run: &RunRow) {
-    assert!(run.finished_at.is_some() && run.status != RunStatus::Running, "run {} did not end: {run:?}", run.id);
+    assert!(run.finished_at.is_some() && run.status.is_over(), "run {} did not end: {run:?}", run.id);
     assert!(run.turns <= MAX_TURNS, "run {} took {} turns, the limit is {MAX_TURNS}", run.id, run.turns);
     // The token limit is checked between turns, so one turn may pass it.
     assert!(

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use picogent::offline_model::Faults;
-use picogent::state::Replicas;
+use picogent::state::RunQueue;
 use serde_json::{Value, json};
 use sqlx::Connection;
 use sqlx::postgres::PgConnection;
@@ -92,13 +92,13 @@ async fn ready_id(replica: &Replica, started: Instant) -> String {
 
 /// The replica whose stream lease has not run out, by the database's clock, as the agent's own
 /// lease code reads it (through a handle that never takes a lease).
-async fn stream_holder(observer: &Replicas) -> Option<String> {
+async fn stream_holder(observer: &RunQueue) -> Option<String> {
     observer.stream_holder().await.unwrap().map(|(holder, _)| holder)
 }
 
-async fn observer(schema: &test_postgres::TestSchema) -> Replicas {
+async fn observer(schema: &test_postgres::TestSchema) -> RunQueue {
     let state = picogent::state::State::open_postgres(&schema.url(), "picogent").await.unwrap();
-    state.as_replica("observer").expect("PostgreSQL has replicas").1
+    state.for_holder("observer", true).1
 }
 
 /// SIGKILLs the replica holding the stream; returns how long until another held it, and how many
@@ -106,7 +106,7 @@ async fn observer(schema: &test_postgres::TestSchema) -> Replicas {
 async fn kill_the_holder(
     replicas: &mut [Replica],
     pg: &mut PgConnection,
-    observer: &Replicas,
+    observer: &RunQueue,
     started: Instant,
 ) -> (Duration, i64) {
     let holder = loop {

@@ -70,7 +70,7 @@ async fn a_run_that_ends_before_its_first_model_request_is_acknowledged_and_ends
     let task = create_assigned(&alice, "Too big a budget", "Anything\n- one step").await;
     let session = format!("task:{}", task.id);
     let run = eventually(Duration::from_secs(30), "the run to end", || async {
-        runs_for(&agent, &session).await.into_iter().find(|run| run.status != RunStatus::Running)
+        runs_for(&agent, &session).await.into_iter().find(|run| run.status.is_over())
     })
     .await;
     wait_idle(&agent).await;
@@ -261,7 +261,7 @@ async fn killed_agent_resumes_its_run_without_repeating_comments() {
     let state = picogent::state::State::open(&config.state.path).await.unwrap();
     let runs = eventually(Duration::from_secs(10), "the run recorded as finished", || async {
         let runs = state.list_runs(10).await.ok()?;
-        runs.iter().all(|r| r.status != RunStatus::Running).then_some(runs)
+        runs.iter().all(|r| r.status.is_over()).then_some(runs)
     })
     .await;
     // The summary is posted as the run ends, after the task moved to review.

@@ -19,7 +19,6 @@ use picogent::config::Config;
 use picogent::offline_model::script::Script;
 use picogent::offline_model::{OfflineModelHandle, OfflineModelOptions};
 use picogent::session::SessionKey;
-use picogent::state::RunStatus;
 use picogent::tools::{Registry, ToolContext, ToolSource, governed};
 use picogent::tracker::TrackerClient;
 use picogent::tracker::model::*;
@@ -88,7 +87,7 @@ async fn notices(alice: &TrackerClient, task_id: &str) -> Vec<String> {
 async fn run_ended(agent: &picogent::runtime::AgentHandle, task: &TaskOut) {
     let session = format!("task:{}", task.id);
     eventually(WAIT, "the run to end", || async {
-        runs_for(agent, &session).await.into_iter().find(|run| run.status != RunStatus::Running)
+        runs_for(agent, &session).await.into_iter().find(|run| run.status.is_over())
     })
     .await;
     wait_idle(agent).await;

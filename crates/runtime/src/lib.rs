@@ -170,18 +170,22 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
             (TakenLock::Postgres(lock), state)
         }
     };
-    // A replica writes its runs' ends as itself, and reads the shared spend each time.
-    let replica = match config.replicas.enabled {
-        true => {
-            let id = replica_id();
-            let (state, queue) =
-                state.as_replica(&id).context("replicas need their state in PostgreSQL (state.url)")?;
-            tracing::info!(replica = %id, "starting as one replica of agent {}", config.slug);
-            Some((state, queue))
-        }
-        false => None,
-    };
-    let state = replica.as_ref().map_or(state, |(state, _)| state.clone());
+    // Every run goes through the run queue, held by this process under an id of its own. Where
+    // the single copy and replicas differ is chosen here, once: replicas share the queue (the
+    // spend is read afresh, the queue is polled, the stream goes to the holder of its lease); a
+    // single copy holds the agent's state to itself, so the runs a crash or a shutdown left
+    // running are its own, and their leases go at once so they resume now.
+    let shared = config.replicas.enabled;
+    if shared && state.path().is_some() {
+        anyhow::bail!("replicas need their state in PostgreSQL (state.url)");
+    }
+    let holder = replica_id();
+    let (state, queue) = state.for_holder(&holder, shared);
+    if shared {
+        tracing::info!(replica = %holder, "starting as one replica of agent {}", config.slug);
+    } else {
+        queue.release_all().await.context("cannot read the runs left running in the state")?;
+    }
     let client =
         TrackerClient::new(&config.tracker, tracker_token.clone()).context("cannot build the tracker client")?;
     // Before anything connects or acts: is another copy of this agent active on the tracker?
@@ -243,9 +247,9 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     let state_lock = taken_lock.keep(std::time::Duration::from_millis(config.presence.heartbeat_ms), stand_down);
     // The stream puts its items straight into the router's one input channel; a replica's only
     // while it holds the stream's lease.
-    let stream = match &replica {
-        None => crate::transport::spawn_into(stream_options, &client, state.clone(), inputs_tx.clone(), stream_cancel),
-        Some((_, queue)) => {
+    let stream = match shared {
+        false => crate::transport::spawn_into(stream_options, &client, state.clone(), inputs_tx.clone(), stream_cancel),
+        true => {
             status.set_replica(queue.id(), config.limits.max_concurrent_runs as usize);
             let keeper = replicas::StreamKeeper {
                 replicas: queue.clone(),
@@ -279,18 +283,15 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     };
 
     let retention = retention::spawn(&services);
-    let mut router = Router::new(services, inputs_tx.clone(), shutdown.clone());
-    if let Some((_, queue)) = replica {
-        router = router.with_replicas(crate::router::ReplicaRouter {
-            queue,
-            run_lease: std::time::Duration::from_millis(config.replicas.run_lease_ms),
-            poll: std::time::Duration::from_millis(config.replicas.poll_ms),
-            host: host_name(),
-            http: http_addr.map(|addr| addr.to_string()),
-            started_at_ms: time::OffsetDateTime::now_utc().unix_timestamp() * 1000,
-            outage: Default::default(),
-        });
-    }
+    let setup = crate::router::QueueSetup {
+        run_lease: std::time::Duration::from_millis(config.replicas.run_lease_ms),
+        poll: shared.then(|| std::time::Duration::from_millis(config.replicas.poll_ms)),
+        host: host_name(),
+        http: http_addr.map(|addr| addr.to_string()),
+        started_at_ms: time::OffsetDateTime::now_utc().unix_timestamp() * 1000,
+        outage: Default::default(),
+    };
+    let router = Router::new(services, inputs_tx.clone(), shutdown.clone(), queue, setup);
     let router = tokio::spawn(router.run(inputs_rx));
     Ok(AgentHandle {
         metrics,
@@ -320,8 +321,8 @@ fn host_name() -> String {
         .unwrap_or_else(|| "localhost".to_string())
 }
 
-/// A new replica's id: its host and a random part, so restarts and two replicas on one host
-/// never share one.
+/// This process's id in the run queue: its host and a random part, so restarts and two replicas
+/// on one host never share one.
 fn replica_id() -> String {
     let host: String = host_name().chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').take(32).collect();
     let random = uuid::Uuid::new_v4().simple().to_string();

@@ -1,8 +1,9 @@
 //! Replicas of one agent on one PostgreSQL state (`replicas.enabled`): the event stream goes to
 //! whichever replica holds its lease, and moves to another within about `stream_lease_ms` when
 //! that one dies, is cut off from the database, or stops. The lease itself, and why two holders
-//! at once would still handle each thing once, is `state/lease.rs`; the runs' side (queue,
-//! leases, inputs) is `router/replicas.rs`.
+//! at once would still handle each thing once, is `picogent_state::RunQueue`'s (`state/queue.rs`);
+//! the runs' side (queue, leases, inputs) is the router's, the same as a single copy's
+//! (`router/runs.rs`, `router/queue.rs`).
 //!
 //! The keeper ([`spawn_stream_keeper`]) is a standby until it takes the lease; then it runs the
 //! event stream into the router and renews the lease every third of it. It stops the stream
@@ -24,7 +25,7 @@ use crate::router::Input;
 use crate::status::StatusBoard;
 use crate::transport::{LinkStatus, StreamError, StreamItem, StreamOptions, StreamStart};
 use picogent_config::ReplicasConfig;
-use picogent_state::{Outage, Replicas, State};
+use picogent_state::{Outage, RunQueue, State};
 use picogent_tracker::TrackerClient;
 
 /// The stream's lease timing, from `replicas`.
@@ -55,7 +56,7 @@ impl LeaseTiming {
 
 /// What the keeper needs to run the stream.
 pub struct StreamKeeper {
-    pub replicas: Replicas,
+    pub replicas: RunQueue,
     pub timing: LeaseTiming,
     pub options: StreamOptions,
     pub client: TrackerClient,

@@ -1,7 +1,7 @@
 //! The agent's durable state: processed events, once-only claims, sessions, runs, spend, reply
 //! counts and named values. It lives in one of two stores behind one interface (`store.rs`):
-//! a SQLite file (`state.path`, the default; `sqlite.rs`), or a PostgreSQL database
-//! (`state.url = "postgres://…"`; `postgres.rs`), where every row is keyed by the agent's slug so
+//! a SQLite file (`state.path`, the default; `sqlite/`), or a PostgreSQL database
+//! (`state.url = "postgres://…"`; `postgres/`), where every row is keyed by the agent's slug so
 //! one database holds several agents. [`State`] is what the rest of the program holds, whichever
 //! store is behind it; it does the conversions both share and hands each operation to the store.
 //!
@@ -10,9 +10,10 @@
 //!   tracker event id (keyed by it, and by the agent in PostgreSQL), and only the caller that gets `true` acts on it; anything handled outside
 //!   the event stream (reconciliation at start-up) goes through [`State::claim`] with a key that
 //!   the event path uses too, so a reconnect, a replay and a reconciliation together act once;
-//! - the router records an event as processed *before* acting on it, and opens a run record
-//!   ([`State::start_run`]) before the run's first effect; a crash in between leaves a run in
-//!   `running`, which [`State::unfinished_runs`] finds at the next start-up;
+//! - the router records an event as processed *before* acting on it, and queues a run
+//!   ([`RunQueue::enqueue`], with the claim of what it is for) before the run's first effect; a
+//!   crash after that leaves the run `queued` or `running`, and the queue resumes it
+//!   (`queue.rs`);
 //! - the resume point ([`State::last_seq`]) never moves backwards and is never pruned;
 //! - pruning ([`State::prune`], `retention.rs`) forgets only rows nothing can ask for again: the
 //!   reasoning for each table is at the top of that file;
@@ -30,20 +31,22 @@
 //!   this module stores them whole and never looks inside.
 //!
 //! The order the router follows, so each thing is done once and nothing is silently dropped:
-//! 1. an event that asks for work (a task assigned, a message to answer):
-//!    `start_claimed_run(kind, key, session_key, trigger)` claims the thing and opens its run
-//!    record in one transaction; `None` means it was handled already (a duplicate, a replay, or
-//!    reconciliation got there first);
-//! 2. then `record_event(id, seq, name)`, which moves the resume point; events that ask for
-//!    nothing are only recorded;
-//! 3. the run, then `finish_run`; a failure notice is posted only after
-//!    `claim(FAILURE_NOTICE, run_id)` returns `true`;
-//! 4. at start-up: `unfinished_runs()` are runs cut short; resume each or `mark_interrupted` it;
-//!    then reconcile (tasks assigned while away) through the same claim keys.
+//! 1. `record_event(id, seq, name)`, which moves the resume point; `false` (a duplicate or a
+//!    replay) drops the event; events that ask for nothing are only recorded;
+//! 2. an event that asks for work (a task assigned, a message to answer): `enqueue` claims the
+//!    thing and queues its run in one transaction; `Handled` means it was handled already (a
+//!    replay after a crash, or reconciliation got there first); a message for a busy session is
+//!    claimed in the transaction that hands it to the session's run (`send_input`);
+//! 3. `claim_runs` takes queued runs for free slots; the run, then `finish_run` (only by the
+//!    run's holder); a failure notice is posted only after `claim(RunNotice, run_id)` is `true`;
+//! 4. at start-up, a copy with the state to itself lets every lease go (`release_all`), so the
+//!    runs cut short are claimed again and resume; then it reconciles (tasks assigned and
+//!    mentions made while away) through the same claim keys.
 //!
-//! A crash after 1 leaves a `running` run that step 4 finds; a crash before 2 means the event is
-//! replayed after the restart and its claim drops it. The claim and the run record are written
-//! together, so there is no moment where a thing is claimed but no run says so.
+//! A crash after 1 and before 2 loses the event's work to the record; reconciliation after the
+//! restart finds the task or mention again through REST and the same claim keys. The claim and
+//! the queued run are written together, so there is no moment where a thing is claimed but no
+//! run says so.
 //!
 //! Times are stored as Unix milliseconds in UTC.
 
@@ -62,9 +65,22 @@ macro_rules! on_store {
     };
 }
 
+/// Calls `$method` of the run queue of the store behind `$state` (`store::QueueStore`).
+macro_rules! on_queue {
+    ($state:expr, $method:ident($($argument:expr),* $(,)?)) => {
+        match &$state.store {
+            $crate::Backend::Sqlite(store) => {
+                $crate::store::QueueStore::$method(store, $($argument),*).await
+            }
+            $crate::Backend::Postgres(store) => {
+                $crate::store::QueueStore::$method(store, $($argument),*).await
+            }
+        }
+    };
+}
+
 pub mod config;
 mod file_lock;
-mod lease;
 pub mod migrate;
 mod outage;
 mod postgres;
@@ -82,10 +98,9 @@ use time::{Date, OffsetDateTime};
 
 pub use config::{StateConfig, check_postgres_url};
 pub use file_lock::{LockHolder, StateLockError, lock_state};
-pub use lease::{Beat, ClaimedRun, ReplicaSeen, Replicas};
 pub use outage::Outage;
 pub use postgres::{LockSpec, PostgresLock};
-pub use queue::{Enqueued, InputKind, QueuedRun, RunInput};
+pub use queue::{Beat, ClaimedRun, Enqueued, InputKind, QueuedRun, QueuedView, ReplicaSeen, RunInput, RunQueue};
 pub use retention::{PrunePlan, Pruned};
 pub use runs::{FinishRun, RunRow, RunStatus};
 
@@ -197,8 +212,11 @@ pub struct State {
     /// true; the lock is held across each read or write of the table, so no stale read can
     /// overwrite a newer sum. Replicas read the day's spend from the database every time.
     spend: std::sync::Arc<tokio::sync::Mutex<Option<(Date, Spend)>>>,
-    /// The replica this handle writes runs' ends as (`as_replica`); `None` for a single copy.
+    /// The process this handle writes runs' ends as (`for_holder`); `None` for a handle that
+    /// runs no queued run (the command line's).
     replica: Option<std::sync::Arc<str>>,
+    /// Other processes (replicas) share the agent's rows: the spend is read afresh each time.
+    shared: bool,
 }
 
 impl State {
@@ -224,20 +242,7 @@ impl State {
     }
 
     fn over(store: Backend) -> State {
-        State { store, spend: Default::default(), replica: None }
-    }
-
-    /// This state as the replica `id` of the agent uses it: a run's end is written only while
-    /// `id` holds the run, and the spend is read from the database each time (other replicas
-    /// add to it). `None` for SQLite, which replicas cannot share.
-    pub fn as_replica(&self, id: &str) -> Option<(State, Replicas)> {
-        match &self.store {
-            Backend::Sqlite(_) => None,
-            Backend::Postgres(store) => {
-                let state = State { replica: Some(id.into()), ..self.clone() };
-                Some((state, store.replicas(id)))
-            }
-        }
+        State { store, spend: Default::default(), replica: None, shared: false }
     }
 
     /// The SQLite file this state lives in; `None` in PostgreSQL.
@@ -375,7 +380,7 @@ impl State {
         let mut known = self.spend.lock().await;
         if let Some((known_day, total)) = *known
             && known_day == day
-            && self.replica.is_none()
+            && !self.shared
         {
             return Ok(total);
         }
@@ -467,6 +472,6 @@ fn to_u64(field: &'static str, value: i64) -> Result<u64, StateError> {
 }
 
 #[cfg(test)]
-mod replica_tests;
+mod queue_tests;
 #[cfg(test)]
 mod tests;

@@ -517,13 +517,18 @@ struct Run {
     finished_at_ms: Option<i64>,
     record: Option<String>,
     cost: Option<f64>,
+    /// What a queued or unfinished run needs to be claimed and resumed in the database; the
+    /// holder and the lease stay behind (the copy that starts there lets every lease go).
+    request: Option<String>,
+    attempts: i64,
 }
 
 /// Runs' columns, in the order of the arrays bound after the agent.
 macro_rules! copied_run_columns {
     () => {
         "id, session_key, trigger, status, turns, tool_calls, prompt_tokens, completion_tokens, \
-         model_duration_ms, tool_duration_ms, outcome, error, started_at_ms, finished_at_ms, record, cost"
+         model_duration_ms, tool_duration_ms, outcome, error, started_at_ms, finished_at_ms, record, cost, \
+         request, attempts"
     };
 }
 
@@ -554,6 +559,8 @@ impl Table for Run {
             finished_at_ms,
             record,
             cost,
+            request,
+            attempts,
         } = columns;
         // `row_order` (an identity) is given in the order rows come out: SQLite's rowid order.
         sqlx::query(concat!(
@@ -563,7 +570,7 @@ impl Table for Run {
             copied_run_columns!(),
             " FROM UNNEST($2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], \
                $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[], $12::text[], $13::text[], $14::bigint[], \
-               $15::bigint[], $16::text[], $17::float8[]) WITH ORDINALITY AS row (",
+               $15::bigint[], $16::text[], $17::float8[], $18::text[], $19::bigint[]) WITH ORDINALITY AS row (",
             copied_run_columns!(),
             ", position) ORDER BY position"
         ))
@@ -584,6 +591,8 @@ impl Table for Run {
         .bind(finished_at_ms)
         .bind(record)
         .bind(cost)
+        .bind(request)
+        .bind(attempts)
     }
 }
 
@@ -606,6 +615,8 @@ struct RunArrays {
     finished_at_ms: Vec<Option<i64>>,
     record: Vec<Option<String>>,
     cost: Vec<Option<f64>>,
+    request: Vec<Option<String>>,
+    attempts: Vec<i64>,
 }
 
 impl RunArrays {
@@ -626,6 +637,8 @@ impl RunArrays {
         self.finished_at_ms.push(run.finished_at_ms);
         self.record.push(run.record);
         self.cost.push(run.cost);
+        self.request.push(run.request);
+        self.attempts.push(run.attempts);
     }
 }
 

@@ -54,6 +54,11 @@ impl RunStatus {
         }
     }
 
+    /// Whether the run has ended: neither waiting in the queue nor running.
+    pub fn is_over(self) -> bool {
+        !matches!(self, RunStatus::Queued | RunStatus::Running)
+    }
+
     pub fn parse(text: &str) -> Option<RunStatus> {
         RunStatus::ALL.into_iter().find(|status| status.as_str() == text)
     }

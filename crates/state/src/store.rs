@@ -1,5 +1,5 @@
-//! The interface every store of the state implements: SQLite (`SqliteStore` in `sqlite.rs`,
-//! one agent per file) and PostgreSQL (`PostgresStore` in `postgres.rs`, many agents in one
+//! The interface every store of the state implements: SQLite (`SqliteStore` in `sqlite/`,
+//! one agent per file) and PostgreSQL (`PostgresStore` in `postgres/`, many agents in one
 //! database, each row keyed by the agent's identity).
 //!
 //! [`State`](crate::State) holds one store and does everything that is the same for both: it
@@ -10,11 +10,17 @@
 //! Every method is keyed by the agent implicitly: a store is opened for one agent and never reads
 //! or writes another's rows.
 //!
-//! To add an operation: declare it here with its guarantee, implement it in `sqlite.rs` and
-//! `postgres.rs` (the compiler insists on both), call it from a `State` method through
-//! `on_store!`, and add its test to the list in `tests.rs` that runs on both stores.
+//! To add an operation: declare it here with its guarantee, implement it in `sqlite/` and
+//! `postgres/` (the compiler insists on both), call it from a `State` method through
+//! `on_store!`, and add its test to the list in `tests.rs` that runs on both stores. The run
+//! queue's operations are [`QueueStore`]'s, called through `on_queue!` and tested in
+//! `queue_tests.rs`, also on both.
 
 use crate::StateError;
+use crate::queue::{Beat, ClaimedRun, Enqueued, QueuedRun, ReplicaSeen};
+
+/// One input of a run as stored: (run id, n, kind, text, message id).
+pub(super) type InputColumns = (String, i64, String, String, Option<String>);
 
 /// A run record as it is opened: `running`, started at `started_at_ms`.
 pub(super) struct NewRun<'a> {
@@ -39,8 +45,8 @@ pub(super) struct RunEnd<'a> {
     /// `None` keeps the record stored before.
     pub record: Option<String>,
     pub cost: Option<f64>,
-    /// The replica writing it (`State::as_replica`): the end is written only while that replica
-    /// holds the run. `None`: whoever runs it (a single copy, SQLite).
+    /// The process writing it (`State::for_holder`): the end is written only while that process
+    /// holds the run. `None`: whoever runs it (a handle that holds no queue: tests and tools).
     pub holder: Option<&'a str>,
 }
 
@@ -196,4 +202,67 @@ pub(super) trait Store {
     async fn sync(&self) -> Result<(), StateError>;
     /// Closes the connections, waiting for queries in flight; later calls fail.
     async fn close(&self);
+}
+
+/// The run queue, the event stream's lease and the heartbeats: what a store does for
+/// `queue.rs`, in both stores.
+pub(super) trait QueueStore {
+    // ---- the run queue (what each guarantees is written at the top of `queue.rs`) ----
+    //
+    // `holder` is the process (a single copy, or one replica) asking; leases are milliseconds
+    // from now by the database's clock (PostgreSQL) or the process's (SQLite, one process).
+
+    /// Queues `run` unless its session has a run queued or running (and `run.behind` is false),
+    /// or its claim was taken; in one transaction with the claim and its inputs.
+    async fn enqueue(&self, run: &QueuedRun<'_>, id: &str, at_ms: i64) -> Result<Enqueued, StateError>;
+    /// The session's runs that are queued or running, oldest first: (id, status).
+    async fn session_runs(&self, session_key: &str) -> Result<Vec<(String, String)>, StateError>;
+    /// Every queued run, oldest first: (id, session key, trigger).
+    async fn queued_runs(&self) -> Result<Vec<(String, String, String)>, StateError>;
+    /// Adds an input to the run if it is queued or running, and claims `message_id` with it;
+    /// returns the input's place (from 1), or `None`, writing nothing, once the run has ended.
+    async fn send_input(
+        &self,
+        run_id: &str,
+        kind: &str,
+        text: &str,
+        message_id: Option<&str>,
+        at_ms: i64,
+    ) -> Result<Option<i64>, StateError>;
+    /// The inputs of the runs, in order per run: (run id, n, kind, text, message id).
+    async fn inputs(&self, run_ids: &[String]) -> Result<Vec<InputColumns>, StateError>;
+    /// Closes a run still queued as `stopped` with `reason`; returns its request (empty when it
+    /// has none), or `None` when it is not queued.
+    async fn stop_queued(&self, run_id: &str, reason: &str) -> Result<Option<String>, StateError>;
+    /// Closes a run `holder` claimed and cannot run as `interrupted` with `reason`.
+    async fn drop_claimed(&self, holder: &str, run_id: &str, reason: &str, at_ms: i64) -> Result<(), StateError>;
+    /// Claims up to `slots` runs for `holder`, oldest first: queued ones that no earlier run of
+    /// their session is queued or running before, and running ones whose lease ran out on
+    /// another holder; each gets `holder`, a lease of `lease_ms` and one more attempt.
+    async fn claim_runs(&self, holder: &str, slots: i64, lease_ms: i64) -> Result<Vec<ClaimedRun>, StateError>;
+    /// Extends the leases of `holder`'s running runs among `ids`; returns the ids it still holds.
+    async fn renew_runs(&self, holder: &str, ids: &[String], lease_ms: i64) -> Result<Vec<String>, StateError>;
+    /// Hands a run `holder` claimed back to the queue, for any holder to claim again.
+    async fn hand_back(&self, holder: &str, run_id: &str) -> Result<(), StateError>;
+    /// Lets the leases of running runs go now: `holder`'s, or every holder's when `None` (a copy
+    /// that holds the agent's state to itself, at its start); returns how many.
+    async fn release_runs(&self, holder: Option<&str>) -> Result<u64, StateError>;
+
+    // ---- the event stream's lease and the heartbeats (`queue.rs`) ----
+
+    /// Takes the stream's lease for `holder` if it is free, ran out, or is `holder`'s; returns
+    /// its fencing number, or `None` when another holds it.
+    async fn acquire_stream(&self, holder: &str, lease_ms: i64) -> Result<Option<i64>, StateError>;
+    /// Extends the stream's lease; `false` when `holder` no longer holds it.
+    async fn renew_stream(&self, holder: &str, lease_ms: i64) -> Result<bool, StateError>;
+    /// Lets `holder`'s lease on the stream go now.
+    async fn release_stream(&self, holder: &str) -> Result<(), StateError>;
+    /// The holder whose lease on the stream has not run out, and its fencing number.
+    async fn stream_holder(&self) -> Result<Option<(String, i64)>, StateError>;
+    /// Records `holder`'s heartbeat and forgets those silent for a day.
+    async fn beat(&self, holder: &str, beat: &Beat<'_>) -> Result<(), StateError>;
+    /// The other holders that beat within `within_ms`, by id.
+    async fn others(&self, holder: &str, within_ms: i64) -> Result<Vec<ReplicaSeen>, StateError>;
+    /// Removes `holder`'s heartbeat.
+    async fn leave(&self, holder: &str) -> Result<(), StateError>;
 }

@@ -24,13 +24,13 @@ const AGENT: &str = "picogent";
 /// Where one test's state lives, to open (and open again, as after a restart) as often as the
 /// test needs.
 #[derive(Clone)]
-enum Place {
+pub(super) enum Place {
     Sqlite(Arc<tempfile::TempDir>),
     Postgres(TestSchema),
 }
 
 impl Place {
-    async fn open(&self) -> State {
+    pub(super) async fn open(&self) -> State {
         self.open_as(AGENT).await
     }
 
@@ -44,7 +44,7 @@ impl Place {
     }
 }
 
-async fn on_sqlite<F, Fut>(test: F)
+pub(super) async fn on_sqlite<F, Fut>(test: F)
 where
     F: FnOnce(Place) -> Fut,
     Fut: std::future::Future<Output = ()>,
@@ -52,7 +52,7 @@ where
     test(Place::Sqlite(Arc::new(tempfile::tempdir().unwrap()))).await
 }
 
-async fn on_postgres<F, Fut>(test: F)
+pub(super) async fn on_postgres<F, Fut>(test: F)
 where
     F: FnOnce(Place) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
@@ -990,18 +990,6 @@ async fn both_stores_keep_the_same_tables_and_columns() {
         expected.push((table.clone(), "agent".to_string()));
     }
     expected.push(("runs".to_string(), "row_order".to_string()));
-    // What only replicas sharing PostgreSQL need (crates/state/migrations/state-postgres/0002_replicas.sql).
-    for (table, columns) in [
-        ("runs", &["request", "holder", "lease_until_ms", "attempts"][..]),
-        ("run_inputs", &["agent", "run_id", "n", "kind", "text", "message_id", "at_ms"][..]),
-        ("leases", &["agent", "name", "holder", "expires_at_ms", "fencing"][..]),
-        (
-            "replicas",
-            &["agent", "id", "host", "http", "started_at_ms", "seen_at_ms", "holds_stream", "runs", "slots"][..],
-        ),
-    ] {
-        expected.extend(columns.iter().map(|column| (table.to_string(), column.to_string())));
-    }
     expected.sort();
     test_postgres::with_schema(move |schema| async move {
         let state = State::open_postgres(&schema.url(), AGENT).await.unwrap();

@@ -7,20 +7,24 @@
 //!   replay and a reconciliation together still handle each thing once;
 //! - the agent never reacts to its own messages, nor to other bots not in `allowed_bots`;
 //! - at most one run per session: input for a busy session steers the running run;
-//! - at most `limits.max_concurrent_runs` runs; the rest wait in order;
+//! - every run goes through the run queue in the state (`picogent_state::RunQueue`), for a
+//!   single copy as for replicas: queued with its claim, claimed by the process that runs it,
+//!   resumed by a claim of its lapsed lease; what differs between one copy and several (which
+//!   store, whether to poll, who else may hold a lease) is chosen where the agent is assembled;
+//! - at most `limits.max_concurrent_runs` runs in this process; the rest wait in the queue, in order;
 //! - every failed or stopped run leaves exactly one short notice where it was asked, never a stack
 //!   trace (claimed by run id before it is posted).
 
 pub mod filter;
+mod queue;
 mod reconcile;
-mod replicas;
 mod runs;
 
+pub use queue::QueueSetup;
 pub use reconcile::Reconciliation;
-pub use replicas::ReplicaRouter;
 pub use runs::StartRefused;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,7 +40,7 @@ use crate::status::StatusBoard;
 use crate::transport::{LinkStatus, StreamItem};
 use filter::{MessageFacts, MessageFate};
 use picogent_config::Config;
-use picogent_state::{ClaimKind, State};
+use picogent_state::{ClaimKind, RunQueue, State};
 use picogent_tracker::TrackerClient;
 use picogent_tracker::model::{Event, MemberKind, MessageOut, ReceivedEvent, TaskOut};
 use picogent_tracker::session::SessionKey;
@@ -73,15 +77,14 @@ impl From<StreamItem> for Input {
 struct ActiveRun {
     run_id: String,
     cancel: CancellationToken,
+    /// Steering for the run's next turn. Every input is in the queue too: the run reports how
+    /// many it took in, and the rest (arrived after its last turn) goes to a follow-up run.
     steer: mpsc::UnboundedSender<Steering>,
-    /// Every steering input sent to the run, in order; the run reports how many it took in, and
-    /// the rest (arrived after its last turn) goes to a follow-up run instead of being lost.
-    steered: Vec<Steering>,
     /// Why it was cancelled, once it was: said once when it ends.
     stop_reason: Option<String>,
-    /// Replicas: the last of the run's inputs in the database handed to it.
+    /// The last of the run's inputs in the queue handed to it.
     inputs_seen: i64,
-    /// Replicas: another replica took the run over; its end here is not the run's end.
+    /// Another replica took the run over; its end here is not the run's end.
     lost: bool,
 }
 
@@ -93,23 +96,26 @@ pub struct Router {
     status: Arc<StatusBoard>,
     services: Arc<RunServices>,
     inputs: mpsc::Sender<Input>,
+    /// This process's runs.
     active: HashMap<SessionKey, ActiveRun>,
-    waiting: VecDeque<RunRequest>,
-    /// Sessions in `waiting`, so a second request for one steers instead of queueing twice.
-    waiting_sessions: HashSet<SessionKey>,
     members: HashMap<String, MemberKind>,
-    /// Messages accepted for a run that has not started yet: their durable claim is written with
-    /// the run (one transaction), so a crash in between leaves them to reconciliation.
-    accepted_messages: HashSet<String>,
     /// How the stream began, until the first reconciliation after it completes the report.
     startup: Option<StartupReport>,
     shutdown: CancellationToken,
-    /// Set when this is one replica of several: runs go through the queue in the database.
-    replicas: Option<ReplicaRouter>,
+    /// The run queue, as this process holds it.
+    queue: RunQueue,
+    /// How this process uses the queue: its leases, whether it polls, what its heartbeat says.
+    setup: QueueSetup,
 }
 
 impl Router {
-    pub fn new(services: Arc<RunServices>, inputs: mpsc::Sender<Input>, shutdown: CancellationToken) -> Router {
+    pub fn new(
+        services: Arc<RunServices>,
+        inputs: mpsc::Sender<Input>,
+        shutdown: CancellationToken,
+        queue: RunQueue,
+        setup: QueueSetup,
+    ) -> Router {
         Router {
             config: services.config.clone(),
             client: services.client.clone(),
@@ -119,34 +125,26 @@ impl Router {
             services,
             inputs,
             active: HashMap::new(),
-            waiting: VecDeque::new(),
-            waiting_sessions: HashSet::new(),
             members: HashMap::new(),
-            accepted_messages: HashSet::new(),
             startup: None,
             shutdown,
-            replicas: None,
+            queue,
+            setup,
         }
-    }
-
-    /// Makes this the router of one replica of several (`replicas.enabled`).
-    pub fn with_replicas(mut self, replicas: ReplicaRouter) -> Router {
-        self.replicas = Some(replicas);
-        self
     }
 
     /// Runs until `shutdown` is cancelled and the input channel is drained of finished runs, then
     /// waits up to `limits.shutdown_grace_ms` for running runs; what is unfinished stays recorded
-    /// as running and resumes at the next start.
+    /// as running and resumes at the next start (or on another replica).
     pub async fn run(mut self, mut inputs: mpsc::Receiver<Input>) {
         self.refresh_members().await;
-        // A replica finds runs cut short in the queue, by their leases: they may be running on
-        // another replica.
-        if self.replicas.is_none() {
-            self.resume_interrupted_runs().await;
-        }
-        let poll = self.replicas.as_ref().map_or(Duration::from_secs(3600), |replicas| replicas.poll);
-        let mut tick = tokio::time::interval(poll);
+        // Runs a crash or a shutdown cut short, and runs still queued, are claimed from the queue:
+        // resumed here, or (replicas) wherever a slot is free.
+        self.claim_and_spawn().await;
+        // Only a queue other processes share has anything to poll for: a single copy hears
+        // everything that reaches its runs through this loop.
+        let polls = self.setup.poll.is_some();
+        let mut tick = tokio::time::interval(self.setup.poll.unwrap_or(Duration::from_secs(3600)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
@@ -156,7 +154,7 @@ impl Router {
                     Some(input) => self.handle(input).await,
                     None => break,
                 },
-                _ = tick.tick(), if self.replicas.is_some() => self.on_tick().await,
+                _ = tick.tick(), if polls => self.on_tick().await,
             }
         }
         self.drain(inputs).await;
@@ -169,8 +167,6 @@ impl Router {
             grace_ms = grace.as_millis() as u64,
             "shutting down: letting runs finish"
         );
-        self.waiting.clear();
-        self.publish_waiting();
         let deadline = tokio::time::Instant::now() + grace;
         while !self.active.is_empty() {
             match tokio::time::timeout_at(deadline, inputs.recv()).await {
@@ -213,13 +209,9 @@ impl Router {
                 let _ = reply.send(self.start_now(*request).await);
             }
             Input::StopRun { run_id, reply } => {
-                let session = self.active.iter().find(|(_, run)| run.run_id == run_id).map(|(s, _)| s.clone());
-                let stopped = match session {
-                    Some(session) => self.stop(&session, "stopped over MCP").await,
-                    None => match self.state.get_run(&run_id).await {
-                        Ok(Some(run)) => self.stop_run_anywhere(&run_id, run.status.as_str(), "stopped over MCP").await,
-                        _ => false,
-                    },
+                let stopped = match self.state.get_run(&run_id).await {
+                    Ok(Some(run)) => self.stop_run(&run_id, run.status, "stopped over MCP").await,
+                    _ => false,
                 };
                 let _ = reply.send(stopped);
             }
@@ -299,16 +291,11 @@ impl Router {
         }
     }
 
-    /// Whether `session` has a run, running or waiting for a slot (on any replica).
+    /// Whether `session` has a run, running or queued (here or on any replica).
     async fn session_busy(&self, session: &SessionKey) -> bool {
+        // Unknown counts as busy: a second run would be worse than a late one.
         self.active.contains_key(session)
-            || self.waiting_sessions.contains(session)
-            || self.busy_anywhere(session).await
-    }
-
-    /// Whether fewer than `max_concurrent_runs` runs are running.
-    fn slot_free(&self) -> bool {
-        self.active.len() < self.config.limits.max_concurrent_runs as usize
+            || self.queue.active_run(&session.as_string()).await.map(|run| run.is_some()).unwrap_or(true)
     }
 
     /// Starts (or queues) a run for the task; `false` when it is already being worked or the
@@ -388,12 +375,6 @@ impl Router {
                 return "state_error";
             }
         }
-        // A run recorded as running belongs to resume_interrupted_runs, not to a second start.
-        if let Ok(unfinished) = self.state.unfinished_runs().await
-            && unfinished.iter().any(|run| run.session_key == session.as_string())
-        {
-            return "unfinished_run";
-        }
         self.metrics.event("task.assigned", "reconciled");
         let assigned_by = task.created_by.clone();
         if self.on_assignment(task, assigned_by, "reconciliation").await { "worked" } else { "refused" }
@@ -403,9 +384,8 @@ impl Router {
     async fn on_message(&mut self, message: MessageOut, source: &str) -> &'static str {
         const EVENT: &str = "message.new";
         tracing::debug!(id = %message.id, source, "message");
-        // Seen before: claimed durably, or accepted for a run that has not started yet.
-        let seen = self.accepted_messages.contains(&message.id)
-            || self.state.is_claimed(ClaimKind::Message, &message.id).await.unwrap_or(true);
+        // Seen before: claimed durably (with the run that answers it, or the input that steers one).
+        let seen = self.state.is_claimed(ClaimKind::Message, &message.id).await.unwrap_or(true);
         if seen {
             self.metrics.event(EVENT, "duplicate");
             return "duplicate";
@@ -465,50 +445,7 @@ impl Router {
             text: steering_text(&message, &session),
             asked: Some(Asked { message_id: message.id.clone(), asker }),
         };
-        if self.replicas.is_some() {
-            return self.route_message(message, session, steering).await;
-        }
-        let reconciled = source == "reconciled";
-        let waiting = self.waiting.iter_mut().rev().find(|r| r.session == session);
-        match (self.active.get_mut(&session), waiting) {
-            (Some(active), _) if !reconciled => {
-                let _ = active.steer.send(steering.clone());
-                active.steered.push(steering);
-                self.claim(ClaimKind::Message, &message.id).await;
-                self.metrics.event(EVENT, "steered");
-                return "steered";
-            }
-            (None, Some(waiting)) if !reconciled => {
-                waiting.steering.push(steering);
-                waiting.steering_message_ids.push(message.id.clone());
-                self.accepted_messages.insert(message.id.clone());
-                self.metrics.event(EVENT, "steered");
-                return "steered";
-            }
-            _ => {}
-        }
-        self.metrics.event(EVENT, "run");
-        let trigger = format!("message.new {}", message.id);
-        let message_id = message.id.clone();
-        let request = RunRequest {
-            claim: Some((ClaimKind::Message, message.id.clone())),
-            ..RunRequest::new(session, trigger, RunKind::Message { message: Box::new(message) })
-        };
-        self.accepted_messages.insert(message_id.clone());
-        let session = request.session.clone();
-        let started = match self.session_busy(&session).await {
-            // Reconciled, for a session with a run: after it, in order.
-            true => self.queue_behind(request).await,
-            false => self.start_or_queue(request).await,
-        };
-        match started {
-            Ok(_) => "run",
-            Err(refused) => {
-                tracing::info!(%refused, "the reply run was not started");
-                self.tell_refused(&session, &refused, Some(&message_id)).await;
-                "refused"
-            }
-        }
+        self.route_message(message, session, steering, source == "reconciled").await
     }
 
     async fn replies_to_agent(&self, message: &MessageOut, session: &SessionKey) -> bool {
@@ -588,7 +525,7 @@ impl Router {
         let inputs = self.inputs.clone();
         let slug = self.config.slug.clone();
         let window = self.config.startup.answer_mentions_since.0;
-        let busy: HashSet<SessionKey> = self.active.keys().chain(self.waiting_sessions.iter()).cloned().collect();
+        let busy: HashSet<SessionKey> = self.active.keys().cloned().collect();
         tokio::spawn(async move {
             let reconciler = reconcile::Reconciler { client: &client, state: &state, slug: &slug, window, busy };
             let found = reconciler.run().await;

@@ -93,7 +93,7 @@ impl Reconciler<'_> {
             } else if self.state.has_finished_run_for(&session.as_string()).await.unwrap_or(false) {
                 Some("finished_run")
             } else if unfinished.contains(&session.as_string()) {
-                // resume_interrupted_runs picks it up, from where it was.
+                // The run queue resumes it, from where it was, once its lease lapsed.
                 Some("unfinished_run")
             } else {
                 match self.summarised(&task).await {

@@ -1,27 +1,27 @@
-//! A run's life as the router keeps it: started at once or queued for a slot, stopped with a
-//! reason said once, finished with its notice, followed up with input that came too late for
-//! it, and resumed after a restart.
+//! A run's life as the router keeps it: queued, claimed and started when a slot is free,
+//! stopped with a reason said once, finished with its notice, followed up with input that came
+//! too late for it, and resumed when its lease lapsed (after a restart, or its replica died).
+//! One path for a single copy and for replicas: the queue behind it is the only difference.
 
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::queue::{NotRunnable, QueuedRequest};
 use super::{ActiveRun, Input, Router};
 use crate::guard::Steering;
 use crate::refusal::Refusal;
 use crate::request::{RunDone, RunKind, RunRequest};
-use picogent_state::{ClaimKind, FinishRun, RunStatus};
-use picogent_tracker::model::SendMessage;
+use picogent_state::{ClaimKind, ClaimedRun, Enqueued, InputKind, QueuedRun, RunStatus};
+use picogent_tracker::model::{MessageOut, SendMessage};
 use picogent_tracker::session::SessionKey;
 
-/// Why a run was not started at once.
+/// Why a run was not queued.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StartRefused {
     #[error("session {session} is busy with run {run_id}")]
     Busy { session: SessionKey, run_id: String },
-    #[error("all {max} run slots are busy (limits.max_concurrent_runs); try again when a run ends")]
-    NoSlot { max: u32 },
     #[error("the daily token budget is spent (limits.max_tokens_per_day); new runs start again tomorrow (UTC)")]
     DailyBudget,
     #[error("the agent is shutting down")]
@@ -32,100 +32,224 @@ pub enum StartRefused {
     State { message: String },
 }
 
-/// What became of a request the router took.
-pub(super) enum Started {
-    /// Running, with this id.
-    Now(String),
-    /// Waiting for a free slot; it starts when a run ends.
-    Queued,
-    /// In the replicas' queue in the database, with this id; a replica with a free slot takes it.
-    Enqueued(String),
-}
+/// How many times a message is offered again when the run it was to steer ended in between.
+const STEER_ATTEMPTS: usize = 3;
 
 impl Router {
-    /// Cancels the run of `session` (on whichever replica runs it), remembering why so it is said
-    /// once when the run ends.
+    /// Stops every run of `session`, queued or running, here or on another replica, remembering
+    /// why so it is said once when each ends.
     pub(super) async fn stop(&mut self, session: &SessionKey, reason: &str) -> bool {
-        // Every run of the session waiting for a slot (or behind its running run) stops too.
-        let (stopping, kept): (Vec<RunRequest>, Vec<RunRequest>) =
-            self.waiting.drain(..).partition(|request| &request.session == session);
-        self.waiting = kept.into();
-        let stopped_waiting = !stopping.is_empty();
-        if stopped_waiting {
-            self.waiting_sessions.remove(session);
-            self.publish_waiting();
+        let mut stopped = false;
+        if let Some(run) = self.active.get_mut(session) {
+            tracing::info!(%session, run_id = %run.run_id, reason, "stopping run");
+            run.stop_reason.get_or_insert_with(|| reason.to_string());
+            run.cancel.cancel();
+            stopped = true;
         }
-        for request in stopping {
-            self.stop_before_start(request, reason).await;
-        }
-        match self.active.get_mut(session) {
-            Some(run) => {
-                tracing::info!(%session, run_id = %run.run_id, reason, "stopping run");
-                run.stop_reason.get_or_insert_with(|| reason.to_string());
-                run.cancel.cancel();
-                true
+        let runs = match self.queue.session_runs(&session.as_string()).await {
+            Ok(runs) => runs,
+            Err(error) => {
+                tracing::error!(%error, %session, "cannot read the session's runs to stop them");
+                return stopped;
             }
-            None if stopped_waiting => true,
-            None => self.stop_anywhere(session, reason).await,
+        };
+        for (run_id, status) in runs {
+            if self.active.get(session).is_some_and(|run| run.run_id == run_id) {
+                continue;
+            }
+            stopped |= self.stop_run(&run_id, status, reason).await;
+        }
+        stopped
+    }
+
+    /// Stops the run `run_id`: this process's at once, a queued one before it starts (recorded
+    /// as stopped and said once where it was asked), one running elsewhere by a stop sent to it.
+    pub(super) async fn stop_run(&mut self, run_id: &str, status: RunStatus, reason: &str) -> bool {
+        if let Some(run) = self.active.values_mut().find(|run| run.run_id == run_id) {
+            tracing::info!(run_id, reason, "stopping run");
+            run.stop_reason.get_or_insert_with(|| reason.to_string());
+            run.cancel.cancel();
+            return true;
+        }
+        if status == RunStatus::Queued
+            && let Ok(Some(request)) = self.queue.stop_queued(run_id, reason).await
+        {
+            tracing::info!(run_id, reason, "stopped a run before it started");
+            self.metrics.run_finished(RunStatus::Stopped.as_str(), Duration::ZERO);
+            self.publish_waiting().await;
+            // What it was for counts as handled, as after any stopped run: reconciliation does
+            // not take the task up again, and its messages were claimed when they were queued.
+            if let Ok(QueuedRequest { kind, .. }) = serde_json::from_str(&request) {
+                self.run_notice(&kind, run_id, &stopped_before_start(reason)).await;
+            }
+            return true;
+        }
+        match self.queue.send_input(run_id, InputKind::Stop, reason, None).await {
+            Ok(sent) => sent.is_some(),
+            Err(error) => {
+                tracing::error!(%error, run_id, "cannot send a stop through the state database");
+                false
+            }
         }
     }
 
-    /// Starts `request` now, or says why not: its session is busy, no slot is free, the day's
-    /// budget is spent (the MCP `start_run` tool, which does not queue).
+    /// Queues `request` and returns its run id (the MCP `start_run` tool, the CLI): it starts at
+    /// once when a slot is free, else when one frees; `Busy` when its session has a run.
     pub(super) async fn start_now(&mut self, request: RunRequest) -> Result<String, StartRefused> {
-        if self.replicas.is_some() {
-            return match self.start_or_queue(request).await? {
-                Started::Now(run_id) | Started::Enqueued(run_id) => Ok(run_id),
-                Started::Queued => Err(StartRefused::NoSlot { max: self.config.limits.max_concurrent_runs }),
-            };
-        }
-        if let Some(active) = self.active.get(&request.session) {
-            return Err(StartRefused::Busy { session: request.session.clone(), run_id: active.run_id.clone() });
-        }
-        if !self.slot_free() {
-            return Err(StartRefused::NoSlot { max: self.config.limits.max_concurrent_runs });
-        }
-        match self.start_or_queue(request).await? {
-            Started::Now(run_id) | Started::Enqueued(run_id) => Ok(run_id),
-            // A slot was free just above, and nothing ran in between.
-            Started::Queued => Err(StartRefused::NoSlot { max: self.config.limits.max_concurrent_runs }),
-        }
+        self.start_or_queue(request).await
     }
 
-    /// Queues `request` behind the run its session has (a reconciled mention: a question of its
-    /// own); it starts when that run ends and a slot is free. The daily budget is asked now, as
-    /// for any new run.
-    pub(super) async fn queue_behind(&mut self, request: RunRequest) -> Result<Started, StartRefused> {
+    /// Queues the run, after the daily budget allows it, and starts it now if a slot is free.
+    pub(super) async fn start_or_queue(&mut self, request: RunRequest) -> Result<String, StartRefused> {
+        self.enqueue(request, false).await
+    }
+
+    /// Queues `request` behind the runs its session has (a reconciled mention: a question of its
+    /// own); it starts when they have ended and a slot is free.
+    pub(super) async fn queue_behind(&mut self, request: RunRequest) -> Result<String, StartRefused> {
+        self.enqueue(request, true).await
+    }
+
+    async fn enqueue(&mut self, request: RunRequest, behind: bool) -> Result<String, StartRefused> {
         if self.shutdown.is_cancelled() {
             return Err(StartRefused::ShuttingDown);
         }
         if !self.spend_allows(&request).await {
             return Err(StartRefused::DailyBudget);
         }
-        self.waiting_sessions.insert(request.session.clone());
-        self.waiting.push_back(request);
-        self.publish_waiting();
-        Ok(Started::Queued)
+        let state_error = |error: &dyn std::fmt::Display| StartRefused::State { message: error.to_string() };
+        let queued = QueuedRequest {
+            kind: request.kind.clone(),
+            prompt: request.prompt.clone(),
+            prompt_from: request.prompt_from.clone(),
+        };
+        let json = serde_json::to_string(&queued).map_err(|error| state_error(&error))?;
+        let inputs: Vec<(String, Option<String>)> = request
+            .steering
+            .iter()
+            .map(|input| (input.text.clone(), input.asked.as_ref().map(|asked| asked.message_id.clone())))
+            .collect();
+        let session_key = request.session.as_string();
+        let run = QueuedRun {
+            session_key: &session_key,
+            trigger: &request.trigger,
+            request: &json,
+            claim: request.claim.as_ref().map(|(kind, key)| (kind.as_str(), key.as_str())),
+            inputs: &inputs,
+            behind,
+        };
+        match self.queue.enqueue(&run).await {
+            Ok(Enqueued::Queued(id)) => {
+                tracing::info!(run_id = %id, session = %request.session, "run queued");
+                self.claim_and_spawn().await;
+                Ok(id)
+            }
+            Ok(Enqueued::Busy(run_id)) => Err(StartRefused::Busy { session: request.session, run_id }),
+            Ok(Enqueued::Handled) => Err(StartRefused::AlreadyHandled),
+            Err(error) => {
+                tracing::error!(%error, "cannot queue a run in the state database");
+                Err(state_error(&error))
+            }
+        }
     }
 
-    /// Starts the run now if a slot is free, else queues it.
-    pub(super) async fn start_or_queue(&mut self, request: RunRequest) -> Result<Started, StartRefused> {
-        if self.shutdown.is_cancelled() {
-            return Err(StartRefused::ShuttingDown);
+    /// A message to answer: steers the session's run wherever it runs, or queues a run for it
+    /// (behind the session's runs, for a mention reconciliation found). Returns the metric's fate.
+    pub(super) async fn route_message(
+        &mut self,
+        message: MessageOut,
+        session: SessionKey,
+        steering: Steering,
+        reconciled: bool,
+    ) -> &'static str {
+        const EVENT: &str = "message.new";
+        let message_id = message.id.clone();
+        let fate = match reconciled && self.session_busy(&session).await {
+            true => match self.queue_behind(reply_request(&session, &message)).await {
+                Ok(_) => Ok(()),
+                Err(refused) => Err(Steered::Refused(refused)),
+            },
+            false => self.steer_or_queue(&session, &message, steering).await,
+        };
+        let fate = match fate {
+            Ok(()) => "run",
+            Err(Steered::Yes) => "steered",
+            Err(Steered::Refused(StartRefused::AlreadyHandled)) => "duplicate",
+            Err(Steered::Refused(refused)) => {
+                tracing::info!(%refused, "the reply run was not started");
+                self.tell_refused(&session, &refused, Some(&message_id)).await;
+                "refused"
+            }
+            Err(Steered::StateError) => {
+                self.tell(&session, &Refusal::NotRecorded, Some(&message_id)).await;
+                "state_error"
+            }
+        };
+        self.metrics.event(EVENT, fate);
+        fate
+    }
+
+    /// Hands the message to the session's run as steering (no budget is asked: no new run), or
+    /// queues a run for it when the session has none; a run that ends between the two steps
+    /// refuses the input, and then the message gets a run of its own.
+    async fn steer_or_queue(
+        &mut self,
+        session: &SessionKey,
+        message: &MessageOut,
+        steering: Steering,
+    ) -> Result<(), Steered> {
+        let mut busy = match self.active.get(session) {
+            Some(run) => Some(run.run_id.clone()),
+            None => match self.queue.active_run(&session.as_string()).await {
+                Ok(run) => run.map(|(run_id, _)| run_id),
+                Err(error) => {
+                    tracing::error!(%error, "cannot read the session's runs");
+                    return Err(Steered::StateError);
+                }
+            },
+        };
+        for _ in 0..STEER_ATTEMPTS {
+            if let Some(run_id) = busy.take() {
+                match self.send_steering(&run_id, steering.clone(), Some(&message.id)).await {
+                    Ok(true) => return Err(Steered::Yes),
+                    Ok(false) => {}
+                    Err(error) => {
+                        tracing::error!(%error, "cannot steer a run through the state database");
+                        return Err(Steered::StateError);
+                    }
+                }
+            }
+            match self.start_or_queue(reply_request(session, message)).await {
+                Ok(_) => return Ok(()),
+                Err(StartRefused::Busy { run_id, .. }) => busy = Some(run_id),
+                Err(refused) => return Err(Steered::Refused(refused)),
+            }
         }
-        if request.resume_run_id.is_none() && !self.spend_allows(&request).await {
-            return Err(StartRefused::DailyBudget);
+        Err(Steered::Refused(StartRefused::State { message: "the session's runs kept ending".to_string() }))
+    }
+
+    /// Sends `steering` to the run `run_id` through the queue (claiming its message with it), and
+    /// hands it over at once when the run is this process's. `false` when the run has ended.
+    async fn send_steering(
+        &mut self,
+        run_id: &str,
+        steering: Steering,
+        message_id: Option<&str>,
+    ) -> Result<bool, picogent_state::StateError> {
+        let Some(n) = self.queue.send_input(run_id, InputKind::Steer, &steering.text, message_id).await? else {
+            return Ok(false);
+        };
+        match self.active.values_mut().find(|run| run.run_id == run_id) {
+            // Nothing in between from elsewhere: this is the next input; no need to read it back.
+            Some(run) if run.inputs_seen + 1 == n => {
+                run.inputs_seen = n;
+                let _ = run.steer.send(steering);
+            }
+            Some(_) => self.forward_inputs().await,
+            // Queued, or running on another replica: it is handed over where it starts or runs.
+            None => {}
         }
-        if self.replicas.is_some() {
-            return self.enqueue(request).await;
-        }
-        if !self.slot_free() {
-            self.waiting_sessions.insert(request.session.clone());
-            self.waiting.push_back(request);
-            self.publish_waiting();
-            return Ok(Started::Queued);
-        }
-        self.spawn_run(request).await.map(Started::Now)
+        Ok(true)
     }
 
     /// The daily spend guard: past `max_tokens_per_day` (or `max_cost_per_day`), new runs are
@@ -153,27 +277,6 @@ impl Router {
         false
     }
 
-    /// A run stopped while it waited for a slot: recorded as started and stopped at once, so
-    /// what it was for counts as handled as after any stopped run (reconciliation does not take
-    /// the task up again, the message is not answered later), and said once where it was asked.
-    async fn stop_before_start(&mut self, request: RunRequest, reason: &str) {
-        let Ok(run_id) = self.record_start(&request).await else { return };
-        tracing::info!(session = %request.session, %run_id, reason, "stopped a run before it started");
-        let finish = FinishRun {
-            outcome: Some(format!("stopped before it started: {reason}")),
-            ..FinishRun::new(RunStatus::Stopped)
-        };
-        if let Err(error) = self.state.finish_run(&run_id, &finish).await {
-            tracing::error!(%error, %run_id, "cannot record the stopped run's end");
-        }
-        for message_id in &request.steering_message_ids {
-            self.accepted_messages.remove(message_id);
-            self.claim(ClaimKind::Message, message_id).await;
-        }
-        self.metrics.run_finished(RunStatus::Stopped.as_str(), Duration::ZERO);
-        self.run_notice(&request.kind, &run_id, &stopped_before_start(reason)).await;
-    }
-
     /// The one notice of the run `run_id`, posted where it was asked once its claim is taken.
     pub(super) async fn run_notice(&self, kind: &RunKind, run_id: &str, text: &str) {
         if self.claim(ClaimKind::RunNotice, run_id).await {
@@ -181,70 +284,148 @@ impl Router {
         }
     }
 
-    /// Records a new run's start with its claim, in one transaction (a resumed run's start is
-    /// recorded already); `AlreadyHandled` when the claim was taken before.
-    async fn record_start(&mut self, request: &RunRequest) -> Result<String, StartRefused> {
-        let session_key = request.session.as_string();
-        let started = match (&request.resume_run_id, &request.claim) {
-            (Some(id), _) => Ok(Some(id.clone())),
-            (None, Some((kind, key))) => {
-                self.accepted_messages.remove(key);
-                self.state.start_claimed_run(*kind, key, &session_key, &request.trigger).await
-            }
-            (None, None) => self.state.start_run(&session_key, &request.trigger).await.map(Some),
-        };
-        let run_id = match started {
-            Ok(Some(id)) => id,
-            Ok(None) => {
-                tracing::info!(session = %request.session, "already handled; not starting a second run");
-                return Err(StartRefused::AlreadyHandled);
+    /// Claims queued runs (and runs whose holder is gone) while slots are free, and starts them.
+    pub(super) async fn claim_and_spawn(&mut self) {
+        let free = (self.config.limits.max_concurrent_runs as usize).saturating_sub(self.active.len());
+        if free == 0 || self.shutdown.is_cancelled() {
+            self.publish_waiting().await;
+            return;
+        }
+        let claimed = match self.queue.claim_runs(free, self.setup.run_lease).await {
+            Ok(claimed) => {
+                self.setup.outage.answered();
+                claimed
             }
             Err(error) => {
-                tracing::error!(%error, "cannot record a new run; not starting it");
-                return Err(StartRefused::State { message: error.to_string() });
+                self.setup.outage.failed("cannot claim queued runs", &error);
+                return;
             }
         };
-        Ok(run_id)
+        for run in claimed {
+            self.start_claimed(run).await;
+        }
+        self.publish_waiting().await;
     }
 
-    /// Records the run's start (with its claim, in one transaction) and spawns it.
-    pub(super) async fn spawn_run(&mut self, mut request: RunRequest) -> Result<String, StartRefused> {
-        let run_id = self.record_start(&request).await?;
+    /// Starts a run this process just claimed, with what was sent to it while it waited.
+    async fn start_claimed(&mut self, run: ClaimedRun) {
+        let inputs = self.queue.inputs(std::slice::from_ref(&run.id)).await.unwrap_or_default();
+        let mut request = match self.request_of(&run).await {
+            Ok(request) => request,
+            Err(NotRunnable::Gone(reason)) => {
+                tracing::info!(run_id = %run.id, %reason, "a claimed run cannot run; closing it");
+                let _ = self.queue.drop_claimed(&run.id, &reason).await;
+                return;
+            }
+            Err(NotRunnable::Later(reason)) => {
+                tracing::warn!(run_id = %run.id, %reason, "a claimed run cannot start yet; handing it back");
+                let _ = self.queue.hand_back(&run.id).await;
+                return;
+            }
+        };
+        let steering: Vec<_> = inputs.iter().filter(|input| input.kind == InputKind::Steer).collect();
+        request.steering_message_ids = steering.iter().filter_map(|input| input.message_id.clone()).collect();
+        for input in steering {
+            let steered = self.steering_of(input.text.clone(), input.message_id.clone()).await;
+            request.steering.push(steered);
+        }
+        if run.attempts > 1 {
+            tracing::info!(run_id = %run.id, attempts = run.attempts, "resuming a run cut short");
+        }
+        let session = request.session.clone();
+        self.spawn_run(run.id.clone(), request).await;
+        if let Some(active) = self.active.get_mut(&session) {
+            active.inputs_seen = inputs.iter().map(|input| input.n).max().unwrap_or(0);
+        }
+        // A stop sent while it was queued or on its way here.
+        if let Some(stop) = inputs.iter().rev().find(|input| input.kind == InputKind::Stop) {
+            self.stop(&session, &stop.text).await;
+        }
+    }
+
+    /// The request a claimed run was queued with; for a run resumed after its holder stopped, its
+    /// task read afresh (it may have been unassigned meanwhile).
+    async fn request_of(&self, run: &ClaimedRun) -> Result<RunRequest, NotRunnable> {
+        let session = SessionKey::parse(&run.session_key)
+            .ok_or_else(|| NotRunnable::Gone(format!("unknown session key {}", run.session_key)))?;
+        let queued = match run.request.as_deref() {
+            Some(json) => Some(
+                serde_json::from_str::<QueuedRequest>(json)
+                    .map_err(|error| NotRunnable::Gone(format!("its stored request is unreadable: {error}")))?,
+            ),
+            None => None,
+        };
+        let (kind, prompt, prompt_from) = match queued {
+            Some(QueuedRequest { kind: RunKind::Prompt { .. }, .. }) if run.attempts > 1 => {
+                // Its prompt came from a client that is gone; nobody waits for the answer.
+                return Err(NotRunnable::Gone("a prompt run is not resumed after a restart".to_string()));
+            }
+            Some(QueuedRequest { kind: RunKind::Task { .. }, prompt, prompt_from }) if run.attempts > 1 => {
+                (self.resumable_kind(&session).await?, prompt, prompt_from)
+            }
+            Some(QueuedRequest { kind, prompt, prompt_from }) => (kind, prompt, prompt_from),
+            None => (self.resumable_kind(&session).await?, None, None),
+        };
+        Ok(RunRequest {
+            resume_run_id: Some(run.id.clone()),
+            prompt,
+            prompt_from,
+            ..RunRequest::new(session, run.trigger.clone(), kind)
+        })
+    }
+
+    /// What a resumed run of `session` is for, read afresh from the tracker: `Gone` when it is not
+    /// to be resumed (the task is no longer the agent's, or nobody waits for it), `Later` when
+    /// the tracker did not answer.
+    async fn resumable_kind(&self, session: &SessionKey) -> Result<RunKind, NotRunnable> {
+        let later = |error: picogent_tracker::TrackerError| NotRunnable::Later(error.to_string());
+        match session {
+            SessionKey::Task(task_id) => {
+                let task = self.client.get_task(task_id).await.map_err(later)?;
+                if task.assignee_slug.as_deref() == Some(self.config.slug.as_str()) {
+                    Ok(RunKind::Task { assigned_by: task.created_by.clone(), task: Box::new(task) })
+                } else {
+                    Err(NotRunnable::Gone("task no longer assigned to the agent".to_string()))
+                }
+            }
+            SessionKey::Prompt(_) => Err(NotRunnable::Gone("a prompt run is not resumed after a restart".to_string())),
+            SessionKey::Thread(root) => {
+                Ok(RunKind::Message { message: Box::new(self.client.get_message(root).await.map_err(later)?) })
+            }
+        }
+    }
+
+    /// Spawns the run `run_id`, claimed from the queue.
+    async fn spawn_run(&mut self, run_id: String, mut request: RunRequest) {
         // Not a child of the shutdown token: a shutdown lets running runs finish within the grace
         // period, and only then cancels what is left (see `drain`).
         let cancel = CancellationToken::new();
         let (steer_tx, steer_rx) = mpsc::unbounded_channel();
         request.asker = self.asker_of_run(&request).await;
-        let steered: Vec<Steering> = request.steering.drain(..).collect();
-        for input in &steered {
-            let _ = steer_tx.send(input.clone());
+        for input in request.steering.drain(..) {
+            let _ = steer_tx.send(input);
         }
-        self.active.insert(request.session.clone(), ActiveRun::new(run_id.clone(), cancel.clone(), steer_tx, steered));
+        self.active.insert(request.session.clone(), ActiveRun::new(run_id.clone(), cancel.clone(), steer_tx));
         self.status.set_active_runs(self.active.len());
         let services = self.services.clone();
         let inputs = self.inputs.clone();
-        let run_id_for_task = run_id.clone();
         let span = tracing::info_span!("run", run_id = %run_id, session = %request.session);
         tokio::spawn(tracing::Instrument::instrument(
             async move {
-                let done = crate::run::execute(services, run_id_for_task, request, cancel, steer_rx).await;
+                let done = crate::run::execute(services, run_id, request, cancel, steer_rx).await;
                 let _ = inputs.send(Input::RunDone(Box::new(done))).await;
             },
             span,
         ));
-        Ok(run_id)
     }
 
     pub(super) async fn finish(&mut self, done: RunDone) {
-        let (stop_reason, steered_late, lost) = match self.active.get(&done.session) {
+        let (stop_reason, lost) = match self.active.get(&done.session) {
             Some(active) if active.run_id == done.run_id => match self.active.remove(&done.session) {
-                Some(active) => {
-                    let leftover = active.steered.get(done.steering_consumed..).unwrap_or_default().to_vec();
-                    (active.stop_reason, leftover, active.lost)
-                }
-                None => (None, Vec::new(), false),
+                Some(active) => (active.stop_reason, active.lost),
+                None => (None, false),
             },
-            _ => (None, Vec::new(), false),
+            _ => (None, false),
         };
         self.status.set_active_runs(self.active.len());
         if lost {
@@ -252,12 +433,8 @@ impl Router {
             self.claim_and_spawn().await;
             return;
         }
-        let leftover = match self.replicas {
-            // What was sent from anywhere, read after the run's end was written: nothing more
-            // can join it now (`state/queue.rs`).
-            Some(_) => self.leftover_of(&done.run_id, done.steering_consumed).await,
-            None => steered_late,
-        };
+        // What was sent, read after the run's end was written: nothing more can join it now.
+        let leftover = self.leftover_of(&done.run_id, done.steering_consumed).await;
         self.metrics.run_finished(done.status.as_str(), done.duration);
         let text = match (done.status, stop_reason) {
             (RunStatus::Stopped, Some(reason)) => Some(format!("Stopped: {reason}.")),
@@ -270,77 +447,76 @@ impl Router {
         }
         // Input that arrived after the run's last turn boundary starts a follow-up run.
         if !leftover.is_empty() && done.status == RunStatus::Completed {
-            let trigger = format!("follow-up of {}", done.run_id);
-            let mut inputs = leftover.into_iter();
-            let first = inputs.next();
-            let request = RunRequest {
-                prompt: first.as_ref().map(|input| input.text.clone()),
-                prompt_from: first.and_then(|input| input.asked),
-                steering: inputs.collect(),
-                ..RunRequest::new(done.session.clone(), trigger, done.kind.clone())
-            };
-            let inputs: Vec<Steering> = request
-                .prompt
-                .iter()
-                .map(|text| Steering { text: text.clone(), asked: request.prompt_from.clone() })
-                .chain(request.steering.iter().cloned())
-                .collect();
-            let asked = request.prompt_from.as_ref().map(|asked| asked.message_id.clone());
-            match self.start_or_queue(request).await {
-                Ok(_) => {}
-                // Replicas: a run of the session started elsewhere meanwhile; it takes the input.
-                Err(StartRefused::Busy { run_id, .. }) if self.replicas.is_some() => {
-                    self.send_all(&run_id, inputs).await
-                }
-                Err(refused) => {
-                    tracing::warn!(%refused, session = %done.session, "the follow-up run was not started");
-                    self.tell_refused(&done.session, &refused, asked.as_deref()).await;
-                }
-            }
+            self.follow_up(&done, leftover).await;
         }
-        if self.replicas.is_some() {
-            self.claim_and_spawn().await;
-        } else {
-            self.start_waiting().await;
-        }
+        self.claim_and_spawn().await;
     }
 
-    /// Starts waiting runs while slots are free, in the order they came; one whose session has
-    /// a run keeps its place until that run ends.
-    async fn start_waiting(&mut self) {
-        while self.slot_free() {
-            let Some(position) = self.waiting.iter().position(|request| !self.active.contains_key(&request.session))
-            else {
-                break;
-            };
-            let Some(next) = self.waiting.remove(position) else { break };
-            if !self.waiting.iter().any(|request| request.session == next.session) {
-                self.waiting_sessions.remove(&next.session);
-            }
-            let session = next.session.clone();
-            let asked = match &next.kind {
-                RunKind::Message { message } if next.prompt.is_none() => Some(message.id.clone()),
-                _ => next.prompt_from.as_ref().map(|asked| asked.message_id.clone()),
-            };
-            if let Err(refused) = self.spawn_run(next).await {
-                tracing::warn!(%refused, "a waiting run was not started");
-                self.tell_refused(&session, &refused, asked.as_deref()).await;
-            }
-        }
-        self.publish_waiting();
-    }
-
-    /// Shows the runs waiting for a slot (the run inspector lists them as queued).
-    pub(super) fn publish_waiting(&self) {
-        let waiting = self
-            .waiting
+    /// Queues a follow-up of the run `done` whose prompt is the first input it did not take in,
+    /// or hands the inputs to the session's run if one started meanwhile.
+    async fn follow_up(&mut self, done: &RunDone, leftover: Vec<Steering>) {
+        let trigger = format!("follow-up of {}", done.run_id);
+        let mut inputs = leftover.into_iter();
+        let first = inputs.next();
+        let request = RunRequest {
+            prompt: first.as_ref().map(|input| input.text.clone()),
+            prompt_from: first.and_then(|input| input.asked),
+            steering: inputs.collect(),
+            ..RunRequest::new(done.session.clone(), trigger, done.kind.clone())
+        };
+        let inputs: Vec<Steering> = request
+            .prompt
             .iter()
-            .map(|request| crate::status::WaitingRun {
-                session: request.session.as_string(),
-                trigger: request.trigger.clone(),
-            })
+            .map(|text| Steering { text: text.clone(), asked: request.prompt_from.clone() })
+            .chain(request.steering.iter().cloned())
             .collect();
-        self.status.set_waiting(waiting);
+        let asked = request.prompt_from.as_ref().map(|asked| asked.message_id.clone());
+        match self.start_or_queue(request).await {
+            Ok(_) => {}
+            // A run of the session started meanwhile (elsewhere, or queued behind): it takes the input.
+            Err(StartRefused::Busy { run_id, .. }) => {
+                for input in inputs {
+                    let message_id = input.asked.as_ref().map(|asked| asked.message_id.clone());
+                    if let Err(error) = self.send_steering(&run_id, input, message_id.as_deref()).await {
+                        tracing::error!(%error, %run_id, "cannot hand input to the session's run");
+                    }
+                }
+            }
+            Err(refused) => {
+                tracing::warn!(%refused, session = %done.session, "the follow-up run was not started");
+                self.tell_refused(&done.session, &refused, asked.as_deref()).await;
+            }
+        }
+    }
+
+    /// What the run `run_id` was sent and did not take in, after `consumed` inputs: the prompt
+    /// and steering of its follow-up run.
+    async fn leftover_of(&mut self, run_id: &str, consumed: usize) -> Vec<Steering> {
+        let inputs = match self.queue.inputs(&[run_id.to_string()]).await {
+            Ok(inputs) => inputs,
+            Err(error) => {
+                tracing::error!(%error, run_id, "cannot read what the run was sent; a follow-up may be missing");
+                return Vec::new();
+            }
+        };
+        let mut leftover = Vec::new();
+        for input in inputs.into_iter().filter(|input| input.kind == InputKind::Steer).skip(consumed) {
+            leftover.push(self.steering_of(input.text, input.message_id).await);
+        }
+        leftover
+    }
+
+    /// Shows the runs waiting in the queue (the run inspector lists them as queued).
+    pub(super) async fn publish_waiting(&self) {
+        match self.queue.queued().await {
+            Ok(queued) => self.status.set_waiting(
+                queued
+                    .into_iter()
+                    .map(|run| crate::status::WaitingRun { session: run.session_key, trigger: run.trigger })
+                    .collect(),
+            ),
+            Err(error) => tracing::debug!(%error, "cannot read the queued runs"),
+        }
     }
 
     /// Posts a short notice where the run was asked for: a comment on the task, or a reply in the
@@ -367,61 +543,32 @@ impl Router {
             tracing::error!(%error, "could not post a notice");
         }
     }
+}
 
-    /// Runs left `running` by a crash or a shutdown are resumed from their sessions.
-    pub(super) async fn resume_interrupted_runs(&mut self) {
-        let runs = match self.state.unfinished_runs().await {
-            Ok(runs) => runs,
-            Err(error) => {
-                tracing::error!(%error, "cannot read unfinished runs");
-                return;
-            }
-        };
-        for run in runs {
-            let Some(session) = SessionKey::parse(&run.session_key) else { continue };
-            let kind = match self.resume_kind(&session).await {
-                Ok(Ok(kind)) => kind,
-                Ok(Err(reason)) => {
-                    let _ = self.state.mark_interrupted(&run.id, reason).await;
-                    continue;
-                }
-                Err(error) => {
-                    tracing::warn!(%error, run_id = %run.id, "cannot load the task or thread of an interrupted run");
-                    continue;
-                }
-            };
-            tracing::info!(run_id = %run.id, session = %session, "resuming interrupted run");
-            let request = RunRequest {
-                resume_run_id: Some(run.id.clone()),
-                ..RunRequest::new(session, run.trigger.clone(), kind)
-            };
-            if let Err(refused) = self.start_or_queue(request).await {
-                tracing::warn!(%refused, run_id = %run.id, "the interrupted run was not resumed");
-            }
-        }
+/// What became of a message that did not get a run of its own.
+enum Steered {
+    /// It was handed to the session's run.
+    Yes,
+    Refused(StartRefused),
+    /// The state database did not take it.
+    StateError,
+}
+
+impl ActiveRun {
+    fn new(run_id: String, cancel: CancellationToken, steer: mpsc::UnboundedSender<Steering>) -> ActiveRun {
+        ActiveRun { run_id, cancel, steer, stop_reason: None, inputs_seen: 0, lost: false }
     }
+}
 
-    /// What an interrupted run of `session` is for, read afresh from the tracker; `Ok(Err(why))`
-    /// when it is not to be resumed (the task is no longer the agent's, or nobody waits for it).
-    pub(super) async fn resume_kind(
-        &self,
-        session: &SessionKey,
-    ) -> Result<Result<RunKind, &'static str>, picogent_tracker::TrackerError> {
-        Ok(match session {
-            SessionKey::Task(task_id) => {
-                let task = self.client.get_task(task_id).await?;
-                if task.assignee_slug.as_deref() == Some(self.config.slug.as_str()) {
-                    Ok(RunKind::Task { assigned_by: task.created_by.clone(), task: Box::new(task) })
-                } else {
-                    Err("task no longer assigned to the agent")
-                }
-            }
-            // Its prompt came from a client that is gone; nobody waits for the answer.
-            SessionKey::Prompt(_) => Err("a prompt run is not resumed after a restart"),
-            SessionKey::Thread(root) => {
-                Ok(RunKind::Message { message: Box::new(self.client.get_message(root).await?) })
-            }
-        })
+/// The run that answers `message` in `session`, claiming it.
+fn reply_request(session: &SessionKey, message: &MessageOut) -> RunRequest {
+    RunRequest {
+        claim: Some((ClaimKind::Message, message.id.clone())),
+        ..RunRequest::new(
+            session.clone(),
+            format!("message.new {}", message.id),
+            RunKind::Message { message: Box::new(message.clone()) },
+        )
     }
 }
 
@@ -433,7 +580,7 @@ fn answered_message(kind: &RunKind) -> Option<&str> {
     }
 }
 
-/// The notice of a run stopped before it started (waiting for a slot, or queued).
-pub(super) fn stopped_before_start(reason: &str) -> String {
+/// The notice of a run stopped before it started (waiting in the queue).
+fn stopped_before_start(reason: &str) -> String {
     format!("Stopped before it started: {reason}.")
 }

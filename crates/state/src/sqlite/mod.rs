@@ -10,6 +10,8 @@ use sqlx::sqlite::SqlitePool;
 use crate::StateError;
 use crate::store::{NewRun, RunColumns, RunEnd, Store, run_columns};
 
+mod queue;
+
 /// The schema, `crates/state/migrations/state/`; `migrate.rs` holds a state file's applied migrations against it.
 pub(super) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/state");
 
@@ -258,7 +260,7 @@ impl Store for SqliteStore {
             "UPDATE runs SET status = ?, turns = ?, tool_calls = ?, prompt_tokens = ?, completion_tokens = ?, \
              model_duration_ms = ?, tool_duration_ms = ?, outcome = ?, error = ?, finished_at_ms = ?, \
              record = COALESCE(?, record), cost = ? \
-             WHERE id = ? AND status = 'running'",
+             WHERE id = ? AND status = 'running' AND (? IS NULL OR holder = ?)",
         )
         .bind(end.status)
         .bind(end.turns)
@@ -273,6 +275,8 @@ impl Store for SqliteStore {
         .bind(end.record.as_deref())
         .bind(end.cost)
         .bind(run_id)
+        .bind(end.holder)
+        .bind(end.holder)
         .execute(&self.pool)
         .await?
         .rows_affected();
@@ -413,7 +417,7 @@ impl Store for SqliteStore {
                    ORDER BY started_at_ms DESC, rowid DESC) AS newest_alike, \
                  status IN ('completed', 'failed', 'did_nothing', 'stopped') AS finished_work \
                FROM runs) \
-             DELETE FROM runs WHERE status <> 'running' AND COALESCE(finished_at_ms, started_at_ms) < ?1 \
+             DELETE FROM runs WHERE status NOT IN ('queued', 'running') AND COALESCE(finished_at_ms, started_at_ms) < ?1 \
                AND rowid IN (SELECT row_id FROM ranked WHERE newest > 1 AND NOT (finished_work AND newest_alike = 1))",
         )
         .bind(before_ms)
@@ -422,12 +426,21 @@ impl Store for SqliteStore {
         .rows_affected();
         let dropped = sqlx::query(
             "UPDATE runs SET record = NULL \
-             WHERE status <> 'running' AND record IS NOT NULL AND COALESCE(finished_at_ms, started_at_ms) < ?1",
+             WHERE status NOT IN ('queued', 'running') AND record IS NOT NULL \
+               AND COALESCE(finished_at_ms, started_at_ms) < ?1",
         )
         .bind(before_ms)
         .execute(&mut *transaction)
         .await?
         .rows_affected();
+        // The inputs of runs that ended: read once, at the end, for a follow-up run.
+        sqlx::query(
+            "DELETE FROM run_inputs WHERE at_ms < ?1 \
+               AND run_id NOT IN (SELECT id FROM runs WHERE status IN ('queued', 'running'))",
+        )
+        .bind(before_ms)
+        .execute(&mut *transaction)
+        .await?;
         transaction.commit().await?;
         Ok((deleted, dropped))
     }
@@ -435,7 +448,7 @@ impl Store for SqliteStore {
     async fn prune_sessions(&self, before_ms: i64) -> Result<u64, StateError> {
         self.delete_older(
             "DELETE FROM sessions WHERE updated_at_ms < ? \
-               AND key NOT IN (SELECT session_key FROM runs WHERE status = 'running')",
+               AND key NOT IN (SELECT session_key FROM runs WHERE status IN ('queued', 'running'))",
             before_ms,
         )
         .await
