@@ -14,6 +14,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use picogent_agent::ToolCallOutcome;
+use picogent_state::RunStatus;
 
 /// Every metric of the agent. One instance, shared behind an `Arc`.
 #[derive(Debug, Default)]
@@ -122,9 +123,9 @@ impl Metrics {
         recent.iter().rev().cloned().collect()
     }
 
-    pub fn run_finished(&self, outcome: &'static str, duration: Duration) {
+    pub fn run_finished(&self, status: RunStatus, duration: Duration) {
         self.with(|m| {
-            *m.runs.entry(label(outcome)).or_default() += 1;
+            *m.runs.entry(label(status.as_str())).or_default() += 1;
             m.run_seconds.observe(duration);
         });
     }
@@ -302,7 +303,7 @@ mod tests {
         metrics.event("message.new", "answer");
         metrics.event("evil\"}\n", "x");
         metrics.tool_call("get_task", ToolCallOutcome::Ok);
-        metrics.run_finished("completed", Duration::from_millis(1500));
+        metrics.run_finished(RunStatus::Completed, Duration::from_millis(1500));
         let text = metrics.render(1, true, false);
         assert!(text.contains("picogent_events_total{event=\"message.new\",fate=\"answer\"} 2"), "{text}");
         assert!(text.contains("picogent_events_total{event=\"unknown\",fate=\"x\"} 1"), "{text}");

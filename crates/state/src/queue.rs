@@ -42,7 +42,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{RunStatus, State, StateError, now_ms};
+use crate::{ClaimKind, RunStatus, State, StateError, now_ms};
 
 /// What [`RunQueue::enqueue`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,7 +63,7 @@ pub struct QueuedRun<'a> {
     /// The request as JSON, for the process that claims it.
     pub request: &'a str,
     /// A claim (kind, key) taken in the same transaction.
-    pub claim: Option<(&'a str, &'a str)>,
+    pub claim: Option<(ClaimKind, &'a str)>,
     /// Steering inputs that came before it started, in order (text, message id).
     pub inputs: &'a [(String, Option<String>)],
     /// Queued behind the session's runs instead of refused as `Busy`: it is claimed once they

@@ -40,7 +40,7 @@ async fn holders_on(place: &Place, ids: &[&str]) -> Vec<(State, RunQueue)> {
     ids.iter().map(|id| state.for_holder(id, true)).collect()
 }
 
-fn queued<'a>(session_key: &'a str, claim: Option<(&'a str, &'a str)>) -> QueuedRun<'a> {
+fn queued<'a>(session_key: &'a str, claim: Option<(ClaimKind, &'a str)>) -> QueuedRun<'a> {
     QueuedRun { session_key, trigger: "test", request: "{}", claim, inputs: &[], behind: false }
 }
 
@@ -118,8 +118,11 @@ async fn one_run_per_session_and_each_thing_once(place: Place) {
         _ => true,
     }));
     // A claim taken before: handled, nothing written.
-    assert!(matches!(r1.enqueue(&queued("thread:b", Some(("message", "m1")))).await.unwrap(), Enqueued::Queued(_)));
-    assert_eq!(r2.enqueue(&queued("thread:c", Some(("message", "m1")))).await.unwrap(), Enqueued::Handled);
+    assert!(matches!(
+        r1.enqueue(&queued("thread:b", Some((ClaimKind::Message, "m1")))).await.unwrap(),
+        Enqueued::Queued(_)
+    ));
+    assert_eq!(r2.enqueue(&queued("thread:c", Some((ClaimKind::Message, "m1")))).await.unwrap(), Enqueued::Handled);
     assert!(r2.active_run("thread:c").await.unwrap().is_none());
     let waiting: Vec<String> = r1.queued().await.unwrap().into_iter().map(|run| run.session_key).collect();
     assert_eq!(waiting, ["thread:a", "thread:b"], "the queue in order");
@@ -130,7 +133,7 @@ async fn a_run_queued_behind_its_session_waits_until_the_sessions_runs_ended(pla
     let ((state1, r1), r2) = (&holders[0], &holders[1].1);
     let Enqueued::Queued(first) = r1.enqueue(&queued("thread:q", None)).await.unwrap() else { panic!() };
     assert_eq!(r1.claim_runs(5, Duration::from_secs(30)).await.unwrap()[0].id, first);
-    let behind = QueuedRun { behind: true, ..queued("thread:q", Some(("message", "m2"))) };
+    let behind = QueuedRun { behind: true, ..queued("thread:q", Some((ClaimKind::Message, "m2"))) };
     let Enqueued::Queued(second) = r2.enqueue(&behind).await.unwrap() else { panic!("queued behind") };
     let Enqueued::Queued(third) = r2.enqueue(&behind_of("thread:q", "m3")).await.unwrap() else { panic!() };
     let Enqueued::Queued(other) = r2.enqueue(&queued("thread:other", None)).await.unwrap() else { panic!() };
@@ -147,7 +150,7 @@ async fn a_run_queued_behind_its_session_waits_until_the_sessions_runs_ended(pla
 }
 
 fn behind_of<'a>(session_key: &'a str, message_id: &'a str) -> QueuedRun<'a> {
-    QueuedRun { behind: true, ..queued(session_key, Some(("message", message_id))) }
+    QueuedRun { behind: true, ..queued(session_key, Some((ClaimKind::Message, message_id))) }
 }
 
 async fn an_input_reaches_a_run_before_its_end_or_is_refused_after_it(place: Place) {

@@ -16,6 +16,7 @@
 //!   trace (claimed by run id before it is posted).
 
 pub mod filter;
+mod outcome;
 mod queue;
 mod reconcile;
 mod runs;
@@ -39,6 +40,7 @@ use crate::startup::{ReconcileReport, StartupReport, counts_line};
 use crate::status::StatusBoard;
 use crate::transport::{LinkStatus, StreamItem};
 use filter::{MessageFacts, MessageFate};
+use outcome::{MessageOutcome, Source, TaskOutcome};
 use picogent_config::Config;
 use picogent_state::{ClaimKind, RunQueue, State};
 use picogent_tracker::TrackerClient;
@@ -274,7 +276,7 @@ impl Router {
                     self.metrics.event(name, "already_worked");
                 } else {
                     self.metrics.event(name, "run");
-                    self.on_assignment(data.task, data.assigned_by, "event").await;
+                    self.on_assignment(data.task, data.assigned_by, Source::Event).await;
                 }
             }
             Event::TaskUnassigned(data) => {
@@ -283,7 +285,7 @@ impl Router {
                 self.metrics.event(name, if stopped { "stop" } else { "ignored" });
             }
             Event::MessageNew(data) => {
-                self.on_message(data.message, "event").await;
+                self.on_message(data.message, Source::Event).await;
             }
             Event::TaskUpdated(_) => self.metrics.event(name, "ignored"),
             // The stream passes on known events only; an unknown one is ignored all the same.
@@ -300,13 +302,13 @@ impl Router {
 
     /// Starts (or queues) a run for the task; `false` when it is already being worked or the
     /// run was refused.
-    async fn on_assignment(&mut self, task: TaskOut, assigned_by: String, source: &str) -> bool {
+    async fn on_assignment(&mut self, task: TaskOut, assigned_by: String, source: Source) -> bool {
         let session = SessionKey::Task(task.id.clone());
         if self.session_busy(&session).await {
             tracing::info!(task = %task.key, "assignment for a task already being worked");
             return false;
         }
-        tracing::info!(task = %task.key, %source, "working assigned task");
+        tracing::info!(task = %task.key, source = source.as_str(), "working assigned task");
         let trigger = format!("task.assigned {}", task.key);
         let request = RunRequest::new(session.clone(), trigger, RunKind::Task { task: Box::new(task), assigned_by });
         match self.start_or_queue(request).await {
@@ -333,14 +335,14 @@ impl Router {
         let Reconciliation { tasks, messages, mut report } = found;
         for task in tasks {
             match self.on_reconciled_task(task).await {
-                "worked" => report.tasks.worked += 1,
-                reason => report.tasks.skip(reason),
+                TaskOutcome::Worked => report.tasks.worked += 1,
+                reason => report.tasks.skip(reason.as_str()),
             }
         }
         for message in messages {
-            match self.on_message(message, "reconciled").await {
-                "run" | "steered" => report.mentions.answered += 1,
-                reason => report.mentions.skip(reason),
+            match self.on_message(message, Source::Reconciled).await {
+                outcome if outcome.answered() => report.mentions.answered += 1,
+                reason => report.mentions.skip(reason.as_str()),
             }
         }
         self.status.set_caught_up(true);
@@ -362,41 +364,45 @@ impl Router {
 
     /// Starts a run for a task reconciliation found, unless something covers it already;
     /// returns `worked` or why not.
-    async fn on_reconciled_task(&mut self, task: TaskOut) -> &'static str {
+    async fn on_reconciled_task(&mut self, task: TaskOut) -> TaskOutcome {
         let session = SessionKey::Task(task.id.clone());
         if self.session_busy(&session).await {
-            return "running";
+            return TaskOutcome::Running;
         }
         match self.state.has_finished_run_for(&session.as_string()).await {
             Ok(false) => {}
-            Ok(true) => return "finished_run",
+            Ok(true) => return TaskOutcome::FinishedRun,
             Err(error) => {
                 tracing::warn!(%error, "cannot check runs of a reconciled task");
-                return "state_error";
+                return TaskOutcome::StateError;
             }
         }
         self.metrics.event("task.assigned", "reconciled");
         let assigned_by = task.created_by.clone();
-        if self.on_assignment(task, assigned_by, "reconciliation").await { "worked" } else { "refused" }
+        if self.on_assignment(task, assigned_by, Source::Reconciled).await {
+            TaskOutcome::Worked
+        } else {
+            TaskOutcome::Refused
+        }
     }
 
     /// Answers, steers with, or drops a message; returns what became of it (the metric's fate).
-    async fn on_message(&mut self, message: MessageOut, source: &str) -> &'static str {
+    async fn on_message(&mut self, message: MessageOut, source: Source) -> MessageOutcome {
         const EVENT: &str = "message.new";
-        tracing::debug!(id = %message.id, source, "message");
+        tracing::debug!(id = %message.id, source = source.as_str(), "message");
         // Seen before: claimed durably (with the run that answers it, or the input that steers one).
         let seen = self.state.is_claimed(ClaimKind::Message, &message.id).await.unwrap_or(true);
         if seen {
-            self.metrics.event(EVENT, "duplicate");
-            return "duplicate";
+            self.metrics.event(EVENT, MessageOutcome::Duplicate.as_str());
+            return MessageOutcome::Duplicate;
         }
         let session = SessionKey::of_message(&message);
         // Stop comes first: it is obeyed even when the message would not start a run.
         if filter::is_stop_command(&message.content, &self.config.slug) && message.author_slug != self.config.slug {
             let stopped = self.stop(&session, &format!("@{} asked me to stop", message.author_slug)).await;
-            let fate = if stopped { "stop" } else { "stop_idle" };
-            self.metrics.event(EVENT, fate);
-            return fate;
+            let outcome = if stopped { MessageOutcome::Stop } else { MessageOutcome::StopIdle };
+            self.metrics.event(EVENT, outcome.as_str());
+            return outcome;
         }
         let author_kind = self.member_kind(&message.author_slug).await;
         let facts = MessageFacts { author_kind, replies_to_agent: self.replies_to_agent(&message, &session).await };
@@ -419,7 +425,7 @@ impl Router {
             {
                 self.tell(&session, &Refusal::ChatOff, Some(&message.id)).await;
             }
-            return fate.as_str();
+            return MessageOutcome::NotAnswered(fate);
         }
         // The loop guard: only what answers a bot counts, and a bot's message past the cap costs
         // no model call. A person is always answered (within the budgets).
@@ -429,9 +435,9 @@ impl Router {
                 Ok(Some(count)) => {
                     self.claim(ClaimKind::Message, &message.id).await;
                     tracing::warn!(thread = %session, count, "thread reply cap for bots reached: not answering (loop guard)");
-                    self.metrics.event(EVENT, "reply_cap");
+                    self.metrics.event(EVENT, MessageOutcome::ReplyCap.as_str());
                     self.services.post_guard.tell_people(&session, count, Some(&message.id)).await;
-                    return "reply_cap";
+                    return MessageOutcome::ReplyCap;
                 }
                 Err(error) => tracing::warn!(%error, "cannot read the thread reply count"),
             }
@@ -445,7 +451,7 @@ impl Router {
             text: steering_text(&message, &session),
             asked: Some(Asked { message_id: message.id.clone(), asker }),
         };
-        self.route_message(message, session, steering, source == "reconciled").await
+        self.route_message(message, session, steering, source == Source::Reconciled).await
     }
 
     async fn replies_to_agent(&self, message: &MessageOut, session: &SessionKey) -> bool {

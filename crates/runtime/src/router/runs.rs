@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::outcome::MessageOutcome;
 use super::queue::{NotRunnable, QueuedRequest};
 use super::{ActiveRun, Input, Router};
 use crate::guard::Steering;
@@ -75,7 +76,7 @@ impl Router {
             && let Ok(Some(request)) = self.queue.stop_queued(run_id, reason).await
         {
             tracing::info!(run_id, reason, "stopped a run before it started");
-            self.metrics.run_finished(RunStatus::Stopped.as_str(), Duration::ZERO);
+            self.metrics.run_finished(RunStatus::Stopped, Duration::ZERO);
             self.publish_waiting().await;
             // What it was for counts as handled, as after any stopped run: reconciliation does
             // not take the task up again, and its messages were claimed when they were queued.
@@ -134,7 +135,7 @@ impl Router {
             session_key: &session_key,
             trigger: &request.trigger,
             request: &json,
-            claim: request.claim.as_ref().map(|(kind, key)| (kind.as_str(), key.as_str())),
+            claim: request.claim.as_ref().map(|(kind, key)| (*kind, key.as_str())),
             inputs: &inputs,
             behind,
         };
@@ -161,7 +162,7 @@ impl Router {
         session: SessionKey,
         steering: Steering,
         reconciled: bool,
-    ) -> &'static str {
+    ) -> MessageOutcome {
         const EVENT: &str = "message.new";
         let message_id = message.id.clone();
         let fate = match reconciled && self.session_busy(&session).await {
@@ -172,20 +173,20 @@ impl Router {
             false => self.steer_or_queue(&session, &message, steering).await,
         };
         let fate = match fate {
-            Ok(()) => "run",
-            Err(Steered::Yes) => "steered",
-            Err(Steered::Refused(StartRefused::AlreadyHandled)) => "duplicate",
+            Ok(()) => MessageOutcome::Run,
+            Err(Steered::Yes) => MessageOutcome::Steered,
+            Err(Steered::Refused(StartRefused::AlreadyHandled)) => MessageOutcome::Duplicate,
             Err(Steered::Refused(refused)) => {
                 tracing::info!(%refused, "the reply run was not started");
                 self.tell_refused(&session, &refused, Some(&message_id)).await;
-                "refused"
+                MessageOutcome::Refused
             }
             Err(Steered::StateError) => {
                 self.tell(&session, &Refusal::NotRecorded, Some(&message_id)).await;
-                "state_error"
+                MessageOutcome::StateError
             }
         };
-        self.metrics.event(EVENT, fate);
+        self.metrics.event(EVENT, fate.as_str());
         fate
     }
 
@@ -435,7 +436,7 @@ impl Router {
         }
         // What was sent, read after the run's end was written: nothing more can join it now.
         let leftover = self.leftover_of(&done.run_id, done.steering_consumed).await;
-        self.metrics.run_finished(done.status.as_str(), done.duration);
+        self.metrics.run_finished(done.status, done.duration);
         let text = match (done.status, stop_reason) {
             (RunStatus::Stopped, Some(reason)) => Some(format!("Stopped: {reason}.")),
             (RunStatus::Failed | RunStatus::DidNothing, _) => done.notice.clone(),

@@ -38,7 +38,7 @@ impl QueueStore for PostgresStore {
         if let Some((kind, key)) = run.claim {
             let claimed = sqlx::query(INSERT_CLAIM)
                 .bind(&self.agent)
-                .bind(kind)
+                .bind(kind.as_str())
                 .bind(key)
                 .bind(at_ms)
                 .execute(&mut *tx)

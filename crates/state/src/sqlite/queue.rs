@@ -37,8 +37,13 @@ impl QueueStore for SqliteStore {
             }
         }
         if let Some((kind, key)) = run.claim {
-            let claimed =
-                sqlx::query(INSERT_CLAIM).bind(kind).bind(key).bind(at_ms).execute(&mut *tx).await?.rows_affected();
+            let claimed = sqlx::query(INSERT_CLAIM)
+                .bind(kind.as_str())
+                .bind(key)
+                .bind(at_ms)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
             if claimed == 0 {
                 return Ok(Enqueued::Handled);
             }
