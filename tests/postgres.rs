@@ -242,10 +242,30 @@ async fn end_lock_connection(schema: &TestSchema, agent: &str) {
     let pids = lock_backends(schema, agent).await;
     assert_eq!(pids.len(), 1, "one connection holds the lock: {pids:?}");
     let mut connection = schema.connection().await;
-    let ended: bool =
-        sqlx::query_scalar("SELECT pg_terminate_backend($1)").bind(pids[0]).fetch_one(&mut connection).await.unwrap();
+    // With a timeout the server waits until the backend is gone, and its lock with it.
+    let ended: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1, 5000)")
+        .bind(pids[0])
+        .fetch_one(&mut connection)
+        .await
+        .unwrap();
     assert!(ended);
     let _ = connection.close().await;
+}
+
+/// Ends the lock's connection and takes the lock as another copy would, before the agent takes
+/// it again. The agent asks its connection every heartbeat, so it may win the race now and then:
+/// then its new connection is ended too, until the other copy has the lock.
+async fn take_over_lock(schema: &TestSchema, agent: &str) -> picogent::state::PostgresLock {
+    for _ in 0..20 {
+        if lock_backends(schema, agent).await.len() == 1 {
+            end_lock_connection(schema, agent).await;
+        }
+        if let Ok(lock) = picogent::state::PostgresLock::take(&schema.url(), agent, false).await {
+            return lock;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("another copy could not take the lock of {agent} in 20 tries");
 }
 
 /// The agent's lock in PostgreSQL lasts as long as its connection. When the connection ends the
@@ -284,8 +304,7 @@ async fn a_lock_lost_with_its_connection_is_taken_again_or_this_copy_stands_down
         assert!(!agent.is_superseded());
 
         // Another copy takes the lock the moment the connection ends: this copy stands down.
-        end_lock_connection(&schema, "picogent").await;
-        let other = PostgresLock::take(&schema.url(), "picogent", false).await.expect("the other copy takes the lock");
+        let other = take_over_lock(&schema, "picogent").await;
         tokio::time::timeout(Duration::from_secs(10), agent.superseded()).await.expect("this copy stands down");
         let reason = agent.status.superseded().unwrap_or_default().to_string();
         assert!(reason.contains("took its lock in the PostgreSQL database"), "{reason}");

@@ -35,6 +35,8 @@ use rmcp::{ClientHandler, Peer, RoleClient, ServiceError};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use picogent_support::retry::reconnect_delay;
+
 pub use connect::{ConnectError, expand_env};
 
 use picogent_config::McpServerConfig;
@@ -358,7 +360,7 @@ impl ServerConnection {
     /// Keeps the server connected until `shutdown`: connect, serve the connection until it ends,
     /// wait out the backoff, and again.
     async fn supervise(self: Arc<Self>, shutdown: CancellationToken) {
-        let mut backoff = BACKOFF_START;
+        let mut failures = 0u32;
         loop {
             self.update(|state| state.status = ServerStatus::Connecting);
             let (events_tx, events_rx) = mpsc::unbounded_channel();
@@ -368,24 +370,28 @@ impl ServerConnection {
                 connected = self.connect(handler) => connected,
                 _ = shutdown.cancelled() => break,
             };
-            match connected {
+            let failed = match connected {
                 Ok(connected) => {
-                    backoff = BACKOFF_START;
+                    failures = 0;
                     let ended = self.serve_connection(connected, (events_tx, events_rx), &shutdown).await;
                     if ended == ConnectionEnd::Shutdown {
                         return;
                     }
+                    None
                 }
-                Err(error) => {
-                    tracing::warn!(server = %self.name, %error, retry_in_ms = backoff.as_millis() as u64, "cannot connect mcp server");
-                    self.update(|state| state.status = ServerStatus::Down { reason: error.to_string() });
-                }
+                Err(error) => Some(error),
+            };
+            let delay = reconnect_delay(failures, BACKOFF_START, BACKOFF_MAX, &mut rand::rng());
+            if let Some(error) = failed {
+                let retry_in_ms = delay.as_millis() as u64;
+                tracing::warn!(server = %self.name, %error, retry_in_ms, "cannot connect mcp server");
+                self.update(|state| state.status = ServerStatus::Down { reason: error.to_string() });
             }
             tokio::select! {
-                _ = tokio::time::sleep(backoff) => {}
+                _ = tokio::time::sleep(delay) => {}
                 _ = shutdown.cancelled() => break,
             }
-            backoff = (backoff * 2).min(BACKOFF_MAX);
+            failures = failures.saturating_add(1);
         }
         self.update(|state| {
             state.link = None;

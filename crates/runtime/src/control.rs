@@ -29,26 +29,6 @@ pub struct RuntimeControl {
     pub allow_unassigned_runs: bool,
 }
 
-fn run_summary(run: &picogent_state::RunRow) -> RunSummary {
-    RunSummary {
-        id: run.id.clone(),
-        session: run.session_key.clone(),
-        trigger: run.trigger.clone(),
-        status: run.status,
-        turns: run.turns,
-        tool_calls: run.tool_calls,
-        prompt_tokens: run.prompt_tokens,
-        completion_tokens: run.completion_tokens,
-        model_duration_ms: run.model_duration_ms,
-        tool_duration_ms: run.tool_duration_ms,
-        outcome: run.outcome.clone(),
-        error: run.error.clone(),
-        started_at: run.started_at,
-        finished_at: run.finished_at,
-        cost: run.cost,
-    }
-}
-
 impl RuntimeControl {
     async fn run(&self, run_id: &str) -> Result<picogent_state::RunRow, AgentControlError> {
         match self.state.get_run(run_id).await {
@@ -75,11 +55,13 @@ impl AgentControl for RuntimeControl {
     }
 
     fn list_runs(&self) -> BoxFuture<'_, Vec<RunSummary>> {
-        Box::pin(async move { self.state.list_runs(100).await.unwrap_or_default().iter().map(run_summary).collect() })
+        Box::pin(async move {
+            self.state.list_runs(100).await.unwrap_or_default().iter().map(|run| run.summary()).collect()
+        })
     }
 
     fn get_run<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<RunSummary, AgentControlError>> {
-        Box::pin(async move { Ok(run_summary(&self.run(run_id).await?)) })
+        Box::pin(async move { Ok(self.run(run_id).await?.summary()) })
     }
 
     fn run_log<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<String, AgentControlError>> {

@@ -196,6 +196,7 @@ impl Metrics {
         self.with(|m| m.pruned_artifact_runs += runs);
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     /// The count of events with this name and fate (for tests and status).
     pub fn event_count(&self, name: &str, fate: &str) -> u64 {
         self.with(|m| m.events.get(&(name.to_string(), label(fate))).copied().unwrap_or(0))

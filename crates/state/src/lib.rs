@@ -100,9 +100,9 @@ pub use config::{StateConfig, check_postgres_url};
 pub use file_lock::{LockHolder, StateLockError, lock_state};
 pub use outage::Outage;
 pub use postgres::{LockSpec, PostgresLock};
-pub use queue::{Beat, ClaimedRun, Enqueued, InputKind, QueuedRun, QueuedView, ReplicaSeen, RunInput, RunQueue};
+pub use queue::{Beat, ClaimedRun, Enqueued, InputKind, QueuedRun, QueuedView, ReplicaSeen, RunQueue, SentInput};
 pub use retention::{PrunePlan, Pruned};
-pub use runs::{FinishRun, RunRow, RunStatus};
+pub use runs::{FinishRun, RunRow, RunStatus, RunSummary};
 
 /// What a claim in [`State::claim`] is for; its key says which one. The words are what the
 /// database stores, so they never change.
@@ -284,6 +284,7 @@ impl State {
         on_store!(self, record_event(id, seq, name, now_ms()))
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     /// Whether the event `id` has been recorded as processed.
     pub async fn is_event_processed(&self, id: &str) -> Result<bool, StateError> {
         on_store!(self, is_event_processed(id))
@@ -352,6 +353,7 @@ impl State {
         }
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     /// Forgets the conversation under `key`; returns whether there was one.
     pub async fn delete_session(&self, key: &str) -> Result<bool, StateError> {
         on_store!(self, delete_session(key))
@@ -359,6 +361,7 @@ impl State {
 
     // ---- spend ----
 
+    #[cfg(any(test, feature = "test-support"))]
     /// Adds `tokens` to the spend of the UTC `day`; returns the day's new total of tokens.
     pub async fn add_tokens(&self, day: Date, tokens: u64) -> Result<u64, StateError> {
         Ok(self.add_spend(day, Spend { tokens, cost: 0.0 }).await?.tokens)

@@ -89,9 +89,9 @@ impl InputKind {
     }
 }
 
-/// One input of a run, as stored.
+/// One input sent to a run (steering or a stop), as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunInput {
+pub struct SentInput {
     pub run_id: String,
     /// Its place among the run's inputs, from 1.
     pub n: i64,
@@ -223,13 +223,13 @@ impl RunQueue {
     }
 
     /// The inputs of the runs `run_ids`, in order per run.
-    pub async fn inputs(&self, run_ids: &[String]) -> Result<Vec<RunInput>, StateError> {
+    pub async fn inputs(&self, run_ids: &[String]) -> Result<Vec<SentInput>, StateError> {
         if run_ids.is_empty() {
             return Ok(Vec::new());
         }
         Ok(on_queue!(self.state, inputs(run_ids))?
             .into_iter()
-            .map(|(run_id, n, kind, text, message_id)| RunInput {
+            .map(|(run_id, n, kind, text, message_id)| SentInput {
                 run_id,
                 n,
                 kind: if kind == "stop" { InputKind::Stop } else { InputKind::Steer },

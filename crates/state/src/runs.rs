@@ -6,7 +6,9 @@ use std::time::Duration;
 use serde::Serialize;
 use time::OffsetDateTime;
 
-use crate::store::{NewRun, RunColumns, RunEnd};
+#[cfg(any(test, feature = "test-support"))]
+use crate::store::NewRun;
+use crate::store::{RunColumns, RunEnd};
 use crate::{State, StateError, from_ms, now_ms, to_i64, to_ms, to_u64};
 
 /// Where a run is in its life.
@@ -138,7 +140,57 @@ pub struct RunRow {
     pub cost: Option<f64>,
 }
 
+/// One run's summary: its row without the record. The one shape a run is shown in outside the
+/// inspector's pages: MCP's `run://list` and `run://{id}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunSummary {
+    pub id: String,
+    /// The session (task or chat thread) the run belongs to.
+    pub session: String,
+    /// What started the run, e.g. `task.assigned TE-3` or `start_run TE-3`.
+    pub trigger: String,
+    pub status: RunStatus,
+    pub turns: u32,
+    pub tool_calls: u32,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub model_duration_ms: u64,
+    pub tool_duration_ms: u64,
+    /// What the run achieved or why it stopped, in a sentence.
+    pub outcome: Option<String>,
+    /// The error that ended a failed run.
+    pub error: Option<String>,
+    #[serde(serialize_with = "rfc3339")]
+    pub started_at: OffsetDateTime,
+    #[serde(serialize_with = "rfc3339_option")]
+    pub finished_at: Option<OffsetDateTime>,
+    /// What the run cost, when the model has a price (`llm.price`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<f64>,
+}
+
 impl RunRow {
+    /// The run without its record.
+    pub fn summary(&self) -> RunSummary {
+        RunSummary {
+            id: self.id.clone(),
+            session: self.session_key.clone(),
+            trigger: self.trigger.clone(),
+            status: self.status,
+            turns: self.turns,
+            tool_calls: self.tool_calls,
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens: self.completion_tokens,
+            model_duration_ms: self.model_duration_ms,
+            tool_duration_ms: self.tool_duration_ms,
+            outcome: self.outcome.clone(),
+            error: self.error.clone(),
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+            cost: self.cost,
+        }
+    }
+
     /// Wall-clock time from start to finish; `None` while running.
     pub fn duration(&self) -> Option<Duration> {
         let finished = self.finished_at?;
@@ -147,6 +199,7 @@ impl RunRow {
 }
 
 impl State {
+    #[cfg(any(test, feature = "test-support"))]
     /// Opens a run record in `running` and returns its id. Call it before the run's first effect.
     pub async fn start_run(&self, session_key: &str, trigger: &str) -> Result<String, StateError> {
         let run_id = uuid::Uuid::new_v4().to_string();
@@ -155,6 +208,7 @@ impl State {
         Ok(run_id)
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     /// Claims `(kind, key)` and opens a run record for it in one transaction. Returns the run id,
     /// or `None` if the thing was claimed before (nothing is written then). See the module docs
     /// for why the two go together.
@@ -214,6 +268,7 @@ impl State {
         }
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     /// Closes a run found `running` at start-up as `interrupted`, keeping its counts and record.
     /// Returns `true` if this call closed it.
     pub async fn mark_interrupted(&self, run_id: &str, reason: &str) -> Result<bool, StateError> {
@@ -299,14 +354,16 @@ fn to_u32(field: &'static str, value: i64) -> Result<u32, StateError> {
     u32::try_from(value).map_err(|_| StateError::Corrupt { field, message: format!("{value} is out of range") })
 }
 
+/// RFC 3339; a time that format cannot express (outside years 0–9999) is an empty string rather
+/// than a failed read of the whole run.
 fn rfc3339<S: serde::Serializer>(at: &OffsetDateTime, serializer: S) -> Result<S::Ok, S::Error> {
-    let text = at.format(&time::format_description::well_known::Rfc3339).map_err(serde::ser::Error::custom)?;
-    serializer.serialize_str(&text)
+    serializer.serialize_str(&at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default())
 }
 
+/// RFC 3339, or `null` for no time (or one that format cannot express).
 fn rfc3339_option<S: serde::Serializer>(at: &Option<OffsetDateTime>, serializer: S) -> Result<S::Ok, S::Error> {
-    match at {
-        Some(at) => rfc3339(at, serializer),
+    match at.and_then(|at| at.format(&time::format_description::well_known::Rfc3339).ok()) {
+        Some(text) => serializer.serialize_str(&text),
         None => serializer.serialize_none(),
     }
 }

@@ -22,6 +22,7 @@ use crate::queue::{Beat, ClaimedRun, Enqueued, QueuedRun, ReplicaSeen};
 /// One input of a run as stored: (run id, n, kind, text, message id).
 pub(super) type InputColumns = (String, i64, String, String, Option<String>);
 
+#[cfg(any(test, feature = "test-support"))]
 /// A run record as it is opened: `running`, started at `started_at_ms`.
 pub(super) struct NewRun<'a> {
     pub id: &'a str,
@@ -88,6 +89,7 @@ pub(super) trait Store {
     /// Inserts the event unless its id is known; returns whether it was new. The resume point
     /// moves to `seq` if that is higher, atomically with the insert.
     async fn record_event(&self, id: &str, seq: i64, name: &str, at_ms: i64) -> Result<bool, StateError>;
+    #[cfg(any(test, feature = "test-support"))]
     async fn is_event_processed(&self, id: &str) -> Result<bool, StateError>;
     /// The resume point; 0 before the first event.
     async fn last_seq(&self) -> Result<i64, StateError>;
@@ -109,6 +111,7 @@ pub(super) trait Store {
     async fn load_session(&self, key: &str) -> Result<Option<(String, i64)>, StateError>;
     /// Inserts or replaces the whole conversation.
     async fn save_session(&self, key: &str, messages: &str, at_ms: i64) -> Result<(), StateError>;
+    #[cfg(any(test, feature = "test-support"))]
     async fn delete_session(&self, key: &str) -> Result<bool, StateError>;
 
     // ---- spend ----
@@ -137,7 +140,9 @@ pub(super) trait Store {
 
     // ---- runs ----
 
+    #[cfg(any(test, feature = "test-support"))]
     async fn start_run(&self, run: &NewRun<'_>) -> Result<(), StateError>;
+    #[cfg(any(test, feature = "test-support"))]
     /// Claims `(kind, key)` and inserts the run in one transaction; returns `false`, writing
     /// nothing, if the claim existed.
     async fn start_claimed_run(&self, kind: &str, key: &str, run: &NewRun<'_>) -> Result<bool, StateError>;
@@ -146,6 +151,7 @@ pub(super) trait Store {
     /// Writes the ending of a run still `running` (and held by `end.holder`, when it names one);
     /// returns `false` if none was (unknown, already finished, or taken over by another replica).
     async fn finish_run(&self, run_id: &str, end: &RunEnd<'_>) -> Result<bool, StateError>;
+    #[cfg(any(test, feature = "test-support"))]
     /// Closes a run still `running` as `interrupted`; returns whether it did.
     async fn mark_interrupted(&self, run_id: &str, reason: &str, at_ms: i64) -> Result<bool, StateError>;
     async fn get_run(&self, run_id: &str) -> Result<Option<RunColumns>, StateError>;

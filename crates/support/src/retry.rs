@@ -1,4 +1,6 @@
-//! The one retry policy, shared by the tracker client and the model provider.
+//! The one retry policy, shared by the tracker client and the model provider, and the one
+//! reconnect schedule of the links kept up for good (the event stream, an external MCP server:
+//! [`reconnect_delay`]).
 //!
 //! The seed design named the `backoff` crate; it is unmaintained (RUSTSEC-2025-0012), so retries
 //! use `backon`, its maintained successor.
@@ -62,6 +64,17 @@ impl Default for RetryConfig {
     }
 }
 
+/// The delay before reconnecting a link kept up for good after `failures` failures in a row:
+/// `initial * 2^failures` capped at `max`, then jittered into its upper half, so clients spread
+/// out, yet no delay collapses to zero and hammers the server.
+pub fn reconnect_delay(failures: u32, initial: Duration, max: Duration, rng: &mut impl rand::Rng) -> Duration {
+    let factor = 2u32.saturating_pow(failures.min(31));
+    let ceiling = initial.saturating_mul(factor).min(max);
+    let half = ceiling / 2;
+    let jitter_ms = rng.random_range(0..=half.as_millis().min(u128::from(u64::MAX)) as u64);
+    half + Duration::from_millis(jitter_ms)
+}
+
 /// Runs `operation` until it succeeds, fails with an error whose decision is `Stop`, or the
 /// policy is spent. Returns the last error in the latter cases.
 pub async fn with_retry<T, E, F, Fut>(policy: &RetryConfig, mut operation: F) -> Result<T, E>
@@ -104,6 +117,7 @@ pub fn parse_retry_after(value: &str) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::SeedableRng;
     use std::sync::atomic::{AtomicU32, Ordering};
 
     #[derive(Debug)]
@@ -221,5 +235,24 @@ mod tests {
         assert_eq!(parse_retry_after(" 0.5 "), Some(Duration::from_millis(500)));
         assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
         assert_eq!(parse_retry_after("-1"), None);
+    }
+
+    #[test]
+    fn the_reconnect_delay_doubles_is_capped_and_never_collapses_to_zero_is_capped_and_never_collapses_to_zero() {
+        let initial = Duration::from_millis(250);
+        let max = Duration::from_secs(30);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        for failed_attempts in 0..40u32 {
+            let ceiling = (initial * 2u32.saturating_pow(failed_attempts.min(31))).min(max);
+            for _ in 0..50 {
+                let delay = reconnect_delay(failed_attempts, initial, max, &mut rng);
+                assert!(delay >= ceiling / 2, "attempt {failed_attempts}: {delay:?} below half of {ceiling:?}");
+                assert!(delay <= ceiling, "attempt {failed_attempts}: {delay:?} above {ceiling:?}");
+            }
+        }
+        // The jitter really varies the delay.
+        let delays: std::collections::HashSet<_> =
+            (0..20).map(|_| reconnect_delay(5, initial, max, &mut rng)).collect();
+        assert!(delays.len() > 1);
     }
 }

@@ -176,6 +176,7 @@ impl Catalog {
         Ok(self.offering(|compiled| names.contains(&compiled.tool.name.as_ref())))
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     /// The same catalog offering only the tools of `groups`.
     pub fn groups(&self, groups: &[ToolGroup]) -> Catalog {
         self.offering(|compiled| groups.contains(&compiled.group))
@@ -241,11 +242,13 @@ impl Registry {
         Ok(Registry { catalog: Catalog::new()?, client, max_result_bytes })
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     /// The same registry offering only `names`; see [`Catalog::subset`].
     pub fn subset(&self, names: &[&str]) -> Result<Registry, RegistryError> {
         Ok(Registry { catalog: self.catalog.subset(names)?, ..self.clone() })
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     /// The same registry offering only the tools of `groups`.
     pub fn groups(&self, groups: &[ToolGroup]) -> Registry {
         Registry { catalog: self.catalog.groups(groups), ..self.clone() }

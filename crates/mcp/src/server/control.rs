@@ -6,11 +6,10 @@
 
 use futures::future::BoxFuture;
 use serde::Serialize;
-use time::OffsetDateTime;
 use tokio::sync::broadcast;
 
 use picogent_agent::RunOutcome;
-use picogent_state::RunStatus;
+use picogent_state::{RunStatus, RunSummary};
 
 /// What `picogent run` lets MCP clients see and do. The server serves these as the resources
 /// `agent://status`, `run://list`, `run://{id}`, `run://{id}/log`, `run://{id}/result` and the tools
@@ -50,34 +49,6 @@ pub struct AgentStatus {
     pub tools: Vec<String>,
 }
 
-/// One run's record, as `run://list` and `run://{id}` show it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RunSummary {
-    pub id: String,
-    /// The session (task or chat thread) the run belongs to.
-    pub session: String,
-    /// What started the run, e.g. `task.assigned TE-3` or `start_run TE-3`.
-    pub trigger: String,
-    pub status: RunStatus,
-    pub turns: u32,
-    pub tool_calls: u32,
-    pub prompt_tokens: u64,
-    pub completion_tokens: u64,
-    pub model_duration_ms: u64,
-    pub tool_duration_ms: u64,
-    /// What the run achieved or why it stopped, in a sentence.
-    pub outcome: Option<String>,
-    /// The error that ended a failed run.
-    pub error: Option<String>,
-    #[serde(serialize_with = "rfc3339")]
-    pub started_at: OffsetDateTime,
-    #[serde(serialize_with = "rfc3339_option")]
-    pub finished_at: Option<OffsetDateTime>,
-    /// What the run cost, when the model has a price (`llm.price`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cost: Option<f64>,
-}
-
 /// How one run ended, as `run://{id}/result` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RunResult {
@@ -113,18 +84,4 @@ pub enum AgentControlError {
     /// The request names something that does not exist or is malformed (an unknown task).
     #[error("invalid request: {message}")]
     Invalid { message: String },
-}
-
-/// RFC 3339; a time that format cannot express (outside years 0–9999) is an empty string rather
-/// than a failed read of the whole resource.
-fn rfc3339<S: serde::Serializer>(at: &OffsetDateTime, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(&at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default())
-}
-
-/// RFC 3339, or `null` for no time (or one that format cannot express).
-fn rfc3339_option<S: serde::Serializer>(at: &Option<OffsetDateTime>, serializer: S) -> Result<S::Ok, S::Error> {
-    match at.and_then(|at| at.format(&time::format_description::well_known::Rfc3339).ok()) {
-        Some(text) => serializer.serialize_str(&text),
-        None => serializer.serialize_none(),
-    }
 }

@@ -38,8 +38,9 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-pub use control::{AgentControl, AgentControlError, AgentStatus, RunResult, RunSummary, StartRun};
+pub use control::{AgentControl, AgentControlError, AgentStatus, RunResult, StartRun};
 pub use http::{HttpSecurity, check_listen_address, http_router, serve_http, token_matches};
+pub use picogent_state::RunSummary;
 
 use picogent_prompts::Prompts;
 use picogent_support::secret::SecretError;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 
-use super::view::{self, RunDetail, RunFilter, RunSummary};
+use super::view::{self, RunDetail, RunFilter, RunLine};
 use picogent_config::Config;
 use picogent_state::State;
 
@@ -22,7 +22,7 @@ pub async fn list(config_path: &std::path::Path, limit: u32, filter: RunFilter) 
     let state = open_state(&config).await?;
     let runs = state.list_runs(limit).await;
     state.close().await;
-    let summaries: Vec<RunSummary> = runs
+    let summaries: Vec<RunLine> = runs
         .context("cannot read the runs")?
         .iter()
         .filter(|run| filter.keeps(run))
@@ -39,7 +39,7 @@ pub const LIST_WIDTH: usize = 120;
 /// The runs as a table, one line each, each at most [`LIST_WIDTH`] characters: the short id
 /// (`runs show` takes it), the counts, when it started, and what started it with its outcome,
 /// cut to fit.
-pub fn list_text(runs: &[RunSummary], now: time::OffsetDateTime) -> String {
+pub fn list_text(runs: &[RunLine], now: time::OffsetDateTime) -> String {
     if runs.is_empty() {
         return "no runs\n".to_string();
     }

@@ -38,7 +38,7 @@ async fn runs_view(inspector: &Inspector, filter: &RunFilter) -> Result<minijinj
     let mut kinds: Vec<String> = runs.iter().map(|run| view::trigger_kind(&run.trigger).to_string()).collect();
     kinds.sort();
     kinds.dedup();
-    let shown: Vec<view::RunSummary> =
+    let shown: Vec<view::RunLine> =
         runs.iter().filter(|run| filter.keeps(run)).map(|run| view::summary(run, &inspector.config)).collect();
     let statuses: Vec<&str> = RunStatus::ALL.iter().map(|status| status.as_str()).collect();
     let query = serde_urlencoded::to_string(filter).unwrap_or_default();

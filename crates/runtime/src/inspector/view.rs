@@ -13,7 +13,7 @@ use picogent_tracker::session::SessionKey;
 
 /// One line of the runs list.
 #[derive(Debug, Clone, Serialize)]
-pub struct RunSummary {
+pub struct RunLine {
     pub id: String,
     pub short_id: String,
     pub trigger: String,
@@ -40,7 +40,7 @@ pub fn trigger_kind(trigger: &str) -> &str {
     trigger.split_whitespace().next().unwrap_or("")
 }
 
-pub fn summary(run: &RunRow, config: &Config) -> RunSummary {
+pub fn summary(run: &RunRow, config: &Config) -> RunLine {
     let now = OffsetDateTime::now_utc();
     let duration = match run.duration() {
         Some(duration) => seconds(duration.as_secs_f64()),
@@ -56,7 +56,7 @@ pub fn summary(run: &RunRow, config: &Config) -> RunSummary {
         Some(SessionKey::Thread(_)) => message_words(run),
         _ => None,
     };
-    RunSummary {
+    RunLine {
         id: run.id.clone(),
         short_id: run.id.chars().take(8).collect(),
         trigger: run.trigger.clone(),
@@ -93,7 +93,7 @@ const WORDS_SHOWN: usize = 60;
 
 /// What the runs list names a run by: a chat run's words, quoted, after its trigger's first
 /// word (`message.new "what is on the board…"`); otherwise its trigger.
-pub fn run_name(run: &RunSummary) -> String {
+pub fn run_name(run: &RunLine) -> String {
     match &run.words {
         Some(words) => format!("{} \"{words}\"", run.trigger_kind),
         None => run.trigger.clone(),
@@ -127,7 +127,7 @@ impl RunFilter {
 /// One run in full.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunDetail {
-    pub summary: RunSummary,
+    pub summary: RunLine,
     pub session_key: String,
     pub system_prompt: Option<String>,
     pub prompt: Option<String>,

@@ -45,7 +45,6 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::{SinkExt, StreamExt};
-use rand::Rng;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -57,6 +56,7 @@ use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_util::sync::CancellationToken;
 
 use picogent_state::{State, StateError};
+use picogent_support::retry::reconnect_delay;
 use picogent_tracker::TrackerClient;
 use picogent_tracker::model::{ClientFrame, ReceivedEvent, limits};
 
@@ -315,7 +315,7 @@ async fn run<T: From<StreamItem>>(
                 return Ok(());
             }
         }
-        let delay = backoff_delay(failed_attempts, options.initial_backoff, options.max_backoff, &mut rand::rng());
+        let delay = reconnect_delay(failed_attempts, options.initial_backoff, options.max_backoff, &mut rand::rng());
         failed_attempts = failed_attempts.saturating_add(1);
         tracing::debug!(url = %url, %reason, delay_ms = delay.as_millis() as u64, "event stream reconnecting after delay");
         tokio::select! {
@@ -423,17 +423,6 @@ struct Session {
     accepted: bool,
     /// How the stream's connections so far began; this one's start is added to it.
     opening: Opening,
-}
-
-/// The reconnect delay after `failed_attempts` failures in a row: `initial * 2^failed_attempts`
-/// capped at `max`, then jittered into its upper half (so clients spread out, yet no delay
-/// collapses to zero and hammers the server).
-pub fn backoff_delay(failed_attempts: u32, initial: Duration, max: Duration, rng: &mut impl Rng) -> Duration {
-    let factor = 2u32.saturating_pow(failed_attempts.min(31));
-    let ceiling = initial.saturating_mul(factor).min(max);
-    let half = ceiling / 2;
-    let jitter_ms = rng.random_range(0..=half.as_millis().min(u128::from(u64::MAX)) as u64);
-    half + Duration::from_millis(jitter_ms)
 }
 
 fn build_request(url: &str, bearer: &str, token_env: &str) -> Result<Request, StreamError> {

@@ -1,30 +1,7 @@
-use std::time::Duration;
-
-use rand::SeedableRng;
-use rand::rngs::StdRng;
-
 use super::frame::preview;
 use super::start::Start;
 use super::*;
 use picogent_tracker::model::Event;
-
-#[test]
-fn backoff_doubles_is_capped_and_never_collapses_to_zero() {
-    let initial = Duration::from_millis(250);
-    let max = Duration::from_secs(30);
-    let mut rng = StdRng::seed_from_u64(7);
-    for failed_attempts in 0..40u32 {
-        let ceiling = (initial * 2u32.saturating_pow(failed_attempts.min(31))).min(max);
-        for _ in 0..50 {
-            let delay = backoff_delay(failed_attempts, initial, max, &mut rng);
-            assert!(delay >= ceiling / 2, "attempt {failed_attempts}: {delay:?} below half of {ceiling:?}");
-            assert!(delay <= ceiling, "attempt {failed_attempts}: {delay:?} above {ceiling:?}");
-        }
-    }
-    // The jitter really varies the delay.
-    let delays: std::collections::HashSet<_> = (0..20).map(|_| backoff_delay(5, initial, max, &mut rng)).collect();
-    assert!(delays.len() > 1);
-}
 
 const TASK: &str = r#"{"id": "t1", "key": "TE-3", "project_slug": "team", "title": "Fix it", "status": "todo"}"#;
 

@@ -16,7 +16,9 @@ use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 
 use crate::StateError;
-use crate::store::{NewRun, RunColumns, RunEnd, Store, run_columns};
+#[cfg(any(test, feature = "test-support"))]
+use crate::store::NewRun;
+use crate::store::{RunColumns, RunEnd, Store, run_columns};
 
 mod lock;
 mod queue;
@@ -169,6 +171,7 @@ fn timed_out() -> sqlx::Error {
     ))
 }
 
+#[cfg(any(test, feature = "test-support"))]
 const INSERT_RUN: &str = "INSERT INTO runs (agent, id, session_key, trigger, status, started_at_ms) \
      VALUES ($1, $2, $3, $4, 'running', $5)";
 pub(super) const INSERT_CLAIM: &str =
@@ -200,6 +203,7 @@ impl Store for PostgresStore {
         Ok(inserted == 1)
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     async fn is_event_processed(&self, id: &str) -> Result<bool, StateError> {
         Ok(sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM processed_events WHERE agent = $1 AND id = $2)")
             .bind(&self.agent)
@@ -265,6 +269,7 @@ impl Store for PostgresStore {
         Ok(())
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     async fn delete_session(&self, key: &str) -> Result<bool, StateError> {
         let deleted = sqlx::query("DELETE FROM sessions WHERE agent = $1 AND key = $2")
             .bind(&self.agent)
@@ -344,6 +349,7 @@ impl Store for PostgresStore {
             .await?)
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     async fn start_run(&self, run: &NewRun<'_>) -> Result<(), StateError> {
         sqlx::query(INSERT_RUN)
             .bind(&self.agent)
@@ -356,6 +362,7 @@ impl Store for PostgresStore {
         Ok(())
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     async fn start_claimed_run(&self, kind: &str, key: &str, run: &NewRun<'_>) -> Result<bool, StateError> {
         let mut transaction = self.pool.begin().await?;
         // A concurrent claim of the same key waits here for this transaction, then finds it.
@@ -422,6 +429,7 @@ impl Store for PostgresStore {
         Ok(updated == 1)
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     async fn mark_interrupted(&self, run_id: &str, reason: &str, at_ms: i64) -> Result<bool, StateError> {
         let updated = sqlx::query(
             "UPDATE runs SET status = 'interrupted', outcome = $3, finished_at_ms = $4 \

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use sqlx::sqlite::SqlitePool;
 
 use crate::StateError;
-use crate::store::{NewRun, RunColumns, RunEnd, Store, run_columns};
+#[cfg(any(test, feature = "test-support"))]
+use crate::store::NewRun;
+use crate::store::{RunColumns, RunEnd, Store, run_columns};
 
 mod queue;
 
@@ -64,6 +66,7 @@ impl SqliteStore {
     }
 }
 
+#[cfg(any(test, feature = "test-support"))]
 const INSERT_RUN: &str =
     "INSERT INTO runs (id, session_key, trigger, status, started_at_ms) VALUES (?, ?, ?, 'running', ?)";
 const INSERT_CLAIM: &str = "INSERT OR IGNORE INTO claims (kind, key, claimed_at_ms) VALUES (?, ?, ?)";
@@ -86,6 +89,7 @@ impl Store for SqliteStore {
         Ok(inserted == 1)
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     async fn is_event_processed(&self, id: &str) -> Result<bool, StateError> {
         let found: Option<i64> = sqlx::query_scalar("SELECT 1 FROM processed_events WHERE id = ?")
             .bind(id)
@@ -147,6 +151,7 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     async fn delete_session(&self, key: &str) -> Result<bool, StateError> {
         let deleted =
             sqlx::query("DELETE FROM sessions WHERE key = ?").bind(key).execute(&self.pool).await?.rows_affected();
@@ -210,6 +215,7 @@ impl Store for SqliteStore {
             .await?)
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     async fn start_run(&self, run: &NewRun<'_>) -> Result<(), StateError> {
         sqlx::query(INSERT_RUN)
             .bind(run.id)
@@ -221,6 +227,7 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     async fn start_claimed_run(&self, kind: &str, key: &str, run: &NewRun<'_>) -> Result<bool, StateError> {
         let mut transaction = self.pool.begin().await?;
         let claimed = sqlx::query(INSERT_CLAIM)
@@ -283,6 +290,7 @@ impl Store for SqliteStore {
         Ok(updated == 1)
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     async fn mark_interrupted(&self, run_id: &str, reason: &str, at_ms: i64) -> Result<bool, StateError> {
         let updated = sqlx::query(
             "UPDATE runs SET status = 'interrupted', outcome = ?, finished_at_ms = ? WHERE id = ? AND status = 'running'",
