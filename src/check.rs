@@ -74,7 +74,7 @@ pub async fn run_cli(config_path: &Path) -> anyhow::Result<ExitCode> {
                         what: "tracker events".into(),
                         detail: format!("{} answers ping", crate::secret::shown_url(&client.ws_url())),
                     },
-                    Err(error) => Line { ok: false, what: "tracker events".into(), detail: error },
+                    Err(error) => Line { ok: false, what: "tracker events".into(), detail: error.to_string() },
                 });
             }
             Err(error) => lines.push(Line { ok: false, what: "tracker REST".into(), detail: error.to_string() }),
@@ -143,7 +143,7 @@ async fn check_model(config: &Config) -> Line {
     };
     match crate::llm::probe::probe(&config.llm, key).await {
         Ok(detail) => Line { ok: true, what, detail },
-        Err(error) => Line { ok: false, what, detail: error },
+        Err(error) => Line { ok: false, what, detail: error.to_string() },
     }
 }
 

@@ -35,6 +35,7 @@ pub enum LogFormat {
 }
 
 /// A duration flag in milliseconds: a whole number greater than 0.
+// A String error: clap's value_parser shows it as is, and no caller decides on its kind.
 fn positive_ms(text: &str) -> Result<u64, String> {
     match text.parse::<u64>() {
         Ok(ms) if ms > 0 => Ok(ms),
@@ -43,6 +44,7 @@ fn positive_ms(text: &str) -> Result<u64, String> {
 }
 
 /// A count of at least 1 (`--max-connections` and the like).
+// A String error: clap's value_parser shows it as is, and no caller decides on its kind.
 fn positive_count(text: &str) -> Result<usize, String> {
     match text.parse::<usize>() {
         Ok(count) if count > 0 => Ok(count),
@@ -73,6 +75,7 @@ pub struct BoardLimits {
 }
 
 /// A `--allowed-host` value: a host name or address, with a port or not.
+// A String error: clap's value_parser shows it as is, and no caller decides on its kind.
 fn host_name(text: &str) -> Result<String, String> {
     if crate::web::hosts::is_host_name(text) {
         Ok(text.to_string())

@@ -140,7 +140,8 @@ fn parse_frame(text: &str) {
     if let Ok(envelope) = serde_json::from_str::<EventEnvelope>(text) {
         match Event::from_envelope(&envelope) {
             Ok(_) => {}
-            Err(message) => {
+            Err(error) => {
+                let message = error.to_string();
                 assert!(message.contains(&envelope.event) || envelope.event.is_empty(), "{message}");
                 assert!(message.contains("malformed data"), "{message}");
             }

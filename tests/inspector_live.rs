@@ -88,7 +88,10 @@ async fn runs_list_fits_120_columns_and_runs_show_takes_a_short_id() {
     // Seventeen runs: two of them share the first character of their id (there are 16).
     let mut ids = Vec::new();
     for n in 0..16 {
-        let id = state.start_run(&format!("task:t{n}"), &format!("task.assigned TE-{}", 1000 + n)).await.unwrap();
+        let id = state
+            .start_run(&picogent::session::SessionKey::Task(format!("t{n}")), &format!("task.assigned TE-{}", 1000 + n))
+            .await
+            .unwrap();
         let finish = picogent::state::FinishRun {
             turns: 12,
             tool_calls: 40,
@@ -100,7 +103,10 @@ async fn runs_list_fits_120_columns_and_runs_show_takes_a_short_id() {
         ids.push(id);
     }
     let message_id = "5d0c1a2b-3e4f-4a5b-8c6d-7e8f9a0b1c2d";
-    let chat = state.start_run(&format!("thread:{message_id}"), &format!("message.new {message_id}")).await.unwrap();
+    let chat = state
+        .start_run(&picogent::session::SessionKey::Thread(message_id.to_string()), &format!("message.new {message_id}"))
+        .await
+        .unwrap();
     let record = json!({"prompt": "…", "history_len": 0, "message_words": "what is on the board for the release?"});
     let finish = picogent::state::FinishRun {
         outcome: Some("Replied in the thread.".into()),

@@ -26,6 +26,11 @@ use test_postgres::{TestSchema, with_schema};
 const TABLES: [&str; 8] =
     ["processed_events", "stream_position", "named_values", "claims", "sessions", "runs", "daily_spend", "replies"];
 
+/// The session key written `text` (`task:t-1`, `thread:m-1`).
+fn key(text: &str) -> picogent::session::SessionKey {
+    picogent::session::SessionKey::parse(text).expect("a session key")
+}
+
 fn on_postgres(config: &Config, schema: &TestSchema) -> Config {
     let mut config = config.clone();
     config.state.postgres_url = Some(schema.url());
@@ -234,15 +239,16 @@ async fn a_state_file(path: &Path) -> (String, String) {
     assert!(state.record_event("ev-1", 7, "message.new").await.unwrap());
     assert!(state.record_event("ev-2", 9, "task.assigned").await.unwrap());
     state.set_value("presence.copy_id", "0123456789ab").await.unwrap();
-    let answered = state.start_claimed_run(ClaimKind::Message, "m-1", "thread:m-1", "message.new m-1").await.unwrap();
+    let answered =
+        state.start_claimed_run(ClaimKind::Message, "m-1", &key("thread:m-1"), "message.new m-1").await.unwrap();
     let answered = answered.unwrap();
     let finish = FinishRun { turns: 2, outcome: Some("answered".into()), ..FinishRun::new(RunStatus::Completed) };
     assert!(state.finish_run(&answered, &finish).await.unwrap());
-    let running = state.start_run("task:t-1", "task.assigned t-1").await.unwrap();
+    let running = state.start_run(&key("task:t-1"), "task.assigned t-1").await.unwrap();
     state.save_run_record(&running, &json!({"request": "resume from here"})).await.unwrap();
-    state.save_session("thread:m-1", &json!([{"role": "user", "content": "hi"}])).await.unwrap();
+    state.save_session(&key("thread:m-1"), &json!([{"role": "user", "content": "hi"}])).await.unwrap();
     state.add_tokens(time::OffsetDateTime::now_utc().date(), 1234).await.unwrap();
-    state.record_reply("thread:m-1", time::OffsetDateTime::now_utc()).await.unwrap();
+    state.record_reply(&key("thread:m-1"), time::OffsetDateTime::now_utc()).await.unwrap();
     state.close().await;
     (answered, running)
 }
@@ -278,9 +284,9 @@ async fn a_second_migration_into_the_same_schema_refuses_and_changes_nothing() {
         assert_eq!(unfinished.len(), 1);
         assert_eq!((unfinished[0].id.as_str(), unfinished[0].status), (running.as_str(), RunStatus::Running));
         assert_eq!(unfinished[0].record, Some(json!({"request": "resume from here"})));
-        assert_eq!(state.load_session("thread:m-1").await.unwrap().unwrap().messages[0]["content"], "hi");
+        assert_eq!(state.load_session(&key("thread:m-1")).await.unwrap().unwrap().messages[0]["content"], "hi");
         assert_eq!(state.tokens_today().await.unwrap(), 1234);
-        assert_eq!(state.replies_in_last_hour("thread:m-1").await.unwrap(), 1);
+        assert_eq!(state.replies_in_last_hour(&key("thread:m-1")).await.unwrap(), 1);
         state.close().await;
 
         let before = rows_in(&schema, "picogent").await;

@@ -57,9 +57,9 @@ async fn a_plain_text_chat_answer_appears_once_in_the_thread_without_its_reasoni
     wait_ready(&agent).await;
     let alice = client(&board, "tok-alice");
     let question = say(&alice, &chat_id(&alice).await, "@picogent how many tasks are open?").await;
-    let session = format!("thread:{}", question.id);
+    let session = picogent::session::SessionKey::Thread(question.id.clone());
     eventually(Duration::from_secs(20), "the run to end", || async {
-        runs_for(&agent, &session).await.into_iter().find(|run| run.status.is_over())
+        runs_for(&agent, &session.as_string()).await.into_iter().find(|run| run.status.is_over())
     })
     .await;
     wait_idle(&agent).await;
@@ -212,7 +212,7 @@ async fn a_month_long_thread_is_still_answered_within_the_context_window() {
     wait_replies(&alice, &question, 1, "the first answer").await;
     wait_idle(&agent).await;
     // A month of daily check-ins in the stored session: far past the window.
-    let session = format!("thread:{}", question.id);
+    let session = picogent::session::SessionKey::Thread(question.id.clone());
     let mut history = agent.state.load_session(&session).await.unwrap().unwrap().messages.as_array().unwrap().clone();
     for day in 0..30 {
         history.push(json!({"role": "user", "content": format!("@alice wrote: day {day} check-in")}));
@@ -233,7 +233,7 @@ async fn a_month_long_thread_is_still_answered_within_the_context_window() {
         .unwrap();
     wait_replies(&alice, &question, 2, "the answer on day 31").await;
     wait_idle(&agent).await;
-    let runs = runs_for(&agent, &session).await;
+    let runs = runs_for(&agent, &session.as_string()).await;
     assert!(runs.iter().all(|run| run.status == RunStatus::Completed), "{runs:#?}");
     let trims = &runs[0].record.as_ref().unwrap()["record"]["context_trims"];
     assert!(trims.as_array().is_some_and(|t| !t.is_empty()), "the session was shortened: {trims}");

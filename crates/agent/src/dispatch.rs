@@ -114,14 +114,14 @@ enum Checked {
 /// A call as the model asked for it, with its arguments read once: what goes back into the
 /// conversation is always valid JSON (servers such as llama.cpp refuse every later request of a
 /// conversation holding invalid JSON), and what the model wrote is kept for the record.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct PreparedCall {
     /// The call as the conversation keeps it: its arguments are valid JSON text.
     pub call: ToolCall,
     /// The model's own text, when it differs from `call.arguments` (repaired, or not JSON).
     pub raw_arguments: Option<String>,
     /// The arguments, or why they cannot be used.
-    arguments: Result<serde_json::Value, String>,
+    arguments: Result<serde_json::Value, ArgumentsError>,
     /// Set when the call must not run although its arguments are fine (cut off by the output
     /// limit, a repeat, one call per turn).
     refusal: Option<String>,
@@ -138,11 +138,11 @@ impl PreparedCall {
                 (Ok(value), canonical)
             }
             Err(problem) => (
-                Err(format!(
-                    "the arguments of `{}` are not one JSON object ({problem}); send exactly one JSON object, {}",
-                    call.name,
-                    offered.expected_arguments(&call.name)
-                )),
+                Err(ArgumentsError {
+                    tool: call.name.clone(),
+                    problem,
+                    expected: offered.expected_arguments(&call.name),
+                }),
                 // Valid JSON in the conversation; the model reads why in the tool's answer.
                 Some("{}".to_string()),
             ),
@@ -195,31 +195,66 @@ fn check(prepared: &PreparedCall, offered: &OfferedTools) -> Checked {
         Ok(arguments) => {
             Checked::Run { arguments: arguments.clone(), read_only: offered.read_only.contains(&call.name) }
         }
-        Err(message) => Checked::Refused { outcome: ToolCallOutcome::InvalidArguments, message: message.clone() },
+        Err(error) => Checked::Refused { outcome: ToolCallOutcome::InvalidArguments, message: error.to_string() },
     }
+}
+
+/// Why the arguments the model wrote for a call cannot be used: they are not one JSON object.
+/// The call is not run; the model reads this text as the tool's error, with what the tool's
+/// arguments look like.
+#[derive(Debug, thiserror::Error)]
+#[error("the arguments of `{tool}` are not one JSON object ({problem}); send exactly one JSON object, {expected}")]
+struct ArgumentsError {
+    /// The tool the model called.
+    tool: String,
+    /// What is wrong with the text.
+    #[source]
+    problem: NotOneObject,
+    /// What the tool's arguments look like ([`OfferedTools::expected_arguments`]).
+    expected: String,
+}
+
+/// How the text of a call's arguments fails to be one JSON object ([`read_arguments`]).
+#[derive(Debug, thiserror::Error)]
+enum NotOneObject {
+    /// Valid JSON, but not an object: "an array", "a string".
+    #[error("got {0}")]
+    NotAnObject(&'static str),
+    /// No `{` anywhere in the text.
+    #[error("no JSON object found")]
+    NoObject,
+    /// The first `{` is never closed: the text is cut off, or its braces do not balance.
+    #[error("the JSON object is cut off or unbalanced")]
+    Unbalanced,
+    /// Two objects (or an object after a stray `}`): guessing which one is meant is not safe.
+    #[error("more than one JSON value: which one is meant is not clear")]
+    SeveralValues,
+    /// The balanced braces hold text that does not parse as JSON.
+    #[error("not valid JSON: {0}")]
+    InvalidJson(#[source] serde_json::Error),
 }
 
 /// Reads tool arguments: one JSON object, also when wrapped in a Markdown code fence or followed
 /// by stray text, as long as exactly one object is there. Returns it and whether it had to be
 /// repaired, or what is wrong.
-fn read_arguments(text: &str) -> Result<(serde_json::Value, bool), String> {
+fn read_arguments(text: &str) -> Result<(serde_json::Value, bool), NotOneObject> {
     match serde_json::from_str::<serde_json::Value>(text) {
         Ok(value @ serde_json::Value::Object(_)) => return Ok((value, false)),
-        Ok(other) => return Err(format!("got {}", json_kind(&other))),
+        Ok(other) => return Err(NotOneObject::NotAnObject(json_kind(&other))),
         Err(_) => {}
     }
     let unfenced = strip_fence(text);
-    let start = unfenced.find('{').ok_or_else(|| "no JSON object found".to_string())?;
-    let end = object_end(&unfenced[start..]).ok_or_else(|| "the JSON object is cut off or unbalanced".to_string())?;
+    let start = unfenced.find('{').ok_or(NotOneObject::NoObject)?;
+    let end = object_end(&unfenced[start..]).ok_or(NotOneObject::Unbalanced)?;
     let (object, rest) = unfenced[start..].split_at(end);
     // Text around the object is tolerated; a second object is ambiguous.
     if unfenced[..start].contains('}') || rest.contains('{') {
-        return Err("more than one JSON value: which one is meant is not clear".to_string());
+        return Err(NotOneObject::SeveralValues);
     }
     match serde_json::from_str::<serde_json::Value>(object) {
         Ok(value @ serde_json::Value::Object(_)) => Ok((value, true)),
-        Ok(other) => Err(format!("got {}", json_kind(&other))),
-        Err(error) => Err(format!("not valid JSON: {error}")),
+        Ok(other) => Err(NotOneObject::NotAnObject(json_kind(&other))),
+        Err(error) => Err(NotOneObject::InvalidJson(error)),
     }
 }
 

@@ -41,7 +41,7 @@ use tokio_util::task::TaskTracker;
 pub use api::API_PREFIX;
 pub use error::BoardError;
 pub use retention::Retention;
-pub use seed::{Seed, SeedError, SeedMember, SeedProject};
+pub use seed::{Seed, SeedError, SeedMember, SeedProblem, SeedProject};
 
 /// Where the board listens, its database, the seed for a new database, how long it keeps its
 /// event log, the host names its web page answers to, and the limits of its door.

@@ -58,8 +58,33 @@ pub enum SeedError {
     Read { path: PathBuf, source: std::io::Error },
     #[error("the seed file {path} is not valid: {source}")]
     Parse { path: PathBuf, source: serde_json::Error },
-    #[error("the seed file {path} is not valid: {message}")]
-    Invalid { path: PathBuf, message: String },
+    #[error("the seed file {path} is not valid: {source}")]
+    Invalid { path: PathBuf, source: SeedProblem },
+}
+
+/// What is wrong in a seed file that parses: a slug, a key or a token the board cannot take.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SeedProblem {
+    /// A project slug that is not lowercase letters, digits, `-` and `_`.
+    #[error("project slug {0:?} must be lowercase letters, digits, - or _")]
+    ProjectSlug(String),
+    /// A project key that is not uppercase letters and digits (task keys are made of it).
+    #[error("project key {0:?} must be uppercase letters and digits")]
+    ProjectKey(String),
+    /// A member slug that is not lowercase letters, digits, `-` and `_`, or is `me`, which names the
+    /// caller in the API's paths.
+    #[error("member slug {0:?} must be lowercase letters, digits, - or _ (and not \"me\")")]
+    MemberSlug(String),
+    /// A member whose token is empty or blank, which no request could carry.
+    #[error("member {0} has an empty token")]
+    EmptyToken(String),
+    /// Two members with one slug.
+    #[error("member {0} appears twice")]
+    DuplicateMember(String),
+    /// A member with the token of an earlier one: a token names one member, so the two could not
+    /// be told apart.
+    #[error("member {0} shares its token with another member")]
+    SharedToken(String),
 }
 
 fn is_slug(text: &str) -> bool {
@@ -74,7 +99,7 @@ impl Seed {
         let text = std::fs::read_to_string(path).map_err(|source| SeedError::Read { path: path.into(), source })?;
         let seed: Seed =
             serde_json::from_str(&text).map_err(|source| SeedError::Parse { path: path.into(), source })?;
-        seed.check().map_err(|message| SeedError::Invalid { path: path.into(), message })?;
+        seed.check().map_err(|source| SeedError::Invalid { path: path.into(), source })?;
         Ok(seed)
     }
 
@@ -83,33 +108,30 @@ impl Seed {
         self.members.iter().find(|m| m.slug == slug).map(|m| m.token.as_str())
     }
 
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), SeedProblem> {
         for project in &self.projects {
             if !is_slug(&project.slug) {
-                return Err(format!("project slug {:?} must be lowercase letters, digits, - or _", project.slug));
+                return Err(SeedProblem::ProjectSlug(project.slug.clone()));
             }
             let key_ok = project.key.chars().next().is_some_and(|c| c.is_ascii_uppercase())
                 && project.key.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit());
             if !key_ok {
-                return Err(format!("project key {:?} must be uppercase letters and digits", project.key));
+                return Err(SeedProblem::ProjectKey(project.key.clone()));
             }
         }
         for (index, member) in self.members.iter().enumerate() {
             if !is_slug(&member.slug) || member.slug == "me" {
-                return Err(format!(
-                    "member slug {:?} must be lowercase letters, digits, - or _ (and not \"me\")",
-                    member.slug
-                ));
+                return Err(SeedProblem::MemberSlug(member.slug.clone()));
             }
             if member.token.trim().is_empty() {
-                return Err(format!("member {} has an empty token", member.slug));
+                return Err(SeedProblem::EmptyToken(member.slug.clone()));
             }
             let earlier = &self.members[..index];
             if earlier.iter().any(|m| m.slug == member.slug) {
-                return Err(format!("member {} appears twice", member.slug));
+                return Err(SeedProblem::DuplicateMember(member.slug.clone()));
             }
             if earlier.iter().any(|m| m.token == member.token) {
-                return Err(format!("member {} shares its token with another member", member.slug));
+                return Err(SeedProblem::SharedToken(member.slug.clone()));
             }
         }
         Ok(())
@@ -166,6 +188,6 @@ mod tests {
                             {"slug": "b", "name": "B", "kind": "agent", "token": "t"}]}"#,
         )
         .unwrap();
-        assert!(seed.check().unwrap_err().contains("shares its token"));
+        assert_eq!(seed.check().unwrap_err(), SeedProblem::SharedToken("b".to_string()));
     }
 }

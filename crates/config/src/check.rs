@@ -216,7 +216,8 @@ impl Config {
             ("permissions.cross_scope_tools", &self.permissions.cross_scope_tools),
         ] {
             for pattern in patterns {
-                picogent_tools::policy::check_pattern(pattern).map_err(|message| (name.to_string(), message))?;
+                picogent_tools::policy::check_pattern(pattern)
+                    .map_err(|message| (name.to_string(), message.to_string()))?;
             }
         }
         Ok(())

@@ -18,13 +18,14 @@ use picogent_support::choice;
 mod overrides;
 mod sections;
 
+pub use overrides::ListOverrideError;
 pub use picogent_llm::config::{DEFAULT_MAX_OUTPUT_TOKENS, LlmConfig, MaxTokensField, Price};
 pub use picogent_state::StateConfig;
 pub use picogent_tools::{PermissionMode, PermissionsConfig, RunScope, default_ask_tools};
 pub use picogent_tracker::TrackerConfig;
 pub use sections::{
     HttpConfig, Limits, McpConfig, McpServerConfig, PRESENCE_HEARTBEAT_MS, PresenceConfig, ReplicasConfig,
-    RetentionConfig, ServerToolsConfig, StartupConfig, TextDuration,
+    RetentionConfig, ServerToolsConfig, StartupConfig, TextDuration, TextDurationError,
 };
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -126,6 +127,9 @@ pub enum ConfigError {
     /// The mistake is in an override, not in the file.
     #[error("environment variable {variable}: field `{field}`: {message}")]
     Override { variable: String, field: String, message: String },
+    /// The override of a list field is not a list.
+    #[error("environment variable {variable}: field `{field}`: {source}")]
+    ListOverride { variable: String, field: String, source: ListOverrideError },
 }
 
 /// What an old file with a top-level `tools` section (or a `PICOGENT_TOOLS__*` override) is told:
@@ -165,10 +169,10 @@ impl Config {
 fn load_text(path: &Path, text: &str, overrides: &Overrides) -> Result<Config, ConfigError> {
     let mut values = config::Map::new();
     for (variable, value) in overrides {
-        let value = overrides::list_override(variable, value).map_err(|message| ConfigError::Override {
+        let value = overrides::list_override(variable, value).map_err(|source| ConfigError::ListOverride {
             variable: variable.clone(),
             field: overrides::field_of(variable),
-            message,
+            source,
         })?;
         values.insert(variable.clone(), value);
     }
@@ -233,7 +237,7 @@ fn load_text(path: &Path, text: &str, overrides: &Overrides) -> Result<Config, C
 /// in), without which the file loads or fails otherwise. When none does, the file is at fault.
 fn blame(path: &Path, text: &str, overrides: &Overrides, error: ConfigError) -> ConfigError {
     let (field, message) = match &error {
-        ConfigError::Override { .. } => return error,
+        ConfigError::Override { .. } | ConfigError::ListOverride { .. } => return error,
         ConfigError::Field { field, message, .. } => (Some(field.as_str()), message.clone()),
         ConfigError::Invalid { message, .. } => (None, message.clone()),
         ConfigError::Read { .. } | ConfigError::Syntax { .. } => return error,

@@ -16,24 +16,38 @@ pub(super) const LIST_FIELDS: [&str; 9] = [
     "permissions.cross_scope_tools",
 ];
 
+/// What a list field's override is told to be.
+const EXPECTED: &str = "expected a comma list (a,b) or a JSON array of strings ([\"a\",\"b\"])";
+
+/// Why the `PICOGENT_*` override of a list field cannot be read as a list.
+#[derive(Debug, thiserror::Error)]
+pub enum ListOverrideError {
+    /// The value starts like a JSON array but is not one of strings.
+    #[error("{value:?} is not a JSON array of strings; {}", EXPECTED)]
+    NotJsonArray { value: String },
+    /// An item that is empty, or holds a bracket, a quote or a comma.
+    #[error("{item:?} is not a valid item; {}", EXPECTED)]
+    BadItem { item: String },
+}
+
 /// An override's value as the comma list the environment source splits: a JSON array
 /// (`["a","b"]`) becomes `a,b`; a comma list stays. Anything else for a list field is an error
 /// saying what is expected.
 /// An empty JSON array (`[]`) becomes the empty string, which the environment source cannot
 /// tell from one empty item: [`Config::load_with_env`](crate::Config::load_with_env) sets those
 /// fields to an empty list itself.
-pub(super) fn list_override(key: &str, value: &str) -> Result<String, String> {
+pub(super) fn list_override(key: &str, value: &str) -> Result<String, ListOverrideError> {
     if list_field(key).is_none() {
         return Ok(value.to_string());
     }
-    let expected = "expected a comma list (a,b) or a JSON array of strings ([\"a\",\"b\"])";
     let items: Vec<String> = if value.trim_start().starts_with('[') {
-        serde_json::from_str(value).map_err(|_| format!("{value:?} is not a JSON array of strings; {expected}"))?
+        // The parser's own words (`expected value at line 1 column 2`) would not help here.
+        serde_json::from_str(value).map_err(|_| ListOverrideError::NotJsonArray { value: value.to_string() })?
     } else {
         value.split(',').map(|item| item.trim().to_string()).collect()
     };
     if let Some(bad) = items.iter().find(|item| item.is_empty() || item.contains(['[', ']', '"', ','])) {
-        return Err(format!("{bad:?} is not a valid item; {expected}"));
+        return Err(ListOverrideError::BadItem { item: bad.clone() });
     }
     Ok(items.join(","))
 }

@@ -301,11 +301,22 @@ impl Default for StartupConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TextDuration(pub std::time::Duration);
 
+/// Why a text is not a [`TextDuration`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TextDurationError {
+    /// Not a number with one of the units.
+    #[error("{text:?} is not {}", TextDuration::EXPECTED)]
+    NotDuration { text: String },
+    /// A span of time too long to count in seconds.
+    #[error("{text:?} is too long a span of time")]
+    TooLong { text: String },
+}
+
 impl TextDuration {
     const EXPECTED: &str = "a span of time like 90s, 15m, 2h or 1d, or 0 for none";
 
     /// Reads `15m`, `90s`, `2h`, `1d`, `0`, or a bare number of seconds.
-    pub fn parse(text: &str) -> Result<TextDuration, String> {
+    pub fn parse(text: &str) -> Result<TextDuration, TextDurationError> {
         let text = text.trim();
         let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
         let (number, unit) = text.split_at(split);
@@ -314,13 +325,13 @@ impl TextDuration {
             "m" => 60,
             "h" => 3_600,
             "d" => 86_400,
-            _ => return Err(format!("{text:?} is not {}", Self::EXPECTED)),
+            _ => return Err(TextDurationError::NotDuration { text: text.to_string() }),
         };
-        let number: u64 = number.parse().map_err(|_| format!("{text:?} is not {}", Self::EXPECTED))?;
+        let number: u64 = number.parse().map_err(|_| TextDurationError::NotDuration { text: text.to_string() })?;
         number
             .checked_mul(seconds_per_unit)
             .map(|seconds| TextDuration(std::time::Duration::from_secs(seconds)))
-            .ok_or_else(|| format!("{text:?} is too long a span of time"))
+            .ok_or_else(|| TextDurationError::TooLong { text: text.to_string() })
     }
 }
 

@@ -13,12 +13,41 @@ fn quick_client(config: &LlmConfig) -> reqwest::Result<reqwest::Client> {
     reqwest::Client::builder().timeout(Duration::from_millis(config.timeout_ms.min(10_000))).build()
 }
 
+/// Why the endpoint's list of models does not show the configured model served. Each message
+/// names the endpoint (`base`, `llm.base_url` without a trailing `/`) and the setting to check.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// The HTTP client could not be built (its TLS backend failed to start).
+    #[error("{0}")]
+    Client(#[source] reqwest::Error),
+    /// No answer: the server is down, or `llm.base_url` points elsewhere.
+    #[error("cannot reach {base}: {source} (is llm.base_url right, and the server up?)")]
+    Unreachable { base: String, source: reqwest::Error },
+    /// HTTP 401 or 403: the key is missing or wrong.
+    #[error("{base} refused the API key (HTTP {status}): check the variable named by llm.api_key_env")]
+    KeyRefused { base: String, status: reqwest::StatusCode },
+    /// Another status that is not a success.
+    #[error("{base}/models answered HTTP {status}")]
+    Status { base: String, status: reqwest::StatusCode },
+    /// The server lists models, and `llm.model` is not one of them; `listed` holds their ids.
+    #[error("{base} does not serve llm.model {model:?}: it lists {}; set llm.model to the one to use", some_of(listed))]
+    ModelNotListed { base: String, model: String, listed: Vec<String> },
+}
+
+/// The first few ids, quoted, and how many more there are.
+fn some_of(ids: &[String]) -> String {
+    const SHOWN: usize = 8;
+    let more = if ids.len() > SHOWN { format!(" and {} more", ids.len() - SHOWN) } else { String::new() };
+    let shown: Vec<String> = ids.iter().take(SHOWN).map(|id| format!("{id:?}")).collect();
+    format!("{}{more}", shown.join(", "))
+}
+
 /// Asks the endpoint for its models: an error when the list it gives does not hold the
 /// configured one (by id, or one of llama.cpp's `aliases`); an empty list passes, since some
-/// servers list none.
-pub async fn probe(config: &LlmConfig, api_key: Option<Secret>) -> Result<String, String> {
+/// servers list none. `Ok` says what was found, in a sentence.
+pub async fn probe(config: &LlmConfig, api_key: Option<Secret>) -> Result<String, ProbeError> {
     let base = config.base_url.trim_end_matches('/');
-    let http = quick_client(config).map_err(|e| e.to_string())?;
+    let http = quick_client(config).map_err(ProbeError::Client)?;
     let mut request = http.get(format!("{base}/models"));
     if let Some(key) = &api_key {
         request = request.bearer_auth(key.expose());
@@ -26,13 +55,13 @@ pub async fn probe(config: &LlmConfig, api_key: Option<Secret>) -> Result<String
     let response = request
         .send()
         .await
-        .map_err(|e| format!("cannot reach {base}: {} (is llm.base_url right, and the server up?)", e.without_url()))?;
+        .map_err(|e| ProbeError::Unreachable { base: base.to_string(), source: e.without_url() })?;
     let status = response.status();
     if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
-        return Err(format!("{base} refused the API key (HTTP {status}): check the variable named by llm.api_key_env"));
+        return Err(ProbeError::KeyRefused { base: base.to_string(), status });
     }
     if !status.is_success() {
-        return Err(format!("{base}/models answered HTTP {status}"));
+        return Err(ProbeError::Status { base: base.to_string(), status });
     }
     let body: serde_json::Value = response.json().await.unwrap_or_default();
     let models = body["data"].as_array().cloned().unwrap_or_default();
@@ -47,14 +76,11 @@ pub async fn probe(config: &LlmConfig, api_key: Option<Secret>) -> Result<String
     if listed.contains(&config.model) {
         return Ok(format!("{base} serves {}", config.model));
     }
-    const SHOWN: usize = 8;
-    let ids: Vec<&str> = models.iter().filter_map(|model| model["id"].as_str()).collect();
-    let more = if ids.len() > SHOWN { format!(" and {} more", ids.len() - SHOWN) } else { String::new() };
-    Err(format!(
-        "{base} does not serve llm.model {:?}: it lists {}{more}; set llm.model to the one to use",
-        config.model,
-        ids.iter().take(SHOWN).map(|id| format!("{id:?}")).collect::<Vec<_>>().join(", ")
-    ))
+    Err(ProbeError::ModelNotListed {
+        base: base.to_string(),
+        model: config.model.clone(),
+        listed: models.iter().filter_map(|model| model["id"].as_str()).map(str::to_string).collect(),
+    })
 }
 
 /// What a llama.cpp-style server says about itself at `GET /props` (next to `/v1`).

@@ -26,7 +26,7 @@ use rmcp::model::{
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::client::{ServerConnection, ServerStatus};
+use crate::client::{ServerCallError, ServerConnection, ServerStatus};
 use crate::results::ArtifactStore;
 use picogent_config::{Config, McpServerConfig};
 use picogent_prompts::{Fence, Section, clean_name, clean_text, demote_headings};
@@ -66,6 +66,52 @@ fn fnv1a(bytes: &[u8]) -> u64 {
         hash = hash.wrapping_mul(0x100000001b3);
     }
     hash
+}
+
+/// Why a prompt command cannot run. Each message says why, and how to call the command, since
+/// it is the answer to the person who typed it.
+#[derive(Debug, thiserror::Error)]
+pub enum PromptCommandError {
+    /// No connected server offers a prompt of that public name; `available` lists those that do.
+    #[error("unknown prompt command /{command}; available: {}", or_none(available))]
+    UnknownCommand { command: String, available: Vec<String> },
+    /// The arguments text cannot be read as `key=value` pairs or one JSON object.
+    #[error("{source}; {usage}")]
+    Syntax { source: PromptArgumentsError, usage: String },
+    /// Arguments the prompt does not declare.
+    #[error("unknown argument(s) {} for /{command}; {usage}", unknown.join(", "))]
+    UnknownArguments { command: String, unknown: Vec<String>, usage: String },
+    /// Arguments the prompt requires that were not given.
+    #[error("missing required argument(s) {} for /{command}; {usage}", missing.join(", "))]
+    MissingArguments { command: String, missing: Vec<String>, usage: String },
+    /// The server did not render the prompt (`prompts/get` failed).
+    #[error(transparent)]
+    Server(#[from] ServerCallError),
+    /// The server rendered the prompt, but with no text in it (only images, say).
+    #[error("the prompt /{command} rendered no text")]
+    NoText { command: String },
+}
+
+/// Why the arguments text of a prompt command cannot be read (see [`parse_prompt_arguments`]).
+#[derive(Debug, thiserror::Error)]
+pub enum PromptArgumentsError {
+    /// A word that is not `key=value`, or a `=value` with no key.
+    #[error("expected key=value, got {key:?}")]
+    NotKeyValue { key: String },
+    /// A quoted value whose quote is never closed.
+    #[error("the value of `{key}` has no closing {quote}")]
+    Unclosed { key: String, quote: char },
+    /// Text that starts like a JSON object but is not valid JSON.
+    #[error("the arguments are not a valid JSON object: {0}")]
+    Json(#[source] serde_json::Error),
+    /// Valid JSON that is not an object.
+    #[error("the arguments must be a JSON object")]
+    NotObject,
+}
+
+/// The items joined with commas, or `none` when there are none.
+fn or_none(items: &[String]) -> String {
+    if items.is_empty() { "none".to_string() } else { items.join(", ") }
 }
 
 #[derive(Debug, Clone)]
@@ -278,7 +324,7 @@ impl McpHost {
     /// (values may be quoted) or one JSON object, runs that prompt (`prompts/get`) and returns the
     /// rendered text, which becomes the request. `None`: the text is not a prompt command.
     /// `Some(Err)`: it is one, but cannot run; the message says why and how to call it.
-    pub async fn expand_prompt_command(&self, text: &str) -> Option<Result<String, String>> {
+    pub async fn expand_prompt_command(&self, text: &str) -> Option<Result<String, PromptCommandError>> {
         let text = text.trim_start();
         // The router may pass the message with its leading mentions.
         let mut rest = text;
@@ -296,21 +342,20 @@ impl McpHost {
         Some(self.run_prompt_command(command, arguments_text).await)
     }
 
-    async fn run_prompt_command(&self, command: &str, arguments_text: &str) -> Result<String, String> {
+    async fn run_prompt_command(&self, command: &str, arguments_text: &str) -> Result<String, PromptCommandError> {
         let (server, prompt) = self.find_prompt(command)?;
         let declared = prompt.arguments.clone().unwrap_or_default();
         let arguments = prompt_arguments(command, &declared, arguments_text)?;
-        let result =
-            server.get_prompt(&prompt.name, arguments, &CancellationToken::new()).await.map_err(|e| e.to_string())?;
+        let result = server.get_prompt(&prompt.name, arguments, &CancellationToken::new()).await?;
         let parts: Vec<String> = result.messages.iter().filter_map(|message| message_text(&message.content)).collect();
         if parts.is_empty() {
-            return Err(format!("the prompt /{command} rendered no text"));
+            return Err(PromptCommandError::NoText { command: command.to_string() });
         }
         Ok(parts.join("\n\n"))
     }
 
     /// The server and prompt whose public name is `command`; the error lists the commands there are.
-    fn find_prompt(&self, command: &str) -> Result<(Arc<ServerConnection>, Prompt), String> {
+    fn find_prompt(&self, command: &str) -> Result<(Arc<ServerConnection>, Prompt), PromptCommandError> {
         let mut found = None;
         for server in &self.servers {
             for prompt in server.snapshot().prompts {
@@ -320,7 +365,7 @@ impl McpHost {
             }
         }
         found.ok_or_else(|| {
-            let known: Vec<String> = self
+            let available: Vec<String> = self
                 .servers
                 .iter()
                 .flat_map(|s| {
@@ -331,17 +376,18 @@ impl McpHost {
                         .collect::<Vec<_>>()
                 })
                 .collect();
-            format!(
-                "unknown prompt command /{command}; available: {}",
-                if known.is_empty() { "none".to_string() } else { known.join(", ") }
-            )
+            PromptCommandError::UnknownCommand { command: command.to_string(), available }
         })
     }
 }
 
 /// The arguments of a prompt command, checked against what the prompt declares: none unknown,
 /// none required missing. The error ends with the command's usage.
-fn prompt_arguments(command: &str, declared: &[PromptArgument], arguments_text: &str) -> Result<JsonObject, String> {
+fn prompt_arguments(
+    command: &str,
+    declared: &[PromptArgument],
+    arguments_text: &str,
+) -> Result<JsonObject, PromptCommandError> {
     let usage = format!(
         "usage: /{command}{}",
         declared
@@ -349,21 +395,21 @@ fn prompt_arguments(command: &str, declared: &[PromptArgument], arguments_text: 
             .map(|a| if a.required == Some(true) { format!(" {}=…", a.name) } else { format!(" [{}=…]", a.name) })
             .collect::<String>()
     );
-    let given = parse_prompt_arguments(arguments_text).map_err(|e| format!("{e}; {usage}"))?;
-    let unknown: Vec<&String> = given.keys().filter(|k| !declared.iter().any(|a| &a.name == *k)).collect();
+    let given = match parse_prompt_arguments(arguments_text) {
+        Ok(given) => given,
+        Err(source) => return Err(PromptCommandError::Syntax { source, usage }),
+    };
+    let unknown: Vec<String> = given.keys().filter(|k| !declared.iter().any(|a| &a.name == *k)).cloned().collect();
     if !unknown.is_empty() {
-        return Err(format!(
-            "unknown argument(s) {} for /{command}; {usage}",
-            unknown.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ")
-        ));
+        return Err(PromptCommandError::UnknownArguments { command: command.to_string(), unknown, usage });
     }
-    let missing: Vec<&str> = declared
+    let missing: Vec<String> = declared
         .iter()
         .filter(|a| a.required == Some(true) && !given.contains_key(&a.name))
-        .map(|a| a.name.as_str())
+        .map(|a| a.name.clone())
         .collect();
     if !missing.is_empty() {
-        return Err(format!("missing required argument(s) {} for /{command}; {usage}", missing.join(", ")));
+        return Err(PromptCommandError::MissingArguments { command: command.to_string(), missing, usage });
     }
     Ok(given.into_iter().map(|(k, v)| (k, Value::String(v))).collect())
 }
@@ -514,7 +560,7 @@ fn resource_tools(servers: &[Arc<ServerConnection>]) -> Vec<Tool> {
 }
 
 /// `key=value key2="quoted value" key3='it''s'` or one JSON object; values are strings.
-pub fn parse_prompt_arguments(text: &str) -> Result<BTreeMap<String, String>, String> {
+pub fn parse_prompt_arguments(text: &str) -> Result<BTreeMap<String, String>, PromptArgumentsError> {
     let text = text.trim();
     if text.starts_with('{') {
         return json_prompt_arguments(text);
@@ -528,12 +574,13 @@ pub fn parse_prompt_arguments(text: &str) -> Result<BTreeMap<String, String>, St
         }
         let key = take_until(&mut chars, |c| c == '=' || c.is_whitespace());
         if chars.next() != Some('=') || key.is_empty() {
-            return Err(format!("expected key=value, got {key:?}"));
+            return Err(PromptArgumentsError::NotKeyValue { key });
         }
         let value = match chars.next_if(|c| matches!(*c, '"' | '\'')) {
-            Some(quote) => {
-                quoted_value(&mut chars, quote).ok_or_else(|| format!("the value of `{key}` has no closing {quote}"))?
-            }
+            Some(quote) => match quoted_value(&mut chars, quote) {
+                Some(value) => value,
+                None => return Err(PromptArgumentsError::Unclosed { key, quote }),
+            },
             None => take_until(&mut chars, char::is_whitespace),
         };
         out.insert(key, value);
@@ -542,11 +589,10 @@ pub fn parse_prompt_arguments(text: &str) -> Result<BTreeMap<String, String>, St
 }
 
 /// One JSON object; values that are not strings are kept as their JSON text.
-fn json_prompt_arguments(text: &str) -> Result<BTreeMap<String, String>, String> {
-    let value: Value =
-        serde_json::from_str(text).map_err(|e| format!("the arguments are not a valid JSON object: {e}"))?;
+fn json_prompt_arguments(text: &str) -> Result<BTreeMap<String, String>, PromptArgumentsError> {
+    let value: Value = serde_json::from_str(text).map_err(PromptArgumentsError::Json)?;
     let Value::Object(map) = value else {
-        return Err("the arguments must be a JSON object".to_string());
+        return Err(PromptArgumentsError::NotObject);
     };
     Ok(map
         .into_iter()
@@ -614,7 +660,7 @@ mod tests {
         assert_eq!(parsed["e"], "a\"b");
         let json = parse_prompt_arguments(r#"{"city": "Paris", "days": 3}"#).unwrap();
         assert_eq!(json["days"], "3");
-        assert!(parse_prompt_arguments("note=\"open").unwrap_err().contains("closing"));
+        assert!(parse_prompt_arguments("note=\"open").unwrap_err().to_string().contains("closing"));
         assert!(parse_prompt_arguments("bare").is_err());
     }
 }

@@ -305,9 +305,23 @@ fn content_text(content: &Option<Value>) -> Option<String> {
     }
 }
 
+/// Why a chat request's messages cannot be read; the message is the 400 answer's text.
+#[derive(Debug, thiserror::Error)]
+enum RequestError {
+    /// A tool message without the id of the call it answers.
+    #[error("messages[{index}]: a tool message needs `tool_call_id`")]
+    NoToolCallId { index: usize },
+    /// A tool message answering a call no earlier assistant message made.
+    #[error("messages[{index}]: tool_call_id {tool_call_id:?} answers no earlier tool call")]
+    UnknownToolCall { index: usize, tool_call_id: String },
+    /// A role the chat format does not have.
+    #[error("messages[{index}]: unknown role {role:?}")]
+    UnknownRole { index: usize, role: String },
+}
+
 /// Reads the wire request into the project's message types (tool messages get their tool's name
 /// from the call they answer).
-fn read_request(request: &WireRequest) -> Result<(Vec<Message>, Vec<ToolSpec>), String> {
+fn read_request(request: &WireRequest) -> Result<(Vec<Message>, Vec<ToolSpec>), RequestError> {
     let mut messages: Vec<Message> = Vec::with_capacity(request.messages.len());
     for (index, message) in request.messages.iter().enumerate() {
         let text = content_text(&message.content);
@@ -329,25 +343,22 @@ fn read_request(request: &WireRequest) -> Result<(Vec<Message>, Vec<ToolSpec>), 
             },
             "tool" => {
                 let Some(tool_call_id) = message.tool_call_id.clone() else {
-                    return Err(format!("messages[{index}]: a tool message needs `tool_call_id`"));
+                    return Err(RequestError::NoToolCallId { index });
                 };
-                let name = messages
-                    .iter()
-                    .rev()
-                    .find_map(|m| match m {
-                        Message::Assistant { tool_calls, .. } => {
-                            tool_calls.iter().find(|c| c.id == tool_call_id).map(|c| c.name.clone())
-                        }
-                        _ => None,
-                    })
-                    .ok_or_else(|| {
-                        format!("messages[{index}]: tool_call_id {tool_call_id:?} answers no earlier tool call")
-                    })?;
+                let name = messages.iter().rev().find_map(|m| match m {
+                    Message::Assistant { tool_calls, .. } => {
+                        tool_calls.iter().find(|c| c.id == tool_call_id).map(|c| c.name.clone())
+                    }
+                    _ => None,
+                });
+                let Some(name) = name else {
+                    return Err(RequestError::UnknownToolCall { index, tool_call_id });
+                };
                 let content = text.unwrap_or_default();
                 let is_error = content.starts_with(TOOL_ERROR_PREFIX);
                 Message::Tool { tool_call_id, name, content, is_error }
             }
-            other => return Err(format!("messages[{index}]: unknown role {other:?}")),
+            other => return Err(RequestError::UnknownRole { index, role: other.to_string() }),
         };
         messages.push(converted);
     }
@@ -452,8 +463,8 @@ fn decide(
             &format!("the request body is not a chat request: {e}"),
         ))
     })?;
-    let (messages, tools) = read_request(&request).map_err(|message| {
-        Box::new(error_response(StatusCode::BAD_REQUEST, "invalid_request_error", None, &message))
+    let (messages, tools) = read_request(&request).map_err(|error| {
+        Box::new(error_response(StatusCode::BAD_REQUEST, "invalid_request_error", None, &error.to_string()))
     })?;
     let facts = (
         request.model.clone(),

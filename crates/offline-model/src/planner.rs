@@ -164,8 +164,18 @@ fn find_job_in(read: &Read) -> Option<Job> {
 struct Done {
     name: String,
     arguments: Value,
-    /// `Ok(parsed JSON or the raw text as a string)`, `Err(error text)`; `None`: no result yet.
-    result: Option<Result<Value, String>>,
+    result: Outcome,
+}
+
+/// What came back for a tool call, as the planner reads it. Only a success is looked into: a
+/// failed call counts as an attempt, whatever its error says.
+enum Outcome {
+    /// No result yet.
+    Pending,
+    /// The result: parsed JSON, or the raw text as a string.
+    Succeeded(Value),
+    /// The tool reported an error.
+    Failed,
 }
 
 /// The state of the conversation since the prompt that set the job.
@@ -190,19 +200,21 @@ impl History {
                 Message::Assistant { tool_calls, .. } => {
                     for call in tool_calls {
                         let arguments = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
-                        done.push((call.id.clone(), Done { name: call.name.clone(), arguments, result: None }));
+                        done.push((
+                            call.id.clone(),
+                            Done { name: call.name.clone(), arguments, result: Outcome::Pending },
+                        ));
                     }
                 }
                 Message::Tool { tool_call_id, content, .. } => {
                     if let Some((_, entry)) = done.iter_mut().find(|(id, _)| id == tool_call_id) {
                         // A result is read inside its fence.
-                        entry.result = Some(match content.strip_prefix(TOOL_ERROR_PREFIX) {
-                            Some(error) => Err(without_fences(error)),
-                            None => {
-                                let content = without_fences(content);
-                                Ok(serde_json::from_str(&content).unwrap_or(Value::String(content)))
-                            }
-                        });
+                        entry.result = if content.starts_with(TOOL_ERROR_PREFIX) {
+                            Outcome::Failed
+                        } else {
+                            let content = without_fences(content);
+                            Outcome::Succeeded(serde_json::from_str(&content).unwrap_or(Value::String(content)))
+                        };
                     }
                 }
                 _ => {}
@@ -218,8 +230,8 @@ impl History {
         matches: impl Fn(&Value) -> bool + 'a,
     ) -> impl Iterator<Item = &'a Value> + 'a {
         self.done.iter().filter(move |d| d.name == name && matches(&d.arguments)).filter_map(|d| match &d.result {
-            Some(Ok(value)) => Some(value),
-            _ => None,
+            Outcome::Succeeded(value) => Some(value),
+            Outcome::Pending | Outcome::Failed => None,
         })
     }
 

@@ -60,6 +60,7 @@ impl Fence {
     }
 }
 
+// A String error: serde's try_from shows it as is, and no caller decides on its kind.
 impl TryFrom<String> for Fence {
     type Error = String;
 

@@ -156,13 +156,12 @@ impl ReplyCap {
         if asker == Asker::Person {
             return Ok(reply_to);
         }
-        let key = session.as_string();
         let held = self.lock.lock().await;
-        match self.state.record_reply_within_hour(&key, self.max_per_hour).await? {
+        match self.state.record_reply_within_hour(&session, self.max_per_hour).await? {
             None => Ok(reply_to),
             Some(count) => {
                 drop(held);
-                tracing::warn!(thread = %key, count, "post refused by the thread reply cap for bots");
+                tracing::warn!(thread = %session, count, "post refused by the thread reply cap for bots");
                 self.tell_people(&session, count, reply_to.as_deref()).await;
                 Err(PostRefused::ReplyCap { count })
             }
@@ -172,7 +171,7 @@ impl ReplyCap {
     /// Whether the agent has answered bots `max_per_hour` times in `session` in the last hour:
     /// `Some(count)` when it has, and a bot's message there starts nothing.
     pub async fn capped(&self, session: &SessionKey) -> Result<Option<u32>, StateError> {
-        let count = self.state.replies_in_last_hour(&session.as_string()).await?;
+        let count = self.state.replies_in_last_hour(session).await?;
         Ok((count >= self.max_per_hour).then_some(count))
     }
 

@@ -48,8 +48,8 @@ use request::RunServices;
 use state_lock::{StandDown, StateLock, TakenLock};
 use status::StatusBoard;
 
-/// What `start` needs beyond the config: the secrets (read from the environment by the caller)
-/// and knobs tests turn.
+/// What `start` needs beyond the config: the secrets (read from the environment by the caller),
+/// where the event stream begins, and whether to serve HTTP (`picogent eval` does not).
 pub struct AgentOptions {
     pub config: Config,
     pub tracker_token: Secret,
@@ -59,8 +59,9 @@ pub struct AgentOptions {
     /// The run inspector's token (`http.ui_token_env`), needed off loopback; `None` there leaves
     /// the inspector off.
     pub ui_token: Option<Secret>,
+    /// The event stream's options; `None`: the config's ([`StreamOptions::from_config`]).
     pub stream: Option<StreamOptions>,
-    /// Serve `http.listen` (false in tests that need no HTTP).
+    /// Serve `http.listen` (false for `picogent eval` and tests that need no HTTP).
     pub serve_http: bool,
 }
 

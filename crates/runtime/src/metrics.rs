@@ -1,8 +1,9 @@
 //! Counters and latency summaries of the running agent, rendered in the Prometheus text format
 //! at `/metrics`. Nothing here can hold a secret, and every label comes from a bounded set, so
 //! nothing a peer sends can add series without end:
-//! - an event's name is one of the tracker's event names the agent knows (`run` for the router's
-//!   own), else `unknown`; its fate and a run's outcome are words of the code (`&'static str`);
+//! - an event's name is an [`EventName`]: one of the tracker's events the agent knows, `run` for
+//!   the router's own, else `unknown`; its fate and a run's outcome are words of the code
+//!   (`&'static str`, the `as_str` of the router's outcome types);
 //! - a tool's name is one the run offered: a call of any other name (a model making names up)
 //!   counts under `unknown`, and so does a call never run, whose name nothing checked; and past
 //!   [`MAX_TOOL_LABELS`] names (a server listing thousands of tools) new names do too;
@@ -15,6 +16,7 @@ use std::time::Duration;
 
 use picogent_agent::ToolCallOutcome;
 use picogent_state::RunStatus;
+use picogent_tracker::model::{self, Event};
 
 /// Every metric of the agent. One instance, shared behind an `Arc`.
 #[derive(Debug, Default)]
@@ -42,14 +44,43 @@ pub const MAX_TOOL_LABELS: usize = 256;
 /// The label of what cannot be counted under its own name.
 const UNKNOWN: &str = "unknown";
 
-/// The event names counted under their own name: the tracker's, and the router's own `run`.
-const KNOWN_EVENTS: [&str; 5] = [
-    picogent_tracker::model::EVENT_TASK_ASSIGNED,
-    picogent_tracker::model::EVENT_TASK_UNASSIGNED,
-    picogent_tracker::model::EVENT_TASK_UPDATED,
-    picogent_tracker::model::EVENT_MESSAGE_NEW,
-    "run",
-];
+/// What an event count is of: the label `event` of `picogent_events_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventName {
+    TaskAssigned,
+    TaskUnassigned,
+    TaskUpdated,
+    MessageNew,
+    /// The router's own: a run it would start (refused by the daily spend guard).
+    Run,
+    /// An event of a name the agent does not know.
+    Unknown,
+}
+
+impl EventName {
+    /// The name of a typed tracker event.
+    pub fn of(event: &Event) -> EventName {
+        match event {
+            Event::TaskAssigned(_) => EventName::TaskAssigned,
+            Event::TaskUnassigned(_) => EventName::TaskUnassigned,
+            Event::TaskUpdated(_) => EventName::TaskUpdated,
+            Event::MessageNew(_) => EventName::MessageNew,
+            Event::Unknown(_) => EventName::Unknown,
+        }
+    }
+
+    /// The tracker's name of the event (`task.assigned`, …), `run` or `unknown`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventName::TaskAssigned => model::EVENT_TASK_ASSIGNED,
+            EventName::TaskUnassigned => model::EVENT_TASK_UNASSIGNED,
+            EventName::TaskUpdated => model::EVENT_TASK_UPDATED,
+            EventName::MessageNew => model::EVENT_MESSAGE_NEW,
+            EventName::Run => "run",
+            EventName::Unknown => UNKNOWN,
+        }
+    }
+}
 
 #[derive(Debug, Default)]
 struct Inner {
@@ -105,16 +136,16 @@ impl Metrics {
         f(&mut guard)
     }
 
-    /// Counts an event by its name (a known one, else `unknown`) and its fate, a word of the code.
-    pub fn event(&self, name: &str, fate: &'static str) {
-        let counted = KNOWN_EVENTS.iter().find(|known| **known == name).copied().unwrap_or(UNKNOWN);
-        self.with(|m| *m.events.entry((counted.to_string(), label(fate))).or_default() += 1);
+    /// Counts an event by its name and its fate, a word of the code.
+    pub fn event(&self, name: EventName, fate: &'static str) {
+        let name = name.as_str();
+        self.with(|m| *m.events.entry((name.to_string(), label(fate))).or_default() += 1);
         let mut recent = self.recent.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if recent.len() >= RECENT_EVENTS {
             recent.pop_front();
         }
         let at = time::OffsetDateTime::now_utc();
-        recent.push_back(RecentEvent { at, name: label(name), fate: label(fate) });
+        recent.push_back(RecentEvent { at, name: name.to_string(), fate: label(fate) });
     }
 
     /// The newest events and their fate, newest first.
@@ -300,9 +331,9 @@ mod tests {
     #[test]
     fn renders_counters_with_safe_labels() {
         let metrics = Metrics::default();
-        metrics.event("message.new", "answer");
-        metrics.event("message.new", "answer");
-        metrics.event("evil\"}\n", "x");
+        metrics.event(EventName::MessageNew, "answer");
+        metrics.event(EventName::MessageNew, "answer");
+        metrics.event(EventName::Unknown, "x");
         metrics.tool_call("get_task", ToolCallOutcome::Ok);
         metrics.run_finished(RunStatus::Completed, Duration::from_millis(1500));
         let text = metrics.render(1, true, false);
@@ -326,15 +357,12 @@ mod tests {
         for n in 0..300 {
             metrics.tool_call(&format!("invented_{n}"), ToolCallOutcome::UnknownTool);
             metrics.tool_call(&format!("never_run_{n}"), ToolCallOutcome::NotRun);
-            metrics.event(&format!("made.up.{n}"), "ignored");
         }
         let text = metrics.render(0, true, true);
         assert_eq!(series(&text, "picogent_tool_calls_total"), 4, "{text}");
         assert!(text.contains("picogent_tool_calls_total{tool=\"unknown\",outcome=\"unknown_tool\"} 300"), "{text}");
         assert!(text.contains("picogent_tool_calls_total{tool=\"unknown\",outcome=\"not_run\"} 300"), "{text}");
         assert!(text.contains("picogent_tool_calls_total{tool=\"get_task\",outcome=\"refused\"} 1"), "{text}");
-        assert_eq!(series(&text, "picogent_events_total"), 1, "{text}");
-        assert!(text.contains("picogent_events_total{event=\"unknown\",fate=\"ignored\"} 300"), "{text}");
 
         // Offered tools past the cap (a server listing thousands) count under `unknown` too.
         for n in 0..MAX_TOOL_LABELS + 50 {

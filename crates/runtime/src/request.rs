@@ -123,7 +123,7 @@ pub enum RunError {
     #[error("the prompt could not be built: {0}")]
     Prompt(#[from] PromptError),
     #[error("the prompt command failed: {0}")]
-    PromptCommand(String),
+    PromptCommand(#[source] picogent_mcp::host::PromptCommandError),
     #[error("the run's start could not be stored: {0}")]
     Unstorable(#[from] serde_json::Error),
 }

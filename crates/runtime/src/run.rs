@@ -224,7 +224,7 @@ async fn begin(
 /// The session's stored conversation; an unreadable one is started afresh rather than failing
 /// every later run of the session.
 async fn stored_history(state: &State, session: &SessionKey) -> Result<Vec<Message>, StateError> {
-    let Some(stored) = state.load_session(&session.as_string()).await? else { return Ok(Vec::new()) };
+    let Some(stored) = state.load_session(session).await? else { return Ok(Vec::new()) };
     Ok(serde_json::from_value(stored.messages).unwrap_or_else(|error| {
         tracing::warn!(%error, "stored session unreadable; starting it afresh");
         Vec::new()
@@ -336,7 +336,7 @@ async fn finish(
         return Ended { status: RunStatus::Interrupted, notice: None, steering_consumed };
     }
     if let Ok(messages) = serde_json::to_value(&output.conversation) {
-        match state.save_session_of_run(run_id, &session.as_string(), &messages).await {
+        match state.save_session_of_run(run_id, session, &messages).await {
             Ok(true) => {}
             Ok(false) => tracing::info!(
                 run = run_id,

@@ -46,6 +46,7 @@ struct StateSection {
     url: Option<String>,
 }
 
+// A String error: serde's try_from shows it as is, and no caller decides on its kind.
 impl TryFrom<StateSection> for StateConfig {
     type Error = String;
 
@@ -61,7 +62,7 @@ impl TryFrom<StateSection> for StateConfig {
             (None, Some(url)) => url,
         };
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            check_postgres_url(&url).map_err(|message| format!("`state.url` {message}"))?;
+            check_postgres_url(&url).map_err(|error| format!("`state.url` {error}"))?;
             return Ok(StateConfig { postgres_url: Some(url), ..StateConfig::default() });
         }
         let path = match url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")) {
@@ -93,17 +94,32 @@ impl From<StateConfig> for StateSection {
     }
 }
 
+/// Why a URL is not one the state can be kept at. Each message follows the name of the setting
+/// that gave the URL, which the caller puts first (`state.url`, `--to`), and says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum PostgresUrlError {
+    /// The text is not a URL at all.
+    #[error("is not a postgres:// URL ({0})")]
+    NotUrl(#[source] <reqwest::Url as std::str::FromStr>::Err),
+    /// The URL holds a password, which belongs in the environment instead.
+    #[error(
+        "holds a password, and secrets never go in agent.json: remove it from the URL and give it in the \
+         environment variable PGPASSWORD (or in ~/.pgpass)"
+    )]
+    Password,
+    /// A URL, but not one PostgreSQL's client takes (a bad port, an unknown option).
+    #[error("is not a URL PostgreSQL's client takes: {0}")]
+    NotPostgres(#[source] sqlx::Error),
+}
+
 /// Checks `state.url` as the configuration gives it: a URL PostgreSQL's client takes, with no
 /// password in it (secrets are never in agent.json: the password comes from `PGPASSWORD` or
-/// `~/.pgpass`). The message says what is wrong and what to do.
-pub fn check_postgres_url(url: &str) -> Result<(), String> {
-    reqwest::Url::parse(url).map_err(|error| format!("is not a postgres:// URL ({error})"))?;
+/// `~/.pgpass`). The error says what is wrong and what to do.
+pub fn check_postgres_url(url: &str) -> Result<(), PostgresUrlError> {
+    reqwest::Url::parse(url).map_err(PostgresUrlError::NotUrl)?;
     if picogent_support::secret::url_credential(url) == Some(picogent_support::secret::UrlCredential::Password) {
-        return Err("holds a password, and secrets never go in agent.json: remove it from the URL and give it in \
-             the environment variable PGPASSWORD (or in ~/.pgpass)"
-            .to_string());
+        return Err(PostgresUrlError::Password);
     }
-    sqlx::postgres::PgConnectOptions::from_str(url)
-        .map_err(|error| format!("is not a URL PostgreSQL's client takes: {error}"))?;
+    sqlx::postgres::PgConnectOptions::from_str(url).map_err(PostgresUrlError::NotPostgres)?;
     Ok(())
 }

@@ -96,7 +96,9 @@ use std::path::{Path, PathBuf};
 
 use time::{Date, OffsetDateTime};
 
-pub use config::{StateConfig, check_postgres_url};
+use picogent_tracker::session::SessionKey;
+
+pub use config::{PostgresUrlError, StateConfig, check_postgres_url};
 pub use file_lock::{LockHolder, StateLockError, lock_state};
 pub use outage::Outage;
 pub use postgres::{LockSpec, PostgresLock};
@@ -189,7 +191,7 @@ pub struct Spend {
 /// A stored conversation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Session {
-    pub key: String,
+    pub key: SessionKey,
     /// The messages, a JSON array in the model loop's own shape.
     pub messages: serde_json::Value,
     pub updated_at: OffsetDateTime,
@@ -324,16 +326,16 @@ impl State {
     // ---- sessions ----
 
     /// The stored conversation under `key`, if any.
-    pub async fn load_session(&self, key: &str) -> Result<Option<Session>, StateError> {
-        let Some((text, updated_at_ms)) = on_store!(self, load_session(key))? else { return Ok(None) };
+    pub async fn load_session(&self, key: &SessionKey) -> Result<Option<Session>, StateError> {
+        let Some((text, updated_at_ms)) = on_store!(self, load_session(&key.as_string()))? else { return Ok(None) };
         let messages = serde_json::from_str(&text)
             .map_err(|e| StateError::Corrupt { field: "sessions.messages", message: e.to_string() })?;
-        Ok(Some(Session { key: key.to_string(), messages, updated_at: from_ms(updated_at_ms)? }))
+        Ok(Some(Session { key: key.clone(), messages, updated_at: from_ms(updated_at_ms)? }))
     }
 
     /// Stores the whole conversation under `key`, replacing what was there.
-    pub async fn save_session(&self, key: &str, messages: &serde_json::Value) -> Result<(), StateError> {
-        on_store!(self, save_session(key, &session_text(messages)?, now_ms()))
+    pub async fn save_session(&self, key: &SessionKey, messages: &serde_json::Value) -> Result<(), StateError> {
+        on_store!(self, save_session(&key.as_string(), &session_text(messages)?, now_ms()))
     }
 
     /// Stores the conversation the run `run_id` ended with under `key`. A replica stores it only
@@ -342,12 +344,12 @@ impl State {
     pub async fn save_session_of_run(
         &self,
         run_id: &str,
-        key: &str,
+        key: &SessionKey,
         messages: &serde_json::Value,
     ) -> Result<bool, StateError> {
         match (&self.store, self.replica.as_deref()) {
             (Backend::Postgres(store), Some(holder)) => {
-                store.save_session_of_run(key, &session_text(messages)?, now_ms(), run_id, holder).await
+                store.save_session_of_run(&key.as_string(), &session_text(messages)?, now_ms(), run_id, holder).await
             }
             _ => self.save_session(key, messages).await.map(|()| true),
         }
@@ -355,8 +357,8 @@ impl State {
 
     #[cfg(any(test, feature = "test-support"))]
     /// Forgets the conversation under `key`; returns whether there was one.
-    pub async fn delete_session(&self, key: &str) -> Result<bool, StateError> {
-        on_store!(self, delete_session(key))
+    pub async fn delete_session(&self, key: &SessionKey) -> Result<bool, StateError> {
+        on_store!(self, delete_session(&key.as_string()))
     }
 
     // ---- spend ----
@@ -415,24 +417,25 @@ impl State {
     /// Notes that the agent posted a reply in `thread_key` at `at`. Rows older than a day are
     /// dropped on the way, since the guard only looks back an hour (and pruning drops them too,
     /// for an agent that posts nothing for a day).
-    pub async fn record_reply(&self, thread_key: &str, at: OffsetDateTime) -> Result<(), StateError> {
+    pub async fn record_reply(&self, thread_key: &SessionKey, at: OffsetDateTime) -> Result<(), StateError> {
         let at_ms = to_ms(at);
-        on_store!(self, record_reply(thread_key, at_ms, to_ms(at - retention::REPLY_LOG_KEPT)))
+        on_store!(self, record_reply(&thread_key.as_string(), at_ms, to_ms(at - retention::REPLY_LOG_KEPT)))
     }
 
     /// Replies the agent posted in `thread_key` at or after `since`.
-    pub async fn replies_since(&self, thread_key: &str, since: OffsetDateTime) -> Result<u32, StateError> {
-        let count = on_store!(self, replies_since(thread_key, to_ms(since)))?;
+    pub async fn replies_since(&self, thread_key: &SessionKey, since: OffsetDateTime) -> Result<u32, StateError> {
+        let count = on_store!(self, replies_since(&thread_key.as_string(), to_ms(since)))?;
         u32::try_from(count).map_err(|e| StateError::Corrupt { field: "replies", message: e.to_string() })
     }
 
     /// Records a reply in `thread_key` now unless the agent posted `max` or more there in the
     /// last hour; then returns that count and records nothing. One step across replicas.
-    pub async fn record_reply_within_hour(&self, thread_key: &str, max: u32) -> Result<Option<u32>, StateError> {
+    pub async fn record_reply_within_hour(&self, thread_key: &SessionKey, max: u32) -> Result<Option<u32>, StateError> {
+        let thread_key = thread_key.as_string();
         let now = OffsetDateTime::now_utc();
         let since = to_ms(now - time::Duration::HOUR);
         let forget = to_ms(now - retention::REPLY_LOG_KEPT);
-        let refused = on_store!(self, record_reply_under(thread_key, to_ms(now), since, i64::from(max), forget))?;
+        let refused = on_store!(self, record_reply_under(&thread_key, to_ms(now), since, i64::from(max), forget))?;
         refused
             .map(|count| {
                 u32::try_from(count).map_err(|e| StateError::Corrupt { field: "replies", message: e.to_string() })
@@ -441,7 +444,7 @@ impl State {
     }
 
     /// Replies the agent posted in `thread_key` in the last hour.
-    pub async fn replies_in_last_hour(&self, thread_key: &str) -> Result<u32, StateError> {
+    pub async fn replies_in_last_hour(&self, thread_key: &SessionKey) -> Result<u32, StateError> {
         self.replies_since(thread_key, OffsetDateTime::now_utc() - time::Duration::HOUR).await
     }
 }

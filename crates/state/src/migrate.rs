@@ -35,9 +35,9 @@ use sqlx::query::Query;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteRow};
 use sqlx::{ConnectOptions, Postgres};
 
-use crate::check_postgres_url as check_url;
 use crate::postgres::{PostgresLock, PostgresStore};
 use crate::store::Store as _;
+use crate::{PostgresUrlError, check_postgres_url as check_url};
 use crate::{StateError, sqlite};
 use crate::{StateLockError, lock_state};
 
@@ -62,7 +62,7 @@ pub enum MigrateError {
     #[error("--to expects a PostgreSQL URL, postgres://user@host:port/database; only PostgreSQL can take the state")]
     NotPostgres,
     #[error("--to {0}")]
-    BadUrl(String),
+    BadUrl(#[source] PostgresUrlError),
     #[error("--agent expects a member slug (letters, digits, '-' or '_'), the slug the agent runs as")]
     BadSlug,
     #[error("the state file {} does not exist: give --from the agent's state.path", path.display())]

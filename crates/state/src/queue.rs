@@ -43,6 +43,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::{ClaimKind, RunStatus, State, StateError, now_ms};
+use picogent_tracker::session::SessionKey;
 
 /// What [`RunQueue::enqueue`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,7 +59,7 @@ pub enum Enqueued {
 /// A run to queue.
 #[derive(Debug)]
 pub struct QueuedRun<'a> {
-    pub session_key: &'a str,
+    pub session_key: &'a SessionKey,
     pub trigger: &'a str,
     /// The request as JSON, for the process that claims it.
     pub request: &'a str,
@@ -186,8 +187,8 @@ impl RunQueue {
     }
 
     /// The session's runs that are queued or running, oldest first.
-    pub async fn session_runs(&self, session_key: &str) -> Result<Vec<(String, RunStatus)>, StateError> {
-        let rows = on_queue!(self.state, session_runs(session_key))?;
+    pub async fn session_runs(&self, session_key: &SessionKey) -> Result<Vec<(String, RunStatus)>, StateError> {
+        let rows = on_queue!(self.state, session_runs(&session_key.as_string()))?;
         rows.into_iter()
             .map(|(id, status)| match RunStatus::parse(&status) {
                 Some(status) => Ok((id, status)),
@@ -197,7 +198,7 @@ impl RunQueue {
     }
 
     /// The session's oldest run that is queued or running, if any.
-    pub async fn active_run(&self, session_key: &str) -> Result<Option<(String, RunStatus)>, StateError> {
+    pub async fn active_run(&self, session_key: &SessionKey) -> Result<Option<(String, RunStatus)>, StateError> {
         Ok(self.session_runs(session_key).await?.into_iter().next())
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
-use super::tests::{Place, on_postgres, on_sqlite, test_postgres};
+use super::tests::{Place, key, on_postgres, on_sqlite, test_postgres};
 use super::*;
 
 const AGENT: &str = "picogent";
@@ -40,7 +40,7 @@ async fn holders_on(place: &Place, ids: &[&str]) -> Vec<(State, RunQueue)> {
     ids.iter().map(|id| state.for_holder(id, true)).collect()
 }
 
-fn queued<'a>(session_key: &'a str, claim: Option<(ClaimKind, &'a str)>) -> QueuedRun<'a> {
+fn queued<'a>(session_key: &'a SessionKey, claim: Option<(ClaimKind, &'a str)>) -> QueuedRun<'a> {
     QueuedRun { session_key, trigger: "test", request: "{}", claim, inputs: &[], behind: false }
 }
 
@@ -76,7 +76,7 @@ async fn a_queued_run_goes_to_one_holder_and_back_to_the_queue_when_its_lease_la
     let holders = holders_on(&place, &["r1", "r2", "r3"]).await;
     let (r1, r2, r3) = (&holders[0].1, &holders[1].1, &holders[2].1);
     for n in 0..6 {
-        let session = format!("thread:{n}");
+        let session = key(&format!("thread:{n}"));
         assert!(matches!(r1.enqueue(&queued(&session, None)).await.unwrap(), Enqueued::Queued(_)));
     }
     let lease = Duration::from_millis(300);
@@ -107,7 +107,8 @@ async fn a_queued_run_goes_to_one_holder_and_back_to_the_queue_when_its_lease_la
 async fn one_run_per_session_and_each_thing_once(place: Place) {
     let holders = holders_on(&place, &["r1", "r2"]).await;
     let (r1, r2) = (&holders[0].1, &holders[1].1);
-    let run = queued("thread:a", None);
+    let session = key("thread:a");
+    let run = queued(&session, None);
     let asks = [r1, r2, r1, r2].map(|holder| holder.enqueue(&run));
     let answers: Vec<Enqueued> = futures::future::join_all(asks).await.into_iter().map(Result::unwrap).collect();
     let queued_ids: Vec<&String> =
@@ -119,11 +120,14 @@ async fn one_run_per_session_and_each_thing_once(place: Place) {
     }));
     // A claim taken before: handled, nothing written.
     assert!(matches!(
-        r1.enqueue(&queued("thread:b", Some((ClaimKind::Message, "m1")))).await.unwrap(),
+        r1.enqueue(&queued(&key("thread:b"), Some((ClaimKind::Message, "m1")))).await.unwrap(),
         Enqueued::Queued(_)
     ));
-    assert_eq!(r2.enqueue(&queued("thread:c", Some((ClaimKind::Message, "m1")))).await.unwrap(), Enqueued::Handled);
-    assert!(r2.active_run("thread:c").await.unwrap().is_none());
+    assert_eq!(
+        r2.enqueue(&queued(&key("thread:c"), Some((ClaimKind::Message, "m1")))).await.unwrap(),
+        Enqueued::Handled
+    );
+    assert!(r2.active_run(&key("thread:c")).await.unwrap().is_none());
     let waiting: Vec<String> = r1.queued().await.unwrap().into_iter().map(|run| run.session_key).collect();
     assert_eq!(waiting, ["thread:a", "thread:b"], "the queue in order");
 }
@@ -131,13 +135,14 @@ async fn one_run_per_session_and_each_thing_once(place: Place) {
 async fn a_run_queued_behind_its_session_waits_until_the_sessions_runs_ended(place: Place) {
     let holders = holders_on(&place, &["r1", "r2"]).await;
     let ((state1, r1), r2) = (&holders[0], &holders[1].1);
-    let Enqueued::Queued(first) = r1.enqueue(&queued("thread:q", None)).await.unwrap() else { panic!() };
+    let Enqueued::Queued(first) = r1.enqueue(&queued(&key("thread:q"), None)).await.unwrap() else { panic!() };
     assert_eq!(r1.claim_runs(5, Duration::from_secs(30)).await.unwrap()[0].id, first);
-    let behind = QueuedRun { behind: true, ..queued("thread:q", Some((ClaimKind::Message, "m2"))) };
+    let session = key("thread:q");
+    let behind = QueuedRun { behind: true, ..queued(&session, Some((ClaimKind::Message, "m2"))) };
     let Enqueued::Queued(second) = r2.enqueue(&behind).await.unwrap() else { panic!("queued behind") };
-    let Enqueued::Queued(third) = r2.enqueue(&behind_of("thread:q", "m3")).await.unwrap() else { panic!() };
-    let Enqueued::Queued(other) = r2.enqueue(&queued("thread:other", None)).await.unwrap() else { panic!() };
-    let runs: Vec<String> = r2.session_runs("thread:q").await.unwrap().into_iter().map(|(id, _)| id).collect();
+    let Enqueued::Queued(third) = r2.enqueue(&behind_of(&key("thread:q"), "m3")).await.unwrap() else { panic!() };
+    let Enqueued::Queued(other) = r2.enqueue(&queued(&key("thread:other"), None)).await.unwrap() else { panic!() };
+    let runs: Vec<String> = r2.session_runs(&key("thread:q")).await.unwrap().into_iter().map(|(id, _)| id).collect();
     assert_eq!(runs, [first.clone(), second.clone(), third.clone()], "oldest first");
     // While the first runs, neither run behind it is taken; another session's run is.
     let claimed = r2.claim_runs(5, Duration::from_secs(30)).await.unwrap();
@@ -149,7 +154,7 @@ async fn a_run_queued_behind_its_session_waits_until_the_sessions_runs_ended(pla
     assert!(r2.claim_runs(5, Duration::from_secs(30)).await.unwrap().is_empty(), "the third waits for the second");
 }
 
-fn behind_of<'a>(session_key: &'a str, message_id: &'a str) -> QueuedRun<'a> {
+fn behind_of<'a>(session_key: &'a SessionKey, message_id: &'a str) -> QueuedRun<'a> {
     QueuedRun { behind: true, ..queued(session_key, Some((ClaimKind::Message, message_id))) }
 }
 
@@ -157,7 +162,7 @@ async fn an_input_reaches_a_run_before_its_end_or_is_refused_after_it(place: Pla
     let holders = holders_on(&place, &["r1", "r2"]).await;
     let (state1, r1) = &holders[0];
     let r2 = &holders[1].1;
-    let Enqueued::Queued(id) = r1.enqueue(&queued("task:t1", None)).await.unwrap() else { panic!() };
+    let Enqueued::Queued(id) = r1.enqueue(&queued(&key("task:t1"), None)).await.unwrap() else { panic!() };
     assert_eq!(r2.send_input(&id, InputKind::Steer, "also check the docs", Some("m7")).await.unwrap(), Some(1));
     assert!(state1.is_claimed(ClaimKind::Message, "m7").await.unwrap(), "claimed with its delivery");
     let claimed = r1.claim_runs(1, Duration::from_secs(30)).await.unwrap();
@@ -174,7 +179,7 @@ async fn an_input_reaches_a_run_before_its_end_or_is_refused_after_it(place: Pla
     assert_eq!(r2.send_input(&id, InputKind::Steer, "too late", Some("m8")).await.unwrap(), None, "ended: refused");
     assert!(!state1.is_claimed(ClaimKind::Message, "m8").await.unwrap(), "and nothing written");
     // A queued run is stopped where it waits.
-    let Enqueued::Queued(waiting) = r1.enqueue(&queued("task:t2", None)).await.unwrap() else { panic!() };
+    let Enqueued::Queued(waiting) = r1.enqueue(&queued(&key("task:t2"), None)).await.unwrap() else { panic!() };
     assert_eq!(r2.stop_queued(&waiting, "the task was unassigned").await.unwrap().as_deref(), Some("{}"));
     assert_eq!(r2.stop_queued(&waiting, "again").await.unwrap(), None, "stopped once");
     assert!(r1.claim_runs(5, Duration::from_secs(30)).await.unwrap().is_empty());
@@ -184,7 +189,7 @@ async fn an_input_reaches_a_run_before_its_end_or_is_refused_after_it(place: Pla
 async fn a_copy_that_holds_the_state_to_itself_resumes_what_it_left_running(place: Place) {
     let state = place.open().await;
     let (_, before) = state.for_holder("before-the-crash", false);
-    let Enqueued::Queued(id) = before.enqueue(&queued("task:t9", None)).await.unwrap() else { panic!() };
+    let Enqueued::Queued(id) = before.enqueue(&queued(&key("task:t9"), None)).await.unwrap() else { panic!() };
     assert_eq!(before.claim_runs(1, Duration::from_secs(600)).await.unwrap().len(), 1);
     // The process dies holding a long lease; the next start finds the run still leased.
     let (_, after) = state.for_holder("after-the-restart", false);
@@ -231,8 +236,8 @@ async fn replicas_count_one_daily_spend() {
         assert_eq!(state1.spend_today().await.unwrap(), Spend { tokens: 1000, cost: 0.75 }, "r2's spend counts");
         assert_eq!(state2.spend_today().await.unwrap().tokens, 1000, "and r1's");
         // The reply log is one too.
-        state2.record_reply("thread:x", OffsetDateTime::now_utc()).await.unwrap();
-        assert_eq!(state1.replies_in_last_hour("thread:x").await.unwrap(), 1);
+        state2.record_reply(&key("thread:x"), OffsetDateTime::now_utc()).await.unwrap();
+        assert_eq!(state1.replies_in_last_hour(&key("thread:x")).await.unwrap(), 1);
     })
     .await;
 }
@@ -241,12 +246,13 @@ async fn replicas_count_one_daily_spend() {
 async fn the_reply_cap_is_one_count_across_replicas_posting_at_once() {
     test_postgres::with_schema(|schema| async move {
         let replicas = replicas_on(&schema, &["r1", "r2", "r3"]).await;
-        let posts = (0..12).map(|n| replicas[n % 3].0.record_reply_within_hour("thread:busy", 5));
+        let busy = key("thread:busy");
+        let posts = (0..12).map(|n| replicas[n % 3].0.record_reply_within_hour(&busy, 5));
         let answers: Vec<Option<u32>> =
             futures::future::join_all(posts).await.into_iter().map(Result::unwrap).collect();
         assert_eq!(answers.iter().filter(|answer| answer.is_none()).count(), 5, "{answers:?}");
         assert!(answers.iter().flatten().all(|count| *count == 5), "{answers:?}");
-        assert_eq!(replicas[0].0.replies_in_last_hour("thread:busy").await.unwrap(), 5);
+        assert_eq!(replicas[0].0.replies_in_last_hour(&key("thread:busy")).await.unwrap(), 5);
     })
     .await;
 }
@@ -256,25 +262,25 @@ async fn a_replica_that_lost_its_run_saves_neither_its_conversation_nor_its_end(
     test_postgres::with_schema(|schema| async move {
         let replicas = replicas_on(&schema, &["r1", "r2"]).await;
         let ((state1, r1), (state2, r2)) = (&replicas[0], &replicas[1]);
-        let Enqueued::Queued(id) = r1.enqueue(&queued("thread:s", None)).await.unwrap() else { panic!() };
+        let Enqueued::Queued(id) = r1.enqueue(&queued(&key("thread:s"), None)).await.unwrap() else { panic!() };
         assert_eq!(r1.claim_runs(1, Duration::from_millis(200)).await.unwrap().len(), 1);
         let said = |text: &str| serde_json::json!([{"role": "user", "content": text}]);
-        assert!(state1.save_session_of_run(&id, "thread:s", &said("r1, turn 1")).await.unwrap());
+        assert!(state1.save_session_of_run(&id, &key("thread:s"), &said("r1, turn 1")).await.unwrap());
         // r1 pauses past its lease; r2 resumes the run and ends it.
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert_eq!(r2.claim_runs(1, Duration::from_secs(30)).await.unwrap()[0].id, id);
-        assert!(state2.save_session_of_run(&id, "thread:s", &said("r2's answer")).await.unwrap());
+        assert!(state2.save_session_of_run(&id, &key("thread:s"), &said("r2's answer")).await.unwrap());
         // r1 wakes and finishes what it had: neither its conversation nor its end is written.
-        assert!(!state1.save_session_of_run(&id, "thread:s", &said("r1's stale answer")).await.unwrap());
+        assert!(!state1.save_session_of_run(&id, &key("thread:s"), &said("r1's stale answer")).await.unwrap());
         assert!(!state1.finish_run(&id, &FinishRun::new(RunStatus::Completed)).await.unwrap());
-        let stored = state1.load_session("thread:s").await.unwrap().unwrap();
+        let stored = state1.load_session(&key("thread:s")).await.unwrap().unwrap();
         assert_eq!(stored.messages, said("r2's answer"));
         assert!(state2.finish_run(&id, &FinishRun::new(RunStatus::Completed)).await.unwrap());
         // Once the run ended, no replica writes its conversation any more.
-        assert!(!state2.save_session_of_run(&id, "thread:s", &said("late")).await.unwrap());
+        assert!(!state2.save_session_of_run(&id, &key("thread:s"), &said("late")).await.unwrap());
         // A single copy is not fenced.
         let single = State::open_postgres(&schema.url(), "other").await.unwrap();
-        assert!(single.save_session_of_run("no-such-run", "thread:s", &said("mine")).await.unwrap());
+        assert!(single.save_session_of_run("no-such-run", &key("thread:s"), &said("mine")).await.unwrap());
     })
     .await;
 }

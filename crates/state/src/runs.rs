@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use picogent_tracker::session::SessionKey;
 use serde::Serialize;
 use time::OffsetDateTime;
 
@@ -201,9 +202,10 @@ impl RunRow {
 impl State {
     #[cfg(any(test, feature = "test-support"))]
     /// Opens a run record in `running` and returns its id. Call it before the run's first effect.
-    pub async fn start_run(&self, session_key: &str, trigger: &str) -> Result<String, StateError> {
+    pub async fn start_run(&self, session_key: &SessionKey, trigger: &str) -> Result<String, StateError> {
         let run_id = uuid::Uuid::new_v4().to_string();
-        let run = NewRun { id: &run_id, session_key, trigger, started_at_ms: now_ms() };
+        let session_key = session_key.as_string();
+        let run = NewRun { id: &run_id, session_key: &session_key, trigger, started_at_ms: now_ms() };
         on_store!(self, start_run(&run))?;
         Ok(run_id)
     }
@@ -216,11 +218,12 @@ impl State {
         &self,
         kind: crate::ClaimKind,
         key: &str,
-        session_key: &str,
+        session_key: &SessionKey,
         trigger: &str,
     ) -> Result<Option<String>, StateError> {
         let run_id = uuid::Uuid::new_v4().to_string();
-        let run = NewRun { id: &run_id, session_key, trigger, started_at_ms: now_ms() };
+        let session_key = session_key.as_string();
+        let run = NewRun { id: &run_id, session_key: &session_key, trigger, started_at_ms: now_ms() };
         let started = on_store!(self, start_claimed_run(kind.as_str(), key, &run))?;
         Ok(started.then_some(run_id))
     }
@@ -300,14 +303,14 @@ impl State {
 
     /// Whether any run of `session_key` has ended `completed`, `failed`, `did_nothing` or
     /// `stopped` (an interrupted run does not count: its work may be unfinished).
-    pub async fn has_finished_run_for(&self, session_key: &str) -> Result<bool, StateError> {
-        on_store!(self, has_finished_run_for(session_key))
+    pub async fn has_finished_run_for(&self, session_key: &SessionKey) -> Result<bool, StateError> {
+        on_store!(self, has_finished_run_for(&session_key.as_string()))
     }
 
     /// Whether a run of `session_key` started at or after `since`: such a run already covers
     /// whatever happened at `since` (an assignment that reconciliation saw before its event came).
-    pub async fn has_run_since(&self, session_key: &str, since: OffsetDateTime) -> Result<bool, StateError> {
-        on_store!(self, has_run_since(session_key, to_ms(since)))
+    pub async fn has_run_since(&self, session_key: &SessionKey, since: OffsetDateTime) -> Result<bool, StateError> {
+        on_store!(self, has_run_since(&session_key.as_string(), to_ms(since)))
     }
 }
 

@@ -50,7 +50,7 @@ impl ToolSource for CombinedSource {
         name: &'a str,
         arguments: &'a serde_json::Value,
         context: &'a ToolContext,
-    ) -> BoxFuture<'a, Option<Result<crate::scope::Judgement, String>>> {
+    ) -> BoxFuture<'a, Option<Result<crate::scope::Judgement, crate::scope::ReachError>>> {
         Box::pin(async move {
             let source = self.sources.iter().find(|source| source.tool(name).is_some())?;
             source.reach(name, arguments, context).await

@@ -172,13 +172,13 @@ pub trait ToolSource: Send + Sync {
     /// How far calling `name` with `arguments` reaches from the run of `context`
     /// ([`scope::Judgement`]), if the source can tell; `None` (the default, and every external MCP
     /// tool) lets the policy judge from the tool's annotations: a destructive tool reaches past
-    /// any run. `Some(Err)`: the source could not judge, in words for the model.
+    /// any run. `Some(Err)`: the source could not judge; the policy refuses the call.
     fn reach<'a>(
         &'a self,
         _name: &'a str,
         _arguments: &'a serde_json::Value,
         _context: &'a ToolContext,
-    ) -> BoxFuture<'a, Option<Result<scope::Judgement, String>>> {
+    ) -> BoxFuture<'a, Option<Result<scope::Judgement, scope::ReachError>>> {
         Box::pin(async { None })
     }
 

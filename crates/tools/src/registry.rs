@@ -24,6 +24,7 @@ use serde_json::Value;
 use crate::format;
 use crate::kernel::{EffectFn, RunFn, TargetFn, ToolEntry, ToolError, ToolGroup, ToolOutput};
 use crate::schema::ArgumentSchema;
+use crate::scope::ReachError;
 use crate::{CallEffect, ToolContext, ToolSource};
 use picogent_tracker::TrackerClient;
 
@@ -85,12 +86,16 @@ pub fn tool_names() -> Vec<&'static str> {
 
 /// Why a catalog could not be built or narrowed. These are programming mistakes, found at
 /// start-up.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
     #[error("two tools are named `{name}`: tool names must be unique")]
     DuplicateName { name: String },
-    #[error("the input schema of tool `{name}` does not compile: {message}")]
-    BadSchema { name: String, message: String },
+    /// The generated input schema is not a JSON object, so it cannot be a tool's `inputSchema`.
+    #[error("the input schema of tool `{name}` does not compile: the schema is not an object")]
+    SchemaNotObject { name: String },
+    /// The input schema is not a valid JSON Schema; `source` says why.
+    #[error("the input schema of tool `{name}` does not compile: {source}")]
+    BadSchema { name: String, source: jsonschema::ValidationError<'static> },
     #[error("no tool is named `{name}`")]
     UnknownTool { name: String },
 }
@@ -138,13 +143,10 @@ impl Catalog {
             }
             let input_schema = (entry.input_schema)();
             let Value::Object(input_object) = input_schema.clone() else {
-                return Err(RegistryError::BadSchema {
-                    name: entry.name.to_string(),
-                    message: "the schema is not an object".to_string(),
-                });
+                return Err(RegistryError::SchemaNotObject { name: entry.name.to_string() });
             };
             let arguments = ArgumentSchema::compile(input_schema)
-                .map_err(|message| RegistryError::BadSchema { name: entry.name.to_string(), message })?;
+                .map_err(|source| RegistryError::BadSchema { name: entry.name.to_string(), source })?;
             let mut tool = Tool::new(entry.name, entry.description, Arc::new(input_object))
                 .with_title(entry.title)
                 .with_annotations((entry.annotations)());
@@ -297,13 +299,13 @@ impl Registry {
 
     /// How far a call reaches from the run of `context` (see [`crate::scope`]): a read,
     /// a call `call` would refuse and a context without a run stay within it. `Err`: the
-    /// tracker could not be asked, in words for the model.
+    /// tracker could not be asked.
     pub async fn reach(
         &self,
         name: &str,
         arguments: &Value,
         context: &ToolContext,
-    ) -> Result<crate::scope::Judgement, String> {
+    ) -> Result<crate::scope::Judgement, ReachError> {
         use crate::scope::{Judgement, RunPlace, judge};
         let within = Ok(Judgement::within_run());
         if RunPlace::of(context).is_none() {
@@ -319,9 +321,9 @@ impl Registry {
         }
         let Ok(arguments) = compiled.arguments.check(arguments.clone()) else { return within };
         let Some(target) = (compiled.target)(arguments, context) else { return within };
-        judge(&target, context, &self.client).await.map_err(|error| {
-            format!("cannot check what `{name}` would change ({error}); a write outside this run is not made unchecked, try again later")
-        })
+        judge(&target, context, &self.client)
+            .await
+            .map_err(|source| ReachError::Tracker { name: name.to_string(), source })
     }
 
     async fn call_inner(
@@ -377,7 +379,7 @@ impl ToolSource for Registry {
         name: &'a str,
         arguments: &'a Value,
         context: &'a ToolContext,
-    ) -> BoxFuture<'a, Option<Result<crate::scope::Judgement, String>>> {
+    ) -> BoxFuture<'a, Option<Result<crate::scope::Judgement, ReachError>>> {
         Box::pin(async move { Some(Registry::reach(self, name, arguments, context).await) })
     }
 
@@ -430,7 +432,7 @@ mod tests {
         use crate::tasks::GetTask;
         let entries = vec![ToolEntry::of::<GetTask>(), ToolEntry::of::<GetTask>()];
         let error = Catalog::from_entries(entries).unwrap_err();
-        assert_eq!(error, RegistryError::DuplicateName { name: "get_task".into() });
+        assert!(matches!(&error, RegistryError::DuplicateName { name } if name == "get_task"), "{error:?}");
         assert_eq!(error.to_string(), "two tools are named `get_task`: tool names must be unique");
     }
 

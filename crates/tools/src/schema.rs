@@ -23,8 +23,8 @@ pub(super) struct ArgumentSchema {
 
 impl ArgumentSchema {
     /// Compiles `schema`; the error says why it does not compile.
-    pub(super) fn compile(schema: Value) -> Result<ArgumentSchema, String> {
-        let validator = jsonschema::validator_for(&schema).map_err(|e| e.to_string())?;
+    pub(super) fn compile(schema: Value) -> Result<ArgumentSchema, jsonschema::ValidationError<'static>> {
+        let validator = jsonschema::validator_for(&schema)?;
         Ok(ArgumentSchema { schema, validator })
     }
 

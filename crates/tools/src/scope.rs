@@ -98,6 +98,18 @@ impl Judgement {
     }
 }
 
+/// Why a source could not judge how far a call reaches ([`crate::ToolSource::reach`]). The
+/// policy refuses the call then, and the model reads this text: a scope that cannot be checked
+/// does not hold.
+#[derive(Debug, thiserror::Error)]
+pub enum ReachError {
+    /// The tracker could not be asked what the call `name` would change.
+    #[error(
+        "cannot check what `{name}` would change ({source}); a write outside this run is not made unchecked, try again later"
+    )]
+    Tracker { name: String, source: TrackerError },
+}
+
 /// Whether the run's one notice about refused calls was posted (shared by every clone of a run's
 /// [`ToolContext`]).
 #[derive(Debug, Clone, Default)]

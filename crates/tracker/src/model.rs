@@ -507,16 +507,33 @@ pub enum Event {
     Unknown(String),
 }
 
+/// Why an event's data could not be typed. An unknown event name is not one: it becomes
+/// [`Event::Unknown`].
+#[derive(Debug, thiserror::Error)]
+pub enum EventError {
+    /// A known event whose data is not of that event's shape.
+    #[error("event {name} ({id}) has malformed data: {source}")]
+    Malformed { name: String, id: String, source: serde_json::Error },
+}
+
 impl Event {
     /// Types the data of a known event. A known name with data of the wrong shape is an error
     /// that says which event and what is wrong.
-    pub fn from_envelope(envelope: &EventEnvelope) -> Result<Event, String> {
+    pub fn from_envelope(envelope: &EventEnvelope) -> Result<Event, EventError> {
         Event::typed(&envelope.event, &envelope.id, envelope.data.clone())
     }
 
-    fn typed(name: &str, id: &str, data: serde_json::Value) -> Result<Event, String> {
-        fn typed<T: serde::de::DeserializeOwned>(name: &str, id: &str, data: serde_json::Value) -> Result<T, String> {
-            serde_json::from_value(data).map_err(|e| format!("event {name} ({id}) has malformed data: {e}"))
+    fn typed(name: &str, id: &str, data: serde_json::Value) -> Result<Event, EventError> {
+        fn typed<T: serde::de::DeserializeOwned>(
+            name: &str,
+            id: &str,
+            data: serde_json::Value,
+        ) -> Result<T, EventError> {
+            serde_json::from_value(data).map_err(|source| EventError::Malformed {
+                name: name.to_string(),
+                id: id.to_string(),
+                source,
+            })
         }
         Ok(match name {
             EVENT_TASK_ASSIGNED => Event::TaskAssigned(typed(name, id, data)?),
@@ -542,7 +559,7 @@ pub struct ReceivedEvent {
 
 impl EventEnvelope {
     /// Types the envelope's data (see [`Event::from_envelope`]), keeping the envelope's fields.
-    pub fn into_received(self) -> Result<ReceivedEvent, String> {
+    pub fn into_received(self) -> Result<ReceivedEvent, EventError> {
         let event = Event::typed(&self.event, &self.id, self.data)?;
         Ok(ReceivedEvent { id: self.id, seq: self.seq, name: self.event, ts: self.ts, event })
     }

@@ -13,6 +13,7 @@ use picogent_agent::{RunOutcome, RunRecord};
 use picogent_llm::{Message, ToolCall};
 use picogent_state::{FinishRun, RunStatus, State};
 use picogent_support::secret::Secret;
+use picogent_tracker::session::SessionKey;
 
 struct Served {
     url: String,
@@ -43,8 +44,8 @@ async fn serve_with(listen: &str, access: Access, status: Arc<crate::status::Sta
     let config = config(dir.path());
     let state = State::open(&config.state.path).await.unwrap();
     let metrics = Arc::new(crate::metrics::Metrics::default());
-    metrics.event("message.new", "own_message");
-    metrics.event("task.assigned", "run");
+    metrics.event(crate::metrics::EventName::MessageNew, "own_message");
+    metrics.event(crate::metrics::EventName::TaskAssigned, "run");
     let inspector = Inspector::new(
         state.clone(),
         status,
@@ -64,7 +65,7 @@ async fn serve_with(listen: &str, access: Access, status: Arc<crate::status::Sta
 
 /// A finished run whose model text, tool arguments and tool result all hold markup.
 async fn hostile_run(state: &State) -> String {
-    let run_id = state.start_run("task:t-1", "task.assigned TE-1").await.unwrap();
+    let run_id = state.start_run(&SessionKey::Task("t-1".into()), "task.assigned TE-1").await.unwrap();
     let mut record = RunRecord::new();
     record.outcome = RunOutcome::Completed;
     record.final_message = "done <script>alert('final')</script>".into();
@@ -249,7 +250,10 @@ fn a_run_links_to_its_task_where_the_config_says_the_board_shows_it() {
 /// A finished chat run, answering a message whose words it stored at its start.
 async fn chat_run(state: &State) -> String {
     let message_id = "0b7f3c1e-9d2a-4f61-a8e3-5c4d2b1a0f9e";
-    let run_id = state.start_run(&format!("thread:{message_id}"), &format!("message.new {message_id}")).await.unwrap();
+    let run_id = state
+        .start_run(&SessionKey::Thread(message_id.to_string()), &format!("message.new {message_id}"))
+        .await
+        .unwrap();
     let stored = StoredRun {
         prompt: "Message id: …".into(),
         history_len: 0,

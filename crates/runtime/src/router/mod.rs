@@ -15,7 +15,11 @@
 //! - every failed or stopped run leaves exactly one short notice where it was asked, never a stack
 //!   trace (claimed by run id before it is posted).
 
+// Public only to the benches, which time the filters on their own.
+#[cfg(any(test, feature = "test-support"))]
 pub mod filter;
+#[cfg(not(any(test, feature = "test-support")))]
+mod filter;
 mod outcome;
 mod queue;
 mod reconcile;
@@ -33,14 +37,14 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::guard::{Asked, Asker, Steering};
-use crate::metrics::Metrics;
+use crate::metrics::{EventName, Metrics};
 use crate::refusal::Refusal;
 use crate::request::{RunDone, RunKind, RunRequest, RunServices};
 use crate::startup::{ReconcileReport, StartupReport, counts_line};
 use crate::status::StatusBoard;
 use crate::transport::{LinkStatus, StreamItem};
 use filter::{MessageFacts, MessageFate};
-use outcome::{MessageOutcome, Source, TaskOutcome};
+use outcome::{EventFate, MessageOutcome, Source, TaskOutcome};
 use picogent_config::Config;
 use picogent_state::{ClaimKind, RunQueue, State};
 use picogent_tracker::TrackerClient;
@@ -250,11 +254,11 @@ impl Router {
     }
 
     async fn on_event(&mut self, received: ReceivedEvent) {
-        let name = received.name.as_str();
-        match self.state.record_event(&received.id, received.seq, name).await {
+        let name = EventName::of(&received.event);
+        match self.state.record_event(&received.id, received.seq, &received.name).await {
             Ok(true) => {}
             Ok(false) => {
-                self.metrics.event(name, "duplicate");
+                self.metrics.event(name, EventFate::Duplicate.as_str());
                 tracing::debug!(id = %received.id, "duplicate event dropped");
                 return;
             }
@@ -262,34 +266,34 @@ impl Router {
                 // Acting without the record could act twice later; dropping it loses nothing,
                 // because reconciliation finds the task or mention again.
                 tracing::error!(%error, id = %received.id, "cannot record event; skipped until reconciliation");
-                self.metrics.event(name, "state_error");
+                self.metrics.event(name, EventFate::StateError.as_str());
                 return;
             }
         }
         match received.event {
             Event::TaskAssigned(data) => {
                 if !filter::works_assignment(&data.task, &self.config.slug, self.config.task_listen) {
-                    self.metrics.event(name, "ignored");
+                    self.metrics.event(name, EventFate::Ignored.as_str());
                 } else if self.assignment_already_worked(&data.task, &received.ts).await {
                     // Reconciliation saw this assignment first (its event was slow to arrive) and
                     // started a run for it after it happened: that run covers it.
-                    self.metrics.event(name, "already_worked");
+                    self.metrics.event(name, EventFate::AlreadyWorked.as_str());
                 } else {
-                    self.metrics.event(name, "run");
+                    self.metrics.event(name, EventFate::Run.as_str());
                     self.on_assignment(data.task, data.assigned_by, Source::Event).await;
                 }
             }
             Event::TaskUnassigned(data) => {
                 let session = SessionKey::Task(data.task.id.clone());
                 let stopped = self.stop(&session, &format!("the task was unassigned by @{}", data.unassigned_by)).await;
-                self.metrics.event(name, if stopped { "stop" } else { "ignored" });
+                self.metrics.event(name, if stopped { EventFate::Stop } else { EventFate::Ignored }.as_str());
             }
             Event::MessageNew(data) => {
                 self.on_message(data.message, Source::Event).await;
             }
-            Event::TaskUpdated(_) => self.metrics.event(name, "ignored"),
+            Event::TaskUpdated(_) => self.metrics.event(name, EventFate::Ignored.as_str()),
             // The stream passes on known events only; an unknown one is ignored all the same.
-            Event::Unknown(_) => self.metrics.event("unknown", "ignored"),
+            Event::Unknown(_) => self.metrics.event(name, EventFate::Ignored.as_str()),
         }
     }
 
@@ -297,7 +301,7 @@ impl Router {
     async fn session_busy(&self, session: &SessionKey) -> bool {
         // Unknown counts as busy: a second run would be worse than a late one.
         self.active.contains_key(session)
-            || self.queue.active_run(&session.as_string()).await.map(|run| run.is_some()).unwrap_or(true)
+            || self.queue.active_run(session).await.map(|run| run.is_some()).unwrap_or(true)
     }
 
     /// Starts (or queues) a run for the task; `false` when it is already being worked or the
@@ -325,7 +329,7 @@ impl Router {
         let Ok(at) = time::OffsetDateTime::parse(event_ts, &time::format_description::well_known::Rfc3339) else {
             return false;
         };
-        let session = SessionKey::Task(task.id.clone()).as_string();
+        let session = SessionKey::Task(task.id.clone());
         self.state.has_run_since(&session, at).await.unwrap_or(false)
     }
 
@@ -369,7 +373,7 @@ impl Router {
         if self.session_busy(&session).await {
             return TaskOutcome::Running;
         }
-        match self.state.has_finished_run_for(&session.as_string()).await {
+        match self.state.has_finished_run_for(&session).await {
             Ok(false) => {}
             Ok(true) => return TaskOutcome::FinishedRun,
             Err(error) => {
@@ -377,7 +381,7 @@ impl Router {
                 return TaskOutcome::StateError;
             }
         }
-        self.metrics.event("task.assigned", "reconciled");
+        self.metrics.event(EventName::TaskAssigned, EventFate::Reconciled.as_str());
         let assigned_by = task.created_by.clone();
         if self.on_assignment(task, assigned_by, Source::Reconciled).await {
             TaskOutcome::Worked
@@ -388,7 +392,7 @@ impl Router {
 
     /// Answers, steers with, or drops a message; returns what became of it (the metric's fate).
     async fn on_message(&mut self, message: MessageOut, source: Source) -> MessageOutcome {
-        const EVENT: &str = "message.new";
+        const EVENT: EventName = EventName::MessageNew;
         tracing::debug!(id = %message.id, source = source.as_str(), "message");
         // Seen before: claimed durably (with the run that answers it, or the input that steers one).
         let seen = self.state.is_claimed(ClaimKind::Message, &message.id).await.unwrap_or(true);
@@ -462,7 +466,7 @@ impl Router {
             if self.session_busy(&thread).await {
                 return true;
             }
-            if matches!(self.state.load_session(&thread.as_string()).await, Ok(Some(_))) {
+            if matches!(self.state.load_session(&thread).await, Ok(Some(_))) {
                 return true;
             }
         }

@@ -1,5 +1,5 @@
 //! The router's words for what became of what it heard, as types: where it heard it, and the
-//! outcome of a message or of a task reconciliation found. Their `as_str` are the labels of
+//! outcome of an event, of a message or of a task reconciliation found. Their `as_str` are the labels of
 //! `/metrics` and the reasons of the startup report, which never change.
 
 use super::filter::MessageFate;
@@ -88,6 +88,43 @@ impl TaskOutcome {
             TaskOutcome::FinishedRun => "finished_run",
             TaskOutcome::StateError => "state_error",
             TaskOutcome::Refused => "refused",
+        }
+    }
+}
+
+/// What became of a task event, or of an event before it was typed: the `fate` of
+/// `picogent_events_total` other than a message's (a [`MessageOutcome`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum EventFate {
+    /// Recorded before: dropped.
+    Duplicate,
+    /// The state database did not record it: skipped until reconciliation.
+    StateError,
+    /// Not for the agent to act on.
+    Ignored,
+    /// An assignment a run already covers (reconciliation saw it first).
+    AlreadyWorked,
+    /// An assignment worked by a run.
+    Run,
+    /// An unassignment that stopped the task's run.
+    Stop,
+    /// An assignment a reconciliation found and works.
+    Reconciled,
+    /// A run the daily spend guard refused.
+    SpendGuard,
+}
+
+impl EventFate {
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            EventFate::Duplicate => "duplicate",
+            EventFate::StateError => "state_error",
+            EventFate::Ignored => "ignored",
+            EventFate::AlreadyWorked => "already_worked",
+            EventFate::Run => "run",
+            EventFate::Stop => "stop",
+            EventFate::Reconciled => "reconciled",
+            EventFate::SpendGuard => "spend_guard",
         }
     }
 }

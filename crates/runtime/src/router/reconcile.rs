@@ -78,8 +78,8 @@ impl Reconciler<'_> {
             }
         };
         report.tasks.open = listed.len() as u64;
-        let unfinished: HashSet<String> = match self.state.unfinished_runs().await {
-            Ok(runs) => runs.into_iter().map(|run| run.session_key).collect(),
+        let unfinished: HashSet<SessionKey> = match self.state.unfinished_runs().await {
+            Ok(runs) => runs.into_iter().filter_map(|run| SessionKey::parse(&run.session_key)).collect(),
             Err(error) => {
                 tracing::warn!(%error, "reconciliation: cannot read unfinished runs");
                 HashSet::new()
@@ -90,9 +90,9 @@ impl Reconciler<'_> {
             let session = SessionKey::Task(task.id.clone());
             let reason = if self.busy.contains(&session) {
                 Some("running")
-            } else if self.state.has_finished_run_for(&session.as_string()).await.unwrap_or(false) {
+            } else if self.state.has_finished_run_for(&session).await.unwrap_or(false) {
                 Some("finished_run")
-            } else if unfinished.contains(&session.as_string()) {
+            } else if unfinished.contains(&session) {
                 // The run queue resumes it, from where it was, once its lease lapsed.
                 Some("unfinished_run")
             } else {

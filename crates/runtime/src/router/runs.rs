@@ -8,10 +8,11 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::outcome::MessageOutcome;
+use super::outcome::{EventFate, MessageOutcome};
 use super::queue::{NotRunnable, QueuedRequest};
 use super::{ActiveRun, Input, Router};
 use crate::guard::Steering;
+use crate::metrics::EventName;
 use crate::refusal::Refusal;
 use crate::request::{RunDone, RunKind, RunRequest};
 use picogent_state::{ClaimKind, ClaimedRun, Enqueued, InputKind, QueuedRun, RunStatus};
@@ -47,7 +48,7 @@ impl Router {
             run.cancel.cancel();
             stopped = true;
         }
-        let runs = match self.queue.session_runs(&session.as_string()).await {
+        let runs = match self.queue.session_runs(session).await {
             Ok(runs) => runs,
             Err(error) => {
                 tracing::error!(%error, %session, "cannot read the session's runs to stop them");
@@ -130,9 +131,8 @@ impl Router {
             .iter()
             .map(|input| (input.text.clone(), input.asked.as_ref().map(|asked| asked.message_id.clone())))
             .collect();
-        let session_key = request.session.as_string();
         let run = QueuedRun {
-            session_key: &session_key,
+            session_key: &request.session,
             trigger: &request.trigger,
             request: &json,
             claim: request.claim.as_ref().map(|(kind, key)| (*kind, key.as_str())),
@@ -163,7 +163,7 @@ impl Router {
         steering: Steering,
         reconciled: bool,
     ) -> MessageOutcome {
-        const EVENT: &str = "message.new";
+        const EVENT: EventName = EventName::MessageNew;
         let message_id = message.id.clone();
         let fate = match reconciled && self.session_busy(&session).await {
             true => match self.queue_behind(reply_request(&session, &message)).await {
@@ -201,7 +201,7 @@ impl Router {
     ) -> Result<(), Steered> {
         let mut busy = match self.active.get(session) {
             Some(run) => Some(run.run_id.clone()),
-            None => match self.queue.active_run(&session.as_string()).await {
+            None => match self.queue.active_run(session).await {
                 Ok(run) => run.map(|(run_id, _)| run_id),
                 Err(error) => {
                     tracing::error!(%error, "cannot read the session's runs");
@@ -262,7 +262,7 @@ impl Router {
         if spent.tokens < limits.max_tokens_per_day && !over_cost {
             return true;
         }
-        self.metrics.event("run", "spend_guard");
+        self.metrics.event(EventName::Run, EventFate::SpendGuard.as_str());
         tracing::warn!(tokens = spent.tokens, cost = spent.cost, "daily model budget reached; run refused");
         let refusal = match (over_cost, limits.max_cost_per_day) {
             (true, Some(max)) => {

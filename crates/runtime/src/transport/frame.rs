@@ -172,8 +172,8 @@ pub fn parse_frame(text: &str) -> Frame {
             None
         }
         Ok(event) => Some(event),
-        Err(message) => {
-            tracing::warn!(seq, "event stream: skipped an event: {message}");
+        Err(error) => {
+            tracing::warn!(seq, "event stream: skipped an event: {error}");
             None
         }
     };

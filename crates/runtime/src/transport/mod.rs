@@ -36,7 +36,7 @@ mod probe;
 mod start;
 
 pub use frame::{Frame, parse_frame};
-pub use probe::probe;
+pub use probe::{StreamProbeError, probe};
 pub use start::{StartMode, StreamStart};
 
 use std::sync::Arc;

@@ -16,10 +16,11 @@ macro_rules! now_ms_sql {
 
 impl QueueStore for PostgresStore {
     async fn enqueue(&self, run: &QueuedRun<'_>, id: &str, at_ms: i64) -> Result<Enqueued, StateError> {
+        let session_key = run.session_key.as_string();
         let mut tx = self.pool.begin().await?;
         sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('picogent session ' || $1 || '/' || $2, 0))")
             .bind(&self.agent)
-            .bind(run.session_key)
+            .bind(&session_key)
             .execute(&mut *tx)
             .await?;
         if !run.behind {
@@ -28,7 +29,7 @@ impl QueueStore for PostgresStore {
                  ORDER BY row_order LIMIT 1",
             )
             .bind(&self.agent)
-            .bind(run.session_key)
+            .bind(&session_key)
             .fetch_optional(&mut *tx)
             .await?;
             if let Some(id) = active {
@@ -54,7 +55,7 @@ impl QueueStore for PostgresStore {
         )
         .bind(&self.agent)
         .bind(id)
-        .bind(run.session_key)
+        .bind(&session_key)
         .bind(run.trigger)
         .bind(at_ms)
         .bind(run.request)

@@ -24,12 +24,13 @@ impl SqliteStore {
 
 impl QueueStore for SqliteStore {
     async fn enqueue(&self, run: &QueuedRun<'_>, id: &str, at_ms: i64) -> Result<Enqueued, StateError> {
+        let session_key = run.session_key.as_string();
         let mut tx = self.write().await?;
         if !run.behind {
             let active: Option<String> = sqlx::query_scalar(
                 "SELECT id FROM runs WHERE session_key = ? AND status IN ('queued', 'running') ORDER BY rowid LIMIT 1",
             )
-            .bind(run.session_key)
+            .bind(&session_key)
             .fetch_optional(&mut *tx)
             .await?;
             if let Some(id) = active {
@@ -52,7 +53,7 @@ impl QueueStore for SqliteStore {
             "INSERT INTO runs (id, session_key, trigger, status, started_at_ms, request) VALUES (?, ?, ?, 'queued', ?, ?)",
         )
         .bind(id)
-        .bind(run.session_key)
+        .bind(&session_key)
         .bind(run.trigger)
         .bind(at_ms)
         .bind(run.request)

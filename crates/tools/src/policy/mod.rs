@@ -34,7 +34,7 @@ use rmcp::model::{CallToolResult, Tool};
 
 use crate::combined::CombinedSource;
 use crate::kernel::refusal;
-use crate::scope::{Judgement, RunPlace};
+use crate::scope::{Judgement, ReachError, RunPlace};
 use crate::{CallEffect, ToolContext, ToolSource};
 use crate::{PermissionMode, PermissionsConfig, RunScope};
 use picogent_tracker::TrackerClient;
@@ -79,27 +79,42 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
 /// over them. Public names hold only letters, digits, `_` and `-` (the MCP host rewrites the
 /// rest), so any other character is a mistake that would match nothing, as is a plain name that
 /// is neither a tracker tool nor an MCP one (`mcp__…`). The error says what is wrong.
-pub fn check_pattern(pattern: &str) -> Result<(), String> {
+pub fn check_pattern(pattern: &str) -> Result<(), PatternError> {
     if pattern.trim().is_empty() {
-        return Err("expected tool names or globs like get_*, not an empty one".to_string());
+        return Err(PatternError::Empty);
     }
     if let Some(bad) = pattern.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '*' | '?'))) {
-        return Err(format!(
-            "{pattern:?} is not a tool name or glob ({bad:?} is not allowed): names hold letters, digits, `_` and `-`, \
-             and globs add only `*` (any run of characters) and `?` (one character)"
-        ));
+        return Err(PatternError::BadCharacter { pattern: pattern.to_string(), character: bad });
     }
     let literal = !pattern.contains(['*', '?']);
     let known = crate::registry::tool_names().contains(&pattern)
         || [crate::LIST_RESOURCES_TOOL, crate::READ_RESOURCE_TOOL].contains(&pattern)
         || pattern.starts_with("mcp__");
     if literal && !known {
-        return Err(format!(
-            "no tool is named {pattern:?}: `picogent tools list` shows the tracker's tools, and an MCP server's \
-             are named mcp__<server>__<tool>"
-        ));
+        return Err(PatternError::UnknownTool { pattern: pattern.to_string() });
     }
     Ok(())
+}
+
+/// Why a pattern of a `permissions` tool list can never match a tool ([`check_pattern`]): the
+/// config check reports it against the list's field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PatternError {
+    /// The pattern is empty or only blanks.
+    #[error("expected tool names or globs like get_*, not an empty one")]
+    Empty,
+    /// The pattern holds a character no public tool name has, so it matches nothing.
+    #[error(
+        "{pattern:?} is not a tool name or glob ({character:?} is not allowed): names hold letters, digits, `_` and `-`, \
+         and globs add only `*` (any run of characters) and `?` (one character)"
+    )]
+    BadCharacter { pattern: String, character: char },
+    /// A plain name that is neither a tracker tool nor an MCP one.
+    #[error(
+        "no tool is named {pattern:?}: `picogent tools list` shows the tracker's tools, and an MCP server's \
+         are named mcp__<server>__<tool>"
+    )]
+    UnknownTool { pattern: String },
 }
 
 /// Where a tool comes from, as the MCP host records it in the tool's `_meta`.
@@ -195,6 +210,47 @@ pub struct PolicySource {
     notices: Option<TrackerClient>,
 }
 
+/// Why the policy refused a call. The call's result is an error with this text: the model
+/// reads it and is told whether to retry or to do without.
+#[derive(Debug, thiserror::Error)]
+enum Refusal {
+    /// The tool is not allowed by `permissions.allowed_tools` / `disallowed_tools`.
+    #[error(
+        "permission denied: the tool `{name}` is not allowed by this agent's tool policy; do not retry it, use another way or say you cannot"
+    )]
+    NotAllowed { name: String },
+    /// The source could not judge how far the call reaches, so the run's scope cannot be checked.
+    #[error("permission denied: {0}")]
+    ScopeUnchecked(#[source] ReachError),
+    /// The call reaches outside the run's scope, in `ask` mode, and no human can be asked.
+    #[error("permission denied: `{name}` reaches outside this run and no human can be asked")]
+    OutsideScopeNoAsker { name: String },
+    /// The call reaches outside the run's scope, and `judgement` says how far and what the run
+    /// may do instead.
+    #[error(
+        "refused: outside this run's scope: `{name}` would {}{}, and this run may only {}. Do not retry \
+         it or look for another way to do it; say in your answer what you did not do. A person can allow \
+         it with {}.",
+        .judgement.what, .judgement.note, .judgement.run, widening(.judgement.reach, .name)
+    )]
+    OutsideScope { name: String, judgement: Judgement },
+    /// The tool may change things, and the agent runs in `read_only` mode.
+    #[error("permission denied: the agent runs in read-only mode and `{name}` may change things; do not retry it")]
+    ReadOnlyMode { name: String },
+    /// The call needs a human's approval in `ask` mode, and no human can be asked.
+    #[error("permission denied: `{name}` needs a human's approval and none can be asked")]
+    NoAsker { name: String },
+    /// The human asked answered no.
+    #[error("permission denied: {by} answered no to running `{name}`; do not retry it")]
+    AnsweredNo { name: String, by: String },
+    /// Nobody answered the question in time.
+    #[error("permission denied: nobody approved running `{name}` in time; do not retry it now")]
+    NotApprovedInTime { name: String },
+    /// The question could not be asked; `reason` says why.
+    #[error("permission denied: approval for `{name}` could not be asked ({reason})")]
+    ApprovalUnavailable { name: String, reason: String },
+}
+
 /// The setting that would let a call reaching `reach` run, as a person writes it.
 fn widening(reach: RunScope, name: &str) -> String {
     format!("permissions.scope: \"{}\" in agent.json, or `{name}` in permissions.cross_scope_tools", reach.as_str())
@@ -223,7 +279,7 @@ impl PolicySource {
         tool: &Tool,
         arguments: &serde_json::Value,
         context: &ToolContext,
-    ) -> Result<Judgement, String> {
+    ) -> Result<Judgement, ReachError> {
         if let Some(judged) = self.inner.reach(name, arguments, context).await {
             return judged;
         }
@@ -268,7 +324,7 @@ impl PolicySource {
         }
     }
 
-    async fn decide(&self, name: &str, arguments: &serde_json::Value, context: &ToolContext) -> Result<(), String> {
+    async fn decide(&self, name: &str, arguments: &serde_json::Value, context: &ToolContext) -> Result<(), Refusal> {
         let Some(tool) = self.inner.tool(name) else {
             // Unknown names go through: the inner source answers with its own "unknown tool" error.
             return Ok(());
@@ -295,16 +351,14 @@ impl PolicySource {
         };
         if !self.policy.allows(name) {
             log("denied", "not allowed by permissions.allowed_tools / disallowed_tools");
-            return Err(format!(
-                "permission denied: the tool `{name}` is not allowed by this agent's tool policy; do not retry it, use another way or say you cannot"
-            ));
+            return Err(Refusal::NotAllowed { name: name.to_string() });
         }
         if self.policy.mode != PermissionMode::ReadOnly && RunPlace::of(context).is_some() {
             let judgement = match self.judge(name, &tool, arguments, context).await {
                 Ok(judgement) => judgement,
-                Err(why) => {
+                Err(error) => {
                     log("denied", "the run's scope could not be checked");
-                    return Err(format!("permission denied: {why}"));
+                    return Err(Refusal::ScopeUnchecked(error));
                 }
             };
             if !self.scope.allows(name, judgement.reach) {
@@ -312,9 +366,7 @@ impl PolicySource {
                 if self.policy.mode == PermissionMode::Ask {
                     let Some(asker) = &self.asker else {
                         log("denied", "outside the run's scope, in ask mode without a way to ask");
-                        return Err(format!(
-                            "permission denied: `{name}` reaches outside this run and no human can be asked"
-                        ));
+                        return Err(Refusal::OutsideScopeNoAsker { name: name.to_string() });
                     };
                     let request = ApprovalRequest {
                         action: Some(judgement.what.clone()),
@@ -334,12 +386,7 @@ impl PolicySource {
                 }
                 log("denied", &format!("outside the run's scope (permissions.scope: {})", self.scope.scope.as_str()));
                 self.notify(name, &judgement, context).await;
-                return Err(format!(
-                    "refused: outside this run's scope: `{name}` would {}{}, and this run may only {}. Do not retry \
-                     it or look for another way to do it; say in your answer what you did not do. A person can allow \
-                     it with {setting}.",
-                    judgement.what, judgement.note, judgement.run
-                ));
+                return Err(Refusal::OutsideScope { name: name.to_string(), judgement });
             }
         }
         match self.policy.mode {
@@ -353,9 +400,7 @@ impl PolicySource {
             }
             PermissionMode::ReadOnly => {
                 log("denied", "not read-only in read_only mode");
-                Err(format!(
-                    "permission denied: the agent runs in read-only mode and `{name}` may change things; do not retry it"
-                ))
+                Err(Refusal::ReadOnlyMode { name: name.to_string() })
             }
             PermissionMode::Ask => {
                 let listed = self.policy.lists_for_asking(name);
@@ -378,7 +423,7 @@ impl PolicySource {
                 };
                 let Some(asker) = &self.asker else {
                     log("denied", "ask mode without a way to ask");
-                    return Err(format!("permission denied: `{name}` needs a human's approval and none can be asked"));
+                    return Err(Refusal::NoAsker { name: name.to_string() });
                 };
                 let reason = if destructive {
                     tool.description
@@ -416,18 +461,13 @@ fn approval_log(approval: &Approval) -> (&'static str, String) {
 }
 
 /// Whether the call may run, or what the model reads about why not.
-fn approval_verdict(approval: Approval, name: &str) -> Result<(), String> {
+fn approval_verdict(approval: Approval, name: &str) -> Result<(), Refusal> {
+    let name = name.to_string();
     match approval {
         Approval::Approved { .. } => Ok(()),
-        Approval::Refused { by } => {
-            Err(format!("permission denied: {by} answered no to running `{name}`; do not retry it"))
-        }
-        Approval::TimedOut => {
-            Err(format!("permission denied: nobody approved running `{name}` in time; do not retry it now"))
-        }
-        Approval::Unavailable { reason } => {
-            Err(format!("permission denied: approval for `{name}` could not be asked ({reason})"))
-        }
+        Approval::Refused { by } => Err(Refusal::AnsweredNo { name, by }),
+        Approval::TimedOut => Err(Refusal::NotApprovedInTime { name }),
+        Approval::Unavailable { reason } => Err(Refusal::ApprovalUnavailable { name, reason }),
     }
 }
 
@@ -449,7 +489,7 @@ impl ToolSource for PolicySource {
         name: &'a str,
         arguments: &'a serde_json::Value,
         context: &'a ToolContext,
-    ) -> BoxFuture<'a, Option<Result<Judgement, String>>> {
+    ) -> BoxFuture<'a, Option<Result<Judgement, ReachError>>> {
         self.inner.reach(name, arguments, context)
     }
 
@@ -462,7 +502,7 @@ impl ToolSource for PolicySource {
         Box::pin(async move {
             match self.decide(name, &arguments, context).await {
                 Ok(()) => self.inner.call(name, arguments, context).await,
-                Err(why) => refusal(why),
+                Err(why) => refusal(why.to_string()),
             }
         })
     }
@@ -573,7 +613,7 @@ mod tests {
             ("update_tasks", "no tool is named \"update_tasks\""),
         ];
         for (bad, why) in cases {
-            let error = check_pattern(bad).unwrap_err();
+            let error = check_pattern(bad).unwrap_err().to_string();
             assert!(error.contains(why), "{bad:?}: {error}");
         }
     }
