@@ -229,7 +229,7 @@ pub enum RunsCommand {
         /// Only runs with this status (running, completed, failed, stopped, interrupted).
         #[arg(long, default_value = "")]
         status: String,
-        /// Only runs whose trigger starts with this word (task.assigned, message.new, manual, …).
+        /// Only runs whose trigger starts with this word (task.assigned, message.new, start_run, follow-up).
         #[arg(long, default_value = "")]
         trigger: String,
     },

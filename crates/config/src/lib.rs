@@ -7,6 +7,14 @@
 //!
 //! Here: [`Config`], its loading and [`ConfigError`]. The section types are in `sections.rs` and
 //! `llm.rs`, the checks of [`Config::validate`] in `check.rs`, the list overrides in `overrides.rs`.
+//!
+//! Invariants:
+//! - no secret is in the file or in a [`Config`]: a section names the environment variable
+//!   (`*_env`), and the value is read where it is used, as a `Secret` that never prints;
+//! - an unknown key, a bad value or a failed check is a [`ConfigError`] that names the field (or
+//!   the `PICOGENT_*` variable it came from) and says what to do, never a default taken silently;
+//! - the sections of the crates below are theirs (the model client's `llm`, the state's
+//!   `state`): this crate embeds them and checks only how they fit with the rest.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

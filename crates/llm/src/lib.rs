@@ -3,6 +3,15 @@
 //! Only [`openai`] knows the OpenAI wire format (and imports async-openai); everything else —
 //! the agent loop, the runtime, the stored sessions — speaks these types. They are serializable
 //! because a conversation is persisted and resumed.
+//!
+//! Invariants:
+//! - the API key is a `Secret`: it goes into the request's `Authorization` header and nowhere
+//!   else, never into an error, a log line or a stored conversation;
+//! - whatever a server answers (an error status, a cut-off stream, a body that is not the format)
+//!   is an [`LlmError`] that says what happened, never a panic; a tool call's arguments stay the
+//!   model's text, for the loop to check and, when they are not JSON, to refuse;
+//! - one rule estimates a prompt's tokens ([`estimate_prompt_tokens`], o200k), for the budgets
+//!   and the offline model alike.
 
 pub mod config;
 pub mod openai;

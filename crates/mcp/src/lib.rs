@@ -12,6 +12,16 @@
 //!   resource tools, prompt commands and server instructions;
 //! - [`results`]: what a tool result becomes for the model (inline text or an artifact on disk,
 //!   within the artifacts' quotas).
+//!
+//! Invariants:
+//! - an external server is untrusted: what it sends is bounded (`max_result_bytes`), its words
+//!   reach a model only cleaned and fenced, and its tools run only through the permission policy;
+//! - a server that fails or hangs never stops the agent: its connection is restarted on the one
+//!   reconnect schedule (`picogent_support::retry::reconnect_delay`), and its tools answer with
+//!   an error meanwhile;
+//! - the MCP server serves the tool source it is given (the binary gives it the registry under
+//!   the agent's permission policy), and over HTTP `/mcp` answers only to its bearer token,
+//!   compared in constant time.
 
 pub mod client;
 pub mod host;

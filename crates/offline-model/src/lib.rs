@@ -14,6 +14,12 @@
 //!
 //! The wire shapes are parsed here with small serde structs of its own: the server side is a
 //! separate implementation of the format, and async-openai stays inside `llm::openai`.
+//!
+//! Invariants:
+//! - it is never a dependency of the agent's library crates: only the binary (the demo, `eval`)
+//!   and the tests start it, and it is named the offline model endpoint wherever it is shown;
+//! - the planner is deterministic (the same request gets the same answer), and a script refuses
+//!   a request that is not the one it expects, saying how it differs, rather than answer it.
 
 pub mod planner;
 pub mod script;

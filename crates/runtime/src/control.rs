@@ -7,7 +7,7 @@ use futures::future::BoxFuture;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::record::{StoredRun, timeline_lines};
-use crate::request::{RunKind, RunRequest};
+use crate::request::{RunKind, RunRequest, Trigger};
 use crate::router::Input;
 use crate::status::StatusBoard;
 use picogent_mcp::server::{AgentControl, AgentControlError, AgentStatus, RunResult, RunSummary, StartRun};
@@ -113,12 +113,12 @@ impl AgentControl for RuntimeControl {
                             ),
                         });
                     }
-                    let trigger = format!("start_run {}", task.key);
+                    let trigger = Trigger::StartRun { task_key: task.key.clone() };
                     let assigned_by = task.created_by.clone();
                     (SessionKey::Task(task.id.clone()), RunKind::Task { task: Box::new(task), assigned_by }, trigger)
                 }
                 StartRun::Prompt { prompt } => {
-                    (SessionKey::new_prompt(), RunKind::Prompt { text: prompt }, "start_run prompt".to_string())
+                    (SessionKey::new_prompt(), RunKind::Prompt { text: prompt }, Trigger::StartPrompt)
                 }
             };
             let request = RunRequest::new(session, trigger, kind);

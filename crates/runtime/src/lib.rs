@@ -6,6 +6,23 @@
 //! Shutdown: one `CancellationToken`. Cancelling it stops the stream (no new events), lets
 //! running runs finish within `limits.shutdown_grace_ms`, leaves what is unfinished recorded as
 //! running (resumed at the next start), closes the database and stops the HTTP listener.
+//!
+//! Codemap, in the order an event flows: [`transport`] (the event stream and its reconnects) →
+//! [`router`] (filters, claims, the run queue) → [`run`] with [`prompt`] (what the model is told),
+//! [`guard`] (where posts land, the loop guard), [`answer`] (what a run leaves on the board) and
+//! [`record`] (what is stored with it); [`refusal`] tells a person what a cap or budget refused.
+//! Beside them: [`presence`] and [`replicas`] (which copy acts), [`retention`] (pruning),
+//! [`status`], [`startup`], [`metrics`], [`http`] (`/healthz`, `/readyz`, `/metrics`),
+//! [`inspector`] (the run inspector's pages) and [`control`] (the agent as MCP sees it).
+//!
+//! Invariants:
+//! - every event is recorded before anything acts on it, and every run goes through the state's
+//!   run queue with its claim, for one copy as for replicas ([`router`]); this file is the one
+//!   place that chooses between them (the store, whether to poll, who may hold a lease);
+//! - a copy that another took over from (on the tracker, or the agent's lock in PostgreSQL)
+//!   writes nothing more: its writes are refused, its stream stopped, and `/readyz` says why;
+//! - nothing served (`/metrics`, `/readyz`, the inspector, MCP) holds a secret, and every metric
+//!   label comes from a bounded set ([`metrics`]).
 
 pub mod answer;
 pub mod control;

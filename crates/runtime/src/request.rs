@@ -51,11 +51,42 @@ pub enum RunKind {
     Prompt { text: String },
 }
 
+/// What started a run. Its text (`task.assigned TE-4`) is recorded with the run: the run
+/// inspector and `picogent runs list --trigger` go by its first word.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Trigger {
+    /// The task of key `task_key` was assigned to the agent (heard or reconciled).
+    Assigned { task_key: String },
+    /// The message `message_id` addressed the agent.
+    Message { message_id: String },
+    /// An MCP client asked for a run of the task `task_key`.
+    StartRun { task_key: String },
+    /// An MCP client asked for a run of a prompt.
+    StartPrompt,
+    /// Input came too late for the run `run_id`, and this run answers it.
+    FollowUp { run_id: String },
+    /// A run claimed from the queue: its trigger as it was recorded.
+    Recorded(String),
+}
+
+impl std::fmt::Display for Trigger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Trigger::Assigned { task_key } => write!(f, "task.assigned {task_key}"),
+            Trigger::Message { message_id } => write!(f, "message.new {message_id}"),
+            Trigger::StartRun { task_key } => write!(f, "start_run {task_key}"),
+            Trigger::StartPrompt => f.write_str("start_run prompt"),
+            Trigger::FollowUp { run_id } => write!(f, "follow-up of {run_id}"),
+            Trigger::Recorded(text) => f.write_str(text),
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct RunRequest {
     pub session: SessionKey,
-    /// A short line saying what started it, recorded with the run.
-    pub trigger: String,
+    /// What started it, recorded with the run.
+    pub trigger: Trigger,
     pub kind: RunKind,
     /// Input that arrived before the run started; handed to it at its first turn boundary.
     pub steering: Vec<Steering>,
@@ -80,7 +111,7 @@ pub struct RunRequest {
 
 impl RunRequest {
     /// A fresh run of `kind` for `session`, with no steering and no claim.
-    pub fn new(session: SessionKey, trigger: String, kind: RunKind) -> RunRequest {
+    pub fn new(session: SessionKey, trigger: Trigger, kind: RunKind) -> RunRequest {
         RunRequest {
             session,
             trigger,

@@ -15,6 +15,14 @@
 //!
 //! Tool definitions are rmcp's `Tool` and results are rmcp's `CallToolResult`: the shapes are
 //! MCP's from the start, so serving them over MCP translates nothing.
+//!
+//! Invariants:
+//! - a call never fails at the Rust level: a bad argument, a refusal or a tracker error is a
+//!   result with `is_error: true` whose text tells the model what to do ([`registry`]);
+//! - one permission policy wraps every source wherever tools are used, and what it refuses never
+//!   reaches the source ([`policy`]);
+//! - a run's writes reach only its own task or thread unless `permissions.scope` widens them, and
+//!   a call whose reach cannot be judged is refused ([`scope`]).
 
 pub mod combined;
 pub mod error;

@@ -130,8 +130,8 @@ async fn require_bearer(State(token): State<Arc<Secret>>, request: Request, next
     }
 }
 
-/// Compares without stopping at the first difference, so timing does not reveal the token.
-/// Whether `given` is `token`, compared in constant time (also the run inspector's check).
+/// Whether `given` is `token` (also the run inspector's check), compared without stopping at
+/// the first difference, so timing does not reveal the token.
 pub fn token_matches(given: &str, token: &Secret) -> bool {
     constant_time_eq(given.as_bytes(), token.expose().as_bytes())
 }

@@ -39,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 use crate::guard::{Asked, Asker, Steering};
 use crate::metrics::{EventName, Metrics};
 use crate::refusal::Refusal;
-use crate::request::{RunDone, RunKind, RunRequest, RunServices};
+use crate::request::{RunDone, RunKind, RunRequest, RunServices, Trigger};
 use crate::startup::{ReconcileReport, StartupReport, counts_line};
 use crate::status::StatusBoard;
 use crate::transport::{LinkStatus, StreamItem};
@@ -313,7 +313,7 @@ impl Router {
             return false;
         }
         tracing::info!(task = %task.key, source = source.as_str(), "working assigned task");
-        let trigger = format!("task.assigned {}", task.key);
+        let trigger = Trigger::Assigned { task_key: task.key.clone() };
         let request = RunRequest::new(session.clone(), trigger, RunKind::Task { task: Box::new(task), assigned_by });
         match self.start_or_queue(request).await {
             Ok(_) => true,

@@ -14,7 +14,7 @@ use super::{ActiveRun, Input, Router};
 use crate::guard::Steering;
 use crate::metrics::EventName;
 use crate::refusal::Refusal;
-use crate::request::{RunDone, RunKind, RunRequest};
+use crate::request::{RunDone, RunKind, RunRequest, Trigger};
 use picogent_state::{ClaimKind, ClaimedRun, Enqueued, InputKind, QueuedRun, RunStatus};
 use picogent_tracker::model::{MessageOut, SendMessage};
 use picogent_tracker::session::SessionKey;
@@ -131,9 +131,10 @@ impl Router {
             .iter()
             .map(|input| (input.text.clone(), input.asked.as_ref().map(|asked| asked.message_id.clone())))
             .collect();
+        let trigger = request.trigger.to_string();
         let run = QueuedRun {
             session_key: &request.session,
-            trigger: &request.trigger,
+            trigger: &trigger,
             request: &json,
             claim: request.claim.as_ref().map(|(kind, key)| (*kind, key.as_str())),
             inputs: &inputs,
@@ -371,7 +372,7 @@ impl Router {
             resume_run_id: Some(run.id.clone()),
             prompt,
             prompt_from,
-            ..RunRequest::new(session, run.trigger.clone(), kind)
+            ..RunRequest::new(session, Trigger::Recorded(run.trigger.clone()), kind)
         })
     }
 
@@ -456,7 +457,7 @@ impl Router {
     /// Queues a follow-up of the run `done` whose prompt is the first input it did not take in,
     /// or hands the inputs to the session's run if one started meanwhile.
     async fn follow_up(&mut self, done: &RunDone, leftover: Vec<Steering>) {
-        let trigger = format!("follow-up of {}", done.run_id);
+        let trigger = Trigger::FollowUp { run_id: done.run_id.clone() };
         let mut inputs = leftover.into_iter();
         let first = inputs.next();
         let request = RunRequest {
@@ -567,7 +568,7 @@ fn reply_request(session: &SessionKey, message: &MessageOut) -> RunRequest {
         claim: Some((ClaimKind::Message, message.id.clone())),
         ..RunRequest::new(
             session.clone(),
-            format!("message.new {}", message.id),
+            Trigger::Message { message_id: message.id.clone() },
             RunKind::Message { message: Box::new(message.clone()) },
         )
     }
