@@ -16,15 +16,24 @@ use std::time::Duration;
 use agent_support::*;
 use picogent::config::Config;
 use picogent::state::migrate::{MigrateError, sqlite_to_postgres};
-use picogent::state::{ClaimKind, FinishRun, PostgresLock, RunStatus, State};
+use picogent::state::{ClaimKind, FinishRun, InputKind, PostgresLock, RunStatus, State};
 use picogent::tracker::model::*;
 use serde_json::json;
 use sqlx::AssertSqlSafe;
 use test_postgres::{TestSchema, with_schema};
 
 /// Every table the agent keeps, as the command prints them, in its order.
-const TABLES: [&str; 8] =
-    ["processed_events", "stream_position", "named_values", "claims", "sessions", "runs", "daily_spend", "replies"];
+const TABLES: [&str; 9] = [
+    "processed_events",
+    "stream_position",
+    "named_values",
+    "claims",
+    "sessions",
+    "runs",
+    "run_inputs",
+    "daily_spend",
+    "replies",
+];
 
 /// The session key written `text` (`task:t-1`, `thread:m-1`).
 fn key(text: &str) -> picogent::session::SessionKey {
@@ -246,6 +255,9 @@ async fn a_state_file(path: &Path) -> (String, String) {
     assert!(state.finish_run(&answered, &finish).await.unwrap());
     let running = state.start_run(&key("task:t-1"), "task.assigned t-1").await.unwrap();
     state.save_run_record(&running, &json!({"request": "resume from here"})).await.unwrap();
+    let (_, queue) = state.for_holder("picogent", false);
+    let sent = queue.send_input(&running, InputKind::Steer, "also check the dates", Some("m-2")).await.unwrap();
+    assert_eq!(sent, Some(1), "the running run takes the input");
     state.save_session(&key("thread:m-1"), &json!([{"role": "user", "content": "hi"}])).await.unwrap();
     state.add_tokens(time::OffsetDateTime::now_utc().date(), 1234).await.unwrap();
     state.record_reply(&key("thread:m-1"), time::OffsetDateTime::now_utc()).await.unwrap();
@@ -269,7 +281,7 @@ async fn a_second_migration_into_the_same_schema_refuses_and_changes_nothing() {
         let moved_to = file.get_value(picogent::state::migrate::MOVED_TO).await.unwrap().expect("the file is marked");
         assert!(moved_to.starts_with(&migrated.target), "{moved_to}");
         file.close().await;
-        let expected: Vec<(&str, u64)> = TABLES.into_iter().zip([2, 1, 1, 1, 1, 2, 1, 1]).collect();
+        let expected: Vec<(&str, u64)> = TABLES.into_iter().zip([2, 1, 1, 2, 1, 2, 1, 1, 1]).collect();
         assert_eq!(migrated.tables, expected, "stream_head is not set on a state that processed events");
         assert!(migrated.target.starts_with("postgres://postgres@127.0.0.1:5432/test"), "{}", migrated.target);
 
@@ -277,6 +289,7 @@ async fn a_second_migration_into_the_same_schema_refuses_and_changes_nothing() {
         assert_eq!(state.stream_position().await.unwrap(), Some(9));
         assert!(state.is_event_processed("ev-1").await.unwrap());
         assert!(state.is_claimed(ClaimKind::Message, "m-1").await.unwrap());
+        assert!(state.is_claimed(ClaimKind::Message, "m-2").await.unwrap(), "claimed with the input it steered");
         assert_eq!(state.get_value("presence.copy_id").await.unwrap().as_deref(), Some("0123456789ab"));
         let completed = state.get_run(&answered).await.unwrap().unwrap();
         assert_eq!((completed.status, completed.turns), (RunStatus::Completed, 2));
@@ -284,6 +297,11 @@ async fn a_second_migration_into_the_same_schema_refuses_and_changes_nothing() {
         assert_eq!(unfinished.len(), 1);
         assert_eq!((unfinished[0].id.as_str(), unfinished[0].status), (running.as_str(), RunStatus::Running));
         assert_eq!(unfinished[0].record, Some(json!({"request": "resume from here"})));
+        let (_, queue) = state.for_holder("picogent", false);
+        let inputs = queue.inputs(std::slice::from_ref(&running)).await.unwrap();
+        let inputs: Vec<_> =
+            inputs.iter().map(|input| (input.n, input.text.as_str(), input.message_id.as_deref())).collect();
+        assert_eq!(inputs, [(1, "also check the dates", Some("m-2"))], "what was sent to the running run");
         assert_eq!(state.load_session(&key("thread:m-1")).await.unwrap().unwrap().messages[0]["content"], "hi");
         assert_eq!(state.tokens_today().await.unwrap(), 1234);
         assert_eq!(state.replies_in_last_hour(&key("thread:m-1")).await.unwrap(), 1);

@@ -300,6 +300,7 @@ async fn copy_tables(
         (Claim::NAME, copy::<Claim>(source, path, &mut transaction, agent).await?),
         (SessionRow::NAME, copy::<SessionRow>(source, path, &mut transaction, agent).await?),
         (Run::NAME, copy::<Run>(source, path, &mut transaction, agent).await?),
+        (RunInputRow::NAME, copy::<RunInputRow>(source, path, &mut transaction, agent).await?),
         (DailySpend::NAME, copy::<DailySpend>(source, path, &mut transaction, agent).await?),
         (Reply::NAME, copy::<Reply>(source, path, &mut transaction, agent).await?),
     ];
@@ -309,13 +310,14 @@ async fn copy_tables(
 }
 
 /// Whether the agent has a row in each PostgreSQL table (`$1`: the agent), every table copied.
-const AGENT_HAS_ROWS: [(&str, &str); 8] = [
+const AGENT_HAS_ROWS: [(&str, &str); 9] = [
     ("processed_events", "SELECT EXISTS (SELECT 1 FROM processed_events WHERE agent = $1)"),
     ("stream_position", "SELECT EXISTS (SELECT 1 FROM stream_position WHERE agent = $1)"),
     ("named_values", "SELECT EXISTS (SELECT 1 FROM named_values WHERE agent = $1)"),
     ("claims", "SELECT EXISTS (SELECT 1 FROM claims WHERE agent = $1)"),
     ("sessions", "SELECT EXISTS (SELECT 1 FROM sessions WHERE agent = $1)"),
     ("runs", "SELECT EXISTS (SELECT 1 FROM runs WHERE agent = $1)"),
+    ("run_inputs", "SELECT EXISTS (SELECT 1 FROM run_inputs WHERE agent = $1)"),
     ("daily_spend", "SELECT EXISTS (SELECT 1 FROM daily_spend WHERE agent = $1)"),
     ("replies", "SELECT EXISTS (SELECT 1 FROM replies WHERE agent = $1)"),
 ];
@@ -639,6 +641,48 @@ impl RunArrays {
         self.cost.push(run.cost);
         self.request.push(run.request);
         self.attempts.push(run.attempts);
+    }
+}
+
+/// What was sent to a run (steering, a stop), so a run still queued or running after the move
+/// takes in what it was sent before it.
+#[derive(sqlx::FromRow)]
+struct RunInputRow {
+    run_id: String,
+    n: i64,
+    kind: String,
+    text: String,
+    message_id: Option<String>,
+    at_ms: i64,
+}
+
+impl Table for RunInputRow {
+    const NAME: &'static str = "run_inputs";
+    const SELECT: &'static str = "SELECT run_id, n, kind, text, message_id, at_ms FROM run_inputs ORDER BY rowid";
+    fn insert(agent: &str, rows: Vec<Self>) -> Query<'static, Postgres, PgArguments> {
+        let (mut run_id, mut n, mut kind, mut text, mut message_id, mut at_ms) =
+            (vec![], vec![], vec![], vec![], vec![], vec![]);
+        for row in rows {
+            run_id.push(row.run_id);
+            n.push(row.n);
+            kind.push(row.kind);
+            text.push(row.text);
+            message_id.push(row.message_id);
+            at_ms.push(row.at_ms);
+        }
+        sqlx::query(
+            "INSERT INTO run_inputs (agent, run_id, n, kind, text, message_id, at_ms) \
+             SELECT $1, run_id, n, kind, text, message_id, at_ms \
+             FROM UNNEST($2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::bigint[]) \
+             AS row (run_id, n, kind, text, message_id, at_ms)",
+        )
+        .bind(agent)
+        .bind(run_id)
+        .bind(n)
+        .bind(kind)
+        .bind(text)
+        .bind(message_id)
+        .bind(at_ms)
     }
 }
 
