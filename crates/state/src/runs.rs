@@ -120,7 +120,7 @@ impl FinishRun {
 pub struct RunRow {
     pub id: String,
     pub session_key: String,
-    /// What started the run, e.g. `task.assigned TE-3`, `message.new <id>`, `manual`.
+    /// What started the run (`runtime::request::Trigger` as text), e.g. `task.assigned TE-3`.
     pub trigger: String,
     pub status: RunStatus,
     pub turns: u32,
