@@ -603,7 +603,7 @@ impl TestAgent {
 fn started_run(run_id: &str, trigger: String) -> RunSummary {
     RunSummary {
         id: run_id.to_string(),
-        session: format!("session-{run_id}"),
+        session: picogent::tracker::session::SessionKey::Prompt(format!("session-{run_id}")),
         trigger,
         status: RunStatus::Running,
         turns: 0,

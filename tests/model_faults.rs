@@ -46,8 +46,14 @@ async fn assign(board: &TestBoard, title: &str) -> TaskOut {
 async fn finished_runs(agent: &AgentHandle, task: &TaskOut) -> Vec<RunRow> {
     let session = format!("task:{}", task.id);
     eventually(Duration::from_secs(60), &format!("the run of {}", task.key), || async {
-        let runs: Vec<_> =
-            agent.state.list_runs(100).await.ok()?.into_iter().filter(|r| r.session_key == session).collect();
+        let runs: Vec<_> = agent
+            .state
+            .list_runs(100)
+            .await
+            .ok()?
+            .into_iter()
+            .filter(|r| r.session_key.to_string() == session)
+            .collect();
         (!runs.is_empty() && runs.iter().all(|r| r.status.is_over())).then_some(runs)
     })
     .await
@@ -181,7 +187,7 @@ async fn the_daily_spend_guard_holds_against_endless_tool_calling() {
     .await;
     assert_eq!(model.request_count(), before, "no model call after the budget was spent");
     let session = format!("task:{}", second.id);
-    assert!(agent.state.list_runs(100).await.unwrap().iter().all(|r| r.session_key != session));
+    assert!(agent.state.list_runs(100).await.unwrap().iter().all(|r| r.session_key.to_string() != session));
     assert!(agent.state.tokens_today().await.unwrap() <= limit);
     agent.shutdown().await.unwrap();
     model.shutdown().await;

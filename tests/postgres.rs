@@ -176,7 +176,7 @@ async fn two_agents_in_one_postgres_database_each_do_their_own_work_once() {
         }
         for (agent, task) in [(&picogent, &first), (&otherbot, &second)] {
             let runs = agent.state.list_runs(50).await.unwrap();
-            let mut sessions: Vec<String> = runs.iter().map(|run| run.session_key.clone()).collect();
+            let mut sessions: Vec<String> = runs.iter().map(|run| run.session_key.to_string()).collect();
             sessions.sort();
             let mut expected = vec![format!("task:{}", task.id), format!("thread:{}", both.id)];
             expected.sort();

@@ -196,8 +196,7 @@ impl Eval<'_> {
     }
 
     async fn runs_of(&self, session: &SessionKey) -> Vec<crate::state::RunRow> {
-        let key = session.as_string();
-        self.runs().await.into_iter().filter(|run| run.session_key == key).collect()
+        self.runs().await.into_iter().filter(|run| run.session_key == *session).collect()
     }
 
     /// The runs of `session` other than `before` all completed: what they posted is an answer.

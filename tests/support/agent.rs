@@ -196,7 +196,7 @@ pub async fn say(who: &TrackerClient, chat: &str, text: &str) -> MessageOut {
 }
 
 pub async fn runs_for(agent: &AgentHandle, session: &str) -> Vec<picogent::state::RunRow> {
-    agent.state.list_runs(500).await.unwrap().into_iter().filter(|r| r.session_key == session).collect()
+    agent.state.list_runs(500).await.unwrap().into_iter().filter(|r| r.session_key.to_string() == session).collect()
 }
 
 /// The text of every user message of the first chat request the model received.

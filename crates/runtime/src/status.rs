@@ -4,6 +4,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::startup::StartupReport;
+use picogent_tracker::session::SessionKey;
 
 #[derive(Debug)]
 pub struct StatusBoard {
@@ -29,7 +30,7 @@ pub struct StatusBoard {
 /// A run waiting for a slot, as the run inspector lists it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct WaitingRun {
-    pub session: String,
+    pub session: SessionKey,
     pub trigger: String,
 }
 

@@ -43,7 +43,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::{ClaimKind, RunStatus, State, StateError, now_ms};
-use picogent_tracker::session::SessionKey;
+use picogent_tracker::session::{SessionKey, UnknownSessionKey};
 
 /// What [`RunQueue::enqueue`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,10 +102,12 @@ pub struct SentInput {
 }
 
 /// A run this process just claimed.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 pub struct ClaimedRun {
     pub id: String,
-    pub session_key: String,
+    /// Its session; an error when the stored key is of no kind this version knows (such a run
+    /// cannot run, and is closed by whoever claimed it).
+    pub session_key: Result<SessionKey, UnknownSessionKey>,
     pub trigger: String,
     /// The request it was queued with (JSON); `None` for a run started before the queue.
     pub request: Option<String>,
@@ -113,11 +115,21 @@ pub struct ClaimedRun {
     pub attempts: i64,
 }
 
+/// A claimed run as stored: the columns the claim returns.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct ClaimedColumns {
+    pub id: String,
+    pub session_key: String,
+    pub trigger: String,
+    pub request: Option<String>,
+    pub attempts: i64,
+}
+
 /// A run waiting in the queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueuedView {
     pub id: String,
-    pub session_key: String,
+    pub session_key: SessionKey,
     pub trigger: String,
 }
 
@@ -204,10 +216,16 @@ impl RunQueue {
 
     /// Every queued run, oldest first.
     pub async fn queued(&self) -> Result<Vec<QueuedView>, StateError> {
-        Ok(on_queue!(self.state, queued_runs())?
+        on_queue!(self.state, queued_runs())?
             .into_iter()
-            .map(|(id, session_key, trigger)| QueuedView { id, session_key, trigger })
-            .collect())
+            .map(|(id, session_key, trigger)| {
+                let session_key = session_key.parse().map_err(|error: UnknownSessionKey| StateError::Corrupt {
+                    field: "runs.session_key",
+                    message: error.to_string(),
+                })?;
+                Ok(QueuedView { id, session_key, trigger })
+            })
+            .collect()
     }
 
     /// Sends an input to the run `run_id` if it is still queued or running (and claims the
@@ -261,7 +279,16 @@ impl RunQueue {
             return Ok(Vec::new());
         }
         let slots = i64::try_from(slots).unwrap_or(i64::MAX);
-        on_queue!(self.state, claim_runs(&self.holder, slots, ms(lease)))
+        Ok(on_queue!(self.state, claim_runs(&self.holder, slots, ms(lease)))?
+            .into_iter()
+            .map(|run| ClaimedRun {
+                session_key: run.session_key.parse(),
+                id: run.id,
+                trigger: run.trigger,
+                request: run.request,
+                attempts: run.attempts,
+            })
+            .collect())
     }
 
     /// Extends the leases of this process's running runs `ids` by `lease`; returns the ids it

@@ -128,7 +128,7 @@ async fn one_run_per_session_and_each_thing_once(place: Place) {
         Enqueued::Handled
     );
     assert!(r2.active_run(&key("thread:c")).await.unwrap().is_none());
-    let waiting: Vec<String> = r1.queued().await.unwrap().into_iter().map(|run| run.session_key).collect();
+    let waiting: Vec<String> = r1.queued().await.unwrap().into_iter().map(|run| run.session_key.to_string()).collect();
     assert_eq!(waiting, ["thread:a", "thread:b"], "the queue in order");
 }
 

@@ -119,7 +119,7 @@ impl FinishRun {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunRow {
     pub id: String,
-    pub session_key: String,
+    pub session_key: SessionKey,
     /// What started the run (`runtime::request::Trigger` as text), e.g. `task.assigned TE-3`.
     pub trigger: String,
     pub status: RunStatus,
@@ -147,7 +147,7 @@ pub struct RunRow {
 pub struct RunSummary {
     pub id: String,
     /// The session (task or chat thread) the run belongs to.
-    pub session: String,
+    pub session: SessionKey,
     /// What started the run, e.g. `task.assigned TE-3` or `start_run TE-3`.
     pub trigger: String,
     pub status: RunStatus,
@@ -319,6 +319,9 @@ fn run_from_columns(row: RunColumns) -> Result<RunRow, StateError> {
         field: "runs.status",
         message: format!("unknown status {:?}", row.status),
     })?;
+    let session_key = row.session_key.parse().map_err(|error: picogent_tracker::session::UnknownSessionKey| {
+        StateError::Corrupt { field: "runs.session_key", message: error.to_string() }
+    })?;
     let record = row
         .record
         .map(|text| serde_json::from_str(&text))
@@ -326,7 +329,7 @@ fn run_from_columns(row: RunColumns) -> Result<RunRow, StateError> {
         .map_err(|e| StateError::Corrupt { field: "runs.record", message: e.to_string() })?;
     Ok(RunRow {
         id: row.id,
-        session_key: row.session_key,
+        session_key,
         trigger: row.trigger,
         status,
         turns: to_u32("runs.turns", row.turns)?,

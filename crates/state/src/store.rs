@@ -17,7 +17,7 @@
 //! `queue_tests.rs`, also on both.
 
 use crate::StateError;
-use crate::queue::{Beat, ClaimedRun, Enqueued, QueuedRun, ReplicaSeen};
+use crate::queue::{Beat, ClaimedColumns, Enqueued, QueuedRun, ReplicaSeen};
 
 /// One input of a run as stored: (run id, n, kind, text, message id).
 pub(super) type InputColumns = (String, i64, String, String, Option<String>);
@@ -245,7 +245,7 @@ pub(super) trait QueueStore {
     /// Claims up to `slots` runs for `holder`, oldest first: queued ones that no earlier run of
     /// their session is queued or running before, and running ones whose lease ran out on
     /// another holder; each gets `holder`, a lease of `lease_ms` and one more attempt.
-    async fn claim_runs(&self, holder: &str, slots: i64, lease_ms: i64) -> Result<Vec<ClaimedRun>, StateError>;
+    async fn claim_runs(&self, holder: &str, slots: i64, lease_ms: i64) -> Result<Vec<ClaimedColumns>, StateError>;
     /// Extends the leases of `holder`'s running runs among `ids`; returns the ids it still holds.
     async fn renew_runs(&self, holder: &str, ids: &[String], lease_ms: i64) -> Result<Vec<String>, StateError>;
     /// Hands a run `holder` claimed back to the queue, for any holder to claim again.

@@ -27,6 +27,10 @@ impl SessionKey {
     }
 
     pub fn parse(text: &str) -> Option<SessionKey> {
+        text.parse().ok()
+    }
+
+    fn parse_known(text: &str) -> Option<SessionKey> {
         let (kind, id) = text.split_once(':')?;
         let id = id.to_string();
         match kind {
@@ -49,6 +53,26 @@ impl SessionKey {
     /// A fresh session for a prompt given over MCP or the command line.
     pub fn new_prompt() -> SessionKey {
         SessionKey::Prompt(uuid::Uuid::new_v4().to_string())
+    }
+}
+
+/// A stored session key of no kind this version knows (not `task:`, `thread:` or `prompt:`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown session key {0:?}")]
+pub struct UnknownSessionKey(pub String);
+
+impl std::str::FromStr for SessionKey {
+    type Err = UnknownSessionKey;
+
+    fn from_str(text: &str) -> Result<SessionKey, UnknownSessionKey> {
+        SessionKey::parse_known(text).ok_or_else(|| UnknownSessionKey(text.to_string()))
+    }
+}
+
+/// In its stored text form (`task:ID`), the way MCP's run resources and the pages show it.
+impl serde::Serialize for SessionKey {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
     }
 }
 

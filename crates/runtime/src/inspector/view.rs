@@ -46,14 +46,13 @@ pub fn summary(run: &RunRow, config: &Config) -> RunLine {
         Some(duration) => seconds(duration.as_secs_f64()),
         None => format!("{} so far", seconds((now - run.started_at).as_seconds_f64().max(0.0))),
     };
-    let session = SessionKey::parse(&run.session_key);
-    let link = match &session {
-        Some(SessionKey::Task(id)) => Some(config.http.task_link(&config.tracker.url, id)),
-        Some(SessionKey::Thread(id)) => Some(config.http.message_link(&config.tracker.url, id)),
-        Some(SessionKey::Prompt(_)) | None => None,
+    let link = match &run.session_key {
+        SessionKey::Task(id) => Some(config.http.task_link(&config.tracker.url, id)),
+        SessionKey::Thread(id) => Some(config.http.message_link(&config.tracker.url, id)),
+        SessionKey::Prompt(_) => None,
     };
-    let words = match session {
-        Some(SessionKey::Thread(_)) => message_words(run),
+    let words = match run.session_key {
+        SessionKey::Thread(_) => message_words(run),
         _ => None,
     };
     RunLine {
@@ -128,7 +127,7 @@ impl RunFilter {
 #[derive(Debug, Clone, Serialize)]
 pub struct RunDetail {
     pub summary: RunLine,
-    pub session_key: String,
+    pub session_key: SessionKey,
     pub system_prompt: Option<String>,
     pub prompt: Option<String>,
     /// Messages of the session's conversation before this run's prompt.

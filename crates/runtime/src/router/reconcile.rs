@@ -79,7 +79,7 @@ impl Reconciler<'_> {
         };
         report.tasks.open = listed.len() as u64;
         let unfinished: HashSet<SessionKey> = match self.state.unfinished_runs().await {
-            Ok(runs) => runs.into_iter().filter_map(|run| SessionKey::parse(&run.session_key)).collect(),
+            Ok(runs) => runs.into_iter().map(|run| run.session_key).collect(),
             Err(error) => {
                 tracing::warn!(%error, "reconciliation: cannot read unfinished runs");
                 HashSet::new()

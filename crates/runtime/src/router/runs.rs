@@ -348,8 +348,7 @@ impl Router {
     /// The request a claimed run was queued with; for a run resumed after its holder stopped, its
     /// task read afresh (it may have been unassigned meanwhile).
     async fn request_of(&self, run: &ClaimedRun) -> Result<RunRequest, NotRunnable> {
-        let session = SessionKey::parse(&run.session_key)
-            .ok_or_else(|| NotRunnable::Gone(format!("unknown session key {}", run.session_key)))?;
+        let session = run.session_key.clone().map_err(|unknown| NotRunnable::Gone(unknown.to_string()))?;
         let queued = match run.request.as_deref() {
             Some(json) => Some(
                 serde_json::from_str::<QueuedRequest>(json)

@@ -3,7 +3,7 @@
 //! database's clock (`clock_timestamp()`).
 
 use super::{INSERT_CLAIM, PostgresStore};
-use crate::queue::{Beat, ClaimedRun, Enqueued, FORGET_REPLICA_AFTER_MS, QueuedRun, ReplicaSeen, STREAM};
+use crate::queue::{Beat, ClaimedColumns, Enqueued, FORGET_REPLICA_AFTER_MS, QueuedRun, ReplicaSeen, STREAM};
 use crate::store::{InputColumns, QueueStore};
 use crate::{ClaimKind, StateError};
 
@@ -165,7 +165,7 @@ impl QueueStore for PostgresStore {
         Ok(())
     }
 
-    async fn claim_runs(&self, holder: &str, slots: i64, lease_ms: i64) -> Result<Vec<ClaimedRun>, StateError> {
+    async fn claim_runs(&self, holder: &str, slots: i64, lease_ms: i64) -> Result<Vec<ClaimedColumns>, StateError> {
         Ok(sqlx::query_as(concat!(
             "UPDATE runs SET status = 'running', holder = $2, lease_until_ms = ",
             now_ms_sql!(),

@@ -4,7 +4,7 @@
 //! file's write lock from its first read, so what it read still holds when it writes.
 
 use super::{INSERT_CLAIM, SqliteStore};
-use crate::queue::{Beat, ClaimedRun, Enqueued, FORGET_REPLICA_AFTER_MS, QueuedRun, ReplicaSeen, STREAM};
+use crate::queue::{Beat, ClaimedColumns, Enqueued, FORGET_REPLICA_AFTER_MS, QueuedRun, ReplicaSeen, STREAM};
 use crate::store::{InputColumns, QueueStore};
 use crate::{ClaimKind, StateError, now_ms};
 
@@ -154,14 +154,14 @@ impl QueueStore for SqliteStore {
         Ok(())
     }
 
-    async fn claim_runs(&self, holder: &str, slots: i64, lease_ms: i64) -> Result<Vec<ClaimedRun>, StateError> {
+    async fn claim_runs(&self, holder: &str, slots: i64, lease_ms: i64) -> Result<Vec<ClaimedColumns>, StateError> {
         let mut tx = self.write().await?;
         let now = now_ms();
         let ids: Vec<String> =
             sqlx::query_scalar(CLAIMABLE).bind(holder).bind(now).bind(slots).fetch_all(&mut *tx).await?;
         let mut claimed = Vec::with_capacity(ids.len());
         for id in ids {
-            let run: ClaimedRun = sqlx::query_as(
+            let run: ClaimedColumns = sqlx::query_as(
                 "UPDATE runs SET status = 'running', holder = ?, lease_until_ms = ?, attempts = attempts + 1 \
                  WHERE id = ? RETURNING id, session_key, trigger, request, attempts",
             )
