@@ -101,7 +101,7 @@ impl PostgresStore {
         format!("{} (agent {})", self.url, self.agent)
     }
 
-    /// The pool, for the tests and for `migrate.rs`, which writes the tables in one transaction.
+    /// The pool, for the tests and for `migrate/`, which writes the tables in one transaction.
     pub(super) fn pool(&self) -> &PgPool {
         &self.pool
     }

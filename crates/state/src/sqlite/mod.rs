@@ -14,7 +14,7 @@ use crate::store::{RunColumns, RunEnd, Store, run_columns};
 
 mod queue;
 
-/// The schema, `crates/state/migrations/state/`; `migrate.rs` holds a state file's applied migrations against it.
+/// The schema, `crates/state/migrations/state/`; `migrate/mod.rs` holds a state file's applied migrations against it.
 pub(super) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/state");
 
 /// The SQLite store: a pool on the file and the file's path (for `sync`).
