@@ -191,6 +191,10 @@ pub enum Command {
         /// Leave everything running and print the URLs, tokens and commands to try more.
         #[arg(long)]
         keep: bool,
+        /// Show a coding task instead: a local bare git repository, a workspace per task, the
+        /// stand-in coding agent (a script, not a coding agent) and a commit on picogent/<KEY>.
+        #[arg(long)]
+        coding: bool,
     },
 }
 
@@ -390,7 +394,7 @@ pub fn main(cli: Cli) -> ExitCode {
             Command::Runs { command: RunsCommand::Show { id, config } } => {
                 crate::inspector::cli::show(&config, &id).await
             }
-            Command::Demo { keep } => crate::demo::run_cli(keep).await,
+            Command::Demo { keep, coding } => crate::demo::run_cli(keep, coding).await,
         }
     });
     match result {

@@ -2,6 +2,12 @@
 //! temporary database), the offline planner model (a deterministic rule-based stand-in, not an
 //! LLM) and the agent; then, as the human `alice`, assigns the agent a task and mentions it in the
 //! project chat, and prints what happened.
+//!
+//! `picogent demo --coding` shows a coding task instead: a local bare git repository is the
+//! team's remote, and the offline planner delegates the task, which names a file, to the stand-in
+//! coding agent (`fixtures/coding-agent/stand-in.sh`, a shell script in the place of a coding
+//! agent CLI, not one); its change is committed on `picogent/<KEY>` in the task's workspace and
+//! pushed, and the answer on the task names the commit.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -33,6 +39,8 @@ pub struct Demo {
     pub config: Config,
     pub alice: TrackerClient,
     pub dir: tempfile::TempDir,
+    /// `--coding`: the bare repository standing in for the team's remote.
+    pub repository: Option<PathBuf>,
 }
 
 /// What the demo did, for the timeline and for tests.
@@ -46,7 +54,19 @@ pub struct Outcome {
 
 /// Starts board, offline model and agent on loopback ports chosen by the OS.
 pub async fn start(prompts_dir: Option<PathBuf>) -> anyhow::Result<Demo> {
+    start_with(prompts_dir, false).await
+}
+
+/// As [`start`]; with `coding`, a local bare repository and the stand-in coding agent too.
+pub async fn start_with(prompts_dir: Option<PathBuf>, coding: bool) -> anyhow::Result<Demo> {
     let dir = tempfile::tempdir().context("cannot make a temporary folder")?;
+    let (workspaces, repository) = match coding {
+        true => {
+            let (section, repository) = coding_setup(dir.path())?;
+            (section, Some(repository))
+        }
+        false => (serde_json::json!({}), None),
+    };
     let board = crate::board::start_seeded(dir.path()).await?;
     let model = crate::offline_model::start(crate::offline_model::OfflineModelOptions::planner())
         .await
@@ -67,6 +87,7 @@ pub async fn start(prompts_dir: Option<PathBuf>) -> anyhow::Result<Demo> {
         "prompts_dir": prompts_dir,
         // The demo's board is new: a short beat makes the first start's wait short.
         "presence": {"heartbeat_ms": 500},
+        "workspaces": workspaces,
     }))
     .context("the demo's built-in config is invalid")?;
     let agent = crate::runtime::start(crate::runtime::AgentOptions {
@@ -81,7 +102,68 @@ pub async fn start(prompts_dir: Option<PathBuf>) -> anyhow::Result<Demo> {
     .await
     .context("cannot start the agent")?;
     let alice = TrackerClient::new(&config.tracker, Secret::new(ALICE_TOKEN))?;
-    Ok(Demo { board, model, agent, config, alice, dir })
+    Ok(Demo { board, model, agent, config, alice, dir, repository })
+}
+
+/// The stand-in coding agent, shipped in the binary for a run outside the source tree.
+const STAND_IN: &str = include_str!("../fixtures/coding-agent/stand-in.sh");
+
+/// What the coding task asks: a change to a file the repository has.
+const CODING_TASK: &str = "In src/date.py replace \"2020-01-01\" with \"2024-06-01\": dates parse to the new default.";
+
+/// A bare repository with `src/date.py` on `main` and the stand-in coding agent, in `dir`; the
+/// `workspaces` section that uses them, and the repository's path.
+fn coding_setup(dir: &Path) -> anyhow::Result<(serde_json::Value, PathBuf)> {
+    let seed = dir.join("repository-seed");
+    std::fs::create_dir_all(seed.join("src"))?;
+    std::fs::write(seed.join("src/date.py"), "def parse(text):\n    return text or \"2020-01-01\"\n")?;
+    git(&seed, &["init", "--quiet", "-b", "main"])?;
+    git(&seed, &["add", "--all"])?;
+    git(&seed, &["commit", "--quiet", "-m", "A date parser"])?;
+    let bare = dir.join("app.git");
+    git(dir, &["clone", "--quiet", "--bare", "--", &seed.to_string_lossy(), &bare.to_string_lossy()])?;
+    let agent = dir.join("stand-in.sh");
+    std::fs::write(&agent, STAND_IN)?;
+    let section = serde_json::json!({
+        "root": dir.join("workspaces"),
+        "repositories": {"app": {"url": bare, "base": "main", "projects": ["team"]}},
+        "agents": {"stand-in": {"command": ["sh", agent, "{instructions}"], "output": "jsonl"}},
+        "agent": "stand-in",
+        // An example template: the demo's remote is a folder, with no web page of its own.
+        "links": {"commit": "https://git.example.com/{repository}/commit/{commit}"},
+    });
+    Ok((section, bare))
+}
+
+/// `git ARGS` in `dir` as the demo's alice; its output.
+fn git(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let output = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "alice")
+        .env("GIT_AUTHOR_EMAIL", "alice@example.com")
+        .env("GIT_COMMITTER_NAME", "alice")
+        .env("GIT_COMMITTER_EMAIL", "alice@example.com")
+        .output()
+        .context("picogent demo --coding needs git: cannot run it")?;
+    anyhow::ensure!(
+        output.status.success(),
+        "`git {}` failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stderr).trim()
+    );
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+}
+
+/// What the coding demo did: the task, its comments, and the branch on the remote.
+pub struct CodingOutcome {
+    pub task: TaskOut,
+    pub comments: Vec<MessageOut>,
+    pub branch: String,
+    /// `sha subject` of each commit on the branch beyond `main`.
+    pub commits: Vec<String>,
+    /// `src/date.py` on the branch.
+    pub file: String,
 }
 
 /// The templates shipped in the binary, for a run outside the source tree.
@@ -167,6 +249,46 @@ impl Demo {
         }
     }
 
+    /// Plays alice for `--coding`: assigns a task that names a file, then waits until the agent
+    /// has worked it (or `timeout`) and reads the branch on the remote.
+    pub async fn play_coding(&self, timeout: Duration) -> anyhow::Result<CodingOutcome> {
+        let repository = self.repository.clone().context("the demo was started without --coding")?;
+        let deadline = Instant::now() + timeout;
+        while !self.agent.status.caught_up() {
+            anyhow::ensure!(Instant::now() < deadline, "the agent did not connect to the board in time");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let create = CreateTask {
+            project_slug: "team".into(),
+            title: "Fix the date parser's default".into(),
+            description: Some(CODING_TASK.into()),
+            assignee_slug: Some("picogent".into()),
+            ..CreateTask::default()
+        };
+        let created = self.alice.create_task(&create, None).await?;
+        println!("alice    assigned {} \"{}\" to @picogent", created.key, created.title);
+        println!("         {CODING_TASK}");
+        loop {
+            let task = self.alice.get_task(&created.id).await?;
+            if task.status == TaskStatus::InReview && self.agent.status.active_runs() == 0 {
+                let query = MessageQuery { task_id: Some(task.id.clone()), ..MessageQuery::default() };
+                let comments = self.alice.list_messages(&query).await?;
+                let branch = format!("picogent/{}", task.key);
+                let log = git(&repository, &["log", "--format=%h %s", &format!("main..{branch}")])?;
+                let file = git(&repository, &["show", &format!("{branch}:src/date.py")])?;
+                let commits = log.lines().map(str::to_string).collect();
+                return Ok(CodingOutcome { task, comments, branch, commits, file });
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "the agent did not finish in {timeout:?}: task {} is {}",
+                task.key,
+                task.status
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
     pub async fn shutdown(self) -> anyhow::Result<()> {
         self.agent.shutdown().await?;
         self.model.shutdown().await;
@@ -206,17 +328,27 @@ fn print_outcome(outcome: &Outcome) {
     }
 }
 
-pub async fn run_cli(keep: bool) -> anyhow::Result<ExitCode> {
+pub async fn run_cli(keep: bool, coding: bool) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let local_prompts = PathBuf::from("prompts");
-    let demo = start(local_prompts.join(crate::prompts::SYSTEM).exists().then_some(local_prompts)).await?;
+    let prompts = local_prompts.join(crate::prompts::SYSTEM).exists().then_some(local_prompts);
+    let demo = start_with(prompts, coding).await?;
     println!("picogent demo — reference board, offline planner model (a rule-based stand-in, not an LLM), agent");
     println!("board    {}", demo.board.url());
     println!("model    {} (offline planner)", demo.model.url());
     if std::env::var_os("RUST_LOG").is_none() {
         println!("log      warnings only; RUST_LOG=info picogent demo shows the agent's log on stderr");
     }
+    if let Some(repository) = &demo.repository {
+        println!("remote   {} (a local bare git repository)", repository.display());
+        println!(
+            "coding   the stand-in coding agent (fixtures/coding-agent/stand-in.sh: a script, not a coding agent)"
+        );
+    }
     println!();
+    if coding {
+        return run_coding(demo, started, keep).await;
+    }
     let outcome = demo.play(Duration::from_secs(30)).await;
     let outcome = match outcome {
         Ok(outcome) => outcome,
@@ -228,6 +360,40 @@ pub async fn run_cli(keep: bool) -> anyhow::Result<ExitCode> {
     };
     print_timeline(&demo).await?;
     print_outcome(&outcome);
+    println!();
+    println!("done in {:.1} s", started.elapsed().as_secs_f64());
+    if keep {
+        print_keep(&demo);
+        tokio::signal::ctrl_c().await.context("cannot wait for ctrl-c")?;
+    }
+    demo.shutdown().await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn run_coding(demo: Demo, started: Instant, keep: bool) -> anyhow::Result<ExitCode> {
+    let outcome = match demo.play_coding(Duration::from_secs(60)).await {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            let _ = print_timeline(&demo).await;
+            let _ = demo.shutdown().await;
+            return Err(error);
+        }
+    };
+    print_timeline(&demo).await?;
+    println!();
+    let status = crate::web::readable::status_label(outcome.task.status.as_str()).to_lowercase();
+    println!("final    {} \"{}\" is {status}", outcome.task.key, outcome.task.title);
+    for comment in &outcome.comments {
+        println!("  comment @{}: {}", comment.author_slug, one_line(&comment.content, 400));
+    }
+    println!("remote   branch {} (main untouched):", outcome.branch);
+    for commit in &outcome.commits {
+        println!("  {commit}");
+    }
+    println!("  src/date.py on the branch:");
+    for line in outcome.file.lines() {
+        println!("    {line}");
+    }
     println!();
     println!("done in {:.1} s", started.elapsed().as_secs_f64());
     if keep {

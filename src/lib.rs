@@ -32,3 +32,4 @@ pub use picogent_tools as tools;
 pub use picogent_tracker as tracker;
 pub use picogent_tracker::session;
 pub use picogent_web as web;
+pub use picogent_workspace as workspace;

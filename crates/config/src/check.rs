@@ -20,6 +20,7 @@ impl Config {
             .and_then(|()| self.check_retention())
             .and_then(|()| self.check_presence())
             .and_then(|()| self.check_replicas())
+            .and_then(|()| self.workspaces.check())
             .map_err(|(field, message)| ConfigError::Field { path: path.to_path_buf(), field, message })
     }
 

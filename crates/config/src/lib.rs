@@ -91,6 +91,10 @@ pub struct Config {
     /// stream, all run queued runs (`state::lease`, `runtime::replicas`).
     #[serde(default)]
     pub replicas: ReplicasConfig,
+    /// The repositories tasks are worked in, a git workspace per task, and the coding agents
+    /// that work there (`picogent_workspace`, docs/coding-agents.md).
+    #[serde(default)]
+    pub workspaces: picogent_workspace::WorkspacesConfig,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -226,6 +230,9 @@ fn load_text(path: &Path, text: &str, overrides: &Overrides) -> Result<Config, C
         (None, message) => ConfigError::Invalid { path: path.to_path_buf(), message },
     })?;
     let base = path.parent().unwrap_or(Path::new("."));
+    if config.workspaces.root.is_relative() {
+        config.workspaces.root = base.join(&config.workspaces.root);
+    }
     if config.prompts_dir.is_relative() {
         config.prompts_dir = base.join(&config.prompts_dir);
     }

@@ -82,6 +82,10 @@ static TASK_ID_LINE: LazyLock<Regex> =
 static UUID: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b").expect("valid regex")
 });
+/// A file a task names, for the coding agent: a path with a source file's extension (`src/date.py`).
+static FILE_NAME: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?:^|[\s`'(])((?:[A-Za-z0-9_.-]+/)*[A-Za-z0-9_-]+\.(?:py|rs|js|ts|go|md|txt|json|toml|ya?ml|java|c|h|cpp|rb|sh|html|css))\b").expect("valid regex")
+});
 static EXISTING_STEP_LINE: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"(?m)^\s*- \[( |x)\] (.+?) \(step id ([^)\s]+)\)\s*$").expect("valid regex"));
 static MESSAGE_TEXT_LINE: LazyLock<Regex> =
@@ -379,6 +383,25 @@ fn plan_task(key: &str, task_id: Option<&str>, history: &History, offered: &Offe
         return turn;
     }
 
+    // 3b. A task that names a file, on a run offered the coding tools: the coding agent makes the
+    //     change (once: a coding agent that failed is reported, not run again), then the
+    //     workspace is looked at.
+    if offered.get(RUN_CODING_AGENT).is_some() && names_a_file(&task) {
+        if history.attempts(RUN_CODING_AGENT, any) == 0 {
+            let instructions = format!("Task {key}: {}", task_text(&task).trim());
+            return PlannedTurn::ToolCalls(vec![call(RUN_CODING_AGENT, json!({ "instructions": instructions }))]);
+        }
+        if history.successes(RUN_CODING_AGENT, any).next().is_none() {
+            return PlannedTurn::Text(format!(
+                "The offline planner (a rule-based stand-in, not an LLM) delegated {key} to the coding agent, \
+                 and the coding agent did not finish; see its answer above. The task stays in progress."
+            ));
+        }
+        if offered.get(WORKSPACE_STATUS).is_some() && history.wanted(WORKSPACE_STATUS, any) {
+            return PlannedTurn::ToolCalls(vec![call(WORKSPACE_STATUS, json!({}))]);
+        }
+    }
+
     // 4. Tick the steps.
     if offered.get("complete_step").is_some() {
         let task_argument = offered.argument("complete_step", &TASK_ARGUMENT);
@@ -406,6 +429,26 @@ fn plan_task(key: &str, task_id: Option<&str>, history: &History, offered: &Offe
         plan.len(),
         plan.join("; ")
     ))
+}
+
+/// The coding tools' names (`picogent_workspace::tools`), as a model sees them offered.
+const RUN_CODING_AGENT: &str = "run_coding_agent";
+const WORKSPACE_STATUS: &str = "workspace_status";
+
+/// The task's title and description in a `get_task` result (the whole text of a text result).
+fn task_text(task: &Value) -> String {
+    match task {
+        Value::String(text) => text.clone(),
+        other => {
+            let field = |name: &str| other.get(name).and_then(Value::as_str).unwrap_or_default().to_string();
+            format!("{}\n\n{}", field("title"), field("description"))
+        }
+    }
+}
+
+/// Whether the task's text names a file.
+fn names_a_file(task: &Value) -> bool {
+    FILE_NAME.is_match(&task_text(task))
 }
 
 fn set_status(history: &History, offered: &Offered, task_ref: &str, status: &str) -> Option<PlannedTurn> {

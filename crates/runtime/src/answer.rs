@@ -113,10 +113,18 @@ pub async fn post_answer(
 }
 
 /// The answer text as posted: the model's words, and a line of what the run spent.
-pub fn answer_text(record: &RunRecord, limits: &Limits, price: Option<&Price>) -> String {
-    let text = record.final_message.trim();
-    if !limits.spend_footer || text.is_empty() {
-        return text.to_string();
+/// `work`: the line naming the branch and commit of the run's coding work, picogent's own words
+/// whatever the model wrote, before the spend line.
+pub fn answer_text(record: &RunRecord, limits: &Limits, price: Option<&Price>, work: Option<String>) -> String {
+    let mut text = record.final_message.trim().to_string();
+    if text.is_empty() {
+        return text;
+    }
+    if let Some(work) = work {
+        text = format!("{text}\n\n{work}");
+    }
+    if !limits.spend_footer {
+        return text;
     }
     format!("{text}\n\n— {}", spend_line(record, price))
 }

@@ -59,6 +59,9 @@ async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
     if let Some(view) = replica {
         body["replica"] = serde_json::json!(view);
     }
+    if let Some(view) = state.status.workspaces() {
+        body["workspaces"] = serde_json::json!(view);
+    }
     (code, Json(body))
 }
 

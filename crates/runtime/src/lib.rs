@@ -26,6 +26,7 @@
 
 pub mod answer;
 pub mod control;
+pub mod direct;
 pub mod guard;
 pub mod http;
 pub mod inspector;
@@ -225,14 +226,19 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     let registry: Arc<dyn ToolSource> = Arc::new(build_tools(&config, &client)?);
     // External MCP servers join the tracker's tools; one permission policy governs them all.
     let host = Arc::new(picogent_mcp::host::McpHost::start(&config).await);
-    let tools: Arc<dyn ToolSource> =
-        Arc::new(picogent_tools::governed(vec![registry, host.clone()], &config.permissions, &client));
+    let coding = coding_tools(&config, &client)?;
+    let mut sources = vec![registry, host.clone() as Arc<dyn ToolSource>];
+    sources.extend(coding.clone().map(|coding| coding as Arc<dyn ToolSource>));
+    let tools: Arc<dyn ToolSource> = Arc::new(picogent_tools::governed(sources, &config.permissions, &client));
     let model: Arc<dyn picogent_llm::ChatModel> = Arc::new(
         picogent_llm::openai::OpenAiChat::new(&config.llm, llm_api_key).context("cannot build the model client")?,
     );
     let metrics = Arc::new(Metrics::default());
     let status = Arc::new(StatusBoard::default());
     let shutdown = CancellationToken::new();
+    if let Some(coding) = &coding {
+        measure_workspaces(coding.workspaces().clone(), status.clone(), shutdown.clone());
+    }
 
     let services = Arc::new(RunServices {
         config: config.clone(),
@@ -251,6 +257,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
             max_per_hour: config.limits.max_replies_per_thread_per_hour,
             lock: Default::default(),
         }),
+        coding,
     });
 
     let (inputs_tx, inputs_rx) = mpsc::channel::<Input>(1024);
@@ -401,6 +408,48 @@ fn inspector_routes(services: &RunServices, access: crate::inspector::Access) ->
         access,
         services.shutdown.child_token(),
     ))
+}
+
+/// Measures the workspaces' disk use for `/readyz` at start and every minute, off the runtime's
+/// threads (a walk of the folders), until `shutdown`.
+fn measure_workspaces(
+    workspaces: Arc<picogent_workspace::Workspaces>,
+    status: Arc<StatusBoard>,
+    shutdown: CancellationToken,
+) {
+    tokio::spawn(async move {
+        loop {
+            let measured = workspaces.clone();
+            if let Ok(view) = tokio::task::spawn_blocking(move || measured.view()).await {
+                status.set_workspaces(view);
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
+            }
+        }
+    });
+}
+
+/// The coding tools over `workspaces.root`, when a repository is configured. Commits are made as
+/// the agent (`name <slug@picogent.invalid>`); coding agents are told picogent's own model unless
+/// their entry names another.
+fn coding_tools(
+    config: &Config,
+    client: &TrackerClient,
+) -> anyhow::Result<Option<Arc<picogent_workspace::CodingTools>>> {
+    if !config.workspaces.enabled() {
+        return Ok(None);
+    }
+    picogent_support::private_files::create_private_dir_all(&config.workspaces.root)
+        .with_context(|| format!("cannot make workspaces.root {}", config.workspaces.root.display()))?;
+    let email = format!("{}@picogent.invalid", config.slug);
+    let workspaces = picogent_workspace::Workspaces::new(Arc::new(config.workspaces.clone()), &config.name, &email);
+    let model = picogent_workspace::tools::ModelDefaults {
+        base_url: config.llm.base_url.clone(),
+        model: config.llm.model.clone(),
+    };
+    Ok(Some(Arc::new(picogent_workspace::CodingTools::new(Arc::new(workspaces), client.clone(), model))))
 }
 
 fn build_tools(config: &Config, client: &TrackerClient) -> anyhow::Result<picogent_tools::Registry> {

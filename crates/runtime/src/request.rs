@@ -37,6 +37,9 @@ pub struct RunServices {
     /// The loop guard, and what tells where each post lands and what it answers (asked before
     /// every post of a run).
     pub post_guard: Arc<ReplyCap>,
+    /// The coding tools, when `workspaces` names a repository: a task's workspace and its coding
+    /// agent, and what each run's coding agent printed and pushed.
+    pub coding: Option<Arc<picogent_workspace::CodingTools>>,
 }
 
 /// What a run is for.

@@ -103,6 +103,12 @@ async fn drive(
         None => acknowledge(&services.client, &request.kind).await,
         Some(_) => None,
     };
+    if let Some((coding, asked)) = crate::direct::direct_task(services, request) {
+        let task = task.as_ref().unwrap_or(asked);
+        let posts = RunPosts::new(services.post_guard.clone(), Arc::new(answering_of(request)));
+        let end = crate::direct::work(services, coding, task, run_id, request, &posts, cancel).await;
+        return Ok(Ended { status: end.status, notice: end.notice, steering_consumed: 0 });
+    }
     let begun = begin(services, run_id, request, task).await?;
     let answering = Arc::new(answering_of(request));
     let posts = Arc::new(RunPosts::new(services.post_guard.clone(), answering.clone()));
@@ -120,7 +126,8 @@ async fn drive(
         model_loop(services, run_id, request, &begun, posts.clone(), cancel, loop_steering).await;
     forwarding.abort();
     if output.record.outcome == RunOutcome::Completed {
-        let text = answer_text(&output.record, &services.config.limits, services.config.llm.price.as_ref());
+        let work = services.coding.as_ref().and_then(|coding| coding.runs().work(run_id)).map(|work| work.describe());
+        let text = answer_text(&output.record, &services.config.limits, services.config.llm.price.as_ref(), work);
         let steering_taken = output.record.steering_inputs;
         post_answer(&services.client, &posts, &request.session, run_id, &request.kind, text, steering_taken).await;
     }
@@ -261,7 +268,7 @@ async fn model_loop(
     let setup = picogent_agent::RunSetup {
         model: services.model.as_ref(),
         tools: services.tools.as_ref(),
-        offered_tools: offered_tools(&request.kind, &services.tools.tools()),
+        offered_tools: offered_tools(&request.kind, &services.tools.tools(), coding_task(services, &request.kind)),
         limits,
         tool_context,
         cancel: cancel.clone(),
@@ -413,8 +420,17 @@ fn tokens_left_by_cost(config: &Config, spent: f64) -> u64 {
     ((max - spent).max(0.0) / per_token) as u64
 }
 
-/// The tools a run of this kind is offered: fewer for a chat reply than for a task run.
-fn offered_tools(kind: &RunKind, available: &[rmcp::model::Tool]) -> Vec<String> {
+/// Whether this is a run of a task that has a repository: it is offered the coding tools.
+fn coding_task(services: &RunServices, kind: &RunKind) -> bool {
+    match (kind, &services.coding) {
+        (RunKind::Task { task, .. }, Some(coding)) => coding.serves(task),
+        _ => false,
+    }
+}
+
+/// The tools a run of this kind is offered: fewer for a chat reply than for a task run, and the
+/// coding tools only on a run of a task that has a repository (`coding`).
+fn offered_tools(kind: &RunKind, available: &[rmcp::model::Tool], coding: bool) -> Vec<String> {
     let preset: Option<&[&str]> = match kind {
         RunKind::Task { .. } => Some(picogent_tools::registry::TASK_RUN_TOOLS),
         RunKind::Message { message } if message.task_id.is_some() => Some(picogent_tools::registry::TASK_RUN_TOOLS),
@@ -425,6 +441,9 @@ fn offered_tools(kind: &RunKind, available: &[rmcp::model::Tool]) -> Vec<String>
         .iter()
         .map(|tool| tool.name.to_string())
         .filter(|name| {
+            if picogent_workspace::CODING_TOOLS.contains(&name.as_str()) {
+                return coding;
+            }
             preset.is_none_or(|preset| {
                 preset.contains(&name.as_str())
                     || name.starts_with("mcp__")

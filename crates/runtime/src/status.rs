@@ -25,6 +25,9 @@ pub struct StatusBoard {
     waiting: Mutex<Vec<WaitingRun>>,
     /// What the model probe `picogent run` sends at start found; `None` when none was sent.
     model: Mutex<Option<picogent_llm::probe::ModelCheck>>,
+    /// The workspaces and their disk use (`workspaces`), measured every minute; `None` without
+    /// a repository.
+    workspaces: Mutex<Option<picogent_workspace::WorkspacesView>>,
 }
 
 /// A run waiting for a slot, as the run inspector lists it.
@@ -58,6 +61,7 @@ impl Default for StatusBoard {
             holds_stream: AtomicBool::new(false),
             replica: Mutex::new(None),
             waiting: Mutex::new(Vec::new()),
+            workspaces: Mutex::new(None),
             model: Mutex::new(None),
         }
     }
@@ -104,6 +108,14 @@ impl StatusBoard {
 
     pub fn active_runs(&self) -> usize {
         self.active_runs.load(Ordering::SeqCst)
+    }
+
+    pub fn set_workspaces(&self, view: picogent_workspace::WorkspacesView) {
+        *self.workspaces.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(view);
+    }
+
+    pub fn workspaces(&self) -> Option<picogent_workspace::WorkspacesView> {
+        *self.workspaces.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The runs waiting for a slot now, in order.

@@ -1,0 +1,504 @@
+//! One run of a coding agent CLI in a workspace: its command line filled in (each placeholder
+//! inside one argument, never a shell), an environment of only what its entry names, its output
+//! streamed line by line to the caller and kept up to `max_output_bytes`, a wall-clock timeout,
+//! and a stop that kills its process group.
+//!
+//! How it ended is judged from what the CLI says, not only its exit code: a stream-json `result`
+//! line (Qwen Code, Claude Code) with `is_error` or an `[API Error…]` result is a failure though
+//! the CLI exits 0, and so is a result file whose status is not one of its `done` values
+//! (mini-swe-agent past its step limit).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio_util::sync::CancellationToken;
+
+use crate::child::{self, Capped, Group};
+use crate::config::{CodingAgent, OutputFormat};
+use crate::workspace::Workspace;
+
+/// What a run of a coding agent is given.
+pub struct Invocation<'a> {
+    pub agent: &'a CodingAgent,
+    pub workspace: &'a Workspace,
+    pub instructions: &'a str,
+    /// The model it is told to use (`{model}`) and where (`{base_url}`).
+    pub model: &'a str,
+    pub base_url: &'a str,
+}
+
+/// How a run of a coding agent ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum AgentEnd {
+    /// It finished its work.
+    Finished,
+    /// It ended without finishing: a non-zero exit, an error it reported, a status not `done`.
+    Failed { reason: String },
+    /// It ran past its `timeout_ms` and was killed.
+    TimedOut { after_ms: u64 },
+    /// The run was stopped (`@picogent stop`, the task unassigned) and it was killed.
+    Stopped,
+    /// It could not be started.
+    NotStarted { reason: String },
+}
+
+/// What the model gets back, and the run's record keeps.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AgentReport {
+    pub agent: String,
+    pub end: AgentEnd,
+    /// Its exit, as the system said (`exit 0`, `killed by a signal`); `None` if it never ran.
+    pub exit: Option<String>,
+    /// What it said last: the stream's `result`, or its last lines.
+    pub final_message: String,
+    /// The steps it reported (its tool calls, where its output shows them).
+    pub progress: Vec<String>,
+    /// Its output as kept (`max_output_bytes`), with a line saying how much more there was.
+    pub output: String,
+    pub duration_ms: u64,
+}
+
+impl AgentReport {
+    pub fn finished(&self) -> bool {
+        self.end == AgentEnd::Finished
+    }
+
+    /// Why it did not finish, in a sentence naming the agent; `None` when it finished.
+    pub fn failure(&self) -> Option<String> {
+        let name = &self.agent;
+        match &self.end {
+            AgentEnd::Finished => None,
+            AgentEnd::Failed { reason } => Some(format!("the coding agent {name} failed: {reason}")),
+            AgentEnd::TimedOut { after_ms } => Some(format!(
+                "the coding agent {name} ran past its timeout ({}s, workspaces.agents.{name}.timeout_ms) and was stopped",
+                after_ms / 1000
+            )),
+            AgentEnd::Stopped => Some(format!("the coding agent {name} was stopped")),
+            AgentEnd::NotStarted { reason } => Some(format!("the coding agent {name} could not start: {reason}")),
+        }
+    }
+}
+
+/// Runs the coding agent; each line of its output (stdout and stderr) goes to `on_line` as it
+/// comes. Never fails: how it ended is in the report.
+pub async fn run(
+    invocation: &Invocation<'_>,
+    on_line: &(dyn Fn(&str) + Send + Sync),
+    cancel: &CancellationToken,
+) -> AgentReport {
+    let started = Instant::now();
+    let agent = invocation.agent;
+    let mut kept = Capped::new(agent.max_output_bytes);
+    let mut reading = Reading::new(agent.output);
+    let report = |end: AgentEnd, exit: Option<String>, reading: Reading, kept: &Capped| AgentReport {
+        agent: agent.name.clone(),
+        end,
+        exit,
+        final_message: reading.final_message(),
+        progress: reading.progress,
+        output: kept.shown(),
+        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+    };
+    let Prepared { program, args, env } = match prepare(invocation) {
+        Ok(prepared) => prepared,
+        Err(error) => return report(AgentEnd::NotStarted { reason: error.to_string() }, None, reading, &kept),
+    };
+    let command = child::command(&program, &args, &invocation.workspace.path, &invocation.workspace.home, &env);
+    let mut group = match Group::spawn(command) {
+        Ok(group) => group,
+        Err(error) => {
+            let reason = format!("cannot run {program:?}: {error} (is it installed and on PATH?)");
+            return report(AgentEnd::NotStarted { reason }, None, reading, &kept);
+        }
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(bool, String)>();
+    let stdout =
+        group.child.stdout.take().map(|pipe| (true, Box::new(pipe) as Box<dyn tokio::io::AsyncRead + Send + Unpin>));
+    let stderr = group.child.stderr.take().map(|pipe| (false, Box::new(pipe) as _));
+    for (is_stdout, pipe) in [stdout, stderr].into_iter().flatten() {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(pipe).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if tx.send((is_stdout, line)).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    drop(tx);
+    let timeout = Duration::from_millis(agent.timeout_ms);
+    let deadline = tokio::time::sleep(timeout);
+    tokio::pin!(deadline);
+    let cut_short = loop {
+        tokio::select! {
+            line = rx.recv() => match line {
+                Some((is_stdout, line)) => {
+                    on_line(&line);
+                    kept.push_line(&line);
+                    if is_stdout {
+                        reading.stdout(&line);
+                    } else {
+                        reading.stderr(&line);
+                    }
+                }
+                None => break None,
+            },
+            () = &mut deadline => break Some(AgentEnd::TimedOut { after_ms: agent.timeout_ms }),
+            () = cancel.cancelled() => break Some(AgentEnd::Stopped),
+        }
+    };
+    if let Some(end) = cut_short {
+        group.stop().await;
+        return report(end, Some("killed".to_string()), reading, &kept);
+    }
+    let status = tokio::select! {
+        status = group.child.wait() => status,
+        () = &mut deadline => {
+            group.stop().await;
+            return report(AgentEnd::TimedOut { after_ms: agent.timeout_ms }, Some("killed".into()), reading, &kept);
+        }
+        () = cancel.cancelled() => {
+            group.stop().await;
+            return report(AgentEnd::Stopped, Some("killed".into()), reading, &kept);
+        }
+    };
+    // Whatever it left running in its group goes now.
+    drop(group);
+    let (exit, success) = match status {
+        Ok(status) => (
+            status.code().map_or_else(|| "killed by a signal".to_string(), |code| format!("exit {code}")),
+            status.success(),
+        ),
+        Err(error) => (format!("unknown ({error})"), false),
+    };
+    let end = if !success {
+        let said = reading.error.clone().unwrap_or_else(|| crate::git::last_lines(&reading.stderr_tail, 3));
+        AgentEnd::Failed { reason: if said.is_empty() { exit.clone() } else { format!("{exit}: {said}") } }
+    } else if let Some(error) = reading.error.clone() {
+        AgentEnd::Failed { reason: error }
+    } else if let Some(reason) = result_file_failure(invocation) {
+        AgentEnd::Failed { reason }
+    } else {
+        AgentEnd::Finished
+    };
+    report(end, Some(exit), reading, &kept)
+}
+
+/// What a coding agent is started with, placeholders filled.
+struct Prepared {
+    program: String,
+    args: Vec<String>,
+    env: BTreeMap<String, String>,
+}
+
+/// Why a coding agent could not be started.
+#[derive(Debug, thiserror::Error)]
+enum PrepareError {
+    #[error("cannot make its home: {0}")]
+    Home(std::io::Error),
+    #[error("cannot write its instructions: {0}")]
+    Instructions(std::io::Error),
+    #[error("cannot write {name}: {source}")]
+    File { name: String, source: std::io::Error },
+    #[error("the environment variable {0} is not set (its entry passes ${{{0}}})")]
+    Unset(String),
+    #[error("its entry asks for the sandbox, and bwrap is not installed (Debian: bubblewrap)")]
+    NoSandbox,
+}
+
+/// The program, its arguments and its environment, placeholders filled; the instructions file
+/// and the entry's files written into its home.
+fn prepare(invocation: &Invocation<'_>) -> Result<Prepared, PrepareError> {
+    let agent = invocation.agent;
+    let workspace = invocation.workspace;
+    std::fs::create_dir_all(&workspace.home).map_err(PrepareError::Home)?;
+    let instructions_file = workspace.home.join("instructions.md");
+    std::fs::write(&instructions_file, invocation.instructions).map_err(PrepareError::Instructions)?;
+    for (name, content) in &agent.files {
+        std::fs::write(workspace.home.join(name), content)
+            .map_err(|source| PrepareError::File { name: name.clone(), source })?;
+    }
+    let vars = BTreeMap::from([
+        ("workspace", workspace.path.to_string_lossy().into_owned()),
+        ("home", workspace.home.to_string_lossy().into_owned()),
+        ("instructions", invocation.instructions.to_string()),
+        ("instructions_file", instructions_file.to_string_lossy().into_owned()),
+        ("task_key", workspace.key.to_string()),
+        ("model", invocation.model.to_string()),
+        ("base_url", invocation.base_url.to_string()),
+    ]);
+    let mut words: Vec<String> = agent.command.iter().map(|word| fill(word, &vars)).collect();
+    let mut env = BTreeMap::new();
+    for (name, value) in &agent.env {
+        env.insert(name.clone(), from_environment(&fill(value, &vars))?);
+    }
+    if agent.sandbox {
+        words = sandboxed(words, workspace)?;
+    }
+    let program = words.remove(0);
+    Ok(Prepared { program, args: words, env })
+}
+
+/// `{name}` placeholders replaced by their values, in one pass (a value is never read again).
+fn fill(template: &str, vars: &BTreeMap<&str, String>) -> String {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        match after.find('}').and_then(|close| vars.get(&after[..close]).map(|value| (close, value))) {
+            Some((close, value)) => {
+                out.push_str(value);
+                rest = &after[close + 1..];
+            }
+            None => {
+                out.push('{');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `${NAME}` and `${NAME:-default}` replaced from picogent's environment; an unset `${NAME}`
+/// without a default is an error naming it.
+fn from_environment(value: &str) -> Result<String, PrepareError> {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(open) = rest.find("${") {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 2..];
+        let Some(close) = after.find('}') else {
+            out.push_str(&rest[open..]);
+            return Ok(out);
+        };
+        let (name, default) = match after[..close].split_once(":-") {
+            Some((name, default)) => (name, Some(default)),
+            None => (&after[..close], None),
+        };
+        match (std::env::var(name), default) {
+            (Ok(found), _) if !found.is_empty() => out.push_str(&found),
+            (_, Some(default)) => out.push_str(default),
+            _ => return Err(PrepareError::Unset(name.to_string())),
+        }
+        rest = &after[close + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// The command inside bubblewrap: the workspace and the agent's home writable, the rest of the
+/// file system read-only, its own `/tmp` and process namespace.
+fn sandboxed(words: Vec<String>, workspace: &Workspace) -> Result<Vec<String>, PrepareError> {
+    let found = std::env::var_os("PATH")
+        .map(|path| std::env::split_paths(&path).any(|dir| dir.join("bwrap").is_file()))
+        .unwrap_or(false);
+    if !found {
+        return Err(PrepareError::NoSandbox);
+    }
+    let ws = workspace.path.to_string_lossy().into_owned();
+    let home = workspace.home.to_string_lossy().into_owned();
+    let mut wrapped: Vec<String> = [
+        "bwrap",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",
+        "--bind",
+        &ws,
+        &ws,
+        "--bind",
+        &home,
+        &home,
+        "--unshare-pid",
+        "--die-with-parent",
+        "--chdir",
+        &ws,
+        "--",
+    ]
+    .iter()
+    .map(|word| word.to_string())
+    .collect();
+    wrapped.extend(words);
+    Ok(wrapped)
+}
+
+/// A result file whose status is not `done`: why.
+fn result_file_failure(invocation: &Invocation<'_>) -> Option<String> {
+    let spec = invocation.agent.result.as_ref()?;
+    let vars = BTreeMap::from([
+        ("home", invocation.workspace.home.to_string_lossy().into_owned()),
+        ("workspace", invocation.workspace.path.to_string_lossy().into_owned()),
+    ]);
+    let path = fill(&spec.path, &vars);
+    let text = match std::fs::read_to_string(Path::new(&path)) {
+        Ok(text) => text,
+        Err(error) => return Some(format!("it wrote no result file {path}: {error}")),
+    };
+    let value: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(value) => value,
+        Err(error) => return Some(format!("its result file {path} is not JSON: {error}")),
+    };
+    let status = value.pointer(&spec.pointer).map(|status| match status {
+        serde_json::Value::String(text) => text.clone(),
+        other => other.to_string(),
+    });
+    match status {
+        Some(status) if spec.done.contains(&status) => None,
+        Some(status) => Some(format!("it ended {status}")),
+        None => Some(format!("its result file {path} has nothing at {}", spec.pointer)),
+    }
+}
+
+/// What is read from the output as it comes.
+struct Reading {
+    format: OutputFormat,
+    last_lines: Vec<String>,
+    result: Option<String>,
+    error: Option<String>,
+    progress: Vec<String>,
+    stderr_tail: String,
+}
+
+impl Reading {
+    fn new(format: OutputFormat) -> Reading {
+        Reading {
+            format,
+            last_lines: Vec::new(),
+            result: None,
+            error: None,
+            progress: Vec::new(),
+            stderr_tail: String::new(),
+        }
+    }
+
+    fn stdout(&mut self, line: &str) {
+        if line.trim().is_empty() {
+            return;
+        }
+        if self.format == OutputFormat::Jsonl
+            && let Ok(event) = serde_json::from_str::<serde_json::Value>(line)
+        {
+            self.event(&event);
+            return;
+        }
+        self.last_lines.push(line.to_string());
+        if self.last_lines.len() > 8 {
+            self.last_lines.remove(0);
+        }
+    }
+
+    fn stderr(&mut self, line: &str) {
+        self.stderr_tail.push_str(line);
+        self.stderr_tail.push('\n');
+        if self.stderr_tail.len() > 4096 {
+            let cut = self.stderr_tail.len() - 2048;
+            let cut = (cut..self.stderr_tail.len()).find(|&i| self.stderr_tail.is_char_boundary(i)).unwrap_or(0);
+            self.stderr_tail.drain(..cut);
+        }
+    }
+
+    /// One stream-json event: an assistant message's tool calls are its progress; the `result`
+    /// event is its final message, and tells whether it failed.
+    fn event(&mut self, event: &serde_json::Value) {
+        match event.get("type").and_then(|kind| kind.as_str()) {
+            Some("assistant") => {
+                let parts = event.pointer("/message/content").and_then(|content| content.as_array());
+                for part in parts.into_iter().flatten() {
+                    match part.get("type").and_then(|kind| kind.as_str()) {
+                        Some("tool_use") => {
+                            let name = part.get("name").and_then(|name| name.as_str()).unwrap_or("tool");
+                            let target = ["file_path", "path", "command"]
+                                .iter()
+                                .find_map(|key| part.pointer(&format!("/input/{key}")).and_then(|v| v.as_str()));
+                            self.progress.push(match target {
+                                Some(target) => format!("{name} {}", short(target)),
+                                None => name.to_string(),
+                            });
+                        }
+                        Some("text") => {
+                            if let Some(text) = part.get("text").and_then(|text| text.as_str()) {
+                                self.last_lines = vec![text.to_string()];
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            Some("result") => {
+                let result = event.get("result").and_then(|result| result.as_str()).unwrap_or("").to_string();
+                let is_error = event.get("is_error").and_then(|flag| flag.as_bool()).unwrap_or(false);
+                let subtype = event.get("subtype").and_then(|subtype| subtype.as_str()).unwrap_or("success");
+                if is_error || subtype != "success" || result.starts_with("[API Error") {
+                    let said = if result.is_empty() { subtype.to_string() } else { short(&result) };
+                    self.error = Some(format!("it reported an error: {said}"));
+                }
+                self.result = Some(result);
+            }
+            _ => {}
+        }
+    }
+
+    fn final_message(&self) -> String {
+        match &self.result {
+            Some(result) if !result.is_empty() => result.clone(),
+            _ => self.last_lines.join("\n"),
+        }
+    }
+}
+
+/// At most 200 characters of `text`, on one line.
+fn short(text: &str) -> String {
+    let line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match line.char_indices().nth(200) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None => line,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_are_filled_inside_one_argument_and_values_are_not_read_again() {
+        let vars =
+            BTreeMap::from([("instructions", "{model} $(rm -rf /); `id`".to_string()), ("model", "m".to_string())]);
+        assert_eq!(fill("-p={instructions}", &vars), "-p={model} $(rm -rf /); `id`");
+        assert_eq!(fill("{unknown} {model}", &vars), "{unknown} m");
+        assert_eq!(fill("{", &vars), "{");
+    }
+
+    #[test]
+    fn environment_values_come_from_picogents_environment_only_where_the_entry_names_them() {
+        // SAFETY: the variable is this test's own.
+        unsafe { std::env::set_var("PICOGENT_CODING_TEST_KEY", "k-1") };
+        assert_eq!(from_environment("${PICOGENT_CODING_TEST_KEY}").unwrap(), "k-1");
+        assert_eq!(from_environment("x-${PICOGENT_CODING_TEST_UNSET:-none}").unwrap(), "x-none");
+        let error = from_environment("${PICOGENT_CODING_TEST_UNSET}").unwrap_err().to_string();
+        assert!(error.contains("PICOGENT_CODING_TEST_UNSET is not set"), "{error}");
+    }
+
+    #[test]
+    fn a_stream_json_result_that_reports_an_error_is_a_failure_though_the_exit_is_0() {
+        let mut reading = Reading::new(OutputFormat::Jsonl);
+        reading.stdout(r#"{"type":"assistant","message":{"content":[{"type":"tool_use","name":"edit","input":{"file_path":"/w/src/date.py"}}]}}"#);
+        reading.stdout(r#"{"type":"result","subtype":"success","result":"[API Error: 401 bad key]"}"#);
+        assert_eq!(reading.progress, ["edit /w/src/date.py"]);
+        assert_eq!(reading.error.as_deref(), Some("it reported an error: [API Error: 401 bad key]"));
+        let mut fine = Reading::new(OutputFormat::Jsonl);
+        fine.stdout(r#"{"type":"result","subtype":"success","result":"Updated src/date.py."}"#);
+        assert_eq!((fine.error.clone(), fine.final_message()), (None, "Updated src/date.py.".to_string()));
+    }
+}

@@ -1,0 +1,110 @@
+//! Ready-made coding agent entries for CLIs that install from the package registries, tried for
+//! real (`docs/coding-agents.md` says with which versions and what each needs):
+//!
+//! - `qwen-code`: Qwen Code (`@qwen-code/qwen-code` from npm), headless with `--yolo`, its
+//!   output as stream-json lines; telemetry and its memory extraction turned off in the settings
+//!   file written into its home;
+//! - `mini-swe-agent`: mini-swe-agent (`mini-swe-agent` from PyPI), its only tool `bash`, the
+//!   outcome read from the trajectory file it writes.
+//!
+//! Both are told the model's endpoint and name (`{base_url}`, `{model}`), and get a key only from
+//! `${CODING_AGENT_API_KEY}` in picogent's environment (a placeholder when it is unset: a local
+//! server takes any).
+
+use std::collections::BTreeMap;
+
+use super::{OutputFormat, ResultFile};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preset {
+    QwenCode,
+    MiniSweAgent,
+}
+
+/// Qwen Code's settings: no usage statistics or telemetry (it would look up a host at start),
+/// no memory extraction (a second model request after every answer).
+const QWEN_SETTINGS: &str = r#"{"privacy":{"usageStatisticsEnabled":false},"telemetry":{"enabled":false},"memory":{"enableManagedAutoMemory":false}}"#;
+
+const KEY: &str = "${CODING_AGENT_API_KEY:-not-needed}";
+
+impl Preset {
+    pub const NAMES: [&'static str; 2] = ["\"qwen-code\"", "\"mini-swe-agent\""];
+
+    pub fn named(word: &str) -> Option<Preset> {
+        match word {
+            "qwen-code" => Some(Preset::QwenCode),
+            "mini-swe-agent" => Some(Preset::MiniSweAgent),
+            _ => None,
+        }
+    }
+
+    pub fn command(self) -> Vec<String> {
+        let words: &[&str] = match self {
+            Preset::QwenCode => &["qwen", "--auth-type", "openai", "--yolo", "-o", "stream-json", "{instructions}"],
+            Preset::MiniSweAgent => &[
+                "mini",
+                "-m",
+                "openai/{model}",
+                "-y",
+                "--exit-immediately",
+                "-o",
+                "{home}/trajectory.json",
+                "-c",
+                "mini.yaml",
+                "-c",
+                "model.model_kwargs.api_base={base_url}",
+                "-t",
+                "{instructions}",
+            ],
+        };
+        words.iter().map(|word| word.to_string()).collect()
+    }
+
+    pub fn env(self) -> BTreeMap<String, String> {
+        let pairs: &[(&str, &str)] = match self {
+            Preset::QwenCode => &[
+                ("OPENAI_BASE_URL", "{base_url}"),
+                ("OPENAI_MODEL", "{model}"),
+                ("OPENAI_API_KEY", KEY),
+                ("QWEN_CODE_SYSTEM_SETTINGS_PATH", "{home}/qwen-settings.json"),
+                ("QWEN_CODE_SUPPRESS_YOLO_WARNING", "1"),
+            ],
+            Preset::MiniSweAgent => &[
+                ("OPENAI_API_KEY", KEY),
+                ("MSWEA_CONFIGURED", "true"),
+                ("MSWEA_SILENT_STARTUP", "1"),
+                ("MSWEA_COST_TRACKING", "ignore_errors"),
+                ("MSWEA_GLOBAL_CONFIG_DIR", "{home}/mini-swe-agent"),
+                ("LITELLM_LOCAL_MODEL_COST_MAP", "True"),
+            ],
+        };
+        pairs.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect()
+    }
+
+    pub fn files(self) -> BTreeMap<String, String> {
+        match self {
+            Preset::QwenCode => BTreeMap::from([("qwen-settings.json".to_string(), QWEN_SETTINGS.to_string())]),
+            Preset::MiniSweAgent => BTreeMap::new(),
+        }
+    }
+
+    pub fn output(self) -> OutputFormat {
+        match self {
+            Preset::QwenCode => OutputFormat::Jsonl,
+            Preset::MiniSweAgent => OutputFormat::Text,
+        }
+    }
+
+    /// Where the CLI writes its outcome, when its exit code does not tell (mini-swe-agent exits 0
+    /// past its step limit too): the file, the JSON pointer in it, and the values that mean done.
+    pub fn result(self) -> Option<ResultFile> {
+        match self {
+            Preset::QwenCode => None,
+            Preset::MiniSweAgent => Some(ResultFile {
+                path: "{home}/trajectory.json".to_string(),
+                pointer: "/info/exit_status".to_string(),
+                done: vec!["Submitted".to_string()],
+            }),
+        }
+    }
+}

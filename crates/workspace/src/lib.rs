@@ -1,0 +1,37 @@
+//! Coding work: a git workspace per task and a coding agent CLI working in it.
+//!
+//! - [`config`]: the `workspaces` section (repositories, coding agents, hooks, limits), owned here
+//!   and embedded by the configuration, with its ready-made coding agent entries
+//!   ([`config::presets`]);
+//! - [`names`]: the task key, branch and repository names checked before git or a folder sees them;
+//! - [`workspace`]: [`Workspaces`], the worktrees under `workspaces.root`, made, found again,
+//!   finished (commit and push) and removed; [`hooks`]: the operator's hooks around them;
+//! - [`coding`]: one run of a coding agent in a workspace; [`child`]: child processes in a group
+//!   of their own; [`git`]: picogent's own git commands;
+//! - [`tools`]: `run_coding_agent` and `workspace_status`, offered on a run of a task with a
+//!   repository, and [`tools::CodingRuns`], each run's coding agent output and work.
+//!
+//! Invariants:
+//! - nothing from a task reaches a shell: the task key is checked ([`names::TaskKey`]), every
+//!   placeholder is filled inside one argument, hooks see the task only through variables;
+//! - a child's environment holds `PATH`, `LANG`, `TZ`, its own `HOME` and what its entry names:
+//!   never the tracker's token, the MCP token or the model key unless the entry passes it;
+//! - no child outlives what started it: each runs in its own process group, killed on stop,
+//!   timeout or drop ([`child::Group`]);
+//! - only `picogent/<KEY>` branches are pushed, never the base, and a push the remote already has
+//!   is not sent again.
+
+pub mod child;
+pub mod coding;
+pub mod config;
+pub mod git;
+pub mod hooks;
+pub mod names;
+pub mod tools;
+pub mod workspace;
+
+pub use coding::{AgentEnd, AgentReport, Invocation};
+pub use config::{CodingAgent, CodingAgentConfig, Repository, WorkspacesConfig};
+pub use names::TaskKey;
+pub use tools::{CODING_TOOLS, CodingRuns, CodingTools, WorkDone};
+pub use workspace::{DiffStat, Finished, Workspace, WorkspaceError, WorkspaceStatus, Workspaces, WorkspacesView};

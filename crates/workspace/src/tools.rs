@@ -1,0 +1,451 @@
+//! The two tools a run of a task with a repository is offered: `run_coding_agent` (the coding
+//! agent works in the task's workspace, and its work is committed and pushed) and the read-only
+//! `workspace_status`. The model plans, delegates, checks the diff and reports; direct mode
+//! (`workspaces.direct`) calls [`CodingTools::work`] with the task as the instructions.
+//!
+//! What each run's coding agent printed and how its work ended is kept in [`CodingRuns`], by run
+//! id: the inspector and MCP's `run://{id}/logs` read the lines as they come, and the run's answer
+//! on the task names the branch and the commit.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use picogent_tools::scope::{Judgement, ReachError};
+use picogent_tools::{CallEffect, ToolContext, ToolSource};
+use picogent_tracker::TrackerClient;
+use picogent_tracker::model::TaskOut;
+use picogent_tracker::session::SessionKey;
+use rmcp::model::{CallToolResult, ContentBlock, Tool, ToolAnnotations};
+use serde::Serialize;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::coding::{self, AgentReport, Invocation};
+use crate::hooks::{HookPoint, HookReport};
+use crate::names::TaskKey;
+use crate::workspace::{Finished, Workspace, WorkspaceStatus, Workspaces};
+
+pub const RUN_CODING_AGENT: &str = "run_coding_agent";
+pub const WORKSPACE_STATUS: &str = "workspace_status";
+/// The tools a run of a task with a repository is offered besides the tracker's.
+pub const CODING_TOOLS: [&str; 2] = [RUN_CODING_AGENT, WORKSPACE_STATUS];
+
+/// How many lines of coding agent output are kept per run for the live views.
+const LOG_LINES: usize = 2_000;
+
+/// The model a coding agent is told to use when its entry names none: picogent's own.
+#[derive(Debug, Clone)]
+pub struct ModelDefaults {
+    pub base_url: String,
+    pub model: String,
+}
+
+/// One run's coding work as the run's answer names it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkDone {
+    pub repository: String,
+    pub branch: String,
+    pub commit: Option<String>,
+    pub pushed: bool,
+    pub diff: crate::DiffStat,
+    /// From `workspaces.links.commit` (or `.branch` when there is no commit), filled in.
+    pub link: Option<String>,
+}
+
+impl WorkDone {
+    /// "Work: branch `picogent/TE-1`, commit 1a2b3c4 (1 file(s) changed, +1 −1) <link>".
+    pub fn describe(&self) -> String {
+        let mut line = format!("Work: branch `{}`", self.branch);
+        match &self.commit {
+            Some(commit) => line.push_str(&format!(", commit {} ({})", short_sha(commit), self.diff.describe())),
+            None => line.push_str(", no commit (nothing changed)"),
+        }
+        if let Some(link) = &self.link {
+            line.push_str(&format!(" {link}"));
+        }
+        line
+    }
+}
+
+fn short_sha(commit: &str) -> &str {
+    commit.get(..10).unwrap_or(commit)
+}
+
+/// Every run's coding agent output and work, by run id, while the process lives.
+#[derive(Debug, Default)]
+pub struct CodingRuns {
+    runs: Mutex<HashMap<String, RunCoding>>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct RunCoding {
+    lines: std::collections::VecDeque<String>,
+    dropped: u64,
+    work: Option<WorkDone>,
+}
+
+impl CodingRuns {
+    fn with<T>(&self, run_id: &str, f: impl FnOnce(&mut RunCoding) -> T) -> T {
+        let mut runs = self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        f(runs.entry(run_id.to_string()).or_default())
+    }
+
+    fn push_line(&self, run_id: &str, line: &str) {
+        self.with(run_id, |run| {
+            if run.lines.len() == LOG_LINES {
+                run.lines.pop_front();
+                run.dropped += 1;
+            }
+            run.lines.push_back(line.to_string());
+        });
+    }
+
+    /// The coding agent's output of the run `run_id` so far, as plain text (`run://{id}/logs`).
+    pub fn log(&self, run_id: &str) -> Option<String> {
+        let runs = self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let run = runs.get(run_id)?;
+        let mut text = String::new();
+        if run.dropped > 0 {
+            text.push_str(&format!("[{} earlier lines not kept]\n", run.dropped));
+        }
+        for line in &run.lines {
+            text.push_str(line);
+            text.push('\n');
+        }
+        Some(text)
+    }
+
+    /// How the run's coding work ended, if it did any.
+    pub fn work(&self, run_id: &str) -> Option<WorkDone> {
+        let runs = self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        runs.get(run_id).and_then(|run| run.work.clone())
+    }
+
+    /// Forgets a run that ended (its record keeps what the views need afterwards).
+    pub fn forget(&self, run_id: &str) {
+        self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(run_id);
+    }
+}
+
+/// What one delegation did: the hooks, the coding agent's report, and the end of the work.
+#[derive(Debug, Clone, Serialize)]
+pub struct CodingOutcome {
+    pub hooks: Vec<HookReport>,
+    pub report: AgentReport,
+    /// `None` when the coding agent did not finish (nothing is committed or pushed then).
+    pub finished: Option<Finished>,
+    pub work: Option<WorkDone>,
+}
+
+impl CodingOutcome {
+    /// The tool's answer, for the model.
+    pub fn text(&self) -> String {
+        let report = &self.report;
+        let mut text = match report.failure() {
+            None => format!(
+                "The coding agent {} finished ({}) in {} s.",
+                report.agent,
+                report.exit.as_deref().unwrap_or("?"),
+                report.duration_ms / 1000
+            ),
+            Some(failure) => format!("{failure}. Nothing was committed or pushed."),
+        };
+        if !report.final_message.is_empty() {
+            text.push_str(&format!("\nIts final message: {}", report.final_message));
+        }
+        if !report.progress.is_empty() {
+            text.push_str(&format!("\nSteps it took: {}", report.progress.join("; ")));
+        }
+        for hook in self.hooks.iter().filter(|hook| !hook.succeeded()) {
+            text.push_str(&format!("\n{}", hook.describe()));
+        }
+        if let Some(work) = &self.work {
+            let files = work.diff.files.join(", ");
+            text.push_str(&format!("\n{} [{files}]", work.describe()));
+            text.push_str(if work.pushed { "; pushed." } else { "; the remote had it already." });
+        }
+        if report.failure().is_some() {
+            text.push_str(&format!("\nIts last output:\n{}", crate::git::last_lines(&report.output, 12)));
+        }
+        text
+    }
+}
+
+/// Why coding work could not be done for a run.
+#[derive(Debug, thiserror::Error)]
+pub enum CodingError {
+    #[error("this run is not a task's run: the coding tools work only on a task")]
+    NotATask,
+    #[error("cannot read the task: {0}")]
+    Tracker(#[from] picogent_tracker::TrackerError),
+    #[error("task {key} has no repository: none in workspaces.repositories serves project `{project}` or its labels")]
+    NoRepository { key: String, project: String },
+    #[error(transparent)]
+    Key(#[from] crate::names::BadTaskKey),
+    #[error(transparent)]
+    Workspace(#[from] crate::WorkspaceError),
+    #[error(transparent)]
+    Agent(#[from] crate::config::AgentError),
+    #[error("{0}; the coding agent was not started")]
+    BeforeRun(String),
+}
+
+/// The coding tools, over every task's workspace.
+pub struct CodingTools {
+    workspaces: Arc<Workspaces>,
+    client: TrackerClient,
+    model: ModelDefaults,
+    runs: Arc<CodingRuns>,
+}
+
+impl CodingTools {
+    pub fn new(workspaces: Arc<Workspaces>, client: TrackerClient, model: ModelDefaults) -> CodingTools {
+        CodingTools { workspaces, client, model, runs: Arc::new(CodingRuns::default()) }
+    }
+
+    pub fn runs(&self) -> Arc<CodingRuns> {
+        self.runs.clone()
+    }
+
+    pub fn workspaces(&self) -> &Arc<Workspaces> {
+        &self.workspaces
+    }
+
+    /// Whether `task` has a repository: its runs are offered the coding tools.
+    pub fn serves(&self, task: &TaskOut) -> bool {
+        self.workspaces.config().repository_for(&task.project_slug, &task.labels).is_some()
+    }
+
+    /// The task's workspace, made if missing (with the hooks that ran).
+    pub async fn workspace(&self, task: &TaskOut) -> Result<(Workspace, Vec<HookReport>), CodingError> {
+        let (repository, _) =
+            self.workspaces.config().repository_for(&task.project_slug, &task.labels).ok_or_else(|| {
+                CodingError::NoRepository { key: task.key.clone(), project: task.project_slug.clone() }
+            })?;
+        let key = TaskKey::new(&task.key)?;
+        Ok(self.workspaces.open(repository, &key).await?)
+    }
+
+    /// The coding agent `agent` (or the default) works on `instructions` in the task's workspace:
+    /// `before_run`, the agent, `after_run`; then, if it finished, everything committed and
+    /// pushed. One coding agent at a time per workspace; `cancel` stops it (its process group is
+    /// killed).
+    pub async fn work(
+        &self,
+        task: &TaskOut,
+        instructions: &str,
+        agent: Option<&str>,
+        run_id: Option<&str>,
+        cancel: &CancellationToken,
+    ) -> Result<CodingOutcome, CodingError> {
+        let config = self.workspaces.config();
+        let agent = config.coding_agent(agent)?;
+        let (workspace, mut hooks) = self.workspace(task).await?;
+        let _held = self.workspaces.lock(&workspace).await;
+        if let Some(report) = self.workspaces.hook(HookPoint::BeforeRun, &workspace).await {
+            let failed = (!report.succeeded()).then(|| report.describe());
+            hooks.push(report);
+            if let Some(why) = failed {
+                return Err(CodingError::BeforeRun(why));
+            }
+        }
+        let invocation = Invocation {
+            agent: &agent,
+            workspace: &workspace,
+            instructions,
+            model: agent.model.as_deref().unwrap_or(&self.model.model),
+            base_url: agent.base_url.as_deref().unwrap_or(&self.model.base_url),
+        };
+        let runs = self.runs.clone();
+        let run_key = run_id.unwrap_or("").to_string();
+        let on_line = move |line: &str| runs.push_line(&run_key, line);
+        let report = coding::run(&invocation, &on_line, cancel).await;
+        hooks.extend(self.workspaces.hook(HookPoint::AfterRun, &workspace).await);
+        if !report.finished() {
+            return Ok(CodingOutcome { hooks, report, finished: None, work: None });
+        }
+        let message = commit_message(task, &report.final_message);
+        let finished = self.workspaces.finish(&workspace, &message).await?;
+        let work = WorkDone {
+            repository: workspace.repository.clone(),
+            branch: finished.branch.clone(),
+            commit: finished.commit.clone(),
+            pushed: finished.pushed,
+            diff: finished.diff.clone(),
+            link: self.link(&workspace, finished.commit.as_deref()),
+        };
+        if let Some(run_id) = run_id {
+            self.runs.with(run_id, |run| run.work = Some(work.clone()));
+        }
+        Ok(CodingOutcome { hooks, report, finished: Some(finished), work: Some(work) })
+    }
+
+    fn link(&self, workspace: &Workspace, commit: Option<&str>) -> Option<String> {
+        let links = &self.workspaces.config().links;
+        let template = match commit {
+            Some(_) => links.commit.as_ref().or(links.branch.as_ref()),
+            None => links.branch.as_ref(),
+        }?;
+        Some(
+            template
+                .replace("{repository}", &workspace.repository)
+                .replace("{branch}", &workspace.branch)
+                .replace("{commit}", commit.unwrap_or("")),
+        )
+    }
+
+    async fn task_of(&self, context: &ToolContext) -> Result<TaskOut, CodingError> {
+        match &context.session {
+            Some(SessionKey::Task(task_id)) => Ok(self.client.get_task(task_id).await?),
+            _ => Err(CodingError::NotATask),
+        }
+    }
+
+    async fn status(&self, context: &ToolContext) -> Result<(Workspace, WorkspaceStatus), CodingError> {
+        let task = self.task_of(context).await?;
+        let (workspace, _) = self.workspace(&task).await?;
+        let status = self.workspaces.status(&workspace).await?;
+        Ok((workspace, status))
+    }
+}
+
+/// `TE-12: <the agent's first line>`, the task key always first.
+fn commit_message(task: &TaskOut, final_message: &str) -> String {
+    let said = final_message.lines().map(str::trim).find(|line| !line.is_empty()).unwrap_or("");
+    let said: String = if said.is_empty() { task.title.clone() } else { said.to_string() };
+    let subject: String = said.chars().take(72).collect();
+    format!("{}: {subject}\n\nMade by picogent for {} ({}).", task.key, task.key, task.title)
+}
+
+fn schema(value: serde_json::Value) -> Arc<serde_json::Map<String, serde_json::Value>> {
+    match value {
+        serde_json::Value::Object(map) => Arc::new(map),
+        _ => Arc::new(serde_json::Map::new()),
+    }
+}
+
+fn definitions() -> Vec<Tool> {
+    let run = Tool::new(
+        RUN_CODING_AGENT,
+        "Delegate a coding change to the coding agent, working in this task's git workspace (its own branch, \
+         picogent/<task key>). Give it complete, self-contained instructions: what to change, where, and how to \
+         check it. When it finishes, its work is committed and pushed to the task's branch; the answer gives its \
+         exit, final message, the files changed and the commit. Check the result with workspace_status.",
+        schema(json!({
+            "type": "object",
+            "properties": {
+                "instructions": {"type": "string", "description": "What the coding agent is to do, in full."},
+                "agent": {"type": "string", "description": "A configured coding agent by name; omit for the default."}
+            },
+            "required": ["instructions"],
+            "additionalProperties": false
+        })),
+    )
+    .annotate(ToolAnnotations::new().read_only(false).destructive(true).idempotent(false).open_world(true));
+    let status = Tool::new(
+        WORKSPACE_STATUS,
+        "This task's git workspace: its branch, the files changed and not committed yet, the commits beyond the \
+         base branch, and the diff stat. Reads only.",
+        schema(json!({"type": "object", "properties": {}, "additionalProperties": false})),
+    )
+    .annotate(ToolAnnotations::new().read_only(true).destructive(false).idempotent(true).open_world(false));
+    vec![run, status]
+}
+
+fn text_result(text: String, structured: serde_json::Value, is_error: bool) -> CallToolResult {
+    let mut result = if is_error {
+        CallToolResult::error(vec![ContentBlock::text(text)])
+    } else {
+        CallToolResult::success(vec![ContentBlock::text(text)])
+    };
+    result.structured_content = Some(structured);
+    result
+}
+
+fn error_result(error: &CodingError) -> CallToolResult {
+    let message = error.to_string();
+    text_result(message.clone(), json!({"error": {"code": "coding", "message": message}}), true)
+}
+
+impl ToolSource for CodingTools {
+    fn tools(&self) -> Vec<Tool> {
+        definitions()
+    }
+
+    fn effect(&self, name: &str, _arguments: &serde_json::Value, _context: &ToolContext) -> Option<CallEffect> {
+        match name {
+            RUN_CODING_AGENT => Some(CallEffect::Consequential(
+                "run the coding agent in this task's workspace, then commit and push its branch".to_string(),
+            )),
+            WORKSPACE_STATUS => Some(CallEffect::Routine),
+            _ => None,
+        }
+    }
+
+    /// Both tools reach only the run's own task: its workspace and its branch.
+    fn reach<'a>(
+        &'a self,
+        name: &'a str,
+        _arguments: &'a serde_json::Value,
+        _context: &'a ToolContext,
+    ) -> BoxFuture<'a, Option<Result<Judgement, ReachError>>> {
+        Box::pin(async move { CODING_TOOLS.contains(&name).then(|| Ok(Judgement::within_run())) })
+    }
+
+    fn call<'a>(
+        &'a self,
+        name: &'a str,
+        arguments: serde_json::Value,
+        context: &'a ToolContext,
+    ) -> BoxFuture<'a, CallToolResult> {
+        Box::pin(async move {
+            match name {
+                WORKSPACE_STATUS => match self.status(context).await {
+                    Ok((workspace, status)) => {
+                        let text = format!(
+                            "Branch {} (from {}). Not committed: {}. Commits beyond {}: {}. {}.",
+                            status.branch,
+                            status.base,
+                            if status.changed.is_empty() { "nothing".to_string() } else { status.changed.join(", ") },
+                            status.base,
+                            if status.commits.is_empty() { "none".to_string() } else { status.commits.join("; ") },
+                            status.diff.describe(),
+                        );
+                        let structured = json!({"repository": workspace.repository, "status": status});
+                        text_result(text, structured, false)
+                    }
+                    Err(error) => error_result(&error),
+                },
+                RUN_CODING_AGENT => {
+                    let instructions = arguments.get("instructions").and_then(|value| value.as_str());
+                    let agent = arguments.get("agent").and_then(|value| value.as_str());
+                    let Some(instructions) = instructions.filter(|text| !text.trim().is_empty()) else {
+                        let message = "`instructions` is required: say what the coding agent is to do".to_string();
+                        return text_result(
+                            message.clone(),
+                            json!({"error": {"code": "invalid_arguments", "message": message}}),
+                            true,
+                        );
+                    };
+                    let task = match self.task_of(context).await {
+                        Ok(task) => task,
+                        Err(error) => return error_result(&error),
+                    };
+                    match self.work(&task, instructions, agent, context.run_id.as_deref(), &context.cancel).await {
+                        Ok(outcome) => {
+                            let failed = !outcome.report.finished();
+                            let structured = serde_json::to_value(&outcome).unwrap_or_default();
+                            text_result(outcome.text(), structured, failed)
+                        }
+                        Err(error) => error_result(&error),
+                    }
+                }
+                other => {
+                    let message = format!("no tool {other:?} here; the coding tools are {}", CODING_TOOLS.join(", "));
+                    text_result(message.clone(), json!({"error": {"code": "unknown_tool", "message": message}}), true)
+                }
+            }
+        })
+    }
+}

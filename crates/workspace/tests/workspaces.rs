@@ -1,0 +1,249 @@
+//! Workspaces against real git: a local bare repository is the remote, a worktree per task, a
+//! commit on `picogent/<KEY>` pushed there, the base untouched; and a coding agent (a shell
+//! script standing in for a CLI) run, stopped and timed out in a workspace.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use picogent_workspace::config::{CodingAgentConfig, Hooks, Repository, WorkspacesConfig};
+use picogent_workspace::{AgentEnd, Invocation, TaskKey, Workspaces, coding};
+use tokio_util::sync::CancellationToken;
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@x")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@x")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A bare repository with one commit on `main` (`src/date.py`), as the remote.
+fn remote(dir: &Path) -> PathBuf {
+    let seed = dir.join("seed");
+    std::fs::create_dir_all(seed.join("src")).unwrap();
+    git(&seed, &["init", "--quiet", "-b", "main"]);
+    std::fs::write(seed.join("src/date.py"), "def parse():\n    return \"2020-01-01\"\n").unwrap();
+    git(&seed, &["add", "."]);
+    git(&seed, &["commit", "--quiet", "-m", "start"]);
+    let bare = dir.join("remote.git");
+    git(dir, &["clone", "--quiet", "--bare", seed.to_str().unwrap(), bare.to_str().unwrap()]);
+    bare
+}
+
+fn config(dir: &Path, remote: &Path) -> WorkspacesConfig {
+    WorkspacesConfig {
+        root: dir.join("workspaces"),
+        repositories: BTreeMap::from([(
+            "billing".to_string(),
+            Repository {
+                url: remote.to_string_lossy().into_owned(),
+                base: "main".into(),
+                push: None,
+                projects: vec!["billing".into()],
+                labels: vec![],
+            },
+        )]),
+        hooks: Hooks { after_create: Some("echo made > .made-by-hook".into()), ..Hooks::default() },
+        ..WorkspacesConfig::default()
+    }
+}
+
+#[tokio::test]
+async fn a_task_gets_a_branch_its_commit_is_pushed_once_and_the_base_is_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = remote(dir.path());
+    let base_before = git(&remote, &["rev-parse", "main"]);
+    let workspaces = Workspaces::new(Arc::new(config(dir.path(), &remote)), "picogent", "picogent@localhost");
+    let key = TaskKey::new("TE-12").unwrap();
+
+    let (workspace, hooks) = workspaces.open("billing", &key).await.unwrap();
+    assert_eq!(workspace.branch, "picogent/TE-12");
+    assert_eq!(workspace.path, dir.path().join("workspaces/billing/TE-12"));
+    assert!(hooks.len() == 1 && hooks[0].succeeded(), "{hooks:?}");
+    std::fs::remove_file(workspace.path.join(".made-by-hook")).unwrap();
+    std::fs::write(workspace.path.join("src/date.py"), "def parse():\n    return \"2024-06-01\"\n").unwrap();
+    let status = workspaces.status(&workspace).await.unwrap();
+    assert_eq!(status.changed, [" M src/date.py"]);
+    assert_eq!((status.diff.files.len(), status.diff.insertions, status.diff.deletions), (1, 1, 1));
+
+    let finished = workspaces.finish(&workspace, "TE-12: fix the date parser").await.unwrap();
+    assert!(finished.committed && finished.pushed, "{finished:?}");
+    let commit = finished.commit.clone().unwrap();
+    assert_eq!(git(&remote, &["rev-parse", "picogent/TE-12"]), commit);
+    assert_eq!(git(&remote, &["log", "-1", "--format=%s", "picogent/TE-12"]), "TE-12: fix the date parser");
+    assert_eq!(git(&remote, &["rev-parse", "main"]), base_before, "the base branch is untouched");
+
+    // The next run (a follow-up, or after a restart) finds the same tree; nothing new: no
+    // second commit, no second push.
+    let (again, hooks) = workspaces.open("billing", &key).await.unwrap();
+    assert_eq!((again.path.clone(), hooks.len()), (workspace.path.clone(), 0));
+    let second = workspaces.finish(&again, "TE-12: fix the date parser").await.unwrap();
+    assert_eq!((second.committed, second.pushed, second.commit), (false, false, Some(commit.clone())));
+    assert_eq!(git(&remote, &["rev-list", "--count", "main..picogent/TE-12"]), "1");
+
+    // Its folder gone, the branch is found again in the mirror: the work goes on from it.
+    workspaces.remove(&again).await.unwrap();
+    assert!(!again.path.exists());
+    let (reopened, _) = workspaces.open("billing", &key).await.unwrap();
+    assert_eq!(git(&reopened.path, &["rev-parse", "HEAD"]), commit);
+}
+
+#[tokio::test]
+async fn two_tasks_get_two_workspaces_and_a_failing_after_create_hook_leaves_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = remote(dir.path());
+    let workspaces = Workspaces::new(Arc::new(config(dir.path(), &remote)), "picogent", "p@x");
+    let (one, _) = workspaces.open("billing", &TaskKey::new("TE-1").unwrap()).await.unwrap();
+    let (two, _) = workspaces.open("billing", &TaskKey::new("TE-2").unwrap()).await.unwrap();
+    assert_ne!(one.path, two.path);
+    assert_eq!(workspaces.present().len(), 2);
+    assert!(workspaces.disk_usage() > 0);
+
+    let mut failing = config(dir.path(), &remote);
+    failing.hooks.after_create = Some("echo cannot install; exit 4".into());
+    let workspaces = Workspaces::new(Arc::new(failing), "picogent", "p@x");
+    let error = workspaces.open("billing", &TaskKey::new("TE-3").unwrap()).await.unwrap_err().to_string();
+    assert!(error.contains("the after_create hook failed (exit 4): cannot install"), "{error}");
+    assert!(!dir.path().join("workspaces/billing/TE-3").exists());
+}
+
+#[test]
+fn hostile_names_are_refused_before_git_sees_them() {
+    assert!(TaskKey::new("--upload-pack=touch /tmp/x").is_err());
+    assert!(TaskKey::new("../../etc").is_err());
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path(), Path::new("/srv/git/billing.git"));
+    config.allowed_paths = vec![PathBuf::from("/srv/git")];
+    assert!(config.check().is_ok());
+    config.repositories.get_mut("billing").unwrap().url = "/home/other/secret.git".into();
+    let (field, message) = config.check().unwrap_err();
+    assert_eq!(field, "workspaces.repositories.billing.url");
+    assert!(message.contains("outside `workspaces.allowed_paths`"), "{message}");
+    config.repositories.get_mut("billing").unwrap().url = "--upload-pack=sh".into();
+    assert!(config.check().unwrap_err().1.contains("git would read it as an option"));
+    config.repositories.get_mut("billing").unwrap().url = "/srv/git/billing.git".into();
+    config.repositories.get_mut("billing").unwrap().base = "-f".into();
+    assert_eq!(config.check().unwrap_err().0, "workspaces.repositories.billing.base");
+}
+
+/// A shell script standing in for a coding agent CLI: it prints stream-json lines, edits the file
+/// its instructions name, and dumps its environment where the test reads it.
+const STAND_IN: &str = r#"
+printf '%s\n' '{"type":"assistant","message":{"content":[{"type":"tool_use","name":"edit","input":{"file_path":"src/date.py"}}]}}'
+sed -i 's/2020-01-01/2024-06-01/' src/date.py
+env > "$HOME/env.txt"
+printf '%s\n' '{"type":"result","subtype":"success","result":"Changed src/date.py."}'
+"#;
+
+fn stand_in(script: &str) -> CodingAgentConfig {
+    CodingAgentConfig {
+        command: Some(vec!["sh".into(), "-c".into(), script.into(), "stand-in".into(), "{instructions}".into()]),
+        output: Some(picogent_workspace::config::OutputFormat::Jsonl),
+        env: Some(BTreeMap::from([("MODEL_URL".to_string(), "{base_url}".to_string())])),
+        ..CodingAgentConfig::default()
+    }
+}
+
+#[tokio::test]
+async fn a_coding_agent_works_in_the_workspace_with_only_the_environment_its_entry_names() {
+    // SAFETY: set before anything else in this test binary reads the environment.
+    unsafe {
+        std::env::set_var("TEAMBOARD_TOKEN", "tok-secret-tracker");
+        std::env::set_var("PICOGENT_MCP_TOKEN", "tok-secret-mcp");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let remote = remote(dir.path());
+    let workspaces = Workspaces::new(Arc::new(config(dir.path(), &remote)), "picogent", "p@x");
+    let (workspace, _) = workspaces.open("billing", &TaskKey::new("TE-5").unwrap()).await.unwrap();
+    let agent = stand_in(STAND_IN).resolve("stand-in").unwrap();
+    let lines = Mutex::new(Vec::new());
+    let invocation = Invocation {
+        agent: &agent,
+        workspace: &workspace,
+        instructions: "Fix src/date.py; title: `rm -rf ~` $(touch /tmp/pwned)",
+        model: "m",
+        base_url: "http://127.0.0.1:9/v1",
+    };
+    let report =
+        coding::run(&invocation, &|line| lines.lock().unwrap().push(line.to_string()), &CancellationToken::new()).await;
+    assert_eq!(report.end, AgentEnd::Finished, "{report:?}");
+    assert_eq!(report.final_message, "Changed src/date.py.");
+    assert_eq!(report.progress, ["edit src/date.py"]);
+    assert_eq!(lines.lock().unwrap().len(), 2, "each line streamed as it came");
+    assert!(std::fs::read_to_string(workspace.path.join("src/date.py")).unwrap().contains("2024-06-01"));
+    let env = std::fs::read_to_string(workspace.home.join("env.txt")).unwrap();
+    assert!(env.contains("MODEL_URL=http://127.0.0.1:9/v1"), "{env}");
+    assert!(!env.contains("tok-secret"), "no token of picogent's reaches the agent: {env}");
+    assert!(!Path::new("/tmp/pwned").exists());
+}
+
+#[tokio::test]
+async fn a_coding_agent_is_killed_at_a_stop_and_at_its_timeout_and_a_crash_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = remote(dir.path());
+    let workspaces = Workspaces::new(Arc::new(config(dir.path(), &remote)), "picogent", "p@x");
+    let (workspace, _) = workspaces.open("billing", &TaskKey::new("TE-6").unwrap()).await.unwrap();
+    let run = |script: &str, timeout_ms: u64, cancel: CancellationToken| {
+        let mut entry = stand_in(script);
+        entry.timeout_ms = Some(timeout_ms);
+        let agent = entry.resolve("stand-in").unwrap();
+        let workspace = workspace.clone();
+        async move {
+            let invocation =
+                Invocation { agent: &agent, workspace: &workspace, instructions: "x", model: "m", base_url: "u" };
+            coding::run(&invocation, &|_| {}, &cancel).await
+        }
+    };
+    let pidfile = workspace.home.join("pid");
+    let hang = format!("sleep 300 & echo $! > {}; wait", pidfile.display());
+
+    let cancel = CancellationToken::new();
+    let stopper = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        stopper.cancel();
+    });
+    let stopped = run(&hang, 60_000, cancel).await;
+    assert_eq!(stopped.end, AgentEnd::Stopped);
+    assert_eq!(stopped.failure().unwrap(), "the coding agent stand-in was stopped");
+    assert_gone(&pidfile).await;
+
+    let timed_out = run(&hang, 300, CancellationToken::new()).await;
+    assert_eq!(timed_out.end, AgentEnd::TimedOut { after_ms: 300 });
+    assert!(timed_out.failure().unwrap().contains("workspaces.agents.stand-in.timeout_ms"));
+    assert_gone(&pidfile).await;
+
+    let crashed = run("echo 'segfault in parser' >&2; exit 139", 60_000, CancellationToken::new()).await;
+    assert_eq!(crashed.end, AgentEnd::Failed { reason: "exit 139: segfault in parser".into() });
+
+    let missing = CodingAgentConfig { command: Some(vec!["no-such-coding-cli".into()]), ..Default::default() };
+    let agent = missing.resolve("ghost").unwrap();
+    let invocation = Invocation { agent: &agent, workspace: &workspace, instructions: "x", model: "m", base_url: "u" };
+    let report = coding::run(&invocation, &|_| {}, &CancellationToken::new()).await;
+    assert!(matches!(&report.end, AgentEnd::NotStarted { reason } if reason.contains("is it installed")), "{report:?}");
+}
+
+/// The process whose pid is in `pidfile` is gone (or a zombie about to be reaped).
+async fn assert_gone(pidfile: &Path) {
+    let pid: i32 = std::fs::read_to_string(pidfile).unwrap().trim().parse().unwrap();
+    std::fs::remove_file(pidfile).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let alive = stat.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')) && !stat.is_empty();
+        if !alive {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{pid} outlived its coding agent");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,271 @@
+//! Coding tasks, end to end over loopback: the reference board, the offline planner (a
+//! rule-based stand-in for a model), a local bare git repository as the remote, and a coding
+//! agent in the task's workspace — the stand-in script under `fixtures/coding-agent/`, or a
+//! command of the test's. What a person sees is checked: the branch on the remote, the answer on
+//! the task naming it, one notice when the coding agent fails or is stopped, and no process left.
+
+#[path = "support/agent.rs"]
+mod agent_support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use agent_support::*;
+use picogent::state::RunStatus;
+use picogent::tracker::model::*;
+use serde_json::{Value, json};
+
+const STAND_IN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/coding-agent/stand-in.sh");
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "alice")
+        .env("GIT_AUTHOR_EMAIL", "alice@example.com")
+        .env("GIT_COMMITTER_NAME", "alice")
+        .env("GIT_COMMITTER_EMAIL", "alice@example.com")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A bare repository with `src/date.py` on `main`: the team's remote.
+fn remote(dir: &Path) -> PathBuf {
+    let seed = dir.join("seed");
+    std::fs::create_dir_all(seed.join("src")).unwrap();
+    git(&seed, &["init", "--quiet", "-b", "main"]);
+    std::fs::write(seed.join("src/date.py"), "def parse():\n    return \"2020-01-01\"\n").unwrap();
+    git(&seed, &["add", "."]);
+    git(&seed, &["commit", "--quiet", "-m", "start"]);
+    let bare = dir.join("app.git");
+    git(dir, &["clone", "--quiet", "--bare", seed.to_str().unwrap(), bare.to_str().unwrap()]);
+    bare
+}
+
+/// The `workspaces` section: the remote serves the seed's `team` project; `agent` is the coding
+/// agent's entry.
+fn workspaces(dir: &Path, remote: &Path, agent: Value, direct: bool) -> Value {
+    json!({"workspaces": {
+        "root": dir.join("workspaces"),
+        "repositories": {"app": {"url": remote, "base": "main", "projects": ["team"]}},
+        "agents": {"stand-in": agent},
+        "agent": "stand-in",
+        "direct": direct,
+        "links": {"commit": "https://git.example.com/{repository}/commit/{commit}"},
+    }})
+}
+
+fn stand_in() -> Value {
+    json!({"command": ["sh", STAND_IN, "{instructions}"], "output": "jsonl"})
+}
+
+const FIX: &str = "In src/date.py replace \"2020-01-01\" with \"2024-06-01\".";
+
+fn agent_comments(comments: &[MessageOut]) -> Vec<&MessageOut> {
+    comments.iter().filter(|m| m.author_slug == "picogent").collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_naming_a_file_is_delegated_and_its_commit_pushed_and_named_on_the_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = remote(dir.path());
+    let main_before = git(&remote, &["rev-parse", "main"]);
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let extra = workspaces(dir.path(), &remote, stand_in(), false);
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+
+    let task = create_assigned(&alice, "Fix the date parser; `rm -rf ~` $(touch /tmp/picogent-pwned)", FIX).await;
+    wait_status(&alice, &task.id, TaskStatus::InReview).await;
+    wait_idle(&agent).await;
+
+    let branch = format!("picogent/{}", task.key);
+    let commit = git(&remote, &["rev-parse", &branch]);
+    let subject = git(&remote, &["log", "-1", "--format=%s", &branch]);
+    assert!(subject.starts_with(&format!("{}: ", task.key)), "{subject}");
+    let file = git(&remote, &["show", &format!("{branch}:src/date.py")]);
+    assert!(file.contains("2024-06-01"), "{file}");
+    assert_eq!(git(&remote, &["rev-parse", "main"]), main_before, "the base branch is untouched");
+    assert_eq!(git(&remote, &["rev-list", "--count", &format!("main..{branch}")]), "1");
+    assert!(!Path::new("/tmp/picogent-pwned").exists(), "the title was never run");
+
+    let comments = comments(&alice, &task.id).await;
+    let answers = agent_comments(&comments);
+    assert_eq!(answers.len(), 1, "one answer on the task: {answers:#?}");
+    let short = &commit[..10];
+    assert!(answers[0].content.contains(&format!("Work: branch `{branch}`, commit {short}")), "{}", answers[0].content);
+    assert!(answers[0].content.contains(&format!("https://git.example.com/app/commit/{commit}")));
+
+    // The run offered the coding tools and its record keeps the coding agent's report.
+    let runs = runs_for(&agent, &format!("task:{}", task.id)).await;
+    assert_eq!(runs.len(), 1);
+    let record = serde_json::to_string(&runs[0].record).unwrap();
+    assert!(record.contains("run_coding_agent") && record.contains("Replaced"), "{record}");
+
+    // `/readyz` shows the workspaces and their disk use (measured at start, then every minute).
+    let readyz: Value =
+        reqwest::get(format!("http://{}/readyz", agent.http_addr.unwrap())).await.unwrap().json().await.unwrap();
+    let limit = 10u64 * 1024 * 1024 * 1024;
+    assert_eq!(readyz["workspaces"]["max_bytes"], json!(limit), "{readyz:#}");
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_direct_mode_the_task_goes_to_the_coding_agent_without_a_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = remote(dir.path());
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let extra = workspaces(dir.path(), &remote, stand_in(), true);
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+
+    let task = create_assigned(&alice, "Fix the date parser", FIX).await;
+    let answer = eventually(Duration::from_secs(30), "the coding agent's answer", || async {
+        let comments = comments(&alice, &task.id).await;
+        comments.into_iter().find(|m| m.author_slug == "picogent")
+    })
+    .await;
+    wait_idle(&agent).await;
+    assert!(answer.content.starts_with("The coding agent stand-in finished: Replaced"), "{}", answer.content);
+    let branch = format!("picogent/{}", task.key);
+    assert!(answer.content.contains(&format!("Work: branch `{branch}`")), "{}", answer.content);
+    assert!(git(&remote, &["show", &format!("{branch}:src/date.py")]).contains("2024-06-01"));
+    assert_eq!(model.request_count(), 0, "direct mode asks no model");
+    assert_eq!(agent_comments(&comments(&alice, &task.id).await).len(), 1);
+    let runs = runs_for(&agent, &format!("task:{}", task.id)).await;
+    assert_eq!(runs[0].status, RunStatus::Completed);
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_kills_the_coding_agent_and_a_crash_is_one_notice_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = remote(dir.path());
+    let pidfile = dir.path().join("coding-agent.pid");
+    // Hangs, with a child of its own, until it is killed; a second task's run crashes it.
+    let script = format!(
+        "case \"$1\" in *crash*) echo 'panic: index out of range in parser' >&2; exit 3;; esac; \
+         sleep 300 & echo $! > {}; wait",
+        pidfile.display()
+    );
+    let agent_entry = json!({"command": ["sh", "-c", script, "coding-agent", "{instructions}"]});
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let extra = workspaces(dir.path(), &remote, agent_entry, true);
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+
+    let hanging = create_assigned(&alice, "Rework src/date.py", "Make src/date.py faster.").await;
+    eventually(Duration::from_secs(30), "the coding agent started", || async {
+        std::fs::read_to_string(&pidfile).ok().filter(|text| !text.trim().is_empty())
+    })
+    .await;
+    let sleeper: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    comment(&alice, &hanging.id, "@picogent stop").await;
+    eventually(Duration::from_secs(15), "the coding agent's process group killed", || async {
+        (!alive(sleeper)).then_some(())
+    })
+    .await;
+    let stopped = eventually(Duration::from_secs(15), "the stop notice", || async {
+        let notices: Vec<_> =
+            comments(&alice, &hanging.id).await.into_iter().filter(|m| m.author_slug == "picogent").collect();
+        (!notices.is_empty()).then_some(notices)
+    })
+    .await;
+    wait_idle(&agent).await;
+    assert_eq!(stopped.len(), 1, "{stopped:#?}");
+    assert!(stopped[0].content.starts_with("Stopped"), "{}", stopped[0].content);
+    assert_eq!(runs_for(&agent, &format!("task:{}", hanging.id)).await[0].status, RunStatus::Stopped);
+
+    let crashing = create_assigned(&alice, "crash src/date.py", "Please crash.").await;
+    let notice = eventually(Duration::from_secs(30), "the failure notice", || async {
+        comments(&alice, &crashing.id).await.into_iter().find(|m| m.author_slug == "picogent")
+    })
+    .await;
+    wait_idle(&agent).await;
+    assert!(
+        notice.content.contains("the coding agent stand-in failed: exit 3: panic: index out of range"),
+        "{}",
+        notice.content
+    );
+    assert_eq!(agent_comments(&comments(&alice, &crashing.id).await).len(), 1, "one notice");
+    let branch = format!("refs/heads/picogent/{}", crashing.key);
+    assert_eq!(git(&remote, &["for-each-ref", &branch]), "", "nothing pushed for a crashed run");
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_coding_agent_sees_no_token_of_picogents() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = remote(dir.path());
+    let dump = dir.path().join("env.txt");
+    let probe = json!({
+        "command": ["sh", "-c", format!("env > {}; echo probed", dump.display())],
+        "env": {"GIVEN": "only-this"},
+    });
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let extra = workspaces(dir.path(), &remote, probe, true);
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+    let task = create_assigned(&alice, "Probe", "Look at README.md").await;
+    eventually(Duration::from_secs(30), "the probe's answer", || async {
+        comments(&alice, &task.id).await.into_iter().find(|m| m.author_slug == "picogent")
+    })
+    .await;
+    wait_idle(&agent).await;
+    let env = std::fs::read_to_string(&dump).unwrap();
+    assert!(env.contains("GIVEN=only-this"), "{env}");
+    for secret in ["tok-picogent", MCP_TOKEN, "tok-alice"] {
+        assert!(!env.contains(secret), "{secret} reached the coding agent: {env}");
+    }
+    let names: Vec<&str> = env.lines().filter_map(|line| line.split('=').next()).collect();
+    for name in &names {
+        assert!(
+            ["PATH", "HOME", "LANG", "TZ", "GIVEN", "PWD", "SHLVL", "_", "OLDPWD"].contains(name),
+            "{name} leaked: {env}"
+        );
+    }
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+fn alive(pid: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    !stat.is_empty() && !stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'))
+}
+
+#[test]
+fn demo_coding_shows_a_commit_on_the_tasks_branch_offline() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
+        .args(["demo", "--coding"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "demo --coding failed: {stdout}\n{stderr}");
+    assert!(stdout.contains("is in review"), "{stdout}");
+    assert!(stdout.contains("run_coding_agent("), "the planner delegated: {stdout}");
+    assert!(stdout.contains("Work: branch `picogent/TE-1`, commit "), "the task names the commit: {stdout}");
+    assert!(stdout.contains("TE-1: Replaced \"2020-01-01\" with \"2024-06-01\""), "the commit on the remote: {stdout}");
+    assert!(stdout.contains("return text or \"2024-06-01\""), "{stdout}");
+    assert!(stdout.contains("stand-in coding agent"), "named as a stand-in: {stdout}");
+}
