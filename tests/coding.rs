@@ -123,8 +123,9 @@ async fn in_direct_mode_the_task_goes_to_the_coding_agent_without_a_model() {
     let remote = remote(dir.path());
     let board = start_board(dir.path()).await;
     let model = start_model(0).await;
-    let extra = workspaces(dir.path(), &remote, stand_in(), true);
-    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    let mut extra = workspaces(dir.path(), &remote, stand_in(), true);
+    extra["workspaces"]["retention_ms"] = json!(0);
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra.clone())).await;
     wait_ready(&agent).await;
     let alice = client(&board, "tok-alice");
 
@@ -143,6 +144,48 @@ async fn in_direct_mode_the_task_goes_to_the_coding_agent_without_a_model() {
     assert_eq!(agent_comments(&comments(&alice, &task.id).await).len(), 1);
     let runs = runs_for(&agent, &format!("task:{}", task.id)).await;
     assert_eq!(runs[0].status, RunStatus::Completed);
+
+    // Over MCP: the coding agent's output as plain text, and the result with the branch and commit.
+    use rmcp::ServiceExt;
+    use rmcp::model::{ReadResourceRequestParams, ResourceContents};
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let url = format!("http://{}/mcp", agent.http_addr.unwrap());
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(url).auth_header(MCP_TOKEN),
+    );
+    let mcp = ().serve(transport).await.unwrap();
+    let read = |uri: String| {
+        let mcp = &mcp;
+        async move {
+            let result = mcp.read_resource(ReadResourceRequestParams::new(uri)).await.unwrap();
+            match &result.contents[0] {
+                ResourceContents::TextResourceContents { text, .. } => text.clone(),
+                other => panic!("unexpected contents {other:?}"),
+            }
+        }
+    };
+    let logs = read(format!("run://{}/logs", runs[0].id)).await;
+    assert!(logs.contains(r#""type":"result""#) && logs.contains("Replaced"), "{logs}");
+    let result: Value = serde_json::from_str(&read(format!("run://{}/result", runs[0].id)).await).unwrap();
+    assert_eq!(result["work"]["branch"], json!(branch), "{result:#}");
+    let commit = git(&remote, &["rev-parse", &branch]);
+    assert_eq!(result["work"]["commit"], json!(commit), "{result:#}");
+    assert_eq!(result["work"]["diff"]["files"], json!(["src/date.py"]), "{result:#}");
+    mcp.cancel().await.unwrap();
+    agent.shutdown().await.unwrap();
+
+    // Done, and past `retention_ms` (0 here): the next start removes its workspace; the branch stays.
+    let workspace = dir.path().join(format!("workspaces/app/{}", task.key));
+    assert!(workspace.join(".git").exists());
+    let done = UpdateTask { status: Some(TaskStatus::Done), ..UpdateTask::default() };
+    alice.update_task(&task.id, &done).await.unwrap();
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    eventually(Duration::from_secs(30), "the done task's workspace removed", || async {
+        (!workspace.exists()).then_some(())
+    })
+    .await;
+    assert_eq!(git(&remote, &["rev-parse", &branch]), commit, "the pushed branch stays");
     agent.shutdown().await.unwrap();
     model.shutdown().await;
     board.shutdown().await.unwrap();
@@ -268,4 +311,54 @@ fn demo_coding_shows_a_commit_on_the_tasks_branch_offline() {
     assert!(stdout.contains("TE-1: Replaced \"2020-01-01\" with \"2024-06-01\""), "the commit on the remote: {stdout}");
     assert!(stdout.contains("return text or \"2024-06-01\""), "{stdout}");
     assert!(stdout.contains("stand-in coding agent"), "named as a stand-in: {stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkill_of_picogent_mid_run_resumes_in_the_same_workspace_with_one_commit_and_one_push() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = remote(dir.path());
+    let pidfile = dir.path().join("left-over.pid");
+    // The first time it hangs (leaving a child of its own), as a long coding run would; the next
+    // time it does the work.
+    let script = format!(
+        "if [ ! -f \"$HOME/started-once\" ]; then touch \"$HOME/started-once\"; sleep 300 & echo $! > {}; wait; fi; \
+         exec sh {STAND_IN} \"$1\"",
+        pidfile.display()
+    );
+    let entry = json!({"command": ["sh", "-c", script, "coding-agent", "{instructions}"], "output": "jsonl"});
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let extra = workspaces(dir.path(), &remote, entry, true);
+    let config = agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra);
+    let config_path = write_config(dir.path(), &config);
+    let alice = client(&board, "tok-alice");
+    let mut picogent = spawn_agent_process(&config_path);
+
+    let task = create_assigned(&alice, "Fix the date parser", FIX).await;
+    eventually(Duration::from_secs(60), "the coding agent started", || async {
+        std::fs::read_to_string(&pidfile).ok().filter(|text| !text.trim().is_empty())
+    })
+    .await;
+    let left_over: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    picogent.kill().unwrap();
+    picogent.wait().unwrap();
+
+    let mut picogent = spawn_agent_process(&config_path);
+    let answer = eventually(Duration::from_secs(60), "the resumed run's answer", || async {
+        comments(&alice, &task.id).await.into_iter().find(|m| m.author_slug == "picogent")
+    })
+    .await;
+    assert!(!alive(left_over), "what the killed run's coding agent left running was killed");
+    let branch = format!("picogent/{}", task.key);
+    assert!(answer.content.contains(&format!("Work: branch `{branch}`")), "{}", answer.content);
+    assert_eq!(git(&remote, &["rev-list", "--count", &format!("main..{branch}")]), "1", "one commit");
+    assert!(git(&remote, &["show", &format!("{branch}:src/date.py")]).contains("2024-06-01"));
+    let worktrees = git(&dir.path().join("workspaces/.mirrors/app.git"), &["worktree", "list"]);
+    assert_eq!(worktrees.lines().count(), 2, "the mirror and the one workspace: {worktrees}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(agent_comments(&comments(&alice, &task.id).await).len(), 1, "one answer");
+    picogent.kill().unwrap();
+    picogent.wait().unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
 }

@@ -652,6 +652,13 @@ impl AgentControl for TestAgent {
         })
     }
 
+    fn coding_output<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<String, AgentControlError>> {
+        Box::pin(async move {
+            self.get_run(run_id).await?;
+            Ok(String::new())
+        })
+    }
+
     fn run_result<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<RunResult, AgentControlError>> {
         Box::pin(async move {
             let run = self.get_run(run_id).await?;
@@ -662,6 +669,7 @@ impl AgentControl for TestAgent {
                 outcome: None,
                 final_message: None,
                 error: None,
+                work: None,
             })
         })
     }

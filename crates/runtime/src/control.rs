@@ -27,6 +27,9 @@ pub struct RuntimeControl {
     pub slug: String,
     /// …unless `mcp.allow_unassigned_runs` says otherwise.
     pub allow_unassigned_runs: bool,
+    /// The coding agents' output of runs going on now (`workspaces`); a run that ended keeps it in
+    /// its stored record.
+    pub coding: Option<Arc<picogent_workspace::CodingRuns>>,
 }
 
 impl RuntimeControl {
@@ -79,10 +82,24 @@ impl AgentControl for RuntimeControl {
         })
     }
 
+    fn coding_output<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<String, AgentControlError>> {
+        Box::pin(async move {
+            let run = self.run(run_id).await?;
+            if let Some(live) = self.coding.as_ref().and_then(|coding| coding.log(run_id)) {
+                return Ok(live);
+            }
+            Ok(StoredRun::of(&run).and_then(|stored| stored.coding).map(|coding| coding.log).unwrap_or_default())
+        })
+    }
+
     fn run_result<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<RunResult, AgentControlError>> {
         Box::pin(async move {
             let run = self.run(run_id).await?;
             let stored = StoredRun::of(&run);
+            let work = match self.coding.as_ref().and_then(|coding| coding.work(run_id)) {
+                Some(live) => Some(live),
+                None => stored.as_ref().and_then(|stored| stored.coding.clone()).and_then(|coding| coding.work),
+            };
             let record = stored.and_then(|s| s.record);
             Ok(RunResult {
                 id: run.id,
@@ -91,6 +108,7 @@ impl AgentControl for RuntimeControl {
                 outcome: record.as_ref().map(|r| r.outcome),
                 final_message: record.map(|r| r.final_message).or(run.outcome),
                 error: run.error,
+                work,
             })
         })
     }

@@ -10,6 +10,7 @@
 use tokio_util::sync::CancellationToken;
 
 use crate::answer::{RunPosts, post_answer};
+use crate::record::StoredRun;
 use crate::request::{RunKind, RunRequest, RunServices};
 use picogent_state::{FinishRun, RunStatus};
 use picogent_tracker::model::TaskOut;
@@ -49,12 +50,13 @@ pub async fn work(
     posts: &RunPosts,
     cancel: &CancellationToken,
 ) -> DirectEnd {
-    let outcome = coding.work(task, &instructions(task), None, Some(run_id), cancel).await;
+    let instructions = instructions(task);
+    let outcome = coding.work(task, &instructions, None, Some(run_id), cancel).await;
     if cancel.is_cancelled() && services.shutdown.is_cancelled() {
         // Left `running`: the next start resumes it in the same workspace.
         return DirectEnd { status: RunStatus::Interrupted, notice: None };
     }
-    let (status, text, notice, record) = match &outcome {
+    let (status, text, notice) = match &outcome {
         Ok(outcome) if outcome.report.finished() => {
             let mut text = match outcome.report.final_message.trim() {
                 "" => format!("The coding agent {} finished.", outcome.report.agent),
@@ -63,28 +65,38 @@ pub async fn work(
             if let Some(work) = &outcome.work {
                 text.push_str(&format!("\n\n{}", work.describe()));
             }
-            (RunStatus::Completed, text, None, serde_json::to_value(outcome).ok())
+            (RunStatus::Completed, text, None)
         }
-        Ok(outcome) if cancel.is_cancelled() => {
-            (RunStatus::Stopped, outcome.text(), None, serde_json::to_value(outcome).ok())
-        }
+        Ok(outcome) if cancel.is_cancelled() => (RunStatus::Stopped, outcome.text(), None),
         Ok(outcome) => {
             let failure = outcome.report.failure().unwrap_or_default();
             let notice = format!("I could not finish this: {failure}. Nothing was pushed.");
-            (RunStatus::Failed, outcome.text(), Some(notice), serde_json::to_value(outcome).ok())
+            (RunStatus::Failed, outcome.text(), Some(notice))
         }
         Err(error) => {
             let notice = format!("I could not start on this: {error}.");
-            (RunStatus::Failed, error.to_string(), Some(notice), None)
+            (RunStatus::Failed, error.to_string(), Some(notice))
         }
     };
     if status == RunStatus::Completed {
         post_answer(&services.client, posts, &request.session, run_id, &request.kind, text.clone(), 0).await;
     }
+    // Stored as any run is, with no model loop: its request is the instructions, and its coding
+    // agent's output and work are what the views show.
+    let stored = StoredRun {
+        prompt: instructions,
+        history_len: 0,
+        system_prompt: None,
+        fence: None,
+        message_words: None,
+        record: None,
+        conversation: Vec::new(),
+        coding: coding.runs().take(run_id),
+    };
     let finish = FinishRun {
         outcome: Some(text),
         error: notice.clone(),
-        record: record.map(|coding| serde_json::json!({ "coding": coding })),
+        record: serde_json::to_value(&stored).ok(),
         ..FinishRun::new(status)
     };
     if let Err(error) = services.state.finish_run(run_id, &finish).await {

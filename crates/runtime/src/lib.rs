@@ -237,7 +237,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     let status = Arc::new(StatusBoard::default());
     let shutdown = CancellationToken::new();
     if let Some(coding) = &coding {
-        measure_workspaces(coding.workspaces().clone(), status.clone(), shutdown.clone());
+        tend_workspaces(coding.clone(), status.clone(), shutdown.clone());
     }
 
     let services = Arc::new(RunServices {
@@ -379,6 +379,7 @@ fn http_routes(
         max_tokens_per_day: config.limits.max_tokens_per_day,
         slug: config.slug.clone(),
         allow_unassigned_runs: config.mcp.allow_unassigned_runs,
+        coding: services.coding.as_ref().map(|coding| coding.runs()),
     });
     let server = picogent_mcp::server::McpServer::new(
         services.tools.clone(),
@@ -411,15 +412,19 @@ fn inspector_routes(services: &RunServices, access: crate::inspector::Access) ->
 }
 
 /// Measures the workspaces' disk use for `/readyz` at start and every minute, off the runtime's
-/// threads (a walk of the folders), until `shutdown`.
-fn measure_workspaces(
-    workspaces: Arc<picogent_workspace::Workspaces>,
+/// threads (a walk of the folders), and every ten minutes removes those of tasks done for longer
+/// than `workspaces.retention_ms`; until `shutdown`.
+fn tend_workspaces(
+    coding: Arc<picogent_workspace::CodingTools>,
     status: Arc<StatusBoard>,
     shutdown: CancellationToken,
 ) {
     tokio::spawn(async move {
-        loop {
-            let measured = workspaces.clone();
+        for minute in 0u64.. {
+            if minute % 10 == 0 {
+                coding.prune().await;
+            }
+            let measured = coding.workspaces().clone();
             if let Ok(view) = tokio::task::spawn_blocking(move || measured.view()).await {
                 status.set_workspaces(view);
             }

@@ -44,6 +44,9 @@ pub struct StoredRun {
     pub record: Option<picogent_agent::RunRecord>,
     #[serde(default)]
     pub conversation: Vec<Message>,
+    /// What its coding agent printed and how its work ended (`workspaces`), if it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coding: Option<picogent_workspace::CodingRecord>,
 }
 
 /// The first words of `content`, a message to the agent `slug`, on one line and without the

@@ -313,6 +313,7 @@ fn spawn_checkpoints(
                 message_words: start.message_words.clone(),
                 record: Some(output.record),
                 conversation: output.conversation,
+                coding: None,
             };
             let saved = match serde_json::to_value(&stored) {
                 Ok(value) => state.save_run_record(&run_id, &value).await.map_err(|error| error.to_string()),
@@ -392,6 +393,7 @@ async fn finish(
         message_words: start.message_words,
         record: Some(record),
         conversation: output.conversation,
+        coding: services.coding.as_ref().and_then(|coding| coding.runs().take(run_id)),
     };
     let finish = FinishRun { record: serde_json::to_value(&stored).ok(), ..finish };
     if let Err(error) = state.finish_run(run_id, &finish).await {

@@ -1,6 +1,8 @@
 //! Child processes in a group of their own: a hook, git, a coding agent. Stopping one stops
 //! everything it started (`killpg`), and dropping its [`Group`] (a run cancelled, a future
-//! dropped) kills the group, so no process outlives what started it.
+//! dropped) kills the group, so no process outlives what started it. If picogent itself is
+//! killed, the child gets SIGKILL from the kernel (`PR_SET_PDEATHSIG`), and what it started in its
+//! group is killed at the next run in the same folder ([`kill_left_over`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -28,7 +30,41 @@ pub fn command(program: &str, args: &[String], dir: &Path, home: &Path, env: &BT
     }
     command.env("HOME", home).envs(env);
     command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
+    // SAFETY: between fork and exec only prctl runs, which is async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
     command
+}
+
+/// Kills what is left of the process group `pgid` of an earlier picogent that was killed: every
+/// process of that group whose working folder is inside `dir` (a process of another group, or
+/// one that reused the number elsewhere, is left alone). Returns how many were killed.
+pub fn kill_left_over(pgid: i32, dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return 0 };
+    let mut killed = 0;
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<i32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        // `pid (comm) state ppid pgrp …`: the fields after the last ')'.
+        let group =
+            stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().nth(2)).and_then(|g| g.parse().ok());
+        if group != Some(pgid) {
+            continue;
+        }
+        let inside = std::fs::read_link(entry.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(dir));
+        if inside {
+            // SAFETY: kill only sends a signal.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+            killed += 1;
+        }
+    }
+    killed
 }
 
 /// A started child and its process group; the group is killed when this is dropped.
@@ -38,6 +74,11 @@ pub struct Group {
 }
 
 impl Group {
+    /// The process group's id (the child's pid), while it runs.
+    pub fn pgid(&self) -> Option<i32> {
+        self.pgid
+    }
+
     pub fn spawn(mut command: Command) -> std::io::Result<Group> {
         let child = command.spawn()?;
         let pgid = child.id().and_then(|pid| i32::try_from(pid).ok());

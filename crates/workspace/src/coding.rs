@@ -107,6 +107,14 @@ pub async fn run(
         Ok(prepared) => prepared,
         Err(error) => return report(AgentEnd::NotStarted { reason: error.to_string() }, None, reading, &kept),
     };
+    // A coding agent an earlier picogent started here and was killed before it could stop it.
+    let pid_file = invocation.workspace.home.join("coding-agent.pgid");
+    if let Some(pgid) = std::fs::read_to_string(&pid_file).ok().and_then(|text| text.trim().parse().ok()) {
+        let killed = child::kill_left_over(pgid, &invocation.workspace.path);
+        if killed > 0 {
+            tracing::warn!(killed, "killed what a coding agent of an earlier picogent left running in this workspace");
+        }
+    }
     let command = child::command(&program, &args, &invocation.workspace.path, &invocation.workspace.home, &env);
     let mut group = match Group::spawn(command) {
         Ok(group) => group,
@@ -114,6 +122,13 @@ pub async fn run(
             let reason = format!("cannot run {program:?}: {error} (is it installed and on PATH?)");
             return report(AgentEnd::NotStarted { reason }, None, reading, &kept);
         }
+    };
+    if let Some(pgid) = group.pgid() {
+        let _ = std::fs::write(&pid_file, pgid.to_string());
+    }
+    let report = |end, exit, reading, kept: &Capped| {
+        let _ = std::fs::remove_file(&pid_file);
+        report(end, exit, reading, kept)
     };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(bool, String)>();
     let stdout =

@@ -42,7 +42,7 @@ pub struct ModelDefaults {
 }
 
 /// One run's coding work as the run's answer names it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct WorkDone {
     pub repository: String,
     pub branch: String,
@@ -104,16 +104,7 @@ impl CodingRuns {
     /// The coding agent's output of the run `run_id` so far, as plain text (`run://{id}/logs`).
     pub fn log(&self, run_id: &str) -> Option<String> {
         let runs = self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let run = runs.get(run_id)?;
-        let mut text = String::new();
-        if run.dropped > 0 {
-            text.push_str(&format!("[{} earlier lines not kept]\n", run.dropped));
-        }
-        for line in &run.lines {
-            text.push_str(line);
-            text.push('\n');
-        }
-        Some(text)
+        runs.get(run_id).map(|run| self.log_of(run))
     }
 
     /// How the run's coding work ended, if it did any.
@@ -122,10 +113,33 @@ impl CodingRuns {
         runs.get(run_id).and_then(|run| run.work.clone())
     }
 
-    /// Forgets a run that ended (its record keeps what the views need afterwards).
-    pub fn forget(&self, run_id: &str) {
-        self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(run_id);
+    /// Takes what the run `run_id` kept, for its stored record, and forgets it here: a run that
+    /// ended holds no memory in this process.
+    pub fn take(&self, run_id: &str) -> Option<CodingRecord> {
+        let taken = self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(run_id)?;
+        let log = self.log_of(&taken);
+        Some(CodingRecord { log, work: taken.work })
     }
+
+    fn log_of(&self, run: &RunCoding) -> String {
+        let mut text = String::new();
+        if run.dropped > 0 {
+            text.push_str(&format!("[{} earlier lines not kept]\n", run.dropped));
+        }
+        for line in &run.lines {
+            text.push_str(line);
+            text.push('\n');
+        }
+        text
+    }
+}
+
+/// What a run's coding agent printed and how its work ended, as stored with the run when it ends
+/// (`run://{id}/logs`, `run://{id}/result`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct CodingRecord {
+    pub log: String,
+    pub work: Option<WorkDone>,
 }
 
 /// What one delegation did: the hooks, the coding agent's report, and the end of the work.
@@ -279,6 +293,38 @@ impl CodingTools {
             self.runs.with(run_id, |run| run.work = Some(work.clone()));
         }
         Ok(CodingOutcome { hooks, report, finished: Some(finished), work: Some(work) })
+    }
+
+    /// Removes the workspaces of tasks done for longer than `workspaces.retention_ms` (by the
+    /// task's last update), never one a coding agent works in now; returns the task keys removed.
+    /// A task the tracker cannot answer for stays, to be asked again next time.
+    pub async fn prune(&self) -> Vec<String> {
+        let retention = std::time::Duration::from_millis(self.workspaces.config().retention_ms);
+        let now = time::OffsetDateTime::now_utc();
+        let mut removed = Vec::new();
+        for (repository, key, _) in self.workspaces.present() {
+            let Ok(task) = self.client.get_task(&key).await else { continue };
+            let updated = time::OffsetDateTime::parse(&task.updated_at, &time::format_description::well_known::Rfc3339);
+            let done_long_ago = task.status == picogent_tracker::model::TaskStatus::Done
+                && updated.is_ok_and(|updated| now - updated >= retention);
+            if !done_long_ago {
+                continue;
+            }
+            let Ok(key) = TaskKey::new(&key) else { continue };
+            let Ok(workspace) = self.workspaces.describe(&repository, &key) else { continue };
+            match self.workspaces.remove_if_idle(&workspace).await {
+                Ok(Some(hooks)) => {
+                    for hook in hooks.iter().filter(|hook| !hook.succeeded()) {
+                        tracing::warn!(task = %key, "{}", hook.describe());
+                    }
+                    tracing::info!(task = %key, "removed the workspace of a task done for longer than workspaces.retention_ms");
+                    removed.push(key.to_string());
+                }
+                Ok(None) => {}
+                Err(error) => tracing::warn!(task = %key, %error, "cannot remove the workspace of a done task"),
+            }
+        }
+        removed
     }
 
     fn link(&self, workspace: &Workspace, commit: Option<&str>) -> Option<String> {

@@ -78,7 +78,7 @@ pub struct WorkspaceStatus {
 }
 
 /// Files changed and lines added and removed, on the branch against its base (committed or not).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct DiffStat {
     pub files: Vec<String>,
     pub insertions: u64,
@@ -330,9 +330,23 @@ impl Workspaces {
     }
 
     /// Runs `before_remove` and removes the workspace (its branch stays in the mirror and, if
-    /// pushed, on the remote).
+    /// pushed, on the remote), once no coding agent works in it.
     pub async fn remove(&self, workspace: &Workspace) -> Result<Vec<HookReport>, WorkspaceError> {
         let _held = self.lock(workspace).await;
+        self.remove_held(workspace).await
+    }
+
+    /// As [`Workspaces::remove`], unless a coding agent works in it now: then `None`, and it stays.
+    pub async fn remove_if_idle(&self, workspace: &Workspace) -> Result<Option<Vec<HookReport>>, WorkspaceError> {
+        let lock = {
+            let mut locks = self.locks.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            locks.entry(workspace.path.clone()).or_default().clone()
+        };
+        let Ok(_held) = lock.try_lock_owned() else { return Ok(None) };
+        self.remove_held(workspace).await.map(Some)
+    }
+
+    async fn remove_held(&self, workspace: &Workspace) -> Result<Vec<HookReport>, WorkspaceError> {
         let mut hooks = Vec::new();
         if workspace.path.exists() {
             hooks.extend(self.hook(HookPoint::BeforeRemove, workspace).await);

@@ -24,6 +24,9 @@ pub trait AgentControl: Send + Sync {
     fn get_run<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<RunSummary, AgentControlError>>;
     /// One run's log as text (what the model was asked, which tools it called and what came back).
     fn run_log<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<String, AgentControlError>>;
+    /// What the run's coding agent printed (`workspaces`), live while it runs; empty when it had
+    /// none.
+    fn coding_output<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<String, AgentControlError>>;
     /// One run's result: its outcome and final answer (or that it is still running).
     fn run_result<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<RunResult, AgentControlError>>;
     /// Starts a run; answers the new run's id.
@@ -61,6 +64,8 @@ pub struct RunResult {
     /// The model's final answer, or the run's outcome sentence when there is none.
     pub final_message: Option<String>,
     pub error: Option<String>,
+    /// Its coding work: the branch, the commit and the diff stat; `None` when it did none.
+    pub work: Option<picogent_workspace::WorkDone>,
 }
 
 /// What a run started over MCP works on.

@@ -79,6 +79,10 @@ impl McpServer {
                     .with_title("Run log")
                     .with_description("One run's log: prompts, tool calls and results")
                     .with_mime_type("text/plain"),
+                ResourceTemplate::new("run://{id}/logs", "run-logs")
+                    .with_title("Coding agent output")
+                    .with_description("What the run's coding agent printed, as plain text (live while it runs)")
+                    .with_mime_type("text/plain"),
                 ResourceTemplate::new("run://{id}/result", "run-result")
                     .with_title("Run result")
                     .with_description("One run's outcome and final answer")
@@ -130,6 +134,7 @@ impl McpServer {
             | ResourceUri::RunList
             | ResourceUri::Run(_)
             | ResourceUri::RunLog(_)
+            | ResourceUri::RunLogs(_)
             | ResourceUri::RunResult(_) => self.read_agent_resource(uri, resource).await,
         }
     }
@@ -149,8 +154,13 @@ impl McpServer {
             ResourceUri::RunResult(run_id) => {
                 sorted_json_contents(uri, &agent.run_result(&run_id).await.map_err(missing)?)
             }
-            ResourceUri::RunLog(run_id) => {
-                let text = agent.run_log(&run_id).await.map_err(missing)?;
+            ResourceUri::RunLog(_) | ResourceUri::RunLogs(_) => {
+                let text = match &resource {
+                    ResourceUri::RunLog(run_id) => agent.run_log(run_id).await,
+                    ResourceUri::RunLogs(run_id) => agent.coding_output(run_id).await,
+                    _ => unreachable!("matched above"),
+                }
+                .map_err(missing)?;
                 Ok(ResourceContents::TextResourceContents {
                     uri: uri.to_string(),
                     mime_type: Some("text/plain".to_string()),
@@ -176,6 +186,8 @@ enum ResourceUri {
     RunList,
     Run(String),
     RunLog(String),
+    /// The run's coding agent output (`run://{id}/logs`).
+    RunLogs(String),
     RunResult(String),
 }
 
@@ -198,6 +210,7 @@ impl ResourceUri {
             ("run", ["list"]) => Some(ResourceUri::RunList),
             ("run", [id]) => Some(ResourceUri::Run(plain(id)?)),
             ("run", [id, "log"]) => Some(ResourceUri::RunLog(plain(id)?)),
+            ("run", [id, "logs"]) => Some(ResourceUri::RunLogs(plain(id)?)),
             ("run", [id, "result"]) => Some(ResourceUri::RunResult(plain(id)?)),
             _ => None,
         }
@@ -242,6 +255,7 @@ mod tests {
             ("run://list", Some(ResourceUri::RunList)),
             ("run://r-1", Some(ResourceUri::Run("r-1".into()))),
             ("run://r-1/log", Some(ResourceUri::RunLog("r-1".into()))),
+            ("run://r-1/logs", Some(ResourceUri::RunLogs("r-1".into()))),
             ("run://r-1/result", Some(ResourceUri::RunResult("r-1".into()))),
             ("task://", None),
             ("task://../x", None),

@@ -100,6 +100,7 @@ async fn hostile_run(state: &State) -> String {
                 refusal: None,
             },
         ],
+        coding: None,
     };
     let finish = FinishRun {
         turns: 2,
@@ -262,6 +263,7 @@ async fn chat_run(state: &State) -> String {
         message_words: Some("what is on the board for the <b>release</b>?".into()),
         record: Some(RunRecord::new()),
         conversation: Vec::new(),
+        coding: None,
     };
     let finish = FinishRun {
         outcome: Some("Replied in the thread.".into()),
