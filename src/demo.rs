@@ -109,11 +109,18 @@ pub async fn start_with(prompts_dir: Option<PathBuf>, coding: bool) -> anyhow::R
 const STAND_IN: &str = include_str!("../fixtures/coding-agent/stand-in.sh");
 
 /// What the coding task asks: a change to a file the repository has.
-const CODING_TASK: &str = "In src/date.py replace \"2020-01-01\" with \"2024-06-01\": dates parse to the new default.";
+pub(crate) const CODING_TASK: &str =
+    "In src/date.py replace \"2020-01-01\" with \"2024-06-01\": dates parse to the new default.";
 
 /// A bare repository with `src/date.py` on `main` and the stand-in coding agent, in `dir`; the
-/// `workspaces` section that uses them, and the repository's path.
+/// `workspaces` section that uses them (the repository serving the `team` project), and the
+/// repository's path.
 fn coding_setup(dir: &Path) -> anyhow::Result<(serde_json::Value, PathBuf)> {
+    coding_setup_for(dir, serde_json::json!({"projects": ["team"]}))
+}
+
+/// As [`coding_setup`], the repository serving what `serves` says (`projects`, `labels`).
+pub(crate) fn coding_setup_for(dir: &Path, serves: serde_json::Value) -> anyhow::Result<(serde_json::Value, PathBuf)> {
     let seed = dir.join("repository-seed");
     std::fs::create_dir_all(seed.join("src"))?;
     std::fs::write(seed.join("src/date.py"), "def parse(text):\n    return text or \"2020-01-01\"\n")?;
@@ -124,9 +131,13 @@ fn coding_setup(dir: &Path) -> anyhow::Result<(serde_json::Value, PathBuf)> {
     git(dir, &["clone", "--quiet", "--bare", "--", &seed.to_string_lossy(), &bare.to_string_lossy()])?;
     let agent = dir.join("stand-in.sh");
     std::fs::write(&agent, STAND_IN)?;
+    let mut repository = serde_json::json!({"url": bare, "base": "main"});
+    if let (Some(repository), Some(serves)) = (repository.as_object_mut(), serves.as_object()) {
+        repository.extend(serves.clone());
+    }
     let section = serde_json::json!({
         "root": dir.join("workspaces"),
-        "repositories": {"app": {"url": bare, "base": "main", "projects": ["team"]}},
+        "repositories": {"app": repository},
         "agents": {"stand-in": {"command": ["sh", agent, "{instructions}"], "output": "jsonl"}},
         "agent": "stand-in",
         // An example template: the demo's remote is a folder, with no web page of its own.
@@ -136,7 +147,7 @@ fn coding_setup(dir: &Path) -> anyhow::Result<(serde_json::Value, PathBuf)> {
 }
 
 /// `git ARGS` in `dir` as the demo's alice; its output.
-fn git(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
+pub(crate) fn git(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
     let output = std::process::Command::new("git")
         .args(args)
         .current_dir(dir)

@@ -28,7 +28,7 @@ use scenarios::{Eval, SCENARIOS};
 mod scenarios;
 
 /// Bumped whenever a scenario or what it checks changes, so scorecards compare like with like.
-pub const SUITE_VERSION: &str = "3";
+pub const SUITE_VERSION: &str = "4";
 
 /// How one scenario went.
 #[derive(Debug, Clone, Serialize)]
@@ -257,6 +257,8 @@ pub async fn evaluate(options: EvalOptions, mut on_score: impl FnMut(&ScenarioSc
         Some(prompts) => prompts,
         None => crate::demo::write_builtin_prompts(dir.path())?,
     };
+    let labels = serde_json::json!({ "labels": [scenarios::CODING_LABEL] });
+    let (workspaces, repository) = crate::demo::coding_setup_for(dir.path(), labels)?;
     let mut config: Config = serde_json::from_value(serde_json::json!({
         "slug": "picogent",
         "name": "Picogent",
@@ -269,6 +271,8 @@ pub async fn evaluate(options: EvalOptions, mut on_score: impl FnMut(&ScenarioSc
         "presence": {"heartbeat_ms": 500},
         // Once the scenarios are over (or cut short) nothing waits for a run to finish.
         "limits": {"shutdown_grace_ms": 1000},
+        // The coding scenario's repository: only a task labelled `code` is worked in it.
+        "workspaces": workspaces,
     }))
     .context("the eval's config is invalid")?;
     config.llm = llm;
@@ -285,7 +289,7 @@ pub async fn evaluate(options: EvalOptions, mut on_score: impl FnMut(&ScenarioSc
     .await
     .context("cannot start the agent")?;
     let alice = TrackerClient::new(&config.tracker, Secret::new("tok-alice"))?;
-    let eval = Eval { agent: &agent, alice, play_until, timeout };
+    let eval = Eval { agent: &agent, alice, play_until, timeout, repository: Some(repository) };
     let mut cut_short = tokio::select! {
         ready = eval.wait_ready() => match ready {
             Ok(()) => None,

@@ -309,18 +309,18 @@ impl State {
     /// Claims `(kind, key)`. Returns `true` for the first caller ever — it does the thing — and
     /// `false` for every later one.
     pub async fn claim(&self, kind: ClaimKind, key: &str) -> Result<bool, StateError> {
-        on_store!(self, claim(kind.as_str(), key, now_ms()))
+        on_store!(self, claim(kind, key, now_ms()))
     }
 
     /// Whether `(kind, key)` has been claimed.
     pub async fn is_claimed(&self, kind: ClaimKind, key: &str) -> Result<bool, StateError> {
-        on_store!(self, is_claimed(kind.as_str(), key))
+        on_store!(self, is_claimed(kind, key))
     }
 
     /// Gives a claim back, so the thing may be done again (e.g. a task unassigned and assigned
     /// anew). Returns whether there was a claim.
     pub async fn release(&self, kind: ClaimKind, key: &str) -> Result<bool, StateError> {
-        on_store!(self, release(kind.as_str(), key))
+        on_store!(self, release(kind, key))
     }
 
     // ---- sessions ----

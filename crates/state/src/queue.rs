@@ -200,7 +200,7 @@ impl RunQueue {
 
     /// The session's runs that are queued or running, oldest first.
     pub async fn session_runs(&self, session_key: &SessionKey) -> Result<Vec<(String, RunStatus)>, StateError> {
-        let rows = on_queue!(self.state, session_runs(&session_key.as_string()))?;
+        let rows = on_queue!(self.state, session_runs(session_key))?;
         rows.into_iter()
             .map(|(id, status)| match RunStatus::parse(&status) {
                 Some(status) => Ok((id, status)),
@@ -238,7 +238,7 @@ impl RunQueue {
         text: &str,
         message_id: Option<&str>,
     ) -> Result<Option<i64>, StateError> {
-        on_queue!(self.state, send_input(run_id, kind.as_str(), text, message_id, now_ms()))
+        on_queue!(self.state, send_input(run_id, kind, text, message_id, now_ms()))
     }
 
     /// The inputs of the runs `run_ids`, in order per run.

@@ -204,8 +204,7 @@ impl State {
     /// Opens a run record in `running` and returns its id. Call it before the run's first effect.
     pub async fn start_run(&self, session_key: &SessionKey, trigger: &str) -> Result<String, StateError> {
         let run_id = uuid::Uuid::new_v4().to_string();
-        let session_key = session_key.as_string();
-        let run = NewRun { id: &run_id, session_key: &session_key, trigger, started_at_ms: now_ms() };
+        let run = NewRun { id: &run_id, session_key, trigger, started_at_ms: now_ms() };
         on_store!(self, start_run(&run))?;
         Ok(run_id)
     }
@@ -222,9 +221,8 @@ impl State {
         trigger: &str,
     ) -> Result<Option<String>, StateError> {
         let run_id = uuid::Uuid::new_v4().to_string();
-        let session_key = session_key.as_string();
-        let run = NewRun { id: &run_id, session_key: &session_key, trigger, started_at_ms: now_ms() };
-        let started = on_store!(self, start_claimed_run(kind.as_str(), key, &run))?;
+        let run = NewRun { id: &run_id, session_key, trigger, started_at_ms: now_ms() };
+        let started = on_store!(self, start_claimed_run(kind, key, &run))?;
         Ok(started.then_some(run_id))
     }
 
@@ -248,7 +246,7 @@ impl State {
             });
         }
         let end = RunEnd {
-            status: finish.status.as_str(),
+            status: finish.status,
             turns: i64::from(finish.turns),
             tool_calls: i64::from(finish.tool_calls),
             prompt_tokens: to_i64("runs.prompt_tokens", finish.prompt_tokens)?,
@@ -304,13 +302,13 @@ impl State {
     /// Whether any run of `session_key` has ended `completed`, `failed`, `did_nothing` or
     /// `stopped` (an interrupted run does not count: its work may be unfinished).
     pub async fn has_finished_run_for(&self, session_key: &SessionKey) -> Result<bool, StateError> {
-        on_store!(self, has_finished_run_for(&session_key.as_string()))
+        on_store!(self, has_finished_run_for(session_key))
     }
 
     /// Whether a run of `session_key` started at or after `since`: such a run already covers
     /// whatever happened at `since` (an assignment that reconciliation saw before its event came).
     pub async fn has_run_since(&self, session_key: &SessionKey, since: OffsetDateTime) -> Result<bool, StateError> {
-        on_store!(self, has_run_since(&session_key.as_string(), to_ms(since)))
+        on_store!(self, has_run_since(session_key, to_ms(since)))
     }
 }
 

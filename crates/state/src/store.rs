@@ -6,6 +6,9 @@
 //! turns times, counts and JSON into the stored columns and back, keeps the day's spend at hand,
 //! and words the errors. A store only moves those columns in and out of its database, with the
 //! guarantees written on each method; the state tests (`crates/state/src/tests.rs`) run against both.
+//! The domain's words reach a store as their types (`ClaimKind`, `InputKind`, `RunStatus`,
+//! `SessionKey`), written as text only where a statement binds them; what a store reads back is
+//! columns, which `State` turns into those types again (an unknown word is a corrupt row).
 //!
 //! Every method is keyed by the agent implicitly: a store is opened for one agent and never reads
 //! or writes another's rows.
@@ -16,8 +19,9 @@
 //! queue's operations are [`QueueStore`]'s, called through `on_queue!` and tested in
 //! `queue_tests.rs`, also on both.
 
-use crate::StateError;
 use crate::queue::{Beat, ClaimedColumns, Enqueued, QueuedRun, ReplicaSeen};
+use crate::{ClaimKind, InputKind, RunStatus, StateError};
+use picogent_tracker::session::SessionKey;
 
 /// One input of a run as stored: (run id, n, kind, text, message id).
 pub(super) type InputColumns = (String, i64, String, String, Option<String>);
@@ -26,14 +30,14 @@ pub(super) type InputColumns = (String, i64, String, String, Option<String>);
 /// A run record as it is opened: `running`, started at `started_at_ms`.
 pub(super) struct NewRun<'a> {
     pub id: &'a str,
-    pub session_key: &'a str,
+    pub session_key: &'a SessionKey,
     pub trigger: &'a str,
     pub started_at_ms: i64,
 }
 
 /// The columns [`Store::finish_run`] writes, already converted from a `FinishRun`.
 pub(super) struct RunEnd<'a> {
-    pub status: &'static str,
+    pub status: RunStatus,
     pub turns: i64,
     pub tool_calls: i64,
     pub prompt_tokens: i64,
@@ -100,10 +104,10 @@ pub(super) trait Store {
 
     /// Inserts the claim unless it exists; returns whether this call made it. Of concurrent
     /// callers exactly one gets `true`.
-    async fn claim(&self, kind: &str, key: &str, at_ms: i64) -> Result<bool, StateError>;
-    async fn is_claimed(&self, kind: &str, key: &str) -> Result<bool, StateError>;
+    async fn claim(&self, kind: ClaimKind, key: &str, at_ms: i64) -> Result<bool, StateError>;
+    async fn is_claimed(&self, kind: ClaimKind, key: &str) -> Result<bool, StateError>;
     /// Deletes the claim; returns whether there was one.
-    async fn release(&self, kind: &str, key: &str) -> Result<bool, StateError>;
+    async fn release(&self, kind: ClaimKind, key: &str) -> Result<bool, StateError>;
 
     // ---- sessions ----
 
@@ -145,7 +149,7 @@ pub(super) trait Store {
     #[cfg(any(test, feature = "test-support"))]
     /// Claims `(kind, key)` and inserts the run in one transaction; returns `false`, writing
     /// nothing, if the claim existed.
-    async fn start_claimed_run(&self, kind: &str, key: &str, run: &NewRun<'_>) -> Result<bool, StateError>;
+    async fn start_claimed_run(&self, kind: ClaimKind, key: &str, run: &NewRun<'_>) -> Result<bool, StateError>;
     /// Replaces the run's record; returns `false` if there is no such run.
     async fn save_run_record(&self, run_id: &str, record: &str) -> Result<bool, StateError>;
     /// Writes the ending of a run still `running` (and held by `end.holder`, when it names one);
@@ -163,9 +167,9 @@ pub(super) trait Store {
     /// Runs still `running`, oldest first (ties: the earlier inserted first).
     async fn unfinished_runs(&self) -> Result<Vec<RunColumns>, StateError>;
     /// Whether a run of the session ended `completed`, `failed`, `did_nothing` or `stopped`.
-    async fn has_finished_run_for(&self, session_key: &str) -> Result<bool, StateError>;
+    async fn has_finished_run_for(&self, session_key: &SessionKey) -> Result<bool, StateError>;
     /// Whether a run of the session started at or after `since_ms`.
-    async fn has_run_since(&self, session_key: &str, since_ms: i64) -> Result<bool, StateError>;
+    async fn has_run_since(&self, session_key: &SessionKey, since_ms: i64) -> Result<bool, StateError>;
 
     // ---- named values ----
 
@@ -222,7 +226,7 @@ pub(super) trait QueueStore {
     /// or its claim was taken; in one transaction with the claim and its inputs.
     async fn enqueue(&self, run: &QueuedRun<'_>, id: &str, at_ms: i64) -> Result<Enqueued, StateError>;
     /// The session's runs that are queued or running, oldest first: (id, status).
-    async fn session_runs(&self, session_key: &str) -> Result<Vec<(String, String)>, StateError>;
+    async fn session_runs(&self, session_key: &SessionKey) -> Result<Vec<(String, String)>, StateError>;
     /// Every queued run, oldest first: (id, session key, trigger).
     async fn queued_runs(&self) -> Result<Vec<(String, String, String)>, StateError>;
     /// Adds an input to the run if it is queued or running, and claims `message_id` with it;
@@ -230,7 +234,7 @@ pub(super) trait QueueStore {
     async fn send_input(
         &self,
         run_id: &str,
-        kind: &str,
+        kind: InputKind,
         text: &str,
         message_id: Option<&str>,
         at_ms: i64,

@@ -15,10 +15,11 @@ use std::time::Duration;
 use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 
-use crate::StateError;
 #[cfg(any(test, feature = "test-support"))]
 use crate::store::NewRun;
 use crate::store::{RunColumns, RunEnd, Store, run_columns};
+use crate::{ClaimKind, StateError};
+use picogent_tracker::session::SessionKey;
 
 mod lock;
 mod queue;
@@ -224,10 +225,10 @@ impl Store for PostgresStore {
         self.delete_older("DELETE FROM processed_events WHERE agent = $1 AND processed_at_ms < $2", before_ms).await
     }
 
-    async fn claim(&self, kind: &str, key: &str, at_ms: i64) -> Result<bool, StateError> {
+    async fn claim(&self, kind: ClaimKind, key: &str, at_ms: i64) -> Result<bool, StateError> {
         let inserted = sqlx::query(INSERT_CLAIM)
             .bind(&self.agent)
-            .bind(kind)
+            .bind(kind.as_str())
             .bind(key)
             .bind(at_ms)
             .execute(&self.pool)
@@ -236,19 +237,19 @@ impl Store for PostgresStore {
         Ok(inserted == 1)
     }
 
-    async fn is_claimed(&self, kind: &str, key: &str) -> Result<bool, StateError> {
+    async fn is_claimed(&self, kind: ClaimKind, key: &str) -> Result<bool, StateError> {
         Ok(sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM claims WHERE agent = $1 AND kind = $2 AND key = $3)")
             .bind(&self.agent)
-            .bind(kind)
+            .bind(kind.as_str())
             .bind(key)
             .fetch_one(&self.pool)
             .await?)
     }
 
-    async fn release(&self, kind: &str, key: &str) -> Result<bool, StateError> {
+    async fn release(&self, kind: ClaimKind, key: &str) -> Result<bool, StateError> {
         let deleted = sqlx::query("DELETE FROM claims WHERE agent = $1 AND kind = $2 AND key = $3")
             .bind(&self.agent)
-            .bind(kind)
+            .bind(kind.as_str())
             .bind(key)
             .execute(&self.pool)
             .await?
@@ -354,7 +355,7 @@ impl Store for PostgresStore {
         sqlx::query(INSERT_RUN)
             .bind(&self.agent)
             .bind(run.id)
-            .bind(run.session_key)
+            .bind(run.session_key.as_string())
             .bind(run.trigger)
             .bind(run.started_at_ms)
             .execute(&self.pool)
@@ -363,12 +364,12 @@ impl Store for PostgresStore {
     }
 
     #[cfg(any(test, feature = "test-support"))]
-    async fn start_claimed_run(&self, kind: &str, key: &str, run: &NewRun<'_>) -> Result<bool, StateError> {
+    async fn start_claimed_run(&self, kind: ClaimKind, key: &str, run: &NewRun<'_>) -> Result<bool, StateError> {
         let mut transaction = self.pool.begin().await?;
         // A concurrent claim of the same key waits here for this transaction, then finds it.
         let claimed = sqlx::query(INSERT_CLAIM)
             .bind(&self.agent)
-            .bind(kind)
+            .bind(kind.as_str())
             .bind(key)
             .bind(run.started_at_ms)
             .execute(&mut *transaction)
@@ -381,7 +382,7 @@ impl Store for PostgresStore {
         sqlx::query(INSERT_RUN)
             .bind(&self.agent)
             .bind(run.id)
-            .bind(run.session_key)
+            .bind(run.session_key.as_string())
             .bind(run.trigger)
             .bind(run.started_at_ms)
             .execute(&mut *transaction)
@@ -410,7 +411,7 @@ impl Store for PostgresStore {
         )
         .bind(&self.agent)
         .bind(run_id)
-        .bind(end.status)
+        .bind(end.status.as_str())
         .bind(end.turns)
         .bind(end.tool_calls)
         .bind(end.prompt_tokens)
@@ -485,23 +486,23 @@ impl Store for PostgresStore {
         .await?)
     }
 
-    async fn has_finished_run_for(&self, session_key: &str) -> Result<bool, StateError> {
+    async fn has_finished_run_for(&self, session_key: &SessionKey) -> Result<bool, StateError> {
         Ok(sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM runs WHERE agent = $1 AND session_key = $2 \
              AND status IN ('completed', 'failed', 'did_nothing', 'stopped'))",
         )
         .bind(&self.agent)
-        .bind(session_key)
+        .bind(session_key.as_string())
         .fetch_one(&self.pool)
         .await?)
     }
 
-    async fn has_run_since(&self, session_key: &str, since_ms: i64) -> Result<bool, StateError> {
+    async fn has_run_since(&self, session_key: &SessionKey, since_ms: i64) -> Result<bool, StateError> {
         Ok(sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM runs WHERE agent = $1 AND session_key = $2 AND started_at_ms >= $3)",
         )
         .bind(&self.agent)
-        .bind(session_key)
+        .bind(session_key.as_string())
         .bind(since_ms)
         .fetch_one(&self.pool)
         .await?)

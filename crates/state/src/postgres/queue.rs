@@ -5,7 +5,8 @@
 use super::{INSERT_CLAIM, PostgresStore};
 use crate::queue::{Beat, ClaimedColumns, Enqueued, FORGET_REPLICA_AFTER_MS, QueuedRun, ReplicaSeen, STREAM};
 use crate::store::{InputColumns, QueueStore};
-use crate::{ClaimKind, StateError};
+use crate::{ClaimKind, InputKind, StateError};
+use picogent_tracker::session::SessionKey;
 
 /// The database's clock in Unix milliseconds, as SQL.
 macro_rules! now_ms_sql {
@@ -62,19 +63,20 @@ impl QueueStore for PostgresStore {
         .execute(&mut *tx)
         .await?;
         for (n, (text, message_id)) in run.inputs.iter().enumerate() {
-            insert_input(&mut tx, &self.agent, id, n as i64 + 1, "steer", text, message_id.as_deref(), at_ms).await?;
+            insert_input(&mut tx, &self.agent, id, n as i64 + 1, InputKind::Steer, text, message_id.as_deref(), at_ms)
+                .await?;
         }
         tx.commit().await?;
         Ok(Enqueued::Queued(id.to_string()))
     }
 
-    async fn session_runs(&self, session_key: &str) -> Result<Vec<(String, String)>, StateError> {
+    async fn session_runs(&self, session_key: &SessionKey) -> Result<Vec<(String, String)>, StateError> {
         Ok(sqlx::query_as(
             "SELECT id, status FROM runs WHERE agent = $1 AND session_key = $2 AND status IN ('queued', 'running') \
              ORDER BY row_order",
         )
         .bind(&self.agent)
-        .bind(session_key)
+        .bind(session_key.as_string())
         .fetch_all(&self.pool)
         .await?)
     }
@@ -91,7 +93,7 @@ impl QueueStore for PostgresStore {
     async fn send_input(
         &self,
         run_id: &str,
-        kind: &str,
+        kind: InputKind,
         text: &str,
         message_id: Option<&str>,
         at_ms: i64,
@@ -337,7 +339,7 @@ async fn insert_input(
     agent: &str,
     run_id: &str,
     n: i64,
-    kind: &str,
+    kind: InputKind,
     text: &str,
     message_id: Option<&str>,
     at_ms: i64,
@@ -348,7 +350,7 @@ async fn insert_input(
     .bind(agent)
     .bind(run_id)
     .bind(n)
-    .bind(kind)
+    .bind(kind.as_str())
     .bind(text)
     .bind(message_id)
     .bind(at_ms)

@@ -7,10 +7,11 @@ use std::path::{Path, PathBuf};
 
 use sqlx::sqlite::SqlitePool;
 
-use crate::StateError;
 #[cfg(any(test, feature = "test-support"))]
 use crate::store::NewRun;
 use crate::store::{RunColumns, RunEnd, Store, run_columns};
+use crate::{ClaimKind, StateError};
+use picogent_tracker::session::SessionKey;
 
 mod queue;
 
@@ -106,24 +107,29 @@ impl Store for SqliteStore {
         self.delete_older("DELETE FROM processed_events WHERE processed_at_ms < ?", before_ms).await
     }
 
-    async fn claim(&self, kind: &str, key: &str, at_ms: i64) -> Result<bool, StateError> {
-        let inserted =
-            sqlx::query(INSERT_CLAIM).bind(kind).bind(key).bind(at_ms).execute(&self.pool).await?.rows_affected();
+    async fn claim(&self, kind: ClaimKind, key: &str, at_ms: i64) -> Result<bool, StateError> {
+        let inserted = sqlx::query(INSERT_CLAIM)
+            .bind(kind.as_str())
+            .bind(key)
+            .bind(at_ms)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
         Ok(inserted == 1)
     }
 
-    async fn is_claimed(&self, kind: &str, key: &str) -> Result<bool, StateError> {
+    async fn is_claimed(&self, kind: ClaimKind, key: &str) -> Result<bool, StateError> {
         let found: Option<i64> = sqlx::query_scalar("SELECT 1 FROM claims WHERE kind = ? AND key = ?")
-            .bind(kind)
+            .bind(kind.as_str())
             .bind(key)
             .fetch_optional(&self.pool)
             .await?;
         Ok(found.is_some())
     }
 
-    async fn release(&self, kind: &str, key: &str) -> Result<bool, StateError> {
+    async fn release(&self, kind: ClaimKind, key: &str) -> Result<bool, StateError> {
         let deleted = sqlx::query("DELETE FROM claims WHERE kind = ? AND key = ?")
-            .bind(kind)
+            .bind(kind.as_str())
             .bind(key)
             .execute(&self.pool)
             .await?
@@ -219,7 +225,7 @@ impl Store for SqliteStore {
     async fn start_run(&self, run: &NewRun<'_>) -> Result<(), StateError> {
         sqlx::query(INSERT_RUN)
             .bind(run.id)
-            .bind(run.session_key)
+            .bind(run.session_key.as_string())
             .bind(run.trigger)
             .bind(run.started_at_ms)
             .execute(&self.pool)
@@ -228,10 +234,10 @@ impl Store for SqliteStore {
     }
 
     #[cfg(any(test, feature = "test-support"))]
-    async fn start_claimed_run(&self, kind: &str, key: &str, run: &NewRun<'_>) -> Result<bool, StateError> {
+    async fn start_claimed_run(&self, kind: ClaimKind, key: &str, run: &NewRun<'_>) -> Result<bool, StateError> {
         let mut transaction = self.pool.begin().await?;
         let claimed = sqlx::query(INSERT_CLAIM)
-            .bind(kind)
+            .bind(kind.as_str())
             .bind(key)
             .bind(run.started_at_ms)
             .execute(&mut *transaction)
@@ -243,7 +249,7 @@ impl Store for SqliteStore {
         }
         sqlx::query(INSERT_RUN)
             .bind(run.id)
-            .bind(run.session_key)
+            .bind(run.session_key.as_string())
             .bind(run.trigger)
             .bind(run.started_at_ms)
             .execute(&mut *transaction)
@@ -269,7 +275,7 @@ impl Store for SqliteStore {
              record = COALESCE(?, record), cost = ? \
              WHERE id = ? AND status = 'running' AND (? IS NULL OR holder = ?)",
         )
-        .bind(end.status)
+        .bind(end.status.as_str())
         .bind(end.turns)
         .bind(end.tool_calls)
         .bind(end.prompt_tokens)
@@ -340,21 +346,21 @@ impl Store for SqliteStore {
         .await?)
     }
 
-    async fn has_finished_run_for(&self, session_key: &str) -> Result<bool, StateError> {
+    async fn has_finished_run_for(&self, session_key: &SessionKey) -> Result<bool, StateError> {
         let found: Option<i64> = sqlx::query_scalar(
             "SELECT 1 FROM runs WHERE session_key = ? \
              AND status IN ('completed', 'failed', 'did_nothing', 'stopped') LIMIT 1",
         )
-        .bind(session_key)
+        .bind(session_key.as_string())
         .fetch_optional(&self.pool)
         .await?;
         Ok(found.is_some())
     }
 
-    async fn has_run_since(&self, session_key: &str, since_ms: i64) -> Result<bool, StateError> {
+    async fn has_run_since(&self, session_key: &SessionKey, since_ms: i64) -> Result<bool, StateError> {
         let found: Option<i64> =
             sqlx::query_scalar("SELECT 1 FROM runs WHERE session_key = ? AND started_at_ms >= ? LIMIT 1")
-                .bind(session_key)
+                .bind(session_key.as_string())
                 .bind(since_ms)
                 .fetch_optional(&self.pool)
                 .await?;

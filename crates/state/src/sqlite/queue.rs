@@ -6,7 +6,8 @@
 use super::{INSERT_CLAIM, SqliteStore};
 use crate::queue::{Beat, ClaimedColumns, Enqueued, FORGET_REPLICA_AFTER_MS, QueuedRun, ReplicaSeen, STREAM};
 use crate::store::{InputColumns, QueueStore};
-use crate::{ClaimKind, StateError, now_ms};
+use crate::{ClaimKind, InputKind, StateError, now_ms};
+use picogent_tracker::session::SessionKey;
 
 /// The queued runs that may start, and the running ones whose lease ran out on another holder
 /// (`?1`), oldest first, at most `?3`; `?2` is now.
@@ -60,17 +61,17 @@ impl QueueStore for SqliteStore {
         .execute(&mut *tx)
         .await?;
         for (n, (text, message_id)) in run.inputs.iter().enumerate() {
-            insert_input(&mut tx, id, n as i64 + 1, "steer", text, message_id.as_deref(), at_ms).await?;
+            insert_input(&mut tx, id, n as i64 + 1, InputKind::Steer, text, message_id.as_deref(), at_ms).await?;
         }
         tx.commit().await?;
         Ok(Enqueued::Queued(id.to_string()))
     }
 
-    async fn session_runs(&self, session_key: &str) -> Result<Vec<(String, String)>, StateError> {
+    async fn session_runs(&self, session_key: &SessionKey) -> Result<Vec<(String, String)>, StateError> {
         Ok(sqlx::query_as(
             "SELECT id, status FROM runs WHERE session_key = ? AND status IN ('queued', 'running') ORDER BY rowid",
         )
-        .bind(session_key)
+        .bind(session_key.as_string())
         .fetch_all(&self.pool)
         .await?)
     }
@@ -84,7 +85,7 @@ impl QueueStore for SqliteStore {
     async fn send_input(
         &self,
         run_id: &str,
-        kind: &str,
+        kind: InputKind,
         text: &str,
         message_id: Option<&str>,
         at_ms: i64,
@@ -306,7 +307,7 @@ async fn insert_input(
     tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
     run_id: &str,
     n: i64,
-    kind: &str,
+    kind: InputKind,
     text: &str,
     message_id: Option<&str>,
     at_ms: i64,
@@ -314,7 +315,7 @@ async fn insert_input(
     sqlx::query("INSERT INTO run_inputs (run_id, n, kind, text, message_id, at_ms) VALUES (?, ?, ?, ?, ?, ?)")
         .bind(run_id)
         .bind(n)
-        .bind(kind)
+        .bind(kind.as_str())
         .bind(text)
         .bind(message_id)
         .bind(at_ms)
