@@ -247,6 +247,10 @@ fn prepare(invocation: &Invocation<'_>) -> Result<Prepared, PrepareError> {
         ("model", invocation.model.to_string()),
         ("base_url", invocation.base_url.to_string()),
     ]);
+    // An outcome an earlier run left is not this run's.
+    if let Some(result) = &agent.result {
+        let _ = std::fs::remove_file(fill(&result.path, &vars));
+    }
     let mut words: Vec<String> = agent.command.iter().map(|word| fill(word, &vars)).collect();
     let mut env = BTreeMap::new();
     for (name, value) in &agent.env {

@@ -247,3 +247,46 @@ async fn assert_gone(pidfile: &Path) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test]
+async fn an_outcome_file_that_is_not_done_is_a_failure_though_the_exit_is_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = remote(dir.path());
+    let workspaces = Workspaces::new(Arc::new(config(dir.path(), &remote)), "picogent", "p@x");
+    let (workspace, _) = workspaces.open("billing", &TaskKey::new("TE-7").unwrap()).await.unwrap();
+    // As mini-swe-agent past its step limit: exit 0, its trajectory says otherwise.
+    let entry = CodingAgentConfig {
+        command: Some(vec![
+            "sh".into(),
+            "-c".into(),
+            "echo \"{\\\"info\\\":{\\\"exit_status\\\":\\\"$1\\\"}}\" > \"$HOME/out.json\"".into(),
+            "x".into(),
+            "{instructions}".into(),
+        ]),
+        result: Some(picogent_workspace::config::ResultFile {
+            path: "{home}/out.json".into(),
+            pointer: "/info/exit_status".into(),
+            done: vec!["Submitted".into()],
+        }),
+        ..CodingAgentConfig::default()
+    };
+    let agent = entry.resolve("mini").unwrap();
+    let run = |instructions: &'static str| {
+        let (agent, workspace) = (agent.clone(), workspace.clone());
+        async move {
+            let invocation =
+                Invocation { agent: &agent, workspace: &workspace, instructions, model: "m", base_url: "u" };
+            coding::run(&invocation, &|_| {}, &CancellationToken::new()).await
+        }
+    };
+    assert_eq!(run("Submitted").await.end, AgentEnd::Finished);
+    assert_eq!(run("LimitsExceeded").await.end, AgentEnd::Failed { reason: "it ended LimitsExceeded".into() });
+    // A run that writes nothing is not taken for the one before it.
+    let silent = CodingAgentConfig { command: Some(vec!["true".into()]), ..entry.clone() }.resolve("mini").unwrap();
+    let invocation = Invocation { agent: &silent, workspace: &workspace, instructions: "x", model: "m", base_url: "u" };
+    let report = coding::run(&invocation, &|_| {}, &CancellationToken::new()).await;
+    assert!(
+        matches!(&report.end, AgentEnd::Failed { reason } if reason.starts_with("it wrote no result file")),
+        "{report:?}"
+    );
+}
