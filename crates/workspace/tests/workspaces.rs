@@ -290,3 +290,38 @@ async fn an_outcome_file_that_is_not_done_is_a_failure_though_the_exit_is_0() {
         "{report:?}"
     );
 }
+
+#[tokio::test]
+async fn one_coding_agent_at_a_time_per_workspace_and_none_across_two() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = remote(dir.path());
+    let workspaces = Arc::new(Workspaces::new(Arc::new(config(dir.path(), &remote)), "picogent", "p@x"));
+    let (one, _) = workspaces.open("billing", &TaskKey::new("TE-8").unwrap()).await.unwrap();
+    let (other, _) = workspaces.open("billing", &TaskKey::new("TE-9").unwrap()).await.unwrap();
+    let held = workspaces.lock(&one).await;
+    // Another task's workspace is free; the same one waits until the first lets go.
+    let _other =
+        tokio::time::timeout(Duration::from_secs(5), workspaces.lock(&other)).await.expect("another workspace");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), workspaces.lock(&one)).await.is_err(),
+        "the same workspace waits"
+    );
+    let waiting = tokio::spawn({
+        let (workspaces, one) = (workspaces.clone(), one.clone());
+        async move {
+            let _second = workspaces.lock(&one).await;
+        }
+    });
+    drop(held);
+    tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the second gets it once the first let go")
+        .unwrap();
+    // Nor is a workspace removed while a coding agent works in it.
+    let held = workspaces.lock(&one).await;
+    assert!(workspaces.remove_if_idle(&one).await.unwrap().is_none());
+    assert!(one.path.exists());
+    drop(held);
+    assert!(workspaces.remove_if_idle(&one).await.unwrap().is_some());
+    assert!(!one.path.exists());
+}
