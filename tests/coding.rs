@@ -362,3 +362,40 @@ async fn a_sigkill_of_picogent_mid_run_resumes_in_the_same_workspace_with_one_co
     model.shutdown().await;
     board.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_ask_mode_the_coding_agent_and_its_push_wait_for_a_yes_in_the_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = remote(dir.path());
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let mut extra = workspaces(dir.path(), &remote, stand_in(), false);
+    extra["permissions"] = json!({"mode": "ask", "ask_timeout_ms": 30_000});
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+
+    let task = create_assigned(&alice, "Fix the date parser", FIX).await;
+    let question = eventually(Duration::from_secs(30), "the permission question", || async {
+        comments(&alice, &task.id)
+            .await
+            .into_iter()
+            .find(|m| m.author_slug == "picogent" && m.content.starts_with("Permission needed"))
+    })
+    .await;
+    assert!(
+        question.content.contains("run the coding agent") && question.content.contains("push"),
+        "{}",
+        question.content
+    );
+    let branch = format!("refs/heads/picogent/{}", task.key);
+    assert_eq!(git(&remote, &["for-each-ref", &branch]), "", "nothing pushed before the yes");
+    assert!(!dir.path().join(format!("workspaces/app/{}", task.key)).exists(), "nothing made before the yes");
+    comment(&alice, &task.id, "yes").await;
+    wait_status(&alice, &task.id, TaskStatus::InReview).await;
+    wait_idle(&agent).await;
+    assert_ne!(git(&remote, &["for-each-ref", &branch]), "", "pushed after the yes");
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
