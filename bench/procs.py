@@ -9,6 +9,12 @@ with `limits.max_concurrent_runs` 200, all as separate processes on loopback, th
 2. load: assigns 200 tasks to the agent at once and samples its RSS while the runs are in flight
    (`picogent_active_runs` from `/metrics`).
 
+The binary's pages are dropped from the page cache first (written out, then
+`POSIX_FADV_DONTNEED`), so its resident text is what the processes read in from disk, as on a
+machine where the binary was installed earlier, and not an artifact of the copy `bench/run.sh`
+has just written: a file just written sits in the page cache in large folios, and a fault in an
+idle agent's code then maps the whole folio around it (docs/performance.md, "Memory").
+
 Usage: procs.py PICOGENT_BINARY OUT_JSON
 """
 
@@ -85,8 +91,19 @@ def summary(values):
             "n": len(values)}
 
 
+def drop_from_page_cache(path):
+    """Writes `path` out and asks the kernel to drop its cached pages (clean ones go at once)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 def main():
     binary, out = sys.argv[1], sys.argv[2]
+    drop_from_page_cache(binary)
     work = Path(tempfile.mkdtemp(prefix="picogent-bench-"))
     board_port, model_port, http_port = free_port(), free_port(), free_port()
     board_url = f"http://127.0.0.1:{board_port}"
