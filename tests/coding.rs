@@ -125,6 +125,7 @@ async fn in_direct_mode_the_task_goes_to_the_coding_agent_without_a_model() {
     let model = start_model(0).await;
     let mut extra = workspaces(dir.path(), &remote, stand_in(), true);
     extra["workspaces"]["retention_ms"] = json!(0);
+    extra["workspaces"]["hooks"] = json!({"before_run": "echo preparing $PICOGENT_TASK_KEY on $PICOGENT_BRANCH"});
     let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra.clone())).await;
     wait_ready(&agent).await;
     let alice = client(&board, "tok-alice");
@@ -144,6 +145,11 @@ async fn in_direct_mode_the_task_goes_to_the_coding_agent_without_a_model() {
     assert_eq!(agent_comments(&comments(&alice, &task.id).await).len(), 1);
     let runs = runs_for(&agent, &format!("task:{}", task.id)).await;
     assert_eq!(runs[0].status, RunStatus::Completed);
+    // The hook's output is in the run's record.
+    let record = runs[0].record.clone().unwrap();
+    let hook = &record["coding"]["hooks"][0];
+    assert_eq!(hook["point"], "before_run", "{record:#}");
+    assert!(hook["output"].as_str().unwrap().contains(&format!("preparing {} on {branch}", task.key)), "{record:#}");
 
     // Over MCP: the coding agent's output as plain text, and the result with the branch and commit.
     use rmcp::ServiceExt;

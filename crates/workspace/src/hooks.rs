@@ -16,7 +16,7 @@ use crate::child::{self, Capped, Group};
 const HOOK_OUTPUT_BYTES: u64 = 64 * 1024;
 
 /// Which point of a workspace's life a hook runs at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HookPoint {
     AfterCreate,
@@ -37,7 +37,7 @@ impl HookPoint {
 }
 
 /// How a hook ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum HookEnd {
     Succeeded,
@@ -47,7 +47,7 @@ pub enum HookEnd {
 }
 
 /// One hook that ran: what the run's record keeps.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct HookReport {
     pub point: HookPoint,
     pub end: HookEnd,

@@ -83,6 +83,7 @@ struct RunCoding {
     lines: std::collections::VecDeque<String>,
     dropped: u64,
     work: Option<WorkDone>,
+    hooks: Vec<HookReport>,
 }
 
 impl CodingRuns {
@@ -118,7 +119,7 @@ impl CodingRuns {
     pub fn take(&self, run_id: &str) -> Option<CodingRecord> {
         let taken = self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(run_id)?;
         let log = self.log_of(&taken);
-        Some(CodingRecord { log, work: taken.work })
+        Some(CodingRecord { log, work: taken.work, hooks: taken.hooks })
     }
 
     fn log_of(&self, run: &RunCoding) -> String {
@@ -140,6 +141,9 @@ impl CodingRuns {
 pub struct CodingRecord {
     pub log: String,
     pub work: Option<WorkDone>,
+    /// The workspace hooks that ran for it, with their output.
+    #[serde(default)]
+    pub hooks: Vec<HookReport>,
 }
 
 /// What one delegation did: the hooks, the coding agent's report, and the end of the work.
@@ -253,13 +257,32 @@ impl CodingTools {
         run_id: Option<&str>,
         cancel: &CancellationToken,
     ) -> Result<CodingOutcome, CodingError> {
+        let mut hooks = Vec::new();
+        let outcome = self.work_keeping_hooks(task, instructions, agent, run_id, cancel, &mut hooks).await;
+        if let Some(run_id) = run_id {
+            self.runs.with(run_id, |run| run.hooks.extend(hooks));
+        }
+        outcome
+    }
+
+    /// [`CodingTools::work`], the hooks that ran put in `ran` whatever the end.
+    async fn work_keeping_hooks(
+        &self,
+        task: &TaskOut,
+        instructions: &str,
+        agent: Option<&str>,
+        run_id: Option<&str>,
+        cancel: &CancellationToken,
+        ran: &mut Vec<HookReport>,
+    ) -> Result<CodingOutcome, CodingError> {
         let config = self.workspaces.config();
         let agent = config.coding_agent(agent)?;
-        let (workspace, mut hooks) = self.workspace(task).await?;
+        let (workspace, made) = self.workspace(task).await?;
+        ran.extend(made);
         let _held = self.workspaces.lock(&workspace).await;
         if let Some(report) = self.workspaces.hook(HookPoint::BeforeRun, &workspace).await {
             let failed = (!report.succeeded()).then(|| report.describe());
-            hooks.push(report);
+            ran.push(report);
             if let Some(why) = failed {
                 return Err(CodingError::BeforeRun(why));
             }
@@ -275,7 +298,8 @@ impl CodingTools {
         let run_key = run_id.unwrap_or("").to_string();
         let on_line = move |line: &str| runs.push_line(&run_key, line);
         let report = coding::run(&invocation, &on_line, cancel).await;
-        hooks.extend(self.workspaces.hook(HookPoint::AfterRun, &workspace).await);
+        ran.extend(self.workspaces.hook(HookPoint::AfterRun, &workspace).await);
+        let hooks = ran.clone();
         if !report.finished() {
             return Ok(CodingOutcome { hooks, report, finished: None, work: None });
         }
