@@ -3,8 +3,10 @@
 //! A run does, in order: acknowledge (a task run moves its task to `in_progress`, so people see
 //! the agent took it) → read what the prompt needs → render it → record its start (the prompt,
 //! for an exact resume) and flush the state to disk → the model loop → save the session, the
-//! spend and the run's end. Nothing here calls back into the router: the router spawns
-//! [`execute`] and hears its [`RunDone`].
+//! spend and the run's end. In direct mode (`workspaces.direct`) a run of a task with a
+//! repository hands the task to its coding agent after the acknowledgement, with no model loop
+//! (`crate::direct`). Nothing here calls back into the router: the router spawns [`execute`] and
+//! hears its [`RunDone`].
 //!
 //! Invariants:
 //! - the start record is written and [`State::sync`] has returned before the model loop starts,
