@@ -108,6 +108,30 @@ impl Group {
     }
 }
 
+impl Group {
+    /// The child's output, line by line as it comes: `(true, line)` from stdout, `(false, line)`
+    /// from stderr. The channel closes once both pipes are closed.
+    pub fn lines(&mut self) -> tokio::sync::mpsc::UnboundedReceiver<(bool, String)> {
+        use tokio::io::AsyncBufReadExt;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let stdout =
+            self.child.stdout.take().map(|pipe| (true, Box::new(pipe) as Box<dyn tokio::io::AsyncRead + Send + Unpin>));
+        let stderr = self.child.stderr.take().map(|pipe| (false, Box::new(pipe) as _));
+        for (is_stdout, pipe) in [stdout, stderr].into_iter().flatten() {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut lines = tokio::io::BufReader::new(pipe).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    if tx.send((is_stdout, line)).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        rx
+    }
+}
+
 impl Drop for Group {
     fn drop(&mut self) {
         self.signal(libc::SIGKILL);

@@ -13,7 +13,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
 use crate::child::{self, Capped, Group};
@@ -130,22 +129,7 @@ pub async fn run(
         let _ = std::fs::remove_file(&pid_file);
         report(end, exit, reading, kept)
     };
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(bool, String)>();
-    let stdout =
-        group.child.stdout.take().map(|pipe| (true, Box::new(pipe) as Box<dyn tokio::io::AsyncRead + Send + Unpin>));
-    let stderr = group.child.stderr.take().map(|pipe| (false, Box::new(pipe) as _));
-    for (is_stdout, pipe) in [stdout, stderr].into_iter().flatten() {
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(pipe).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                if tx.send((is_stdout, line)).is_err() {
-                    break;
-                }
-            }
-        });
-    }
-    drop(tx);
+    let mut rx = group.lines();
     let timeout = Duration::from_millis(agent.timeout_ms);
     let deadline = tokio::time::sleep(timeout);
     tokio::pin!(deadline);

@@ -8,7 +8,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::child::{self, Capped, Group};
 
@@ -98,30 +97,13 @@ pub async fn run_hook(
         Err(error) => return report(HookEnd::NotStarted { reason: error.to_string() }, String::new()),
     };
     let mut output = Capped::new(HOOK_OUTPUT_BYTES);
-    let (stdout, stderr) = (group.child.stdout.take(), group.child.stderr.take());
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    for pipe in
-        [stdout.map(|p| Box::new(p) as Box<dyn tokio::io::AsyncRead + Send + Unpin>), stderr.map(|p| Box::new(p) as _)]
-            .into_iter()
-            .flatten()
-    {
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(pipe).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-    }
-    drop(tx);
+    let mut rx = group.lines();
     let deadline = tokio::time::sleep(timeout);
     tokio::pin!(deadline);
     loop {
         tokio::select! {
             line = rx.recv() => match line {
-                Some(line) => output.push_line(&line),
+                Some((_, line)) => output.push_line(&line),
                 None => break,
             },
             () = &mut deadline => {

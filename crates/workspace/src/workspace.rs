@@ -244,11 +244,12 @@ impl Workspaces {
 
     /// Held while a coding agent works in `workspace`: a second waits for the first.
     pub async fn lock(&self, workspace: &Workspace) -> tokio::sync::OwnedMutexGuard<()> {
-        let lock = {
-            let mut locks = self.locks.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            locks.entry(workspace.path.clone()).or_default().clone()
-        };
-        lock.lock_owned().await
+        self.lock_of(workspace).lock_owned().await
+    }
+
+    fn lock_of(&self, workspace: &Workspace) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.locks.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        locks.entry(workspace.path.clone()).or_default().clone()
     }
 
     /// The branch, what is not committed yet, the commits beyond the base, and the diff stat.
@@ -338,11 +339,7 @@ impl Workspaces {
 
     /// As [`Workspaces::remove`], unless a coding agent works in it now: then `None`, and it stays.
     pub async fn remove_if_idle(&self, workspace: &Workspace) -> Result<Option<Vec<HookReport>>, WorkspaceError> {
-        let lock = {
-            let mut locks = self.locks.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            locks.entry(workspace.path.clone()).or_default().clone()
-        };
-        let Ok(_held) = lock.try_lock_owned() else { return Ok(None) };
+        let Ok(_held) = self.lock_of(workspace).try_lock_owned() else { return Ok(None) };
         self.remove_held(workspace).await.map(Some)
     }
 
