@@ -62,7 +62,7 @@ pub async fn start_with(prompts_dir: Option<PathBuf>, coding: bool) -> anyhow::R
     let dir = tempfile::tempdir().context("cannot make a temporary folder")?;
     let (workspaces, repository) = match coding {
         true => {
-            let (section, repository) = coding_setup(dir.path())?;
+            let (section, repository) = coding_setup(dir.path()).await?;
             (section, Some(repository))
         }
         false => (serde_json::json!({}), None),
@@ -115,20 +115,23 @@ pub(crate) const CODING_TASK: &str =
 /// A bare repository with `src/date.py` on `main` and the stand-in coding agent, in `dir`; the
 /// `workspaces` section that uses them (the repository serving the `team` project), and the
 /// repository's path.
-fn coding_setup(dir: &Path) -> anyhow::Result<(serde_json::Value, PathBuf)> {
-    coding_setup_for(dir, serde_json::json!({"projects": ["team"]}))
+async fn coding_setup(dir: &Path) -> anyhow::Result<(serde_json::Value, PathBuf)> {
+    coding_setup_for(dir, serde_json::json!({"projects": ["team"]})).await
 }
 
 /// As [`coding_setup`], the repository serving what `serves` says (`projects`, `labels`).
-pub(crate) fn coding_setup_for(dir: &Path, serves: serde_json::Value) -> anyhow::Result<(serde_json::Value, PathBuf)> {
+pub(crate) async fn coding_setup_for(
+    dir: &Path,
+    serves: serde_json::Value,
+) -> anyhow::Result<(serde_json::Value, PathBuf)> {
     let seed = dir.join("repository-seed");
     std::fs::create_dir_all(seed.join("src"))?;
     std::fs::write(seed.join("src/date.py"), "def parse(text):\n    return text or \"2020-01-01\"\n")?;
-    git(&seed, &["init", "--quiet", "-b", "main"])?;
-    git(&seed, &["add", "--all"])?;
-    git(&seed, &["commit", "--quiet", "-m", "A date parser"])?;
+    git(&seed, &["init", "--quiet", "-b", "main"]).await?;
+    git(&seed, &["add", "--all"]).await?;
+    git(&seed, &["commit", "--quiet", "-m", "A date parser"]).await?;
     let bare = dir.join("app.git");
-    git(dir, &["clone", "--quiet", "--bare", "--", &seed.to_string_lossy(), &bare.to_string_lossy()])?;
+    git(dir, &["clone", "--quiet", "--bare", "--", &seed.to_string_lossy(), &bare.to_string_lossy()]).await?;
     let agent = dir.join("stand-in.sh");
     std::fs::write(&agent, STAND_IN)?;
     let mut repository = serde_json::json!({"url": bare, "base": "main"});
@@ -146,24 +149,11 @@ pub(crate) fn coding_setup_for(dir: &Path, serves: serde_json::Value) -> anyhow:
     Ok((section, bare))
 }
 
-/// `git ARGS` in `dir` as the demo's alice; its output.
-pub(crate) fn git(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
-    let output = std::process::Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "alice")
-        .env("GIT_AUTHOR_EMAIL", "alice@example.com")
-        .env("GIT_COMMITTER_NAME", "alice")
-        .env("GIT_COMMITTER_EMAIL", "alice@example.com")
-        .output()
-        .context("picogent demo --coding needs git: cannot run it")?;
-    anyhow::ensure!(
-        output.status.success(),
-        "`git {}` failed: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&output.stderr).trim()
-    );
-    Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+/// `git ARGS` in `dir` as the demo's alice (picogent's own git runner: no shell, no prompt, a
+/// timeout); its output.
+pub(crate) async fn git(dir: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let git = picogent_workspace::git::Git::new("alice", "alice@example.com");
+    git.run(dir, args).await.context("picogent demo --coding needs git")
 }
 
 /// What the coding demo did: the task, its comments, and the branch on the remote.
@@ -285,8 +275,8 @@ impl Demo {
                 let query = MessageQuery { task_id: Some(task.id.clone()), ..MessageQuery::default() };
                 let comments = self.alice.list_messages(&query).await?;
                 let branch = format!("picogent/{}", task.key);
-                let log = git(&repository, &["log", "--format=%h %s", &format!("main..{branch}")])?;
-                let file = git(&repository, &["show", &format!("{branch}:src/date.py")])?;
+                let log = git(&repository, &["log", "--format=%h %s", &format!("main..{branch}")]).await?;
+                let file = git(&repository, &["show", &format!("{branch}:src/date.py")]).await?;
                 let commits = log.lines().map(str::to_string).collect();
                 return Ok(CodingOutcome { task, comments, branch, commits, file });
             }

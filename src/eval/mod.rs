@@ -258,7 +258,7 @@ pub async fn evaluate(options: EvalOptions, mut on_score: impl FnMut(&ScenarioSc
         None => crate::demo::write_builtin_prompts(dir.path())?,
     };
     let labels = serde_json::json!({ "labels": [scenarios::CODING_LABEL] });
-    let (workspaces, repository) = crate::demo::coding_setup_for(dir.path(), labels)?;
+    let (workspaces, repository) = crate::demo::coding_setup_for(dir.path(), labels).await?;
     let mut config: Config = serde_json::from_value(serde_json::json!({
         "slug": "picogent",
         "name": "Picogent",

@@ -440,6 +440,7 @@ impl Eval<'_> {
             return Err(ScenarioFailure::Repository("the eval has no repository".into()));
         };
         let base_before = crate::demo::git(&repository, &["rev-parse", "main"])
+            .await
             .map_err(|e| ScenarioFailure::Repository(e.to_string()))?;
         let create = CreateTask {
             project_slug: "team".into(),
@@ -455,16 +456,19 @@ impl Eval<'_> {
         let branch = format!("picogent/{}", task.key);
         let file = "src/date.py";
         let changed = crate::demo::git(&repository, &["show", &format!("{branch}:{file}")])
+            .await
             .is_ok_and(|text| text.contains("2024-06-01"));
         if !changed {
             return Err(ScenarioFailure::NotChanged { branch, file: file.into() });
         }
         let base_now = crate::demo::git(&repository, &["rev-parse", "main"])
+            .await
             .map_err(|e| ScenarioFailure::Repository(e.to_string()))?;
         if base_now != base_before {
             return Err(ScenarioFailure::BaseMoved);
         }
         let commit = crate::demo::git(&repository, &["rev-parse", &branch])
+            .await
             .map_err(|e| ScenarioFailure::Repository(e.to_string()))?;
         let comments = self.agent_comments(&task.id).await?;
         if comments.len() != 1 {

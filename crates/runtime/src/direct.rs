@@ -73,6 +73,10 @@ pub async fn work(
             let notice = format!("I could not finish this: {failure}. Nothing was pushed.");
             (RunStatus::Failed, outcome.text(), Some(notice))
         }
+        Err(error) if error.agent_finished() => {
+            let notice = format!("I could not finish this: {error}.");
+            (RunStatus::Failed, error.to_string(), Some(notice))
+        }
         Err(error) => {
             let notice = format!("I could not start on this: {error}.");
             (RunStatus::Failed, error.to_string(), Some(notice))

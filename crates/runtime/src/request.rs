@@ -110,6 +110,8 @@ pub struct RunRequest {
     /// The message a given `prompt` came from (a follow-up's first late input): what the run
     /// answers instead of its kind's message.
     pub prompt_from: Option<Asked>,
+    /// The coding agent and branch MCP's `start_run` asked for (checked there).
+    pub coding: Option<picogent_workspace::CodingChoice>,
 }
 
 impl RunRequest {
@@ -126,6 +128,7 @@ impl RunRequest {
             claim: None,
             asker: Asker::Person,
             prompt_from: None,
+            coding: None,
         }
     }
 }

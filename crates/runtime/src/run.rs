@@ -51,6 +51,9 @@ pub async fn execute(
     steer: mpsc::UnboundedReceiver<Steering>,
 ) -> RunDone {
     let started = Instant::now();
+    if let (Some(coding), Some(choice)) = (services.coding.as_deref(), &request.coding) {
+        coding.runs().choose(&run_id, choice.clone());
+    }
     let ended = match drive(&services, &run_id, &request, &cancel, steer).await {
         Ok(ended) => ended,
         Err(error) => {
@@ -65,6 +68,10 @@ pub async fn execute(
             Ended { status: RunStatus::Failed, notice: Some(notice), steering_consumed: 0 }
         }
     };
+    // What the run kept of its coding work went into its record; nothing of it stays here.
+    if let Some(coding) = services.coding.as_deref() {
+        coding.runs().take(&run_id);
+    }
     let RunRequest { session, kind, .. } = request;
     RunDone {
         run_id,

@@ -136,7 +136,7 @@ impl ToolError {
     }
 
     /// The error result the caller receives; its structured content names the failure.
-    pub(super) fn into_result(self) -> CallToolResult {
+    pub fn into_result(self) -> CallToolResult {
         let mut detail = json!({"code": self.code(), "message": self.message_for_model()});
         if let ToolError::NotFound { .. } = &self {
             detail["status"] = json!(404);

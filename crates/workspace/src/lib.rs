@@ -33,5 +33,5 @@ pub mod workspace;
 pub use coding::{AgentEnd, AgentReport, Invocation};
 pub use config::{CodingAgent, CodingAgentConfig, Repository, WorkspacesConfig};
 pub use names::TaskKey;
-pub use tools::{CODING_TOOLS, CodingRecord, CodingRuns, CodingTools, WorkDone};
+pub use tools::{CODING_TOOLS, CodingChoice, CodingError, CodingRecord, CodingRuns, CodingTools, WorkDone};
 pub use workspace::{DiffStat, Finished, Workspace, WorkspaceError, WorkspaceStatus, Workspaces, WorkspacesView};

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use picogent_tools::scope::{Judgement, ReachError};
-use picogent_tools::{CallEffect, ToolContext, ToolSource};
+use picogent_tools::{CallEffect, ToolContext, ToolError, ToolSource};
 use picogent_tracker::TrackerClient;
 use picogent_tracker::model::TaskOut;
 use picogent_tracker::session::SessionKey;
@@ -84,6 +84,18 @@ struct RunCoding {
     dropped: u64,
     work: Option<WorkDone>,
     hooks: Vec<HookReport>,
+    choice: Option<CodingChoice>,
+}
+
+/// What a run was started with (MCP's `start_run`): its coding agent and its branch, instead of
+/// `workspaces.agent` and `picogent/<KEY>`. Stored with the queued run, so a resumed run keeps it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct CodingChoice {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// Always under `picogent/` ([`CodingTools::choice`] makes it so).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
 }
 
 impl CodingRuns {
@@ -100,6 +112,16 @@ impl CodingRuns {
             }
             run.lines.push_back(line.to_string());
         });
+    }
+
+    /// The run `run_id` works with `choice` (set before it starts).
+    pub fn choose(&self, run_id: &str, choice: CodingChoice) {
+        self.with(run_id, |run| run.choice = Some(choice));
+    }
+
+    fn choice(&self, run_id: Option<&str>) -> CodingChoice {
+        let runs = self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        run_id.and_then(|id| runs.get(id)).and_then(|run| run.choice.clone()).unwrap_or_default()
     }
 
     /// The coding agent's output of the run `run_id` so far, as plain text (`run://{id}/logs`).
@@ -207,6 +229,20 @@ pub enum CodingError {
     Agent(#[from] crate::config::AgentError),
     #[error("{0}; the coding agent was not started")]
     BeforeRun(String),
+    #[error(transparent)]
+    Branch(#[from] crate::names::BadRefName),
+    #[error(
+        "the coding agent {agent} finished, but its work could not be committed and pushed: {source}; it stays in \
+         the workspace, on its branch, for the next run"
+    )]
+    Finish { agent: String, source: crate::WorkspaceError },
+}
+
+impl CodingError {
+    /// Whether the coding agent ran (and finished) before this went wrong.
+    pub fn agent_finished(&self) -> bool {
+        matches!(self, CodingError::Finish { .. })
+    }
 }
 
 /// The coding tools, over every task's workspace.
@@ -230,19 +266,44 @@ impl CodingTools {
         &self.workspaces
     }
 
+    /// A run's choice checked against the configuration: the agent configured, the branch a
+    /// name git takes, put under `picogent/` when it is not there (nothing else is ever pushed).
+    pub fn choice(&self, agent: Option<String>, branch: Option<String>) -> Result<CodingChoice, CodingError> {
+        if let Some(agent) = agent.as_deref() {
+            self.workspaces.config().coding_agent(Some(agent))?;
+        }
+        let branch = match branch.as_deref().map(str::trim).filter(|branch| !branch.is_empty()) {
+            Some(branch) => {
+                let branch = match branch.starts_with(crate::names::BRANCH_PREFIX) {
+                    true => branch.to_string(),
+                    false => format!("{}{branch}", crate::names::BRANCH_PREFIX),
+                };
+                crate::names::check_ref_name(&branch)?;
+                Some(branch)
+            }
+            None => None,
+        };
+        Ok(CodingChoice { agent, branch })
+    }
+
     /// Whether `task` has a repository: its runs are offered the coding tools.
     pub fn serves(&self, task: &TaskOut) -> bool {
         self.workspaces.config().repository_for(&task.project_slug, &task.labels).is_some()
     }
 
-    /// The task's workspace, made if missing (with the hooks that ran).
-    pub async fn workspace(&self, task: &TaskOut) -> Result<(Workspace, Vec<HookReport>), CodingError> {
+    /// The task's workspace, made if missing (with the hooks that ran), on `branch` when the run
+    /// was started with one.
+    pub async fn workspace(
+        &self,
+        task: &TaskOut,
+        branch: Option<&str>,
+    ) -> Result<(Workspace, Vec<HookReport>), CodingError> {
         let (repository, _) =
             self.workspaces.config().repository_for(&task.project_slug, &task.labels).ok_or_else(|| {
                 CodingError::NoRepository { key: task.key.clone(), project: task.project_slug.clone() }
             })?;
         let key = TaskKey::new(&task.key)?;
-        Ok(self.workspaces.open(repository, &key).await?)
+        Ok(self.workspaces.open(repository, &key, branch).await?)
     }
 
     /// The coding agent `agent` (or the default) works on `instructions` in the task's workspace:
@@ -276,8 +337,9 @@ impl CodingTools {
         ran: &mut Vec<HookReport>,
     ) -> Result<CodingOutcome, CodingError> {
         let config = self.workspaces.config();
-        let agent = config.coding_agent(agent)?;
-        let (workspace, made) = self.workspace(task).await?;
+        let choice = self.runs.choice(run_id);
+        let agent = config.coding_agent(agent.or(choice.agent.as_deref()))?;
+        let (workspace, made) = self.workspace(task, choice.branch.as_deref()).await?;
         ran.extend(made);
         let _held = self.workspaces.lock(&workspace).await;
         if let Some(report) = self.workspaces.hook(HookPoint::BeforeRun, &workspace).await {
@@ -304,7 +366,11 @@ impl CodingTools {
             return Ok(CodingOutcome { hooks, report, finished: None, work: None });
         }
         let message = commit_message(task, &report.final_message);
-        let finished = self.workspaces.finish(&workspace, &message).await?;
+        let finished = self
+            .workspaces
+            .finish(&workspace, &message)
+            .await
+            .map_err(|source| CodingError::Finish { agent: report.agent.clone(), source })?;
         let work = WorkDone {
             repository: workspace.repository.clone(),
             branch: finished.branch.clone(),
@@ -374,7 +440,8 @@ impl CodingTools {
 
     async fn status(&self, context: &ToolContext) -> Result<(Workspace, WorkspaceStatus), CodingError> {
         let task = self.task_of(context).await?;
-        let (workspace, _) = self.workspace(&task).await?;
+        let choice = self.runs.choice(context.run_id.as_deref());
+        let (workspace, _) = self.workspace(&task, choice.branch.as_deref()).await?;
         let status = self.workspaces.status(&workspace).await?;
         Ok((workspace, status))
     }
@@ -419,7 +486,7 @@ fn definitions() -> Vec<Tool> {
          base branch, and the diff stat. Reads only.",
         schema(json!({"type": "object", "properties": {}, "additionalProperties": false})),
     )
-    .annotate(ToolAnnotations::new().read_only(true).destructive(false).idempotent(true).open_world(false));
+    .annotate(picogent_tools::kernel::read_only());
     vec![run, status]
 }
 
@@ -491,12 +558,13 @@ impl ToolSource for CodingTools {
                     let instructions = arguments.get("instructions").and_then(|value| value.as_str());
                     let agent = arguments.get("agent").and_then(|value| value.as_str());
                     let Some(instructions) = instructions.filter(|text| !text.trim().is_empty()) else {
-                        let message = "`instructions` is required: say what the coding agent is to do".to_string();
-                        return text_result(
-                            message.clone(),
-                            json!({"error": {"code": "invalid_arguments", "message": message}}),
-                            true,
-                        );
+                        let got = match arguments.get("instructions") {
+                            None => "nothing".to_string(),
+                            Some(value) => value.to_string(),
+                        };
+                        let expected =
+                            "the coding agent's instructions in full: what to change, where, and how to check it";
+                        return ToolError::invalid("instructions", expected, got).into_result();
                     };
                     let task = match self.task_of(context).await {
                         Ok(task) => task,
@@ -511,10 +579,11 @@ impl ToolSource for CodingTools {
                         Err(error) => error_result(&error),
                     }
                 }
-                other => {
-                    let message = format!("no tool {other:?} here; the coding tools are {}", CODING_TOOLS.join(", "));
-                    text_result(message.clone(), json!({"error": {"code": "unknown_tool", "message": message}}), true)
+                other => ToolError::UnknownTool {
+                    name: other.to_string(),
+                    suggestions: CODING_TOOLS.iter().map(|name| name.to_string()).collect(),
                 }
+                .into_result(),
             }
         })
     }

@@ -153,22 +153,34 @@ impl Workspaces {
     }
 
     /// The workspace of `key` in `repository`: found where an earlier run left it, or made (the
-    /// mirror fetched, a worktree on `picogent/<KEY>` from the base, then `after_create`). The
-    /// hooks that ran are returned for the run's record.
-    pub async fn open(&self, repository: &str, key: &TaskKey) -> Result<(Workspace, Vec<HookReport>), WorkspaceError> {
-        let workspace = self.describe(repository, key)?;
+    /// mirror fetched, a worktree on `branch` (default `picogent/<KEY>`) from the base, then
+    /// `after_create`). The hooks that ran are returned for the run's record. A workspace found
+    /// keeps the branch it was made on; asking for another one is an error.
+    pub async fn open(
+        &self,
+        repository: &str,
+        key: &TaskKey,
+        branch: Option<&str>,
+    ) -> Result<(Workspace, Vec<HookReport>), WorkspaceError> {
+        let mut workspace = self.describe(repository, key)?;
         let repo = self.repository(repository)?;
         make_dir(&workspace.home)?;
         if workspace.path.join(".git").exists() {
             let found = self.git.run(&workspace.path, &["rev-parse", "--abbrev-ref", "HEAD"]).await?;
-            if found != workspace.branch {
+            let wanted = branch.unwrap_or(&workspace.branch);
+            let ours = found.starts_with(crate::names::BRANCH_PREFIX) && (branch.is_none() || found == wanted);
+            if !ours {
                 return Err(WorkspaceError::NotOurs {
                     path: workspace.path.clone(),
-                    branch: workspace.branch.clone(),
+                    branch: wanted.to_string(),
                     found,
                 });
             }
+            workspace.branch = found;
             return Ok((workspace, Vec::new()));
+        }
+        if let Some(branch) = branch {
+            workspace.branch = branch.to_string();
         }
         let limit_mb = self.config.max_disk_mb;
         let used_mb = self.disk_usage() / (1024 * 1024);
@@ -255,7 +267,8 @@ impl Workspaces {
     /// The branch, what is not committed yet, the commits beyond the base, and the diff stat.
     pub async fn status(&self, workspace: &Workspace) -> Result<WorkspaceStatus, WorkspaceError> {
         let dir = &workspace.path;
-        let porcelain = self.git.run(dir, &["status", "--porcelain", "--untracked-files=all"]).await?;
+        let porcelain =
+            self.git.run(dir, &["--no-optional-locks", "status", "--porcelain", "--untracked-files=all"]).await?;
         let base = self.merge_base(workspace).await?;
         let log = self.git.run(dir, &["log", "--format=%h %s", "-n", "20", &format!("{base}..HEAD")]).await?;
         Ok(WorkspaceStatus {
@@ -272,8 +285,9 @@ impl Workspaces {
         Ok(self.git.run(&workspace.path, &["merge-base", "HEAD", &base]).await?)
     }
 
-    /// Lines and files changed since `base`; with `working_tree`, what is not committed counts too
-    /// (new files included: `git add --intent-to-add` marks them in the index without their content).
+    /// Lines and files changed since `base`; with `working_tree`, what is not committed counts too,
+    /// new files included (their lines counted from the file: this only reads, the index is left as
+    /// it is).
     async fn diff_stat(
         &self,
         workspace: &Workspace,
@@ -282,7 +296,6 @@ impl Workspaces {
     ) -> Result<DiffStat, WorkspaceError> {
         let dir = &workspace.path;
         let numstat = if working_tree {
-            self.git.run(dir, &["add", "--all", "--intent-to-add"]).await?;
             self.git.run(dir, &["diff", "--numstat", base]).await?
         } else {
             self.git.run(dir, &["diff", "--numstat", base, "HEAD"]).await?
@@ -294,6 +307,13 @@ impl Workspaces {
             stat.insertions += added.and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
             stat.deletions += removed.and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
             if let Some(file) = file {
+                stat.files.push(file.to_string());
+            }
+        }
+        if working_tree {
+            let untracked = self.git.run(dir, &["ls-files", "--others", "--exclude-standard", "-z"]).await?;
+            for file in untracked.split('\0').filter(|file| !file.is_empty()) {
+                stat.insertions += text_lines(&dir.join(file));
                 stat.files.push(file.to_string());
             }
         }
@@ -405,4 +425,15 @@ fn dir_size(path: &Path) -> u64 {
         }
     }
     total
+}
+
+/// The lines of a new file as git counts them: none for a binary file (one holding a NUL byte)
+/// or one that cannot be read.
+fn text_lines(path: &Path) -> u64 {
+    let Ok(bytes) = std::fs::read(path) else { return 0 };
+    if bytes.contains(&0) {
+        return 0;
+    }
+    let newlines = bytes.iter().filter(|byte| **byte == b'\n').count() as u64;
+    newlines + u64::from(!bytes.is_empty() && !bytes.ends_with(b"\n"))
 }

@@ -57,6 +57,11 @@ fn config(dir: &Path, remote: &Path) -> WorkspacesConfig {
     }
 }
 
+/// A worktree's own git folder (its `.git` is a file naming it).
+fn git_dir(worktree: &Path) -> PathBuf {
+    PathBuf::from(git(worktree, &["rev-parse", "--absolute-git-dir"]))
+}
+
 #[tokio::test]
 async fn a_task_gets_a_branch_its_commit_is_pushed_once_and_the_base_is_untouched() {
     let dir = tempfile::tempdir().unwrap();
@@ -65,7 +70,7 @@ async fn a_task_gets_a_branch_its_commit_is_pushed_once_and_the_base_is_untouche
     let workspaces = Workspaces::new(Arc::new(config(dir.path(), &remote)), "picogent", "picogent@localhost");
     let key = TaskKey::new("TE-12").unwrap();
 
-    let (workspace, hooks) = workspaces.open("billing", &key).await.unwrap();
+    let (workspace, hooks) = workspaces.open("billing", &key, None).await.unwrap();
     assert_eq!(workspace.branch, "picogent/TE-12");
     assert_eq!(workspace.path, dir.path().join("workspaces/billing/TE-12"));
     assert!(hooks.len() == 1 && hooks[0].succeeded(), "{hooks:?}");
@@ -74,6 +79,15 @@ async fn a_task_gets_a_branch_its_commit_is_pushed_once_and_the_base_is_untouche
     let status = workspaces.status(&workspace).await.unwrap();
     assert_eq!(status.changed, [" M src/date.py"]);
     assert_eq!((status.diff.files.len(), status.diff.insertions, status.diff.deletions), (1, 1, 1));
+    // A new file counts, and reading the status changes nothing in the index.
+    std::fs::write(workspace.path.join("src/new.py"), "a = 1\nb = 2").unwrap();
+    let index_before = std::fs::read(git_dir(&workspace.path).join("index")).unwrap();
+    let status = workspaces.status(&workspace).await.unwrap();
+    assert_eq!(status.changed, [" M src/date.py", "?? src/new.py"]);
+    assert_eq!(status.diff.files, ["src/date.py", "src/new.py"]);
+    assert_eq!((status.diff.insertions, status.diff.deletions), (3, 1));
+    assert_eq!(std::fs::read(git_dir(&workspace.path).join("index")).unwrap(), index_before, "the index is as it was");
+    std::fs::remove_file(workspace.path.join("src/new.py")).unwrap();
 
     let finished = workspaces.finish(&workspace, "TE-12: fix the date parser").await.unwrap();
     assert!(finished.committed && finished.pushed, "{finished:?}");
@@ -84,7 +98,7 @@ async fn a_task_gets_a_branch_its_commit_is_pushed_once_and_the_base_is_untouche
 
     // The next run (a follow-up, or after a restart) finds the same tree; nothing new: no
     // second commit, no second push.
-    let (again, hooks) = workspaces.open("billing", &key).await.unwrap();
+    let (again, hooks) = workspaces.open("billing", &key, None).await.unwrap();
     assert_eq!((again.path.clone(), hooks.len()), (workspace.path.clone(), 0));
     let second = workspaces.finish(&again, "TE-12: fix the date parser").await.unwrap();
     assert_eq!((second.committed, second.pushed, second.commit), (false, false, Some(commit.clone())));
@@ -93,7 +107,7 @@ async fn a_task_gets_a_branch_its_commit_is_pushed_once_and_the_base_is_untouche
     // Its folder gone, the branch is found again in the mirror: the work goes on from it.
     workspaces.remove(&again).await.unwrap();
     assert!(!again.path.exists());
-    let (reopened, _) = workspaces.open("billing", &key).await.unwrap();
+    let (reopened, _) = workspaces.open("billing", &key, None).await.unwrap();
     assert_eq!(git(&reopened.path, &["rev-parse", "HEAD"]), commit);
 }
 
@@ -102,8 +116,8 @@ async fn two_tasks_get_two_workspaces_and_a_failing_after_create_hook_leaves_non
     let dir = tempfile::tempdir().unwrap();
     let remote = remote(dir.path());
     let workspaces = Workspaces::new(Arc::new(config(dir.path(), &remote)), "picogent", "p@x");
-    let (one, _) = workspaces.open("billing", &TaskKey::new("TE-1").unwrap()).await.unwrap();
-    let (two, _) = workspaces.open("billing", &TaskKey::new("TE-2").unwrap()).await.unwrap();
+    let (one, _) = workspaces.open("billing", &TaskKey::new("TE-1").unwrap(), None).await.unwrap();
+    let (two, _) = workspaces.open("billing", &TaskKey::new("TE-2").unwrap(), None).await.unwrap();
     assert_ne!(one.path, two.path);
     assert_eq!(workspaces.present().len(), 2);
     assert!(workspaces.disk_usage() > 0);
@@ -111,9 +125,29 @@ async fn two_tasks_get_two_workspaces_and_a_failing_after_create_hook_leaves_non
     let mut failing = config(dir.path(), &remote);
     failing.hooks.after_create = Some("echo cannot install; exit 4".into());
     let workspaces = Workspaces::new(Arc::new(failing), "picogent", "p@x");
-    let error = workspaces.open("billing", &TaskKey::new("TE-3").unwrap()).await.unwrap_err().to_string();
+    let error = workspaces.open("billing", &TaskKey::new("TE-3").unwrap(), None).await.unwrap_err().to_string();
     assert!(error.contains("the after_create hook failed (exit 4): cannot install"), "{error}");
     assert!(!dir.path().join("workspaces/billing/TE-3").exists());
+}
+
+#[tokio::test]
+async fn a_workspace_made_on_a_chosen_branch_keeps_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = remote(dir.path());
+    let workspaces = Workspaces::new(Arc::new(config(dir.path(), &remote)), "picogent", "p@x");
+    let key = TaskKey::new("TE-4").unwrap();
+    let (made, _) = workspaces.open("billing", &key, Some("picogent/fix-dates")).await.unwrap();
+    assert_eq!(made.branch, "picogent/fix-dates");
+    assert_eq!(git(&made.path, &["rev-parse", "--abbrev-ref", "HEAD"]), "picogent/fix-dates");
+    // A follow-up that names no branch goes on on it; one naming another is refused.
+    let (again, _) = workspaces.open("billing", &key, None).await.unwrap();
+    assert_eq!(again.branch, "picogent/fix-dates");
+    let error = workspaces.open("billing", &key, Some("picogent/other")).await.unwrap_err().to_string();
+    assert!(error.contains("is not the workspace of picogent/other"), "{error}");
+    std::fs::write(made.path.join("src/date.py"), "changed\n").unwrap();
+    let finished = workspaces.finish(&again, "TE-4: fix").await.unwrap();
+    assert!(finished.pushed);
+    assert_eq!(git(&remote, &["log", "-1", "--format=%s", "picogent/fix-dates"]), "TE-4: fix");
 }
 
 #[test]
@@ -133,6 +167,30 @@ fn hostile_names_are_refused_before_git_sees_them() {
     config.repositories.get_mut("billing").unwrap().url = "/srv/git/billing.git".into();
     config.repositories.get_mut("billing").unwrap().base = "-f".into();
     assert_eq!(config.check().unwrap_err().0, "workspaces.repositories.billing.base");
+}
+
+#[test]
+fn a_repository_url_holding_a_credential_is_refused_without_showing_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path(), Path::new("/srv/git/billing.git"));
+    for url in ["https://ghp_s3cret@git.example.com/team/billing.git", "https://bot:s3cret@git.example.com/billing.git"]
+    {
+        config.repositories.get_mut("billing").unwrap().url = url.into();
+        let (field, message) = config.check().unwrap_err();
+        assert_eq!(field, "workspaces.repositories.billing.url");
+        assert!(message.contains("holds a credential"), "{message}");
+        assert!(!message.contains("s3cret"), "{message}");
+    }
+    config.repositories.get_mut("billing").unwrap().url = "https://git.example.com/team/billing.git".into();
+    config.repositories.get_mut("billing").unwrap().push = Some("https://x:s3cret@git.example.com/b.git".into());
+    let (field, message) = config.check().unwrap_err();
+    assert_eq!(field, "workspaces.repositories.billing.push");
+    assert!(!message.contains("s3cret"), "{message}");
+    // How ssh logs in is no secret.
+    config.repositories.get_mut("billing").unwrap().push = Some("ssh://git@git.example.com/team/billing.git".into());
+    assert!(config.check().is_ok());
+    config.repositories.get_mut("billing").unwrap().push = Some("git@git.example.com:team/billing.git".into());
+    assert!(config.check().is_ok());
 }
 
 /// A shell script standing in for a coding agent CLI: it prints stream-json lines, edits the file
@@ -163,7 +221,7 @@ async fn a_coding_agent_works_in_the_workspace_with_only_the_environment_its_ent
     let dir = tempfile::tempdir().unwrap();
     let remote = remote(dir.path());
     let workspaces = Workspaces::new(Arc::new(config(dir.path(), &remote)), "picogent", "p@x");
-    let (workspace, _) = workspaces.open("billing", &TaskKey::new("TE-5").unwrap()).await.unwrap();
+    let (workspace, _) = workspaces.open("billing", &TaskKey::new("TE-5").unwrap(), None).await.unwrap();
     let agent = stand_in(STAND_IN).resolve("stand-in").unwrap();
     let lines = Mutex::new(Vec::new());
     let invocation = Invocation {
@@ -191,7 +249,7 @@ async fn a_coding_agent_is_killed_at_a_stop_and_at_its_timeout_and_a_crash_is_na
     let dir = tempfile::tempdir().unwrap();
     let remote = remote(dir.path());
     let workspaces = Workspaces::new(Arc::new(config(dir.path(), &remote)), "picogent", "p@x");
-    let (workspace, _) = workspaces.open("billing", &TaskKey::new("TE-6").unwrap()).await.unwrap();
+    let (workspace, _) = workspaces.open("billing", &TaskKey::new("TE-6").unwrap(), None).await.unwrap();
     let run = |script: &str, timeout_ms: u64, cancel: CancellationToken| {
         let mut entry = stand_in(script);
         entry.timeout_ms = Some(timeout_ms);
@@ -253,7 +311,7 @@ async fn an_outcome_file_that_is_not_done_is_a_failure_though_the_exit_is_0() {
     let dir = tempfile::tempdir().unwrap();
     let remote = remote(dir.path());
     let workspaces = Workspaces::new(Arc::new(config(dir.path(), &remote)), "picogent", "p@x");
-    let (workspace, _) = workspaces.open("billing", &TaskKey::new("TE-7").unwrap()).await.unwrap();
+    let (workspace, _) = workspaces.open("billing", &TaskKey::new("TE-7").unwrap(), None).await.unwrap();
     // As mini-swe-agent past its step limit: exit 0, its trajectory says otherwise.
     let entry = CodingAgentConfig {
         command: Some(vec![
@@ -296,8 +354,8 @@ async fn one_coding_agent_at_a_time_per_workspace_and_none_across_two() {
     let dir = tempfile::tempdir().unwrap();
     let remote = remote(dir.path());
     let workspaces = Arc::new(Workspaces::new(Arc::new(config(dir.path(), &remote)), "picogent", "p@x"));
-    let (one, _) = workspaces.open("billing", &TaskKey::new("TE-8").unwrap()).await.unwrap();
-    let (other, _) = workspaces.open("billing", &TaskKey::new("TE-9").unwrap()).await.unwrap();
+    let (one, _) = workspaces.open("billing", &TaskKey::new("TE-8").unwrap(), None).await.unwrap();
+    let (other, _) = workspaces.open("billing", &TaskKey::new("TE-9").unwrap(), None).await.unwrap();
     let held = workspaces.lock(&one).await;
     // Another task's workspace is free; the same one waits until the first lets go.
     let _other =

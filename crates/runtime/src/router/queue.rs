@@ -43,6 +43,9 @@ pub(super) struct QueuedRequest {
     /// The message `prompt` came from (a follow-up's); absent in requests queued before it was kept.
     #[serde(default)]
     pub prompt_from: Option<Asked>,
+    /// The coding agent and branch `start_run` asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coding: Option<picogent_workspace::CodingChoice>,
 }
 
 /// Why a claimed run cannot be run.

@@ -124,6 +124,7 @@ impl Router {
             kind: request.kind.clone(),
             prompt: request.prompt.clone(),
             prompt_from: request.prompt_from.clone(),
+            coding: request.coding.clone(),
         };
         let json = serde_json::to_string(&queued).map_err(|error| state_error(&error))?;
         let inputs: Vec<(String, Option<String>)> = request
@@ -356,21 +357,23 @@ impl Router {
             ),
             None => None,
         };
+        let coding = queued.as_ref().and_then(|queued| queued.coding.clone());
         let (kind, prompt, prompt_from) = match queued {
             Some(QueuedRequest { kind: RunKind::Prompt { .. }, .. }) if run.attempts > 1 => {
                 // Its prompt came from a client that is gone; nobody waits for the answer.
                 return Err(NotRunnable::Gone("a prompt run is not resumed after a restart".to_string()));
             }
-            Some(QueuedRequest { kind: RunKind::Task { .. }, prompt, prompt_from }) if run.attempts > 1 => {
+            Some(QueuedRequest { kind: RunKind::Task { .. }, prompt, prompt_from, .. }) if run.attempts > 1 => {
                 (self.resumable_kind(&session).await?, prompt, prompt_from)
             }
-            Some(QueuedRequest { kind, prompt, prompt_from }) => (kind, prompt, prompt_from),
+            Some(QueuedRequest { kind, prompt, prompt_from, .. }) => (kind, prompt, prompt_from),
             None => (self.resumable_kind(&session).await?, None, None),
         };
         Ok(RunRequest {
             resume_run_id: Some(run.id.clone()),
             prompt,
             prompt_from,
+            coding,
             ..RunRequest::new(session, Trigger::Recorded(run.trigger.clone()), kind)
         })
     }

@@ -16,6 +16,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use picogent_support::secret::{self, UrlCredential};
+
 use crate::names;
 pub mod presets;
 
@@ -277,6 +279,11 @@ pub enum SourceError {
     ParentDir(String),
     #[error("{0:?} is outside `workspaces.allowed_paths`; add its folder there or use another repository")]
     NotAllowed(String),
+    #[error(
+        "{0} holds a credential (a password or token in the URL); remove it and give git its credentials from \
+         the environment (an ssh agent, or a credential helper in picogent's git settings)"
+    )]
+    Credential(String),
 }
 
 /// A problem with the section: the field and what is wrong with it.
@@ -386,7 +393,16 @@ impl WorkspacesConfig {
         if url.starts_with('-') {
             return Err(SourceError::LooksLikeAnOption(url.to_string()));
         }
-        if url.contains("://") || names::scp_like(url) {
+        if url.contains("://") {
+            // A user name is how ssh logs in (`ssh://git@host/…`); over http(s) it is a token.
+            let over_http = url.starts_with("http://") || url.starts_with("https://");
+            return match secret::url_credential(url) {
+                Some(UrlCredential::Password) => Err(SourceError::Credential(secret::shown_url(url))),
+                Some(UrlCredential::UserName) if over_http => Err(SourceError::Credential(secret::shown_url(url))),
+                _ => Ok(()),
+            };
+        }
+        if names::scp_like(url) {
             return Ok(());
         }
         let path = std::path::Path::new(url);
