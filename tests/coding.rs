@@ -197,6 +197,81 @@ async fn in_direct_mode_the_task_goes_to_the_coding_agent_without_a_model() {
     board.shutdown().await.unwrap();
 }
 
+/// An MCP client of the agent's `/mcp`.
+async fn mcp_client(agent: &picogent::runtime::AgentHandle) -> rmcp::service::RunningService<rmcp::RoleClient, ()> {
+    use rmcp::ServiceExt;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let url = format!("http://{}/mcp", agent.http_addr.unwrap());
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(url).auth_header(MCP_TOKEN),
+    );
+    ().serve(transport).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_run_over_mcp_names_the_coding_agent_and_the_branch() {
+    use rmcp::model::CallToolRequestParams;
+    let dir = tempfile::tempdir().unwrap();
+    let remote = remote(dir.path());
+    let main_before = git(&remote, &["rev-parse", "main"]);
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let mut extra = workspaces(dir.path(), &remote, stand_in(), true);
+    extra["workspaces"]["agents"]["careful"] = stand_in();
+    extra["mcp"] = json!({"allow_unassigned_runs": true});
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+    let create = CreateTask {
+        project_slug: "team".into(),
+        title: "Fix the date parser".into(),
+        description: Some(FIX.into()),
+        ..CreateTask::default()
+    };
+    let task = alice.create_task(&create, None).await.unwrap();
+    let mcp = mcp_client(&agent).await;
+    let call = |args: Value| {
+        let mcp = &mcp;
+        async move {
+            let params = CallToolRequestParams::new("start_run").with_arguments(args.as_object().unwrap().clone());
+            mcp.call_tool(params).await.unwrap()
+        }
+    };
+    let text = |result: &rmcp::model::CallToolResult| format!("{:?}", result.content);
+
+    // Refused, each with what is wrong: an agent not configured, a branch git would misread, a
+    // choice on a prompt run. Nothing starts.
+    let refused = call(json!({"task_key": task.key, "coding_agent": "sloppy"})).await;
+    assert_eq!(refused.is_error, Some(true));
+    assert!(text(&refused).contains("sloppy"), "{}", text(&refused));
+    for branch in ["../main", "-f", "a..b"] {
+        let refused = call(json!({"task_key": task.key, "branch": branch})).await;
+        assert_eq!(refused.is_error, Some(true), "{branch}: {}", text(&refused));
+    }
+    let refused = call(json!({"prompt": "hello", "branch": "x"})).await;
+    assert!(text(&refused).contains("go with `task_key`"), "{}", text(&refused));
+    assert!(runs_for(&agent, &format!("task:{}", task.id)).await.is_empty());
+
+    let started = call(json!({"task_key": task.key, "coding_agent": "careful", "branch": "fix-dates"})).await;
+    assert_ne!(started.is_error, Some(true), "{}", text(&started));
+    let answer = eventually(Duration::from_secs(30), "the coding agent's answer", || async {
+        comments(&alice, &task.id).await.into_iter().find(|m| m.author_slug == "picogent")
+    })
+    .await;
+    wait_idle(&agent).await;
+    assert!(answer.content.starts_with("The coding agent careful finished"), "{}", answer.content);
+    assert!(answer.content.contains("Work: branch `picogent/fix-dates`"), "{}", answer.content);
+    assert!(git(&remote, &["show", "picogent/fix-dates:src/date.py"]).contains("2024-06-01"));
+    let branches = git(&remote, &["branch", "--format=%(refname:short)"]);
+    assert_eq!(branches.lines().collect::<Vec<_>>(), ["main", "picogent/fix-dates"], "no picogent/{} made", task.key);
+    assert_eq!(git(&remote, &["rev-parse", "main"]), main_before);
+    mcp.cancel().await.unwrap();
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_kills_the_coding_agent_and_a_crash_is_one_notice_naming_it() {
     let dir = tempfile::tempdir().unwrap();

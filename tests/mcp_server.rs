@@ -676,7 +676,7 @@ impl AgentControl for TestAgent {
 
     fn start_run(&self, request: StartRun) -> BoxFuture<'_, Result<String, AgentControlError>> {
         let trigger = match request {
-            StartRun::Task { task_key } => format!("task {task_key}"),
+            StartRun::Task { task_key, .. } => format!("task {task_key}"),
             StartRun::Prompt { prompt } => format!("prompt {prompt}"),
         };
         let mut runs = self.runs.lock().unwrap();

@@ -27,9 +27,9 @@ pub struct RuntimeControl {
     pub slug: String,
     /// …unless `mcp.allow_unassigned_runs` says otherwise.
     pub allow_unassigned_runs: bool,
-    /// The coding agents' output of runs going on now (`workspaces`); a run that ended keeps it in
-    /// its stored record.
-    pub coding: Option<Arc<picogent_workspace::CodingRuns>>,
+    /// The coding tools (`workspaces`): what `start_run` may choose, and the coding agents' output
+    /// of runs going on now (a run that ended keeps it in its stored record).
+    pub coding: Option<Arc<picogent_workspace::CodingTools>>,
 }
 
 impl RuntimeControl {
@@ -39,6 +39,32 @@ impl RuntimeControl {
             Ok(None) => Err(AgentControlError::NotFound { run_id: run_id.to_string() }),
             Err(error) => Err(AgentControlError::Refused { message: format!("the state database failed: {error}") }),
         }
+    }
+}
+
+impl RuntimeControl {
+    /// `start_run`'s coding agent and branch, checked: the task has a repository, the agent is
+    /// configured, the branch is one git takes (under `picogent/`).
+    fn coding_choice(
+        &self,
+        task: &picogent_tracker::model::TaskOut,
+        agent: Option<String>,
+        branch: Option<String>,
+    ) -> Result<picogent_workspace::CodingChoice, AgentControlError> {
+        let invalid = |message: String| AgentControlError::Invalid { message };
+        let Some(coding) = self.coding.as_deref() else {
+            return Err(invalid(
+                "`coding_agent` and `branch` need a `workspaces` section; this agent has none".to_string(),
+            ));
+        };
+        if !coding.serves(task) {
+            return Err(invalid(format!(
+                "task {} has no repository (no entry of `workspaces.repositories` serves project {:?} or its \
+                 labels), so `coding_agent` and `branch` do not apply",
+                task.key, task.project_slug
+            )));
+        }
+        coding.choice(agent, branch).map_err(|error| invalid(error.to_string()))
     }
 }
 
@@ -85,7 +111,7 @@ impl AgentControl for RuntimeControl {
     fn coding_output<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<String, AgentControlError>> {
         Box::pin(async move {
             let run = self.run(run_id).await?;
-            if let Some(live) = self.coding.as_ref().and_then(|coding| coding.log(run_id)) {
+            if let Some(live) = self.coding.as_ref().and_then(|coding| coding.runs().log(run_id)) {
                 return Ok(live);
             }
             Ok(StoredRun::of(&run).and_then(|stored| stored.coding).map(|coding| coding.log).unwrap_or_default())
@@ -96,7 +122,7 @@ impl AgentControl for RuntimeControl {
         Box::pin(async move {
             let run = self.run(run_id).await?;
             let stored = StoredRun::of(&run);
-            let work = match self.coding.as_ref().and_then(|coding| coding.work(run_id)) {
+            let work = match self.coding.as_ref().and_then(|coding| coding.runs().work(run_id)) {
                 Some(live) => Some(live),
                 None => stored.as_ref().and_then(|stored| stored.coding.clone()).and_then(|coding| coding.work),
             };
@@ -115,8 +141,9 @@ impl AgentControl for RuntimeControl {
 
     fn start_run(&self, request: StartRun) -> BoxFuture<'_, Result<String, AgentControlError>> {
         Box::pin(async move {
+            let mut choice = None;
             let (session, kind, trigger) = match request {
-                StartRun::Task { task_key } => {
+                StartRun::Task { task_key, coding_agent, branch } => {
                     let task = self
                         .client
                         .get_task(&task_key)
@@ -131,6 +158,9 @@ impl AgentControl for RuntimeControl {
                             ),
                         });
                     }
+                    if coding_agent.is_some() || branch.is_some() {
+                        choice = Some(self.coding_choice(&task, coding_agent, branch)?);
+                    }
                     let trigger = Trigger::StartRun { task_key: task.key.clone() };
                     let assigned_by = task.created_by.clone();
                     (SessionKey::Task(task.id.clone()), RunKind::Task { task: Box::new(task), assigned_by }, trigger)
@@ -139,7 +169,7 @@ impl AgentControl for RuntimeControl {
                     (SessionKey::new_prompt(), RunKind::Prompt { text: prompt }, Trigger::StartPrompt)
                 }
             };
-            let request = RunRequest::new(session, trigger, kind);
+            let request = RunRequest { coding: choice, ..RunRequest::new(session, trigger, kind) };
             let (reply, answer) = oneshot::channel();
             self.inputs
                 .send(Input::StartRun { request: Box::new(request), reply })

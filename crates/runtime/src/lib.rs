@@ -379,7 +379,7 @@ fn http_routes(
         max_tokens_per_day: config.limits.max_tokens_per_day,
         slug: config.slug.clone(),
         allow_unassigned_runs: config.mcp.allow_unassigned_runs,
-        coding: services.coding.as_ref().map(|coding| coding.runs()),
+        coding: services.coding.clone(),
     });
     let server = picogent_mcp::server::McpServer::new(
         services.tools.clone(),

@@ -274,6 +274,8 @@ impl CodingTools {
         }
         let branch = match branch.as_deref().map(str::trim).filter(|branch| !branch.is_empty()) {
             Some(branch) => {
+                // As given too: `-f` is refused, not quietly made `picogent/-f`.
+                crate::names::check_ref_name(branch)?;
                 let branch = match branch.starts_with(crate::names::BRANCH_PREFIX) {
                     true => branch.to_string(),
                     false => format!("{}{branch}", crate::names::BRANCH_PREFIX),

@@ -72,7 +72,8 @@ pub struct RunResult {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StartRun {
     /// Work a task, as if it had just been assigned to the agent.
-    Task { task_key: String },
+    /// A coding agent and branch (`picogent/…`) for its coding work, instead of the defaults.
+    Task { task_key: String, coding_agent: Option<String>, branch: Option<String> },
     /// Follow a free-form instruction.
     Prompt { prompt: String },
 }

@@ -79,8 +79,14 @@ impl McpServer {
 }
 
 async fn start_run(agent: &dyn AgentControl, args: StartRunArgs) -> CallToolResult {
+    let coding = args.coding_agent.is_some() || args.branch.is_some();
     let request = match (args.task_key, args.prompt) {
-        (Some(task_key), None) if !task_key.trim().is_empty() => StartRun::Task { task_key },
+        (Some(task_key), None) if !task_key.trim().is_empty() => {
+            StartRun::Task { task_key, coding_agent: args.coding_agent, branch: args.branch }
+        }
+        (None, Some(_)) if coding => {
+            return error_result("`coding_agent` and `branch` go with `task_key`: a prompt run has no workspace");
+        }
         (None, Some(prompt)) if !prompt.trim().is_empty() => StartRun::Prompt { prompt },
         _ => return error_result("give exactly one of `task_key` or `prompt`, not empty"),
     };
@@ -147,7 +153,8 @@ impl RunTool {
             RunTool::Start => Tool::new(
                 self.name(),
                 "Start a run of the agent: work a task (task_key) or follow an instruction (prompt). \
-                 Answers the run id; run://{id} shows its state.",
+                 A task with a repository may name the coding agent and the branch. Answers the run id; \
+                 run://{id} shows its state, run://{id}/logs the coding agent's output.",
                 rmcp::handler::server::common::schema_for_type::<StartRunArgs>(),
             )
             .with_annotations(ToolAnnotations::new().read_only(false).destructive(false).idempotent(false)),
@@ -180,6 +187,14 @@ struct StartRunArgs {
     /// An instruction for the agent to follow. Give this or `task_key`.
     #[serde(default)]
     prompt: Option<String>,
+    /// With `task_key`: the configured coding agent (`workspaces.agents`) its coding work uses,
+    /// instead of `workspaces.agent`.
+    #[serde(default)]
+    coding_agent: Option<String>,
+    /// With `task_key`: the branch its work goes on, instead of `picogent/<KEY>`; always under
+    /// `picogent/` (added when missing). Never the base branch.
+    #[serde(default)]
+    branch: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
