@@ -1,9 +1,10 @@
-//! A real coding agent CLI in a task's workspace: Qwen Code (`@qwen-code/qwen-code` from npm,
-//! installed by `tests/coding-agents/install.sh`), run through the `qwen-code` preset and driven
-//! by the offline model endpoint replaying a script (a stand-in for a model, not an LLM). The
-//! agent itself works the task with the offline planner, which delegates it. Checked as a person
-//! would: the branch on the remote (a local bare repository) has the commit, the task's answer
-//! names it, the base branch is untouched, and the CLI saw no token of picogent's.
+//! Real coding agent CLIs in a task's workspace: Qwen Code (`@qwen-code/qwen-code` from npm) and
+//! mini-swe-agent (`mini-swe-agent` from PyPI), installed by `tests/coding-agents/install.sh`,
+//! run through their presets and driven by the offline model endpoint replaying a script (a
+//! stand-in for a model, not an LLM). The agent itself works the task with the offline planner,
+//! which delegates it. Checked as a person would: the branch on the remote (a local bare
+//! repository) has the commit, the task's answer names it, the base branch is untouched, and the
+//! CLI saw no token of picogent's.
 
 #[path = "support/agent.rs"]
 mod agent_support;
@@ -18,19 +19,48 @@ use picogent::tracker::model::*;
 use serde_json::json;
 
 const QWEN_VERSION: &str = "0.15.10";
+const MSWEA_VERSION: &str = "2.4.6";
 
-/// The folder holding Qwen Code's `qwen`, as the install script leaves it.
-fn qwen_bin() -> PathBuf {
+/// A folder of the install script's cache holding `program`.
+fn installed(folder: &str, program: &str) -> PathBuf {
     let cache = std::env::var_os("PICOGENT_CLI_CACHE")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/picogent/cli"));
-    let bin = cache.join(format!("qwen-{QWEN_VERSION}/node_modules/.bin"));
+    let bin = cache.join(folder);
     assert!(
-        bin.join("qwen").exists(),
-        "Qwen Code {QWEN_VERSION} is not installed at {}: run `bash tests/coding-agents/install.sh`",
+        bin.join(program).exists(),
+        "{program} is not installed at {}: run `bash tests/coding-agents/install.sh`",
         bin.display()
     );
     bin
+}
+
+/// Both CLIs on PATH: a coding agent gets picogent's PATH (and nothing else of its environment).
+/// Set once for the whole binary, before any agent starts.
+fn put_clis_on_path() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let qwen = installed(&format!("qwen-{QWEN_VERSION}/node_modules/.bin"), "qwen");
+        let mini = installed(&format!("mswea-{MSWEA_VERSION}/bin"), "mini");
+        let path = format!("{}:{}:{}", qwen.display(), mini.display(), std::env::var("PATH").unwrap_or_default());
+        // SAFETY: the tests of this binary call this first thing, before they start any thread
+        // that reads the environment; `Once` makes the others wait until it is set.
+        unsafe { std::env::set_var("PATH", path) };
+    });
+}
+
+/// A bare repository with `src/date.py` on `main`: the team's remote; and its `main`.
+fn remote(dir: &Path) -> (PathBuf, String) {
+    let seed = dir.join("seed");
+    std::fs::create_dir_all(seed.join("src")).unwrap();
+    git(&seed, &["init", "--quiet", "-b", "main"]);
+    std::fs::write(seed.join("src/date.py"), "def parse():\n    return \"2020-01-01\"\n").unwrap();
+    git(&seed, &["add", "."]);
+    git(&seed, &["commit", "--quiet", "-m", "start"]);
+    let remote = dir.join("app.git");
+    git(dir, &["clone", "--quiet", "--bare", seed.to_str().unwrap(), remote.to_str().unwrap()]);
+    let main = git(&remote, &["rev-parse", "main"]);
+    (remote, main)
 }
 
 fn git(dir: &Path, args: &[&str]) -> String {
@@ -49,23 +79,9 @@ fn git(dir: &Path, args: &[&str]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn qwen_code_edits_the_file_and_picogent_pushes_its_commit_on_the_tasks_branch() {
-    let bin = qwen_bin();
-    // The coding agent gets picogent's PATH (and nothing else of its environment): put `qwen`
-    // on it. Only this test in this binary, so no other test sees the change.
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
-    // SAFETY: set before the agent starts; no other thread of this test binary reads PATH now.
-    unsafe { std::env::set_var("PATH", path) };
-
+    put_clis_on_path();
     let dir = tempfile::tempdir().unwrap();
-    let seed = dir.path().join("seed");
-    std::fs::create_dir_all(seed.join("src")).unwrap();
-    git(&seed, &["init", "--quiet", "-b", "main"]);
-    std::fs::write(seed.join("src/date.py"), "def parse():\n    return \"2020-01-01\"\n").unwrap();
-    git(&seed, &["add", "."]);
-    git(&seed, &["commit", "--quiet", "-m", "start"]);
-    let remote = dir.path().join("app.git");
-    git(dir.path(), &["clone", "--quiet", "--bare", seed.to_str().unwrap(), remote.to_str().unwrap()]);
-    let main_before = git(&remote, &["rev-parse", "main"]);
+    let (remote, main_before) = remote(dir.path());
 
     // The first task of the seeded board is TE-1: its workspace, and the file Qwen Code edits.
     let file = dir.path().join("workspaces/app/TE-1/src/date.py");
@@ -120,6 +136,72 @@ async fn qwen_code_edits_the_file_and_picogent_pushes_its_commit_on_the_tasks_br
     );
 
     // What Qwen Code sent the model: none of picogent's tokens (the tracker's, the MCP one).
+    let requests = serde_json::to_string(&coding_model.requests()).unwrap();
+    for secret in ["tok-picogent", MCP_TOKEN] {
+        assert!(!requests.contains(secret), "{secret} reached the coding agent");
+    }
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    coding_model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mini_swe_agent_edits_the_file_with_bash_and_its_submission_is_pushed_on_the_tasks_branch() {
+    put_clis_on_path();
+    let dir = tempfile::tempdir().unwrap();
+    let (remote, main_before) = remote(dir.path());
+
+    // mini-swe-agent's one tool is `bash`, run in the workspace (its working directory); it ends
+    // when the model runs the submit command alone.
+    let script: Script = serde_json::from_value(json!({
+        "description": "mini-swe-agent edits src/date.py with sed, checks it, and submits",
+        "turns": [
+            {"expect": {"tools_include": ["bash"]},
+             "reply": {"content": "Replacing the old default.", "tool_calls": [{"name": "bash", "arguments": {
+                "command": "sed -i 's/2020-01-01/2024-06-01/' src/date.py && cat src/date.py"}}]}},
+            {"expect": {"last_tool_result_contains": "2024-06-01"},
+             "reply": {"content": "Done: src/date.py returns 2024-06-01.", "tool_calls": [{"name": "bash", "arguments": {
+                "command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}}]}}
+        ]
+    }))
+    .unwrap();
+    let coding_model = picogent::offline_model::start(OfflineModelOptions::script(script)).await.unwrap();
+
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let extra = json!({"workspaces": {
+        "root": dir.path().join("workspaces"),
+        "repositories": {"app": {"url": remote, "base": "main", "projects": ["team"]}},
+        "agents": {"mini": {"preset": "mini-swe-agent", "base_url": coding_model.url(), "model": "scripted",
+                            "timeout_ms": 180_000}},
+    }});
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+    let task = create_assigned(&alice, "Fix the date parser", "src/date.py returns an old default date.").await;
+    eventually(std::time::Duration::from_secs(180), "the task in review", || async {
+        let task = alice.get_task(&task.id).await.ok()?;
+        (task.status == TaskStatus::InReview && agent.status.active_runs() == 0).then_some(())
+    })
+    .await;
+
+    assert_eq!(coding_model.mismatches(), Vec::<String>::new(), "mini-swe-agent asked what the script expected");
+    assert_eq!(coding_model.script_position(), 2, "every turn of the script was asked for");
+    let branch = format!("picogent/{}", task.key);
+    let on_branch = git(&remote, &["show", &format!("{branch}:src/date.py")]);
+    assert!(on_branch.contains("2024-06-01"), "{on_branch}");
+    assert!(git(&remote, &["log", "-1", "--format=%s", &branch]).starts_with(&format!("{}: ", task.key)));
+    assert_eq!(git(&remote, &["rev-parse", "main"]), main_before, "the base branch is untouched");
+    let commit = git(&remote, &["rev-parse", &branch]);
+    let answers: Vec<_> =
+        comments(&alice, &task.id).await.into_iter().filter(|m| m.author_slug == "picogent").collect();
+    assert_eq!(answers.len(), 1, "{answers:#?}");
+    assert!(
+        answers[0].content.contains(&format!("Work: branch `{branch}`, commit {}", &commit[..10])),
+        "{}",
+        answers[0].content
+    );
     let requests = serde_json::to_string(&coding_model.requests()).unwrap();
     for secret in ["tok-picogent", MCP_TOKEN] {
         assert!(!requests.contains(secret), "{secret} reached the coding agent");

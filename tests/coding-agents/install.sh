@@ -4,8 +4,10 @@
 # cached. The test fails, not skips, without them.
 #
 # Qwen Code 0.15.10 is the last release that runs on Node 20 (later ones need Node 22).
+# mini-swe-agent goes into a virtual environment of its own (it pulls in litellm).
 set -euo pipefail
 QWEN_VERSION=0.15.10
+MSWEA_VERSION=2.4.6
 cache="${PICOGENT_CLI_CACHE:-$HOME/.cache/picogent/cli}"
 prefix="$cache/qwen-$QWEN_VERSION"
 if [ ! -x "$prefix/node_modules/.bin/qwen" ]; then
@@ -13,3 +15,11 @@ if [ ! -x "$prefix/node_modules/.bin/qwen" ]; then
   npm install --prefix "$prefix" --no-fund --no-audit --loglevel=error "@qwen-code/qwen-code@$QWEN_VERSION"
 fi
 echo "qwen $("$prefix/node_modules/.bin/qwen" --version) at $prefix/node_modules/.bin/qwen"
+
+venv="$cache/mswea-$MSWEA_VERSION"
+if [ ! -x "$venv/bin/mini" ]; then
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "mini-swe-agent==$MSWEA_VERSION"
+fi
+echo "mini-swe-agent $("$venv/bin/pip" show mini-swe-agent 2>/dev/null | sed -n 's/^Version: //p') at $venv/bin/mini"
