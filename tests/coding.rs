@@ -273,6 +273,50 @@ async fn start_run_over_mcp_names_the_coding_agent_and_the_branch() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_steps_the_coding_agent_reports_done_are_ticked_on_the_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = remote(dir.path());
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let extra = workspaces(dir.path(), &remote, stand_in(), true);
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+    let create = CreateTask {
+        project_slug: "team".into(),
+        title: "Fix the date parser".into(),
+        description: Some(FIX.into()),
+        ..CreateTask::default()
+    };
+    let task = alice.create_task(&create, None).await.unwrap();
+    alice.add_step(&task.id, "Change the default date", None).await.unwrap();
+    alice.add_step(&task.id, "Say what changed", None).await.unwrap();
+    let done = alice.add_step(&task.id, "Read the report", None).await.unwrap();
+    alice.complete_step(&task.id, &done.id, None).await.unwrap();
+    alice.assign_task(&task.id, "picogent", None).await.unwrap();
+
+    eventually(Duration::from_secs(30), "the coding agent's answer", || async {
+        comments(&alice, &task.id).await.into_iter().find(|m| m.author_slug == "picogent")
+    })
+    .await;
+    wait_idle(&agent).await;
+    // The stand-in was given the open steps and reported them done in its to-do list; each is
+    // ticked once, and the step done before stays as it was.
+    let steps = alice.list_steps(&task.id).await.unwrap();
+    assert!(steps.iter().all(|step| step.done), "{steps:#?}");
+    let answers = agent_comments(&comments(&alice, &task.id).await).into_iter().cloned().collect::<Vec<_>>();
+    assert_eq!(answers.len(), 1, "{answers:#?}");
+    assert!(
+        answers[0].content.ends_with("Steps done: Change the default date; Say what changed."),
+        "{}",
+        answers[0].content
+    );
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_kills_the_coding_agent_and_a_crash_is_one_notice_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let remote = remote(dir.path());

@@ -65,6 +65,9 @@ pub async fn work(
             if let Some(work) = &outcome.work {
                 text.push_str(&format!("\n\n{}", work.describe()));
             }
+            if !outcome.ticked.is_empty() {
+                text.push_str(&format!("\n\nSteps done: {}.", outcome.ticked.join("; ")));
+            }
             (RunStatus::Completed, text, None)
         }
         Ok(outcome) if cancel.is_cancelled() => (RunStatus::Stopped, outcome.text(), None),

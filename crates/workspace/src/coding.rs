@@ -461,6 +461,31 @@ impl Reading {
     }
 }
 
+/// The to-do items a stream-json line reports completed: the CLI's to-do tool (Qwen Code's and
+/// Claude Code's `todo_write`/`TodoWrite`, Gemini CLI's `write_todos`) called with items whose
+/// `status` is `completed`. Anything else, or a line that is not JSON, reports none.
+pub fn completed_todos(line: &str) -> Vec<String> {
+    const TODO_TOOLS: [&str; 3] = ["todo_write", "TodoWrite", "write_todos"];
+    let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else { return Vec::new() };
+    if event.get("type").and_then(|kind| kind.as_str()) != Some("assistant") {
+        return Vec::new();
+    }
+    let parts = event.pointer("/message/content").and_then(|content| content.as_array());
+    let calls = parts.into_iter().flatten().filter(|part| {
+        part.get("type").and_then(|kind| kind.as_str()) == Some("tool_use")
+            && part.get("name").and_then(|name| name.as_str()).is_some_and(|name| TODO_TOOLS.contains(&name))
+    });
+    let items = calls.filter_map(|call| call.pointer("/input/todos").and_then(|todos| todos.as_array())).flatten();
+    items
+        .filter(|item| item.get("status").and_then(|status| status.as_str()) == Some("completed"))
+        .filter_map(|item| {
+            ["content", "description", "title"].iter().find_map(|key| item.get(*key).and_then(|text| text.as_str()))
+        })
+        .map(|text| text.trim().to_string())
+        .filter(|text| !text.is_empty())
+        .collect()
+}
+
 /// At most 200 characters of `text`, on one line.
 fn short(text: &str) -> String {
     let line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -473,6 +498,21 @@ fn short(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_todo_items_a_cli_reports_completed_are_read_from_its_stream() {
+        let line = r#"{"type":"assistant","message":{"content":[{"type":"text","text":"ok"},{"type":"tool_use","name":"todo_write","input":{"todos":[{"id":"1","content":" Fix the parser ","status":"completed"},{"id":"2","content":"Add a test","status":"in_progress"}]}}]}}"#;
+        assert_eq!(completed_todos(line), ["Fix the parser"]);
+        let other_tool = r#"{"type":"assistant","message":{"content":[{"type":"tool_use","name":"edit","input":{"todos":[{"content":"x","status":"completed"}]}}]}}"#;
+        assert!(completed_todos(other_tool).is_empty());
+        for line in [
+            "not json",
+            "{}",
+            r#"{"type":"assistant","message":{"content":[{"type":"tool_use","name":"TodoWrite","input":{"todos":"none"}}]}}"#,
+        ] {
+            assert!(completed_todos(line).is_empty(), "{line}");
+        }
+    }
 
     #[test]
     fn placeholders_are_filled_inside_one_argument_and_values_are_not_read_again() {

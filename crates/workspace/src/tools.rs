@@ -14,7 +14,7 @@ use futures::future::BoxFuture;
 use picogent_tools::scope::{Judgement, ReachError};
 use picogent_tools::{CallEffect, ToolContext, ToolError, ToolSource};
 use picogent_tracker::TrackerClient;
-use picogent_tracker::model::TaskOut;
+use picogent_tracker::model::{StepOut, TaskOut};
 use picogent_tracker::session::SessionKey;
 use rmcp::model::{CallToolResult, ContentBlock, Tool, ToolAnnotations};
 use serde::Serialize;
@@ -173,6 +173,8 @@ pub struct CodingRecord {
 pub struct CodingOutcome {
     pub hooks: Vec<HookReport>,
     pub report: AgentReport,
+    /// The task's steps ticked from the coding agent's progress.
+    pub ticked: Vec<String>,
     /// `None` when the coding agent did not finish (nothing is committed or pushed then).
     pub finished: Option<Finished>,
     pub work: Option<WorkDone>,
@@ -197,6 +199,12 @@ impl CodingOutcome {
         if !report.progress.is_empty() {
             text.push_str(&format!("\nSteps it took: {}", report.progress.join("; ")));
         }
+        if !self.ticked.is_empty() {
+            text.push_str(&format!(
+                "\nSteps ticked on the task (its to-do list said done): {}",
+                self.ticked.join("; ")
+            ));
+        }
         for hook in self.hooks.iter().filter(|hook| !hook.succeeded()) {
             text.push_str(&format!("\n{}", hook.describe()));
         }
@@ -210,6 +218,25 @@ impl CodingOutcome {
         }
         text
     }
+}
+
+/// The instructions, and the task's open steps when it has some.
+fn with_steps(instructions: &str, open: &[StepOut]) -> String {
+    if open.is_empty() {
+        return instructions.to_string();
+    }
+    let mut text = format!(
+        "{instructions}\n\nThe task's open steps (mark each done in your to-do list, by this title, as you finish it):"
+    );
+    for step in open {
+        text.push_str(&format!("\n- {}", step.title));
+    }
+    text
+}
+
+fn same_title(step: &str, todo: &str) -> bool {
+    let words = |text: &str| text.split_whitespace().map(str::to_lowercase).collect::<Vec<_>>();
+    words(step) == words(todo)
 }
 
 /// Why coding work could not be done for a run.
@@ -351,21 +378,44 @@ impl CodingTools {
                 return Err(CodingError::BeforeRun(why));
             }
         }
+        // The task's open steps go with the instructions; those the CLI reports done are ticked.
+        let open_steps: Vec<StepOut> = match self.client.list_steps(&task.id).await {
+            Ok(steps) => steps.into_iter().filter(|step| !step.done).collect(),
+            Err(error) => {
+                tracing::warn!(task = %task.key, %error, "cannot read the task's steps; none will be ticked");
+                Vec::new()
+            }
+        };
+        let instructions = with_steps(instructions, &open_steps);
         let invocation = Invocation {
             agent: &agent,
             workspace: &workspace,
-            instructions,
+            instructions: &instructions,
             model: agent.model.as_deref().unwrap_or(&self.model.model),
             base_url: agent.base_url.as_deref().unwrap_or(&self.model.base_url),
         };
         let runs = self.runs.clone();
         let run_key = run_id.unwrap_or("").to_string();
-        let on_line = move |line: &str| runs.push_line(&run_key, line);
-        let report = coding::run(&invocation, &on_line, cancel).await;
+        let (todos, done_todos) = tokio::sync::mpsc::unbounded_channel();
+        let reads_stream = agent.output == crate::config::OutputFormat::Jsonl;
+        let on_line = move |line: &str| {
+            runs.push_line(&run_key, line);
+            if reads_stream {
+                for todo in coding::completed_todos(line) {
+                    let _ = todos.send(todo);
+                }
+            }
+        };
+        let running = async move {
+            let report = coding::run(&invocation, &on_line, cancel).await;
+            drop(on_line); // the ticker below ends with the output
+            report
+        };
+        let (report, ticked) = tokio::join!(running, self.tick_steps(task, &open_steps, run_id, done_todos));
         ran.extend(self.workspaces.hook(HookPoint::AfterRun, &workspace).await);
         let hooks = ran.clone();
         if !report.finished() {
-            return Ok(CodingOutcome { hooks, report, finished: None, work: None });
+            return Ok(CodingOutcome { hooks, report, ticked, finished: None, work: None });
         }
         let message = commit_message(task, &report.final_message);
         let finished = self
@@ -384,7 +434,31 @@ impl CodingTools {
         if let Some(run_id) = run_id {
             self.runs.with(run_id, |run| run.work = Some(work.clone()));
         }
-        Ok(CodingOutcome { hooks, report, finished: Some(finished), work: Some(work) })
+        Ok(CodingOutcome { hooks, report, ticked, finished: Some(finished), work: Some(work) })
+    }
+
+    /// Ticks the open step each to-do item the coding agent reports completed names (by title,
+    /// case and spaces aside), once each, until its output ends; answers the titles ticked.
+    async fn tick_steps(
+        &self,
+        task: &TaskOut,
+        open: &[StepOut],
+        run_id: Option<&str>,
+        mut done: tokio::sync::mpsc::UnboundedReceiver<String>,
+    ) -> Vec<String> {
+        let mut ticked: Vec<String> = Vec::new();
+        while let Some(todo) = done.recv().await {
+            let Some(step) = open.iter().find(|step| same_title(&step.title, &todo)) else { continue };
+            if ticked.contains(&step.title) {
+                continue;
+            }
+            let key = run_id.map(|run| format!("{run}:coding-step:{}", step.id));
+            match self.client.complete_step(&task.id, &step.id, key.as_deref()).await {
+                Ok(_) => ticked.push(step.title.clone()),
+                Err(error) => tracing::warn!(task = %task.key, step = %step.title, %error, "cannot tick the step"),
+            }
+        }
+        ticked
     }
 
     /// Removes the workspaces of tasks done for longer than `workspaces.retention_ms` (by the
