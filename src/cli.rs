@@ -134,6 +134,17 @@ pub enum Command {
         #[command(subcommand)]
         command: ToolsCommand,
     },
+    /// Inside a coding agent's sandbox: relay 127.0.0.1:PORT to the model through SOCKET, and run
+    /// the command (picogent starts this itself; see docs/coding-agents.md, "Sandbox").
+    #[command(hide = true)]
+    SandboxRelay {
+        #[arg(long)]
+        port: u16,
+        #[arg(long)]
+        socket: PathBuf,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
     /// Serve the offline model endpoint: an OpenAI-compatible chat completions API answered by a
     /// rule-based planner (or a replayed script) — a stand-in for tests and demos, not an LLM.
     OfflineModel {
@@ -306,6 +317,14 @@ pub fn init_logging(format: LogFormat, default_filter: &str) {
 }
 
 pub fn main(cli: Cli) -> ExitCode {
+    if let Command::SandboxRelay { port, socket, command } = &cli.command {
+        let code = picogent_workspace::sandbox::relay_inside(*port, socket, command);
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
+    // A sandboxed coding agent's relay is this program's `sandbox-relay`.
+    if let Ok(program) = std::env::current_exe() {
+        picogent_workspace::sandbox::set_relay_program(program);
+    }
     // The demo prints its own timeline on stdout; the agent's info lines would bury it.
     let default_filter = match cli.command {
         Command::Demo { .. } => crate::demo::DEFAULT_LOG_FILTER,
@@ -373,6 +392,8 @@ pub fn main(cli: Cli) -> ExitCode {
             Command::Tools { command: ToolsCommand::Call { name, arguments, config, json } } => {
                 Ok(tools_call(&name, &arguments, &config, json).await)
             }
+            // Handled before the runtime starts (it makes its own).
+            Command::SandboxRelay { .. } => Ok(ExitCode::SUCCESS),
             Command::OfflineModel { listen, script, delay_ms } => {
                 crate::offline_model::run_cli(listen, script, delay_ms).await
             }

@@ -102,10 +102,17 @@ pub async fn run(
         output: kept.shown(),
         duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
     };
-    let Prepared { program, args, env } = match prepare(invocation) {
+    let Prepared { program, args, env, sandbox } = match prepare(invocation) {
         Ok(prepared) => prepared,
         Err(error) => return report(AgentEnd::NotStarted { reason: error.to_string() }, None, reading, &kept),
     };
+    let relay = CancellationToken::new();
+    let _relay_ends_with_this_run = relay.clone().drop_guard();
+    if let Some(sandbox) = &sandbox
+        && let Err(error) = sandbox.relay_outside(relay.clone())
+    {
+        return report(AgentEnd::NotStarted { reason: error.to_string() }, None, reading, &kept);
+    }
     // A coding agent an earlier picogent started here and was killed before it could stop it.
     let pid_file = invocation.workspace.home.join("coding-agent.pgid");
     if let Some(pgid) = std::fs::read_to_string(&pid_file).ok().and_then(|text| text.trim().parse().ok()) {
@@ -193,6 +200,8 @@ struct Prepared {
     program: String,
     args: Vec<String>,
     env: BTreeMap<String, String>,
+    /// The sandbox it runs in; its relay to the model runs while the agent does.
+    sandbox: Option<crate::sandbox::Sandbox>,
 }
 
 /// Why a coding agent could not be started.
@@ -206,8 +215,8 @@ enum PrepareError {
     File { name: String, source: std::io::Error },
     #[error("the environment variable {0} is not set (its entry passes ${{{0}}})")]
     Unset(String),
-    #[error("its entry asks for the sandbox, and bwrap is not installed (Debian: bubblewrap)")]
-    NoSandbox,
+    #[error(transparent)]
+    Sandbox(#[from] crate::sandbox::SandboxError),
 }
 
 /// The program, its arguments and its environment, placeholders filled; the instructions file
@@ -222,6 +231,10 @@ fn prepare(invocation: &Invocation<'_>) -> Result<Prepared, PrepareError> {
         std::fs::write(workspace.home.join(name), content)
             .map_err(|source| PrepareError::File { name: name.clone(), source })?;
     }
+    let sandbox = match agent.sandbox {
+        true => Some(crate::sandbox::Sandbox::new(workspace, invocation.base_url)?),
+        false => None,
+    };
     let vars = BTreeMap::from([
         ("workspace", workspace.path.to_string_lossy().into_owned()),
         ("home", workspace.home.to_string_lossy().into_owned()),
@@ -229,7 +242,7 @@ fn prepare(invocation: &Invocation<'_>) -> Result<Prepared, PrepareError> {
         ("instructions_file", instructions_file.to_string_lossy().into_owned()),
         ("task_key", workspace.key.to_string()),
         ("model", invocation.model.to_string()),
-        ("base_url", invocation.base_url.to_string()),
+        ("base_url", sandbox.as_ref().map_or(invocation.base_url, |sandbox| sandbox.base_url()).to_string()),
     ]);
     // An outcome an earlier run left is not this run's.
     if let Some(result) = &agent.result {
@@ -240,11 +253,11 @@ fn prepare(invocation: &Invocation<'_>) -> Result<Prepared, PrepareError> {
     for (name, value) in &agent.env {
         env.insert(name.clone(), from_environment(&fill(value, &vars))?);
     }
-    if agent.sandbox {
-        words = sandboxed(words, workspace)?;
+    if let Some(sandbox) = &sandbox {
+        words = sandbox.wrap(words, workspace);
     }
     let program = words.remove(0);
-    Ok(Prepared { program, args: words, env })
+    Ok(Prepared { program, args: words, env, sandbox })
 }
 
 /// `{name}` placeholders replaced by their values, in one pass (a value is never read again).
@@ -294,47 +307,6 @@ fn from_environment(value: &str) -> Result<String, PrepareError> {
     }
     out.push_str(rest);
     Ok(out)
-}
-
-/// The command inside bubblewrap: the workspace and the agent's home writable, the rest of the
-/// file system read-only, its own `/tmp` and process namespace.
-fn sandboxed(words: Vec<String>, workspace: &Workspace) -> Result<Vec<String>, PrepareError> {
-    let found = std::env::var_os("PATH")
-        .map(|path| std::env::split_paths(&path).any(|dir| dir.join("bwrap").is_file()))
-        .unwrap_or(false);
-    if !found {
-        return Err(PrepareError::NoSandbox);
-    }
-    let ws = workspace.path.to_string_lossy().into_owned();
-    let home = workspace.home.to_string_lossy().into_owned();
-    let mut wrapped: Vec<String> = [
-        "bwrap",
-        "--ro-bind",
-        "/",
-        "/",
-        "--dev",
-        "/dev",
-        "--proc",
-        "/proc",
-        "--tmpfs",
-        "/tmp",
-        "--bind",
-        &ws,
-        &ws,
-        "--bind",
-        &home,
-        &home,
-        "--unshare-pid",
-        "--die-with-parent",
-        "--chdir",
-        &ws,
-        "--",
-    ]
-    .iter()
-    .map(|word| word.to_string())
-    .collect();
-    wrapped.extend(words);
-    Ok(wrapped)
 }
 
 /// A result file whose status is not `done`: why.

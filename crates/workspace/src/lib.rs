@@ -27,6 +27,7 @@ pub mod config;
 pub mod git;
 pub mod hooks;
 pub mod names;
+pub mod sandbox;
 pub mod tools;
 pub mod workspace;
 
