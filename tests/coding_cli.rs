@@ -8,11 +8,13 @@
 
 #[path = "support/agent.rs"]
 mod agent_support;
+#[path = "support/git.rs"]
+mod git_support;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use agent_support::*;
+use git_support::git;
 use picogent::offline_model::OfflineModelOptions;
 use picogent::offline_model::script::Script;
 use picogent::tracker::model::*;
@@ -49,32 +51,11 @@ fn put_clis_on_path() {
     });
 }
 
-/// A bare repository with `src/date.py` on `main`: the team's remote; and its `main`.
+/// The team's remote, and its `main`.
 fn remote(dir: &Path) -> (PathBuf, String) {
-    let seed = dir.join("seed");
-    std::fs::create_dir_all(seed.join("src")).unwrap();
-    git(&seed, &["init", "--quiet", "-b", "main"]);
-    std::fs::write(seed.join("src/date.py"), "def parse():\n    return \"2020-01-01\"\n").unwrap();
-    git(&seed, &["add", "."]);
-    git(&seed, &["commit", "--quiet", "-m", "start"]);
-    let remote = dir.join("app.git");
-    git(dir, &["clone", "--quiet", "--bare", seed.to_str().unwrap(), remote.to_str().unwrap()]);
+    let remote = git_support::remote(dir);
     let main = git(&remote, &["rev-parse", "main"]);
     (remote, main)
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "alice")
-        .env("GIT_AUTHOR_EMAIL", "alice@example.com")
-        .env("GIT_COMMITTER_NAME", "alice")
-        .env("GIT_COMMITTER_EMAIL", "alice@example.com")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,39 +5,17 @@
 //! workspace, write in it. Only the model and the workspace answer.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
+#[path = "support/git.rs"]
+mod git_support;
+
+use git_support::remote;
 use picogent_workspace::config::{CodingAgentConfig, Repository, WorkspacesConfig};
 use picogent_workspace::{AgentEnd, Invocation, TaskKey, Workspaces, coding, sandbox};
 use tokio_util::sync::CancellationToken;
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@x")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@x")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn remote(dir: &Path) -> PathBuf {
-    let seed = dir.join("seed");
-    std::fs::create_dir_all(&seed).unwrap();
-    git(&seed, &["init", "--quiet", "-b", "main"]);
-    std::fs::write(seed.join("README.md"), "app\n").unwrap();
-    git(&seed, &["add", "."]);
-    git(&seed, &["commit", "--quiet", "-m", "start"]);
-    let bare = dir.join("remote.git");
-    git(dir, &["clone", "--quiet", "--bare", seed.to_str().unwrap(), bare.to_str().unwrap()]);
-    bare
-}
 
 /// What the sandboxed agent tries, each on a line of its output: `name ok` or `name refused`.
 const PROBE: &str = r#"
