@@ -6,44 +6,19 @@
 
 #[path = "support/agent.rs"]
 mod agent_support;
+#[path = "support/git.rs"]
+mod git_support;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Duration;
 
 use agent_support::*;
+use git_support::{git, remote};
 use picogent::state::RunStatus;
 use picogent::tracker::model::*;
 use serde_json::{Value, json};
 
 const STAND_IN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/coding-agent/stand-in.sh");
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "alice")
-        .env("GIT_AUTHOR_EMAIL", "alice@example.com")
-        .env("GIT_COMMITTER_NAME", "alice")
-        .env("GIT_COMMITTER_EMAIL", "alice@example.com")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-/// A bare repository with `src/date.py` on `main`: the team's remote.
-fn remote(dir: &Path) -> PathBuf {
-    let seed = dir.join("seed");
-    std::fs::create_dir_all(seed.join("src")).unwrap();
-    git(&seed, &["init", "--quiet", "-b", "main"]);
-    std::fs::write(seed.join("src/date.py"), "def parse():\n    return \"2020-01-01\"\n").unwrap();
-    git(&seed, &["add", "."]);
-    git(&seed, &["commit", "--quiet", "-m", "start"]);
-    let bare = dir.join("app.git");
-    git(dir, &["clone", "--quiet", "--bare", seed.to_str().unwrap(), bare.to_str().unwrap()]);
-    bare
-}
 
 /// The `workspaces` section: the remote serves the seed's `team` project; `agent` is the coding
 /// agent's entry.
@@ -520,6 +495,74 @@ async fn in_ask_mode_the_coding_agent_and_its_push_wait_for_a_yes_in_the_thread(
     wait_status(&alice, &task.id, TaskStatus::InReview).await;
     wait_idle(&agent).await;
     assert_ne!(git(&remote, &["for-each-ref", &branch]), "", "pushed after the yes");
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+/// The inspector's run page shows the coding agent's output while it works, and its live stream
+/// carries each new line without a reload; once it ends, the page names the branch, the commit
+/// (linked) and the diff. The coding agent is a script that waits on files the test writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_run_page_shows_the_coding_agents_output_live_and_then_its_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = remote(dir.path());
+    let (first, second) = (dir.path().join("go-1"), dir.path().join("go-2"));
+    let script = format!(
+        "echo 'reading the date parser'; while [ ! -f {first} ]; do sleep 0.1; done; \
+         sed -i 's/2020-01-01/2024-06-01/' src/date.py; echo 'edited the date parser <b>bold</b>'; \
+         while [ ! -f {second} ]; do sleep 0.1; done; echo 'all done'",
+        first = first.display(),
+        second = second.display()
+    );
+    let entry = json!({"command": ["sh", "-c", script, "coding-agent", "{instructions}"]});
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let extra = workspaces(dir.path(), &remote, entry, true);
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+    let task = create_assigned(&alice, "Fix the date parser", FIX).await;
+    let run = eventually(Duration::from_secs(20), "the task's run", || async {
+        runs_for(&agent, &format!("task:{}", task.id)).await.into_iter().next()
+    })
+    .await;
+    let page = format!("http://{}/runs/{}", agent.http_addr.unwrap(), run.id);
+    let html = eventually(Duration::from_secs(30), "the first line on the running run's page", || async {
+        let html = reqwest::get(&page).await.ok()?.text().await.ok()?;
+        html.contains("reading the date parser").then_some(html)
+    })
+    .await;
+    assert!(html.contains(r#"id="coding-log""#) && html.contains("output so far"), "{html}");
+    assert!(!html.contains("edited the date parser"), "{html}");
+
+    // The live stream, opened now, brings the next line while the coding agent still works.
+    let mut live = reqwest::get(format!("{page}/live")).await.unwrap();
+    assert_eq!(live.status(), 200);
+    std::fs::write(&first, "").unwrap();
+    let mut streamed = String::new();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while !streamed.contains("edited the date parser") {
+            let chunk = live.chunk().await.unwrap().expect("the live stream ended early");
+            streamed.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the new line never came on the live stream: {streamed}"));
+    assert!(streamed.contains("&lt;b&gt;bold") && !streamed.contains("<b>bold"), "escaped: {streamed}");
+    assert_eq!(agent.state.get_run(&run.id).await.unwrap().unwrap().status, RunStatus::Running);
+    drop(live);
+
+    std::fs::write(&second, "").unwrap();
+    wait_idle(&agent).await;
+    let branch = format!("picogent/{}", task.key);
+    let commit = git(&remote, &["rev-parse", &branch]);
+    // The page escapes `/` (`&#x2f;`) with the rest.
+    let html = reqwest::get(&page).await.unwrap().text().await.unwrap().replace("&#x2f;", "/");
+    assert!(html.contains(&format!("Branch <code>{branch}</code>")), "{html}");
+    assert!(html.contains(&format!("https://git.example.com/app/commit/{commit}")), "{html}");
+    assert!(html.contains("1 file(s) changed, +1 −1") && html.contains("pushed"), "{html}");
+    assert!(html.contains("all done") && !html.contains("output so far"), "the stored output: {html}");
     agent.shutdown().await.unwrap();
     model.shutdown().await;
     board.shutdown().await.unwrap();

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
-use crate::record::{StoredRun, timeline_lines};
+use crate::record::{StoredRun, coding_of, timeline_lines};
 use crate::request::{RunKind, RunRequest, Trigger};
 use crate::router::Input;
 use crate::status::StatusBoard;
@@ -33,6 +33,11 @@ pub struct RuntimeControl {
 }
 
 impl RuntimeControl {
+    /// The coding work of the runs going on now, when `workspaces` is configured.
+    fn live_coding(&self) -> Option<Arc<picogent_workspace::CodingRuns>> {
+        self.coding.as_ref().map(|coding| coding.runs())
+    }
+
     async fn run(&self, run_id: &str) -> Result<picogent_state::RunRow, AgentControlError> {
         match self.state.get_run(run_id).await {
             Ok(Some(run)) => Ok(run),
@@ -111,22 +116,15 @@ impl AgentControl for RuntimeControl {
     fn coding_output<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<String, AgentControlError>> {
         Box::pin(async move {
             let run = self.run(run_id).await?;
-            if let Some(live) = self.coding.as_ref().and_then(|coding| coding.runs().log(run_id)) {
-                return Ok(live);
-            }
-            Ok(StoredRun::of(&run).and_then(|stored| stored.coding).map(|coding| coding.log).unwrap_or_default())
+            Ok(coding_of(self.live_coding().as_deref(), &run).map(|(coding, _)| coding.log).unwrap_or_default())
         })
     }
 
     fn run_result<'a>(&'a self, run_id: &'a str) -> BoxFuture<'a, Result<RunResult, AgentControlError>> {
         Box::pin(async move {
             let run = self.run(run_id).await?;
-            let stored = StoredRun::of(&run);
-            let work = match self.coding.as_ref().and_then(|coding| coding.runs().work(run_id)) {
-                Some(live) => Some(live),
-                None => stored.as_ref().and_then(|stored| stored.coding.clone()).and_then(|coding| coding.work),
-            };
-            let record = stored.and_then(|s| s.record);
+            let work = coding_of(self.live_coding().as_deref(), &run).and_then(|(coding, _)| coding.work);
+            let record = StoredRun::of(&run).and_then(|s| s.record);
             Ok(RunResult {
                 id: run.id,
                 status: run.status,

@@ -400,7 +400,7 @@ fn http_routes(
 /// The run inspector at `/`, reading what the runs store and the live counters.
 fn inspector_routes(services: &RunServices, access: crate::inspector::Access) -> axum::Router {
     let tools = services.tools.tools().into_iter().map(|tool| tool.name.to_string()).collect();
-    crate::inspector::routes(crate::inspector::Inspector::new(
+    let mut inspector = crate::inspector::Inspector::new(
         services.state.clone(),
         services.status.clone(),
         services.metrics.clone(),
@@ -408,7 +408,11 @@ fn inspector_routes(services: &RunServices, access: crate::inspector::Access) ->
         tools,
         access,
         services.shutdown.child_token(),
-    ))
+    );
+    if let Some(coding) = &services.coding {
+        inspector = inspector.with_coding(coding.runs());
+    }
+    crate::inspector::routes(inspector)
 }
 
 /// Measures the workspaces' disk use for `/readyz` at start and every minute, off the runtime's

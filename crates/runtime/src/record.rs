@@ -75,6 +75,19 @@ impl StoredRun {
     }
 }
 
+/// What the run's coding agent printed and did (`workspaces`), if it had one: from `live` while
+/// the run goes on, as stored with the run once it ended. `true` with it when it is live. The
+/// inspector's run page and MCP's `run://{id}/logs` and `/result` read it the same way.
+pub fn coding_of(
+    live: Option<&picogent_workspace::CodingRuns>,
+    run: &picogent_state::RunRow,
+) -> Option<(picogent_workspace::CodingRecord, bool)> {
+    if let Some(record) = live.and_then(|runs| runs.record(&run.id)) {
+        return Some((record, true));
+    }
+    StoredRun::of(run).and_then(|stored| stored.coding).map(|record| (record, false))
+}
+
 /// One line per step of a stored run: tool calls with a one-line result, then the final answer.
 pub fn timeline_lines(run: &picogent_state::RunRow) -> Vec<String> {
     let Some(stored) = StoredRun::of(run) else {

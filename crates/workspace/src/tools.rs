@@ -136,6 +136,13 @@ impl CodingRuns {
         runs.get(run_id).and_then(|run| run.work.clone())
     }
 
+    /// What the run `run_id` has kept so far (its output, work and hooks), while it runs.
+    pub fn record(&self, run_id: &str) -> Option<CodingRecord> {
+        let runs = self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let run = runs.get(run_id)?;
+        Some(CodingRecord { log: self.log_of(run), work: run.work.clone(), hooks: run.hooks.clone() })
+    }
+
     /// Takes what the run `run_id` kept, for its stored record, and forgets it here: a run that
     /// ended holds no memory in this process.
     pub fn take(&self, run_id: &str) -> Option<CodingRecord> {

@@ -86,7 +86,7 @@ pub async fn show(config_path: &std::path::Path, run_id: &str) -> anyhow::Result
     state.close().await;
     match found.context("cannot read the run")? {
         Found::One(run) => {
-            print!("{}", show_text(&view::detail(&run, &config)));
+            print!("{}", show_text(&view::detail(&run, &config, None)));
             Ok(ExitCode::SUCCESS)
         }
         Found::None if run_id.trim().is_empty() => {
@@ -201,6 +201,22 @@ pub fn show_text(run: &RunDetail) -> String {
                 call.result.as_deref().map(|r| crate::record::one_line(r, 400)).unwrap_or_else(|| "no result".into())
             );
         }
+    }
+    if let Some(coding) = &run.coding {
+        let _ = writeln!(out, "\n== coding agent");
+        for hook in &coding.hooks {
+            let _ = writeln!(out, "hook     {hook}");
+        }
+        if let Some(branch) = &coding.branch {
+            let commit = match (&coding.commit, &coding.diff) {
+                (Some(commit), Some(diff)) => {
+                    format!("commit {commit} ({diff}){}", if coding.pushed { ", pushed" } else { "" })
+                }
+                _ => "no commit".to_string(),
+            };
+            let _ = writeln!(out, "work     branch {branch}, {commit}");
+        }
+        let _ = write!(out, "{}", coding.log);
     }
     if let Some(notice) = &run.notice {
         let _ = writeln!(out, "\n== notice left\n{notice}");

@@ -1,5 +1,6 @@
 //! The run inspector: what `picogent run` shows a person at `/` on `http.listen` — its runs
-//! (newest first, live), each run's prompts, turns, tool calls, budgets and notice, the recent
+//! (newest first, live), each run's prompts, turns, tool calls, budgets and notice, its
+//! coding agent's output (live while it works) with the branch, commit and diff it left, the recent
 //! events and what became of them, the spend per day against the budget, and its health.
 //! `picogent runs list|show` print the same from the state database ([`cli`]).
 //!
@@ -112,6 +113,8 @@ pub struct Inspector {
     pub sign_ins: Arc<picogent_web::SignInRate>,
     /// The live streams open now, within `http.max_live_streams`.
     pub live_streams: picogent_web::LiveStreams,
+    /// The coding agents' output of the runs going on now (`workspaces`), for the run page.
+    pub coding: Option<Arc<picogent_workspace::CodingRuns>>,
 }
 
 impl Inspector {
@@ -128,7 +131,25 @@ impl Inspector {
         let sign_ins = Arc::new(picogent_web::SignInRate::new(picogent_web::SignInRate::DEFAULT_PER_MINUTE));
         let live_streams = picogent_web::LiveStreams::new(config.http.max_live_streams);
         let tools = Arc::new(tools);
-        Inspector { state, status, metrics, config, tools, access, shutdown, sessions, sign_ins, live_streams }
+        Inspector {
+            state,
+            status,
+            metrics,
+            config,
+            tools,
+            access,
+            shutdown,
+            sessions,
+            sign_ins,
+            live_streams,
+            coding: None,
+        }
+    }
+
+    /// Shows the live output of the coding agents of `runs` on the run pages.
+    pub fn with_coding(mut self, runs: Arc<picogent_workspace::CodingRuns>) -> Inspector {
+        self.coding = Some(runs);
+        self
     }
 }
 

@@ -79,7 +79,7 @@ fn fragment(name: &str, view: Option<minijinja::Value>) -> Option<String> {
 
 async fn run_view(inspector: &Inspector, id: &str) -> Result<Option<minijinja::Value>, picogent_state::StateError> {
     let Some(run) = inspector.state.get_run(id).await? else { return Ok(None) };
-    let detail = view::detail(&run, &inspector.config);
+    let detail = view::detail(&run, &inspector.config, inspector.coding.as_deref());
     Ok(Some(context(json!({"run": detail, "slug": inspector.config.slug, "sign_out": inspector.access.signs_in()}))))
 }
 

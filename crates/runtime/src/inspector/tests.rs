@@ -223,7 +223,7 @@ fn the_terminal_shows_the_same_run() {
         let run = state.get_run(&run_id).await.unwrap().unwrap();
         let list = super::cli::list_text(&[super::view::summary(&run, &config)], time::OffsetDateTime::now_utc());
         assert!(list.contains(&run_id[..8]) && list.contains("completed") && list.contains("just now"), "{list}");
-        super::cli::show_text(&super::view::detail(&run, &config))
+        super::cli::show_text(&super::view::detail(&run, &config, None))
     });
     for part in
         ["== system prompt", "== turn 1", "tool get_task", "TE-1 <script>", "== final answer", "budget   turns: 2 of"]

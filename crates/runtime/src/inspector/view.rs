@@ -141,6 +141,49 @@ pub struct RunDetail {
     pub notice: Option<String>,
     pub budgets: Vec<Budget>,
     pub context_trims: Vec<String>,
+    /// Its coding agent's output and work (`workspaces`), if it delegated any.
+    pub coding: Option<CodingView>,
+}
+
+/// A run's coding agent: what it printed (live while it runs), the hooks around it, and the
+/// branch, commit and diff it left.
+#[derive(Debug, Clone, Serialize)]
+pub struct CodingView {
+    /// The output comes from the running process, not the stored record.
+    pub live: bool,
+    pub log: String,
+    pub hooks: Vec<String>,
+    pub repository: Option<String>,
+    pub branch: Option<String>,
+    pub commit: Option<String>,
+    pub pushed: bool,
+    pub diff: Option<String>,
+    pub files: Vec<String>,
+    /// A link to the commit or branch, only when it is an `http(s)` URL.
+    pub link: Option<String>,
+}
+
+impl CodingView {
+    pub fn new((record, live): (picogent_workspace::CodingRecord, bool)) -> CodingView {
+        let hooks = record.hooks.iter().map(|hook| format!("{} ({} ms)", hook.describe(), hook.duration_ms)).collect();
+        let work = record.work;
+        let link = work
+            .as_ref()
+            .and_then(|work| work.link.clone())
+            .filter(|link| link.starts_with("https://") || link.starts_with("http://"));
+        CodingView {
+            live,
+            log: record.log,
+            hooks,
+            repository: work.as_ref().map(|work| work.repository.clone()),
+            branch: work.as_ref().map(|work| work.branch.clone()),
+            commit: work.as_ref().and_then(|work| work.commit.clone()),
+            pushed: work.as_ref().is_some_and(|work| work.pushed),
+            diff: work.as_ref().filter(|work| work.commit.is_some()).map(|work| work.diff.describe()),
+            files: work.map(|work| work.diff.files).unwrap_or_default(),
+            link,
+        }
+    }
 }
 
 /// One step of a transcript: a model turn, or an input that joined while the run went on.
@@ -175,7 +218,8 @@ pub struct Budget {
     pub percent: u64,
 }
 
-pub fn detail(run: &RunRow, config: &Config) -> RunDetail {
+/// The run's detail; `live` is the coding work of the runs going on in this process, if any.
+pub fn detail(run: &RunRow, config: &Config, live: Option<&picogent_workspace::CodingRuns>) -> RunDetail {
     let stored = StoredRun::of(run);
     let record = stored.as_ref().and_then(|stored| stored.record.clone());
     let transcript = stored.as_ref().map(transcript).unwrap_or_default();
@@ -206,6 +250,7 @@ pub fn detail(run: &RunRow, config: &Config) -> RunDetail {
         notice: if failed { run.outcome.clone() } else { None },
         budgets,
         context_trims: record.map(|r| r.context_trims).unwrap_or_default(),
+        coding: crate::record::coding_of(live, run).map(CodingView::new),
     }
 }
 
