@@ -617,6 +617,7 @@ fn started_run(run_id: &str, trigger: String) -> RunSummary {
         started_at: time::OffsetDateTime::now_utc(),
         finished_at: None,
         cost: None,
+        waiting: None,
     }
 }
 

@@ -3,7 +3,7 @@
 //!
 //! Invariants:
 //! - Every run ends with one [`RunOutcome`] and a final message; none ends silently.
-//! - Budgets (`limits.max_turns`, `max_tool_calls`, `max_tokens_per_run`, `run_timeout_ms`) are
+//! - Budgets (`limits.max_turns`, `max_tool_calls`, `max_tokens_per_run`, `run_timeout_ms` — not counting the time a call waits for a person) are
 //!   checked before they could be overshot: no request is sent that cannot fit in the remaining
 //!   tokens (its `max_output_tokens` is what remains after the counted prompt), no tool call runs
 //!   past the call budget. The prompt is counted with o200k before sending; a real server whose
@@ -234,7 +234,7 @@ impl<'a> Turns<'a> {
         if self.setup.cancel.is_cancelled() {
             return Step::End(RunOutcome::Cancelled);
         }
-        if Instant::now() >= self.deadline {
+        if self.tool_context.wait_clock.has_passed(self.deadline) {
             return Step::End(RunOutcome::Deadline);
         }
         if self.record.turns >= limits.max_turns {
@@ -297,7 +297,7 @@ impl<'a> Turns<'a> {
         let model_started = Instant::now();
         let answer = tokio::select! {
             _ = self.setup.cancel.cancelled() => Err(Interrupt::Cancelled),
-            _ = tokio::time::sleep_until(self.deadline) => Err(Interrupt::Deadline),
+            _ = self.tool_context.wait_clock.passed(self.deadline) => Err(Interrupt::Deadline),
             answer = self.setup.model.complete(&request) => Ok(answer),
         };
         self.record.model_time_ms += millis(model_started.elapsed());
@@ -467,7 +467,8 @@ impl<'a> Turns<'a> {
         let tools_started = Instant::now();
         let interrupted = tokio::select! {
             _ = self.setup.cancel.cancelled() => Some(RunOutcome::Cancelled),
-            _ = tokio::time::sleep_until(self.deadline) => Some(RunOutcome::Deadline),
+            // Not while a call waits for a person: that time is not the run's (`person::WaitClock`).
+            _ = self.tool_context.wait_clock.passed(self.deadline) => Some(RunOutcome::Deadline),
             _ = dispatch::run_calls(&context, to_run, &mut results) => None,
         };
         if interrupted.is_some() {

@@ -146,6 +146,7 @@ impl Config {
             ("llm.idle_timeout_ms", self.llm.idle_timeout_ms),
             ("llm.max_concurrent_requests", self.llm.max_concurrent_requests.map_or(1, u64::from)),
             ("llm.max_output_tokens", self.llm.max_output_tokens.map_or(1, u64::from)),
+            ("elicitation.timeout_ms", self.elicitation.timeout_ms),
             ("limits.max_turns", self.limits.max_turns as u64),
             ("limits.max_tool_calls", self.limits.max_tool_calls as u64),
             ("limits.max_tokens_per_run", self.limits.max_tokens_per_run),

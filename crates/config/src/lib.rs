@@ -32,8 +32,8 @@ pub use picogent_state::StateConfig;
 pub use picogent_tools::{PermissionMode, PermissionsConfig, RunScope, default_ask_tools};
 pub use picogent_tracker::TrackerConfig;
 pub use sections::{
-    HttpConfig, Limits, McpConfig, McpServerConfig, PRESENCE_HEARTBEAT_MS, PresenceConfig, ReplicasConfig,
-    RetentionConfig, ServerToolsConfig, StartupConfig, TextDuration, TextDurationError,
+    ElicitationConfig, HttpConfig, Limits, McpConfig, McpServerConfig, PRESENCE_HEARTBEAT_MS, PresenceConfig,
+    ReplicasConfig, RetentionConfig, ServerToolsConfig, StartupConfig, TextDuration, TextDurationError,
 };
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -83,6 +83,9 @@ pub struct Config {
     /// How long the state database keeps what it no longer needs, and how often it is pruned.
     #[serde(default)]
     pub retention: RetentionConfig,
+    /// How long a question to a person (an MCP elicitation, the model's `ask_person`) waits.
+    #[serde(default)]
+    pub elicitation: ElicitationConfig,
     /// One active copy per agent identity across machines: the marker `picogent run` keeps in
     /// its member status on the tracker (`runtime::presence`).
     #[serde(default)]

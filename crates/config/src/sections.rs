@@ -183,6 +183,26 @@ impl Default for PresenceConfig {
     }
 }
 
+/// Waiting for a person to give what a run asks for: an MCP server's elicitation
+/// (docs/mcp-host.md), or the model's question (`ask_person`). The run is `awaiting_input`
+/// meanwhile and holds no slot; `ask` mode's approvals wait `permissions.ask_timeout_ms`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ElicitationConfig {
+    /// How long a question waits for its answer, in milliseconds; past it, it is cancelled and
+    /// the thread is told so.
+    pub timeout_ms: u64,
+    /// How many times a call an MCP server answered with a link to complete (URL mode) is tried
+    /// again after the person said it is done.
+    pub url_retries: u32,
+}
+
+impl Default for ElicitationConfig {
+    fn default() -> Self {
+        ElicitationConfig { timeout_ms: 30 * 60 * 1000, url_retries: 3 }
+    }
+}
+
 /// Replicas of one agent on one PostgreSQL state (`state.url`). Off: one copy per agent, held to
 /// that by the agent's lock in the database.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -44,6 +44,7 @@ pub mod startup;
 mod state_lock;
 pub mod status;
 pub mod transport;
+pub mod waits;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -227,7 +228,12 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     // External MCP servers join the tracker's tools; one permission policy governs them all.
     let host = Arc::new(picogent_mcp::host::McpHost::start(&config).await);
     let coding = coding_tools(&config, &client)?;
-    let mut sources = vec![registry, host.clone() as Arc<dyn ToolSource>];
+    // The model's clarifying question, asked where the run was asked (`tools::question`).
+    let question = picogent_tools::question::QuestionTool::new(
+        client.clone(),
+        std::time::Duration::from_millis(config.elicitation.timeout_ms),
+    );
+    let mut sources = vec![registry, host.clone() as Arc<dyn ToolSource>, Arc::new(question) as Arc<dyn ToolSource>];
     sources.extend(coding.clone().map(|coding| coding as Arc<dyn ToolSource>));
     let tools: Arc<dyn ToolSource> = Arc::new(picogent_tools::governed(sources, &config.permissions, &client));
     let model: Arc<dyn picogent_llm::ChatModel> = Arc::new(
@@ -258,9 +264,16 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
             lock: Default::default(),
         }),
         coding,
+        slots: Arc::new(crate::waits::RunSlots::new(
+            config.limits.max_concurrent_runs as usize,
+            state.clone(),
+            metrics.clone(),
+            status.clone(),
+        )),
     });
 
     let (inputs_tx, inputs_rx) = mpsc::channel::<Input>(1024);
+    services.slots.connect_router(inputs_tx.clone());
     let stream_options = stream.unwrap_or_else(|| StreamOptions::from_config(&config));
     let stream_cancel = shutdown.child_token();
     // A newer copy taking over, on the tracker or the agent's lock in PostgreSQL, stops this one.

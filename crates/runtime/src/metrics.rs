@@ -107,6 +107,10 @@ struct Inner {
     prune_passes: u64,
     /// Runs whose artifacts the retention schedule removed.
     pruned_artifact_runs: u64,
+    /// (what was asked, how the wait ended) → count of waits for a person.
+    waits: BTreeMap<(&'static str, &'static str), u64>,
+    /// Runs waiting for a person now.
+    waiting: u64,
 }
 
 /// Count and sum, enough for rates and means in Prometheus.
@@ -134,6 +138,19 @@ impl Metrics {
         // usable, and metrics must never take the agent down.
         let mut guard = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         f(&mut guard)
+    }
+
+    /// A run began waiting for a person.
+    pub fn wait_began(&self) {
+        self.with(|m| m.waiting += 1);
+    }
+
+    /// A run's wait for a person ended `end`.
+    pub fn wait_ended(&self, kind: picogent_state::WaitKind, end: picogent_tools::person::WaitEnd) {
+        self.with(|m| {
+            m.waiting = m.waiting.saturating_sub(1);
+            *m.waits.entry((kind.as_str(), end.as_str())).or_default() += 1;
+        });
     }
 
     /// Counts an event by its name and its fate, a word of the code.
@@ -294,6 +311,17 @@ impl Metrics {
             let _ = writeln!(out, "# HELP picogent_prune_passes_total Pruning passes of the state database that finished.");
             let _ = writeln!(out, "# TYPE picogent_prune_passes_total counter");
             let _ = writeln!(out, "picogent_prune_passes_total {}", m.prune_passes);
+            let _ = writeln!(out, "# HELP picogent_waits_total Waits of runs for a person, by what was asked and how they ended.");
+            let _ = writeln!(out, "# TYPE picogent_waits_total counter");
+            for kind in picogent_state::WaitKind::ALL {
+                for end in picogent_tools::person::WaitEnd::ALL {
+                    let n = m.waits.get(&(kind.as_str(), end.as_str())).copied().unwrap_or(0);
+                    let _ = writeln!(out, "picogent_waits_total{{kind=\"{}\",end=\"{}\"}} {n}", kind.as_str(), end.as_str());
+                }
+            }
+            let _ = writeln!(out, "# HELP picogent_runs_awaiting_input Runs waiting for a person now (holding no slot).");
+            let _ = writeln!(out, "# TYPE picogent_runs_awaiting_input gauge");
+            let _ = writeln!(out, "picogent_runs_awaiting_input {}", m.waiting);
             let _ = writeln!(out, "# HELP picogent_active_runs Runs in flight.");
             let _ = writeln!(out, "# TYPE picogent_active_runs gauge");
             let _ = writeln!(out, "picogent_active_runs {active_runs}");

@@ -40,6 +40,8 @@ pub struct RunServices {
     /// The coding tools, when `workspaces` names a repository: a task's workspace and its coding
     /// agent, and what each run's coding agent printed and pushed.
     pub coding: Option<Arc<picogent_workspace::CodingTools>>,
+    /// This process's run slots, and the runs waiting for a person, which hold none.
+    pub slots: Arc<crate::waits::RunSlots>,
 }
 
 /// What a run is for.

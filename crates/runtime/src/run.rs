@@ -274,6 +274,12 @@ async fn model_loop(
     tool_context.run_id = Some(run_id.to_string());
     tool_context.session = Some(request.session.clone());
     tool_context.fence = begun.fence.clone();
+    tool_context.waits = Some(services.slots.clone());
+    tool_context.requester = match &request.kind {
+        RunKind::Task { assigned_by, .. } => Some(assigned_by.clone()),
+        RunKind::Message { message } => Some(message.author_slug.clone()),
+        RunKind::Prompt { .. } => None,
+    };
     let setup = picogent_agent::RunSetup {
         model: services.model.as_ref(),
         tools: services.tools.as_ref(),
@@ -454,6 +460,10 @@ fn offered_tools(kind: &RunKind, available: &[rmcp::model::Tool], coding: bool) 
         .filter(|name| {
             if picogent_workspace::CODING_TOOLS.contains(&name.as_str()) {
                 return coding;
+            }
+            // A question needs someone who asked, and a place to ask them.
+            if name == picogent_tools::question::ASK_PERSON {
+                return !matches!(kind, RunKind::Prompt { .. });
             }
             preset.is_none_or(|preset| {
                 preset.contains(&name.as_str())

@@ -11,6 +11,8 @@ pub struct StatusBoard {
     connected: AtomicBool,
     caught_up: AtomicBool,
     active_runs: AtomicUsize,
+    /// Runs waiting for a person now (`awaiting_input`).
+    awaiting_input: AtomicUsize,
     /// Why this copy stopped acting, once another copy of the agent took over on the tracker.
     superseded: std::sync::OnceLock<String>,
     /// Fires when a run starts or ends (MCP list-changed notifications).
@@ -55,6 +57,7 @@ impl Default for StatusBoard {
             connected: AtomicBool::new(false),
             caught_up: AtomicBool::new(false),
             active_runs: AtomicUsize::new(0),
+            awaiting_input: AtomicUsize::new(0),
             superseded: std::sync::OnceLock::new(),
             run_changes: tokio::sync::broadcast::channel(64).0,
             startup: Mutex::new(None),
@@ -81,6 +84,16 @@ impl StatusBoard {
         self.active_runs.store(value, Ordering::SeqCst);
         // No subscriber is not an error: nobody is watching.
         let _ = self.run_changes.send(());
+    }
+
+    /// Records how many runs wait for a person, and tells subscribers that runs changed.
+    pub fn set_awaiting_input(&self, value: usize) {
+        self.awaiting_input.store(value, Ordering::SeqCst);
+        let _ = self.run_changes.send(());
+    }
+
+    pub fn awaiting_input(&self) -> usize {
+        self.awaiting_input.load(Ordering::SeqCst)
     }
 
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<()> {

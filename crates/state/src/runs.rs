@@ -115,6 +115,48 @@ impl FinishRun {
     }
 }
 
+/// What a person is asked for while a run waits on them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitKind {
+    /// `ask` mode: may the call run?
+    Approval,
+    /// An MCP server asks for input during a tool call.
+    Elicitation,
+    /// The model asks a clarifying question.
+    Question,
+}
+
+impl WaitKind {
+    pub const ALL: [WaitKind; 3] = [WaitKind::Approval, WaitKind::Elicitation, WaitKind::Question];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WaitKind::Approval => "approval",
+            WaitKind::Elicitation => "elicitation",
+            WaitKind::Question => "question",
+        }
+    }
+}
+
+/// What a running run waits for from a person (its status is then `awaiting_input`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Waiting {
+    pub kind: WaitKind,
+    /// What is asked, in a sentence ("may I move task TE-3 to done?").
+    pub what: String,
+    /// The person asked, when one is (their slug).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub person: Option<String>,
+    /// The message that asks, on the tracker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asked_message_id: Option<String>,
+    /// Since when (Unix ms).
+    pub since_ms: i64,
+    /// Until when it waits (Unix ms); past it the wait ends as timed out.
+    pub until_ms: i64,
+}
+
 /// One stored run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunRow {
@@ -139,6 +181,8 @@ pub struct RunRow {
     pub record: Option<serde_json::Value>,
     /// What the run cost, when the model has a price.
     pub cost: Option<f64>,
+    /// What it waits for from a person, while it is running and waits.
+    pub waiting: Option<Waiting>,
 }
 
 /// One run's summary: its row without the record. The one shape a run is shown in outside the
@@ -168,6 +212,9 @@ pub struct RunSummary {
     /// What the run cost, when the model has a price (`llm.price`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cost: Option<f64>,
+    /// What it waits for from a person: its status is shown as `awaiting_input` then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<Waiting>,
 }
 
 impl RunRow {
@@ -189,7 +236,14 @@ impl RunRow {
             started_at: self.started_at,
             finished_at: self.finished_at,
             cost: self.cost,
+            waiting: self.waiting.clone(),
         }
+    }
+
+    /// Its status as people see it: `awaiting_input` while it waits for a person, else its
+    /// stored status.
+    pub fn shown_status(&self) -> &'static str {
+        if self.status == RunStatus::Running && self.waiting.is_some() { AWAITING_INPUT } else { self.status.as_str() }
     }
 
     /// Wall-clock time from start to finish; `None` while running.
@@ -233,6 +287,17 @@ impl State {
         if !on_store!(self, save_run_record(run_id, &text))? {
             return Err(StateError::UnknownRun { run_id: run_id.to_string() });
         }
+        Ok(())
+    }
+
+    /// Records what the running run `run_id` waits for from a person, or (`None`) that it waits
+    /// no more. A run that is no longer running is left as it is.
+    pub async fn set_waiting(&self, run_id: &str, waiting: Option<&Waiting>) -> Result<(), StateError> {
+        let text = waiting
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| StateError::Unstorable { field: "runs.waiting", message: e.to_string() })?;
+        on_store!(self, set_waiting(run_id, text.as_deref()))?;
         Ok(())
     }
 
@@ -312,6 +377,9 @@ impl State {
     }
 }
 
+/// The status a run waiting for a person is shown with ([`RunRow::shown_status`]).
+pub const AWAITING_INPUT: &str = "awaiting_input";
+
 fn run_from_columns(row: RunColumns) -> Result<RunRow, StateError> {
     let status = RunStatus::parse(&row.status).ok_or_else(|| StateError::Corrupt {
         field: "runs.status",
@@ -342,6 +410,8 @@ fn run_from_columns(row: RunColumns) -> Result<RunRow, StateError> {
         finished_at: row.finished_at_ms.map(from_ms).transpose()?,
         record,
         cost: row.cost,
+        // Only a running run waits; an unreadable note is shown as no wait, not a failed read.
+        waiting: row.waiting.filter(|_| status == RunStatus::Running).and_then(|text| serde_json::from_str(&text).ok()),
     })
 }
 

@@ -60,7 +60,7 @@ pub(super) struct RunEnd<'a> {
 macro_rules! run_columns {
     () => {
         "id, session_key, trigger, status, turns, tool_calls, prompt_tokens, completion_tokens, \
-         model_duration_ms, tool_duration_ms, outcome, error, started_at_ms, finished_at_ms, record, cost"
+         model_duration_ms, tool_duration_ms, outcome, error, started_at_ms, finished_at_ms, record, cost, waiting"
     };
 }
 pub(super) use run_columns;
@@ -84,6 +84,7 @@ pub(super) struct RunColumns {
     pub finished_at_ms: Option<i64>,
     pub record: Option<String>,
     pub cost: Option<f64>,
+    pub waiting: Option<String>,
 }
 
 /// What a store does. Times are Unix milliseconds (UTC), passed in by the caller.
@@ -152,6 +153,8 @@ pub(super) trait Store {
     async fn start_claimed_run(&self, kind: ClaimKind, key: &str, run: &NewRun<'_>) -> Result<bool, StateError>;
     /// Replaces the run's record; returns `false` if there is no such run.
     async fn save_run_record(&self, run_id: &str, record: &str) -> Result<bool, StateError>;
+    /// Sets (JSON) or clears what the running run `run_id` waits for; whether it is running.
+    async fn set_waiting(&self, run_id: &str, waiting: Option<&str>) -> Result<bool, StateError>;
     /// Writes the ending of a run still `running` (and held by `end.holder`, when it names one);
     /// returns `false` if none was (unknown, already finished, or taken over by another replica).
     async fn finish_run(&self, run_id: &str, end: &RunEnd<'_>) -> Result<bool, StateError>;

@@ -32,8 +32,10 @@ pub mod kernel;
 pub mod members;
 pub mod messages;
 pub mod permissions;
+pub mod person;
 pub mod policy;
 pub mod projects;
+pub mod question;
 pub mod registry;
 pub mod schema;
 pub mod scope;
@@ -82,6 +84,14 @@ pub struct ToolContext {
     /// Whether the run's one notice about calls refused for its scope went out (shared by the
     /// clones of a run's context; each new context starts a run of its own).
     pub scope_notice: scope::NoticeOnce,
+    /// Where the run records that it waits for a person and gives its slot back meanwhile (set
+    /// by the runtime; `None`: nothing records it).
+    pub waits: Option<std::sync::Arc<dyn person::Waits>>,
+    /// The person the run works for (who asked, or assigned the task), when one did: a question
+    /// for them mentions them, and only their reply answers it.
+    pub requester: Option<String>,
+    /// The time the run waited for people, which its wall-clock budget does not count.
+    pub wait_clock: person::WaitClock,
 }
 
 /// Where a message is about to be posted.
@@ -141,6 +151,9 @@ impl ToolContext {
             fence: picogent_prompts::Fence::random(),
             steering_taken: 0,
             scope_notice: scope::NoticeOnce::default(),
+            waits: None,
+            requester: None,
+            wait_clock: person::WaitClock::default(),
         }
     }
 }

@@ -40,12 +40,14 @@ async fn runs_view(inspector: &Inspector, filter: &RunFilter) -> Result<minijinj
     kinds.dedup();
     let shown: Vec<view::RunLine> =
         runs.iter().filter(|run| filter.keeps(run)).map(|run| view::summary(run, &inspector.config)).collect();
-    let statuses: Vec<&str> = RunStatus::ALL.iter().map(|status| status.as_str()).collect();
+    let mut statuses: Vec<&str> = RunStatus::ALL.iter().map(|status| status.as_str()).collect();
+    // Running, and waiting for a person: a filter of its own, after `running`.
+    statuses.insert(2, picogent_state::AWAITING_INPUT);
     let query = serde_urlencoded::to_string(filter).unwrap_or_default();
     Ok(context(json!({
         "runs": shown, "filter": filter, "statuses": statuses, "kinds": kinds, "query": query,
         "active": inspector.status.active_runs(), "connected": inspector.status.connected(),
-        "waiting": inspector.status.waiting(),
+        "waiting": inspector.status.waiting(), "awaiting_input": inspector.status.awaiting_input(),
         "slug": inspector.config.slug, "sign_out": inspector.access.signs_in(),
     })))
 }

@@ -62,7 +62,7 @@ pub fn summary(run: &RunRow, config: &Config) -> RunLine {
         trigger_kind: trigger_kind(&run.trigger).to_string(),
         words,
         link,
-        status: run.status.as_str(),
+        status: run.shown_status(),
         turns: run.turns,
         tool_calls: run.tool_calls,
         tokens: run.prompt_tokens + run.completion_tokens,
@@ -70,14 +70,24 @@ pub fn summary(run: &RunRow, config: &Config) -> RunLine {
         started_at: rfc3339(run.started_at),
         duration,
         outcome: crate::record::one_line(
-            run.outcome.as_deref().or(run.error.as_deref()).unwrap_or(if run.status == RunStatus::Running {
-                "running"
-            } else {
-                ""
-            }),
+            &match &run.waiting {
+                Some(waiting) => waiting_line(waiting),
+                None => run
+                    .outcome
+                    .as_deref()
+                    .or(run.error.as_deref())
+                    .unwrap_or(if run.status == RunStatus::Running { "running" } else { "" })
+                    .to_string(),
+            },
             160,
         ),
     }
+}
+
+/// What a run waits for, in a line: "waits for @alice (question): which colour?".
+pub fn waiting_line(waiting: &picogent_state::Waiting) -> String {
+    let who = waiting.person.as_ref().map_or_else(|| "a person".to_string(), |person| format!("@{person}"));
+    format!("waits for {who} ({}): {}", waiting.kind.as_str(), waiting.what)
 }
 
 /// The words of the message a chat run answers, as its start recorded them (the record is
@@ -118,7 +128,7 @@ pub struct RunFilter {
 
 impl RunFilter {
     pub fn keeps(&self, run: &RunRow) -> bool {
-        (self.status.is_empty() || run.status.as_str() == self.status)
+        (self.status.is_empty() || run.shown_status() == self.status)
             && (self.trigger.is_empty() || trigger_kind(&run.trigger) == self.trigger)
     }
 }
@@ -143,6 +153,29 @@ pub struct RunDetail {
     pub context_trims: Vec<String>,
     /// Its coding agent's output and work (`workspaces`), if it delegated any.
     pub coding: Option<CodingView>,
+    /// What it waits for from a person, while it waits.
+    pub waiting: Option<WaitingView>,
+}
+
+/// What a waiting run waits for, for its page.
+#[derive(Debug, Clone, Serialize)]
+pub struct WaitingView {
+    pub line: String,
+    pub kind: &'static str,
+    pub since: String,
+    pub until: String,
+}
+
+impl WaitingView {
+    fn new(waiting: &picogent_state::Waiting) -> Option<WaitingView> {
+        let at = |ms: i64| OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).ok().map(rfc3339);
+        Some(WaitingView {
+            line: waiting_line(waiting),
+            kind: waiting.kind.as_str(),
+            since: at(waiting.since_ms)?,
+            until: at(waiting.until_ms)?,
+        })
+    }
 }
 
 /// A run's coding agent: what it printed (live while it runs), the hooks around it, and the
@@ -251,6 +284,7 @@ pub fn detail(run: &RunRow, config: &Config, live: Option<&picogent_workspace::C
         budgets,
         context_trims: record.map(|r| r.context_trims).unwrap_or_default(),
         coding: crate::record::coding_of(live, run).map(CodingView::new),
+        waiting: run.waiting.as_ref().and_then(WaitingView::new),
     }
 }
 

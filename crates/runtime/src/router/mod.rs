@@ -71,6 +71,8 @@ pub enum Input {
         run_id: String,
         reply: tokio::sync::oneshot::Sender<bool>,
     },
+    /// A run began waiting for a person and gave its slot back: a queued run may start.
+    SlotFreed,
 }
 
 impl From<StreamItem> for Input {
@@ -173,6 +175,11 @@ impl Router {
             grace_ms = grace.as_millis() as u64,
             "shutting down: letting runs finish"
         );
+        // A run waiting for a person has nothing to finish: it stops now, stays recorded as
+        // running, and asks again (the same message) when it resumes at the next start.
+        for run in self.active.values().filter(|run| self.services.slots.is_waiting(&run.run_id)) {
+            run.cancel.cancel();
+        }
         let deadline = tokio::time::Instant::now() + grace;
         while !self.active.is_empty() {
             match tokio::time::timeout_at(deadline, inputs.recv()).await {
@@ -191,6 +198,7 @@ impl Router {
         while !self.active.is_empty() {
             match tokio::time::timeout_at(deadline, inputs.recv()).await {
                 Ok(Some(Input::RunDone(done))) => {
+                    self.services.slots.release(&done.run_id);
                     self.active.remove(&done.session);
                 }
                 Ok(Some(_)) => {}
@@ -210,6 +218,7 @@ impl Router {
                 StreamItem::Status(status) => self.on_link(status).await,
             },
             Input::RunDone(done) => self.finish(*done).await,
+            Input::SlotFreed => self.claim_and_spawn().await,
             Input::Reconciled(found) => self.on_reconciled(*found).await,
             Input::StartRun { request, reply } => {
                 let _ = reply.send(self.start_now(*request).await);

@@ -289,7 +289,8 @@ impl Router {
 
     /// Claims queued runs (and runs whose holder is gone) while slots are free, and starts them.
     pub(super) async fn claim_and_spawn(&mut self) {
-        let free = (self.config.limits.max_concurrent_runs as usize).saturating_sub(self.active.len());
+        // A run waiting for a person holds no slot (`waits`).
+        let free = self.services.slots.free();
         if free == 0 || self.shutdown.is_cancelled() {
             self.publish_waiting().await;
             return;
@@ -409,6 +410,7 @@ impl Router {
         for input in request.steering.drain(..) {
             let _ = steer_tx.send(input);
         }
+        self.services.slots.hold(&run_id);
         self.active.insert(request.session.clone(), ActiveRun::new(run_id.clone(), cancel.clone(), steer_tx));
         self.status.set_active_runs(self.active.len());
         let services = self.services.clone();
@@ -424,6 +426,7 @@ impl Router {
     }
 
     pub(super) async fn finish(&mut self, done: RunDone) {
+        self.services.slots.release(&done.run_id);
         let (stop_reason, lost) = match self.active.get(&done.session) {
             Some(active) if active.run_id == done.run_id => match self.active.remove(&done.session) {
                 Some(active) => (active.stop_reason, active.lost),

@@ -402,11 +402,22 @@ impl Store for PostgresStore {
         Ok(updated == 1)
     }
 
+    async fn set_waiting(&self, run_id: &str, waiting: Option<&str>) -> Result<bool, StateError> {
+        let updated = sqlx::query("UPDATE runs SET waiting = $3 WHERE agent = $1 AND id = $2 AND status = 'running'")
+            .bind(&self.agent)
+            .bind(run_id)
+            .bind(waiting)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(updated == 1)
+    }
+
     async fn finish_run(&self, run_id: &str, end: &RunEnd<'_>) -> Result<bool, StateError> {
         let updated = sqlx::query(
             "UPDATE runs SET status = $3, turns = $4, tool_calls = $5, prompt_tokens = $6, completion_tokens = $7, \
              model_duration_ms = $8, tool_duration_ms = $9, outcome = $10, error = $11, finished_at_ms = $12, \
-             record = COALESCE($13, record), cost = $14 \
+             record = COALESCE($13, record), cost = $14, waiting = NULL \
              WHERE agent = $1 AND id = $2 AND status = 'running' AND ($15::text IS NULL OR holder = $15)",
         )
         .bind(&self.agent)

@@ -171,7 +171,7 @@ impl QueueStore for PostgresStore {
         Ok(sqlx::query_as(concat!(
             "UPDATE runs SET status = 'running', holder = $2, lease_until_ms = ",
             now_ms_sql!(),
-            " + $3, attempts = attempts + 1 \
+            " + $3, attempts = attempts + 1, waiting = NULL \
              WHERE agent = $1 AND id IN ( \
                  SELECT id FROM runs r WHERE agent = $1 AND ((status = 'queued' AND NOT EXISTS ( \
                          SELECT 1 FROM runs o WHERE o.agent = $1 AND o.session_key = r.session_key \

@@ -268,11 +268,21 @@ impl Store for SqliteStore {
         Ok(updated == 1)
     }
 
+    async fn set_waiting(&self, run_id: &str, waiting: Option<&str>) -> Result<bool, StateError> {
+        let updated = sqlx::query("UPDATE runs SET waiting = ? WHERE id = ? AND status = 'running'")
+            .bind(waiting)
+            .bind(run_id)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(updated == 1)
+    }
+
     async fn finish_run(&self, run_id: &str, end: &RunEnd<'_>) -> Result<bool, StateError> {
         let updated = sqlx::query(
             "UPDATE runs SET status = ?, turns = ?, tool_calls = ?, prompt_tokens = ?, completion_tokens = ?, \
              model_duration_ms = ?, tool_duration_ms = ?, outcome = ?, error = ?, finished_at_ms = ?, \
-             record = COALESCE(?, record), cost = ? \
+             record = COALESCE(?, record), cost = ?, waiting = NULL \
              WHERE id = ? AND status = 'running' AND (? IS NULL OR holder = ?)",
         )
         .bind(end.status.as_str())

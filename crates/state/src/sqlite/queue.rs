@@ -163,7 +163,7 @@ impl QueueStore for SqliteStore {
         let mut claimed = Vec::with_capacity(ids.len());
         for id in ids {
             let run: ClaimedColumns = sqlx::query_as(
-                "UPDATE runs SET status = 'running', holder = ?, lease_until_ms = ?, attempts = attempts + 1 \
+                "UPDATE runs SET status = 'running', holder = ?, lease_until_ms = ?, attempts = attempts + 1, waiting = NULL \
                  WHERE id = ? RETURNING id, session_key, trigger, request, attempts",
             )
             .bind(holder)

@@ -1,15 +1,15 @@
 //! Asking a person before a call: the request in plain words, posted where the run was asked,
-//! and the answer read from the thread (`ask` mode).
+//! and the answer read from the thread (`ask` mode), the run `awaiting_input` meanwhile.
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 
 use crate::ToolContext;
+use crate::person::{PersonAsker, Question, Reply, WaitEnd};
+use picogent_state::WaitKind;
 use picogent_tracker::TrackerClient;
-use picogent_tracker::model::{MemberKind, MessageQuery, SendMessage};
-use picogent_tracker::session::SessionKey;
+use picogent_tracker::model::MessageOut;
 
 /// A human's answer to a permission request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,78 +74,45 @@ pub trait Asker: Send + Sync {
     fn ask<'a>(&'a self, request: &'a ApprovalRequest, context: &'a ToolContext) -> BoxFuture<'a, Approval>;
 }
 
-/// Asks in the run's task or thread on the tracker, then polls for a human member's `yes`/`no`.
+/// Asks in the run's task or thread on the tracker, then reads a human member's `yes`/`no`
+/// ([`crate::person`]: the run is `awaiting_input` meanwhile).
 #[derive(Debug, Clone)]
 pub struct TrackerAsker {
-    client: TrackerClient,
+    asker: PersonAsker,
     timeout: Duration,
-    poll_interval: Duration,
 }
 
 impl TrackerAsker {
     pub fn new(client: TrackerClient, timeout: Duration) -> TrackerAsker {
-        TrackerAsker { client, timeout, poll_interval: Duration::from_millis(500) }
+        TrackerAsker { asker: PersonAsker::new(client), timeout }
     }
 
     pub fn with_poll_interval(mut self, interval: Duration) -> TrackerAsker {
-        self.poll_interval = interval;
+        self.asker = self.asker.with_poll_interval(interval);
         self
     }
 
     async fn ask_on_tracker(&self, request: &ApprovalRequest, context: &ToolContext) -> Approval {
-        let no_place = || Approval::Unavailable { reason: "the run has no task or thread to ask in".to_string() };
-        let Some(session) = &context.session else { return no_place() };
-        let content = request.question(self.timeout);
-        let (mut body, query) = match session {
-            SessionKey::Prompt(_) => return no_place(),
-            SessionKey::Task(task_id) => (
-                SendMessage { content, task_id: Some(task_id.clone()), ..SendMessage::default() },
-                MessageQuery { task_id: Some(task_id.clone()), ..MessageQuery::default() },
-            ),
-            SessionKey::Thread(root_message_id) => (
-                SendMessage { content, parent_id: Some(root_message_id.clone()), ..SendMessage::default() },
-                MessageQuery { parent_id: Some(root_message_id.clone()), ..MessageQuery::default() },
-            ),
+        let what = match &request.action {
+            Some(action) => format!("may I {action}?"),
+            None => format!("may I run `{}`?", request.public_name),
         };
-        body.content = body.content.trim().to_string();
-        let asked = match self.client.send_message(&body, None).await {
-            Ok(message) => message,
-            Err(error) => return Approval::Unavailable { reason: format!("cannot post the question: {error}") },
+        let question = Question {
+            kind: WaitKind::Approval,
+            what,
+            text: request.question(self.timeout),
+            person: None,
+            timeout: self.timeout,
+            attempt: 0,
         };
-        let humans: HashSet<String> = match self.client.list_members().await {
-            Ok(members) => members.into_iter().filter(|m| m.kind == MemberKind::Human).map(|m| m.slug).collect(),
-            Err(error) => return Approval::Unavailable { reason: format!("cannot list members: {error}") },
-        };
-        let deadline = tokio::time::Instant::now() + self.timeout;
-        let mut after = asked.id.clone();
-        loop {
-            let page = MessageQuery { after: Some(after.clone()), limit: Some(200), ..query.clone() };
-            match self.client.list_messages(&page).await {
-                Ok(messages) => {
-                    for message in &messages {
-                        if !humans.contains(&message.author_slug) {
-                            continue;
-                        }
-                        match parse_answer(&message.content) {
-                            Some(true) => return Approval::Approved { by: message.author_slug.clone() },
-                            Some(false) => return Approval::Refused { by: message.author_slug.clone() },
-                            None => {}
-                        }
-                    }
-                    if let Some(last) = messages.last() {
-                        after = last.id.clone();
-                    }
-                }
-                Err(error) => tracing::warn!(%error, "cannot read the answers to a permission request; trying again"),
-            }
-            let now = tokio::time::Instant::now();
-            if now >= deadline {
-                return Approval::TimedOut;
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(self.poll_interval.min(deadline - now)) => {}
-                _ = context.cancel.cancelled() => return Approval::Unavailable { reason: "the run was cancelled".to_string() },
-            }
+        let read = |message: &MessageOut| parse_answer(&message.content);
+        let ended = |yes: &bool| if *yes { WaitEnd::Answered } else { WaitEnd::Declined };
+        match self.asker.ask(context, &question, read, ended).await {
+            Reply::Answer { value: true, by } => Approval::Approved { by },
+            Reply::Answer { value: false, by } => Approval::Refused { by },
+            Reply::TimedOut => Approval::TimedOut,
+            Reply::Stopped => Approval::Unavailable { reason: "the run was cancelled".to_string() },
+            Reply::Unavailable { reason } => Approval::Unavailable { reason },
         }
     }
 }

@@ -1,0 +1,321 @@
+//! Asking a person and waiting for the reply, in the run's task or thread: what `ask` mode's
+//! approvals, an MCP server's elicitation and the model's clarifying question share.
+//!
+//! While a run waits it is recorded as `awaiting_input`, with what it waits for, and gives its
+//! slot back (both through the run's [`Waits`], set by the runtime); it holds no model request.
+//! The question is posted with the call's idempotency key, so a run resumed after a restart
+//! asks the same message again (the tracker answers with the one it has), reads the replies
+//! that came meanwhile, and waits only for what is left of the timeout, counted from the
+//! question's time. A stop of the run ends the wait at once.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use crate::ToolContext;
+use picogent_state::{WaitKind, Waiting};
+use picogent_tracker::TrackerClient;
+use picogent_tracker::model::{MemberKind, MessageOut, MessageQuery, SendMessage};
+use picogent_tracker::session::SessionKey;
+
+/// How a wait for a person ended, as `/metrics` counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WaitEnd {
+    /// The person answered (yes, the fields, the words asked for).
+    Answered,
+    /// The person said no, declined or cancelled.
+    Declined,
+    /// No answer within the timeout.
+    TimedOut,
+    /// The run was stopped while it waited.
+    Stopped,
+    /// The question could not be asked or its replies not read.
+    Failed,
+}
+
+impl WaitEnd {
+    pub const ALL: [WaitEnd; 5] =
+        [WaitEnd::Answered, WaitEnd::Declined, WaitEnd::TimedOut, WaitEnd::Stopped, WaitEnd::Failed];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WaitEnd::Answered => "answered",
+            WaitEnd::Declined => "declined",
+            WaitEnd::TimedOut => "timed_out",
+            WaitEnd::Stopped => "stopped",
+            WaitEnd::Failed => "failed",
+        }
+    }
+}
+
+/// The runtime's side of a wait: it records the run as `awaiting_input` and frees its slot at
+/// the start, and at the end records that it waits no more, counts how it ended, and takes a
+/// slot again (waiting for one) before the run goes on.
+pub trait Waits: Send + Sync + std::fmt::Debug {
+    fn begin<'a>(&'a self, run_id: &'a str, waiting: &'a Waiting) -> BoxFuture<'a, ()>;
+    fn end<'a>(&'a self, run_id: &'a str, kind: WaitKind, end: WaitEnd) -> BoxFuture<'a, ()>;
+}
+
+/// The time a run spent waiting for people, which its wall-clock budget
+/// (`limits.run_timeout_ms`) does not count. Shared by the clones of a run's context.
+#[derive(Debug, Clone, Default)]
+pub struct WaitClock(std::sync::Arc<std::sync::Mutex<ClockHands>>);
+
+#[derive(Debug, Default)]
+struct ClockHands {
+    /// How many waits go on now, and since when the first of them.
+    open: usize,
+    since: Option<tokio::time::Instant>,
+    total: Duration,
+}
+
+impl WaitClock {
+    fn hands(&self) -> std::sync::MutexGuard<'_, ClockHands> {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn pause(&self) {
+        let mut hands = self.hands();
+        hands.open += 1;
+        hands.since.get_or_insert_with(tokio::time::Instant::now);
+    }
+
+    pub fn resume(&self) {
+        let mut hands = self.hands();
+        hands.open = hands.open.saturating_sub(1);
+        if hands.open == 0
+            && let Some(since) = hands.since.take()
+        {
+            hands.total += since.elapsed();
+        }
+    }
+
+    /// `deadline` moved on by the time waited so far; `None` while a wait goes on (it cannot
+    /// pass then).
+    pub fn moved(&self, deadline: tokio::time::Instant) -> Option<tokio::time::Instant> {
+        let hands = self.hands();
+        if hands.open > 0 { None } else { Some(deadline + hands.total) }
+    }
+
+    /// Resolves once `deadline`, moved on by the waits, has passed.
+    pub async fn passed(&self, deadline: tokio::time::Instant) {
+        loop {
+            match self.moved(deadline) {
+                Some(at) if tokio::time::Instant::now() >= at => return,
+                Some(at) => {
+                    tokio::time::sleep_until(at.min(tokio::time::Instant::now() + Duration::from_secs(1))).await
+                }
+                None => tokio::time::sleep(Duration::from_millis(250)).await,
+            }
+        }
+    }
+
+    /// Whether `deadline`, moved on by the waits, has passed.
+    pub fn has_passed(&self, deadline: tokio::time::Instant) -> bool {
+        self.moved(deadline).is_some_and(|at| tokio::time::Instant::now() >= at)
+    }
+}
+
+/// What to ask.
+#[derive(Debug, Clone)]
+pub struct Question {
+    pub kind: WaitKind,
+    /// What is asked, in a sentence, for the run's record and the inspector.
+    pub what: String,
+    /// The message posted.
+    pub text: String,
+    /// Only this person's replies count (their slug); `None`: any person's.
+    pub person: Option<String>,
+    pub timeout: Duration,
+    /// Tells this question from the call's others (a question asked again), in its
+    /// idempotency key.
+    pub attempt: u32,
+}
+
+/// What came of a question.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply<T> {
+    /// A reply `read` took, and who wrote it.
+    Answer {
+        value: T,
+        by: String,
+    },
+    TimedOut,
+    /// The run was stopped while it waited.
+    Stopped,
+    /// The question could not be asked: no task or thread to ask in, or the tracker failed.
+    Unavailable {
+        reason: String,
+    },
+}
+
+/// Asks in the run's task or thread on the tracker and reads the replies.
+#[derive(Debug, Clone)]
+pub struct PersonAsker {
+    client: TrackerClient,
+    poll_interval: Duration,
+}
+
+impl PersonAsker {
+    pub fn new(client: TrackerClient) -> PersonAsker {
+        PersonAsker { client, poll_interval: Duration::from_millis(500) }
+    }
+
+    pub fn with_poll_interval(mut self, interval: Duration) -> PersonAsker {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// Posts `question` where the run was asked and waits for a person's reply that `read`
+    /// takes (`Some`); replies it leaves (`None`) are passed over. Whatever the end, the run's
+    /// [`Waits`] hear of it. `ended` says how an answer counts in `/metrics` (`Answered`, or
+    /// `Declined` for a no).
+    pub async fn ask<T>(
+        &self,
+        context: &ToolContext,
+        question: &Question,
+        mut read: impl FnMut(&MessageOut) -> Option<T>,
+        ended: impl Fn(&T) -> WaitEnd,
+    ) -> Reply<T> {
+        let (mut body, query) = match &context.session {
+            Some(SessionKey::Task(task_id)) => (
+                SendMessage { task_id: Some(task_id.clone()), ..SendMessage::default() },
+                MessageQuery { task_id: Some(task_id.clone()), ..MessageQuery::default() },
+            ),
+            Some(SessionKey::Thread(root)) => (
+                SendMessage { parent_id: Some(root.clone()), ..SendMessage::default() },
+                MessageQuery { parent_id: Some(root.clone()), ..MessageQuery::default() },
+            ),
+            Some(SessionKey::Prompt(_)) | None => {
+                return Reply::Unavailable { reason: "the run has no task or thread to ask in".to_string() };
+            }
+        };
+        body.content = question.text.trim().to_string();
+        let key = context.idempotency_key.as_ref().map(|key| format!("{key}-ask{}", question.attempt));
+        let asked = match self.client.send_message(&body, key.as_deref()).await {
+            Ok(message) => message,
+            Err(error) => return Reply::Unavailable { reason: format!("cannot post the question: {error}") },
+        };
+        let humans: HashSet<String> = match self.client.list_members().await {
+            Ok(members) => members.into_iter().filter(|m| m.kind == MemberKind::Human).map(|m| m.slug).collect(),
+            Err(error) => return Reply::Unavailable { reason: format!("cannot list members: {error}") },
+        };
+        // Counted from the question's time: a run resumed after a restart waits only what is left.
+        let asked_at = parse_time(&asked.created_at).unwrap_or_else(now_ms);
+        let until_ms = asked_at.saturating_add(i64::try_from(question.timeout.as_millis()).unwrap_or(i64::MAX));
+        let waiting = Waiting {
+            kind: question.kind,
+            what: question.what.clone(),
+            person: question.person.clone(),
+            asked_message_id: Some(asked.id.clone()),
+            since_ms: asked_at,
+            until_ms,
+        };
+        let run_id = context.run_id.as_deref().unwrap_or("");
+        context.wait_clock.pause();
+        if let Some(waits) = &context.waits {
+            waits.begin(run_id, &waiting).await;
+        }
+        let reply = self.read_replies(context, &query, &asked.id, until_ms, &humans, question, &mut read).await;
+        context.wait_clock.resume();
+        let end = match &reply {
+            Reply::Answer { value, .. } => ended(value),
+            Reply::TimedOut => WaitEnd::TimedOut,
+            Reply::Stopped => WaitEnd::Stopped,
+            Reply::Unavailable { .. } => WaitEnd::Failed,
+        };
+        if let Some(waits) = &context.waits {
+            waits.end(run_id, question.kind, end).await;
+        }
+        reply
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn read_replies<T>(
+        &self,
+        context: &ToolContext,
+        query: &MessageQuery,
+        asked_id: &str,
+        until_ms: i64,
+        humans: &HashSet<String>,
+        question: &Question,
+        read: &mut impl FnMut(&MessageOut) -> Option<T>,
+    ) -> Reply<T> {
+        let mut after = asked_id.to_string();
+        loop {
+            let page = MessageQuery { after: Some(after.clone()), limit: Some(200), ..query.clone() };
+            match self.client.list_messages(&page).await {
+                Ok(messages) => {
+                    for message in &messages {
+                        let counts = humans.contains(&message.author_slug)
+                            && question.person.as_ref().is_none_or(|person| person == &message.author_slug);
+                        // A stop is the router's to obey: the wait ends with the run.
+                        if !counts || is_stop(&message.content) {
+                            continue;
+                        }
+                        if let Some(value) = read(message) {
+                            return Reply::Answer { value, by: message.author_slug.clone() };
+                        }
+                    }
+                    if let Some(last) = messages.last() {
+                        after = last.id.clone();
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "cannot read the replies to a question; trying again"),
+            }
+            let left = until_ms.saturating_sub(now_ms());
+            if left <= 0 {
+                return Reply::TimedOut;
+            }
+            let pause = self.poll_interval.min(Duration::from_millis(u64::try_from(left).unwrap_or(0)));
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = context.cancel.cancelled() => return Reply::Stopped,
+            }
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(now.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// An RFC 3339 time as Unix ms; `None` when it is not one.
+fn parse_time(text: &str) -> Option<i64> {
+    let at = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()?;
+    i64::try_from(at.unix_timestamp_nanos() / 1_000_000).ok()
+}
+
+/// Whether a reply says only `stop`: the run is being stopped, and this is no answer.
+fn is_stop(content: &str) -> bool {
+    reply_words(content).trim_end_matches(['.', '!']).eq_ignore_ascii_case("stop")
+}
+
+/// The words of a reply after any `@mentions` that open it.
+pub fn reply_words(content: &str) -> &str {
+    let mut rest = content.trim_start();
+    while rest.starts_with('@') {
+        rest = rest.split_once(char::is_whitespace).map_or("", |(_, tail)| tail.trim_start());
+    }
+    rest.trim()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_words_of_a_reply_come_after_its_mentions() {
+        assert_eq!(reply_words("@picogent @bob  party_size: 4"), "party_size: 4");
+        assert_eq!(reply_words("done"), "done");
+        assert_eq!(reply_words("@picogent"), "");
+    }
+
+    #[test]
+    fn a_question_time_is_read_as_unix_ms() {
+        assert_eq!(parse_time("1970-01-01T00:00:01.5Z"), Some(1_500));
+        assert_eq!(parse_time("yesterday"), None);
+    }
+}
