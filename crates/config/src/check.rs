@@ -200,6 +200,14 @@ impl Config {
             if server.timeout_ms == 0 {
                 return problem(&at(".timeout_ms"), "expected a number greater than 0");
             }
+            if let Some(protocol) = &server.protocol
+                && !["2026-07-28", "2025-11-25"].contains(&protocol.as_str())
+            {
+                return problem(
+                    &at(".protocol"),
+                    "expected \"2026-07-28\" or \"2025-11-25\" (or no `protocol`: discovery first, then initialize)",
+                );
+            }
             if !MCP_RESULT_BYTES.contains(&server.max_result_bytes) {
                 return problem(
                     &at(".max_result_bytes"),

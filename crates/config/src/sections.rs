@@ -298,6 +298,10 @@ pub struct McpServerConfig {
     /// fails its call at once, and no more of it is kept than this.
     #[serde(default = "default_mcp_max_result_bytes")]
     pub max_result_bytes: usize,
+    /// The protocol version spoken with it: `2026-07-28` (discovery only) or `2025-11-25`
+    /// (`initialize` only); unset, discovery first and `initialize` for a server that predates it.
+    #[serde(default)]
+    pub protocol: Option<String>,
 }
 
 /// `startup`: what reconciliation takes up at a start and after every reconnect.

@@ -39,7 +39,9 @@ use picogent_support::retry::reconnect_delay;
 
 pub use connect::{ConnectError, expand_env};
 
+use crate::elicit::{Elicitation, InFlight};
 use picogent_config::McpServerConfig;
+use picogent_tools::ToolContext;
 
 /// The protocol version tried first, and the one fallen back to with servers that predate it.
 pub const PREFERRED_PROTOCOL: ProtocolVersion = ProtocolVersion::V_2026_07_28;
@@ -147,6 +149,10 @@ enum Refresh {
 pub struct ServerConnection {
     name: String,
     config: McpServerConfig,
+    /// Who answers the server's elicitations (shared by the host's servers).
+    elicitation: Arc<Elicitation>,
+    /// The calls in flight: a 2025-11-25 elicitation is the one call's.
+    in_flight: Arc<InFlight>,
     state: RwLock<State>,
     progress: Arc<Mutex<VecDeque<ProgressRecord>>>,
     /// Bumped whenever anything in `state` changes, so waiters need no polling.
@@ -156,10 +162,17 @@ pub struct ServerConnection {
 impl ServerConnection {
     /// Starts the supervisor of one server. It connects at once and keeps reconnecting until
     /// `shutdown` is cancelled.
-    pub fn start(name: String, config: McpServerConfig, shutdown: CancellationToken) -> Arc<ServerConnection> {
+    pub fn start(
+        name: String,
+        config: McpServerConfig,
+        elicitation: Arc<Elicitation>,
+        shutdown: CancellationToken,
+    ) -> Arc<ServerConnection> {
         let connection = Arc::new(ServerConnection {
             name,
             config,
+            elicitation,
+            in_flight: Arc::default(),
             state: RwLock::new(State {
                 link: None,
                 status: ServerStatus::Connecting,
@@ -316,16 +329,100 @@ impl ServerConnection {
         }
     }
 
-    /// `tools/call` with the server's original tool name.
+    /// `tools/call` with the server's original tool name, for the run of `context`. When the
+    /// server asks the person for input ([`crate::elicit`]) the call goes on once they answered:
+    /// `timeout_ms` does not count the time it waited for them.
     pub async fn call_tool(
         &self,
         tool: &str,
         arguments: JsonObject,
-        cancel: &CancellationToken,
+        context: &ToolContext,
     ) -> Result<rmcp::model::CallToolResult, ServerCallError> {
         let link = self.link()?;
-        let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
-        self.request(&link, cancel, link.peer.call_tool(params)).await
+        let call = self.in_flight.enter(tool, context);
+        let outcome = self.call_tool_rounds(&link, tool, arguments, context).await;
+        self.in_flight.leave(call);
+        outcome
+    }
+
+    async fn call_tool_rounds(
+        &self,
+        link: &Link,
+        tool: &str,
+        arguments: JsonObject,
+        context: &ToolContext,
+    ) -> Result<rmcp::model::CallToolResult, ServerCallError> {
+        use rmcp::model::CallToolResponse;
+        let failed = |message: String| ServerCallError::Failed { server: self.name.clone(), message };
+        let mut params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
+        let (mut rounds, mut url_tries) = (0usize, 0u32);
+        loop {
+            let limit = self.timeout();
+            let deadline = tokio::time::Instant::now() + limit;
+            let answer = tokio::select! {
+                answer = link.peer.call_tool_once(params.clone()) => answer,
+                _ = context.wait_clock.passed(deadline) => {
+                    return Err(ServerCallError::TimedOut { server: self.name.clone(), timeout_ms: limit.as_millis() as u64 });
+                }
+                _ = context.cancel.cancelled() => return Err(ServerCallError::Cancelled { server: self.name.clone() }),
+            };
+            match answer {
+                Ok(CallToolResponse::Complete(result)) => return Ok(result),
+                // 2026-07-28: the result asks for input; the call is made again with the answers.
+                Ok(CallToolResponse::InputRequired(asked)) => {
+                    rounds += 1;
+                    if rounds > rmcp::model::DEFAULT_MRTR_MAX_ROUNDS {
+                        return Err(failed(format!("it asked for input more than {} times in one call", rounds - 1)));
+                    }
+                    let mut responses = rmcp::model::InputResponses::new();
+                    for (key, request) in asked.input_requests.unwrap_or_default() {
+                        let rmcp::model::InputRequest::Elicitation(request) = request else {
+                            return Err(failed(
+                                "it asked for input picogent does not give (sampling or roots)".to_string(),
+                            ));
+                        };
+                        let answer = self.elicitation.answer(&self.name, tool, &request.params, Some(context)).await;
+                        responses.insert(key, serde_json::to_value(answer).unwrap_or_default());
+                    }
+                    params.input_responses = Some(responses);
+                    params.request_state = asked.request_state;
+                }
+                Ok(_) => return Err(failed("it answered with a task, which picogent does not follow".to_string())),
+                // 2025-11-25: the call needs the person to complete a link first, then again.
+                Err(ServiceError::McpError(data)) if data.code.0 == crate::elicit::URL_ELICITATION_REQUIRED => {
+                    let retries = self.elicitation.people().map_or(0, |people| people.url_retries);
+                    url_tries += 1;
+                    if url_tries > retries {
+                        return Err(failed(format!(
+                            "it still needs a link completed after {retries} tries (elicitation.url_retries): {}",
+                            data.message
+                        )));
+                    }
+                    let links: Vec<rmcp::model::ElicitRequestParams> = data
+                        .data
+                        .as_ref()
+                        .and_then(|data| data.get("elicitations"))
+                        .and_then(|list| serde_json::from_value(list.clone()).ok())
+                        .unwrap_or_default();
+                    if links.is_empty() {
+                        return Err(failed(format!("it needs a link completed but sent none: {}", data.message)));
+                    }
+                    for link in &links {
+                        let answer = self.elicitation.answer(&self.name, tool, link, Some(context)).await;
+                        if answer.action != rmcp::model::ElicitationAction::Accept {
+                            return Ok(rmcp::model::CallToolResult::error(vec![rmcp::model::ContentBlock::text(
+                                format!(
+                                    "mcp server {} needs a link completed for this call, and it was not ({:?}); \
+                                     nothing was done",
+                                    self.name, answer.action
+                                ),
+                            )]));
+                        }
+                    }
+                }
+                Err(error) => return Err(self.failed(error, link)),
+            }
+        }
     }
 
     /// `prompts/get`.
@@ -364,8 +461,13 @@ impl ServerConnection {
         loop {
             self.update(|state| state.status = ServerStatus::Connecting);
             let (events_tx, events_rx) = mpsc::unbounded_channel();
-            let handler =
-                Handler { server: self.name.clone(), events: events_tx.clone(), progress: Arc::clone(&self.progress) };
+            let handler = Handler {
+                server: self.name.clone(),
+                events: events_tx.clone(),
+                progress: Arc::clone(&self.progress),
+                elicitation: Arc::clone(&self.elicitation),
+                in_flight: Arc::clone(&self.in_flight),
+            };
             let connected = tokio::select! {
                 connected = self.connect(handler) => connected,
                 _ = shutdown.cancelled() => break,
@@ -599,17 +701,42 @@ struct Handler {
     server: String,
     events: mpsc::UnboundedSender<Refresh>,
     progress: Arc<Mutex<VecDeque<ProgressRecord>>>,
+    elicitation: Arc<Elicitation>,
+    in_flight: Arc<InFlight>,
 }
 
 impl ClientHandler for Handler {
     fn get_info(&self) -> ClientConfig {
-        let mut info = ClientConfig::new(
-            ClientCapabilities::default(),
-            Implementation::new("picogent", env!("CARGO_PKG_VERSION")),
+        // Elicitation is offered everywhere: where nobody can be asked it is cancelled at once.
+        let mut capabilities = ClientCapabilities::default();
+        capabilities.elicitation = Some(
+            rmcp::model::ElicitationCapability::new()
+                .with_form(rmcp::model::FormElicitationCapability::default())
+                .with_url(rmcp::model::UrlElicitationCapability::new()),
         );
+        let mut info = ClientConfig::new(capabilities, Implementation::new("picogent", env!("CARGO_PKG_VERSION")));
         // Used by the `initialize` handshake; discovery names its own preferred versions.
         info.protocol_version = FALLBACK_PROTOCOL;
         info
+    }
+
+    /// A 2025-11-25 `elicitation/create`: asked for the one call in flight on this connection.
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        {
+            let call = self.in_flight.only();
+            if call.is_none() {
+                tracing::warn!(server = %self.server, "cancelled an elicitation: no single call of this server is in flight to tell who asked");
+            }
+            let (tool, context) = match &call {
+                Some((tool, context)) => (tool.as_str(), Some(context)),
+                None => ("?", None),
+            };
+            Ok(self.elicitation.answer(&self.server, tool, &request, context).await)
+        }
     }
 
     fn on_tool_list_changed(

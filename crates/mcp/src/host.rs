@@ -124,6 +124,8 @@ enum Route {
 /// Every configured MCP server. Dropping it (or [`McpHost::shutdown`]) stops them all.
 pub struct McpHost {
     servers: Vec<Arc<ServerConnection>>,
+    /// Who answers the servers' elicitations (`set_people`); nobody by default.
+    elicitation: Arc<crate::elicit::Elicitation>,
     artifacts: ArtifactStore,
     shutdown: CancellationToken,
 }
@@ -138,9 +140,10 @@ impl McpHost {
 
     pub async fn start_servers(servers: BTreeMap<String, McpServerConfig>, artifacts: ArtifactStore) -> McpHost {
         let shutdown = CancellationToken::new();
+        let elicitation = Arc::new(crate::elicit::Elicitation::default());
         let servers: Vec<Arc<ServerConnection>> = servers
             .into_iter()
-            .map(|(name, config)| ServerConnection::start(name, config, shutdown.child_token()))
+            .map(|(name, config)| ServerConnection::start(name, config, elicitation.clone(), shutdown.child_token()))
             .collect();
         futures::future::join_all(servers.iter().map(|server| {
             let limit = Duration::from_millis(server.config().timeout_ms).max(Duration::from_secs(30))
@@ -153,7 +156,13 @@ impl McpHost {
                 tracing::warn!(server = %server.name(), %reason, "mcp server not connected at start; retrying in the background");
             }
         }
-        McpHost { servers, artifacts, shutdown }
+        McpHost { servers, elicitation, artifacts, shutdown }
+    }
+
+    /// The servers' elicitations are asked of `people` (`picogent run`); without this they are
+    /// cancelled at once.
+    pub fn set_people(&self, people: crate::elicit::People) {
+        self.elicitation.set_people(people);
     }
 
     pub fn servers(&self) -> &[Arc<ServerConnection>] {
@@ -260,7 +269,7 @@ impl McpHost {
         match route {
             Route::Tool { server, original } => {
                 let connection = &self.servers[server];
-                match connection.call_tool(&original, arguments, &context.cancel).await {
+                match connection.call_tool(&original, arguments, context).await {
                     Ok(result) => self.artifacts.shape_tool_result(
                         result,
                         context.run_id.as_deref(),

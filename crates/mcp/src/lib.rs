@@ -24,6 +24,7 @@
 //!   compared in constant time.
 
 pub mod client;
+pub mod elicit;
 pub mod host;
 pub mod results;
 pub mod server;

@@ -227,6 +227,12 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     let registry: Arc<dyn ToolSource> = Arc::new(build_tools(&config, &client)?);
     // External MCP servers join the tracker's tools; one permission policy governs them all.
     let host = Arc::new(picogent_mcp::host::McpHost::start(&config).await);
+    // A server's elicitation is asked of the person the run works for, in its thread.
+    host.set_people(picogent_mcp::elicit::People {
+        asker: picogent_tools::person::PersonAsker::new(client.clone()),
+        timeout: std::time::Duration::from_millis(config.elicitation.timeout_ms),
+        url_retries: config.elicitation.url_retries,
+    });
     let coding = coding_tools(&config, &client)?;
     // The model's clarifying question, asked where the run was asked (`tools::question`).
     let question = picogent_tools::question::QuestionTool::new(

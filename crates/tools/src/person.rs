@@ -178,18 +178,8 @@ impl PersonAsker {
         mut read: impl FnMut(&MessageOut) -> Option<T>,
         ended: impl Fn(&T) -> WaitEnd,
     ) -> Reply<T> {
-        let (mut body, query) = match &context.session {
-            Some(SessionKey::Task(task_id)) => (
-                SendMessage { task_id: Some(task_id.clone()), ..SendMessage::default() },
-                MessageQuery { task_id: Some(task_id.clone()), ..MessageQuery::default() },
-            ),
-            Some(SessionKey::Thread(root)) => (
-                SendMessage { parent_id: Some(root.clone()), ..SendMessage::default() },
-                MessageQuery { parent_id: Some(root.clone()), ..MessageQuery::default() },
-            ),
-            Some(SessionKey::Prompt(_)) | None => {
-                return Reply::Unavailable { reason: "the run has no task or thread to ask in".to_string() };
-            }
+        let Some((mut body, query)) = place(context) else {
+            return Reply::Unavailable { reason: "the run has no task or thread to ask in".to_string() };
         };
         body.content = question.text.trim().to_string();
         let key = context.idempotency_key.as_ref().map(|key| format!("{key}-ask{}", question.attempt));
@@ -229,6 +219,19 @@ impl PersonAsker {
             waits.end(run_id, question.kind, end).await;
         }
         reply
+    }
+
+    /// Says `text` where the run was asked, once per call and `suffix` (its idempotency key).
+    pub async fn tell(
+        &self,
+        context: &ToolContext,
+        text: &str,
+        suffix: &str,
+    ) -> Result<(), picogent_tracker::TrackerError> {
+        let Some((mut body, _)) = place(context) else { return Ok(()) };
+        body.content = text.trim().to_string();
+        let key = context.idempotency_key.as_ref().map(|key| format!("{key}-tell-{suffix}"));
+        self.client.send_message(&body, key.as_deref()).await.map(|_| ())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -274,6 +277,21 @@ impl PersonAsker {
                 _ = context.cancel.cancelled() => return Reply::Stopped,
             }
         }
+    }
+}
+
+/// Where the run of `context` asks, and how its replies are listed there.
+fn place(context: &ToolContext) -> Option<(SendMessage, MessageQuery)> {
+    match &context.session {
+        Some(SessionKey::Task(task_id)) => Some((
+            SendMessage { task_id: Some(task_id.clone()), ..SendMessage::default() },
+            MessageQuery { task_id: Some(task_id.clone()), ..MessageQuery::default() },
+        )),
+        Some(SessionKey::Thread(root)) => Some((
+            SendMessage { parent_id: Some(root.clone()), ..SendMessage::default() },
+            MessageQuery { parent_id: Some(root.clone()), ..MessageQuery::default() },
+        )),
+        Some(SessionKey::Prompt(_)) | None => None,
     }
 }
 

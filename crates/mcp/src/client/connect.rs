@@ -61,6 +61,15 @@ impl ServerConnection {
     /// if that fails, a fresh transport with the plain 2025-11-25 `initialize`. Answers the
     /// running service and, for a stdio server, the child's process id.
     pub(super) async fn connect(&self, handler: Handler) -> Result<Connected, ConnectError> {
+        match self.config.protocol.as_deref() {
+            Some("2025-11-25") => return self.connect_with(handler, ClientLifecycleMode::Initialize).await,
+            Some("2026-07-28") => {
+                let discovery =
+                    ClientLifecycleMode::Auto { preferred_versions: vec![PREFERRED_PROTOCOL], legacy_version: None };
+                return self.connect_with(handler, discovery).await;
+            }
+            _ => {}
+        }
         let auto = ClientLifecycleMode::Auto {
             preferred_versions: vec![PREFERRED_PROTOCOL],
             legacy_version: Some(FALLBACK_PROTOCOL),

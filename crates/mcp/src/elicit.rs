@@ -1,0 +1,487 @@
+//! Elicitation: an external MCP server asking the person for input during a tool call.
+//!
+//! In picogent the person is the one the run works for, in the task or thread where they asked
+//! (`picogent_tools::person`: the run is `awaiting_input` meanwhile). Both protocol versions are
+//! answered: in 2025-11-25 the server sends `elicitation/create` while the call runs (the call
+//! in flight on that connection is the one asking); in 2026-07-28 the call's result asks for
+//! input (`input_required`) and the call is made again with the answers. A URL-mode request is
+//! posted as a link and waits for the person to say `done`; a call refused with -32042 (URL
+//! elicitation required) is made again after that, up to `elicitation.url_retries` times.
+//!
+//! A form reply is fitted to the server's schema here (`field: value` lines, or a JSON object),
+//! checked against it, and asked again once when it does not fit. A decline or cancel is
+//! honoured; no reply within `elicitation.timeout_ms` cancels, and the thread is told so. Where
+//! nobody can be asked (`picogent mcp`, `tools call`, a run without a thread), every request is
+//! cancelled at once.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction};
+use serde_json::{Map, Value};
+
+use picogent_state::WaitKind;
+use picogent_tools::ToolContext;
+use picogent_tools::person::{PersonAsker, Question, Reply, WaitEnd, reply_words};
+use picogent_tracker::model::MessageOut;
+
+/// The JSON-RPC error of a call that needs the person to complete a URL first (2025-11-25).
+pub const URL_ELICITATION_REQUIRED: i32 = -32042;
+
+/// The longest server text (message, field descriptions) put in a question.
+const MAX_SERVER_TEXT: usize = 600;
+
+/// Who answers elicitations: set by `picogent run` (the people on the tracker).
+#[derive(Debug, Clone)]
+pub struct People {
+    pub asker: PersonAsker,
+    pub timeout: Duration,
+    pub url_retries: u32,
+}
+
+/// The host's people, once set; shared by every connection.
+#[derive(Debug, Default)]
+pub struct Elicitation {
+    people: OnceLock<People>,
+}
+
+impl Elicitation {
+    pub fn set_people(&self, people: People) {
+        let _ = self.people.set(people);
+    }
+
+    pub fn people(&self) -> Option<&People> {
+        self.people.get()
+    }
+
+    /// Answers one request of the server `server`, made for the call `tool` of `context`'s run.
+    pub async fn answer(
+        &self,
+        server: &str,
+        tool: &str,
+        params: &ElicitRequestParams,
+        context: Option<&ToolContext>,
+    ) -> ElicitResult {
+        let (Some(people), Some(context)) = (self.people(), context) else {
+            tracing::info!(server, tool, "cancelled an elicitation: nobody can be asked here");
+            return result(ElicitationAction::Cancel, None);
+        };
+        if context.session.is_none() || context.cancel.is_cancelled() {
+            tracing::info!(server, tool, "cancelled an elicitation: the call has no task or thread to ask in");
+            return result(ElicitationAction::Cancel, None);
+        }
+        match params {
+            ElicitRequestParams::FormElicitationParams { message, requested_schema, .. } => {
+                let schema = serde_json::to_value(requested_schema).unwrap_or(Value::Null);
+                people.form(server, tool, message, &schema, context).await
+            }
+            ElicitRequestParams::UrlElicitationParams { message, url, .. } => {
+                people.url(server, tool, message, url, context).await
+            }
+            _ => result(ElicitationAction::Decline, None),
+        }
+    }
+}
+
+fn result(action: ElicitationAction, content: Option<Value>) -> ElicitResult {
+    let mut result = ElicitResult::new(action);
+    result.content = content;
+    result
+}
+
+/// Server text as it may go into a post: cleaned, capped, and unable to mention anyone.
+fn server_text(text: &str) -> String {
+    picogent_prompts::clean_text(text, MAX_SERVER_TEXT).replace('@', "＠")
+}
+
+/// What a reply to a form said.
+#[derive(Debug, Clone, PartialEq)]
+enum FormReply {
+    Fields(Value),
+    Decline,
+    Cancel,
+    /// It does not fit the schema: why.
+    Unfit(String),
+}
+
+impl People {
+    fn minutes(&self) -> u64 {
+        self.timeout.as_secs().div_ceil(60)
+    }
+
+    fn mention(context: &ToolContext) -> String {
+        context.requester.as_ref().map(|person| format!("@{person} ")).unwrap_or_default()
+    }
+
+    async fn form(
+        &self,
+        server: &str,
+        tool: &str,
+        message: &str,
+        schema: &Value,
+        context: &ToolContext,
+    ) -> ElicitResult {
+        let what = format!("the MCP server `{server}` asks: {}", server_text(message));
+        let mut problem: Option<String> = None;
+        for attempt in 0..2 {
+            let mut text = Self::mention(context);
+            if let Some(problem) = &problem {
+                text.push_str(&format!("That did not fit: {problem}. Once more, please.\n"));
+            }
+            text.push_str(&format!(
+                "The MCP server `{server}` asks, for the call `{tool}`: {}\nReply here with one `field: value` per \
+                 line:\n{}\nOr reply `decline` (or `cancel`). Within {} minutes, else it is cancelled.",
+                server_text(message),
+                describe_fields(schema),
+                self.minutes()
+            ));
+            let question = Question {
+                kind: WaitKind::Elicitation,
+                what: what.clone(),
+                text,
+                person: context.requester.clone(),
+                timeout: self.timeout,
+                attempt,
+            };
+            let read = |reply: &MessageOut| Some(fit_reply(&reply.content, schema));
+            let ended = |reply: &FormReply| match reply {
+                FormReply::Fields(_) => WaitEnd::Answered,
+                FormReply::Decline | FormReply::Cancel => WaitEnd::Declined,
+                FormReply::Unfit(_) => WaitEnd::Failed,
+            };
+            match self.asker.ask(context, &question, read, ended).await {
+                Reply::Answer { value: FormReply::Fields(fields), .. } => {
+                    return result(ElicitationAction::Accept, Some(fields));
+                }
+                Reply::Answer { value: FormReply::Decline, .. } => return result(ElicitationAction::Decline, None),
+                Reply::Answer { value: FormReply::Cancel, .. } => return result(ElicitationAction::Cancel, None),
+                Reply::Answer { value: FormReply::Unfit(why), .. } => problem = Some(why),
+                Reply::TimedOut => {
+                    self.tell(
+                        context,
+                        &format!(
+                            "No answer within {} minutes: I cancelled what the MCP server `{server}` asked for.",
+                            self.minutes()
+                        ),
+                        "timeout",
+                    )
+                    .await;
+                    return result(ElicitationAction::Cancel, None);
+                }
+                Reply::Stopped | Reply::Unavailable { .. } => return result(ElicitationAction::Cancel, None),
+            }
+        }
+        let why = problem.unwrap_or_default();
+        self.tell(
+            context,
+            &format!("The reply did not fit twice ({why}): I cancelled what the MCP server `{server}` asked for."),
+            "unfit",
+        )
+        .await;
+        result(ElicitationAction::Cancel, None)
+    }
+
+    async fn url(&self, server: &str, tool: &str, message: &str, url: &str, context: &ToolContext) -> ElicitResult {
+        let Some(url) = safe_url(url) else {
+            tracing::warn!(server, tool, "declined a URL elicitation whose link is not an http(s) URL");
+            return result(ElicitationAction::Decline, None);
+        };
+        let text = format!(
+            "{}The MCP server `{server}` asks you to open this link, for the call `{tool}`: {url}\n{}\nReply `done` \
+             here when you have finished there, or `cancel`. Within {} minutes.",
+            Self::mention(context),
+            server_text(message),
+            self.minutes()
+        );
+        let question = Question {
+            kind: WaitKind::Elicitation,
+            what: format!("the MCP server `{server}` asks to complete {url}"),
+            text,
+            person: context.requester.clone(),
+            timeout: self.timeout,
+            attempt: 0,
+        };
+        let read = |reply: &MessageOut| {
+            let words = reply_words(&reply.content).to_lowercase();
+            let word = words.trim_end_matches(['.', '!']);
+            match word {
+                "done" | "finished" | "ok" | "yes" | "completed" => Some(ElicitationAction::Accept),
+                "decline" | "no" => Some(ElicitationAction::Decline),
+                "cancel" => Some(ElicitationAction::Cancel),
+                _ => None,
+            }
+        };
+        let ended = |action: &ElicitationAction| {
+            if *action == ElicitationAction::Accept { WaitEnd::Answered } else { WaitEnd::Declined }
+        };
+        match self.asker.ask(context, &question, read, ended).await {
+            Reply::Answer { value, .. } => result(value, None),
+            Reply::TimedOut => {
+                self.tell(
+                    context,
+                    &format!(
+                        "No answer within {} minutes: I cancelled the link of the MCP server `{server}`.",
+                        self.minutes()
+                    ),
+                    "timeout",
+                )
+                .await;
+                result(ElicitationAction::Cancel, None)
+            }
+            Reply::Stopped | Reply::Unavailable { .. } => result(ElicitationAction::Cancel, None),
+        }
+    }
+
+    /// Says `text` where the run was asked, once per call (`suffix` tells it from the others).
+    async fn tell(&self, context: &ToolContext, text: &str, suffix: &str) {
+        if let Err(error) = self.asker.tell(context, text, suffix).await {
+            tracing::warn!(%error, "cannot tell the thread how an elicitation ended");
+        }
+    }
+}
+
+/// `url` if it is an http(s) URL, else `None` (a `javascript:` link is not posted).
+fn safe_url(url: &str) -> Option<String> {
+    let parsed = reqwest::Url::parse(url.trim()).ok()?;
+    matches!(parsed.scheme(), "https" | "http").then(|| parsed.to_string())
+}
+
+/// The fields of a form, one line each: name, whether required, what kind of value, and the
+/// server's description.
+fn describe_fields(schema: &Value) -> String {
+    let required: Vec<&str> =
+        schema["required"].as_array().map(|r| r.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let Some(properties) = schema["properties"].as_object() else { return "(no fields)".to_string() };
+    properties
+        .iter()
+        .map(|(name, property)| {
+            let need = if required.contains(&name.as_str()) { "required" } else { "optional" };
+            let description = property["description"]
+                .as_str()
+                .or(property["title"].as_str())
+                .map(|d| format!(" — {}", server_text(d)))
+                .unwrap_or_default();
+            format!("- `{}` ({need}): {}{description}", server_text(name), kind_of(property))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// What kind of value a field takes, in words.
+fn kind_of(property: &Value) -> String {
+    if let Some(options) = enum_values(property) {
+        return format!(
+            "one of {}",
+            options.iter().map(|o| format!("`{}`", server_text(o))).collect::<Vec<_>>().join(", ")
+        );
+    }
+    let range = match (property["minimum"].as_f64(), property["maximum"].as_f64()) {
+        (Some(min), Some(max)) => format!(" from {min} to {max}"),
+        (Some(min), None) => format!(" of at least {min}"),
+        (None, Some(max)) => format!(" of at most {max}"),
+        (None, None) => String::new(),
+    };
+    match property["type"].as_str() {
+        Some("integer") => format!("a whole number{range}"),
+        Some("number") => format!("a number{range}"),
+        Some("boolean") => "yes or no".to_string(),
+        _ => match property["format"].as_str() {
+            Some(format) => format!("text ({})", server_text(format)),
+            None => "text".to_string(),
+        },
+    }
+}
+
+/// The values of an enumeration (`enum`, or `oneOf` of `const`s), if the field is one.
+fn enum_values(property: &Value) -> Option<Vec<String>> {
+    if let Some(values) = property["enum"].as_array() {
+        return Some(values.iter().filter_map(|v| v.as_str().map(str::to_string)).collect());
+    }
+    let options = property["oneOf"].as_array().or(property["anyOf"].as_array())?;
+    Some(options.iter().filter_map(|o| o["const"].as_str().map(str::to_string)).collect())
+}
+
+/// A person's reply fitted to the form's schema: `field: value` lines (or `=`, or one JSON
+/// object; a lone value for a form of one field), values read as the schema's types, the whole
+/// checked against the schema.
+fn fit_reply(content: &str, schema: &Value) -> FormReply {
+    let words = picogent_prompts::clean_text(reply_words(content), 10_000);
+    let lowered = words.trim().trim_end_matches(['.', '!']).to_lowercase();
+    match lowered.as_str() {
+        "decline" | "declined" | "no" | "refuse" => return FormReply::Decline,
+        "cancel" | "cancelled" => return FormReply::Cancel,
+        _ => {}
+    }
+    let properties = schema["properties"].as_object().cloned().unwrap_or_default();
+    let given: Map<String, Value> = if words.trim_start().starts_with('{') {
+        match serde_json::from_str::<Value>(words.trim()) {
+            Ok(Value::Object(object)) => object,
+            _ => return FormReply::Unfit("the JSON is not one object".to_string()),
+        }
+    } else {
+        let mut given = Map::new();
+        let pairs: Vec<(String, String)> = words
+            .lines()
+            .flat_map(|line| line.split(';'))
+            .filter_map(|part| {
+                let part = part.trim().trim_start_matches(['-', '*']).trim();
+                let (key, value) = part.split_once(':').or_else(|| part.split_once('='))?;
+                Some((key.trim().trim_matches('`').to_string(), value.trim().to_string()))
+            })
+            .collect();
+        if pairs.is_empty() && properties.len() == 1 {
+            let (only, _) = properties.iter().next().map(|(k, v)| (k.clone(), v.clone())).unwrap_or_default();
+            given.insert(only, Value::String(words.trim().to_string()));
+        }
+        for (key, value) in pairs {
+            given.insert(key, Value::String(value));
+        }
+        given
+    };
+    let unknown: Vec<&String> = given.keys().filter(|key| !properties.contains_key(*key)).collect();
+    if !unknown.is_empty() {
+        let known: Vec<String> = properties.keys().map(|k| format!("`{k}`")).collect();
+        return FormReply::Unfit(format!(
+            "no field {} here (the fields are {})",
+            unknown.iter().map(|k| format!("`{}`", server_text(k))).collect::<Vec<_>>().join(", "),
+            known.join(", ")
+        ));
+    }
+    let mut fields = Map::new();
+    for (key, value) in given {
+        let property = &properties[&key];
+        match typed(&value, property) {
+            Ok(value) => {
+                fields.insert(key, value);
+            }
+            Err(why) => return FormReply::Unfit(format!("`{key}`: {why}")),
+        }
+    }
+    let fields = Value::Object(fields);
+    match jsonschema::validator_for(schema) {
+        Ok(validator) => {
+            let problems: Vec<String> = validator
+                .iter_errors(&fields)
+                .map(|error| {
+                    let at = error.instance_path().to_string();
+                    let at = at.trim_start_matches('/');
+                    if at.is_empty() { error.to_string() } else { format!("`{at}`: {error}") }
+                })
+                .collect();
+            if problems.is_empty() { FormReply::Fields(fields) } else { FormReply::Unfit(problems.join("; ")) }
+        }
+        // A schema that is no schema: the server's mistake; what the person said goes as given.
+        Err(_) => FormReply::Fields(fields),
+    }
+}
+
+/// One value read as its field's type.
+fn typed(value: &Value, property: &Value) -> Result<Value, String> {
+    let Value::String(text) = value else { return Ok(value.clone()) };
+    let text = text.trim().trim_matches('`').trim_matches('"');
+    if let Some(options) = enum_values(property)
+        && let Some(option) = options.iter().find(|option| option.eq_ignore_ascii_case(text))
+    {
+        return Ok(Value::String(option.clone()));
+    }
+    match property["type"].as_str() {
+        Some("integer") => text.parse::<i64>().map(Value::from).map_err(|_| format!("`{text}` is not a whole number")),
+        Some("number") => text
+            .parse::<f64>()
+            .ok()
+            .and_then(serde_json::Number::from_f64)
+            .map(Value::Number)
+            .ok_or_else(|| format!("`{text}` is not a number")),
+        Some("boolean") => match text.to_lowercase().as_str() {
+            "yes" | "y" | "true" | "1" | "on" => Ok(Value::Bool(true)),
+            "no" | "n" | "false" | "0" | "off" => Ok(Value::Bool(false)),
+            _ => Err(format!("`{text}` is not yes or no")),
+        },
+        _ => Ok(Value::String(text.to_string())),
+    }
+}
+
+/// The calls of one server connection in flight, with their contexts: a 2025-11-25
+/// `elicitation/create` belongs to the one call in flight (with several, nobody can tell which
+/// asked, and it is cancelled).
+#[derive(Debug, Default)]
+pub struct InFlight {
+    calls: Mutex<HashMap<u64, (String, ToolContext)>>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl InFlight {
+    pub fn enter(&self, tool: &str, context: &ToolContext) -> u64 {
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.lock().insert(id, (tool.to_string(), context.clone()));
+        id
+    }
+
+    pub fn leave(&self, id: u64) {
+        self.lock().remove(&id);
+    }
+
+    /// The one call in flight, if exactly one is.
+    pub fn only(&self) -> Option<(String, ToolContext)> {
+        let calls = self.lock();
+        if calls.len() == 1 { calls.values().next().cloned() } else { None }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (String, ToolContext)>> {
+        self.calls.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn booking() -> Value {
+        json!({"type": "object", "required": ["party_size", "name", "time"], "properties": {
+            "party_size": {"type": "integer", "minimum": 1, "maximum": 12, "description": "How many people"},
+            "name": {"type": "string"},
+            "time": {"type": "string", "enum": ["18:00", "19:00", "20:00"]},
+            "vegetarian": {"type": "boolean"}
+        }})
+    }
+
+    #[test]
+    fn a_reply_of_field_lines_is_read_as_the_schemas_types() {
+        let reply = "@picogent party_size: 4\nname: Ada\ntime: 19:00\nvegetarian: yes";
+        assert_eq!(
+            fit_reply(reply, &booking()),
+            FormReply::Fields(json!({"party_size": 4, "name": "Ada", "time": "19:00", "vegetarian": true}))
+        );
+        assert_eq!(
+            fit_reply(r#"{"party_size": 2, "name": "Bo", "time": "18:00"}"#, &booking()),
+            FormReply::Fields(json!({"party_size": 2, "name": "Bo", "time": "18:00"}))
+        );
+    }
+
+    #[test]
+    fn a_reply_that_does_not_fit_says_why_and_a_decline_is_a_decline() {
+        let FormReply::Unfit(why) = fit_reply("party_size: 20\nname: Ada\ntime: 19:00", &booking()) else { panic!() };
+        assert!(why.contains("party_size") && why.contains("12"), "{why}");
+        let FormReply::Unfit(why) = fit_reply("party_size: four\nname: Ada\ntime: 19:00", &booking()) else { panic!() };
+        assert!(why.contains("not a whole number"), "{why}");
+        let FormReply::Unfit(why) = fit_reply("name: Ada", &booking()) else { panic!() };
+        assert!(why.contains("party_size"), "{why}");
+        let FormReply::Unfit(why) = fit_reply("colour: red", &booking()) else { panic!() };
+        assert!(why.contains("no field `colour`"), "{why}");
+        assert_eq!(fit_reply("@picogent decline", &booking()), FormReply::Decline);
+        assert_eq!(fit_reply("Cancel.", &booking()), FormReply::Cancel);
+    }
+
+    #[test]
+    fn the_fields_are_described_and_server_text_cannot_mention_anyone() {
+        let text = describe_fields(&booking());
+        assert!(text.contains("- `party_size` (required): a whole number from 1 to 12 — How many people"), "{text}");
+        assert!(text.contains("- `time` (required): one of `18:00`, `19:00`, `20:00`"), "{text}");
+        assert!(text.contains("- `vegetarian` (optional): yes or no"), "{text}");
+        assert!(!server_text("ping @bob").contains("@bob"));
+        assert_eq!(safe_url("javascript:alert(1)"), None);
+        assert!(safe_url("https://auth.example.com/x?s=1").is_some());
+    }
+}
