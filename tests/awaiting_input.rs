@@ -53,7 +53,7 @@ async fn a_question_waits_without_a_slot_is_shown_and_counted_and_the_reply_resu
         {"expect": {"last_tool_result_contains": "alice answered: blue"}, "reply": {"content": "Made it blue."}}
     ]))
     .await;
-    let extra = json!({"limits": {"max_concurrent_runs": 1}});
+    let extra = json!({"limits": {"max_concurrent_runs": 1}, "elicitation": {"ask_person": true}});
     let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
     wait_ready(&agent).await;
     let alice = client(&board, "tok-alice");
@@ -168,7 +168,8 @@ async fn a_run_waiting_at_a_restart_finds_the_answer_given_meanwhile_and_asks_on
     let dir = tempfile::tempdir().unwrap();
     let board = start_board(dir.path()).await;
     let before = scripted(json!([ask_colour()])).await;
-    let config = agent_config(dir.path(), &board.url(), &before.url(), "picogent", json!({}));
+    let ask = json!({"elicitation": {"ask_person": true}});
+    let config = agent_config(dir.path(), &board.url(), &before.url(), "picogent", ask.clone());
     let agent = start_agent(config).await;
     wait_ready(&agent).await;
     let alice = client(&board, "tok-alice");
@@ -188,7 +189,7 @@ async fn a_run_waiting_at_a_restart_finds_the_answer_given_meanwhile_and_asks_on
         {"expect": {"last_tool_result_contains": "alice answered: blue"}, "reply": {"content": "Made it blue."}}
     ]))
     .await;
-    let agent = start_agent(agent_config(dir.path(), &board.url(), &after.url(), "picogent", json!({}))).await;
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &after.url(), "picogent", ask)).await;
     eventually(WAIT, "the answer after the restart", || async {
         said(&alice, &task.id).await.into_iter().find(|m| m.content.starts_with("Made it blue."))
     })

@@ -195,11 +195,14 @@ pub struct ElicitationConfig {
     /// How many times a call an MCP server answered with a link to complete (URL mode) is tried
     /// again after the person said it is done.
     pub url_retries: u32,
+    /// Offer the model `ask_person`, a clarifying question to the person it works for, on task
+    /// and chat runs. Off by default: its definition is sent with every turn of every run.
+    pub ask_person: bool,
 }
 
 impl Default for ElicitationConfig {
     fn default() -> Self {
-        ElicitationConfig { timeout_ms: 30 * 60 * 1000, url_retries: 3 }
+        ElicitationConfig { timeout_ms: 30 * 60 * 1000, url_retries: 3, ask_person: false }
     }
 }
 

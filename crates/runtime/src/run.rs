@@ -283,7 +283,12 @@ async fn model_loop(
     let setup = picogent_agent::RunSetup {
         model: services.model.as_ref(),
         tools: services.tools.as_ref(),
-        offered_tools: offered_tools(&request.kind, &services.tools.tools(), coding_task(services, &request.kind)),
+        offered_tools: offered_tools(
+            &request.kind,
+            &services.tools.tools(),
+            coding_task(services, &request.kind),
+            config.elicitation.ask_person,
+        ),
         limits,
         tool_context,
         cancel: cancel.clone(),
@@ -447,7 +452,7 @@ fn coding_task(services: &RunServices, kind: &RunKind) -> bool {
 
 /// The tools a run of this kind is offered: fewer for a chat reply than for a task run, and the
 /// coding tools only on a run of a task that has a repository (`coding`).
-fn offered_tools(kind: &RunKind, available: &[rmcp::model::Tool], coding: bool) -> Vec<String> {
+fn offered_tools(kind: &RunKind, available: &[rmcp::model::Tool], coding: bool, ask_person: bool) -> Vec<String> {
     let preset: Option<&[&str]> = match kind {
         RunKind::Task { .. } => Some(picogent_tools::registry::TASK_RUN_TOOLS),
         RunKind::Message { message } if message.task_id.is_some() => Some(picogent_tools::registry::TASK_RUN_TOOLS),
@@ -462,8 +467,9 @@ fn offered_tools(kind: &RunKind, available: &[rmcp::model::Tool], coding: bool) 
                 return coding;
             }
             // A question needs someone who asked, and a place to ask them.
+            // Off by default: its definition costs tokens on every turn of every run.
             if name == picogent_tools::question::ASK_PERSON {
-                return !matches!(kind, RunKind::Prompt { .. });
+                return ask_person && !matches!(kind, RunKind::Prompt { .. });
             }
             preset.is_none_or(|preset| {
                 preset.contains(&name.as_str())

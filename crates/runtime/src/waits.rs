@@ -8,7 +8,7 @@
 //! waiting for one to free if every slot is taken, before it goes on; a stopped run ends at once.
 //! `/metrics` counts the waits and how they ended.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use futures::future::BoxFuture;
@@ -39,8 +39,8 @@ pub struct RunSlots {
 struct Inner {
     /// Runs holding a slot.
     holding: HashSet<String>,
-    /// Runs waiting for a person.
-    waiting: HashSet<String>,
+    /// Runs waiting for a person, and what for.
+    waiting: HashMap<String, WaitKind>,
 }
 
 impl RunSlots {
@@ -74,18 +74,23 @@ impl RunSlots {
         self.with(|inner| inner.holding.insert(run_id.to_string()));
     }
 
-    /// The run `run_id` ended: its slot, if it held one, goes back.
+    /// The run `run_id` ended: its slot, if it held one, goes back. A run that ended while it
+    /// waited (stopped: the loop dropped the waiting call) counts as a wait that was stopped.
     pub fn release(&self, run_id: &str) {
-        self.with(|inner| {
+        let waited = self.with(|inner| {
             inner.holding.remove(run_id);
-            inner.waiting.remove(run_id);
+            inner.waiting.remove(run_id)
         });
+        if let Some(kind) = waited {
+            self.metrics.wait_ended(kind, WaitEnd::Stopped);
+            self.publish();
+        }
         self.freed.notify_waiters();
     }
 
     /// Whether the run `run_id` waits for a person now.
     pub fn is_waiting(&self, run_id: &str) -> bool {
-        self.with(|inner| inner.waiting.contains(run_id))
+        self.with(|inner| inner.waiting.contains_key(run_id))
     }
 
     /// How many runs wait for a person now.
@@ -128,7 +133,7 @@ impl Waits for RunSlots {
             }
             self.with(|inner| {
                 inner.holding.remove(run_id);
-                inner.waiting.insert(run_id.to_string());
+                inner.waiting.insert(run_id.to_string(), waiting.kind);
             });
             self.metrics.wait_began();
             self.publish();
@@ -142,8 +147,10 @@ impl Waits for RunSlots {
     fn end<'a>(&'a self, run_id: &'a str, kind: WaitKind, end: WaitEnd) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             tracing::info!(run_id, kind = kind.as_str(), end = end.as_str(), "the run waits for a person no more");
-            self.with(|inner| inner.waiting.remove(run_id));
-            self.metrics.wait_ended(kind, end);
+            // Counted once: here, or by `release` when the run ended while it waited.
+            if self.with(|inner| inner.waiting.remove(run_id)).is_some() {
+                self.metrics.wait_ended(kind, end);
+            }
             self.publish();
             if let Err(error) = self.state.set_waiting(run_id, None).await {
                 tracing::warn!(%error, run_id, "cannot record that the run waits no more");
