@@ -279,7 +279,10 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     });
 
     let (inputs_tx, inputs_rx) = mpsc::channel::<Input>(1024);
-    services.slots.connect_router(inputs_tx.clone());
+    let wake = inputs_tx.clone();
+    services.slots.connect_router(move || {
+        let _ = wake.try_send(Input::SlotFreed);
+    });
     let stream_options = stream.unwrap_or_else(|| StreamOptions::from_config(&config));
     let stream_cancel = shutdown.child_token();
     // A newer copy taking over, on the tracker or the agent's lock in PostgreSQL, stops this one.

@@ -12,16 +12,14 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use futures::future::BoxFuture;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::Notify;
 
 use crate::metrics::Metrics;
-use crate::router::Input;
 use crate::status::StatusBoard;
 use picogent_state::{State, WaitKind, Waiting};
 use picogent_tools::person::{WaitEnd, Waits};
 
 /// The slots and the waits of this process. One, shared by the router and every run.
-#[derive(Debug)]
 pub struct RunSlots {
     max: usize,
     inner: Mutex<Inner>,
@@ -30,9 +28,15 @@ pub struct RunSlots {
     state: State,
     metrics: Arc<Metrics>,
     status: Arc<StatusBoard>,
-    /// The router's input, to start a queued run in a slot a wait gave back (set once the
-    /// router's channel exists).
-    router: OnceLock<mpsc::Sender<Input>>,
+    /// Wakes the router to start a queued run in a slot a wait gave back (set once the
+    /// router's channel exists; this module knows nothing of the router).
+    wake_router: OnceLock<Box<dyn Fn() + Send + Sync>>,
+}
+
+impl std::fmt::Debug for RunSlots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunSlots").field("max", &self.max).field("inner", &self.inner).finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -52,12 +56,12 @@ impl RunSlots {
             state,
             metrics,
             status,
-            router: OnceLock::new(),
+            wake_router: OnceLock::new(),
         }
     }
 
-    pub fn connect_router(&self, router: mpsc::Sender<Input>) {
-        let _ = self.router.set(router);
+    pub fn connect_router(&self, wake: impl Fn() + Send + Sync + 'static) {
+        let _ = self.wake_router.set(Box::new(wake));
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
@@ -138,8 +142,8 @@ impl Waits for RunSlots {
             self.metrics.wait_began();
             self.publish();
             self.freed.notify_waiters();
-            if let Some(router) = self.router.get() {
-                let _ = router.try_send(Input::SlotFreed);
+            if let Some(wake) = self.wake_router.get() {
+                wake();
             }
         })
     }
