@@ -67,6 +67,7 @@ async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
 
 async fn metrics_text(State(state): State<HttpState>) -> impl IntoResponse {
     let mut body = state.metrics.render(state.status.active_runs(), state.status.connected(), state.status.caught_up());
+    body.push_str(&crate::metrics::render_awaiting_input(state.status.awaiting_input()));
     if let Some(view) = state.status.replica() {
         body.push_str(&crate::metrics::render_replica(&view));
     }

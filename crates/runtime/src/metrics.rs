@@ -109,8 +109,6 @@ struct Inner {
     pruned_artifact_runs: u64,
     /// (what was asked, how the wait ended) → count of waits for a person.
     waits: BTreeMap<(&'static str, &'static str), u64>,
-    /// Runs waiting for a person now.
-    waiting: u64,
 }
 
 /// Count and sum, enough for rates and means in Prometheus.
@@ -140,17 +138,9 @@ impl Metrics {
         f(&mut guard)
     }
 
-    /// A run began waiting for a person.
-    pub fn wait_began(&self) {
-        self.with(|m| m.waiting += 1);
-    }
-
     /// A run's wait for a person ended `end`.
     pub fn wait_ended(&self, kind: picogent_state::WaitKind, end: picogent_tools::person::WaitEnd) {
-        self.with(|m| {
-            m.waiting = m.waiting.saturating_sub(1);
-            *m.waits.entry((kind.as_str(), end.as_str())).or_default() += 1;
-        });
+        self.with(|m| *m.waits.entry((kind.as_str(), end.as_str())).or_default() += 1);
     }
 
     /// Counts an event by its name and its fate, a word of the code.
@@ -319,9 +309,6 @@ impl Metrics {
                     let _ = writeln!(out, "picogent_waits_total{{kind=\"{}\",end=\"{}\"}} {n}", kind.as_str(), end.as_str());
                 }
             }
-            let _ = writeln!(out, "# HELP picogent_runs_awaiting_input Runs waiting for a person now (holding no slot).");
-            let _ = writeln!(out, "# TYPE picogent_runs_awaiting_input gauge");
-            let _ = writeln!(out, "picogent_runs_awaiting_input {}", m.waiting);
             let _ = writeln!(out, "# HELP picogent_active_runs Runs in flight.");
             let _ = writeln!(out, "# TYPE picogent_active_runs gauge");
             let _ = writeln!(out, "picogent_active_runs {active_runs}");
@@ -332,6 +319,14 @@ impl Metrics {
             out
         })
     }
+}
+
+/// The gauge of the runs waiting for a person now (they hold no slot), from the status board.
+pub fn render_awaiting_input(waiting: usize) -> String {
+    format!(
+        "# HELP picogent_runs_awaiting_input Runs waiting for a person now (holding no slot).\n\
+         # TYPE picogent_runs_awaiting_input gauge\npicogent_runs_awaiting_input {waiting}\n"
+    )
 }
 
 /// The per-replica gauges, labelled with the replica's id (which is made of hex digits and a

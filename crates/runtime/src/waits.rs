@@ -139,7 +139,6 @@ impl Waits for RunSlots {
                 inner.holding.remove(run_id);
                 inner.waiting.insert(run_id.to_string(), waiting.kind);
             });
-            self.metrics.wait_began();
             self.publish();
             self.freed.notify_waiters();
             if let Some(wake) = self.wake_router.get() {

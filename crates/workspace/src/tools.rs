@@ -139,16 +139,18 @@ impl CodingRuns {
     /// What the run `run_id` has kept so far (its output, work and hooks), while it runs.
     pub fn record(&self, run_id: &str) -> Option<CodingRecord> {
         let runs = self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let run = runs.get(run_id)?;
-        Some(CodingRecord { log: self.log_of(run), work: run.work.clone(), hooks: run.hooks.clone() })
+        runs.get(run_id).map(|run| self.record_of(run))
     }
 
     /// Takes what the run `run_id` kept, for its stored record, and forgets it here: a run that
     /// ended holds no memory in this process.
     pub fn take(&self, run_id: &str) -> Option<CodingRecord> {
         let taken = self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(run_id)?;
-        let log = self.log_of(&taken);
-        Some(CodingRecord { log, work: taken.work, hooks: taken.hooks })
+        Some(self.record_of(&taken))
+    }
+
+    fn record_of(&self, run: &RunCoding) -> CodingRecord {
+        CodingRecord { log: self.log_of(run), work: run.work.clone(), hooks: run.hooks.clone() }
     }
 
     fn log_of(&self, run: &RunCoding) -> String {

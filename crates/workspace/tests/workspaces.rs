@@ -4,40 +4,16 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+#[path = "../../../tests/support/git.rs"]
+mod git_support;
+use git_support::{git, remote};
 
 use picogent_workspace::config::{CodingAgentConfig, Hooks, Repository, WorkspacesConfig};
 use picogent_workspace::{AgentEnd, Invocation, TaskKey, Workspaces, coding};
 use tokio_util::sync::CancellationToken;
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@x")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@x")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-/// A bare repository with one commit on `main` (`src/date.py`), as the remote.
-fn remote(dir: &Path) -> PathBuf {
-    let seed = dir.join("seed");
-    std::fs::create_dir_all(seed.join("src")).unwrap();
-    git(&seed, &["init", "--quiet", "-b", "main"]);
-    std::fs::write(seed.join("src/date.py"), "def parse():\n    return \"2020-01-01\"\n").unwrap();
-    git(&seed, &["add", "."]);
-    git(&seed, &["commit", "--quiet", "-m", "start"]);
-    let bare = dir.join("remote.git");
-    git(dir, &["clone", "--quiet", "--bare", seed.to_str().unwrap(), bare.to_str().unwrap()]);
-    bare
-}
 
 fn config(dir: &Path, remote: &Path) -> WorkspacesConfig {
     WorkspacesConfig {
