@@ -8,6 +8,7 @@
 //!
 //! - [`client`]: one server's connection — transport, handshake, restart with backoff, its lists,
 //!   and the limit on what it sends (`max_result_bytes`);
+//! - [`skills`]: a `skill://` resource read as a skill (frontmatter, caps, cleaning);
 //! - [`host`]: every server together as one [`picogent_tools::ToolSource`], with public names,
 //!   resource tools, prompt commands and server instructions;
 //! - [`results`]: what a tool result becomes for the model (inline text or an artifact on disk,
@@ -27,3 +28,4 @@ pub mod client;
 pub mod host;
 pub mod results;
 pub mod server;
+pub mod skills;
