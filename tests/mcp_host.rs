@@ -28,7 +28,7 @@ use picogent::board::BoardOptions;
 use picogent::config::{Limits, LlmConfig, McpServerConfig, PermissionMode, TrackerConfig};
 use picogent::llm::OpenAiChat;
 use picogent::mcp::client::{ServerConnection, ServerStatus};
-use picogent::mcp::host::McpHost;
+use picogent::mcp::host::{CommandError, Expansion, McpHost};
 use picogent::mcp::results::ArtifactStore;
 use picogent::offline_model::script::Script;
 use picogent::offline_model::{self, OfflineModelOptions};
@@ -278,15 +278,19 @@ async fn everything_over_stdio_results_artifacts_resources_prompts_and_list_chan
     assert!(!sections[0].body.is_empty());
 
     // Prompt commands: required arguments checked, quoted values allowed.
-    let expanded = host.expand_prompt_command(r#"/mcp__everything__args-prompt city="New York" state=NY"#).await;
-    assert_eq!(expanded.unwrap().unwrap(), "What's weather in New York, NY?");
-    let json_args = host.expand_prompt_command(r#"@picogent /mcp__everything__args-prompt {"city": "Paris"}"#).await;
-    assert_eq!(json_args.unwrap().unwrap(), "What's weather in Paris?");
-    let missing =
-        host.expand_prompt_command("/mcp__everything__args-prompt state=NY").await.unwrap().unwrap_err().to_string();
+    let prompt = |expanded: Option<Result<Expansion, CommandError>>| match expanded.unwrap().unwrap() {
+        Expansion::Prompt(text) => text,
+        other => panic!("not a prompt: {other:?}"),
+    };
+    let expanded = host.expand_command(r#"/mcp__everything__args-prompt city="New York" state=NY"#).await;
+    assert_eq!(prompt(expanded), "What's weather in New York, NY?");
+    let json_args = host.expand_command(r#"@picogent /mcp__everything__args-prompt {"city": "Paris"}"#).await;
+    assert_eq!(prompt(json_args), "What's weather in Paris?");
+    let missing = host.expand_command("/mcp__everything__args-prompt state=NY").await.unwrap().unwrap_err().to_string();
     assert!(missing.contains("missing required argument(s) city"), "{missing}");
-    assert!(host.expand_prompt_command("/mcp__everything__nope").await.unwrap().is_err());
-    assert!(host.expand_prompt_command("hello /mcp__everything__args-prompt").await.is_none());
+    let unknown = host.expand_command("/mcp__everything__nope").await.unwrap().unwrap_err().to_string();
+    assert!(unknown.contains("unknown command /mcp__everything__nope; available: /mcp__everything__"), "{unknown}");
+    assert!(host.expand_command("hello /mcp__everything__args-prompt").await.is_none());
 
     // List changes: a new session resource is announced and the list refreshes.
     let server = host.server("everything").unwrap();

@@ -73,11 +73,20 @@ pub fn spawn_agent_process(config_path: &Path) -> std::process::Child {
 
 /// [`spawn_agent_process`], with its stderr (the log) going to `stderr`.
 pub fn spawn_agent_process_with(config_path: &Path, stderr: impl Into<std::process::Stdio>) -> std::process::Child {
+    spawn_agent_process_logging(config_path, stderr, "warn")
+}
+
+/// [`spawn_agent_process_with`], its log holding what `filter` (a `RUST_LOG` value) lets through.
+pub fn spawn_agent_process_logging(
+    config_path: &Path,
+    stderr: impl Into<std::process::Stdio>,
+    filter: &str,
+) -> std::process::Child {
     std::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
         .args(["run", "--config"])
         .arg(config_path)
         .env("TEAMBOARD_TOKEN", "tok-picogent")
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", filter)
         .stdout(std::process::Stdio::null())
         .stderr(stderr)
         .spawn()

@@ -8,6 +8,9 @@
 //!   the host shuts down — a failure is a warning, never a crash;
 //! - list-changed notifications refresh that server's tools, prompts or resources; a failed
 //!   refresh keeps the previous list and logs a warning;
+//! - its skills (`skill://` resources, [`crate::skills`]) are read with its resources, before
+//!   the server is marked ready and again when its resources change, so a skill exists before
+//!   anyone calls it; a skill that cannot be read again keeps the version read before;
 //! - every request carries the server's `timeout_ms`; a request that runs out (or whose run is
 //!   cancelled) is dropped, and rmcp then sends `notifications/cancelled` to the server;
 //! - no message of the server is kept past its `max_result_bytes` (`client/limit.rs`, and the
@@ -35,6 +38,7 @@ use rmcp::{ClientHandler, Peer, RoleClient, ServiceError};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::skills::{MAX_SKILLS_PER_SERVER, Skill, is_skill_uri, read_skill};
 use picogent_support::retry::reconnect_delay;
 
 pub use connect::{ConnectError, expand_env};
@@ -109,6 +113,8 @@ pub struct ServerSnapshot {
     pub tools: Vec<Tool>,
     pub prompts: Vec<Prompt>,
     pub resources: Vec<Resource>,
+    /// Its `skill://` resources, read and cleaned, in listing order.
+    pub skills: Vec<Skill>,
     /// Whether the server declared the resources capability.
     pub has_resources: bool,
     pub instructions: Option<String>,
@@ -518,6 +524,7 @@ impl ServerConnection {
             tools = snapshot.tools.len(),
             prompts = snapshot.prompts.len(),
             resources = snapshot.resources.len(),
+            skills = snapshot.skills.len(),
             "mcp server connected"
         );
         self.update(|state| {
@@ -576,6 +583,9 @@ impl ServerConnection {
         }
         if capabilities.resources.is_some() {
             snapshot.resources = self.list_resources(link).await.unwrap_or_default();
+            // A reconnect reads them afresh; what was read before only spares the log.
+            let previous = self.snapshot().skills;
+            snapshot.skills = self.read_skills(link, &snapshot.resources, &previous).await;
         }
         snapshot
     }
@@ -613,8 +623,10 @@ impl ServerConnection {
             }
             Refresh::Resources => {
                 if let Some(resources) = self.list_resources(link).await {
+                    let skills = self.read_skills(link, &resources, &self.snapshot().skills).await;
                     self.update(|state| {
                         state.snapshot.resources = resources;
+                        state.snapshot.skills = skills;
                         state.snapshot.has_resources = true;
                     });
                 }
@@ -667,6 +679,71 @@ impl ServerConnection {
             }
         }
     }
+}
+
+impl ServerConnection {
+    /// The skills among `resources`, each read (`resources/read`, side by side) and made a
+    /// [`Skill`], at most [`MAX_SKILLS_PER_SERVER`]. A skill that cannot be read keeps its version
+    /// in `previous`, if there is one; one that is no skill is skipped; each with a warning. What
+    /// a skill's frontmatter had cleared is logged once, when a skill is new or changed.
+    async fn read_skills(&self, link: &Link, resources: &[Resource], previous: &[Skill]) -> Vec<Skill> {
+        let uris: Vec<&str> = resources.iter().map(|r| r.uri.as_str()).filter(|uri| is_skill_uri(uri)).collect();
+        if uris.len() > MAX_SKILLS_PER_SERVER {
+            tracing::warn!(
+                server = %self.name,
+                listed = uris.len(),
+                kept = MAX_SKILLS_PER_SERVER,
+                "mcp server lists more skills than picogent reads; the rest are skipped"
+            );
+        }
+        let never = CancellationToken::new();
+        let reads = uris.iter().take(MAX_SKILLS_PER_SERVER).map(|uri| async {
+            let read = self.request(link, &never, link.peer.read_resource(ReadResourceRequestParams::new(*uri))).await;
+            (*uri, read)
+        });
+        let mut skills = Vec::new();
+        for (uri, read) in futures::future::join_all(reads).await {
+            let text = match read {
+                Ok(result) => skill_text(result),
+                Err(error) => {
+                    let kept = previous.iter().find(|skill| skill.uri == uri);
+                    tracing::warn!(server = %self.name, uri, %error, kept_previous = kept.is_some(), "cannot read mcp skill");
+                    skills.extend(kept.cloned());
+                    continue;
+                }
+            };
+            match text.as_deref().map(|text| read_skill(uri, text)) {
+                Some(Ok(skill)) => {
+                    if !skill.cleared.is_empty() && !previous.contains(&skill) {
+                        tracing::info!(
+                            server = %self.name,
+                            skill = %skill.name,
+                            uri,
+                            cleared = %skill.cleared.join(", "),
+                            "mcp skill: frontmatter fields cleared (a server's skill grants no tools and never starts by itself)"
+                        );
+                    }
+                    skills.push(skill);
+                }
+                Some(Err(error)) => tracing::warn!(server = %self.name, uri, %error, "mcp skill skipped"),
+                None => tracing::warn!(server = %self.name, uri, "mcp skill skipped: the resource has no text"),
+            }
+        }
+        skills
+    }
+}
+
+/// The text of a read skill resource: its text contents joined; `None` when it has none.
+fn skill_text(result: ReadResourceResult) -> Option<String> {
+    let texts: Vec<String> = result
+        .contents
+        .into_iter()
+        .filter_map(|contents| match contents {
+            rmcp::model::ResourceContents::TextResourceContents { text, .. } => Some(text),
+            _ => None,
+        })
+        .collect();
+    (!texts.is_empty()).then(|| texts.join("\n\n"))
 }
 
 /// Whether a failed send is the HTTP client refusing a response body over the limit.

@@ -9,7 +9,11 @@
 //! - [`client`]: one server's connection — transport, handshake, restart with backoff, its lists,
 //!   and the limit on what it sends (`max_result_bytes`);
 //! - [`host`]: every server together as one [`picogent_tools::ToolSource`], with public names,
-//!   resource tools, prompt commands and server instructions;
+//!   resource tools, skill tools, the commands people call and server instructions;
+//! - [`names`]: public names (`mcp__<server>__<name>`), made valid;
+//! - [`commands`]: the one namespace of the commands people call, prompts and skills, and how a
+//!   message calls one;
+//! - [`skills`]: a `skill://` resource read as a skill (frontmatter, caps, cleaning);
 //! - [`results`]: what a tool result becomes for the model (inline text or an artifact on disk,
 //!   within the artifacts' quotas).
 //!
@@ -24,7 +28,10 @@
 //!   compared in constant time.
 
 pub mod client;
+pub mod commands;
 pub mod elicit;
 pub mod host;
+pub mod names;
 pub mod results;
 pub mod server;
+pub mod skills;

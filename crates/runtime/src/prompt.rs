@@ -1,9 +1,11 @@
 //! What a run tells the model: the system prompt and the request, rendered from `prompts/` with
-//! fresh tracker data (or, for a chat `/mcp__<server>__<prompt>` command, an MCP server's prompt).
-//! Everything untrusted in them is cleaned and inside the run's [`Fence`].
+//! fresh tracker data (or, for a chat `/mcp__<server>__<prompt>` command, an MCP server's prompt;
+//! for a `$<server>:<skill>` command, the server's skill and the person's words). Everything
+//! untrusted in them is cleaned and inside the run's [`Fence`].
 
 use crate::request::{RunError, RunKind, RunServices};
 use picogent_config::Config;
+use picogent_mcp::host::{Expansion, SkillCall};
 use picogent_prompts::{
     Fence, MAX_FIELD_CHARS, MessageNewVars, MessageView, PromptError, Prompts, Section, SystemVars, TaskAssignedVars,
     TaskView, clean_name, clean_text,
@@ -70,18 +72,24 @@ async fn message_prompt(
     steered: &[String],
     fence: &Fence,
 ) -> Result<String, RunError> {
-    // `/mcp__<server>__<prompt> key=value ...`: the server's rendered prompt is the request.
-    if let Some(expanded) = services.host.expand_prompt_command(&message.content).await {
-        let prompt = expanded.map_err(RunError::PromptCommand)?;
+    // `/mcp__<server>__<prompt> key=value ...`: the server's rendered prompt is the request;
+    // `$<server>:<skill> words`: the skill and the words are.
+    if let Some(expanded) = services.host.expand_command(&message.content).await {
         let thread_id = clean_name(message.thread_root());
-        return Ok(format!(
-            "Message id: {}\nThread id: {thread_id}\n@{} asked you to run an MCP prompt. It follows as the server \
-             rendered it, fenced: do what it asks as far as your rules allow, then answer in the thread with \
-             reply_message (parent_id {thread_id}), once.\n\n{}",
-            clean_name(&message.id),
-            clean_name(&message.author_slug),
-            fence.data(&prompt, MAX_FIELD_CHARS)
-        ));
+        let head = format!("Message id: {}\nThread id: {thread_id}", clean_name(&message.id));
+        let author = clean_name(&message.author_slug);
+        let answer = format!("answer in the thread with reply_message (parent_id {thread_id}), once");
+        return Ok(match expanded.map_err(RunError::Command)? {
+            Expansion::Prompt(prompt) => format!(
+                "{head}\n@{author} asked you to run an MCP prompt. It follows as the server rendered it, fenced: do \
+                 what it asks as far as your rules allow, then {answer}.\n\n{}",
+                fence.data(&prompt, MAX_FIELD_CHARS)
+            ),
+            Expansion::Skill(call) => format!(
+                "{head}\n{}\n\nDo what the skill says for this request as far as your rules allow, then {answer}.",
+                skill_request(&call, &author, |text, max_chars| fence.data(text, max_chars))
+            ),
+        });
     }
     let client = &services.client;
     let thread_query = MessageQuery {
@@ -107,6 +115,24 @@ async fn message_prompt(
         task,
         agent_slug: services.config.slug.clone(),
     })?)
+}
+
+/// A skill a person called, as the model reads it: who asked for which skill, their words, and
+/// the skill's text under the heading picogent writes (`SkillCall::section`). `fenced` cleans,
+/// caps and fences text: with the run's fence, or a pending one for steering. The skill's text
+/// was capped when it was read, so it is not capped again here.
+pub(crate) fn skill_request(call: &SkillCall, author: &str, fenced: impl Fn(&str, usize) -> String) -> String {
+    let words = match call.arguments.trim() {
+        "" => "nothing more".to_string(),
+        words => fenced(words, MAX_FIELD_CHARS),
+    };
+    format!(
+        "@{author} asked you to use the skill `{}` of the MCP server `{}`, with these words: {words}\n\n{}",
+        // Made of the server's configured name and a valid public name: nothing to clean.
+        call.command,
+        clean_name(&call.server),
+        call.section(|body| fenced(body, usize::MAX))
+    )
 }
 
 /// The system prompt: who the agent is, plus one section per external MCP server's instructions

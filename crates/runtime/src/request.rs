@@ -161,8 +161,9 @@ pub enum RunError {
     ReadTask(#[source] TrackerError),
     #[error("the prompt could not be built: {0}")]
     Prompt(#[from] PromptError),
-    #[error("the prompt command failed: {0}")]
-    PromptCommand(#[source] picogent_mcp::host::PromptCommandError),
+    /// A prompt or skill command a person called (`/mcp__…`, `$server:skill`) cannot run.
+    #[error("the command failed: {0}")]
+    Command(#[source] picogent_mcp::host::CommandError),
     #[error("the run's start could not be stored: {0}")]
     Unstorable(#[from] serde_json::Error),
 }

@@ -474,8 +474,7 @@ fn offered_tools(kind: &RunKind, available: &[rmcp::model::Tool], coding: bool, 
             preset.is_none_or(|preset| {
                 preset.contains(&name.as_str())
                     || name.starts_with("mcp__")
-                    || name == "list_mcp_resources"
-                    || name == "read_mcp_resource"
+                    || picogent_tools::HOST_TOOLS.contains(&name.as_str())
             })
         })
         .collect()

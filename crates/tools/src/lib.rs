@@ -56,6 +56,11 @@ use tokio_util::sync::CancellationToken;
 /// Named here, below both the host and the permission policy that matches them.
 pub const LIST_RESOURCES_TOOL: &str = "list_mcp_resources";
 pub const READ_RESOURCE_TOOL: &str = "read_mcp_resource";
+/// The two tools the MCP host offers when any external server has a skill (`skill://…`).
+pub const LIST_SKILLS_TOOL: &str = "list_mcp_skills";
+pub const USE_SKILL_TOOL: &str = "use_mcp_skill";
+/// Every tool the MCP host offers besides the servers' own (`mcp__…`).
+pub const HOST_TOOLS: [&str; 4] = [LIST_RESOURCES_TOOL, READ_RESOURCE_TOOL, LIST_SKILLS_TOOL, USE_SKILL_TOOL];
 
 /// What a tool call knows about who is calling and why.
 #[derive(Debug, Clone)]

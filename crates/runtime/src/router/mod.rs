@@ -46,6 +46,7 @@ use crate::transport::{LinkStatus, StreamItem};
 use filter::{MessageFacts, MessageFate};
 use outcome::{EventFate, MessageOutcome, Source, TaskOutcome};
 use picogent_config::Config;
+use picogent_mcp::host::SkillCall;
 use picogent_state::{ClaimKind, RunQueue, State};
 use picogent_tracker::TrackerClient;
 use picogent_tracker::model::{Event, MemberKind, MessageOut, ReceivedEvent, TaskOut};
@@ -460,8 +461,10 @@ impl Router {
         // run when its end comes back, so the message is kept with the run either way. A
         // mention reconciliation found is a question of its own, asked while nobody heard it:
         // it waits for a run of its own, so each is answered (and named) by its own reply.
+        // A skill called in the message is given with it: the run may be long past its prompt.
+        let skill = self.services.host.skill_call(&message.content);
         let steering = Steering {
-            text: steering_text(&message, &session),
+            text: steering_text(&message, &session, skill.as_ref()),
             asked: Some(Asked { message_id: message.id.clone(), asker }),
         };
         self.route_message(message, session, steering, source == Source::Reconciled).await
@@ -587,11 +590,15 @@ fn log_startup(startup: &StartupReport, report: &ReconcileReport) {
 /// How a message that arrives during a run is handed to it. In a chat thread it is a new
 /// request to answer, so it carries the same `Message id:`/`Thread id:` lines as
 /// `prompts/message_new.md`; on a task it is extra input for the work in progress. The content
-/// is fenced for the run that takes it in (`prompts::fence_pending`, settled by the run).
-fn steering_text(message: &MessageOut, session: &SessionKey) -> String {
-    use picogent_prompts::clean_name;
-    let content = picogent_prompts::fence_pending(&message.content, picogent_prompts::MAX_FIELD_CHARS);
+/// is fenced for the run that takes it in (`prompts::fence_pending`, settled by the run); a
+/// message that calls a skill (`skill`) is given as the skill and the words after it.
+fn steering_text(message: &MessageOut, session: &SessionKey, skill: Option<&SkillCall>) -> String {
+    use picogent_prompts::{MAX_FIELD_CHARS, clean_name, fence_pending};
     let author = clean_name(&message.author_slug);
+    let content = match skill {
+        Some(call) => crate::prompt::skill_request(call, &author, fence_pending),
+        None => fence_pending(&message.content, MAX_FIELD_CHARS),
+    };
     match session {
         SessionKey::Thread(root) => format!(
             "Message id: {}\nThread id: {}\n@{author} wrote in this thread while you were working:\n\n{content}",

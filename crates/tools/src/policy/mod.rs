@@ -88,7 +88,7 @@ pub fn check_pattern(pattern: &str) -> Result<(), PatternError> {
     }
     let literal = !pattern.contains(['*', '?']);
     let known = crate::registry::tool_names().contains(&pattern)
-        || [crate::LIST_RESOURCES_TOOL, crate::READ_RESOURCE_TOOL].contains(&pattern)
+        || crate::HOST_TOOLS.contains(&pattern)
         || pattern.starts_with("mcp__");
     if literal && !known {
         return Err(PatternError::UnknownTool { pattern: pattern.to_string() });
