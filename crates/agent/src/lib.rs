@@ -327,9 +327,7 @@ impl<'a> Turns<'a> {
     fn take_answer(&mut self, answer: picogent_llm::ChatResponse, room: CutOffAt) -> Step<Vec<PreparedCall>> {
         let record = &mut self.record;
         record.turns += 1;
-        record.prompt_tokens += answer.usage.prompt_tokens;
-        record.completion_tokens += answer.usage.completion_tokens;
-        record.tokens_estimated |= answer.usage.estimated;
+        record.add_usage(&answer.usage);
         record.finish_reason = Some(answer.finish_reason);
         let content = answer.content.filter(|text| !text.trim().is_empty());
         let mut calls: Vec<PreparedCall> =

@@ -215,6 +215,12 @@ pub struct RunRecord {
     pub calls: Vec<ToolCallRecord>,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
+    /// Of `prompt_tokens`, read from the model server's prompt cache.
+    #[serde(default)]
+    pub cached_tokens: u64,
+    /// Of `prompt_tokens`, written to the prompt cache.
+    #[serde(default)]
+    pub cache_write_tokens: u64,
     /// True if some server answer had no `usage` and its tokens were counted here (o200k).
     pub tokens_estimated: bool,
     /// Wall-clock time waiting for the model (retries and their backoff included).
@@ -256,6 +262,8 @@ impl RunRecord {
             calls: Vec::new(),
             prompt_tokens: 0,
             completion_tokens: 0,
+            cached_tokens: 0,
+            cache_write_tokens: 0,
             tokens_estimated: false,
             model_time_ms: 0,
             tool_time_ms: 0,
@@ -270,6 +278,26 @@ impl RunRecord {
 
     pub fn total_tokens(&self) -> u64 {
         self.prompt_tokens + self.completion_tokens
+    }
+
+    /// The run's tokens as one request's usage: what [`picogent_llm::config::Price::cost`] prices.
+    pub fn usage(&self) -> picogent_llm::Usage {
+        picogent_llm::Usage {
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens: self.completion_tokens,
+            cached_tokens: self.cached_tokens,
+            cache_write_tokens: self.cache_write_tokens,
+            estimated: self.tokens_estimated,
+        }
+    }
+
+    /// Adds one answer's tokens.
+    pub fn add_usage(&mut self, usage: &picogent_llm::Usage) {
+        self.prompt_tokens += usage.prompt_tokens;
+        self.completion_tokens += usage.completion_tokens;
+        self.cached_tokens += usage.cached_tokens;
+        self.cache_write_tokens += usage.cache_write_tokens;
+        self.tokens_estimated |= usage.estimated;
     }
 
     pub fn add_call(&mut self, call: ToolCallRecord) {

@@ -124,7 +124,11 @@ impl Config {
             return problem("llm.context_tokens", "expected the model's context window, at least 1024 tokens");
         }
         if let Some(price) = self.llm.price
-            && [price.input_per_million, price.output_per_million].iter().any(|p| p.is_nan() || *p < 0.0)
+            && [price.input_per_million, price.output_per_million]
+                .into_iter()
+                .chain(price.cache_read_per_million)
+                .chain(price.cache_write_per_million)
+                .any(|p| p.is_nan() || p < 0.0)
         {
             return problem("llm.price", "expected prices of 0 or more per million tokens");
         }

@@ -15,7 +15,12 @@ pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 2048;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LlmConfig {
-    /// An OpenAI-compatible base URL ending in `/v1`.
+    /// The wire format: `openai` (chat completions, the default) or `anthropic` (the Messages
+    /// API, with prompt caching).
+    #[serde(default, deserialize_with = "picogent_support::choice::one_of")]
+    pub api: Api,
+    /// The API's base URL ending in `/v1` (`{base_url}/chat/completions` or `{base_url}/messages`
+    /// is called).
     pub base_url: String,
     pub model: String,
     /// The environment variable holding the API key; absent for local servers that need none.
@@ -59,8 +64,37 @@ pub struct LlmConfig {
     /// `limits.max_cost_per_day` caps the day's spend in money.
     #[serde(default)]
     pub price: Option<Price>,
+    /// With `api: "anthropic"`, mark the stable prefix (tools, system prompt) and the
+    /// conversation's last block for the server's prompt cache (`cache_control`). OpenAI-compatible
+    /// servers cache a long prefix by themselves; picogent keeps it byte-identical either way.
+    #[serde(default = "default_true")]
+    pub prompt_cache: bool,
     #[serde(default)]
     pub retry: RetryConfig,
+}
+
+/// The wire format of the model's endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Api {
+    /// `POST {base_url}/chat/completions`: OpenAI and every server compatible with it.
+    #[default]
+    Openai,
+    /// `POST {base_url}/messages`: Anthropic's Messages API (and servers that speak it).
+    Anthropic,
+}
+
+impl Api {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Api::Openai => "openai",
+            Api::Anthropic => "anthropic",
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
 }
 
 impl LlmConfig {
@@ -73,6 +107,7 @@ impl LlmConfig {
     /// `model` at `base_url`, with every other field at its default.
     pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> LlmConfig {
         LlmConfig {
+            api: Api::default(),
             base_url: base_url.into(),
             model: model.into(),
             api_key_env: None,
@@ -86,6 +121,7 @@ impl LlmConfig {
             max_concurrent_requests: None,
             parallel_tool_calls: None,
             price: None,
+            prompt_cache: true,
             retry: RetryConfig::default(),
         }
     }
@@ -101,17 +137,52 @@ pub enum MaxTokensField {
 }
 
 /// A model's price, in any currency, per million tokens.
+///
+/// Input read from the server's prompt cache and input written to it have their own rates (a
+/// tenth of the input price and a quarter more, on Anthropic's list; half or a tenth on
+/// OpenAI's). Unset, they cost what other input costs: a spend figure is never below the bill.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Price {
     pub input_per_million: f64,
     pub output_per_million: f64,
+    /// Input tokens read from the prompt cache; unset: `input_per_million`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read_per_million: Option<f64>,
+    /// Input tokens written to the prompt cache; unset: `input_per_million`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_per_million: Option<f64>,
 }
 
 impl Price {
-    /// The cost of `prompt` input and `completion` output tokens.
-    pub fn cost(&self, prompt: u64, completion: u64) -> f64 {
-        (prompt as f64 * self.input_per_million + completion as f64 * self.output_per_million) / 1_000_000.0
+    /// Input and output rates only; cached input priced as other input.
+    pub fn new(input_per_million: f64, output_per_million: f64) -> Price {
+        Price { input_per_million, output_per_million, cache_read_per_million: None, cache_write_per_million: None }
+    }
+
+    /// The cost of `usage`: its uncached input, its cache reads and writes and its output, each
+    /// at its rate.
+    pub fn cost(&self, usage: &crate::Usage) -> f64 {
+        let cached = usage.cached_tokens.min(usage.prompt_tokens);
+        let written = usage.cache_write_tokens.min(usage.prompt_tokens - cached);
+        let uncached = usage.prompt_tokens - cached - written;
+        (uncached as f64 * self.input_per_million
+            + cached as f64 * self.cache_read_per_million.unwrap_or(self.input_per_million)
+            + written as f64 * self.cache_write_per_million.unwrap_or(self.input_per_million)
+            + usage.completion_tokens as f64 * self.output_per_million)
+            / 1_000_000.0
+    }
+
+    /// The dearest rate of a token, input or output: what a token left in a money budget is
+    /// counted at.
+    pub fn dearest_per_million(&self) -> f64 {
+        [
+            self.input_per_million,
+            self.output_per_million,
+            self.cache_write_per_million.unwrap_or(self.input_per_million),
+        ]
+        .into_iter()
+        .fold(0.0, f64::max)
     }
 }
 

@@ -1,19 +1,22 @@
 //! The project's own chat types: messages, tool calls, a model's answer and its errors.
 //!
-//! Only [`openai`] knows the OpenAI wire format (and imports async-openai); everything else —
-//! the agent loop, the runtime, the stored sessions — speaks these types. They are serializable
+//! Only [`openai`] knows the OpenAI wire format (and imports async-openai), and only
+//! [`anthropic`] the Messages API's; everything else — the agent loop, the runtime, the stored
+//! sessions — speaks these types, and [`chat_model`] picks the client `llm.api` names. They are serializable
 //! because a conversation is persisted and resumed.
 //!
 //! Invariants:
-//! - the API key is a `Secret`: it goes into the request's `Authorization` header and nowhere
-//!   else, never into an error, a log line or a stored conversation;
+//! - the API key is a `Secret`: it goes into the request's `Authorization` (or `x-api-key`)
+//!   header and nowhere else, never into an error, a log line or a stored conversation;
 //! - whatever a server answers (an error status, a cut-off stream, a body that is not the format)
 //!   is an [`LlmError`] that says what happened, never a panic; a tool call's arguments stay the
 //!   model's text, for the loop to check and, when they are not JSON, to refuse;
 //! - one rule estimates a prompt's tokens ([`estimate_prompt_tokens`], o200k), for the budgets
 //!   and the offline model alike.
 
+pub mod anthropic;
 pub mod config;
+mod http;
 pub mod openai;
 pub mod probe;
 mod stream;
@@ -127,10 +130,22 @@ pub enum FinishReason {
 }
 
 /// Tokens spent on one request.
+///
+/// `prompt_tokens` is every input token, whether read from the server's prompt cache or not (as
+/// OpenAI counts; the Messages API's `input_tokens` leaves the cached ones out, and
+/// [`anthropic`] adds them back). `cached_tokens` and `cache_write_tokens` are the parts of it
+/// that were read from the cache and written to it, priced apart ([`config::Price`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
+    /// Of `prompt_tokens`, read from the prompt cache.
+    #[serde(default)]
+    pub cached_tokens: u64,
+    /// Of `prompt_tokens`, written to the prompt cache (the Messages API's
+    /// `cache_creation_input_tokens`; OpenAI-compatible servers report none).
+    #[serde(default)]
+    pub cache_write_tokens: u64,
     /// True when the server sent no `usage` and the counts are ours (tiktoken o200k).
     pub estimated: bool,
 }
@@ -246,11 +261,22 @@ impl Retryable for LlmError {
     }
 }
 
-/// A chat-completions model. [`OpenAiChat`] is the one implementation; the trait keeps the agent
-/// loop independent of the wire format.
+/// A chat model, whatever its wire format ([`OpenAiChat`], [`anthropic::AnthropicChat`]); the
+/// trait keeps the agent loop independent of it.
 pub trait ChatModel: Send + Sync {
     /// Sends one request, retrying transient failures with the project's retry policy.
     fn complete<'a>(&'a self, request: &'a ChatRequest<'a>) -> BoxFuture<'a, Result<ChatResponse, LlmError>>;
+}
+
+/// The client `llm.api` names, with `api_key` (or none, for a local server).
+pub fn chat_model(
+    config: &config::LlmConfig,
+    api_key: Option<picogent_support::secret::Secret>,
+) -> Result<Arc<dyn ChatModel>, LlmError> {
+    Ok(match config.api {
+        config::Api::Openai => Arc::new(OpenAiChat::new(config, api_key)?),
+        config::Api::Anthropic => Arc::new(anthropic::AnthropicChat::new(config, api_key)?),
+    })
 }
 
 /// The answer without the model's reasoning: `<think>…</think>` blocks (and a block cut off by
@@ -295,6 +321,7 @@ pub(crate) fn estimated_usage(
         prompt_tokens: estimate_prompt_tokens(request.messages, request.tools),
         completion_tokens: text + calls,
         estimated: true,
+        ..Usage::default()
     }
 }
 

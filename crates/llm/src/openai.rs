@@ -22,8 +22,9 @@ use futures::future::BoxFuture;
 #[cfg(test)]
 use crate::ModelFailure;
 use crate::config::{LlmConfig, MaxTokensField};
+use crate::http::Transport;
 use crate::{ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Message, ToolCall, ToolSpec, Usage};
-use picogent_support::retry::{RetryConfig, parse_retry_after, with_retry};
+use picogent_support::retry::{RetryConfig, with_retry};
 use picogent_support::secret::Secret;
 
 /// The output cap when `llm.max_output_tokens` is not set (defined with the setting).
@@ -32,7 +33,7 @@ pub use crate::config::DEFAULT_MAX_OUTPUT_TOKENS;
 /// A chat model behind an OpenAI-compatible `/v1/chat/completions`.
 #[derive(Debug, Clone)]
 pub struct OpenAiChat {
-    http: reqwest::Client,
+    transport: Transport,
     /// `{base_url}/chat/completions` is called.
     base_url: String,
     model: String,
@@ -42,51 +43,29 @@ pub struct OpenAiChat {
     /// The configured cap; the loop may ask for less.
     max_output_tokens: Option<u32>,
     max_tokens_field: MaxTokensField,
-    timeout_ms: u64,
     parallel_tool_calls: Option<bool>,
     retry: RetryConfig,
-    /// Read answers as server-sent events, bounded by `idle_timeout` between bytes.
-    stream: bool,
-    idle_timeout: Duration,
-    /// Requests in flight to the endpoint at most (`llm.max_concurrent_requests`).
-    slots: Option<std::sync::Arc<tokio::sync::Semaphore>>,
 }
 
 impl OpenAiChat {
     /// Builds the client from the `llm` block, reading the API key from `api_key_env` if named.
     pub fn from_config(config: &LlmConfig) -> Result<OpenAiChat, LlmError> {
-        let api_key = match &config.api_key_env {
-            Some(name) => Some(Secret::from_env(name).map_err(|e| LlmError::Config { message: e.to_string() })?),
-            None => None,
-        };
+        let api_key = config.api_key().map_err(|e| LlmError::Config { message: e.to_string() })?;
         OpenAiChat::new(config, api_key)
     }
 
     /// Builds the client with an explicit key (or none), ignoring `api_key_env`.
     pub fn new(config: &LlmConfig, api_key: Option<Secret>) -> Result<OpenAiChat, LlmError> {
-        // A streamed answer is bounded by the idle timeout between its bytes, not by one deadline.
-        let builder = match config.stream {
-            true => reqwest::Client::builder().connect_timeout(Duration::from_millis(config.idle_timeout_ms)),
-            false => reqwest::Client::builder().timeout(Duration::from_millis(config.timeout_ms)),
-        };
-        let http =
-            builder.build().map_err(|e| LlmError::Config { message: format!("cannot build the http client: {e}") })?;
         Ok(OpenAiChat {
-            http,
+            transport: Transport::new(config)?,
             base_url: config.base_url.trim_end_matches('/').to_string(),
             model: config.model.clone(),
             api_key,
             temperature: config.temperature,
             max_output_tokens: config.max_output_tokens,
             max_tokens_field: config.max_tokens_field,
-            timeout_ms: config.timeout_ms,
             parallel_tool_calls: config.parallel_tool_calls,
             retry: config.retry.clone(),
-            stream: config.stream,
-            idle_timeout: Duration::from_millis(config.idle_timeout_ms),
-            slots: config
-                .max_concurrent_requests
-                .map(|slots| std::sync::Arc::new(tokio::sync::Semaphore::new(slots.max(1) as usize))),
         })
     }
 
@@ -98,68 +77,21 @@ impl OpenAiChat {
     /// One attempt, no retrying, in a slot if the endpoint's requests are capped. `body` is the
     /// request as JSON; attempts share its bytes.
     async fn attempt(&self, body: &bytes::Bytes, request: &ChatRequest<'_>) -> Result<ChatResponse, LlmError> {
-        let _slot = match &self.slots {
-            Some(slots) => Some(slots.acquire().await.map_err(|_| LlmError::Config { message: "closed".into() })?),
-            None => None,
-        };
-        let response = self.send(body).await?;
-        if self.stream {
-            let answer = crate::stream::read(response, self.idle_timeout).await.map_err(|e| self.stream_error(e))?;
+        let _slot = self.transport.slot().await?;
+        let mut post = self.transport.post(&format!("{}/chat/completions", self.base_url), body);
+        if let Some(key) = &self.api_key {
+            post = post.bearer_auth(key.expose());
+        }
+        let response = self.transport.send(post, classify_error).await?;
+        if self.transport.stream {
+            let mut answer = crate::stream::Streamed::default();
+            self.transport.events(response, |data| answer.add_event(data)).await?;
             return answer.into_response(request);
         }
-        let bytes = response.bytes().await.map_err(|e| self.transport_error(&e))?;
+        let bytes = self.transport.body(response).await?;
         let answer: CreateChatCompletionResponse = serde_json::from_slice(&bytes)
             .map_err(|e| LlmError::BadResponse { message: format!("invalid json: {e}") })?;
         from_wire_response(answer, request)
-    }
-
-    fn stream_error(&self, error: crate::stream::StreamError) -> LlmError {
-        match error {
-            crate::stream::StreamError::Idle => LlmError::Timeout { timeout_ms: self.idle_timeout.as_millis() as u64 },
-            crate::stream::StreamError::Read(error) => self.transport_error(&error),
-            crate::stream::StreamError::Bad(message) => LlmError::BadResponse { message },
-        }
-    }
-
-    /// Sends the request and checks its status; the answer's body is the caller's to read.
-    async fn send(&self, body: &bytes::Bytes) -> Result<reqwest::Response, LlmError> {
-        let mut request = self
-            .http
-            .post(format!("{}/chat/completions", self.base_url))
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body.clone());
-        if let Some(key) = &self.api_key {
-            request = request.bearer_auth(key.expose());
-        }
-        let sending = request.send();
-        let response = match self.stream {
-            // Waiting for the headers counts as idle too.
-            true => tokio::time::timeout(self.idle_timeout, sending)
-                .await
-                .map_err(|_| LlmError::Timeout { timeout_ms: self.idle_timeout.as_millis() as u64 })?,
-            false => sending.await,
-        }
-        .map_err(|e| self.transport_error(&e))?;
-        let status = response.status();
-        if status.is_success() {
-            return Ok(response);
-        }
-        let retry_after = response
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(parse_retry_after);
-        let bytes = response.bytes().await.map_err(|e| self.transport_error(&e))?;
-        Err(classify_error(status.as_u16(), retry_after, &bytes))
-    }
-
-    fn transport_error(&self, error: &reqwest::Error) -> LlmError {
-        if error.is_timeout() {
-            LlmError::Timeout { timeout_ms: self.timeout_ms }
-        } else {
-            // Connect failures, resets and bodies cut short: all worth another attempt.
-            LlmError::Connection { message: error_chain(error) }
-        }
     }
 
     /// The request as async-openai types, without its tool list (see [`OpenAiChat::wire_body`]).
@@ -186,8 +118,8 @@ impl OpenAiChat {
             temperature: self.temperature,
             max_completion_tokens,
             max_tokens,
-            stream: self.stream.then_some(true),
-            stream_options: self.stream.then(|| async_openai::types::chat::ChatCompletionStreamOptions {
+            stream: self.transport.stream.then_some(true),
+            stream_options: self.transport.stream.then(|| async_openai::types::chat::ChatCompletionStreamOptions {
                 include_usage: Some(true),
                 ..Default::default()
             }),
@@ -239,17 +171,6 @@ impl ChatModel for OpenAiChat {
             with_retry(&self.retry, || self.attempt(&body, request)).await
         })
     }
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
 }
 
 /// A failed answer's body as servers send it: OpenAI's `{"error": {"message", "type", "code",
@@ -329,7 +250,7 @@ impl DeterministicServerError {
 /// Maps a failed HTTP answer to the error the caller acts on. The context-length check reads the
 /// error `code` and `type` first and the message only as a fallback, because servers other than
 /// OpenAI (llama.cpp, vLLM, Ollama) often send no code, only a sentence about the context.
-fn classify_error(status: u16, retry_after: Option<Duration>, body: &[u8]) -> LlmError {
+pub(crate) fn classify_error(status: u16, retry_after: Option<Duration>, body: &[u8]) -> LlmError {
     let ErrorBody { code, kind, param, message } = ErrorBody::parse(body);
     let lower = message.to_lowercase();
     match status {
@@ -459,6 +380,13 @@ fn from_wire_response(
         Some(usage) => Usage {
             prompt_tokens: u64::from(usage.prompt_tokens),
             completion_tokens: u64::from(usage.completion_tokens),
+            // OpenAI caches a long prefix by itself and says how much it read.
+            cached_tokens: usage
+                .prompt_tokens_details
+                .and_then(|details| details.cached_tokens)
+                .map_or(0, u64::from)
+                .min(u64::from(usage.prompt_tokens)),
+            cache_write_tokens: 0,
             estimated: false,
         },
         None => crate::estimated_usage(request, message.content.as_deref(), message.refusal.as_deref(), &tool_calls),

@@ -1,24 +1,13 @@
 //! Reading a streamed answer (`llm.stream`): server-sent events of chat completion chunks, put
-//! back together into one answer. The read is bounded by an idle timeout between bytes, not by a
-//! deadline for the whole answer, so a slow local model that keeps writing is not cut off.
+//! back together into one answer. The read ([`crate::http::Transport::events`]) is bounded by an
+//! idle timeout between bytes, not by a deadline for the whole answer, so a slow local model that
+//! keeps writing is not cut off.
 //!
 //! The chunk shapes are read leniently (only the fields used), as servers differ in the rest.
 
-use std::time::Duration;
-
-use futures::StreamExt;
 use serde::Deserialize;
 
 use crate::{ChatRequest, ChatResponse, FinishReason, LlmError, ToolCall, Usage};
-
-/// Why a stream could not be read to its end.
-#[derive(Debug)]
-pub(super) enum StreamError {
-    /// Nothing came for the idle timeout.
-    Idle,
-    Read(reqwest::Error),
-    Bad(String),
-}
 
 #[derive(Deserialize)]
 struct Chunk {
@@ -68,6 +57,14 @@ struct FunctionDelta {
 struct ChunkUsage {
     prompt_tokens: u64,
     completion_tokens: u64,
+    #[serde(default)]
+    prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+#[derive(Deserialize)]
+struct PromptTokensDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
 }
 
 /// An answer being put together from its chunks.
@@ -82,11 +79,24 @@ pub(super) struct Streamed {
 }
 
 impl Streamed {
+    /// Adds one event's `data`; `true` once the stream says it is done.
+    pub(super) fn add_event(&mut self, data: &str) -> Result<bool, String> {
+        if data == "[DONE]" {
+            return Ok(true);
+        }
+        let chunk: Chunk = serde_json::from_str(data).map_err(|e| format!("a streamed chunk is not valid: {e}"))?;
+        self.add(chunk);
+        Ok(false)
+    }
+
     fn add(&mut self, chunk: Chunk) {
         if let Some(usage) = chunk.usage {
+            let cached = usage.prompt_tokens_details.and_then(|details| details.cached_tokens).unwrap_or(0);
             self.usage = Some(Usage {
                 prompt_tokens: usage.prompt_tokens,
                 completion_tokens: usage.completion_tokens,
+                cached_tokens: cached.min(usage.prompt_tokens),
+                cache_write_tokens: 0,
                 estimated: false,
             });
         }
@@ -134,34 +144,6 @@ impl Streamed {
         });
         let content = self.content.map(|text| crate::strip_reasoning(&text));
         Ok(ChatResponse { content, tool_calls, refusal: self.refusal, finish_reason, usage })
-    }
-}
-
-/// Reads the events of `response` to `[DONE]` (or the end of the body), waiting at most `idle`
-/// for each piece.
-pub(super) async fn read(response: reqwest::Response, idle: Duration) -> Result<Streamed, StreamError> {
-    let mut body = response.bytes_stream();
-    let mut pending: Vec<u8> = Vec::new();
-    let mut answer = Streamed::default();
-    loop {
-        let piece = match tokio::time::timeout(idle, body.next()).await {
-            Err(_) => return Err(StreamError::Idle),
-            Ok(None) => return Ok(answer),
-            Ok(Some(Err(error))) => return Err(StreamError::Read(error)),
-            Ok(Some(Ok(piece))) => piece,
-        };
-        pending.extend_from_slice(&piece);
-        while let Some(end) = pending.iter().position(|byte| *byte == b'\n') {
-            let line: Vec<u8> = pending.drain(..=end).collect();
-            let line = String::from_utf8_lossy(&line);
-            let Some(data) = line.trim().strip_prefix("data:").map(str::trim) else { continue };
-            if data == "[DONE]" {
-                return Ok(answer);
-            }
-            let chunk: Chunk = serde_json::from_str(data)
-                .map_err(|e| StreamError::Bad(format!("a streamed chunk is not valid: {e}")))?;
-            answer.add(chunk);
-        }
     }
 }
 

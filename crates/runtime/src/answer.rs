@@ -129,7 +129,8 @@ pub fn answer_text(record: &RunRecord, limits: &Limits, price: Option<&Price>, w
     format!("{text}\n\n— {}", spend_line(record, price))
 }
 
-/// `3 turns · 4 tool calls · 2,345 tokens · cost 0.0012`.
+/// `3 turns · 4 tool calls · 2,345 tokens (1,800 cached) · cost 0.0012`; the part in brackets
+/// only when the server read some of the prompt from its cache.
 pub fn spend_line(record: &RunRecord, price: Option<&Price>) -> String {
     let plural = |n: u64, one: &str, many: &str| format!("{} {}", thousands(n), if n == 1 { one } else { many });
     let mut line = format!(
@@ -138,8 +139,11 @@ pub fn spend_line(record: &RunRecord, price: Option<&Price>) -> String {
         plural(u64::from(record.tool_calls), "tool call", "tool calls"),
         plural(record.total_tokens(), "token", "tokens")
     );
+    if record.cached_tokens > 0 {
+        line.push_str(&format!(" ({} cached)", thousands(record.cached_tokens)));
+    }
     if let Some(price) = price {
-        line.push_str(&format!(" · cost {:.4}", price.cost(record.prompt_tokens, record.completion_tokens)));
+        line.push_str(&format!(" · cost {:.4}", price.cost(&record.usage())));
     }
     line
 }
@@ -532,8 +536,16 @@ mod tests {
         record.prompt_tokens = 12_000;
         record.completion_tokens = 345;
         assert_eq!(spend_line(&record, None), "3 turns · 1 tool call · 12,345 tokens");
-        let price = Price { input_per_million: 0.15, output_per_million: 0.6 };
+        let price = Price::new(0.15, 0.6);
         assert_eq!(spend_line(&record, Some(&price)), "3 turns · 1 tool call · 12,345 tokens · cost 0.0020");
+        // 10,000 of the input read from the cache at a tenth of the price, 1,000 written at 1.25×.
+        record.cached_tokens = 10_000;
+        record.cache_write_tokens = 1_000;
+        let price = Price { cache_read_per_million: Some(0.015), cache_write_per_million: Some(0.1875), ..price };
+        assert_eq!(
+            spend_line(&record, Some(&price)),
+            "3 turns · 1 tool call · 12,345 tokens (10,000 cached) · cost 0.0007"
+        );
     }
 
     fn with_context<T>(f: impl FnOnce(&NoticeContext<'_>) -> T) -> T {

@@ -242,9 +242,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     let mut sources = vec![registry, host.clone() as Arc<dyn ToolSource>, Arc::new(question) as Arc<dyn ToolSource>];
     sources.extend(coding.clone().map(|coding| coding as Arc<dyn ToolSource>));
     let tools: Arc<dyn ToolSource> = Arc::new(picogent_tools::governed(sources, &config.permissions, &client));
-    let model: Arc<dyn picogent_llm::ChatModel> = Arc::new(
-        picogent_llm::openai::OpenAiChat::new(&config.llm, llm_api_key).context("cannot build the model client")?,
-    );
+    let model = picogent_llm::chat_model(&config.llm, llm_api_key).context("cannot build the model client")?;
     let metrics = Arc::new(Metrics::default());
     let status = Arc::new(StatusBoard::default());
     let shutdown = CancellationToken::new();

@@ -192,10 +192,14 @@ impl Metrics {
         });
     }
 
-    pub fn tokens(&self, prompt: u64, completion: u64) {
+    /// A run's tokens, by kind: `prompt` (all input), `completion`, and of the input `cached`
+    /// (read from the server's prompt cache) and `cache_write`.
+    pub fn tokens(&self, usage: &picogent_llm::Usage) {
         self.with(|m| {
-            *m.tokens.entry("prompt".into()).or_default() += prompt;
-            *m.tokens.entry("completion".into()).or_default() += completion;
+            *m.tokens.entry("prompt".into()).or_default() += usage.prompt_tokens;
+            *m.tokens.entry("completion".into()).or_default() += usage.completion_tokens;
+            *m.tokens.entry("cached".into()).or_default() += usage.cached_tokens;
+            *m.tokens.entry("cache_write".into()).or_default() += usage.cache_write_tokens;
         });
     }
 
@@ -259,7 +263,7 @@ impl Metrics {
             for ((tool, outcome), n) in &m.tool_calls {
                 let _ = writeln!(out, "picogent_tool_calls_total{{tool=\"{tool}\",outcome=\"{outcome}\"}} {n}");
             }
-            let _ = writeln!(out, "# HELP picogent_model_tokens_total Model tokens, by kind.");
+            let _ = writeln!(out, "# HELP picogent_model_tokens_total Model tokens, by kind (cached and cache_write are parts of prompt).");
             let _ = writeln!(out, "# TYPE picogent_model_tokens_total counter");
             for (kind, n) in &m.tokens {
                 let _ = writeln!(out, "picogent_model_tokens_total{{kind=\"{kind}\"}} {n}");

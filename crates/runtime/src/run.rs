@@ -374,7 +374,7 @@ async fn finish(
         }
     }
     let today = time::OffsetDateTime::now_utc().date();
-    let cost = services.config.llm.price.map(|price| price.cost(record.prompt_tokens, record.completion_tokens));
+    let cost = services.config.llm.price.map(|price| price.cost(&record.usage()));
     let spent = picogent_state::Spend { tokens: record.total_tokens(), cost: cost.unwrap_or(0.0) };
     if let Err(error) = state.add_spend(today, spent).await {
         tracing::error!(%error, "cannot record the day's spend");
@@ -423,7 +423,7 @@ async fn finish(
 }
 
 fn count_in_metrics(metrics: &Metrics, record: &RunRecord) {
-    metrics.tokens(record.prompt_tokens, record.completion_tokens);
+    metrics.tokens(&record.usage());
     for call in &record.calls {
         metrics.tool_call(&call.name, call.outcome);
     }
@@ -432,10 +432,10 @@ fn count_in_metrics(metrics: &Metrics, record: &RunRecord) {
     }
 }
 
-/// How many tokens the day's money budget still pays for, at the dearer of the two prices.
+/// How many tokens the day's money budget still pays for, at the dearest of the prices.
 fn tokens_left_by_cost(config: &Config, spent: f64) -> u64 {
     let (Some(max), Some(price)) = (config.limits.max_cost_per_day, config.llm.price) else { return u64::MAX };
-    let per_token = price.input_per_million.max(price.output_per_million) / 1_000_000.0;
+    let per_token = price.dearest_per_million() / 1_000_000.0;
     if per_token <= 0.0 {
         return u64::MAX;
     }
