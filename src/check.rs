@@ -90,6 +90,7 @@ pub async fn run_cli(config_path: &Path) -> anyhow::Result<ExitCode> {
         let (tool_call, jinja_off) = check_tool_call(&config).await;
         lines.extend(check_server(&config, jinja_off).await);
         lines.push(tool_call);
+        lines.push(check_cache(&config).await);
     }
     print(&lines);
     Ok(if lines.iter().all(|l| l.ok) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
@@ -246,6 +247,49 @@ async fn check_tool_call(config: &Config) -> (Line, bool) {
             (Line { ok: false, what, detail }, true)
         }
         Err(error) => (Line { ok: false, what, detail: error.to_string() }, false),
+    }
+}
+
+/// Whether the server's prompt cache is active: the same request twice, and whether the second
+/// read its prefix from the cache. Informative, not a failure: a server without a cache works,
+/// at full price.
+async fn check_cache(config: &Config) -> Line {
+    use crate::config::Api;
+    let what = "prompt cache".to_string();
+    let key = match config.llm.api_key() {
+        Ok(key) => key,
+        Err(error) => return Line { ok: false, what, detail: error.to_string() },
+    };
+    let api = config.llm.api.as_str();
+    match crate::llm::probe::probe_cache(&config.llm, key).await {
+        Ok(probe) if probe.active() => Line {
+            ok: true,
+            what,
+            detail: format!(
+                "active ({api} API): the second of two identical requests read {} of its {} prompt tokens from the cache",
+                probe.cached_tokens, probe.prompt_tokens
+            ),
+        },
+        Ok(probe) => {
+            let why = match (config.llm.api, config.llm.prompt_cache) {
+                (Api::Anthropic, false) => "llm.prompt_cache is false, so no cache_control is sent; set it to true",
+                (Api::Anthropic, true) => "the server did not read the marked prefix from its cache",
+                (Api::Openai, _) => {
+                    "the server reported no cached tokens (it may not cache, or not say so); with a Claude model, \
+                     set llm.api to \"anthropic\""
+                }
+            };
+            Line {
+                ok: true,
+                what,
+                detail: format!(
+                    "not active ({api} API): the second of two identical requests read none of its {} prompt tokens \
+                     from the cache: {why}",
+                    probe.prompt_tokens
+                ),
+            }
+        }
+        Err(error) => Line { ok: false, what, detail: error.to_string() },
     }
 }
 

@@ -474,3 +474,143 @@ async fn llamas_refusal_to_parse_the_conversation_is_not_retried() {
     assert_eq!(sent.len(), 1, "sent once, not five times: {:?}", sent.iter().map(|e| e.status).collect::<Vec<_>>());
     assert_eq!(sent[0].status, 500);
 }
+
+// The Messages API (`llm.api: "anthropic"`): llama-server answers it at `/v1/messages` with the
+// same model, so the same things must hold through it.
+
+/// The Messages API's `llm` settings over `llm_section`'s.
+fn messages_api(llm: Value) -> Value {
+    let mut section = json!({"api": "anthropic"});
+    merge(&mut section, llm);
+    section
+}
+
+/// Every request went to `/v1/messages` in the API's shape: `max_tokens` always, `system` and
+/// the tools apart with `input_schema`, and the cache breakpoints on the prefix.
+fn assert_messages_api_requests(world: &World) {
+    let chats = world.proxy.chats();
+    assert!(!chats.is_empty(), "the model got no request");
+    for exchange in &chats {
+        assert!(exchange.path.ends_with("/v1/messages"), "{}", exchange.path);
+        let request = &exchange.request;
+        assert!(request["max_tokens"].as_u64().is_some_and(|n| n > 0), "{request}");
+        assert!(request["system"][0]["text"].is_string(), "{request}");
+        assert!(request.get("messages").is_some_and(Value::is_array), "{request}");
+        if let Some(tools) = request["tools"].as_array() {
+            assert!(tools.iter().all(|tool| tool["input_schema"]["type"] == "object"), "{request}");
+            assert_eq!(tools.last().unwrap()["cache_control"]["type"], "ephemeral");
+        }
+        assert_eq!(request["system"][0]["cache_control"]["type"], "ephemeral");
+    }
+}
+
+/// A mention answered and a task run worked through `/v1/messages`, streamed: each person sees
+/// one post, the runs end within their budgets, and the server's cache reads are recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_the_messages_api_a_mention_and_a_task_run_are_answered_streamed() {
+    let world = world(
+        ServerOptions { context: 4096, template: Some(TOOL_TEMPLATE) },
+        messages_api(json!({"stream": true, "idle_timeout_ms": 60000, "max_output_tokens": 120})),
+        Echo::Call(ECHOED_CALL),
+    )
+    .await;
+    let question = world.mention("list the members, please").await;
+    let posts = world.agent_posts(&question, 1).await;
+    assert_eq!(posts.len(), 1, "one answer in the thread: {posts:#?}");
+    let runs = world.runs(&question).await;
+    let record = record_of(&runs[0]);
+    assert!(
+        record.calls.iter().any(|c| c.name == "list_members" && c.outcome == ToolCallOutcome::Ok),
+        "the model's tool_use block became a call that ran: {record:#?}"
+    );
+    assert!(record.turns >= 2, "the tool_result went back in a second request: {record:#?}");
+    assert!(record.cached_tokens > 0, "the second request read the prefix from llama's cache: {record:#?}");
+    assert_within_budgets_and_readable(&runs[0]);
+
+    let task = create_assigned(&world.alice, "Tidy the README", "Fix the typos in the README.").await;
+    let notes = eventually(Duration::from_secs(300), "a comment on the task", || async {
+        let notes: Vec<MessageOut> =
+            comments(&world.alice, &task.id).await.into_iter().filter(|m| m.author_slug == "picogent").collect();
+        (!notes.is_empty() && world.agent.status.active_runs() == 0).then_some(notes)
+    })
+    .await;
+    assert_eq!(notes.len(), 1, "one comment on the task: {notes:#?}");
+    let task_runs = runs_for(&world.agent, &format!("task:{}", task.id)).await;
+    assert_eq!(task_runs.len(), 1, "{task_runs:#?}");
+    assert_within_budgets_and_readable(&task_runs[0]);
+
+    world.assert_every_request_accepted();
+    assert_messages_api_requests(&world);
+    assert!(world.proxy.chats().iter().all(|e| e.request["stream"] == true), "every request was streamed");
+}
+
+/// A tool call cut off by `max_tokens` (`stop_reason: "max_tokens"`) is not run, and the next
+/// mention in the thread gets a normal run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_the_messages_api_a_cut_off_tool_call_is_not_run() {
+    let world = world(
+        ServerOptions { context: 4096, template: Some(TOOL_TEMPLATE) },
+        messages_api(json!({"max_output_tokens": 22})),
+        Echo::Call(ECHOED_CALL),
+    )
+    .await;
+    let question = world.mention("list the members, please").await;
+    let first = world.agent_posts(&question, 1).await;
+    let runs = world.runs(&question).await;
+    let record = record_of(&runs[0]);
+    assert_eq!(record.finish_reason, Some(FinishReason::Length), "{record:#?}");
+    assert!(record.calls.iter().all(|c| c.outcome != ToolCallOutcome::Ok), "a cut-off call is never run: {record:#?}");
+    world.reply(&question, "what are you doing?").await;
+    let posts = world.agent_posts(&question, first.len() + 1).await;
+    assert_eq!(posts.len(), first.len() + 1, "one more post for the follow-up: {posts:#?}");
+    let runs = world.runs(&question).await;
+    assert!(record_of(&runs[1]).model_failure.is_none(), "{:#?}", record_of(&runs[1]));
+    world.assert_every_request_accepted();
+    assert_messages_api_requests(&world);
+    for run in &runs {
+        assert_within_budgets_and_readable(run);
+    }
+}
+
+/// The server's context error, answered at `/v1/messages`, is recognised: the notice names the
+/// context setting and the request is not retried to exhaustion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_the_messages_api_the_context_error_is_recognised() {
+    let world = world(
+        ServerOptions { context: 1024, template: Some(TOOL_TEMPLATE) },
+        messages_api(json!({"context_tokens": 32768, "max_output_tokens": 32})),
+        Echo::Message,
+    )
+    .await;
+    let question = world.mention("what is open on the board?").await;
+    let posts = world.agent_posts(&question, 1).await;
+    assert_eq!(posts.len(), 1, "{posts:#?}");
+    assert!(posts[0].content.contains("llm.context_tokens"), "the notice names the context: {}", posts[0].content);
+    let errors = world.proxy.chats().into_iter().filter(|e| e.status == 400).count();
+    assert!((1..=2).contains(&errors), "recognised, not retried: {errors} context errors");
+    let record = record_of(&world.runs(&question).await[0]);
+    assert_eq!(record.model_failure, Some(picogent::llm::ModelFailure::ContextLength), "{record:#?}");
+    assert_messages_api_requests(&world);
+}
+
+/// `picogent check` on the Messages API: the tool call through `/v1/messages`, and whether the
+/// second of two identical requests read from the cache (llama.cpp keeps the prefix in its slot).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_over_the_messages_api_says_the_cache_is_active() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let server = LlamaServer::start(dir.path(), ServerOptions { context: 4096, template: Some(TOOL_TEMPLATE) }).await;
+    let url = server.url();
+    let llm = llm_section(&url, messages_api(json!({"max_output_tokens": 64})));
+    let config = agent_config(dir.path(), &board.url(), &url, "picogent", json!({ "llm": llm }));
+    let report = String::from_utf8_lossy(&picogent_output(&["check"], &write_config(dir.path(), &config)).await.stdout)
+        .to_string();
+    assert!(report.lines().any(|l| l.starts_with("ok   model endpoint")), "{report}");
+    assert!(report.lines().any(|l| l.contains("model tool call")), "{report}");
+    let cache =
+        report.lines().find(|l| l.contains("prompt cache")).unwrap_or_else(|| panic!("no cache line:\n{report}"));
+    assert!(
+        cache.starts_with("ok") && cache.contains("active (anthropic API)") && !cache.contains("not active"),
+        "{report}"
+    );
+}

@@ -211,9 +211,13 @@ impl RecordingProxy {
         self.recorded.exchanges.lock().unwrap().clone()
     }
 
-    /// The chat requests (`POST …/chat/completions`) and their answers.
+    /// The chat requests (`POST …/chat/completions`, or the Messages API's `POST …/messages`)
+    /// and their answers.
     pub fn chats(&self) -> Vec<Exchange> {
-        self.exchanges().into_iter().filter(|e| e.path.ends_with("/chat/completions")).collect()
+        self.exchanges()
+            .into_iter()
+            .filter(|e| e.path.ends_with("/chat/completions") || e.path.ends_with("/messages"))
+            .collect()
     }
 
     pub fn max_in_flight(&self) -> usize {
@@ -275,7 +279,7 @@ async fn forward(State(state): State<ProxyState>, request: Request) -> Response 
     }
     if streamed {
         state.recorded.exchanges.lock().unwrap().push(exchange);
-        // A request stops being in flight when its `[DONE]` goes out, not when hyper later drops
+        // A request stops being in flight when its last event goes out, not when hyper later drops
         // the finished stream: picogent frees its slot on `[DONE]` and may send the next request
         // before that drop.
         let mut in_flight = Some(in_flight);
@@ -283,10 +287,11 @@ async fn forward(State(state): State<ProxyState>, request: Request) -> Response 
         let stream = futures::StreamExt::map(response.bytes_stream(), move |chunk| {
             if let Ok(bytes) = &chunk {
                 tail.extend_from_slice(bytes);
-                if tail.windows(6).any(|w| w == b"[DONE]") {
+                // `[DONE]` ends a chat completions stream, `message_stop` a Messages API one.
+                if tail.windows(6).any(|w| w == b"[DONE]") || tail.windows(12).any(|w| w == b"message_stop") {
                     drop(in_flight.take());
                 }
-                let keep = tail.len().saturating_sub(5);
+                let keep = tail.len().saturating_sub(11);
                 tail.drain(..keep);
             }
             chunk

@@ -27,7 +27,7 @@ mod overrides;
 mod sections;
 
 pub use overrides::ListOverrideError;
-pub use picogent_llm::config::{DEFAULT_MAX_OUTPUT_TOKENS, LlmConfig, MaxTokensField, Price};
+pub use picogent_llm::config::{Api, DEFAULT_MAX_OUTPUT_TOKENS, LlmConfig, MaxTokensField, Price};
 pub use picogent_state::StateConfig;
 pub use picogent_tools::{PermissionMode, PermissionsConfig, RunScope, default_ask_tools};
 pub use picogent_tracker::TrackerConfig;

@@ -13,6 +13,22 @@ fn quick_client(config: &LlmConfig) -> reqwest::Result<reqwest::Client> {
     reqwest::Client::builder().timeout(Duration::from_millis(config.timeout_ms.min(10_000))).build()
 }
 
+/// The request with the key where `llm.api`'s format takes it: `Authorization: Bearer` for
+/// OpenAI's, `x-api-key` (and the version) for the Messages API.
+fn authorized(config: &LlmConfig, request: reqwest::RequestBuilder, key: Option<&Secret>) -> reqwest::RequestBuilder {
+    match (config.api, key) {
+        (crate::config::Api::Openai, Some(key)) => request.bearer_auth(key.expose()),
+        (crate::config::Api::Openai, None) => request,
+        (crate::config::Api::Anthropic, key) => {
+            let request = request.header("anthropic-version", crate::anthropic::ANTHROPIC_VERSION);
+            match key {
+                Some(key) => request.header("x-api-key", key.expose()),
+                None => request,
+            }
+        }
+    }
+}
+
 /// Why the endpoint's list of models does not show the configured model served. Each message
 /// names the endpoint (`base`, `llm.base_url` without a trailing `/`) and the setting to check.
 #[derive(Debug, thiserror::Error)]
@@ -48,10 +64,7 @@ fn some_of(ids: &[String]) -> String {
 pub async fn probe(config: &LlmConfig, api_key: Option<Secret>) -> Result<String, ProbeError> {
     let base = config.base_url.trim_end_matches('/');
     let http = quick_client(config).map_err(ProbeError::Client)?;
-    let mut request = http.get(format!("{base}/models"));
-    if let Some(key) = &api_key {
-        request = request.bearer_auth(key.expose());
-    }
+    let request = authorized(config, http.get(format!("{base}/models")), api_key.as_ref());
     let response = request
         .send()
         .await
@@ -102,10 +115,7 @@ pub async fn server_props(config: &LlmConfig, api_key: Option<Secret>) -> Option
     let base = config.base_url.trim_end_matches('/');
     let root = base.strip_suffix("/v1").unwrap_or(base);
     let http = quick_client(config).ok()?;
-    let mut request = http.get(format!("{root}/props"));
-    if let Some(key) = &api_key {
-        request = request.bearer_auth(key.expose());
-    }
+    let request = authorized(config, http.get(format!("{root}/props")), api_key.as_ref());
     let response = request.send().await.ok()?;
     if !response.status().is_success() {
         return None;
@@ -136,22 +146,13 @@ pub const PROBE_TOOL: &str = "report_status";
 /// Sends one small request with one tool, with the parameters `config` sends. A parameter the
 /// server refuses is reported and left out for the next try, so every refused one is named.
 pub async fn probe_tool_call(config: &LlmConfig, api_key: Option<Secret>) -> Result<ToolProbe, crate::LlmError> {
-    use crate::{ChatModel, ChatRequest, LlmError, Message, ToolSpec};
+    use crate::{ChatRequest, LlmError, Message};
     let mut config = LlmConfig {
         timeout_ms: config.timeout_ms.min(60_000),
         retry: picogent_support::retry::RetryConfig { max_attempts: 1, ..config.retry.clone() },
         ..config.clone()
     };
-    let parameters = serde_json::json!({
-        "type": "object",
-        "properties": {"status": {"type": "string", "description": "the word ready"}},
-        "required": ["status"]
-    });
-    let tools = [ToolSpec {
-        name: PROBE_TOOL.to_string(),
-        description: "Report your status.".to_string(),
-        parameters: std::sync::Arc::new(parameters.as_object().cloned().unwrap_or_default()),
-    }];
+    let tools = [probe_tool()];
     let messages = [
         Message::system("You are a health check. Call the tool you are given."),
         Message::user("Call report_status with status \"ready\"."),
@@ -159,7 +160,7 @@ pub async fn probe_tool_call(config: &LlmConfig, api_key: Option<Secret>) -> Res
     let mut refused_parameters = Vec::new();
     // One try per parameter that can be left out, and the last.
     for _ in 0..5 {
-        let chat = crate::OpenAiChat::new(&config, api_key.clone())?;
+        let chat = crate::chat_model(&config, api_key.clone())?;
         let request = ChatRequest { messages: &messages, tools: &tools, max_output_tokens: Some(256) };
         match chat.complete(&request).await {
             Ok(answer) => return Ok(ToolProbe { called_tool: !answer.tool_calls.is_empty(), refused_parameters }),
@@ -173,6 +174,65 @@ pub async fn probe_tool_call(config: &LlmConfig, api_key: Option<Secret>) -> Res
         }
     }
     Ok(ToolProbe { called_tool: false, refused_parameters })
+}
+
+/// The one tool the checks offer ([`PROBE_TOOL`]).
+fn probe_tool() -> crate::ToolSpec {
+    let parameters = serde_json::json!({
+        "type": "object",
+        "properties": {"status": {"type": "string", "description": "the word ready"}},
+        "required": ["status"]
+    });
+    crate::ToolSpec {
+        name: PROBE_TOOL.to_string(),
+        description: "Report your status.".to_string(),
+        parameters: std::sync::Arc::new(parameters.as_object().cloned().unwrap_or_default()),
+    }
+}
+
+/// What the prompt-cache check found: of the second of two identical requests, how many prompt
+/// tokens the server said it read from its cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheProbe {
+    pub prompt_tokens: u64,
+    pub cached_tokens: u64,
+    /// Written to the cache by the first request (the Messages API says; OpenAI's does not).
+    pub written_tokens: u64,
+}
+
+impl CacheProbe {
+    pub fn active(&self) -> bool {
+        self.cached_tokens > 0
+    }
+}
+
+/// Sends one request twice, with a prefix long enough to be cached (over 1,024 tokens, the
+/// least any of the APIs caches) and the check's one tool, so the offline model treats it as a
+/// check. The second answer's usage says whether the prefix was read from the cache.
+pub async fn probe_cache(config: &LlmConfig, api_key: Option<Secret>) -> Result<CacheProbe, crate::LlmError> {
+    use crate::{ChatRequest, Message};
+    let config = LlmConfig {
+        timeout_ms: config.timeout_ms.min(60_000),
+        retry: picogent_support::retry::RetryConfig { max_attempts: 1, ..config.retry.clone() },
+        ..config.clone()
+    };
+    let filler = "This is the prompt cache check: the same long prefix is sent twice, and the second answer \
+                  says how much of it the server read from its cache. "
+        .repeat(48);
+    let messages = [
+        Message::system(format!("You are a health check. Call the tool you are given.\n\n{filler}")),
+        Message::user("Call report_status with status \"ready\"."),
+    ];
+    let tools = [probe_tool()];
+    let chat = crate::chat_model(&config, api_key)?;
+    let request = ChatRequest { messages: &messages, tools: &tools, max_output_tokens: Some(64) };
+    let first = chat.complete(&request).await?;
+    let second = chat.complete(&request).await?;
+    Ok(CacheProbe {
+        prompt_tokens: second.usage.prompt_tokens,
+        cached_tokens: second.usage.cached_tokens,
+        written_tokens: first.usage.cache_write_tokens,
+    })
 }
 
 /// Leaves `parameter` out of the next request; `false` if it cannot be left out.

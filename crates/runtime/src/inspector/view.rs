@@ -150,6 +150,8 @@ pub struct RunDetail {
     /// The notice a failed or stopped run left where it was asked.
     pub notice: Option<String>,
     pub budgets: Vec<Budget>,
+    /// How much of its prompt the model server read from its cache, when it read any.
+    pub prompt_cache: Option<String>,
     pub context_trims: Vec<String>,
     /// Its coding agent's output and work (`workspaces`), if it delegated any.
     pub coding: Option<CodingView>,
@@ -282,10 +284,28 @@ pub fn detail(run: &RunRow, config: &Config, live: Option<&picogent_workspace::C
         error: run.error.clone(),
         notice: if failed { run.outcome.clone() } else { None },
         budgets,
+        prompt_cache: record.as_ref().and_then(prompt_cache_line),
         context_trims: record.map(|r| r.context_trims).unwrap_or_default(),
         coding: crate::record::coding_of(live, run).map(CodingView::new),
         waiting: run.waiting.as_ref().and_then(WaitingView::new),
     }
+}
+
+/// `9,000 of 10,749 prompt tokens read from the cache (83%), 1,200 written to it`.
+fn prompt_cache_line(record: &picogent_agent::RunRecord) -> Option<String> {
+    if record.cached_tokens == 0 && record.cache_write_tokens == 0 {
+        return None;
+    }
+    let share = record.cached_tokens.saturating_mul(100).checked_div(record.prompt_tokens).unwrap_or(0);
+    let mut line = format!(
+        "{} of {} prompt tokens read from the cache ({share}%)",
+        crate::answer::thousands(record.cached_tokens),
+        crate::answer::thousands(record.prompt_tokens)
+    );
+    if record.cache_write_tokens > 0 {
+        line.push_str(&format!(", {} written to it", crate::answer::thousands(record.cache_write_tokens)));
+    }
+    Some(line)
 }
 
 /// The prompt of a run that has recorded its start but not its end.
