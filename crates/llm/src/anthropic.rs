@@ -394,12 +394,10 @@ struct EventMessage {
 #[derive(Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Delta {
-    TextDelta {
-        text: String,
-    },
-    InputJsonDelta {
-        partial_json: String,
-    },
+    #[serde(rename = "text_delta")]
+    Text { text: String },
+    #[serde(rename = "input_json_delta")]
+    InputJson { partial_json: String },
     #[serde(other)]
     Other,
 }
@@ -435,8 +433,8 @@ impl Streamed {
                 };
             }
             Event::ContentBlockDelta { index, delta } => match (self.blocks.get_mut(index), delta) {
-                (Some(StreamedBlock::Text(text)), Delta::TextDelta { text: piece }) => text.push_str(&piece),
-                (Some(StreamedBlock::ToolUse { input, .. }), Delta::InputJsonDelta { partial_json }) => {
+                (Some(StreamedBlock::Text(text)), Delta::Text { text: piece }) => text.push_str(&piece),
+                (Some(StreamedBlock::ToolUse { input, .. }), Delta::InputJson { partial_json }) => {
                     input.push_str(&partial_json)
                 }
                 _ => {}

@@ -1,29 +1,55 @@
-//! The offline model endpoint: an OpenAI-compatible `POST /v1/chat/completions` (and
-//! `GET /v1/models`) served on loopback by picogent itself, so the demo and the tests exercise the
-//! very same HTTP path as production with no network. It is not an LLM: it answers with either
+//! The offline model endpoint: the two model APIs picogent speaks, served on loopback by
+//! picogent itself, so the demo and the tests exercise the very same HTTP path as production with
+//! no network:
+//!
+//! - OpenAI's `POST /v1/chat/completions` (and `GET /v1/models`), in [`openai`];
+//! - Anthropic's Messages API, `POST /v1/messages` (version 2023-06-01), in [`messages`].
+//!
+//! It is not an LLM: both answer with either
 //!
 //! - the *planner* ([`planner`]): a deterministic, rule-based stand-in that works a task or
 //!   answers a mention from what the request says, or
 //! - a *script* ([`script`]): a fixture replayed turn by turn, checking each request.
 //!
-//! Answers carry `usage`, counted with o200k by the same rule as
+//! Each API's module reads its wire request into the project's own types
+//! ([`picogent_llm::Message`], [`picogent_llm::ToolSpec`]), so the planner, the script's checks,
+//! the faults and the record of requests are one and the same for both; only the wire shapes (of
+//! requests, answers, streams and errors) differ, and each has its one home.
+//!
+//! Answers carry usage, counted with o200k by the same rule as
 //! [`picogent_llm::estimate_prompt_tokens`], so the loop's estimate and the server's count agree.
-//! Faults can be switched on by [`Faults`] (429 bursts with `Retry-After`, 500s, truncated JSON
-//! bodies, invalid tool arguments, endless tool calling), and every request is recorded so tests
-//! can look at what the loop sent.
+//! A prompt cache is simulated for both APIs ([`cache`]): the Messages API's explicit
+//! `cache_control` breakpoints (`cache_read_input_tokens`, `cache_creation_input_tokens`) and
+//! OpenAI's automatic prefix caching (`prompt_tokens_details.cached_tokens`), so cache accounting
+//! can be exercised offline. Faults can be switched on by [`Faults`] (429 bursts with
+//! `Retry-After`, overloaded bursts, 500s, truncated bodies, invalid tool arguments, endless tool
+//! calling), and every request is recorded (its body, its path, the Messages API's headers) so
+//! tests can look at what the loop sent.
 //!
 //! The wire shapes are parsed here with small serde structs of its own: the server side is a
-//! separate implementation of the format, and async-openai stays inside `llm::openai`.
+//! separate implementation of each format, and the client's types stay inside `picogent-llm`.
+//!
+//! Codemap:
+//! - `lib.rs`: options, the handle, the shared state, and what both APIs share: the faults, the
+//!   planner's or the script's turn, the output cap;
+//! - [`openai`]: chat completions (`openai/stream.rs`: its server-sent events);
+//! - [`messages`]: the Messages API (`messages/stream.rs`: its server-sent events);
+//! - [`cache`]: the prompt-cache simulation;
+//! - [`planner`], [`script`]: what answers.
 //!
 //! Invariants:
 //! - it is never a dependency of the agent's library crates: only the binary (the demo, `eval`)
 //!   and the tests start it, and it is named the offline model endpoint wherever it is shown;
 //! - the planner is deterministic (the same request gets the same answer), and a script refuses
-//!   a request that is not the one it expects, saying how it differs, rather than answer it.
+//!   a request that is not the one it expects, saying how it differs, rather than answer it;
+//! - an API key it receives is kept for [`OfflineModelHandle::request_headers`] and never logged
+//!   or printed.
 
+pub mod cache;
+pub mod messages;
+pub mod openai;
 pub mod planner;
 pub mod script;
-mod stream;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -34,15 +60,14 @@ use std::time::Duration;
 use anyhow::Context as _;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use picogent_llm::{Message, TOOL_ERROR_PREFIX, ToolSpec, count_text_tokens, estimate_prompt_tokens};
+use picogent_llm::{Message, ToolSpec, count_text_tokens};
 use planner::PlannedTurn;
 use script::Script;
 
@@ -59,12 +84,18 @@ pub enum Mode {
 }
 
 /// Faults to inject, for tests of the loop's misbehaviour handling. Bursts apply to the first
-/// requests, in this order: 429s, then 500s, then truncated bodies.
+/// requests (of both APIs, counted together), in this order: 429s, then overloaded answers, then
+/// 500s, then truncated bodies.
 #[derive(Debug, Clone, Default)]
 pub struct Faults {
     /// The first N requests get `429` with `Retry-After: retry_after_secs`.
     pub rate_limit_burst: u32,
+    /// Sent as `Retry-After` by the rate-limit and the overloaded bursts (left out when zero for
+    /// the overloaded ones, as an overloaded server often gives no hint).
     pub retry_after_secs: u64,
+    /// The next N requests are told the server is overloaded: `529 overloaded_error` on the
+    /// Messages API, `503` with type `overloaded_error` on chat completions.
+    pub overloaded_burst: u32,
     /// The next N requests get `500`.
     pub server_error_burst: u32,
     /// The next N requests get `200` with a JSON body cut in half.
@@ -86,12 +117,18 @@ pub struct OfflineModelOptions {
     /// Every answer is sent this much later (for load benchmarks and deadline tests).
     pub delay: Duration,
     pub faults: Faults,
-    /// Leave `usage` out of answers, as some servers do (the client then counts with tiktoken).
+    /// Leave `usage` out of chat completions, as some OpenAI-compatible servers do (the client
+    /// then counts with tiktoken). The Messages API always sends usage, so it ignores this.
     pub omit_usage: bool,
+    /// Simulate a prompt cache ([`cache`]); when false every cache figure is reported as zero.
+    pub cache: bool,
+    /// Prefixes shorter than this many tokens are not cached: 1024 is the real APIs' minimum
+    /// (Anthropic's for most models, OpenAI's for all).
+    pub cache_min_tokens: u64,
 }
 
 impl OfflineModelOptions {
-    /// The planner on a free loopback port, no delay, no faults.
+    /// The planner on a free loopback port, no delay, no faults, the prompt cache simulated.
     pub fn planner() -> OfflineModelOptions {
         OfflineModelOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -99,12 +136,39 @@ impl OfflineModelOptions {
             delay: Duration::ZERO,
             faults: Faults::default(),
             omit_usage: false,
+            cache: true,
+            cache_min_tokens: cache::DEFAULT_MIN_TOKENS,
         }
     }
 
     /// A script on a free loopback port.
     pub fn script(script: Script) -> OfflineModelOptions {
         OfflineModelOptions { mode: Mode::Script(script), ..OfflineModelOptions::planner() }
+    }
+}
+
+/// Where a request went and the Messages API's headers it carried, as recorded on arrival.
+///
+/// `api_key` holds the `x-api-key` value so a test can check what the client sent; it is never
+/// logged, and `Debug` shows only whether it is there.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RequestHeaders {
+    /// The request's path: `/v1/chat/completions` or `/v1/messages`.
+    pub path: String,
+    /// The `x-api-key` header's value, if any.
+    pub api_key: Option<String>,
+    /// The `anthropic-version` header's value, if any.
+    pub anthropic_version: Option<String>,
+}
+
+impl std::fmt::Debug for RequestHeaders {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("RequestHeaders")
+            .field("path", &self.path)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("anthropic_version", &self.anthropic_version)
+            .finish()
     }
 }
 
@@ -117,21 +181,37 @@ pub struct OfflineModelHandle {
 }
 
 impl OfflineModelHandle {
-    /// The OpenAI base URL, `http://127.0.0.1:PORT/v1`.
+    /// The OpenAI base URL, `http://127.0.0.1:PORT/v1`; the Messages API is at `{url}/messages`.
     pub fn url(&self) -> String {
         format!("http://{}/v1", self.address)
+    }
+
+    /// The Messages API's endpoint, `http://127.0.0.1:PORT/v1/messages`.
+    pub fn messages_url(&self) -> String {
+        format!("{}/messages", self.url())
     }
 
     pub fn address(&self) -> SocketAddr {
         self.address
     }
 
-    /// Every chat request body received so far, in order (faulted ones included).
+    /// Every model request body received so far (both APIs), in order (faulted ones included).
     pub fn requests(&self) -> Vec<Value> {
-        lock(&self.state.requests).clone()
+        lock(&self.state.requests).iter().map(|request| request.body.clone()).collect()
     }
 
-    /// How many chat requests have arrived (counted on arrival, before any delay).
+    /// The path of every request in [`OfflineModelHandle::requests`], in the same order.
+    pub fn request_paths(&self) -> Vec<String> {
+        lock(&self.state.requests).iter().map(|request| request.headers.path.clone()).collect()
+    }
+
+    /// The path and headers of every request in [`OfflineModelHandle::requests`], in the same
+    /// order.
+    pub fn request_headers(&self) -> Vec<RequestHeaders> {
+        lock(&self.state.requests).iter().map(|request| request.headers.clone()).collect()
+    }
+
+    /// How many model requests have arrived (counted on arrival, before any delay).
     pub fn request_count(&self) -> usize {
         lock(&self.state.requests).len()
     }
@@ -141,19 +221,27 @@ impl OfflineModelHandle {
         lock(&self.state.mismatches).clone()
     }
 
-    /// Prompt and completion tokens of every answer so far, as counted for `usage` (also when
-    /// `omit_usage` leaves it out of the answers).
+    /// Prompt and completion tokens of every answer so far, as counted for usage (also when
+    /// `omit_usage` leaves it out of the answers). The prompt tokens are every input token,
+    /// cached or not.
     pub fn tokens_counted(&self) -> (u64, u64) {
         let counters = lock(&self.state.counters);
         (counters.prompt_tokens, counters.completion_tokens)
     }
 
-    /// Script turns answered so far.
+    /// Prompt tokens read from and written to the simulated prompt cache, over every answer so
+    /// far. OpenAI's automatic caching writes for free, so its answers add to the reads only.
+    pub fn cache_counted(&self) -> (u64, u64) {
+        let counters = lock(&self.state.counters);
+        (counters.cache_read_tokens, counters.cache_write_tokens)
+    }
+
     /// The most requests that were being answered at once.
     pub fn max_in_flight(&self) -> usize {
         lock(&self.state.counters).max_in_flight
     }
 
+    /// Script turns answered so far.
     pub fn script_position(&self) -> usize {
         lock(&self.state.counters).script_position
     }
@@ -171,14 +259,22 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 struct ServerState {
     options: OfflineModelOptions,
-    requests: Mutex<Vec<Value>>,
+    /// One list for bodies and headers, so their orders cannot drift apart.
+    requests: Mutex<Vec<RecordedRequest>>,
     mismatches: Mutex<Vec<String>>,
     counters: Mutex<Counters>,
+    cache: Mutex<cache::PromptCache>,
+}
+
+struct RecordedRequest {
+    body: Value,
+    headers: RequestHeaders,
 }
 
 #[derive(Default)]
 struct Counters {
     rate_limited: u32,
+    overloaded: u32,
     server_errors: u32,
     truncated: u32,
     invalid_arguments: u32,
@@ -189,6 +285,8 @@ struct Counters {
     max_in_flight: usize,
     prompt_tokens: u64,
     completion_tokens: u64,
+    cache_read_tokens: u64,
+    cache_write_tokens: u64,
 }
 
 /// Starts the endpoint and returns once it is listening.
@@ -202,9 +300,11 @@ pub async fn start(options: OfflineModelOptions) -> anyhow::Result<OfflineModelH
         requests: Mutex::new(Vec::new()),
         mismatches: Mutex::new(Vec::new()),
         counters: Mutex::new(Counters::default()),
+        cache: Mutex::new(cache::PromptCache::default()),
     });
     let router = Router::new()
-        .route("/v1/chat/completions", post(chat_completions))
+        .route(openai::PATH, post(openai::chat_completions))
+        .route(messages::PATH, post(messages::messages))
         .route("/v1/models", get(models))
         .layer(DefaultBodyLimit::max(64 * 1024 * 1024))
         .with_state(state.clone());
@@ -230,6 +330,8 @@ pub async fn run_cli(listen: SocketAddr, script: Option<PathBuf>, delay_ms: u64)
         OfflineModelOptions { listen, mode, delay: Duration::from_millis(delay_ms), ..OfflineModelOptions::planner() };
     let handle = start(options).await?;
     println!("offline model endpoint (rule-based, not an LLM) at {}", handle.url());
+    println!("  OpenAI chat completions: {}/chat/completions", handle.url());
+    println!("  Anthropic Messages API:  {}", handle.messages_url());
     tokio::signal::ctrl_c().await.context("cannot wait for Ctrl-C")?;
     handle.shutdown().await;
     Ok(ExitCode::SUCCESS)
@@ -243,152 +345,47 @@ async fn models() -> Response {
     .into_response()
 }
 
-// The request shape, as much of it as the endpoint reads.
-#[derive(Deserialize)]
-struct WireRequest {
-    #[serde(default)]
-    model: String,
-    messages: Vec<WireMessage>,
-    #[serde(default)]
-    tools: Vec<WireTool>,
-    #[serde(default)]
-    max_completion_tokens: Option<u64>,
-    #[serde(default)]
-    max_tokens: Option<u64>,
-    #[serde(default)]
-    stream: bool,
+/// The body as JSON.
+fn parse_body(body: &Bytes) -> Result<Value, serde_json::Error> {
+    serde_json::from_slice(body)
 }
 
-#[derive(Deserialize)]
-struct WireMessage {
-    role: String,
-    #[serde(default)]
-    content: Option<Value>,
-    #[serde(default)]
-    refusal: Option<String>,
-    #[serde(default)]
-    tool_calls: Vec<WireToolCall>,
-    #[serde(default)]
-    tool_call_id: Option<String>,
+/// Records a request on arrival: its body (as JSON, or as text when it is not JSON), its path and
+/// the headers tests look at.
+fn record_request(state: &ServerState, path: &str, headers: &HeaderMap, body: &Bytes, parsed: Option<&Value>) {
+    let text = |name: &str| headers.get(name).map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
+    let body = parsed.cloned().unwrap_or_else(|| Value::String(String::from_utf8_lossy(body).into_owned()));
+    let headers = RequestHeaders {
+        path: path.to_string(),
+        api_key: text("x-api-key"),
+        anthropic_version: text("anthropic-version"),
+    };
+    lock(&state.requests).push(RecordedRequest { body, headers });
 }
 
-#[derive(Deserialize)]
-struct WireToolCall {
-    id: String,
-    function: WireFunctionCall,
-}
-
-#[derive(Deserialize)]
-struct WireFunctionCall {
-    name: String,
-    #[serde(default)]
-    arguments: String,
-}
-
-#[derive(Deserialize)]
-struct WireTool {
-    function: WireFunction,
-}
-
-#[derive(Deserialize)]
-struct WireFunction {
-    name: String,
-    #[serde(default)]
-    description: Option<String>,
-    #[serde(default)]
-    parameters: Option<Value>,
-}
-
-/// Text content may be a string or an array of `{type: "text", text}` parts.
-fn content_text(content: &Option<Value>) -> Option<String> {
-    match content {
-        None | Some(Value::Null) => None,
-        Some(Value::String(text)) => Some(text.clone()),
-        Some(Value::Array(parts)) => {
-            Some(parts.iter().filter_map(|part| part.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join(""))
+/// The name of the tool the latest earlier call with `tool_call_id` called: a tool result's
+/// name, which neither wire format carries.
+fn tool_name_of_call(messages: &[Message], tool_call_id: &str) -> Option<String> {
+    messages.iter().rev().find_map(|message| match message {
+        Message::Assistant { tool_calls, .. } => {
+            tool_calls.iter().find(|call| call.id == tool_call_id).map(|call| call.name.clone())
         }
-        Some(other) => Some(other.to_string()),
+        _ => None,
+    })
+}
+
+/// A tool as offered on either wire: a schema that is not an object counts as an empty one.
+fn tool_spec(name: &str, description: Option<&str>, schema: Option<&Value>) -> ToolSpec {
+    ToolSpec {
+        name: name.to_string(),
+        description: description.unwrap_or_default().to_string(),
+        parameters: Arc::new(match schema {
+            Some(Value::Object(schema)) => schema.clone(),
+            _ => serde_json::Map::new(),
+        }),
     }
 }
 
-/// Why a chat request's messages cannot be read; the message is the 400 answer's text.
-#[derive(Debug, thiserror::Error)]
-enum RequestError {
-    /// A tool message without the id of the call it answers.
-    #[error("messages[{index}]: a tool message needs `tool_call_id`")]
-    NoToolCallId { index: usize },
-    /// A tool message answering a call no earlier assistant message made.
-    #[error("messages[{index}]: tool_call_id {tool_call_id:?} answers no earlier tool call")]
-    UnknownToolCall { index: usize, tool_call_id: String },
-    /// A role the chat format does not have.
-    #[error("messages[{index}]: unknown role {role:?}")]
-    UnknownRole { index: usize, role: String },
-}
-
-/// Reads the wire request into the project's message types (tool messages get their tool's name
-/// from the call they answer).
-fn read_request(request: &WireRequest) -> Result<(Vec<Message>, Vec<ToolSpec>), RequestError> {
-    let mut messages: Vec<Message> = Vec::with_capacity(request.messages.len());
-    for (index, message) in request.messages.iter().enumerate() {
-        let text = content_text(&message.content);
-        let converted = match message.role.as_str() {
-            "system" | "developer" => Message::System { content: text.unwrap_or_default() },
-            "user" => Message::User { content: text.unwrap_or_default() },
-            "assistant" => Message::Assistant {
-                content: text,
-                tool_calls: message
-                    .tool_calls
-                    .iter()
-                    .map(|call| picogent_llm::ToolCall {
-                        id: call.id.clone(),
-                        name: call.function.name.clone(),
-                        arguments: call.function.arguments.clone(),
-                    })
-                    .collect(),
-                refusal: message.refusal.clone(),
-            },
-            "tool" => {
-                let Some(tool_call_id) = message.tool_call_id.clone() else {
-                    return Err(RequestError::NoToolCallId { index });
-                };
-                let name = messages.iter().rev().find_map(|m| match m {
-                    Message::Assistant { tool_calls, .. } => {
-                        tool_calls.iter().find(|c| c.id == tool_call_id).map(|c| c.name.clone())
-                    }
-                    _ => None,
-                });
-                let Some(name) = name else {
-                    return Err(RequestError::UnknownToolCall { index, tool_call_id });
-                };
-                let content = text.unwrap_or_default();
-                let is_error = content.starts_with(TOOL_ERROR_PREFIX);
-                Message::Tool { tool_call_id, name, content, is_error }
-            }
-            other => return Err(RequestError::UnknownRole { index, role: other.to_string() }),
-        };
-        messages.push(converted);
-    }
-    let tools = request
-        .tools
-        .iter()
-        .map(|tool| ToolSpec {
-            name: tool.function.name.clone(),
-            description: tool.function.description.clone().unwrap_or_default(),
-            parameters: std::sync::Arc::new(match &tool.function.parameters {
-                Some(Value::Object(schema)) => schema.clone(),
-                _ => serde_json::Map::new(),
-            }),
-        })
-        .collect();
-    Ok((messages, tools))
-}
-
-fn error_response(status: StatusCode, kind: &str, code: Option<&str>, message: &str) -> Response {
-    let body = json!({"error": {"message": message, "type": kind, "param": null, "code": code}});
-    (status, axum::Json(body)).into_response()
-}
-
-/// What the request gets, decided before the delay.
 /// One answer of the model: its text, its tool calls (name, arguments as text), a refusal.
 #[derive(Debug, Default)]
 struct Reply {
@@ -399,37 +396,24 @@ struct Reply {
     finish: Option<String>,
 }
 
-enum Answer {
-    Turn(Reply),
-    Fault(Response),
-}
-
-async fn chat_completions(State(state): State<Arc<ServerState>>, body: Bytes) -> Response {
-    let parsed: Result<WireRequest, _> = serde_json::from_slice(&body);
-    let stream = parsed.as_ref().is_ok_and(|request| request.stream);
-    lock(&state.requests).push(
-        serde_json::from_slice(&body).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned())),
-    );
-    let in_flight = InFlight::new(state.clone());
-    let answer = decide(&state, parsed);
-    // A streamed answer spreads the delay over its chunks instead: its bytes keep coming.
-    if !state.options.delay.is_zero() && !stream {
-        tokio::time::sleep(state.options.delay).await;
-    }
-    let response = match answer {
-        Ok((Answer::Fault(response), _)) => response,
-        Ok((Answer::Turn(reply), (model, prompt_tokens, max_tokens))) => {
-            let body = render(&state, &model, reply, prompt_tokens, max_tokens);
-            if stream {
-                // In flight until its last chunk is out.
-                return stream::sse(body, state.options.delay, in_flight);
-            }
-            axum::Json(body).into_response()
-        }
-        Err(response) => *response,
-    };
-    drop(in_flight);
-    response
+/// Why a request gets no turn, in no wire format: each API's module answers it in its own error
+/// shape and status.
+#[derive(Debug)]
+enum Fault {
+    /// The rate-limit burst.
+    RateLimited { retry_after_secs: u64 },
+    /// The overloaded burst; `retry_after_secs` zero sends no `Retry-After`.
+    Overloaded { retry_after_secs: u64 },
+    /// The server-error burst.
+    ServerError { message: String },
+    /// The truncated-body burst: a 200 whose JSON is cut in half.
+    TruncatedBody,
+    /// A script's fault turn.
+    Scripted(script::ScriptFault),
+    /// The request is not the one the script expects (or comes after its end).
+    ScriptMismatch { message: String },
+    /// The request cannot be read; the message says why.
+    BadRequest { message: String },
 }
 
 /// A request being answered: counted from its arrival until its answer is out.
@@ -452,59 +436,26 @@ impl Drop for InFlight {
     }
 }
 
-type RequestFacts = (String, u64, Option<u64>);
-
-fn decide(
-    state: &ServerState,
-    parsed: Result<WireRequest, serde_json::Error>,
-) -> Result<(Answer, RequestFacts), Box<Response>> {
-    if let Some(fault) = injected_fault(state) {
-        return Err(Box::new(fault));
+/// Waits the endpoint's delay before a whole answer; a streamed one spreads it over its events
+/// instead, so its bytes keep coming.
+async fn delay_whole_answer(state: &ServerState, stream: bool) {
+    if !state.options.delay.is_zero() && !stream {
+        tokio::time::sleep(state.options.delay).await;
     }
-    let request = parsed.map_err(|e| {
-        Box::new(error_response(
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
-            None,
-            &format!("the request body is not a chat request: {e}"),
-        ))
-    })?;
-    let (messages, tools) = read_request(&request).map_err(|error| {
-        Box::new(error_response(StatusCode::BAD_REQUEST, "invalid_request_error", None, &error.to_string()))
-    })?;
-    let facts = (
-        request.model.clone(),
-        estimate_prompt_tokens(&messages, &tools),
-        request.max_completion_tokens.or(request.max_tokens),
-    );
-    let answer = match &state.options.mode {
-        Mode::Planner => planner_answer(state, &messages, &tools),
-        Mode::Script(script) if is_unscripted_model_check(state, script, &messages, &tools) => Answer::Turn(Reply {
-            tool_calls: vec![(tools[0].name.clone(), json!({"status": "ready"}).to_string())],
-            ..Reply::default()
-        }),
-        Mode::Script(script) => script_answer(state, script, &messages, &tools)?,
-    };
-    Ok((answer, facts))
 }
 
-/// The next of the configured bursts of faults (rate limits, server errors, cut bodies), if any
-/// is left.
-fn injected_fault(state: &ServerState) -> Option<Response> {
+/// The next of the configured bursts of faults (rate limits, overloads, server errors, cut
+/// bodies), if any is left.
+fn injected_fault(state: &ServerState) -> Option<Fault> {
     let faults = &state.options.faults;
     let mut counters = lock(&state.counters);
     if counters.rate_limited < faults.rate_limit_burst {
         counters.rate_limited += 1;
-        let mut response = error_response(
-            StatusCode::TOO_MANY_REQUESTS,
-            "rate_limit_error",
-            Some("rate_limit_exceeded"),
-            "slow down (offline fault)",
-        );
-        if let Ok(value) = HeaderValue::from_str(&faults.retry_after_secs.to_string()) {
-            response.headers_mut().insert(header::RETRY_AFTER, value);
-        }
-        return Some(response);
+        return Some(Fault::RateLimited { retry_after_secs: faults.retry_after_secs });
+    }
+    if counters.overloaded < faults.overloaded_burst {
+        counters.overloaded += 1;
+        return Some(Fault::Overloaded { retry_after_secs: faults.retry_after_secs });
     }
     if counters.server_errors < faults.server_error_burst {
         counters.server_errors += 1;
@@ -512,22 +463,45 @@ fn injected_fault(state: &ServerState) -> Option<Response> {
         // a scripted fault repeats its body exactly, as a deterministic one does.
         let message =
             format!("internal error (offline fault {} of {})", counters.server_errors, faults.server_error_burst);
-        return Some(error_response(StatusCode::INTERNAL_SERVER_ERROR, "server_error", None, &message));
+        return Some(Fault::ServerError { message });
     }
     if counters.truncated < faults.truncated_body_burst {
         counters.truncated += 1;
-        let full = json!({"id": "offline-truncated", "object": "chat.completion", "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": "this answer is cut short"}, "finish_reason": "stop"}
-        ]})
-        .to_string();
-        let cut = full[..full.len() / 2].to_string();
-        return Some((StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], cut).into_response());
+        return Some(Fault::TruncatedBody);
     }
     None
 }
 
+/// A `Retry-After` header of `seconds`, on `response`.
+fn with_retry_after(mut response: Response, seconds: u64) -> Response {
+    if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
+        response.headers_mut().insert(header::RETRY_AFTER, value);
+    }
+    response
+}
+
+/// A 200 whose JSON body is `full` cut in half: it no longer parses.
+fn truncated_response(full: &Value) -> Response {
+    let full = full.to_string();
+    let cut = full[..full.len() / 2].to_string();
+    (axum::http::StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], cut).into_response()
+}
+
+/// The turn a readable request gets: the planner's, or the script's next (a fault turn, or a
+/// mismatch, is a [`Fault`]).
+fn answer_turn(state: &ServerState, messages: &[Message], tools: &[ToolSpec]) -> Result<Reply, Fault> {
+    match &state.options.mode {
+        Mode::Planner => Ok(planner_answer(state, messages, tools)),
+        Mode::Script(script) if is_unscripted_model_check(state, script, messages, tools) => Ok(Reply {
+            tool_calls: vec![(tools[0].name.clone(), json!({"status": "ready"}).to_string())],
+            ..Reply::default()
+        }),
+        Mode::Script(script) => script_answer(state, script, messages, tools),
+    }
+}
+
 /// The planner's turn, with the configured argument faults applied.
-fn planner_answer(state: &ServerState, messages: &[Message], tools: &[ToolSpec]) -> Answer {
+fn planner_answer(state: &ServerState, messages: &[Message], tools: &[ToolSpec]) -> Reply {
     let faults = &state.options.faults;
     let plain_text = faults.plain_text_replies.then(|| planner::plain_text_reply(messages)).flatten();
     let planned = match plain_text {
@@ -536,7 +510,7 @@ fn planner_answer(state: &ServerState, messages: &[Message], tools: &[ToolSpec])
         None => planner::plan(messages, tools),
     };
     match planned {
-        PlannedTurn::Text(text) => Answer::Turn(Reply { content: Some(text), ..Reply::default() }),
+        PlannedTurn::Text(text) => Reply { content: Some(text), ..Reply::default() },
         PlannedTurn::ToolCalls(mut calls) => {
             let mut counters = lock(&state.counters);
             if counters.invalid_arguments < faults.invalid_arguments {
@@ -546,7 +520,7 @@ fn planner_answer(state: &ServerState, messages: &[Message], tools: &[ToolSpec])
                     arguments.truncate(arguments.len().saturating_sub(1));
                 }
             }
-            Answer::Turn(Reply { tool_calls: calls, ..Reply::default() })
+            Reply { tool_calls: calls, ..Reply::default() }
         }
     }
 }
@@ -567,10 +541,10 @@ fn is_unscripted_model_check(state: &ServerState, script: &Script, messages: &[M
 /// The script's next turn, after checking the request against what the turn expects.
 fn script_answer(
     state: &ServerState,
-    script: &script::Script,
+    script: &Script,
     messages: &[Message],
     tools: &[ToolSpec],
-) -> Result<Answer, Box<Response>> {
+) -> Result<Reply, Fault> {
     let position = {
         let mut counters = lock(&state.counters);
         counters.script_position += 1;
@@ -579,7 +553,7 @@ fn script_answer(
     let mismatch = |message: String| {
         tracing::error!(%message, "offline model script mismatch");
         lock(&state.mismatches).push(message.clone());
-        Box::new(error_response(StatusCode::INTERNAL_SERVER_ERROR, "script_mismatch", None, &message))
+        Fault::ScriptMismatch { message }
     };
     let Some(turn) = script.turns.get(position - 1) else {
         return Err(mismatch(format!(
@@ -591,97 +565,62 @@ fn script_answer(
     if !problems.is_empty() {
         return Err(mismatch(format!("script mismatch at turn {position}: {}", problems.join("; "))));
     }
-    Ok(match (&turn.fault, &turn.reply) {
-        (Some(fault), _) => Answer::Fault(fault_response(fault)),
-        (None, Some(reply)) => Answer::Turn(Reply {
+    match (&turn.fault, &turn.reply) {
+        (Some(fault), _) => Err(Fault::Scripted(fault.clone())),
+        (None, Some(reply)) => Ok(Reply {
             content: reply.content.clone(),
             tool_calls: reply.tool_calls.iter().map(|c| (c.name.clone(), c.arguments_text())).collect(),
             refusal: reply.refusal.clone(),
             finish: reply.finish_reason.clone(),
         }),
         // `Script::from_json` refuses turns with neither.
-        (None, None) => Answer::Turn(Reply::default()),
-    })
-}
-
-fn fault_response(fault: &script::ScriptFault) -> Response {
-    let status = StatusCode::from_u16(fault.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let default_message = match fault.code.as_deref() {
-        Some("context_length_exceeded") => "this model's maximum context length was exceeded (offline fault)",
-        _ => "scripted fault (offline)",
-    };
-    let kind = if status.is_server_error() { "server_error" } else { "invalid_request_error" };
-    let mut response =
-        error_response(status, kind, fault.code.as_deref(), fault.message.as_deref().unwrap_or(default_message));
-    if let Some(value) = fault.retry_after.and_then(|seconds| HeaderValue::from_str(&seconds.to_string()).ok()) {
-        response.headers_mut().insert(header::RETRY_AFTER, value);
+        (None, None) => Ok(Reply::default()),
     }
-    response
 }
 
-/// Builds the chat completion, honouring `max_completion_tokens`: a text longer than allowed is
-/// cut (finish reason `length`), and tool calls that do not fit are withheld the same way.
-fn render(state: &ServerState, model: &str, reply: Reply, prompt_tokens: u64, max_tokens: Option<u64>) -> Value {
+/// Why an answer stopped, in no wire format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Finish {
+    /// The model said all it had to say.
+    Stop,
+    /// The model asks for tool calls.
+    ToolCalls,
+    /// The output cap cut the answer (or a script says it did).
+    Length,
+}
+
+/// A reply as sent, once the output cap is applied.
+struct Capped {
+    content: Option<String>,
+    tool_calls: Vec<(String, String)>,
+    refusal: Option<String>,
+    completion_tokens: u64,
+    finish: Finish,
+}
+
+/// Applies the output cap (`max_tokens`): a text longer than allowed is cut (finish `Length`),
+/// and tool calls that do not fit are withheld the same way. A scripted finish reason is sent as
+/// it is, with the reply as it is.
+fn cap(reply: Reply, max_tokens: Option<u64>) -> Capped {
     let Reply { content, tool_calls, refusal, finish } = reply;
-    let answer_number = {
-        let mut counters = lock(&state.counters);
-        counters.answers += 1;
-        counters.answers
-    };
     let calls_tokens: u64 =
         tool_calls.iter().map(|(name, arguments)| count_text_tokens(name) + count_text_tokens(arguments)).sum();
     let text_tokens = content.iter().chain(refusal.iter()).map(|t| count_text_tokens(t)).sum::<u64>();
-    let (content, tool_calls, completion_tokens, finish_reason) = match (max_tokens, finish.as_deref()) {
-        // A scripted finish reason is sent as it is, with the reply as it is.
+    match (max_tokens, finish.as_deref()) {
         (_, Some(finish)) => {
-            let finish: &'static str = if finish == "length" { "length" } else { "stop" };
-            (content, tool_calls, text_tokens + calls_tokens, finish)
+            let finish = if finish == "length" { Finish::Length } else { Finish::Stop };
+            Capped { content, tool_calls, refusal, completion_tokens: text_tokens + calls_tokens, finish }
         }
         (Some(max), None) if text_tokens + calls_tokens > max => {
             let cut = content.map(|text| cut_to_tokens(&text, max)).filter(|t| !t.is_empty());
             let tokens = cut.as_deref().map(count_text_tokens).unwrap_or(0);
-            (cut, Vec::new(), tokens, "length")
+            Capped { content: cut, tool_calls: Vec::new(), refusal, completion_tokens: tokens, finish: Finish::Length }
         }
         (_, None) => {
-            let finish = if tool_calls.is_empty() { "stop" } else { "tool_calls" };
-            (content, tool_calls, text_tokens + calls_tokens, finish)
+            let finish = if tool_calls.is_empty() { Finish::Stop } else { Finish::ToolCalls };
+            Capped { content, tool_calls, refusal, completion_tokens: text_tokens + calls_tokens, finish }
         }
-    };
-    let calls: Vec<Value> = tool_calls
-        .iter()
-        .enumerate()
-        .map(|(index, (name, arguments))| {
-            json!({"id": format!("call_{answer_number}_{index}"), "type": "function",
-                   "function": {"name": name, "arguments": arguments}})
-        })
-        .collect();
-    {
-        let mut counters = lock(&state.counters);
-        counters.prompt_tokens += prompt_tokens;
-        counters.completion_tokens += completion_tokens;
     }
-    let mut message = json!({"role": "assistant", "content": content});
-    if !calls.is_empty() {
-        message["tool_calls"] = Value::Array(calls);
-    }
-    if let Some(refusal) = refusal {
-        message["refusal"] = Value::String(refusal);
-    }
-    let mut body = json!({
-        "id": format!("offline-{answer_number}"),
-        "object": "chat.completion",
-        "created": 0,
-        "model": if model.is_empty() { MODEL_NAME } else { model },
-        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
-    });
-    if !state.options.omit_usage {
-        body["usage"] = json!({
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        });
-    }
-    body
 }
 
 fn cut_to_tokens(text: &str, max_tokens: u64) -> String {
@@ -689,4 +628,16 @@ fn cut_to_tokens(text: &str, max_tokens: u64) -> String {
     let tokens = bpe.encode_with_special_tokens(text);
     let keep = usize::try_from(max_tokens).unwrap_or(usize::MAX).min(tokens.len());
     bpe.decode(&tokens[..keep]).unwrap_or_default()
+}
+
+/// Counts an answer about to be sent and returns its number (for its ids): its prompt tokens
+/// (all of them, cached or not), its completion tokens, and what the cache read and wrote.
+fn count_answer(state: &ServerState, prompt_tokens: u64, completion_tokens: u64, cache_use: cache::CacheUse) -> u64 {
+    let mut counters = lock(&state.counters);
+    counters.answers += 1;
+    counters.prompt_tokens += prompt_tokens;
+    counters.completion_tokens += completion_tokens;
+    counters.cache_read_tokens += cache_use.read;
+    counters.cache_write_tokens += cache_use.written;
+    counters.answers
 }
