@@ -14,12 +14,23 @@ use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_scenario_passes_with_the_offline_planner() {
+    every_scenario_passes(picogent::config::Api::Openai).await;
+}
+
+/// The same suite through the Messages API (`llm.api: "anthropic"`), which the offline model
+/// answers at `/v1/messages`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_scenario_passes_over_the_messages_api() {
+    every_scenario_passes(picogent::config::Api::Anthropic).await;
+}
+
+async fn every_scenario_passes(api: picogent::config::Api) {
     // Answers take 50 ms, as a fast hosted model's would: the stop scenario's comment then
     // reaches a run under way, as it does with any real model.
     let options = OfflineModelOptions { delay: Duration::from_millis(50), ..OfflineModelOptions::planner() };
     let model = picogent::offline_model::start(options).await.unwrap();
     let prompts = Path::new(env!("CARGO_MANIFEST_DIR")).join("prompts");
-    let llm = LlmConfig::new(model.url(), "offline-planner");
+    let llm = LlmConfig { api, ..LlmConfig::new(model.url(), "offline-planner") };
     let options = EvalOptions {
         llm,
         api_key: None,
@@ -42,6 +53,12 @@ async fn every_scenario_passes_with_the_offline_planner() {
     let names: Vec<&str> = card.scenarios.iter().map(|s| s.name).collect();
     assert_eq!(seen, names, "each score was handed on as its scenario ended, in order");
     assert!(card.tokens > 0 && card.tool_calls > 0);
+    let endpoint = match api {
+        picogent::config::Api::Openai => "/v1/chat/completions",
+        picogent::config::Api::Anthropic => "/v1/messages",
+    };
+    let paths = model.request_paths();
+    assert!(!paths.is_empty() && paths.iter().all(|path| path == endpoint), "{paths:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
