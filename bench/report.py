@@ -3,9 +3,10 @@
 missed (2 when a figure is missing).
 
 Usage: report.py RESULTS_DIR RESULTS_MD
-RESULTS_DIR holds compare.json (benches/compare.rs), procs.json (bench/procs.py) and
-mcp.json (benches/mcp_stdio.rs). The demo's token figures are kept from run to run in the
-history table at the end of RESULTS.md.
+RESULTS_DIR holds compare.json (benches/compare.rs), procs.json (bench/procs.py),
+mcp.json (benches/mcp_stdio.rs), replicas.json (benches/replicas.rs) and cost.json
+(benches/cost.rs). The demo's token figures are kept from run to run in the history table at the
+end of RESULTS.md.
 """
 
 import datetime
@@ -111,12 +112,61 @@ def mcp_rows(mcp, notes):
     return rows
 
 
+def cost_section(cost):
+    """The cost of a task (benches/cost.rs): one row per task and API, each figure beside the
+    last commit's (bench/cost.json in HEAD) when it had one."""
+    last = {(r["task"], r["api"]): r for r in (cost.get("last_commit") or [])}
+    apis = list(dict.fromkeys(r["api"] for r in cost["rows"]))  # in the rows' order
+    dollars = lambda amount: f"${amount:.4f}"
+    cached = lambda r: f"{r['cached_tokens']:,} ({r['cached_share'] * 100:.1f}%)"
+    cached_then = lambda r: f"{r['cached_tokens']:,}, {r['cached_share'] * 100:.1f}%"
+    # (column, the figure now, the same figure of the last commit, in brackets)
+    columns = (("turns", lambda r: str(r["turns"]), None),
+               ("prompt tokens", lambda r: f"{r['prompt_tokens']:,}", None),
+               ("cached (% of prompt)", cached, cached_then),
+               ("cache-written", lambda r: f"{r['cache_write_tokens']:,}", None),
+               ("completion", lambda r: f"{r['completion_tokens']:,}", None),
+               ("cost without caching", lambda r: dollars(r["cost_without_cache"]), None),
+               ("cost with caching", lambda r: dollars(r["cost_with_cache"]), None))
+    prices = "; ".join(f"`llm.api` {api} priced as {p['model']} (input ${p['per_million']['input_per_million']:.2f}"
+                       + (f", cache read ${p['per_million']['cache_read_per_million']:.2f}"
+                          if p["per_million"].get("cache_read_per_million") is not None else "")
+                       + (f", cache write ${p['per_million']['cache_write_per_million']:.2f}"
+                          if p["per_million"].get("cache_write_per_million") is not None else "")
+                       + f", output ${p['per_million']['output_per_million']:.2f} per million)"
+                       for api, p in ((api, cost["prices"][api]) for api in apis))
+    out = ["## Cost of a task", "",
+           "`benches/cost.rs`: the demo's task run and a 12-turn scripted task (11 tool calls with large results), "
+           "each on both model APIs against the offline model endpoint and its prompt-cache simulation, as the run "
+           f"records count them. Prices: {cost['prices_as_of']}: {prices}. Without caching: every prompt token at "
+           "the input rate; with caching: cached and written tokens at their own rates.", ""]
+    out.append("Beside each figure, the same figure in the last commit's `bench/cost.json`." if last
+               else "No figures in the last commit (`bench/cost.json` is not in HEAD).")
+    out += ["", "| task | `llm.api` | " + " | ".join(name for name, _, _ in columns) + " |",
+            "|---|---|" + "---|" * len(columns)]
+    for r in cost["rows"]:
+        before = last.get((r["task"], r["api"]))
+        cells = [f"{now(r)} (last commit {(then or now)(before)})" if before else now(r) for _, now, then in columns]
+        label = r["task_label"] + (" (not in the last commit)" if last and not before else "")
+        out.append(f"| {label} | {r['api']} | " + " | ".join(cells) + " |")
+    if cost.get("run_to_run"):
+        out += ["", f"Run to run: {cost['run_to_run']}."]
+    turns = cost.get("long_task_turns") or {}
+    if turns:
+        out += ["", "Prompt tokens of each turn of the long task (rebuilt from the stored conversation): "
+                + "; ".join(f"{api}: {', '.join(f'{t:,}' for t in turns[api])}" for api in apis if api in turns)
+                + "."]
+    out.append("")
+    return out
+
+
 def main():
     results_dir, results_md = Path(sys.argv[1]), Path(sys.argv[2])
     compare = load(results_dir / "compare.json")
     procs = load(results_dir / "procs.json")
     mcp = load(results_dir / "mcp.json")
     replicas = load(results_dir / "replicas.json")
+    cost = load(results_dir / "cost.json")
     rows = []  # (what, ours, baseline, ratio/figure, target, met: True/False/None)
 
     if compare:
@@ -179,6 +229,15 @@ def main():
                      f"max {k['max_s']:.1f} s", "≤ 10 s", k["max_s"] <= 10.0))
     else:
         rows.append(("replicas on PostgreSQL (benches/replicas.rs)", "not measured", "", "", "≥ 2.5× / ≤ 10 s", None))
+
+    if cost:
+        t = cost["target"]
+        demo = next(r for r in cost["rows"] if r["task"] == "demo" and r["api"] == "anthropic")
+        rows.append(("cached share of the demo task's prompt tokens, `llm.api` anthropic (benches/cost.rs)",
+                     f"{demo['cached_tokens']:,} of {demo['prompt_tokens']:,} cached", "—",
+                     f"{t['cached_share'] * 100:.1f}%", f"> {t['above'] * 100:.0f}%", t["met"]))
+    else:
+        rows.append(("cost per task (benches/cost.rs)", "not measured", "", "", "", None))
 
     mcp_notes = []  # (what, figure): measured alongside, no target
     if mcp and "picogent" in mcp:
@@ -252,6 +311,8 @@ def main():
             out.append(f"| {i + 1} | {run['trigger'].split(' ')[0]} | {run['turns']} | {run['tool_calls']} | "
                        f"{run['prompt_tokens']:,} | {run['completion_tokens']:,} |")
         out.append("")
+    if cost:
+        out += cost_section(cost)
     out += ["## Demo task run, from run to run", "", HISTORY_START, "",
             "| date | commit | turns | prompt tokens | completion tokens | model requests (demo) | "
             "request JSON tokens (demo) |", "|---|---|---|---|---|---|---|"]

@@ -59,6 +59,12 @@ pub async fn start(prompts_dir: Option<PathBuf>) -> anyhow::Result<Demo> {
 
 /// As [`start`]; with `coding`, a local bare repository and the stand-in coding agent too.
 pub async fn start_with(prompts_dir: Option<PathBuf>, coding: bool) -> anyhow::Result<Demo> {
+    start_for(prompts_dir, coding, crate::config::Api::Openai).await
+}
+
+/// As [`start_with`], the agent speaking `api` to the offline model endpoint (which serves both
+/// formats): `benches/cost.rs` plays the demo once per API.
+pub async fn start_for(prompts_dir: Option<PathBuf>, coding: bool, api: crate::config::Api) -> anyhow::Result<Demo> {
     let dir = tempfile::tempdir().context("cannot make a temporary folder")?;
     let (workspaces, repository) = match coding {
         true => {
@@ -81,7 +87,13 @@ pub async fn start_with(prompts_dir: Option<PathBuf>, coding: bool) -> anyhow::R
         "name": "Picogent",
         "capabilities": ["planning tasks into steps", "answering questions about the board"],
         "tracker": {"url": board.url(), "timeout_ms": 5000},
-        "llm": {"base_url": model.url(), "model": "offline-planner", "max_output_tokens": 1024, "timeout_ms": 30000},
+        "llm": {
+            "api": api.as_str(),
+            "base_url": model.url(),
+            "model": "offline-planner",
+            "max_output_tokens": 1024,
+            "timeout_ms": 30000,
+        },
         "state": {"path": dir.path().join("picogent.db")},
         "http": {"listen": "127.0.0.1:0"},
         "prompts_dir": prompts_dir,
