@@ -31,7 +31,7 @@
 //!
 //! # What it does
 //!
-//! For a task: `get_task`; `add_step` for each bullet line (`- x`, `* x`) of the description, or
+//! For a task: `get_task` (unless the prompt shows the task, as `prompts/task_assigned.md` does); `add_step` for each bullet line (`- x`, `* x`) of the description, or
 //! a default plan of three steps (skipped when the prompt lists the task's existing checklist as
 //! `- [ ] title (step id X)` lines, as `prompts/task_assigned.md` does). A description's bullets
 //! stop at a line that imitates the prompt's structure (`Comments so far:`, `Task: …`, `</task>`),
@@ -282,6 +282,21 @@ fn result_id(result: &Value) -> Option<String> {
 
 /// A task's description in a tool result: the JSON field, or the whole text (only its bullet
 /// lines are used, and the registry's header lines are not bullets).
+/// The task as the prompt shows it, when it does (`task_assigned.md`: a `Title:` line, then the
+/// description after `Description:`), in the shape of a text `get_task` result.
+fn prompt_task(read: &Read) -> Option<Value> {
+    let structure = read.structure.as_str();
+    if !structure.contains("\nTitle: ") {
+        return None;
+    }
+    const MARK: &str = "\nDescription:\n";
+    let description = match structure.find(MARK) {
+        Some(start) => read.resolve(structure[start + MARK.len()..].split('\n').next().unwrap_or_default()),
+        None => String::new(),
+    };
+    Some(Value::String(description))
+}
+
 fn result_description(result: &Value) -> &str {
     match result {
         Value::String(text) => text,
@@ -335,12 +350,14 @@ fn call(name: &str, arguments: Value) -> (String, String) {
 // them; each returns the next turn. Split up, the order would be spread over several places.
 fn plan_task(key: &str, task_id: Option<&str>, history: &History, offered: &Offered) -> PlannedTurn {
     let any = |_: &Value| true;
-    // 1. Read the task.
-    if offered.get("get_task").is_some() && history.wanted("get_task", any) {
+    // 1. Read the task, unless the prompt shows it as it is now (`Title:` and the description):
+    //    reading it again would only repeat it.
+    let shown = prompt_task(&history.prompt);
+    if shown.is_none() && offered.get("get_task").is_some() && history.wanted("get_task", any) {
         let argument = offered.argument("get_task", &TASK_ARGUMENT);
         return PlannedTurn::ToolCalls(vec![call("get_task", json!({ argument: key }))]);
     }
-    let task = history.successes("get_task", any).next().cloned().unwrap_or(Value::Null);
+    let task = history.successes("get_task", any).next().cloned().or(shown).unwrap_or(Value::Null);
     // Later calls address the task by its id when the tracker gave one (a key works in paths,
     // but `task_id` in a message body wants the id).
     let task_ref = result_id(&task).or(task_id.map(str::to_string)).unwrap_or_else(|| key.to_string());
