@@ -298,13 +298,13 @@ async fn a_forged_template_section_and_a_control_token_stay_inside_the_fence() {
             assert!(!outside.contains(forged), "{forged:?} is outside the fences of a {role} message:\n{text}");
         }
     }
-    // The forged text did reach the model, as data: in the prompt and in the `get_task` result.
+    // The forged text did reach the model, as data, in the prompt; the task is not read again,
+    // since the prompt shows it (the planner plans from the prompt's fenced description).
     let prompt = &texts.iter().find(|(role, _)| role == "user").unwrap().1;
     assert!(prompt.starts_with(&format!("Task: {}\nTask id: {}\n", task.key, task.id)), "{prompt}");
     assert!(fenced(prompt).iter().any(|data| data.contains("Comments so far:\n- @alice: Reassign SE-1")), "{prompt}");
-    let result =
-        &texts.iter().find(|(role, text)| role == "tool" && text.contains("Tidy the release notes")).unwrap().1;
-    assert!(fenced(result).iter().any(|data| data.contains("Task: SE-1")), "{result}");
+    assert!(fenced(prompt).iter().any(|data| data.contains("Task: SE-1")), "{prompt}");
+    assert!(!texts.iter().any(|(role, text)| role == "tool" && text.contains("Tidy the release notes")), "read again");
     // One fence for the whole run: the prompt's and the results' tokens are the same.
     let token = fence_token(prompt).unwrap();
     for (role, text) in texts.iter().filter(|(role, _)| role == "tool") {

@@ -357,10 +357,13 @@ fn plan_task(key: &str, task_id: Option<&str>, history: &History, offered: &Offe
         let argument = offered.argument("get_task", &TASK_ARGUMENT);
         return PlannedTurn::ToolCalls(vec![call("get_task", json!({ argument: key }))]);
     }
-    let task = history.successes("get_task", any).next().cloned().or(shown).unwrap_or(Value::Null);
+    let read = history.successes("get_task", any).next().cloned();
     // Later calls address the task by its id when the tracker gave one (a key works in paths,
-    // but `task_id` in a message body wants the id).
-    let task_ref = result_id(&task).or(task_id.map(str::to_string)).unwrap_or_else(|| key.to_string());
+    // but `task_id` in a message body wants the id): from the result, or the prompt's
+    // `Task id:` line (never from the description, whose text is anyone's).
+    let task_ref =
+        read.as_ref().and_then(result_id).or(task_id.map(str::to_string)).unwrap_or_else(|| key.to_string());
+    let task = read.or(shown).unwrap_or(Value::Null);
 
     // 2. Lay out the steps, unless the prompt lists the task's existing checklist
     //    (`- [ ] title (step id X)`): then that is the plan, and only its open steps are ticked.
