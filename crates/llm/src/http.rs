@@ -1,7 +1,7 @@
 //! What both wire formats share on the way to the server: the HTTP client with its timeouts, the
 //! cap on requests in flight (`llm.max_concurrent_requests`), sending a body and reading a failed
 //! answer's status, `Retry-After` and body, and reading server-sent events under the idle
-//! timeout. The formats ([`crate::openai`], [`crate::anthropic`]) own their shapes and how their
+//! timeout. The formats (`openai`, `anthropic`) own their shapes and how their
 //! error bodies map to an [`LlmError`].
 
 use std::time::Duration;

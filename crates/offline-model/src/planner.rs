@@ -361,8 +361,7 @@ fn plan_task(key: &str, task_id: Option<&str>, history: &History, offered: &Offe
     // Later calls address the task by its id when the tracker gave one (a key works in paths,
     // but `task_id` in a message body wants the id): from the result, or the prompt's
     // `Task id:` line (never from the description, whose text is anyone's).
-    let task_ref =
-        read.as_ref().and_then(result_id).or(task_id.map(str::to_string)).unwrap_or_else(|| key.to_string());
+    let task_ref = read.as_ref().and_then(result_id).or(task_id.map(str::to_string)).unwrap_or_else(|| key.to_string());
     let task = read.or(shown).unwrap_or(Value::Null);
 
     // 2. Lay out the steps, unless the prompt lists the task's existing checklist
