@@ -12,15 +12,12 @@ use picogent::eval::EvalOptions;
 use picogent::offline_model::OfflineModelOptions;
 use tokio_util::sync::CancellationToken;
 
+/// The suite on chat completions, then through the Messages API (`llm.api: "anthropic"`), which
+/// the offline model answers at `/v1/messages`. One after the other: two suites at once, each
+/// with its coding agent, load a 2-core machine more than the suite is about.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_scenario_passes_with_the_offline_planner() {
+async fn every_scenario_passes_with_the_offline_planner_on_both_apis() {
     every_scenario_passes(picogent::config::Api::Openai).await;
-}
-
-/// The same suite through the Messages API (`llm.api: "anthropic"`), which the offline model
-/// answers at `/v1/messages`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_scenario_passes_over_the_messages_api() {
     every_scenario_passes(picogent::config::Api::Anthropic).await;
 }
 
