@@ -29,6 +29,7 @@ use picogent::config::{Api, Config, Price};
 use picogent::llm::{Message, Usage, count_tools_json_tokens, estimate_prompt_tokens, message_tokens};
 use picogent::offline_model::OfflineModelOptions;
 use picogent::offline_model::script::Script;
+use picogent::runtime::answer::thousands;
 use picogent::runtime::record::StoredRun;
 use picogent::runtime::{AgentHandle, AgentOptions};
 use picogent::secret::Secret;
@@ -699,19 +700,6 @@ fn describe_price(price: &Price) -> String {
 
 fn share(part: u64, whole: u64) -> f64 {
     if whole == 0 { 0.0 } else { part as f64 / whole as f64 }
-}
-
-/// `10749` → `10,749`.
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, digit) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(digit);
-    }
-    out
 }
 
 fn dollars(amount: f64) -> String {

@@ -13,6 +13,7 @@ use std::time::Duration;
 use agent_support::*;
 use picogent::llm::config::Price;
 use picogent::offline_model::{Faults, OfflineModelOptions};
+use picogent::runtime::answer::thousands;
 use picogent::runtime::record::StoredRun;
 use picogent::tracker::model::*;
 use serde_json::{Value, json};
@@ -124,18 +125,6 @@ async fn a_task_run_marks_the_stable_prefix_and_prices_the_cache_write_and_the_r
     agent.shutdown().await.unwrap();
     model.shutdown().await;
     board.shutdown().await.unwrap();
-}
-
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, digit) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(digit);
-    }
-    out
 }
 
 /// A 429 (`rate_limit_error`) and a 529 (`overloaded_error`), each with `retry-after: 1`: the

@@ -342,7 +342,7 @@ struct Streamed {
     blocks: Vec<StreamedBlock>,
     stop_reason: Option<String>,
     usage: Option<WireUsage>,
-    error: Option<String>,
+    error: Option<ErrorObject>,
 }
 
 #[derive(Debug, Default)]
@@ -449,7 +449,7 @@ impl Streamed {
             }
             Event::MessageStop => return Ok(true),
             Event::Error { error } => {
-                self.error = Some(format!("{}: {}", error.kind, error.message));
+                self.error = Some(error);
                 return Ok(true);
             }
             Event::Other => {}
@@ -458,9 +458,18 @@ impl Streamed {
     }
 
     fn into_answer(self) -> Result<WireAnswer, LlmError> {
-        if let Some(message) = self.error {
-            // An error mid-stream (`overloaded_error` most often): as transient as a 5xx.
-            return Err(LlmError::Server { status: 200, retry_after: None, message });
+        if let Some(error) = self.error {
+            // An error mid-stream (`overloaded_error` most often) is classified as the same
+            // error before the stream would have been, with the status its type stands for.
+            let status = match error.kind.as_str() {
+                "overloaded_error" => 529,
+                "rate_limit_error" => 429,
+                _ => 500,
+            };
+            let body =
+                serde_json::to_vec(&json!({"type": "error", "error": {"type": error.kind, "message": error.message}}))
+                    .unwrap_or_default();
+            return Err(classify_error(status, None, &body));
         }
         let content = self
             .blocks

@@ -586,29 +586,19 @@ fn clean_schema_texts(schema: &JsonObject) -> Option<JsonObject> {
 fn resource_tools(servers: &[Arc<ServerConnection>]) -> Vec<Tool> {
     let names: Vec<String> =
         servers.iter().filter(|s| !s.snapshot().resources.is_empty()).map(|s| s.name().to_string()).collect();
-    let mut read_only = ToolAnnotations::new();
-    read_only.read_only_hint = Some(true);
-    read_only.destructive_hint = Some(false);
-    let object = |value: Value| -> Arc<JsonObject> {
-        match value {
-            Value::Object(map) => Arc::new(map),
-            _ => Arc::new(JsonObject::new()),
-        }
-    };
-    let mut list = Tool::new(
+    let list = read_only_tool(
         LIST_RESOURCES_TOOL,
         "List the resources (files, documents, data) the connected MCP servers offer: server, URI, name, MIME type.",
-        object(json!({
+        json!({
             "type": "object",
             "properties": {"server": {"type": "string", "enum": names, "description": "Only this server's resources."}},
             "additionalProperties": false
-        })),
+        }),
     );
-    list.annotations = Some(read_only.clone());
-    let mut read = Tool::new(
+    let read = read_only_tool(
         READ_RESOURCE_TOOL,
         "Read one resource of an MCP server by its URI (see list_mcp_resources). Large or binary contents are saved as artifacts.",
-        object(json!({
+        json!({
             "type": "object",
             "properties": {
                 "server": {"type": "string", "enum": names},
@@ -616,33 +606,22 @@ fn resource_tools(servers: &[Arc<ServerConnection>]) -> Vec<Tool> {
             },
             "required": ["server", "uri"],
             "additionalProperties": false
-        })),
+        }),
     );
-    read.annotations = Some(read_only);
     vec![list, read]
 }
 
 /// The two skill tools: the listing, and one skill's text. Both only read what the host holds.
 fn skill_tools() -> Vec<Tool> {
-    let mut read_only = ToolAnnotations::new();
-    read_only.read_only_hint = Some(true);
-    read_only.destructive_hint = Some(false);
-    let object = |value: Value| -> Arc<JsonObject> {
-        match value {
-            Value::Object(map) => Arc::new(map),
-            _ => Arc::new(JsonObject::new()),
-        }
-    };
-    let mut list = Tool::new(
+    let list = read_only_tool(
         LIST_SKILLS_TOOL,
         "List the skills the connected MCP servers offer (how-tos for a kind of work): how each is called, its server and what it is for.",
-        object(json!({"type": "object", "properties": {}, "additionalProperties": false})),
+        json!({"type": "object", "properties": {}, "additionalProperties": false}),
     );
-    list.annotations = Some(read_only.clone());
-    let mut use_skill = Tool::new(
+    let use_skill = read_only_tool(
         USE_SKILL_TOOL,
         "Read one skill of an MCP server (see list_mcp_skills), to follow it as far as your rules allow.",
-        object(json!({
+        json!({
             "type": "object",
             "properties": {
                 "name": {"type": "string", "description": "The skill as listed, e.g. `$server:skill`."},
@@ -650,8 +629,21 @@ fn skill_tools() -> Vec<Tool> {
             },
             "required": ["name"],
             "additionalProperties": false
-        })),
+        }),
     );
-    use_skill.annotations = Some(read_only);
     vec![list, use_skill]
+}
+
+/// A tool of the host's own that only reads what the host or its servers hold.
+fn read_only_tool(name: &'static str, description: &'static str, schema: Value) -> Tool {
+    let mut annotations = ToolAnnotations::new();
+    annotations.read_only_hint = Some(true);
+    annotations.destructive_hint = Some(false);
+    let schema = match schema {
+        Value::Object(map) => Arc::new(map),
+        _ => Arc::new(JsonObject::new()),
+    };
+    let mut tool = Tool::new(name, description, schema);
+    tool.annotations = Some(annotations);
+    tool
 }

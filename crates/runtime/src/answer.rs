@@ -149,7 +149,7 @@ pub fn spend_line(record: &RunRecord, price: Option<&Price>) -> String {
 }
 
 /// `12345` as `12,345`.
-pub(crate) fn thousands(n: u64) -> String {
+pub fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, digit) in digits.chars().enumerate() {
