@@ -66,7 +66,9 @@ impl LockHolder {
 /// The lock file is private (`0600`, this user's, never through a link: [`picogent_support::private_files`]),
 /// so no other user can open it, and so none can take the lock to keep the agent from starting;
 /// a lock file another user made is refused, naming them. A held lock names its holder when the
-/// system tells (Linux).
+/// system tells (Linux's `/proc/locks`), or else by the process id the holder wrote into the lock
+/// file when it took the lock (some filesystems report another device to `stat` than to
+/// `/proc/locks`).
 pub fn lock_state(path: &std::path::Path) -> Result<std::fs::File, StateLockError> {
     let mut lock_path = path.as_os_str().to_owned();
     lock_path.push(".lock");
@@ -78,12 +80,55 @@ pub fn lock_state(path: &std::path::Path) -> Result<std::fs::File, StateLockErro
         refused => StateLockError::Private(refused),
     })?;
     match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(match lock_holder(&file) {
+        Ok(()) => {
+            write_own_pid(&file);
+            Ok(file)
+        }
+        Err(std::fs::TryLockError::WouldBlock) => Err(match lock_holder(&file).or_else(|| written_holder(&file)) {
             Some(holder) => StateLockError::HeldBy { path: path.to_path_buf(), lock_path, holder },
             None => StateLockError::Held { path: path.to_path_buf(), lock_path },
         }),
         Err(std::fs::TryLockError::Error(cause)) => Err(StateLockError::Io { action: "take", lock_path, cause }),
+    }
+}
+
+/// Writes this process's id into the lock file it holds, for [`written_holder`]. Best effort: the
+/// lock is what keeps a second copy out, the id only names the holder in the refusal.
+fn write_own_pid(mut file: &std::fs::File) {
+    use std::io::{Seek, Write};
+    let written = file
+        .set_len(0)
+        .and_then(|()| file.seek(std::io::SeekFrom::Start(0)))
+        .and_then(|_| writeln!(file, "{}", std::process::id()));
+    if let Err(error) = written {
+        tracing::debug!(%error, "could not write the process id into the state lock");
+    }
+}
+
+/// The holder named by the process id in the lock file, when that process still runs (on a
+/// system with `/proc`; `None` elsewhere, or when the file holds no live process's id).
+fn written_holder(mut file: &std::fs::File) -> Option<LockHolder> {
+    use std::io::{Read, Seek};
+    let mut text = String::new();
+    file.seek(std::io::SeekFrom::Start(0)).ok()?;
+    file.take(32).read_to_string(&mut text).ok()?;
+    let pid: u32 = text.trim().parse().ok()?;
+    holder_of(pid)
+}
+
+/// The process `pid` as a lock holder, with its user, if it runs (Linux's `/proc`).
+fn holder_of(pid: u32) -> Option<LockHolder> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let uid = std::fs::metadata(format!("/proc/{pid}")).ok()?.uid();
+        let me = picogent_support::private_files::current_uid();
+        Some(LockHolder { pid, user: picogent_support::private_files::Account::of_uid(uid), same_user: uid == me })
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = pid;
+        None
     }
 }
 
@@ -95,10 +140,7 @@ fn lock_holder(file: &std::fs::File) -> Option<LockHolder> {
         use std::os::unix::fs::MetadataExt;
         let metadata = file.metadata().ok()?;
         let locks = std::fs::read_to_string("/proc/locks").ok()?;
-        let pid = holder_in(&locks, metadata.dev(), metadata.ino())?;
-        let uid = std::fs::metadata(format!("/proc/{pid}")).ok()?.uid();
-        let me = picogent_support::private_files::current_uid();
-        Some(LockHolder { pid, user: picogent_support::private_files::Account::of_uid(uid), same_user: uid == me })
+        holder_of(holder_in(&locks, metadata.dev(), metadata.ino())?)
     }
     #[cfg(not(target_os = "linux"))]
     {
@@ -152,6 +194,23 @@ mod tests {
         }
         drop(held);
         lock_state(&state).unwrap();
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_holder_is_named_from_the_lock_file_where_proc_locks_does_not_list_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("agent.db");
+        let _held = lock_state(&state).unwrap();
+        let text = std::fs::read_to_string(dir.path().join("agent.db.lock")).unwrap();
+        assert_eq!(text.trim(), std::process::id().to_string());
+        let other = std::fs::File::open(dir.path().join("agent.db.lock")).unwrap();
+        let holder = written_holder(&other).expect("the written id names a live process");
+        assert_eq!(holder.pid, std::process::id());
+        assert!(holder.same_user);
+        // An id of no live process names nobody.
+        std::fs::write(dir.path().join("stale.lock"), "4294967295\n").unwrap();
+        assert!(written_holder(&std::fs::File::open(dir.path().join("stale.lock")).unwrap()).is_none());
     }
 
     #[test]
