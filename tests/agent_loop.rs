@@ -1,6 +1,7 @@
 //! The agent loop over real HTTP: the offline model endpoint on 127.0.0.1:0 (planner or a
-//! replayed script from `fixtures/llm/`), the OpenAI adapter, and the real tool registry over the
-//! reference board on 127.0.0.1:0.
+//! replayed script from `fixtures/llm/`), the OpenAI adapter (and the Messages API's, where a
+//! behaviour is held to both), and the real tool registry over the reference board on
+//! 127.0.0.1:0.
 
 #[path = "support/llm_world.rs"]
 mod llm_world;
@@ -12,8 +13,8 @@ use std::sync::Arc;
 
 use llm_world::{Gate, World};
 use picogent::agent::{self, RunInput, RunOutcome, RunOutput, RunSetup, ToolCallOutcome};
-use picogent::config::{Limits, LlmConfig};
-use picogent::llm::{Message, OpenAiChat};
+use picogent::config::{Api, Limits, LlmConfig};
+use picogent::llm::{ChatModel, Message};
 use picogent::offline_model::script::Script;
 use picogent::offline_model::{self, Faults, OfflineModelHandle, OfflineModelOptions};
 use picogent::retry::RetryConfig;
@@ -50,14 +51,21 @@ const SYSTEM: &str = "You are picogent, a team agent working on the Team Board."
 /// A started model endpoint, the client pointed at it, and the tracker world.
 struct Harness {
     model: OfflineModelHandle,
-    chat: OpenAiChat,
+    chat: Arc<dyn ChatModel>,
     world: World,
 }
 
 impl Harness {
+    /// On chat completions, answers read whole.
     async fn start(options: OfflineModelOptions) -> Harness {
+        Harness::start_on(options, Api::Openai, false).await
+    }
+
+    /// On `api`, answers streamed or read whole.
+    async fn start_on(options: OfflineModelOptions, api: Api, stream: bool) -> Harness {
         let model = offline_model::start(options).await.unwrap();
-        let chat = OpenAiChat::new(&llm_config(&model.url()), None).unwrap();
+        let config = LlmConfig { api, stream, ..llm_config(&model.url()) };
+        let chat = picogent::llm::chat_model(&config, None).unwrap();
         Harness { model, chat, world: World::start().await }
     }
 
@@ -85,7 +93,7 @@ impl Harness {
         steering: Option<tokio::sync::mpsc::UnboundedReceiver<String>>,
     ) -> RunOutput {
         let setup = RunSetup {
-            model: &self.chat,
+            model: self.chat.as_ref(),
             tools: tools.as_ref(),
             offered_tools,
             limits,
@@ -182,25 +190,59 @@ async fn token_counts_match_the_server_with_and_without_usage() {
 
 #[tokio::test]
 async fn parallel_read_only_calls_run_concurrently() {
-    let harness = Harness::start(OfflineModelOptions::script(script("parallel_reads.json"))).await;
-    let key = harness.world.create_task("").await;
-    assert_eq!(key, "TE-1", "the fixture names TE-1");
-    // The gate lets no call through until both have arrived: run one after the other, the first
-    // would be refused by the gate and the script's expectation of no error would fail.
-    let gate: Arc<dyn ToolSource> = Arc::new(Gate::new(harness.world.tools(), 2));
-    let output = harness
-        .run_over(gate, harness.world.tool_names(), limits(), &task_prompt(&key), CancellationToken::new(), None)
-        .await;
-    let record = output.record;
-    assert_eq!(record.outcome, RunOutcome::Completed, "{record:#?}");
-    let [first, second] = &record.calls[..] else { panic!("two calls expected: {:?}", record.calls) };
-    assert_eq!((first.name.as_str(), second.name.as_str()), ("get_task", "list_steps"));
-    assert_eq!((first.outcome, second.outcome), (ToolCallOutcome::Ok, ToolCallOutcome::Ok));
-    assert!(
-        first.started_us < second.ended_us && second.started_us < first.ended_us,
-        "the recorded intervals do not overlap: {first:?} {second:?}"
-    );
-    harness.finish().await;
+    // Chat completions read whole; the Messages API (two `tool_use` blocks in one answer)
+    // streamed and read whole.
+    for (api, stream) in [(Api::Openai, false), (Api::Anthropic, true), (Api::Anthropic, false)] {
+        let options = OfflineModelOptions::script(script("parallel_reads.json"));
+        let harness = Harness::start_on(options, api, stream).await;
+        let key = harness.world.create_task("").await;
+        assert_eq!(key, "TE-1", "the fixture names TE-1");
+        // The gate lets no call through until both have arrived: run one after the other, the
+        // first would be refused by the gate and the script's expectation of no error would fail.
+        let gate: Arc<dyn ToolSource> = Arc::new(Gate::new(harness.world.tools(), 2));
+        let output = harness
+            .run_over(gate, harness.world.tool_names(), limits(), &task_prompt(&key), CancellationToken::new(), None)
+            .await;
+        let record = output.record;
+        assert_eq!(record.outcome, RunOutcome::Completed, "{api:?} {stream}: {record:#?}");
+        let [first, second] = &record.calls[..] else { panic!("two calls expected: {:?}", record.calls) };
+        assert_eq!((first.name.as_str(), second.name.as_str()), ("get_task", "list_steps"));
+        assert_eq!((first.outcome, second.outcome), (ToolCallOutcome::Ok, ToolCallOutcome::Ok));
+        assert!(
+            first.started_us < second.ended_us && second.started_us < first.ended_us,
+            "{api:?} {stream}: the recorded intervals do not overlap: {first:?} {second:?}"
+        );
+        let path = if api == Api::Openai { "/v1/chat/completions" } else { "/v1/messages" };
+        assert!(harness.model.request_paths().iter().all(|p| p == path), "{:?}", harness.model.request_paths());
+        harness.finish().await;
+    }
+}
+
+/// A tool call in an answer cut off by the output limit (`stop_reason: "max_tokens"` on the
+/// Messages API) is never run: the model is told so by rule, as on chat completions.
+#[tokio::test]
+async fn a_cut_off_call_is_refused_by_rule_on_both_apis() {
+    for (api, stream) in [(Api::Openai, false), (Api::Anthropic, true), (Api::Anthropic, false)] {
+        let turns = serde_json::json!({"turns": [
+            {"reply": {"finish_reason": "length", "tool_calls": [
+                {"name": "add_step", "raw_arguments": "{\"task_id\": \"TE-1\", \"title\": \"Half a ti"}]}},
+            {"expect": {"last_tool_result_is_error": true, "last_tool_result_contains": "cut off by the output limit"},
+             "reply": {"content": "I will write a shorter step."}}
+        ]});
+        let script = Script::from_json(&turns.to_string()).unwrap();
+        let harness = Harness::start_on(OfflineModelOptions::script(script), api, stream).await;
+        let key = harness.world.create_task("").await;
+        let record = harness.run(limits(), &task_prompt(&key)).await.record;
+        assert_eq!(record.outcome, RunOutcome::Completed, "{api:?} {stream}: {record:#?}");
+        assert_eq!(record.calls.len(), 1, "{record:#?}");
+        assert_eq!(record.calls[0].outcome, ToolCallOutcome::Refused, "{api:?} {stream}");
+        assert!(harness.world.steps(&key).await.is_empty(), "{api:?} {stream}: the cut-off call never ran");
+        if api == Api::Anthropic {
+            let first = &harness.model.requests()[0];
+            assert!(first["max_tokens"].as_u64().is_some(), "{first}");
+        }
+        harness.finish().await;
+    }
 }
 
 #[tokio::test]

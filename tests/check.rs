@@ -147,3 +147,37 @@ async fn check_says_where_a_config_mistake_is() {
     assert!(report.contains(&format!("{slug_line} |   \"slug\": \"picogent\"")), "{report}");
     assert!(report.contains(&format!("a comma missing at the end of line {slug_line}")), "{report}");
 }
+
+/// `picogent check` says whether the prompt cache is active against the offline model endpoint
+/// on both APIs (its simulation caches a long prefix on each), and why not when the Messages API
+/// is sent no `cache_control`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_says_whether_the_prompt_cache_is_active_on_both_apis() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let cases = [
+        (json!({"api": "openai"}), "active (openai API): the second of two identical requests read "),
+        (json!({"api": "anthropic"}), "active (anthropic API): the second of two identical requests read "),
+        (
+            json!({"api": "anthropic", "prompt_cache": false}),
+            "not active (anthropic API): the second of two identical requests read none of its",
+        ),
+    ];
+    for (llm, says) in cases {
+        let model = start_model(0).await;
+        let config = agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({ "llm": llm }));
+        let (code, report) = check_with_env(&write_config(dir.path(), &config), &[]).await;
+        assert_eq!(code, Some(0), "{llm}: {report}");
+        let cache = line(&report, "prompt cache");
+        assert!(cache.starts_with("ok") && cache.contains(says), "{llm}: {report}");
+        if llm["prompt_cache"] == false {
+            assert!(cache.contains("llm.prompt_cache is false"), "{report}");
+        } else {
+            assert!(!cache.contains("not active"), "{llm}: {report}");
+        }
+        let path = if llm["api"] == "openai" { "/v1/chat/completions" } else { "/v1/messages" };
+        assert!(model.request_paths().iter().all(|p| p == path), "{llm}: {:?}", model.request_paths());
+        model.shutdown().await;
+    }
+    board.shutdown().await.unwrap();
+}

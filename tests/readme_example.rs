@@ -2,7 +2,8 @@
 //! `sh` blocks from the root of the clone (the install script, then `llama-server` with the
 //! `.interop/` paths the README names), the marked `llm` section as the `llm` of an agent.json, and
 //! `picogent check` and `picogent run` with it against the reference board, read as the README
-//! says they read.
+//! says they read. The marked Anthropic `llm` section is read as the `llm` of an agent.json too
+//! (no server needed).
 //!
 //! The blocks are found by the HTML comment before each (`<!-- readme-example: NAME -->`). One
 //! thing is changed, in one way: the README's port `8080` becomes a free port, in the command
@@ -215,4 +216,28 @@ async fn the_llama_cpp_worked_example_runs_as_written() {
     let tools = report_line(&report, "server tools");
     assert!(tools.starts_with("ok") && tools.contains("takes tools"), "{report}");
     board.shutdown().await.unwrap();
+}
+
+/// The README's Anthropic `llm` section, as it is written, is a valid `llm` of an agent.json:
+/// the Messages API with its key's variable, prompt caching on by default, and the cache's rates
+/// in the price.
+#[test]
+fn the_anthropic_example_is_a_valid_llm_section() {
+    use picogent::config::{Api, LlmConfig};
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let (language, snippet) = block(&readme, "llm-anthropic");
+    assert_eq!(language, "json");
+    let section: Value = serde_json::from_str(&format!("{{{snippet}}}")).unwrap();
+    let llm: LlmConfig = serde_json::from_value(section["llm"].clone()).unwrap();
+    assert_eq!(llm.api, Api::Anthropic);
+    assert_eq!(llm.base_url, "https://api.anthropic.com/v1");
+    assert_eq!(llm.api_key_env.as_deref(), Some("ANTHROPIC_API_KEY"));
+    assert!(llm.prompt_cache, "on by default");
+    let price = llm.price.expect("a price");
+    assert!(price.cache_read_per_million.is_some() && price.cache_write_per_million.is_some(), "{price:?}");
+    // As the whole file's `llm`, through the loading and the checks `picogent run` does.
+    let dir = tempfile::tempdir().unwrap();
+    let path = config_with(dir.path(), "http://127.0.0.1:1", &section["llm"]);
+    let config = picogent::config::Config::load_with_env(&path, []).unwrap();
+    assert_eq!(config.llm, llm);
 }

@@ -24,7 +24,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::config::LlmConfig;
-use crate::http::Transport;
+use crate::http::{MAX_STREAMED_BLOCKS, Transport};
 use crate::{ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Message, ToolCall, ToolSpec, Usage};
 use picogent_support::retry::{RetryConfig, with_retry};
 use picogent_support::secret::Secret;
@@ -258,6 +258,15 @@ enum WireBlock {
         #[serde(default)]
         input: Value,
     },
+    /// A streamed tool use whose joined input is not JSON (a fenced object, stray text, a cut):
+    /// the model's text as it came, for the loop to repair or refuse as on the other API. Never
+    /// read from the wire.
+    #[serde(skip)]
+    RawToolUse {
+        id: String,
+        name: String,
+        arguments: String,
+    },
     /// Thinking blocks and the rest: not read (reasoning is never posted).
     #[serde(other)]
     Other,
@@ -296,6 +305,7 @@ impl WireAnswer {
                     let arguments = if input.is_null() { "{}".to_string() } else { input.to_string() };
                     tool_calls.push(ToolCall { id, name, arguments });
                 }
+                WireBlock::RawToolUse { id, name, arguments } => tool_calls.push(ToolCall { id, name, arguments }),
                 WireBlock::Other => {}
             }
         }
@@ -335,14 +345,18 @@ impl WireAnswer {
 
 /// A streamed answer being put together from its events: `message_start` (the usage so far),
 /// `content_block_start` / `_delta` / `_stop` per block, `message_delta` (the stop reason and the
-/// final usage), `message_stop`; an `error` event ends it with that error.
+/// final usage), `message_stop`; an `error` event ends it with that error. A stream that closes
+/// before `message_stop` was cut short: a connection error, retried as a dropped connection is.
 #[derive(Debug, Default)]
 struct Streamed {
-    /// By the block's index: text, or a tool call whose input arrives as JSON pieces.
+    /// By the block's index: text, or a tool call whose input arrives as JSON pieces. At most
+    /// [`MAX_STREAMED_BLOCKS`]: an index past it is a protocol error, not an allocation.
     blocks: Vec<StreamedBlock>,
     stop_reason: Option<String>,
     usage: Option<WireUsage>,
     error: Option<ErrorObject>,
+    /// `message_stop` arrived: the answer is whole.
+    stopped: bool,
 }
 
 #[derive(Debug, Default)]
@@ -415,6 +429,11 @@ impl Streamed {
         match event {
             Event::MessageStart { message } => self.usage = message.usage,
             Event::ContentBlockStart { index, content_block } => {
+                if index >= MAX_STREAMED_BLOCKS {
+                    return Err(format!(
+                        "a streamed content block has index {index}: an answer has at most {MAX_STREAMED_BLOCKS} blocks"
+                    ));
+                }
                 while self.blocks.len() <= index {
                     self.blocks.push(StreamedBlock::Other);
                 }
@@ -429,7 +448,7 @@ impl Streamed {
                         };
                         StreamedBlock::ToolUse { id, name, input }
                     }
-                    WireBlock::Other => StreamedBlock::Other,
+                    WireBlock::Other | WireBlock::RawToolUse { .. } => StreamedBlock::Other,
                 };
             }
             Event::ContentBlockDelta { index, delta } => match (self.blocks.get_mut(index), delta) {
@@ -447,7 +466,10 @@ impl Streamed {
                     self.usage.get_or_insert_with(WireUsage::default).update(later);
                 }
             }
-            Event::MessageStop => return Ok(true),
+            Event::MessageStop => {
+                self.stopped = true;
+                return Ok(true);
+            }
             Event::Error { error } => {
                 self.error = Some(error);
                 return Ok(true);
@@ -471,20 +493,25 @@ impl Streamed {
                     .unwrap_or_default();
             return Err(classify_error(status, None, &body));
         }
+        if !self.stopped {
+            return Err(LlmError::Connection {
+                message: "the answer's stream ended before `message_stop`: it was cut short".to_string(),
+            });
+        }
         let content = self
             .blocks
             .into_iter()
             .map(|block| match block {
                 StreamedBlock::Text(text) => WireBlock::Text { text },
-                StreamedBlock::ToolUse { id, name, input } => {
-                    // Arguments that are not JSON stay the model's text, for the loop to refuse.
-                    let input = if input.trim().is_empty() {
-                        json!({})
-                    } else {
-                        serde_json::from_str(&input).unwrap_or(Value::String(input))
-                    };
-                    WireBlock::ToolUse { id, name, input }
+                StreamedBlock::ToolUse { id, name, input } if input.trim().is_empty() => {
+                    WireBlock::ToolUse { id, name, input: json!({}) }
                 }
+                StreamedBlock::ToolUse { id, name, input } => match serde_json::from_str(&input) {
+                    Ok(parsed) => WireBlock::ToolUse { id, name, input: parsed },
+                    // Arguments that are not JSON stay the model's text, for the loop to repair
+                    // (a fenced object) or refuse, as on the other API.
+                    Err(_) => WireBlock::RawToolUse { id, name, arguments: input },
+                },
                 StreamedBlock::Other => WireBlock::Other,
             })
             .collect();
@@ -532,7 +559,8 @@ pub(crate) fn classify_error(status: u16, retry_after: Option<Duration>, body: &
             let field = lower.split([':', ' ', '.']).next().unwrap_or_default();
             match REQUEST_FIELDS.iter().find(|known| **known == field) {
                 Some(parameter) => LlmError::ParameterRefused { status, parameter: parameter.to_string(), message },
-                None if lower.contains("credit balance") => LlmError::Rejected { status, message },
+                // Out of credit ("Your credit balance is too low …") among them: never retried,
+                // and its message kept in the run's record.
                 None => LlmError::Rejected { status, message },
             }
         }
@@ -692,6 +720,85 @@ mod tests {
         assert!(matches!(failed.into_answer(), Err(LlmError::Server { .. })));
     }
 
+    /// Feeds `events` (each an event's data) to a fresh [`Streamed`].
+    fn streamed(events: &[Value]) -> Streamed {
+        let mut streamed = Streamed::default();
+        for event in events {
+            streamed.add_event(&event.to_string()).unwrap();
+        }
+        streamed
+    }
+
+    fn tool_use_events(pieces: &[&str]) -> Vec<Value> {
+        let mut events = vec![
+            json!({"type": "message_start", "message": {"usage": {"input_tokens": 5, "output_tokens": 1}}}),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "t1", "name": "add_step", "input": {}}}),
+        ];
+        for piece in pieces {
+            events.push(json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": piece}}));
+        }
+        events.push(json!({"type": "content_block_stop", "index": 0}));
+        events.push(
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}}),
+        );
+        events.push(json!({"type": "message_stop"}));
+        events
+    }
+
+    #[test]
+    fn streamed_input_that_is_not_json_reaches_the_loop_as_the_models_text() {
+        let request = ChatRequest { messages: &[], tools: &[], max_output_tokens: None };
+        let fenced = "```json\n{\"task_id\": \"TE-1\", \"title\": \"Draft\"}\n```";
+        let (head, tail) = fenced.split_at(9);
+        let response =
+            streamed(&tool_use_events(&[head, tail])).into_answer().unwrap().into_response(&request).unwrap();
+        // As written, not as a JSON string of it: the loop repairs a fenced object.
+        assert_eq!(response.tool_calls[0].arguments, fenced);
+        let cut = streamed(&tool_use_events(&["{\"task_id\": \"TE", "-1\", \"ti"]));
+        let response = cut.into_answer().unwrap().into_response(&request).unwrap();
+        assert_eq!(response.tool_calls[0].arguments, "{\"task_id\": \"TE-1\", \"ti");
+        // Valid JSON is read as before; no pieces at all is an empty object.
+        let whole = streamed(&tool_use_events(&["{\"task_id\":", " \"TE-1\"}"]));
+        let response = whole.into_answer().unwrap().into_response(&request).unwrap();
+        assert_eq!(response.tool_calls[0].arguments, r#"{"task_id":"TE-1"}"#);
+        let empty = streamed(&tool_use_events(&[]));
+        assert_eq!(empty.into_answer().unwrap().into_response(&request).unwrap().tool_calls[0].arguments, "{}");
+    }
+
+    #[test]
+    fn a_block_index_past_the_cap_is_a_protocol_error_not_an_allocation() {
+        use picogent_support::retry::{RetryDecision, Retryable};
+        let start = |index: usize| {
+            json!({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}})
+                .to_string()
+        };
+        let mut answer = Streamed::default();
+        let error = answer.add_event(&start(usize::MAX / 2)).unwrap_err();
+        assert!(error.contains("at most 256 blocks"), "{error}");
+        assert!(answer.blocks.capacity() <= MAX_STREAMED_BLOCKS, "nothing was allocated for it");
+        answer.add_event(&start(MAX_STREAMED_BLOCKS - 1)).unwrap();
+        assert_eq!(answer.blocks.len(), MAX_STREAMED_BLOCKS);
+        assert!(answer.add_event(&start(MAX_STREAMED_BLOCKS)).is_err());
+        // The transport turns the refusal into a server failure, retried as one.
+        let error = LlmError::BadResponse { message: error };
+        assert_eq!(error.kind(), ModelFailure::ServerError);
+        assert_eq!(error.retry_decision(), RetryDecision::Retry);
+    }
+
+    #[test]
+    fn a_stream_that_closes_before_message_stop_is_a_connection_error() {
+        use picogent_support::retry::{RetryDecision, Retryable};
+        let mut events = tool_use_events(&["{\"task_id\": \"TE-1\"}"]);
+        events.pop();
+        // Everything but `message_stop`, the stop reason included: still cut short.
+        let error = streamed(&events).into_answer().unwrap_err();
+        assert!(matches!(error, LlmError::Connection { .. }), "{error:?}");
+        assert!(error.to_string().contains("message_stop"), "{error}");
+        assert_eq!(error.retry_decision(), RetryDecision::Retry, "retried as a dropped connection");
+        // Nothing at all (a 200 whose body is no stream) is cut short too.
+        assert!(matches!(Streamed::default().into_answer(), Err(LlmError::Connection { .. })));
+    }
+
     #[test]
     fn errors_map_to_the_notices_causes() {
         use picogent_support::retry::{RetryDecision, Retryable};
@@ -714,6 +821,18 @@ mod tests {
         assert_eq!(field.kind(), ModelFailure::ParameterRefused { parameter: "max_tokens".into() });
         let key = classify_error(401, None, body("authentication_error", "invalid x-api-key").as_bytes());
         assert_eq!(key.kind(), ModelFailure::Unauthorized);
+        let credit = "Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing.";
+        let broke = classify_error(400, None, body("invalid_request_error", credit).as_bytes());
+        assert_eq!(broke.kind(), ModelFailure::Rejected);
+        assert_eq!(broke.retry_decision(), RetryDecision::Stop, "waiting does not bring credit");
+        assert!(broke.to_string().contains("credit balance"), "the reason is kept: {broke}");
+        let choice = classify_error(
+            400,
+            None,
+            body("invalid_request_error", "tool_choice.disable_parallel_tool_use: Extra inputs are not permitted")
+                .as_bytes(),
+        );
+        assert_eq!(choice.kind(), ModelFailure::ParameterRefused { parameter: "tool_choice".into() });
         // llama.cpp's /v1/messages answers errors in OpenAI's shape.
         let llama = br#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error"}}"#;
         assert_eq!(classify_error(400, None, llama).kind(), ModelFailure::ContextLength);

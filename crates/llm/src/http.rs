@@ -15,6 +15,11 @@ use picogent_support::retry::parse_retry_after;
 /// Maps a failed answer (status, `Retry-After`, body) to the error the loop acts on.
 pub(crate) type Classify = fn(u16, Option<Duration>, &[u8]) -> LlmError;
 
+/// The most content blocks (Messages API) or tool calls (chat completions) one streamed answer
+/// may have. Each event names the index it fills, and a server's index is not trusted with an
+/// allocation: an index past this is a protocol error, a server failure to the loop.
+pub(crate) const MAX_STREAMED_BLOCKS: usize = 256;
+
 #[derive(Debug, Clone)]
 pub(crate) struct Transport {
     http: reqwest::Client,
@@ -93,7 +98,9 @@ impl Transport {
 
     /// Reads the `data:` lines of a streamed answer to its end, handing each to `event`, which
     /// says whether the stream is done (`[DONE]`, `message_stop`). At most the idle timeout
-    /// passes without a byte.
+    /// passes without a byte. A stream that closes before `event` said it is done also returns
+    /// `Ok`: whether what was read is a whole answer is the format's to judge (`stream.rs`,
+    /// `anthropic.rs`), and one cut short is a connection error there.
     pub(crate) async fn events(
         &self,
         response: reqwest::Response,

@@ -235,17 +235,26 @@ pub async fn probe_cache(config: &LlmConfig, api_key: Option<Secret>) -> Result<
     })
 }
 
-/// Leaves `parameter` out of the next request; `false` if it cannot be left out.
+/// Leaves `parameter` out of the next request, by the setting that sends it on `llm.api`'s
+/// format; `false` if it cannot be left out.
 fn leave_out(config: &mut LlmConfig, parameter: &str) -> bool {
-    use crate::config::MaxTokensField;
-    match parameter {
-        "temperature" if config.temperature.is_some() => config.temperature = None,
-        "parallel_tool_calls" if config.parallel_tool_calls.is_some() => config.parallel_tool_calls = None,
-        "max_completion_tokens" if config.max_tokens_field == MaxTokensField::MaxCompletionTokens => {
+    use crate::config::{Api, MaxTokensField};
+    match (config.api, parameter) {
+        (_, "temperature") if config.temperature.is_some() => config.temperature = None,
+        (Api::Openai, "parallel_tool_calls") if config.parallel_tool_calls.is_some() => {
+            config.parallel_tool_calls = None
+        }
+        (Api::Openai, "max_completion_tokens") if config.max_tokens_field == MaxTokensField::MaxCompletionTokens => {
             config.max_tokens_field = MaxTokensField::MaxTokens
         }
-        "max_tokens" if config.max_tokens_field == MaxTokensField::MaxTokens => {
+        (Api::Openai, "max_tokens") if config.max_tokens_field == MaxTokensField::MaxTokens => {
             config.max_tokens_field = MaxTokensField::MaxCompletionTokens
+        }
+        // The Messages API sends `tool_choice` only for `parallel_tool_calls: false`
+        // (`disable_parallel_tool_use`). Its `max_tokens` is required, whatever
+        // `llm.max_tokens_field` says: it cannot be left out, only lowered (`max_output_tokens`).
+        (Api::Anthropic, "tool_choice") if config.parallel_tool_calls == Some(false) => {
+            config.parallel_tool_calls = None
         }
         _ => return false,
     }
@@ -411,6 +420,32 @@ fn without_user_info(text: &str, base_url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_parameter_is_left_out_by_the_setting_that_sends_it_on_its_api() {
+        use crate::config::{Api, MaxTokensField};
+        let openai = LlmConfig {
+            parallel_tool_calls: Some(false),
+            max_tokens_field: MaxTokensField::MaxTokens,
+            temperature: Some(0.2),
+            ..LlmConfig::new("http://127.0.0.1:9/v1", "m")
+        };
+        let mut config = openai.clone();
+        assert!(leave_out(&mut config, "parallel_tool_calls") && config.parallel_tool_calls.is_none());
+        assert!(leave_out(&mut config, "max_tokens") && config.max_tokens_field == MaxTokensField::MaxCompletionTokens);
+        assert!(leave_out(&mut config, "temperature") && config.temperature.is_none());
+        assert!(!leave_out(&mut config, "tool_choice"), "picogent sends no tool_choice on chat completions");
+
+        let anthropic = LlmConfig { api: Api::Anthropic, ..openai };
+        let mut config = anthropic.clone();
+        // `max_tokens` is required on the Messages API; `max_tokens_field` does not reach it.
+        assert!(!leave_out(&mut config, "max_tokens"));
+        assert_eq!(config, anthropic, "nothing changed for a parameter that cannot be left out");
+        // `tool_choice` carries `parallel_tool_calls: false` there.
+        assert!(leave_out(&mut config, "tool_choice") && config.parallel_tool_calls.is_none());
+        assert!(!leave_out(&mut config, "tool_choice"), "once it is unset, nothing sends it");
+        assert!(leave_out(&mut config, "temperature") && config.temperature.is_none());
+    }
 
     #[test]
     fn a_shown_url_carries_no_user_info() {

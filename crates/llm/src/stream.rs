@@ -4,9 +4,16 @@
 //! keeps writing is not cut off.
 //!
 //! The chunk shapes are read leniently (only the fields used), as servers differ in the rest.
+//!
+//! The answer is whole at `[DONE]`, or, from servers that never send `[DONE]` (older
+//! llama.cpp, TGI and others), once a chunk gave its `finish_reason`. A stream that closes with
+//! neither was cut short: a connection error, retried as a dropped connection is — as a Messages
+//! API stream that closes before `message_stop` is. A tool call's `index` past
+//! [`MAX_STREAMED_BLOCKS`] is a protocol error, never an allocation.
 
 use serde::Deserialize;
 
+use crate::http::MAX_STREAMED_BLOCKS;
 use crate::{ChatRequest, ChatResponse, FinishReason, LlmError, ToolCall, Usage};
 
 #[derive(Deserialize)]
@@ -76,20 +83,23 @@ pub(super) struct Streamed {
     tool_calls: Vec<ToolCall>,
     finish_reason: Option<String>,
     usage: Option<Usage>,
+    /// `[DONE]` arrived.
+    done: bool,
 }
 
 impl Streamed {
     /// Adds one event's `data`; `true` once the stream says it is done.
     pub(super) fn add_event(&mut self, data: &str) -> Result<bool, String> {
         if data == "[DONE]" {
+            self.done = true;
             return Ok(true);
         }
         let chunk: Chunk = serde_json::from_str(data).map_err(|e| format!("a streamed chunk is not valid: {e}"))?;
-        self.add(chunk);
+        self.add(chunk)?;
         Ok(false)
     }
 
-    fn add(&mut self, chunk: Chunk) {
+    fn add(&mut self, chunk: Chunk) -> Result<(), String> {
         if let Some(usage) = chunk.usage {
             let cached = usage.prompt_tokens_details.and_then(|details| details.cached_tokens).unwrap_or(0);
             self.usage = Some(Usage {
@@ -100,7 +110,7 @@ impl Streamed {
                 estimated: false,
             });
         }
-        let Some(choice) = chunk.choices.into_iter().next() else { return };
+        let Some(choice) = chunk.choices.into_iter().next() else { return Ok(()) };
         if let Some(text) = choice.delta.content {
             self.content.get_or_insert_with(String::new).push_str(&text);
         }
@@ -108,6 +118,12 @@ impl Streamed {
             self.refusal.get_or_insert_with(String::new).push_str(&text);
         }
         for delta in choice.delta.tool_calls {
+            if delta.index >= MAX_STREAMED_BLOCKS {
+                return Err(format!(
+                    "a streamed tool call has index {}: an answer has at most {MAX_STREAMED_BLOCKS} tool calls",
+                    delta.index
+                ));
+            }
             while self.tool_calls.len() <= delta.index {
                 self.tool_calls.push(ToolCall { id: String::new(), name: String::new(), arguments: String::new() });
             }
@@ -127,10 +143,16 @@ impl Streamed {
         if choice.finish_reason.is_some() {
             self.finish_reason = choice.finish_reason;
         }
+        Ok(())
     }
 
     /// The whole answer, as a non-streamed one would have been read.
     pub(super) fn into_response(self, request: &ChatRequest<'_>) -> Result<ChatResponse, LlmError> {
+        if !self.done && self.finish_reason.is_none() {
+            return Err(LlmError::Connection {
+                message: "the answer's stream ended before a finish_reason or [DONE]: it was cut short".to_string(),
+            });
+        }
         let finish_reason = match self.finish_reason.as_deref() {
             Some("stop") => FinishReason::Stop,
             Some("tool_calls" | "function_call") => FinishReason::ToolCalls,
@@ -163,7 +185,7 @@ mod tests {
             r#"{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":5}}"#,
         ];
         for chunk in chunks {
-            answer.add(serde_json::from_str(chunk).unwrap());
+            answer.add(serde_json::from_str(chunk).unwrap()).unwrap();
         }
         let request = ChatRequest { messages: &[], tools: &[], max_output_tokens: None };
         let response = answer.into_response(&request).unwrap();
@@ -173,5 +195,46 @@ mod tests {
         assert_eq!(response.tool_calls[0].arguments, r#"{"task_id": "TE-1"}"#);
         assert_eq!(response.finish_reason, FinishReason::ToolCalls);
         assert_eq!((response.usage.prompt_tokens, response.usage.estimated), (12, false));
+    }
+
+    #[test]
+    fn a_stream_cut_short_is_a_connection_error_and_one_without_done_after_its_finish_reason_is_whole() {
+        use picogent_support::retry::{RetryDecision, Retryable};
+        let request = ChatRequest { messages: &[], tools: &[], max_output_tokens: None };
+        let text = r#"{"choices":[{"delta":{"content":"Hel"}}]}"#;
+        // Closed after some text: neither a finish_reason nor [DONE].
+        let mut cut = Streamed::default();
+        assert!(!cut.add_event(text).unwrap());
+        let error = cut.into_response(&request).unwrap_err();
+        assert!(matches!(error, LlmError::Connection { .. }), "{error:?}");
+        assert_eq!(error.retry_decision(), RetryDecision::Retry, "retried as a dropped connection");
+        // A server that never sends [DONE]: whole once the finish_reason came.
+        let mut undone = Streamed::default();
+        undone.add_event(text).unwrap();
+        undone.add_event(r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#).unwrap();
+        assert_eq!(undone.into_response(&request).unwrap().content.as_deref(), Some("Hel"));
+        // [DONE] alone ends it too.
+        let mut done = Streamed::default();
+        done.add_event(text).unwrap();
+        assert!(done.add_event("[DONE]").unwrap());
+        assert_eq!(done.into_response(&request).unwrap().finish_reason, FinishReason::Other);
+    }
+
+    #[test]
+    fn a_tool_call_index_past_the_cap_is_refused_without_allocating() {
+        let mut answer = Streamed::default();
+        let huge = format!(
+            r#"{{"choices":[{{"delta":{{"tool_calls":[{{"index":{},"id":"c","function":{{"name":"get_task"}}}}]}}}}]}}"#,
+            usize::MAX / 2
+        );
+        let error = answer.add_event(&huge).unwrap_err();
+        assert!(error.contains("at most 256 tool calls"), "{error}");
+        assert!(answer.tool_calls.capacity() <= MAX_STREAMED_BLOCKS, "nothing was allocated for it");
+        let last = MAX_STREAMED_BLOCKS - 1;
+        let fits = format!(
+            r#"{{"choices":[{{"delta":{{"tool_calls":[{{"index":{last},"id":"c","function":{{"name":"get_task"}}}}]}}}}]}}"#
+        );
+        answer.add_event(&fits).unwrap();
+        assert_eq!(answer.tool_calls.len(), MAX_STREAMED_BLOCKS);
     }
 }
