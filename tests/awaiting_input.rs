@@ -205,3 +205,37 @@ async fn a_run_waiting_at_a_restart_finds_the_answer_given_meanwhile_and_asks_on
     after.shutdown().await;
     board.shutdown().await.unwrap();
 }
+
+/// No answer to the model's question in time: the thread is told once, as for an elicitation,
+/// and the run goes on without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_not_answered_in_time_is_told_once_in_the_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = scripted(json!([
+        ask_colour(),
+        {"expect": {"last_tool_result_contains": "No answer within"}, "reply": {"content": "Went with blue, unasked."}}
+    ]))
+    .await;
+    let extra = json!({"elicitation": {"ask_person": true, "timeout_ms": 1_500}});
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+    let task = create_assigned(&alice, "Paint the button", "The button needs a colour.").await;
+    eventually(WAIT, "the answer", || async {
+        said(&alice, &task.id).await.into_iter().find(|m| m.content.starts_with("Went with blue"))
+    })
+    .await;
+    wait_idle(&agent).await;
+    let notes = said(&alice, &task.id).await;
+    let told: Vec<_> = notes.iter().filter(|m| m.content.starts_with("No answer within")).collect();
+    assert_eq!(told.len(), 1, "{notes:#?}");
+    assert!(told[0].content.contains("I went on without the answer to my question"), "{}", told[0].content);
+    assert_eq!(notes.len(), 3, "the question, the notice and the answer: {notes:#?}");
+    let metrics = page(&format!("http://{}/metrics", agent.http_addr.unwrap())).await;
+    assert!(metrics.contains(r#"picogent_waits_total{kind="question",end="timed_out"} 1"#), "{metrics}");
+    assert!(model.mismatches().is_empty(), "{:?}", model.mismatches());
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}

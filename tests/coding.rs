@@ -480,7 +480,7 @@ async fn in_ask_mode_the_coding_agent_and_its_push_wait_for_a_yes_in_the_thread(
         comments(&alice, &task.id)
             .await
             .into_iter()
-            .find(|m| m.author_slug == "picogent" && m.content.starts_with("Permission needed"))
+            .find(|m| m.author_slug == "picogent" && m.content.starts_with("@alice Permission needed"))
     })
     .await;
     assert!(

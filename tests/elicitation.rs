@@ -246,3 +246,353 @@ async fn where_nobody_can_be_asked_the_question_is_cancelled_at_once() {
         host.shutdown().await;
     }
 }
+
+/// The lines the server wrote to its `ELICIT_LOG_FILE`: what it was told.
+fn server_log(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().map(str::to_string).collect()
+}
+
+fn logging_to(path: &std::path::Path) -> Value {
+    json!({"mcp_servers": {"elicit": {"env": {"ELICIT_LOG_FILE": path}}}})
+}
+
+async fn waiting_for(agent: &picogent::runtime::AgentHandle, session: &str) -> picogent::state::Waiting {
+    eventually(WAIT, "the run awaiting input", || async {
+        runs_for(agent, session).await.into_iter().find_map(|run| run.waiting)
+    })
+    .await
+}
+
+/// An `ask` mode approval, then a link the server asks for, in one call: two questions, two
+/// messages, each answered by a reply of its own; and only the person who asked for the run
+/// approves (bob's `yes` is not theirs to give).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_and_a_link_in_one_call_are_two_questions_and_only_the_requester_approves() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = scripted(json!([
+        {"reply": call("connect_account")},
+        {"expect": {"last_tool_result_contains": "connected", "last_tool_result_is_error": false},
+         "reply": {"content": "Connected your account."}}
+    ]))
+    .await;
+    // Not trusted: every tool of the server counts as destructive, and asks first.
+    let extra = json!({
+        "mcp_servers": {"elicit": {"trusted": false}},
+        "permissions": {"mode": "ask", "ask_timeout_ms": 60_000},
+    });
+    let agent = agent_with(dir.path(), &board, &model, "2026-07-28", extra).await;
+    let alice = client(&board, "tok-alice");
+    let bob = client(&board, "tok-bob");
+    let task = create_assigned(&alice, "Connect the account", "Connect my account.").await;
+    let session = format!("task:{}", task.id);
+
+    let approval = nth_post(&alice, &task.id, "Permission needed", 1).await;
+    assert!(
+        approval.content.starts_with("@alice Permission needed: may I run `mcp__elicit__connect_account`"),
+        "{}",
+        approval.content
+    );
+    assert_eq!(waiting_for(&agent, &session).await.person.as_deref(), Some("alice"));
+    comment(&bob, &task.id, "yes").await;
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    let waiting = waiting_for(&agent, &session).await;
+    assert_eq!(waiting.kind, picogent::state::WaitKind::Approval, "bob's yes approves nothing");
+    assert_eq!(said(&alice, &task.id).await.len(), 1, "nothing but the approval yet");
+
+    comment(&alice, &task.id, "yes").await;
+    let link = nth_post(&alice, &task.id, "asks you to open this link", 1).await;
+    assert_ne!(link.id, approval.id, "a question of its own");
+    assert!(link.content.starts_with("@alice"), "{}", link.content);
+    let waiting = eventually(WAIT, "the link awaited", || async {
+        runs_for(&agent, &session)
+            .await
+            .into_iter()
+            .find_map(|run| run.waiting)
+            .filter(|w| w.asked_message_id == Some(link.id.clone()))
+    })
+    .await;
+    assert_eq!(waiting.kind, picogent::state::WaitKind::Elicitation, "the approval's yes did not answer the link");
+
+    comment(&alice, &task.id, "done").await;
+    nth_post(&alice, &task.id, "Connected your account.", 1).await;
+    wait_idle(&agent).await;
+    assert_eq!(said(&alice, &task.id).await.len(), 3, "the approval, the link and the answer");
+    assert_eq!(runs_for(&agent, &session).await[0].status, RunStatus::Completed);
+    assert!(model.mismatches().is_empty(), "{:?}", model.mismatches());
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+/// A tool that asks twice in one call (on 2026-07-28 in two rounds): two questions, each
+/// answered on its own; a form of one field takes the whole reply as its value.
+async fn a_call_that_asks_twice_asks_two_questions(protocol: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = scripted(json!([
+        {"reply": call("plan_trip")},
+        {"expect": {"last_tool_result_contains": "planned 3 nights in Lisbon"}, "reply": {"content": "Planned."}}
+    ]))
+    .await;
+    let agent = agent_with(dir.path(), &board, &model, protocol, json!({})).await;
+    let alice = client(&board, "tok-alice");
+    let task = create_assigned(&alice, "Plan the offsite", "Plan our trip.").await;
+    let first = nth_post(&alice, &task.id, "Where to?", 1).await;
+    comment(&alice, &task.id, "Lisbon").await;
+    let second = nth_post(&alice, &task.id, "How many nights in Lisbon?", 1).await;
+    assert_ne!(first.id, second.id, "{protocol}: a question of its own");
+    assert!(
+        !second.content.contains("did not fit"),
+        "{protocol}: `Lisbon` answered the first only: {}",
+        second.content
+    );
+    comment(&alice, &task.id, "3").await;
+    nth_post(&alice, &task.id, "Planned.", 1).await;
+    wait_idle(&agent).await;
+    assert_eq!(said(&alice, &task.id).await.len(), 3, "{protocol}: two questions and the answer");
+    assert!(model.mismatches().is_empty(), "{protocol}: {:?}", model.mismatches());
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_asks_twice_2026_07_28() {
+    a_call_that_asks_twice_asks_two_questions("2026-07-28").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_asks_twice_2025_11_25() {
+    a_call_that_asks_twice_asks_two_questions("2025-11-25").await;
+}
+
+/// Asked in a chat thread (a mention in the project's chat), the person's reply there is the
+/// answer, and only that: the model does not read it again as steering, and no follow-up run
+/// starts for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_elicitation_in_a_chat_thread_reaches_the_model_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = scripted(json!([
+        {"expect": {"tools_include": ["mcp__elicit__book_table"]}, "reply": call("book_table")},
+        {"expect": {"last_tool_result_contains": "booked a table for 4 at 19:00 for Ada"},
+         "reply": {"content": "Booked a table for four at seven."}}
+    ]))
+    .await;
+    let agent = agent_with(dir.path(), &board, &model, "2025-11-25", json!({})).await;
+    let alice = client(&board, "tok-alice");
+    let chat = chat_id(&alice).await;
+    let root = say(&alice, &chat, "@picogent book us a table for tonight").await;
+    let question = eventually(WAIT, "the question in the thread", || async {
+        thread(&alice, &root.id).await.into_iter().find(|m| m.author_slug == "picogent")
+    })
+    .await;
+    assert!(question.content.starts_with("@alice The MCP server `elicit` asks"), "{}", question.content);
+    waiting_for(&agent, &format!("thread:{}", root.id)).await;
+    let reply = SendMessage {
+        content: "party_size: 4\nname: Ada\ntime: 19:00".into(),
+        parent_id: Some(root.id.clone()),
+        ..SendMessage::default()
+    };
+    alice.send_message(&reply, None).await.unwrap();
+    eventually(WAIT, "the answer in the thread", || async {
+        thread(&alice, &root.id).await.into_iter().find(|m| m.content.starts_with("Booked a table"))
+    })
+    .await;
+    wait_idle(&agent).await;
+    // Time for a follow-up run, were one to start.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    wait_idle(&agent).await;
+    let posts: Vec<_> = thread(&alice, &root.id).await.into_iter().filter(|m| m.author_slug == "picogent").collect();
+    assert_eq!(posts.len(), 2, "one question and one answer: {posts:#?}");
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2, "one run of two turns, no follow-up");
+    let said_to_model: Vec<&str> = requests[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user" || m["role"] == "tool")
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert!(
+        !said_to_model.iter().any(|m| m.contains("name: Ada")),
+        "the reply is not steering too: {said_to_model:#?}"
+    );
+    let answers = said_to_model.iter().filter(|m| m.contains("booked a table for 4 at 19:00 for Ada")).count();
+    assert_eq!(answers, 1, "read once, as the answer: {said_to_model:#?}");
+    assert_eq!(runs_for(&agent, &format!("thread:{}", root.id)).await.len(), 1);
+    assert!(model.mismatches().is_empty(), "{:?}", model.mismatches());
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+/// The agent shut down while a form waits: the server is told nothing (not `cancel`), the run
+/// resumes at the next start, asks the same message (not posted twice), and finds the answer
+/// given meanwhile.
+async fn a_restart_during_a_form_elicitation(protocol: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.log");
+    let board = start_board(dir.path()).await;
+    // A fixed key: a `requestState` sealed before the restart still opens after it.
+    let extra = || {
+        let mut extra = logging_to(&log);
+        merge(&mut extra, json!({"mcp_servers": {"elicit": {"env": {"ELICIT_REQUEST_STATE_KEY": "k".repeat(40)}}}}));
+        extra
+    };
+    let before = scripted(json!([{"reply": call("book_table")}])).await;
+    let agent = agent_with(dir.path(), &board, &before, protocol, extra()).await;
+    let alice = client(&board, "tok-alice");
+    let task = create_assigned(&alice, "Book a table", "Book a table for the team dinner.").await;
+    let session = format!("task:{}", task.id);
+    nth_post(&alice, &task.id, "asks, for the call `book_table`", 1).await;
+    let waiting = waiting_for(&agent, &session).await;
+    let run_id = runs_for(&agent, &session).await[0].id.clone();
+    agent.shutdown().await.unwrap();
+    before.shutdown().await;
+    assert_eq!(server_log(&log), Vec::<String>::new(), "{protocol}: the server was told nothing");
+    comment(&alice, &task.id, "party_size: 2\nname: Bo\ntime: 18:00").await;
+
+    let after = scripted(json!([
+        {"reply": call("book_table")},
+        {"expect": {"last_tool_result_contains": "booked a table for 2 at 18:00 for Bo"}, "reply": {"content": "Booked."}}
+    ]))
+    .await;
+    let agent = agent_with(dir.path(), &board, &after, protocol, extra()).await;
+    nth_post(&alice, &task.id, "Booked.", 1).await;
+    wait_idle(&agent).await;
+    let run = agent.state.get_run(&run_id).await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Completed, "{protocol}: the same run resumed and finished");
+    let posts = said(&alice, &task.id).await;
+    let questions: Vec<_> = posts.iter().filter(|m| m.content.contains("asks, for the call `book_table`")).collect();
+    assert_eq!(questions.len(), 1, "{protocol}: asked once: {posts:#?}");
+    assert_eq!(Some(questions[0].id.clone()), waiting.asked_message_id, "{protocol}");
+    assert_eq!(posts.len(), 2, "{protocol}: {posts:#?}");
+    assert_eq!(server_log(&log), ["book_table accept"], "{protocol}");
+    assert!(after.mismatches().is_empty(), "{protocol}: {:?}", after.mismatches());
+    agent.shutdown().await.unwrap();
+    after.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_during_a_form_elicitation_2026_07_28() {
+    a_restart_during_a_form_elicitation("2026-07-28").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_during_a_form_elicitation_2025_11_25() {
+    a_restart_during_a_form_elicitation("2025-11-25").await;
+}
+
+/// `@picogent stop` while a form waits: one notice, and the server is told `cancel` (and ends
+/// the call itself).
+async fn a_stop_during_an_elicitation(protocol: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.log");
+    let board = start_board(dir.path()).await;
+    let model = scripted(json!([{"reply": call("book_table")}])).await;
+    let agent = agent_with(dir.path(), &board, &model, protocol, logging_to(&log)).await;
+    let alice = client(&board, "tok-alice");
+    let task = create_assigned(&alice, "Book a table", "Book a table.").await;
+    let session = format!("task:{}", task.id);
+    nth_post(&alice, &task.id, "asks, for the call `book_table`", 1).await;
+    waiting_for(&agent, &session).await;
+    comment(&alice, &task.id, "@picogent stop").await;
+    let stopped = nth_post(&alice, &task.id, "Stopped", 1).await;
+    assert!(stopped.content.contains("@alice asked me to stop"), "{}", stopped.content);
+    wait_idle(&agent).await;
+    eventually(WAIT, "the server told cancel", || async { (server_log(&log) == ["book_table cancel"]).then_some(()) })
+        .await;
+    let posts = said(&alice, &task.id).await;
+    assert_eq!(posts.len(), 2, "{protocol}: the question and one notice: {posts:#?}");
+    assert_eq!(runs_for(&agent, &session).await[0].status, RunStatus::Stopped);
+    let metrics =
+        reqwest::get(format!("http://{}/metrics", agent.http_addr.unwrap())).await.unwrap().text().await.unwrap();
+    assert!(metrics.contains(r#"picogent_waits_total{kind="elicitation",end="stopped"} 1"#), "{metrics}");
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_during_an_elicitation_2026_07_28() {
+    a_stop_during_an_elicitation("2026-07-28").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_during_an_elicitation_2025_11_25() {
+    a_stop_during_an_elicitation("2025-11-25").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_form_declined_on_the_board_is_declined_to_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.log");
+    let board = start_board(dir.path()).await;
+    let model = scripted(json!([
+        {"reply": call("book_table")},
+        {"expect": {"last_tool_result_contains": "the user declined"}, "reply": {"content": "You declined."}}
+    ]))
+    .await;
+    let agent = agent_with(dir.path(), &board, &model, "2025-11-25", logging_to(&log)).await;
+    let alice = client(&board, "tok-alice");
+    let task = create_assigned(&alice, "Book a table", "Book a table.").await;
+    nth_post(&alice, &task.id, "asks, for the call `book_table`", 1).await;
+    comment(&alice, &task.id, "Decline.").await;
+    nth_post(&alice, &task.id, "You declined.", 1).await;
+    wait_idle(&agent).await;
+    assert_eq!(server_log(&log), ["book_table decline"]);
+    assert_eq!(said(&alice, &task.id).await.len(), 2, "the question and the answer");
+    assert!(model.mismatches().is_empty(), "{:?}", model.mismatches());
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+/// Two runs call the same 2025-11-25 server at once: its calls take turns, so the one in flight
+/// is always the one asking, and each person is asked (none is cancelled for want of knowing
+/// which call asked).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_of_one_2025_11_25_server_take_turns_and_each_is_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = scripted(json!([
+        {"reply": call("book_table")},
+        {"reply": call("book_table")},
+        {"expect": {"last_tool_result_contains": "booked a table for 2 at 18:00 for Ada"}, "reply": {"content": "Booked for Ada."}},
+        {"expect": {"last_tool_result_contains": "booked a table for 3 at 20:00 for Bo"}, "reply": {"content": "Booked for Bo."}}
+    ]))
+    .await;
+    let agent = agent_with(dir.path(), &board, &model, "2025-11-25", json!({})).await;
+    let alice = client(&board, "tok-alice");
+    let one = create_assigned(&alice, "Book a table", "Book a table for the team.").await;
+    let two = create_assigned(&alice, "Book another table", "Book a table for the guests.").await;
+    let asked = |task_id: String| {
+        let alice = alice.clone();
+        async move { said(&alice, &task_id).await.into_iter().any(|m| m.content.contains("asks, for the call")) }
+    };
+    let (first, second) = eventually(WAIT, "the first question", || async {
+        match (asked(one.id.clone()).await, asked(two.id.clone()).await) {
+            (true, _) => Some((one.id.clone(), two.id.clone())),
+            (_, true) => Some((two.id.clone(), one.id.clone())),
+            _ => None,
+        }
+    })
+    .await;
+    // Both runs called; the second call waits for the first to end, unasked and not cancelled.
+    eventually(WAIT, "both runs started", || async { (model.request_count() >= 2).then_some(()) }).await;
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert!(!asked(second.clone()).await, "one call at a time");
+    comment(&alice, &first, "party_size: 2\nname: Ada\ntime: 18:00").await;
+    nth_post(&alice, &second, "asks, for the call `book_table`", 1).await;
+    comment(&alice, &second, "party_size: 3\nname: Bo\ntime: 20:00").await;
+    nth_post(&alice, &first, "Booked for Ada.", 1).await;
+    nth_post(&alice, &second, "Booked for Bo.", 1).await;
+    wait_idle(&agent).await;
+    assert!(model.mismatches().is_empty(), "{:?}", model.mismatches());
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}

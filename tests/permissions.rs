@@ -28,12 +28,13 @@ async fn scripted(turns: Value) -> OfflineModelHandle {
     picogent::offline_model::start(OfflineModelOptions::script(script)).await.unwrap()
 }
 
-/// The agent's permission questions on a task, oldest first.
+/// The agent's permission questions on a task, oldest first (mentioning the person who asked
+/// for the run, when one did).
 async fn questions(alice: &TrackerClient, task_id: &str) -> Vec<String> {
     comments(alice, task_id)
         .await
         .into_iter()
-        .filter(|m| m.author_slug == "picogent" && m.content.starts_with("Permission needed"))
+        .filter(|m| m.author_slug == "picogent" && m.content.contains("Permission needed"))
         .map(|m| m.content)
         .collect()
 }
@@ -126,7 +127,7 @@ async fn in_ask_mode_the_agent_asks_before_closing_or_rejecting_a_task_and_not_b
     let seen = alice.get_task(&task.id).await.unwrap();
     assert_eq!(seen.title, "Release notes, 2.0");
     println!("the question on TE-1:\n{asked}");
-    assert!(asked.starts_with("Permission needed: may I move task TE-1 to done?"), "{asked}");
+    assert!(asked.starts_with("@alice Permission needed: may I move task TE-1 to done?"), "{asked}");
     assert!(asked.contains("`update_task`") && asked.contains("permissions.ask_tools"), "{asked}");
     // Without a yes nothing changes: not while it waits, not after a no.
     assert_eq!(seen.status, TaskStatus::InProgress);
@@ -152,7 +153,7 @@ async fn in_ask_mode_the_agent_asks_before_closing_or_rejecting_a_task_and_not_b
     assert_eq!(second.key, "TE-2");
     let asked = wait_question(&alice, &second.id, 1).await;
     assert!(
-        asked.starts_with("Permission needed: may I reject task TE-2, giving it back unassigned with the reason \"I have no access to the payroll system\"?"),
+        asked.starts_with("@alice Permission needed: may I reject task TE-2, giving it back unassigned with the reason \"I have no access to the payroll system\"?"),
         "{asked}"
     );
     let waiting = alice.get_task(&second.id).await.unwrap();

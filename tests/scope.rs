@@ -222,7 +222,7 @@ async fn in_ask_mode_a_call_outside_the_run_is_asked_in_the_task_and_a_no_keeps_
         comments(&alice, &task.id)
             .await
             .into_iter()
-            .find(|m| m.author_slug == "picogent" && m.content.starts_with("Permission needed"))
+            .find(|m| m.author_slug == "picogent" && m.content.starts_with("@alice Permission needed"))
             .map(|m| m.content)
     })
     .await;

@@ -22,6 +22,10 @@ Tools (none take arguments):
   20:00 (all required), `vegetarian` boolean (optional). Answers `booked a table for
   {party_size} at {time} for {name}` (+ `, vegetarian`), `the user declined`, or
   `the user cancelled`.
+- `plan_trip`: two forms, one after the other in the same call (the second depends on the
+  first, so on 2026-07-28 they come in two rounds): `city` (string), then `nights` (integer
+  1..30). Answers `planned {nights} nights in {city}`; a decline or cancel fails the call (the
+  SDK's way for a resolver whose value the tool needs).
 - `connect_account`: a URL (`https://auth.example.com/connect?session=<random>`), handled by
   hand on each era. Answers `connected` on accept (on 2025-11-25 after sending
   `notifications/elicitation/complete` for the elicitation), `not connected: decline|cancel`
@@ -31,6 +35,10 @@ Tools (none take arguments):
   required, `UrlElicitationRequiredError`) naming such a URL, and answers `connected` on every
   later call. Calls are counted in the file named by ELICIT_STATE_FILE (shared between server
   processes and restarts), else in memory.
+
+ELICIT_LOG_FILE, when set, names a file each tool appends a line to with the outcome of its
+question as the server got it (`book_table accept`, `book_table cancel`, `plan_trip decline`,
+…): what the client told the server, for the tests to read.
 """
 
 from __future__ import annotations
@@ -90,13 +98,47 @@ def ask_booking() -> Elicit[Booking]:
     return Elicit("Who is the table for?", Booking)
 
 
+def log_outcome(tool: str, action: str) -> None:
+    """Appends `{tool} {action}` to ELICIT_LOG_FILE, when that is set."""
+    path = os.environ.get("ELICIT_LOG_FILE")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(f"{tool} {action}\n")
+
+
 @server.tool(structured_output=False, description="Books a table, asking the user who it is for.")
 async def book_table(booking: Annotated[ElicitationResult[Booking], Resolve(ask_booking)]) -> str:
+    log_outcome("book_table", booking.action)
     if isinstance(booking, AcceptedElicitation):
         data = booking.data
         text = f"booked a table for {data.party_size} at {data.time} for {data.name}"
         return text + (", vegetarian" if data.vegetarian else "")
     return "the user declined" if booking.action == "decline" else "the user cancelled"
+
+
+class Destination(BaseModel):
+    city: str = Field(description="Which city")
+
+
+class Stay(BaseModel):
+    nights: int = Field(ge=1, le=30, description="How many nights")
+
+
+def ask_city() -> Elicit[Destination]:
+    return Elicit("Where to?", Destination)
+
+
+def ask_nights(destination: Annotated[Destination, Resolve(ask_city)]) -> Elicit[Stay]:
+    return Elicit(f"How many nights in {destination.city}?", Stay)
+
+
+@server.tool(structured_output=False, description="Plans a trip, asking the user where to, then for how long.")
+async def plan_trip(
+    destination: Annotated[Destination, Resolve(ask_city)],
+    stay: Annotated[Stay, Resolve(ask_nights)],
+) -> str:
+    log_outcome("plan_trip", "accept")
+    return f"planned {stay.nights} nights in {destination.city}"
 
 
 def modern(ctx: Context) -> bool:

@@ -12,7 +12,11 @@
 //!   the server is marked ready and again when its resources change, so a skill exists before
 //!   anyone calls it; a skill that cannot be read again keeps the version read before;
 //! - every request carries the server's `timeout_ms`; a request that runs out (or whose run is
-//!   cancelled) is dropped, and rmcp then sends `notifications/cancelled` to the server;
+//!   cancelled) is dropped, and rmcp then sends `notifications/cancelled` to the server, except a
+//!   call whose server asked the person: at a stop it ends with the answer `cancel`, at a
+//!   shutdown it is told nothing (`ServerConnection::abandon`);
+//! - a connection that speaks 2025-11-25 runs one tool call at a time, so the one in flight is
+//!   the one its `elicitation/create` is for;
 //! - no message of the server is kept past its `max_result_bytes` (`client/limit.rs`, and the
 //!   HTTP client's limits): a result past it fails its call at once with
 //!   [`ServerCallError::ResultTooLarge`], and the connection stays; a message past it that
@@ -25,6 +29,7 @@ mod connect;
 mod limit;
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -54,6 +59,9 @@ pub const FALLBACK_PROTOCOL: ProtocolVersion = ProtocolVersion::V_2025_11_25;
 /// Progress notifications kept per server for the run record (the oldest are dropped).
 const PROGRESS_KEPT: usize = 256;
 const BACKOFF_START: Duration = Duration::from_millis(250);
+/// At a stop, how long a call whose server asked the person (and was answered `cancel`) is
+/// given to end itself with that answer before it is abandoned.
+const STOP_GRACE: Duration = Duration::from_secs(5);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// Why a request to a server did not produce an answer. Each becomes an error result the model
@@ -126,6 +134,10 @@ pub struct ServerSnapshot {
 struct Link {
     peer: Peer<RoleClient>,
     overflow: Arc<limit::Overflow>,
+    /// On a connection that speaks 2025-11-25, the one turn to call a tool: its
+    /// `elicitation/create` names no call, so only one call is in flight at a time and the one
+    /// in flight is the one asking. `None` from 2026-07-28 (a question comes with its call).
+    one_at_a_time: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 struct State {
@@ -337,16 +349,53 @@ impl ServerConnection {
 
     /// `tools/call` with the server's original tool name, for the run of `context`. When the
     /// server asks the person for input ([`crate::elicit`]) the call goes on once they answered:
-    /// `timeout_ms` does not count the time it waited for them.
+    /// `timeout_ms` does not count the time it waited for them. On a 2025-11-25 connection the
+    /// call first waits for the calls before it to end (one at a time; its run's budgets and a
+    /// stop still hold).
+    ///
+    /// The call is carried out on a task of its own, whose cancellation dropping this future
+    /// fires: a run stopped (or cut short by a shutdown) while the server asks the person drops
+    /// its calls at once, and the task still ends the call as [`ServerConnection::abandon`] says
+    /// (the server told `cancel` at a stop, nothing at a shutdown).
     pub async fn call_tool(
-        &self,
+        self: &Arc<Self>,
         tool: &str,
         arguments: JsonObject,
         context: &ToolContext,
     ) -> Result<rmcp::model::CallToolResult, ServerCallError> {
         let link = self.link()?;
-        let call = self.in_flight.enter(tool, context);
-        let outcome = self.call_tool_rounds(&link, tool, arguments, context).await;
+        let mut own = context.clone();
+        own.cancel = context.cancel.child_token();
+        let dropped = own.cancel.clone().drop_guard();
+        let (connection, tool) = (Arc::clone(self), tool.to_string());
+        let call = tokio::spawn(async move { connection.call_in_turn(&link, &tool, arguments, &own).await });
+        let outcome = call.await.unwrap_or_else(|failed| {
+            Err(ServerCallError::Failed { server: self.name.clone(), message: format!("the call failed: {failed}") })
+        });
+        dropped.disarm();
+        outcome
+    }
+
+    /// The call, once it is its turn on the connection.
+    async fn call_in_turn(
+        &self,
+        link: &Link,
+        tool: &str,
+        arguments: JsonObject,
+        context: &ToolContext,
+    ) -> Result<rmcp::model::CallToolResult, ServerCallError> {
+        let _turn = match &link.one_at_a_time {
+            Some(turn) => Some(tokio::select! {
+                permit = turn.acquire() => permit.map_err(|_| ServerCallError::Unavailable {
+                    server: self.name.clone(),
+                    reason: "its connection ended".to_string(),
+                })?,
+                _ = context.cancel.cancelled() => return Err(ServerCallError::Cancelled { server: self.name.clone() }),
+            }),
+            None => None,
+        };
+        let (call, asked) = self.in_flight.enter(tool, context);
+        let outcome = self.call_tool_rounds(link, tool, arguments, context, &asked).await;
         self.in_flight.leave(call);
         outcome
     }
@@ -357,41 +406,52 @@ impl ServerConnection {
         tool: &str,
         arguments: JsonObject,
         context: &ToolContext,
+        asked: &AtomicBool,
     ) -> Result<rmcp::model::CallToolResult, ServerCallError> {
         use rmcp::model::CallToolResponse;
         let failed = |message: String| ServerCallError::Failed { server: self.name.clone(), message };
+        // At a shutdown the person's answer never comes: the call ends, and the server is told nothing.
+        let interrupted = || ServerCallError::Cancelled { server: self.name.clone() };
         let mut params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
         let (mut rounds, mut url_tries) = (0usize, 0u32);
         loop {
             let limit = self.timeout();
             let deadline = tokio::time::Instant::now() + limit;
+            let mut sent = Sent::call(link, params.clone());
             let answer = tokio::select! {
-                answer = link.peer.call_tool_once(params.clone()) => answer,
+                answer = sent.answer() => answer,
                 _ = context.wait_clock.passed(deadline) => {
                     return Err(ServerCallError::TimedOut { server: self.name.clone(), timeout_ms: limit.as_millis() as u64 });
                 }
-                _ = context.cancel.cancelled() => return Err(ServerCallError::Cancelled { server: self.name.clone() }),
+                _ = context.cancel.cancelled() => {
+                    return Err(self.abandon(sent, context, asked.load(Ordering::Relaxed)).await);
+                }
             };
             match answer {
                 Ok(CallToolResponse::Complete(result)) => return Ok(result),
                 // 2026-07-28: the result asks for input; the call is made again with the answers.
-                Ok(CallToolResponse::InputRequired(asked)) => {
+                Ok(CallToolResponse::InputRequired(input)) => {
                     rounds += 1;
                     if rounds > rmcp::model::DEFAULT_MRTR_MAX_ROUNDS {
                         return Err(failed(format!("it asked for input more than {} times in one call", rounds - 1)));
                     }
                     let mut responses = rmcp::model::InputResponses::new();
-                    for (key, request) in asked.input_requests.unwrap_or_default() {
+                    for (key, request) in input.input_requests.unwrap_or_default() {
                         let rmcp::model::InputRequest::Elicitation(request) = request else {
                             return Err(failed(
                                 "it asked for input picogent does not give (sampling or roots)".to_string(),
                             ));
                         };
-                        let answer = self.elicitation.answer(&self.name, tool, &request.params, Some(context)).await;
+                        asked.store(true, Ordering::Relaxed);
+                        let Some(answer) =
+                            self.elicitation.answer(&self.name, tool, &request.params, Some(context)).await
+                        else {
+                            return Err(interrupted());
+                        };
                         responses.insert(key, serde_json::to_value(answer).unwrap_or_default());
                     }
                     params.input_responses = Some(responses);
-                    params.request_state = asked.request_state;
+                    params.request_state = input.request_state;
                 }
                 Ok(_) => return Err(failed("it answered with a task, which picogent does not follow".to_string())),
                 // 2025-11-25: the call needs the person to complete a link first, then again.
@@ -414,7 +474,9 @@ impl ServerConnection {
                         return Err(failed(format!("it needs a link completed but sent none: {}", data.message)));
                     }
                     for link in &links {
-                        let answer = self.elicitation.answer(&self.name, tool, link, Some(context)).await;
+                        let Some(answer) = self.elicitation.answer(&self.name, tool, link, Some(context)).await else {
+                            return Err(interrupted());
+                        };
                         if answer.action != rmcp::model::ElicitationAction::Accept {
                             return Ok(rmcp::model::CallToolResult::error(vec![rmcp::model::ContentBlock::text(
                                 format!(
@@ -429,6 +491,23 @@ impl ServerConnection {
                 Err(error) => return Err(self.failed(error, link)),
             }
         }
+    }
+
+    /// The run of a call was cancelled while the call was out. A call that asked nobody is
+    /// abandoned at once: dropped, and the server is sent `notifications/cancelled`. A call whose
+    /// server asked the person: at a stop, it was answered `cancel` and is given a moment to end
+    /// itself with that answer (then abandoned); at a shutdown, it is let go unanswered and ends
+    /// with the connection, so the server is told nothing (the resumed run calls and asks again).
+    async fn abandon(&self, mut sent: Sent, context: &ToolContext, asked: bool) -> ServerCallError {
+        let shutdown = context.waits.as_ref().is_some_and(|waits| waits.shutting_down());
+        match (asked, shutdown) {
+            (true, true) => sent.let_go(),
+            (true, false) => {
+                let _ = tokio::time::timeout(self.timeout().min(STOP_GRACE), sent.answer()).await;
+            }
+            (false, _) => {}
+        }
+        ServerCallError::Cancelled { server: self.name.clone() }
     }
 
     /// `prompts/get`.
@@ -516,7 +595,9 @@ impl ServerConnection {
         (events_tx, mut events_rx): (mpsc::UnboundedSender<Refresh>, mpsc::UnboundedReceiver<Refresh>),
         shutdown: &CancellationToken,
     ) -> ConnectionEnd {
-        let link = Link { peer: running.peer().clone(), overflow };
+        let speaks_2025 = running.peer().peer_info().is_some_and(|info| info.protocol_version.has_initialize());
+        let one_at_a_time = speaks_2025.then(|| Arc::new(tokio::sync::Semaphore::new(1)));
+        let link = Link { peer: running.peer().clone(), overflow, one_at_a_time };
         let snapshot = self.first_snapshot(&link, &events_tx).await;
         tracing::info!(
             server = %self.name,
@@ -733,6 +814,42 @@ impl ServerConnection {
     }
 }
 
+/// One `tools/call` sent on a task of its own, so that it can be let go at a shutdown. Dropped
+/// before its answer came, it is abandoned: rmcp then sends the server `notifications/cancelled`.
+struct Sent(Option<tokio::task::JoinHandle<Result<rmcp::model::CallToolResponse, ServiceError>>>);
+
+impl Sent {
+    fn call(link: &Link, params: CallToolRequestParams) -> Sent {
+        let peer = link.peer.clone();
+        Sent(Some(tokio::spawn(async move { peer.call_tool_once(params).await })))
+    }
+
+    /// The server's answer (once; a call let go never answers).
+    async fn answer(&mut self) -> Result<rmcp::model::CallToolResponse, ServiceError> {
+        match self.0.as_mut() {
+            Some(task) => {
+                let answer = task.await;
+                self.0 = None;
+                answer.unwrap_or_else(|failed| Err(ServiceError::Cancelled { reason: Some(failed.to_string()) }))
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Lets the call go on unheard, until the connection ends.
+    fn let_go(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Sent {
+    fn drop(&mut self) {
+        if let Some(task) = &self.0 {
+            task.abort();
+        }
+    }
+}
+
 /// The text of a read skill resource: its text contents joined; `None` when it has none.
 fn skill_text(result: ReadResourceResult) -> Option<String> {
     let texts: Vec<String> = result
@@ -798,21 +915,29 @@ impl ClientHandler for Handler {
     }
 
     /// A 2025-11-25 `elicitation/create`: asked for the one call in flight on this connection.
+    /// At a shutdown it is left unanswered until the connection ends.
     async fn create_elicitation(
         &self,
         request: rmcp::model::ElicitRequestParams,
-        _context: rmcp::service::RequestContext<RoleClient>,
+        context: rmcp::service::RequestContext<RoleClient>,
     ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
-        {
-            let call = self.in_flight.only();
-            if call.is_none() {
-                tracing::warn!(server = %self.server, "cancelled an elicitation: no single call of this server is in flight to tell who asked");
+        let call = self.in_flight.only();
+        if call.is_none() {
+            tracing::warn!(server = %self.server, "cancelled an elicitation: no single call of this server is in flight to tell who asked");
+        }
+        if let Some(call) = &call {
+            call.asked.store(true, Ordering::Relaxed);
+        }
+        let (tool, asker) = match &call {
+            Some(call) => (call.tool.as_str(), Some(&call.context)),
+            None => ("?", None),
+        };
+        match self.elicitation.answer(&self.server, tool, &request, asker).await {
+            Some(answer) => Ok(answer),
+            None => {
+                context.ct.cancelled().await;
+                Err(rmcp::ErrorData::internal_error("the client shut down before the user answered", None))
             }
-            let (tool, context) = match &call {
-                Some((tool, context)) => (tool.as_str(), Some(context)),
-                None => ("?", None),
-            };
-            Ok(self.elicitation.answer(&self.server, tool, &request, context).await)
         }
     }
 

@@ -8,14 +8,19 @@
 //! posted as a link and waits for the person to say `done`; a call refused with -32042 (URL
 //! elicitation required) is made again after that, up to `elicitation.url_retries` times.
 //!
-//! A form reply is fitted to the server's schema here (`field: value` lines, or a JSON object),
-//! checked against it, and asked again once when it does not fit. A decline or cancel is
-//! honoured; no reply within `elicitation.timeout_ms` cancels, and the thread is told so. Where
-//! nobody can be asked (`picogent mcp`, `tools call`, a run without a thread), every request is
-//! cancelled at once.
+//! A form reply is fitted to the server's schema here, by picogent's own parser ([`fit_reply`]),
+//! not by the model: `field: value` lines (field names in any case), or a JSON object; for a
+//! form of one field the whole reply is its value unless it is exactly `field: value`. It is
+//! checked against the schema, and asked again once when it does not fit. Only `decline` (or
+//! `declined`, `refuse`) declines and `cancel` cancels; a `no` declines too, except where it is
+//! the value of a form's one field (a yes/no field: `false`). No reply within
+//! `elicitation.timeout_ms` cancels, and the thread is told so. A stop of the run cancels; a
+//! shutdown answers nothing (the run resumes and asks again). Where nobody can be asked
+//! (`picogent mcp`, `tools call`, a run without a thread), every request is cancelled at once.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction};
@@ -55,21 +60,27 @@ impl Elicitation {
         self.people.get()
     }
 
-    /// Answers one request of the server `server`, made for the call `tool` of `context`'s run.
+    /// Answers one request of the server `server`, made for the call `tool` of `context`'s run;
+    /// `None` when the agent shut down while the person was asked: the server is told nothing
+    /// (not `cancel`), since the run resumes at the next start and asks again.
     pub async fn answer(
         &self,
         server: &str,
         tool: &str,
         params: &ElicitRequestParams,
         context: Option<&ToolContext>,
-    ) -> ElicitResult {
+    ) -> Option<ElicitResult> {
         let (Some(people), Some(context)) = (self.people(), context) else {
             tracing::info!(server, tool, "cancelled an elicitation: nobody can be asked here");
-            return result(ElicitationAction::Cancel, None);
+            return Some(result(ElicitationAction::Cancel, None));
         };
         if context.session.is_none() || context.cancel.is_cancelled() {
+            let shutdown = context.waits.as_ref().is_some_and(|waits| waits.shutting_down());
+            if shutdown {
+                return None;
+            }
             tracing::info!(server, tool, "cancelled an elicitation: the call has no task or thread to ask in");
-            return result(ElicitationAction::Cancel, None);
+            return Some(result(ElicitationAction::Cancel, None));
         }
         match params {
             ElicitRequestParams::FormElicitationParams { message, requested_schema, .. } => {
@@ -79,7 +90,7 @@ impl Elicitation {
             ElicitRequestParams::UrlElicitationParams { message, url, .. } => {
                 people.url(server, tool, message, url, context).await
             }
-            _ => result(ElicitationAction::Decline, None),
+            _ => Some(result(ElicitationAction::Decline, None)),
         }
     }
 }
@@ -110,10 +121,6 @@ impl People {
         self.timeout.as_secs().div_ceil(60)
     }
 
-    fn mention(context: &ToolContext) -> String {
-        context.requester.as_ref().map(|person| format!("@{person} ")).unwrap_or_default()
-    }
-
     async fn form(
         &self,
         server: &str,
@@ -121,11 +128,11 @@ impl People {
         message: &str,
         schema: &Value,
         context: &ToolContext,
-    ) -> ElicitResult {
+    ) -> Option<ElicitResult> {
         let what = format!("the MCP server `{server}` asks: {}", server_text(message));
         let mut problem: Option<String> = None;
-        for attempt in 0..2 {
-            let mut text = Self::mention(context);
+        for _ in 0..2 {
+            let mut text = String::new();
             if let Some(problem) = &problem {
                 text.push_str(&format!("That did not fit: {problem}. Once more, please.\n"));
             }
@@ -142,7 +149,6 @@ impl People {
                 text,
                 person: context.requester.clone(),
                 timeout: self.timeout,
-                attempt,
             };
             let read = |reply: &MessageOut| Some(fit_reply(&reply.content, schema));
             let ended = |reply: &FormReply| match reply {
@@ -152,10 +158,12 @@ impl People {
             };
             match self.asker.ask(context, &question, read, ended).await {
                 Reply::Answer { value: FormReply::Fields(fields), .. } => {
-                    return result(ElicitationAction::Accept, Some(fields));
+                    return Some(result(ElicitationAction::Accept, Some(fields)));
                 }
-                Reply::Answer { value: FormReply::Decline, .. } => return result(ElicitationAction::Decline, None),
-                Reply::Answer { value: FormReply::Cancel, .. } => return result(ElicitationAction::Cancel, None),
+                Reply::Answer { value: FormReply::Decline, .. } => {
+                    return Some(result(ElicitationAction::Decline, None));
+                }
+                Reply::Answer { value: FormReply::Cancel, .. } => return Some(result(ElicitationAction::Cancel, None)),
                 Reply::Answer { value: FormReply::Unfit(why), .. } => problem = Some(why),
                 Reply::TimedOut => {
                     self.tell(
@@ -167,9 +175,10 @@ impl People {
                         "timeout",
                     )
                     .await;
-                    return result(ElicitationAction::Cancel, None);
+                    return Some(result(ElicitationAction::Cancel, None));
                 }
-                Reply::Stopped | Reply::Unavailable { .. } => return result(ElicitationAction::Cancel, None),
+                Reply::Interrupted => return None,
+                Reply::Stopped | Reply::Unavailable { .. } => return Some(result(ElicitationAction::Cancel, None)),
             }
         }
         let why = problem.unwrap_or_default();
@@ -179,18 +188,24 @@ impl People {
             "unfit",
         )
         .await;
-        result(ElicitationAction::Cancel, None)
+        Some(result(ElicitationAction::Cancel, None))
     }
 
-    async fn url(&self, server: &str, tool: &str, message: &str, url: &str, context: &ToolContext) -> ElicitResult {
+    async fn url(
+        &self,
+        server: &str,
+        tool: &str,
+        message: &str,
+        url: &str,
+        context: &ToolContext,
+    ) -> Option<ElicitResult> {
         let Some(url) = safe_url(url) else {
             tracing::warn!(server, tool, "declined a URL elicitation whose link is not an http(s) URL");
-            return result(ElicitationAction::Decline, None);
+            return Some(result(ElicitationAction::Decline, None));
         };
         let text = format!(
-            "{}The MCP server `{server}` asks you to open this link, for the call `{tool}`: {url}\n{}\nReply `done` \
+            "The MCP server `{server}` asks you to open this link, for the call `{tool}`: {url}\n{}\nReply `done` \
              here when you have finished there, or `cancel`. Within {} minutes.",
-            Self::mention(context),
             server_text(message),
             self.minutes()
         );
@@ -200,15 +215,14 @@ impl People {
             text,
             person: context.requester.clone(),
             timeout: self.timeout,
-            attempt: 0,
         };
         let read = |reply: &MessageOut| {
             let words = reply_words(&reply.content).to_lowercase();
             let word = words.trim_end_matches(['.', '!']);
             match word {
                 "done" | "finished" | "ok" | "yes" | "completed" => Some(ElicitationAction::Accept),
-                "decline" | "no" => Some(ElicitationAction::Decline),
-                "cancel" => Some(ElicitationAction::Cancel),
+                "decline" | "declined" | "no" => Some(ElicitationAction::Decline),
+                "cancel" | "cancelled" | "canceled" => Some(ElicitationAction::Cancel),
                 _ => None,
             }
         };
@@ -216,7 +230,7 @@ impl People {
             if *action == ElicitationAction::Accept { WaitEnd::Answered } else { WaitEnd::Declined }
         };
         match self.asker.ask(context, &question, read, ended).await {
-            Reply::Answer { value, .. } => result(value, None),
+            Reply::Answer { value, .. } => Some(result(value, None)),
             Reply::TimedOut => {
                 self.tell(
                     context,
@@ -227,9 +241,10 @@ impl People {
                     "timeout",
                 )
                 .await;
-                result(ElicitationAction::Cancel, None)
+                Some(result(ElicitationAction::Cancel, None))
             }
-            Reply::Stopped | Reply::Unavailable { .. } => result(ElicitationAction::Cancel, None),
+            Reply::Interrupted => None,
+            Reply::Stopped | Reply::Unavailable { .. } => Some(result(ElicitationAction::Cancel, None)),
         }
     }
 
@@ -302,42 +317,61 @@ fn enum_values(property: &Value) -> Option<Vec<String>> {
     Some(options.iter().filter_map(|o| o["const"].as_str().map(str::to_string)).collect())
 }
 
-/// A person's reply fitted to the form's schema: `field: value` lines (or `=`, or one JSON
-/// object; a lone value for a form of one field), values read as the schema's types, the whole
-/// checked against the schema.
+/// A person's reply fitted to the form's schema, by this parser (the model is not asked to):
+/// - `cancel` alone cancels, `decline` (`declined`, `refuse`) alone declines; `no` alone
+///   declines too, unless the form has one field whose value it can be (a yes/no field: `false`);
+/// - one JSON object: its members are the fields;
+/// - a form of one field: the whole reply is its value (`19:00`, a link, several lines), unless
+///   it is exactly `field: value` (or `field = value`) with that field's name;
+/// - else `field: value` (or `field = value`) lines, several on a line when `;` comes before
+///   another field's name; a line naming no field is passed over, one naming a field the form
+///   does not have is refused (`https://…` is no field);
+/// - field names in any case; values read as the schema's types, the whole checked against the
+///   schema.
 fn fit_reply(content: &str, schema: &Value) -> FormReply {
     let words = picogent_prompts::clean_text(reply_words(content), 10_000);
-    let lowered = words.trim().trim_end_matches(['.', '!']).to_lowercase();
+    let words = words.trim();
+    let properties = schema["properties"].as_object().cloned().unwrap_or_default();
+    let only = (properties.len() == 1).then(|| properties.iter().next()).flatten();
+    let lowered = words.trim_end_matches(['.', '!']).trim().to_lowercase();
+    let mut words = words;
     match lowered.as_str() {
-        "decline" | "declined" | "no" | "refuse" => return FormReply::Decline,
-        "cancel" | "cancelled" => return FormReply::Cancel,
+        "decline" | "declined" | "i decline" | "refuse" => return FormReply::Decline,
+        "cancel" | "cancelled" | "canceled" => return FormReply::Cancel,
+        // A `no` to a form of one field it is a value of (a yes/no field, an option `no`).
+        "no" | "no thanks" | "no, thanks" => match only {
+            Some((_, property)) if takes_no(property) => words = "no",
+            _ => return FormReply::Decline,
+        },
         _ => {}
     }
-    let properties = schema["properties"].as_object().cloned().unwrap_or_default();
-    let given: Map<String, Value> = if words.trim_start().starts_with('{') {
-        match serde_json::from_str::<Value>(words.trim()) {
-            Ok(Value::Object(object)) => object,
-            _ => return FormReply::Unfit("the JSON is not one object".to_string()),
+    // A field's name as the schema spells it, from a name in any case.
+    let field = |name: &str| -> Option<String> {
+        let name = name.trim().trim_matches(['`', '"', '\'', '*']).trim();
+        properties.keys().find(|key| key.eq_ignore_ascii_case(name)).cloned()
+    };
+    let json = words.starts_with('{').then(|| serde_json::from_str::<Value>(words).ok()).flatten();
+    let given: Map<String, Value> = match (json, only) {
+        (Some(Value::Object(object)), _) => {
+            object.into_iter().map(|(key, value)| (field(&key).unwrap_or(key), value)).collect()
         }
-    } else {
-        let mut given = Map::new();
-        let pairs: Vec<(String, String)> = words
-            .lines()
-            .flat_map(|line| line.split(';'))
-            .filter_map(|part| {
-                let part = part.trim().trim_start_matches(['-', '*']).trim();
-                let (key, value) = part.split_once(':').or_else(|| part.split_once('='))?;
-                Some((key.trim().trim_matches('`').to_string(), value.trim().to_string()))
-            })
-            .collect();
-        if pairs.is_empty() && properties.len() == 1 {
-            let (only, _) = properties.iter().next().map(|(k, v)| (k.clone(), v.clone())).unwrap_or_default();
-            given.insert(only, Value::String(words.trim().to_string()));
+        (_, Some((name, _))) => {
+            let value = match field_line(words) {
+                Some((key, value)) if !words.contains('\n') && field(key).is_some() => value,
+                _ => words,
+            };
+            Map::from_iter([(name.clone(), Value::String(value.to_string()))])
         }
-        for (key, value) in pairs {
-            given.insert(key, Value::String(value));
+        _ if words.starts_with('{') => return FormReply::Unfit("the JSON is not one object".to_string()),
+        _ => {
+            let mut given = Map::new();
+            for line in words.lines() {
+                for (key, value) in field_parts(line, &field) {
+                    given.insert(field(&key).unwrap_or(key), Value::String(value));
+                }
+            }
+            given
         }
-        given
     };
     let unknown: Vec<&String> = given.keys().filter(|key| !properties.contains_key(*key)).collect();
     if !unknown.is_empty() {
@@ -376,6 +410,57 @@ fn fit_reply(content: &str, schema: &Value) -> FormReply {
     }
 }
 
+/// Whether `no` is a value of the field: a yes/no field, or an option `no`.
+fn takes_no(property: &Value) -> bool {
+    property["type"] == "boolean"
+        || enum_values(property).is_some_and(|options| options.iter().any(|o| o.eq_ignore_ascii_case("no")))
+}
+
+/// `name: value` (or `name = value`, after a list marker): the name and the value, where the
+/// name is one word (letters, digits, `_`, `-`, `.`, in backticks or quotes or not) and the
+/// separator is not a link's `://`.
+fn field_line(line: &str) -> Option<(&str, &str)> {
+    let line = line.trim().trim_start_matches(['-', '*', '•']).trim_start();
+    let at = line.find([':', '='])?;
+    let (name, rest) = (line[..at].trim(), &line[at + 1..]);
+    if rest.starts_with("//") {
+        return None;
+    }
+    let bare = name.trim_matches(['`', '"', '\'', '*']);
+    let is_name = !bare.is_empty()
+        && bare.chars().all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        && name.len() <= bare.len() + 4;
+    is_name.then_some((name, rest.trim()))
+}
+
+/// The `field: value` pairs of one line: one, or several where `;` comes before the name of
+/// another of the form's fields (a `;` elsewhere is part of the value).
+fn field_parts(line: &str, field: &impl Fn(&str) -> Option<String>) -> Vec<(String, String)> {
+    let Some((name, value)) = field_line(line) else { return Vec::new() };
+    let mut parts = vec![(name.to_string(), String::new())];
+    let mut rest = value;
+    loop {
+        let next = rest.match_indices(';').find_map(|(at, _)| {
+            let after = &rest[at + 1..];
+            field_line(after).filter(|(name, _)| field(name).is_some()).map(|_| at)
+        });
+        let Some(last) = parts.last_mut() else { break };
+        match next {
+            Some(at) => {
+                last.1 = rest[..at].trim().to_string();
+                let Some((name, value)) = field_line(&rest[at + 1..]) else { break };
+                parts.push((name.to_string(), String::new()));
+                rest = value;
+            }
+            None => {
+                last.1 = rest.trim().to_string();
+                break;
+            }
+        }
+    }
+    parts
+}
+
 /// One value read as its field's type.
 fn typed(value: &Value, property: &Value) -> Result<Value, String> {
     let Value::String(text) = value else { return Ok(value.clone()) };
@@ -386,14 +471,19 @@ fn typed(value: &Value, property: &Value) -> Result<Value, String> {
         return Ok(Value::String(option.clone()));
     }
     match property["type"].as_str() {
-        Some("integer") => text.parse::<i64>().map(Value::from).map_err(|_| format!("`{text}` is not a whole number")),
+        Some("integer") => text
+            .trim_end_matches(['.', '!'])
+            .parse::<i64>()
+            .map(Value::from)
+            .map_err(|_| format!("`{text}` is not a whole number")),
         Some("number") => text
+            .trim_end_matches(['.', '!'])
             .parse::<f64>()
             .ok()
             .and_then(serde_json::Number::from_f64)
             .map(Value::Number)
             .ok_or_else(|| format!("`{text}` is not a number")),
-        Some("boolean") => match text.to_lowercase().as_str() {
+        Some("boolean") => match text.trim_end_matches(['.', '!']).to_lowercase().as_str() {
             "yes" | "y" | "true" | "1" | "on" => Ok(Value::Bool(true)),
             "no" | "n" | "false" | "0" | "off" => Ok(Value::Bool(false)),
             _ => Err(format!("`{text}` is not yes or no")),
@@ -403,19 +493,30 @@ fn typed(value: &Value, property: &Value) -> Result<Value, String> {
 }
 
 /// The calls of one server connection in flight, with their contexts: a 2025-11-25
-/// `elicitation/create` belongs to the one call in flight (with several, nobody can tell which
-/// asked, and it is cancelled).
+/// `elicitation/create` belongs to the one call in flight. Such a connection runs one call at a
+/// time (`client.rs`), so there is one; with several, nobody could tell which asked, and it
+/// would be cancelled.
 #[derive(Debug, Default)]
 pub struct InFlight {
-    calls: Mutex<HashMap<u64, (String, ToolContext)>>,
+    calls: Mutex<HashMap<u64, Call>>,
     next: std::sync::atomic::AtomicU64,
 }
 
+/// One call in flight.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub tool: String,
+    pub context: ToolContext,
+    /// Set once the server asked the person something for this call.
+    pub asked: Arc<AtomicBool>,
+}
+
 impl InFlight {
-    pub fn enter(&self, tool: &str, context: &ToolContext) -> u64 {
-        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.lock().insert(id, (tool.to_string(), context.clone()));
-        id
+    pub fn enter(&self, tool: &str, context: &ToolContext) -> (u64, Arc<AtomicBool>) {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let asked = Arc::new(AtomicBool::new(false));
+        self.lock().insert(id, Call { tool: tool.to_string(), context: context.clone(), asked: asked.clone() });
+        (id, asked)
     }
 
     pub fn leave(&self, id: u64) {
@@ -423,12 +524,12 @@ impl InFlight {
     }
 
     /// The one call in flight, if exactly one is.
-    pub fn only(&self) -> Option<(String, ToolContext)> {
+    pub fn only(&self) -> Option<Call> {
         let calls = self.lock();
         if calls.len() == 1 { calls.values().next().cloned() } else { None }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (String, ToolContext)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Call>> {
         self.calls.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
@@ -472,6 +573,78 @@ mod tests {
         assert!(why.contains("no field `colour`"), "{why}");
         assert_eq!(fit_reply("@picogent decline", &booking()), FormReply::Decline);
         assert_eq!(fit_reply("Cancel.", &booking()), FormReply::Cancel);
+    }
+
+    fn one(name: &str, property: Value) -> Value {
+        json!({"type": "object", "required": [name], "properties": {name: property}})
+    }
+
+    #[test]
+    fn a_form_of_one_field_takes_the_whole_reply_as_its_value() {
+        let time = one("time", json!({"type": "string", "enum": ["18:00", "19:00", "20:00"]}));
+        assert_eq!(fit_reply("@picogent 19:00", &time), FormReply::Fields(json!({"time": "19:00"})));
+        assert_eq!(fit_reply("time: 19:00", &time), FormReply::Fields(json!({"time": "19:00"})));
+        assert_eq!(fit_reply("Time = 20:00", &time), FormReply::Fields(json!({"time": "20:00"})));
+        let link = one("repository", json!({"type": "string", "format": "uri"}));
+        assert_eq!(
+            fit_reply("https://git.example.com/team/app", &link),
+            FormReply::Fields(json!({"repository": "https://git.example.com/team/app"}))
+        );
+        // Not `field: value` with its name: the whole reply, colons and lines and all.
+        let note = one("note", json!({"type": "string"}));
+        assert_eq!(
+            fit_reply("Remember: bring the cake\nand the candles", &note),
+            FormReply::Fields(json!({"note": "Remember: bring the cake\nand the candles"}))
+        );
+        let city = one("city", json!({"type": "string"}));
+        assert_eq!(fit_reply("{not json", &city), FormReply::Fields(json!({"city": "{not json"})));
+    }
+
+    #[test]
+    fn a_semicolon_splits_only_before_another_field() {
+        assert_eq!(
+            fit_reply("name: Ada; the tall one\nparty_size: 2\ntime: 18:00", &booking()),
+            FormReply::Fields(json!({"name": "Ada; the tall one", "party_size": 2, "time": "18:00"}))
+        );
+        assert_eq!(
+            fit_reply("name: Ada; party_size: 3; time: 20:00", &booking()),
+            FormReply::Fields(json!({"name": "Ada", "party_size": 3, "time": "20:00"}))
+        );
+    }
+
+    #[test]
+    fn field_names_are_read_in_any_case() {
+        assert_eq!(
+            fit_reply("Party_Size: 4\nNAME: Ada\n- `Time`: 19:00\nVegetarian: No.", &booking()),
+            FormReply::Fields(json!({"party_size": 4, "name": "Ada", "time": "19:00", "vegetarian": false}))
+        );
+        assert_eq!(
+            fit_reply(r#"{"Party_Size": 2, "Name": "Bo", "TIME": "18:00"}"#, &booking()),
+            FormReply::Fields(json!({"party_size": 2, "name": "Bo", "time": "18:00"}))
+        );
+        // A link on a line of its own names no field.
+        let FormReply::Unfit(why) = fit_reply("https://example.com\nname: Ada", &booking()) else { panic!() };
+        assert!(!why.contains("https"), "{why}");
+    }
+
+    #[test]
+    fn no_to_a_single_yes_or_no_field_is_false_and_only_decline_words_decline() {
+        let agree = one("agree", json!({"type": "boolean"}));
+        assert_eq!(fit_reply("no", &agree), FormReply::Fields(json!({"agree": false})));
+        assert_eq!(fit_reply("@picogent No.", &agree), FormReply::Fields(json!({"agree": false})));
+        assert_eq!(fit_reply("no thanks", &agree), FormReply::Fields(json!({"agree": false})));
+        assert_eq!(fit_reply("yes", &agree), FormReply::Fields(json!({"agree": true})));
+        assert_eq!(fit_reply("decline", &agree), FormReply::Decline);
+        assert_eq!(fit_reply("cancel", &agree), FormReply::Cancel);
+        // Where `no` is no value, it declines.
+        assert_eq!(fit_reply("No", &booking()), FormReply::Decline);
+        assert_eq!(fit_reply("no", &one("city", json!({"type": "string"}))), FormReply::Decline);
+        // Other words are answers, not declines.
+        let FormReply::Unfit(_) = fit_reply("not sure", &agree) else { panic!() };
+        assert_eq!(
+            fit_reply("nope, not today", &one("why", json!({"type": "string"}))),
+            FormReply::Fields(json!({"why": "nope, not today"}))
+        );
     }
 
     #[test]

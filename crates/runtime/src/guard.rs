@@ -70,6 +70,9 @@ struct AskedLog {
     steering: Vec<Option<Asked>>,
     /// Messages a post of the run has named.
     named: HashSet<String>,
+    /// Steering inputs not handed to the loop because the run took their message as the answer
+    /// to a question of its own.
+    taken_as_answers: usize,
 }
 
 impl Answering {
@@ -83,6 +86,20 @@ impl Answering {
         if let Ok(mut log) = self.log.lock() {
             log.steering.push(asked);
         }
+    }
+
+    /// Notes a steering input the run took as the answer to a question instead (not handed to
+    /// the loop).
+    pub fn taken_as_answer(&self) {
+        if let Ok(mut log) = self.log.lock() {
+            log.taken_as_answers += 1;
+        }
+    }
+
+    /// How many steering inputs the run took as answers: with those the loop took in, what the
+    /// run consumed of its steering.
+    pub fn taken_as_answers(&self) -> usize {
+        self.log.lock().map(|log| log.taken_as_answers).unwrap_or(0)
     }
 
     /// Notes that a post of the run named `message_id`.

@@ -93,10 +93,14 @@ pub struct ToolContext {
     /// by the runtime; `None`: nothing records it).
     pub waits: Option<std::sync::Arc<dyn person::Waits>>,
     /// The person the run works for (who asked, or assigned the task), when one did: a question
-    /// for them mentions them, and only their reply answers it.
+    /// of the run (an approval, an elicitation, `ask_person`) mentions them, and only their reply
+    /// answers it (any human's when this is a bot, or `None`).
     pub requester: Option<String>,
     /// The time the run waited for people, which its wall-clock budget does not count.
     pub wait_clock: person::WaitClock,
+    /// How many questions each call of the run asked so far: each question's idempotency key
+    /// numbers it (shared by the clones of a run's context).
+    pub questions: person::Questions,
 }
 
 /// Where a message is about to be posted.
@@ -159,6 +163,7 @@ impl ToolContext {
             waits: None,
             requester: None,
             wait_clock: person::WaitClock::default(),
+            questions: person::Questions::default(),
         }
     }
 }

@@ -85,20 +85,19 @@ impl QuestionTool {
                     .collect()
             })
             .unwrap_or_default();
-        let mention = context.requester.as_ref().map(|person| format!("@{person} ")).unwrap_or_default();
-        let mut text = format!("{mention}Question: {question}");
+        let mut text = format!("Question: {question}");
         if !options.is_empty() {
             text.push_str("\nChoose one: ");
             text.push_str(&options.iter().map(|option| format!("`{option}`")).collect::<Vec<_>>().join(", "));
         }
-        text.push_str(&format!("\nReply here within {} minutes.", self.timeout.as_secs().div_ceil(60)));
+        let minutes = self.timeout.as_secs().div_ceil(60);
+        text.push_str(&format!("\nReply here within {minutes} minutes."));
         let ask = Question {
             kind: WaitKind::Question,
             what: question.clone(),
             text,
             person: context.requester.clone(),
             timeout: self.timeout,
-            attempt: 0,
         };
         let read = |message: &MessageOut| {
             let words = reply_words(&message.content);
@@ -110,11 +109,20 @@ impl QuestionTool {
                 result.structured_content = Some(json!({"answered_by": by, "answer": value}));
                 result
             }
-            Reply::TimedOut => CallToolResult::error(vec![ContentBlock::text(format!(
-                "No answer within {} s. Go on with what you know, and say in your answer what you assumed.",
-                self.timeout.as_secs()
-            ))]),
-            Reply::Stopped => CallToolResult::error(vec![ContentBlock::text("The run was stopped while it waited.")]),
+            Reply::TimedOut => {
+                // Said once where it was asked, as an elicitation's timeout is.
+                let told = format!("No answer within {minutes} minutes: I went on without the answer to my question.");
+                if let Err(error) = self.asker.tell(context, &told, "timeout").await {
+                    tracing::warn!(%error, "cannot tell the thread that a question timed out");
+                }
+                CallToolResult::error(vec![ContentBlock::text(format!(
+                    "No answer within {} s. Go on with what you know, and say in your answer what you assumed.",
+                    self.timeout.as_secs()
+                ))])
+            }
+            Reply::Stopped | Reply::Interrupted => {
+                CallToolResult::error(vec![ContentBlock::text("The run was stopped while it waited.")])
+            }
             Reply::Unavailable { reason } => CallToolResult::error(vec![ContentBlock::text(format!(
                 "The question could not be asked: {reason}. Go on without it, or say in your answer what you need."
             ))]),

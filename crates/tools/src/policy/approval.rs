@@ -74,8 +74,10 @@ pub trait Asker: Send + Sync {
     fn ask<'a>(&'a self, request: &'a ApprovalRequest, context: &'a ToolContext) -> BoxFuture<'a, Approval>;
 }
 
-/// Asks in the run's task or thread on the tracker, then reads a human member's `yes`/`no`
-/// ([`crate::person`]: the run is `awaiting_input` meanwhile).
+/// Asks in the run's task or thread on the tracker, mentioning the person who asked for the run,
+/// then reads their `yes`/`no` ([`crate::person`]: the run is `awaiting_input` meanwhile). Only
+/// that person's answer counts; where the run has no requester who is a person (a task a bot
+/// assigned, a prompt), any human member's.
 #[derive(Debug, Clone)]
 pub struct TrackerAsker {
     asker: PersonAsker,
@@ -101,9 +103,8 @@ impl TrackerAsker {
             kind: WaitKind::Approval,
             what,
             text: request.question(self.timeout),
-            person: None,
+            person: context.requester.clone(),
             timeout: self.timeout,
-            attempt: 0,
         };
         let read = |message: &MessageOut| parse_answer(&message.content);
         let ended = |yes: &bool| if *yes { WaitEnd::Answered } else { WaitEnd::Declined };
@@ -111,7 +112,9 @@ impl TrackerAsker {
             Reply::Answer { value: true, by } => Approval::Approved { by },
             Reply::Answer { value: false, by } => Approval::Refused { by },
             Reply::TimedOut => Approval::TimedOut,
-            Reply::Stopped => Approval::Unavailable { reason: "the run was cancelled".to_string() },
+            Reply::Stopped | Reply::Interrupted => {
+                Approval::Unavailable { reason: "the run was cancelled".to_string() }
+            }
             Reply::Unavailable { reason } => Approval::Unavailable { reason },
         }
     }
