@@ -16,14 +16,14 @@ use std::time::Duration;
 use agent_support::*;
 use picogent::config::Config;
 use picogent::state::migrate::{MigrateError, sqlite_to_postgres};
-use picogent::state::{ClaimKind, FinishRun, InputKind, PostgresLock, RunStatus, State};
+use picogent::state::{ClaimKind, FinishRun, FiringOutcome, InputKind, PostgresLock, RunStatus, State};
 use picogent::tracker::model::*;
 use serde_json::json;
 use sqlx::AssertSqlSafe;
 use test_postgres::{TestSchema, with_schema};
 
 /// Every table the agent keeps, as the command prints them, in its order.
-const TABLES: [&str; 9] = [
+const TABLES: [&str; 10] = [
     "processed_events",
     "stream_position",
     "named_values",
@@ -33,6 +33,7 @@ const TABLES: [&str; 9] = [
     "run_inputs",
     "daily_spend",
     "replies",
+    "schedule_firings",
 ];
 
 /// The session key written `text` (`task:t-1`, `thread:m-1`).
@@ -261,6 +262,7 @@ async fn a_state_file(path: &Path) -> (String, String) {
     state.save_session(&key("thread:m-1"), &json!([{"role": "user", "content": "hi"}])).await.unwrap();
     state.add_tokens(time::OffsetDateTime::now_utc().date(), 1234).await.unwrap();
     state.record_reply(&key("thread:m-1"), time::OffsetDateTime::now_utc()).await.unwrap();
+    state.record_firing("standup", 1_700_000_000_000, FiringOutcome::Posted, Some(&answered), "moved 1").await.unwrap();
     state.close().await;
     (answered, running)
 }
@@ -281,7 +283,7 @@ async fn a_second_migration_into_the_same_schema_refuses_and_changes_nothing() {
         let moved_to = file.get_value(picogent::state::migrate::MOVED_TO).await.unwrap().expect("the file is marked");
         assert!(moved_to.starts_with(&migrated.target), "{moved_to}");
         file.close().await;
-        let expected: Vec<(&str, u64)> = TABLES.into_iter().zip([2, 1, 1, 2, 1, 2, 1, 1, 1]).collect();
+        let expected: Vec<(&str, u64)> = TABLES.into_iter().zip([2, 1, 1, 2, 1, 2, 1, 1, 1, 1]).collect();
         assert_eq!(migrated.tables, expected, "stream_head is not set on a state that processed events");
         assert!(migrated.target.starts_with("postgres://postgres@127.0.0.1:5432/test"), "{}", migrated.target);
 
@@ -305,6 +307,8 @@ async fn a_second_migration_into_the_same_schema_refuses_and_changes_nothing() {
         assert_eq!(state.load_session(&key("thread:m-1")).await.unwrap().unwrap().messages[0]["content"], "hi");
         assert_eq!(state.tokens_today().await.unwrap(), 1234);
         assert_eq!(state.replies_in_last_hour(&key("thread:m-1")).await.unwrap(), 1);
+        let firing = state.get_firing("standup", 1_700_000_000_000).await.unwrap().expect("the firing came along");
+        assert_eq!((firing.outcome, firing.run_id.as_deref()), (FiringOutcome::Posted, Some(answered.as_str())));
         state.close().await;
 
         let before = rows_in(&schema, "picogent").await;

@@ -1,9 +1,10 @@
 //! The agent's durable state: processed events, once-only claims, sessions, runs, spend, reply
-//! counts and named values. It lives in one of two stores behind one interface (`store.rs`):
-//! a SQLite file (`state.path`, the default; `sqlite/`), or a PostgreSQL database
-//! (`state.url = "postgres://…"`; `postgres/`), where every row is keyed by the agent's slug so
-//! one database holds several agents. [`State`] is what the rest of the program holds, whichever
-//! store is behind it; it does the conversions both share and hands each operation to the store.
+//! counts, named values and scheduled firings (`firings.rs`). It lives in one of two stores
+//! behind one interface (`store.rs`): a SQLite file (`state.path`, the default; `sqlite/`), or a
+//! PostgreSQL database (`state.url = "postgres://…"`; `postgres/`), where every row is keyed by
+//! the agent's slug so one database holds several agents. [`State`] is what the rest of the
+//! program holds, whichever store is behind it; it does the conversions both share and hands each
+//! operation to the store.
 //!
 //! Invariants (both stores):
 //! - an event is handled at most once: [`State::record_event`] is an insert that ignores a known
@@ -81,6 +82,7 @@ macro_rules! on_queue {
 
 pub mod config;
 mod file_lock;
+mod firings;
 pub mod migrate;
 mod outage;
 mod postgres;
@@ -100,6 +102,7 @@ use picogent_tracker::session::SessionKey;
 
 pub use config::{PostgresUrlError, StateConfig, check_postgres_url};
 pub use file_lock::{LockHolder, StateLockError, lock_state};
+pub use firings::{FiringOutcome, FiringRow, UnknownFiringOutcome, firing_claim_key};
 pub use outage::Outage;
 pub use postgres::{LockSpec, PostgresLock};
 pub use queue::{Beat, ClaimedRun, Enqueued, InputKind, QueuedRun, QueuedView, ReplicaSeen, RunQueue, SentInput};
@@ -121,6 +124,12 @@ pub enum ClaimKind {
     /// Key: the UTC day (and hour) of its window, then `/`, what refused, `/` and the session. The
     /// notice that a cap or a policy refused a request was posted there in that window.
     LimitNotice,
+    /// Key: the job, `@` and the firing's scheduled time in Unix ms ([`firing_claim_key`]). The
+    /// firing of a scheduled job was taken in (queued as a run, or decided against), so no other
+    /// replica, and no restart, fires it again. Pruned past `retention.claims_ms` only once the
+    /// job's watermark ([`State::schedule_through`]) has reached the firing: the scheduler never
+    /// considers a time at or before it again, and the watermark is never pruned.
+    Firing,
 }
 
 impl ClaimKind {
@@ -130,6 +139,7 @@ impl ClaimKind {
             ClaimKind::RunNotice => "run_notice",
             ClaimKind::SpendNotice => "spend_notice",
             ClaimKind::LimitNotice => "limit_notice",
+            ClaimKind::Firing => "firing",
         }
     }
 }
@@ -477,6 +487,8 @@ fn to_u64(field: &'static str, value: i64) -> Result<u64, StateError> {
     u64::try_from(value).map_err(|_| StateError::Corrupt { field, message: format!("negative value {value}") })
 }
 
+#[cfg(test)]
+mod firing_tests;
 #[cfg(test)]
 mod queue_tests;
 #[cfg(test)]

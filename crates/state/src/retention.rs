@@ -30,15 +30,29 @@
 //!   its claim stays. The spend and limit notices are keyed by the UTC day (their keys start
 //!   with it) and asked for only within that day; a claim stays until its day is two days gone
 //!   (clocks and time zones never reach back further).
+//! - **Firing claims** stop a scheduled firing from being fired twice (by two replicas, or again
+//!   after a restart). The scheduler considers only firings after its job's watermark
+//!   (`schedule.through.{job}`, a named value: it only moves forward and is never pruned), so a
+//!   firing at or before the watermark is never asked about again. A firing claim goes past
+//!   `claims_ms` once the watermark has reached its firing; a claim the watermark has not reached
+//!   (the scheduler claimed it, then stopped before it moved the watermark on) stays, however old,
+//!   since the next look at the job asks for it. A job with no watermark keeps its claims.
 //! - **Runs**: a running run is never touched (it is resumed at the next start). Reconciliation
 //!   asks whether a task has a *finished* run, and an assignment event whether a run started
 //!   after it; both read the newest runs of a session. So the newest run of each session, and its
 //!   newest `completed`/`failed`/`did_nothing`/`stopped` run, always stay, as small rows: past
 //!   `runs_ms` their transcript (`record`) is dropped. Every other finished run goes `runs_ms` after it ended.
+//! - **Scheduled firings** are the record of what became of each firing, shown to people and read
+//!   by later firings of the job, never what makes a firing happen once (its claim is). They go
+//!   `runs_ms` after they were last written, as runs do, except the newest firing of each job
+//!   (what the next firing is decided by, and what shows the job's state) and a firing whose run
+//!   is queued or running (the run's end writes its outcome).
 //! - **Sessions** are conversations; one not updated for `sessions_ms` goes, unless a run of it
 //!   is still running. The next message in that thread simply starts a fresh conversation.
 //! - **Replies** feed the per-thread reply cap, which looks back one hour; a day is kept.
 //! - **Daily spend** feeds today's budget; a bit over a year of days is kept for the record.
+//! - **Named values** are never pruned: a handful of rows, each one a position (the stream's head,
+//!   the schedules' watermarks) or an identity that must outlive everything else.
 //!
 //! In SQLite none of these tables is indexed by time: pruning scans them once per `interval_ms`,
 //! which costs milliseconds at the sizes the retention keeps them to. In PostgreSQL, where one
@@ -46,6 +60,7 @@
 
 use time::{Date, OffsetDateTime};
 
+use crate::firings::SCHEDULE_THROUGH;
 use crate::{State, StateError, to_ms};
 
 /// How long the reply log is kept: the reply cap looks back an hour.
@@ -65,6 +80,7 @@ pub struct PrunePlan {
     /// Message claims older than this, if any may go this time; see the module docs for when the
     /// caller may give one and how old it must be.
     pub message_claims_before: Option<OffsetDateTime>,
+    /// Runs, and scheduled firings: both are the record of work done, kept as long.
     pub runs_before: OffsetDateTime,
     pub sessions_before: OffsetDateTime,
 }
@@ -77,6 +93,8 @@ pub struct Pruned {
     pub runs: u64,
     /// Transcripts dropped from runs that stay (the newest of their session).
     pub run_records: u64,
+    /// Scheduled firings (their claims count as claims).
+    pub firings: u64,
     pub sessions: u64,
     pub replies: u64,
     pub spend_days: u64,
@@ -84,12 +102,13 @@ pub struct Pruned {
 
 impl Pruned {
     /// Every count with the name `/metrics` and the log give it.
-    pub fn by_table(&self) -> [(&'static str, u64); 7] {
+    pub fn by_table(&self) -> [(&'static str, u64); 8] {
         [
             ("processed_events", self.events),
             ("claims", self.claims),
             ("runs", self.runs),
             ("run_records", self.run_records),
+            ("schedule_firings", self.firings),
             ("sessions", self.sessions),
             ("replies", self.replies),
             ("daily_spend", self.spend_days),
@@ -110,7 +129,9 @@ impl State {
         if let Some(before) = plan.message_claims_before {
             pruned.claims += self.prune_message_claims(before).await?;
         }
+        pruned.claims += self.prune_firing_claims(plan.claims_before).await?;
         (pruned.runs, pruned.run_records) = self.prune_runs(plan.runs_before).await?;
+        pruned.firings = self.prune_firings(plan.runs_before).await?;
         pruned.sessions = self.prune_sessions(plan.sessions_before).await?;
         pruned.replies = self.prune_replies(plan.now - REPLY_LOG_KEPT).await?;
         pruned.spend_days = self.prune_spend(plan.now.date() - time::Duration::days(SPEND_DAYS_KEPT)).await?;
@@ -131,11 +152,23 @@ impl State {
         on_store!(self, prune_message_claims(to_ms(before)))
     }
 
+    /// Deletes the claims of scheduled firings made before `before` whose firing is at or before
+    /// its job's watermark, which the scheduler never looks behind (see the module docs).
+    pub async fn prune_firing_claims(&self, before: OffsetDateTime) -> Result<u64, StateError> {
+        on_store!(self, prune_firing_claims(to_ms(before), SCHEDULE_THROUGH))
+    }
+
     /// Deletes runs that ended before `before`, except the newest run of each session and its
     /// newest `completed`/`failed`/`did_nothing`/`stopped` one, whose transcripts it drops
     /// instead. Returns (runs deleted, transcripts dropped). Running runs are never touched.
     pub async fn prune_runs(&self, before: OffsetDateTime) -> Result<(u64, u64), StateError> {
         on_store!(self, prune_runs(to_ms(before)))
+    }
+
+    /// Deletes the scheduled firings last written before `before`, except the newest firing of
+    /// each job and those whose run is queued or running.
+    pub async fn prune_firings(&self, before: OffsetDateTime) -> Result<u64, StateError> {
+        on_store!(self, prune_firings(to_ms(before)))
     }
 
     /// Deletes conversations last saved before `before`, except those of a run still running.

@@ -6,9 +6,10 @@
 //! turns times, counts and JSON into the stored columns and back, keeps the day's spend at hand,
 //! and words the errors. A store only moves those columns in and out of its database, with the
 //! guarantees written on each method; the state tests (`crates/state/src/tests.rs`) run against both.
-//! The domain's words reach a store as their types (`ClaimKind`, `InputKind`, `RunStatus`,
-//! `SessionKey`), written as text only where a statement binds them; what a store reads back is
-//! columns, which `State` turns into those types again (an unknown word is a corrupt row).
+//! The domain's words reach a store as their types (`ClaimKind`, `FiringOutcome`, `InputKind`,
+//! `RunStatus`, `SessionKey`), written as text only where a statement binds them; what a store
+//! reads back is columns, which `State` turns into those types again (an unknown word is a
+//! corrupt row).
 //!
 //! Every method is keyed by the agent implicitly: a store is opened for one agent and never reads
 //! or writes another's rows.
@@ -20,7 +21,7 @@
 //! `queue_tests.rs`, also on both.
 
 use crate::queue::{Beat, ClaimedColumns, Enqueued, QueuedRun, ReplicaSeen};
-use crate::{ClaimKind, InputKind, RunStatus, StateError};
+use crate::{ClaimKind, FiringOutcome, InputKind, RunStatus, StateError};
 use picogent_tracker::session::SessionKey;
 
 /// One input of a run as stored: (run id, n, kind, text, message id).
@@ -85,6 +86,38 @@ pub(super) struct RunColumns {
     pub record: Option<String>,
     pub cost: Option<f64>,
     pub waiting: Option<String>,
+}
+
+/// The columns of a scheduled firing, in a literal as [`run_columns!`] is. The same names in
+/// both databases.
+macro_rules! firing_columns {
+    () => {
+        "job, fire_at_ms, outcome, run_id, detail, updated_at_ms"
+    };
+}
+pub(super) use firing_columns;
+
+/// One firing as stored: the columns of [`firing_columns!`], by the same names in either database.
+#[derive(Debug, sqlx::FromRow)]
+pub(super) struct FiringColumns {
+    pub job: String,
+    pub fire_at_ms: i64,
+    pub outcome: String,
+    pub run_id: Option<String>,
+    pub detail: String,
+    pub updated_at_ms: i64,
+}
+
+/// The columns [`Store::record_firing`] writes.
+pub(super) struct FiringWrite<'a> {
+    pub job: &'a str,
+    pub fire_at_ms: i64,
+    pub outcome: FiringOutcome,
+    pub run_id: Option<&'a str>,
+    pub detail: &'a str,
+    pub updated_at_ms: i64,
+    /// Replace a row that is there; `false` writes only where there is none.
+    pub replace: bool,
 }
 
 /// What a store does. Times are Unix milliseconds (UTC), passed in by the caller.
@@ -183,6 +216,24 @@ pub(super) trait Store {
     /// the same one for all.
     async fn value_or_insert(&self, name: &str, value: &str, at_ms: i64) -> Result<String, StateError>;
 
+    /// Sets the value to `value` (an integer, stored as text) unless it holds a larger one
+    /// already, in one statement: of concurrent callers the largest value stays, whatever their
+    /// order.
+    async fn raise_value(&self, name: &str, value: i64, at_ms: i64) -> Result<(), StateError>;
+
+    // ---- scheduled firings (`firings.rs`) ----
+
+    /// Inserts the firing's row, or replaces one that is there when `firing.replace`. A plain
+    /// write, held to no run's holder: it is not a run's end (see `firings.rs`).
+    async fn record_firing(&self, firing: &FiringWrite<'_>) -> Result<(), StateError>;
+    async fn get_firing(&self, job: &str, fire_at_ms: i64) -> Result<Option<FiringColumns>, StateError>;
+    /// The job's firings scheduled after `after_ms`, oldest first, at most `limit`.
+    async fn firings_after(&self, job: &str, after_ms: i64, limit: i64) -> Result<Vec<FiringColumns>, StateError>;
+    /// The job's latest `limit` firings, newest first.
+    async fn last_firings(&self, job: &str, limit: i64) -> Result<Vec<FiringColumns>, StateError>;
+    /// The firing whose run is `run_id` (the latest, should there be several).
+    async fn firing_of_run(&self, run_id: &str) -> Result<Option<FiringColumns>, StateError>;
+
     // ---- where the stream began ----
 
     /// Moves the resume point to `seq` if that is higher and sets the named value `value_name`
@@ -202,6 +253,13 @@ pub(super) trait Store {
     /// `failed` or `stopped` one; then drops the record of every run not `running` that ended
     /// before it. Returns (runs deleted, records dropped).
     async fn prune_runs(&self, before_ms: i64) -> Result<(u64, u64), StateError>;
+    /// Deletes the firing claims made before `before_ms` whose firing is at or before its job's
+    /// watermark: the named value `{watermark_prefix}{job}`, the claim's key being
+    /// `{job}@{fire_at_ms}`. A job without a watermark keeps its claims.
+    async fn prune_firing_claims(&self, before_ms: i64, watermark_prefix: &str) -> Result<u64, StateError>;
+    /// Deletes the firings last written before `before_ms`, except the newest firing of each job
+    /// and those whose run is queued or running.
+    async fn prune_firings(&self, before_ms: i64) -> Result<u64, StateError>;
     /// Deletes the sessions saved before `before_ms` that no `running` run belongs to.
     async fn prune_sessions(&self, before_ms: i64) -> Result<u64, StateError>;
     /// Deletes the replies posted before `before_ms`.

@@ -535,7 +535,7 @@ async fn a_fresh_state_has_no_position_until_an_event_or_a_head_is_recorded(plac
 
 /// Runs test-only SQL on whichever store holds `state`: `$1`, `$2`… are the `numbers`, then the
 /// `texts` (both databases take that placeholder). Returns the rows affected.
-async fn execute(state: &State, sql: String, numbers: &[i64], texts: &[&str]) -> u64 {
+pub(super) async fn execute(state: &State, sql: String, numbers: &[i64], texts: &[&str]) -> u64 {
     // Test-only SQL, built from the fixed table and column names of the tests below.
     let sql = sqlx::AssertSqlSafe(sql);
     match &state.store {
@@ -576,7 +576,7 @@ async fn age_run(state: &State, run_id: &str, age: time::Duration) {
     }
 }
 
-async fn count(state: &State, table: &str) -> i64 {
+pub(super) async fn count(state: &State, table: &str) -> i64 {
     let sql = sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}"));
     match &state.store {
         Backend::Sqlite(store) => sqlx::query_scalar(sql).fetch_one(store.pool()).await.unwrap(),
@@ -584,7 +584,7 @@ async fn count(state: &State, table: &str) -> i64 {
     }
 }
 
-fn days_ago(days: i64) -> OffsetDateTime {
+pub(super) fn days_ago(days: i64) -> OffsetDateTime {
     OffsetDateTime::now_utc() - time::Duration::days(days)
 }
 
@@ -785,7 +785,7 @@ async fn a_whole_pass_counts_by_table_and_leaves_the_resume_point(place: Place) 
     let pruned = state.prune(&plan).await.unwrap();
     assert_eq!(
         pruned,
-        Pruned { events: 2, claims: 2, runs: 0, run_records: 1, sessions: 1, replies: 0, spend_days: 1 },
+        Pruned { events: 2, claims: 2, runs: 0, run_records: 1, firings: 0, sessions: 1, replies: 0, spend_days: 1 },
         "{:?}",
         pruned.by_table()
     );

@@ -7,7 +7,8 @@
 //! start, no replay). Message and notice claims keep answered things answered. Runs keep their
 //! status: finished ones stay finished, and `running` ones stay running, so the next start resumes
 //! them from their record. The `presence.copy_id` value makes the agent's marker on the tracker
-//! still its own.
+//! still its own. Firing claims and the schedules' watermarks (`schedule.through.*` values) keep
+//! fired firings fired, and the firing log comes along for the record.
 //!
 //! Refusals change nothing, and are checked in this order:
 //! - the target is not a `postgres://` URL, or holds a password;
@@ -42,7 +43,9 @@ use crate::{StateError, sqlite};
 use crate::{StateLockError, lock_state};
 
 mod tables;
-use tables::{Claim, DailySpend, NamedValue, ProcessedEvent, Reply, Run, RunInputRow, SessionRow, StreamPosition};
+use tables::{
+    Claim, DailySpend, NamedValue, ProcessedEvent, Reply, Run, RunInputRow, ScheduleFiring, SessionRow, StreamPosition,
+};
 
 /// What was copied.
 #[derive(Debug, Clone, PartialEq)]
@@ -306,6 +309,7 @@ async fn copy_tables(
         (RunInputRow::NAME, copy::<RunInputRow>(source, path, &mut transaction, agent).await?),
         (DailySpend::NAME, copy::<DailySpend>(source, path, &mut transaction, agent).await?),
         (Reply::NAME, copy::<Reply>(source, path, &mut transaction, agent).await?),
+        (ScheduleFiring::NAME, copy::<ScheduleFiring>(source, path, &mut transaction, agent).await?),
     ];
     transaction.commit().await.map_err(MigrateError::Transaction)?;
     lock.release().await;
@@ -313,7 +317,7 @@ async fn copy_tables(
 }
 
 /// Whether the agent has a row in each PostgreSQL table (`$1`: the agent), every table copied.
-const AGENT_HAS_ROWS: [(&str, &str); 9] = [
+const AGENT_HAS_ROWS: [(&str, &str); 10] = [
     ("processed_events", "SELECT EXISTS (SELECT 1 FROM processed_events WHERE agent = $1)"),
     ("stream_position", "SELECT EXISTS (SELECT 1 FROM stream_position WHERE agent = $1)"),
     ("named_values", "SELECT EXISTS (SELECT 1 FROM named_values WHERE agent = $1)"),
@@ -323,6 +327,7 @@ const AGENT_HAS_ROWS: [(&str, &str); 9] = [
     ("run_inputs", "SELECT EXISTS (SELECT 1 FROM run_inputs WHERE agent = $1)"),
     ("daily_spend", "SELECT EXISTS (SELECT 1 FROM daily_spend WHERE agent = $1)"),
     ("replies", "SELECT EXISTS (SELECT 1 FROM replies WHERE agent = $1)"),
+    ("schedule_firings", "SELECT EXISTS (SELECT 1 FROM schedule_firings WHERE agent = $1)"),
 ];
 
 /// One table as it is copied: its rows read from SQLite, inserted into PostgreSQL in batches.

@@ -384,3 +384,46 @@ impl Table for Reply {
         .bind(at_ms)
     }
 }
+
+/// What became of each firing of a scheduled job; its claims and its job's watermark come across
+/// with `claims` and `named_values`.
+#[derive(sqlx::FromRow)]
+pub(super) struct ScheduleFiring {
+    job: String,
+    fire_at_ms: i64,
+    outcome: String,
+    run_id: Option<String>,
+    detail: String,
+    updated_at_ms: i64,
+}
+
+impl Table for ScheduleFiring {
+    const NAME: &'static str = "schedule_firings";
+    const SELECT: &'static str =
+        "SELECT job, fire_at_ms, outcome, run_id, detail, updated_at_ms FROM schedule_firings ORDER BY rowid";
+    fn insert(agent: &str, rows: Vec<Self>) -> Query<'static, Postgres, PgArguments> {
+        let (mut job, mut fire_at_ms, mut outcome, mut run_id, mut detail, mut updated_at_ms) =
+            (vec![], vec![], vec![], vec![], vec![], vec![]);
+        for row in rows {
+            job.push(row.job);
+            fire_at_ms.push(row.fire_at_ms);
+            outcome.push(row.outcome);
+            run_id.push(row.run_id);
+            detail.push(row.detail);
+            updated_at_ms.push(row.updated_at_ms);
+        }
+        sqlx::query(
+            "INSERT INTO schedule_firings (agent, job, fire_at_ms, outcome, run_id, detail, updated_at_ms) \
+             SELECT $1, job, fire_at_ms, outcome, run_id, detail, updated_at_ms \
+             FROM UNNEST($2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::bigint[]) \
+             AS row (job, fire_at_ms, outcome, run_id, detail, updated_at_ms)",
+        )
+        .bind(agent)
+        .bind(job)
+        .bind(fire_at_ms)
+        .bind(outcome)
+        .bind(run_id)
+        .bind(detail)
+        .bind(updated_at_ms)
+    }
+}

@@ -7,7 +7,8 @@
 //! Durability: every connection runs with `synchronous_commit = on`, so a commit has reached the
 //! server's disk when it returns and `sync` has nothing left to do. The runtime holds a
 //! [`PostgresLock`] while it runs: one copy of each agent, or its replicas sharing the lock. The run
-//! queue, the stream's lease and the heartbeats are `queue.rs`'s.
+//! queue, the stream's lease and the heartbeats are `queue.rs`'s; the scheduled firings' SQL is
+//! `firings.rs`'s.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -17,10 +18,11 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 
 #[cfg(any(test, feature = "test-support"))]
 use crate::store::NewRun;
-use crate::store::{RunColumns, RunEnd, Store, run_columns};
+use crate::store::{FiringColumns, FiringWrite, RunColumns, RunEnd, Store, run_columns};
 use crate::{ClaimKind, StateError};
 use picogent_tracker::session::SessionKey;
 
+mod firings;
 mod lock;
 mod queue;
 
@@ -546,6 +548,30 @@ impl Store for PostgresStore {
         .await?)
     }
 
+    async fn raise_value(&self, name: &str, value: i64, at_ms: i64) -> Result<(), StateError> {
+        firings::raise_value(&self.pool, &self.agent, name, value, at_ms).await
+    }
+
+    async fn record_firing(&self, firing: &FiringWrite<'_>) -> Result<(), StateError> {
+        firings::record(&self.pool, &self.agent, firing).await
+    }
+
+    async fn get_firing(&self, job: &str, fire_at_ms: i64) -> Result<Option<FiringColumns>, StateError> {
+        firings::get(&self.pool, &self.agent, job, fire_at_ms).await
+    }
+
+    async fn firings_after(&self, job: &str, after_ms: i64, limit: i64) -> Result<Vec<FiringColumns>, StateError> {
+        firings::after(&self.pool, &self.agent, job, after_ms, limit).await
+    }
+
+    async fn last_firings(&self, job: &str, limit: i64) -> Result<Vec<FiringColumns>, StateError> {
+        firings::last(&self.pool, &self.agent, job, limit).await
+    }
+
+    async fn firing_of_run(&self, run_id: &str) -> Result<Option<FiringColumns>, StateError> {
+        firings::of_run(&self.pool, &self.agent, run_id).await
+    }
+
     async fn record_stream_head(&self, seq: i64, value_name: &str, at_ms: i64) -> Result<(), StateError> {
         let mut transaction = self.pool.begin().await?;
         sqlx::query(
@@ -630,6 +656,14 @@ impl Store for PostgresStore {
         .await?;
         transaction.commit().await?;
         Ok((deleted, dropped))
+    }
+
+    async fn prune_firing_claims(&self, before_ms: i64, watermark_prefix: &str) -> Result<u64, StateError> {
+        firings::prune_claims(&self.pool, &self.agent, before_ms, watermark_prefix).await
+    }
+
+    async fn prune_firings(&self, before_ms: i64) -> Result<u64, StateError> {
+        firings::prune(&self.pool, &self.agent, before_ms).await
     }
 
     async fn prune_sessions(&self, before_ms: i64) -> Result<u64, StateError> {

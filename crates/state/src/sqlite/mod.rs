@@ -1,7 +1,8 @@
 //! The state in one SQLite file (`state.path`): the file is the agent's, so no row names the
 //! agent; `<state.path>.lock` (taken by the runtime) keeps a second copy off it. Opened as
 //! `picogent_support::sqlite` opens every database: WAL, `synchronous = NORMAL`, the log checkpointed in the
-//! background. Schema: `crates/state/migrations/state/`.
+//! background. Schema: `crates/state/migrations/state/`. The run queue's SQL is `queue.rs`'s, the
+//! scheduled firings' `firings.rs`'s.
 
 use std::path::{Path, PathBuf};
 
@@ -9,10 +10,11 @@ use sqlx::sqlite::SqlitePool;
 
 #[cfg(any(test, feature = "test-support"))]
 use crate::store::NewRun;
-use crate::store::{RunColumns, RunEnd, Store, run_columns};
+use crate::store::{FiringColumns, FiringWrite, RunColumns, RunEnd, Store, run_columns};
 use crate::{ClaimKind, StateError};
 use picogent_tracker::session::SessionKey;
 
+mod firings;
 mod queue;
 
 /// The schema, `crates/state/migrations/state/`; `migrate/mod.rs` holds a state file's applied migrations against it.
@@ -401,6 +403,30 @@ impl Store for SqliteStore {
         .await?)
     }
 
+    async fn raise_value(&self, name: &str, value: i64, at_ms: i64) -> Result<(), StateError> {
+        firings::raise_value(&self.pool, name, value, at_ms).await
+    }
+
+    async fn record_firing(&self, firing: &FiringWrite<'_>) -> Result<(), StateError> {
+        firings::record(&self.pool, firing).await
+    }
+
+    async fn get_firing(&self, job: &str, fire_at_ms: i64) -> Result<Option<FiringColumns>, StateError> {
+        firings::get(&self.pool, job, fire_at_ms).await
+    }
+
+    async fn firings_after(&self, job: &str, after_ms: i64, limit: i64) -> Result<Vec<FiringColumns>, StateError> {
+        firings::after(&self.pool, job, after_ms, limit).await
+    }
+
+    async fn last_firings(&self, job: &str, limit: i64) -> Result<Vec<FiringColumns>, StateError> {
+        firings::last(&self.pool, job, limit).await
+    }
+
+    async fn firing_of_run(&self, run_id: &str) -> Result<Option<FiringColumns>, StateError> {
+        firings::of_run(&self.pool, run_id).await
+    }
+
     async fn record_stream_head(&self, seq: i64, value_name: &str, at_ms: i64) -> Result<(), StateError> {
         let mut transaction = self.pool.begin().await?;
         sqlx::query("UPDATE stream_position SET last_seq = MAX(last_seq, ?) WHERE singleton = 1")
@@ -467,6 +493,14 @@ impl Store for SqliteStore {
         .await?;
         transaction.commit().await?;
         Ok((deleted, dropped))
+    }
+
+    async fn prune_firing_claims(&self, before_ms: i64, watermark_prefix: &str) -> Result<u64, StateError> {
+        firings::prune_claims(&self.pool, before_ms, watermark_prefix).await
+    }
+
+    async fn prune_firings(&self, before_ms: i64) -> Result<u64, StateError> {
+        firings::prune(&self.pool, before_ms).await
     }
 
     async fn prune_sessions(&self, before_ms: i64) -> Result<u64, StateError> {
