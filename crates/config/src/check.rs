@@ -21,6 +21,7 @@ impl Config {
             .and_then(|()| self.check_presence())
             .and_then(|()| self.check_replicas())
             .and_then(|()| self.workspaces.check())
+            .and_then(|()| picogent_schedule::check(&self.schedules, path.parent().unwrap_or(Path::new("."))))
             .map_err(|(field, message)| ConfigError::Field { path: path.to_path_buf(), field, message })
     }
 

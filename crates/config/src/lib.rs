@@ -98,6 +98,10 @@ pub struct Config {
     /// that work there (`picogent_workspace`, docs/coding-agents.md).
     #[serde(default)]
     pub workspaces: picogent_workspace::WorkspacesConfig,
+    /// Scheduled jobs by name: a standup digest, stale-task nudges, a prompt run on a cron
+    /// pattern in a time zone (`picogent_schedule`, docs/schedules.md).
+    #[serde(default)]
+    pub schedules: picogent_schedule::SchedulesConfig,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -238,6 +242,13 @@ fn load_text(path: &Path, text: &str, overrides: &Overrides) -> Result<Config, C
     }
     if config.prompts_dir.is_relative() {
         config.prompts_dir = base.join(&config.prompts_dir);
+    }
+    for job in config.schedules.values_mut() {
+        if let Some(prompt) = &job.prompt
+            && prompt.is_relative()
+        {
+            job.prompt = Some(base.join(prompt));
+        }
     }
     for server in config.mcp_servers.values_mut() {
         if let Some(cwd) = &server.cwd
