@@ -310,6 +310,7 @@ async fn long_task(api: Api) -> Measured {
         ui_token: None,
         stream: None,
         serve_http: false,
+        clock: None,
     })
     .await
     .unwrap();

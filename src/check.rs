@@ -68,6 +68,7 @@ pub async fn run_cli(config_path: &Path) -> anyhow::Result<ExitCode> {
         match TrackerClient::new(&tracker, token) {
             Ok(client) => {
                 lines.push(check_rest(&client, &config).await);
+                lines.extend(check_schedules(&client, &config).await);
                 lines.push(match crate::transport::probe(&client, Duration::from_secs(5)).await {
                     Ok(()) => Line {
                         ok: true,
@@ -110,6 +111,32 @@ fn scope_words(permissions: &crate::config::PermissionsConfig) -> String {
         format!("; across tasks also: {}", permissions.cross_scope_tools.join(", "))
     };
     format!("permissions.scope \"{}\": {scope}{cross} (see docs/guarantees.md)", permissions.scope.as_str())
+}
+
+/// The schedules, when there are any: their projects are on the tracker, and when each fires next.
+async fn check_schedules(client: &TrackerClient, config: &Config) -> Option<Line> {
+    if config.schedules.is_empty() {
+        return None;
+    }
+    let what = "schedules".to_string();
+    let jobs = match crate::schedule::jobs(&config.schedules, Path::new(".")) {
+        Ok(jobs) => jobs,
+        Err(problem) => {
+            return Some(Line { ok: false, what, detail: format!("field `{}`: {}", problem.field, problem.message) });
+        }
+    };
+    if let Err(error) = crate::runtime::check_schedule_projects(&jobs, client).await {
+        return Some(Line { ok: false, what, detail: format!("{error:#}") });
+    }
+    let now = crate::schedule::Clock::now_ms(&crate::schedule::SystemClock);
+    let next: Vec<String> = jobs
+        .iter()
+        .map(|job| match job.cadence.next_after(now) {
+            Some(at) => format!("{} ({}) next {}", job.name, job.kind.name(), job.cadence.local_time(at)),
+            None => format!("{} ({}) never fires again", job.name, job.kind.name()),
+        })
+        .collect();
+    Some(Line { ok: true, what, detail: next.join("; ") })
 }
 
 async fn check_rest(client: &TrackerClient, config: &Config) -> Line {

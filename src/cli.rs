@@ -197,6 +197,12 @@ pub enum Command {
         #[command(subcommand)]
         command: RunsCommand,
     },
+    /// The scheduled jobs of a config (`schedules`): list them with their next firing and how the
+    /// last one went, or fire one now in the running agent.
+    Schedules {
+        #[command(subcommand)]
+        command: SchedulesCommand,
+    },
     /// The whole product offline on loopback: reference board, offline planner model, agent.
     Demo {
         /// Leave everything running and print the URLs, tokens and commands to try more.
@@ -252,6 +258,26 @@ pub enum RunsCommand {
     Show {
         /// The run's id (from `picogent runs list`).
         id: String,
+        #[arg(long, default_value = "agent.json")]
+        config: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SchedulesCommand {
+    /// Each job: what it is, when it fires next, how its last firing went and what it cost (read
+    /// from the state database; no agent needs to run).
+    List {
+        #[arg(long, default_value = "agent.json")]
+        config: PathBuf,
+    },
+    /// Fire one job now, in the agent running with this config (asked at its `http.listen`, with
+    /// the token of `http.ui_token_env` when set). Prints what became of it: queued as a run,
+    /// idle (nothing to say: no model call, nothing posted), skipped or failed; exit 1 when it
+    /// failed or no agent answers.
+    Run {
+        /// The job's name, a key of `schedules`.
+        name: String,
         #[arg(long, default_value = "agent.json")]
         config: PathBuf,
     },
@@ -414,6 +440,12 @@ pub fn main(cli: Cli) -> ExitCode {
             }
             Command::Runs { command: RunsCommand::Show { id, config } } => {
                 crate::inspector::cli::show(&config, &id).await
+            }
+            Command::Schedules { command: SchedulesCommand::List { config } } => {
+                crate::inspector::schedules::list(&config).await
+            }
+            Command::Schedules { command: SchedulesCommand::Run { name, config } } => {
+                crate::inspector::schedules::run(&config, &name).await
             }
             Command::Demo { keep, coding } => crate::demo::run_cli(keep, coding).await,
         }

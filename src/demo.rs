@@ -31,6 +31,9 @@ const DEMO_MCP_TOKEN: &str = "tok-mcp-demo";
 /// even SQLite's slow statements, which a busy machine makes of the demo's start.
 pub const DEFAULT_LOG_FILTER: &str = "warn,sqlx::query=error";
 
+/// The demo's schedule: a standup of the `team` project at 09:00 UTC on weekdays.
+pub const DEMO_SCHEDULE: &str = "standup";
+
 /// Everything the demo started, so `--keep` can print it and a test can inspect it.
 pub struct Demo {
     pub board: crate::board::BoardHandle,
@@ -100,6 +103,8 @@ pub async fn start_for(prompts_dir: Option<PathBuf>, coding: bool, api: crate::c
         // The demo's board is new: a short beat makes the first start's wait short.
         "presence": {"heartbeat_ms": 500},
         "workspaces": workspaces,
+        // A weekday standup in the project's chat; `--keep` says how to fire it now.
+        "schedules": {DEMO_SCHEDULE: {"cron": "0 9 * * 1-5", "timezone": "UTC", "kind": "standup", "project": "team"}},
     }))
     .context("the demo's built-in config is invalid")?;
     let agent = crate::runtime::start(crate::runtime::AgentOptions {
@@ -110,6 +115,7 @@ pub async fn start_for(prompts_dir: Option<PathBuf>, coding: bool, api: crate::c
         ui_token: None,
         stream: None,
         serve_http: true,
+        clock: None,
     })
     .await
     .context("cannot start the agent")?;
@@ -188,6 +194,8 @@ pub(crate) fn write_builtin_prompts(dir: &Path) -> anyhow::Result<PathBuf> {
         (crate::prompts::TASK_ASSIGNED, include_str!("../prompts/task_assigned.md")),
         (crate::prompts::MESSAGE_NEW, include_str!("../prompts/message_new.md")),
         (crate::prompts::STANDUP, include_str!("../prompts/standup.md")),
+        (crate::prompts::STANDUP_DIGEST, include_str!("../prompts/standup_digest.md")),
+        (crate::prompts::STALE_NUDGE, include_str!("../prompts/stale_nudge.md")),
     ] {
         std::fs::write(prompts.join(name), text)?;
     }
@@ -441,4 +449,32 @@ fn print_keep(demo: &Demo) {
     );
     println!("connect an MCP client to the board's tools:");
     println!("  TEAMBOARD_TOKEN=tok-picogent PICOGENT_TRACKER__URL={board} picogent mcp --stdio --config agent.json");
+    match demo.write_config() {
+        Ok(path) => {
+            println!(
+                "see one firing of the schedule `{DEMO_SCHEDULE}` (a digest of what moved on the board, posted in #team; \
+                 weekdays at 09:00 UTC) now:"
+            );
+            println!("  picogent schedules run {DEMO_SCHEDULE} --config {}", path.display());
+            println!("  picogent schedules list --config {}   (next firing, last outcome, cost)", path.display());
+            if let Some(addr) = demo.agent.http_addr {
+                println!("  or the Run now button at http://{addr}/schedules");
+            }
+        }
+        Err(error) => println!("(the demo's config could not be written for `picogent schedules`: {error:#})"),
+    }
+}
+
+impl Demo {
+    /// Writes the running demo's config to `agent.json` in its folder, with the agent's real
+    /// address in `http.listen`, for the commands that read a config (`picogent schedules`).
+    pub fn write_config(&self) -> anyhow::Result<PathBuf> {
+        let mut config = self.config.clone();
+        if let Some(addr) = self.agent.http_addr {
+            config.http.listen = addr.to_string();
+        }
+        let path = self.dir.path().join("agent.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&config)?).context("cannot write the demo's config")?;
+        Ok(path)
+    }
 }

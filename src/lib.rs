@@ -23,6 +23,7 @@ pub use picogent_runtime as runtime;
 pub use picogent_runtime::inspector;
 pub use picogent_runtime::router;
 pub use picogent_runtime::transport;
+pub use picogent_schedule as schedule;
 pub use picogent_state as state;
 pub use picogent_support::private_files;
 pub use picogent_support::retry;

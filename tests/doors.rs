@@ -588,6 +588,7 @@ async fn inspector_sessions_end_at_sign_out_and_when_too_old() {
         ui_token: Some(picogent::secret::Secret::new(UI_TOKEN)),
         stream: Some(fast_stream()),
         serve_http: true,
+        clock: None,
     })
     .await
     .unwrap();

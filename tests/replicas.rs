@@ -258,12 +258,80 @@ async fn a_single_copy_and_replicas_never_share_one_agents_state() {
             ui_token: None,
             stream: Some(fast_stream()),
             serve_http: false,
+            clock: None,
         })
         .await;
         let message = refused.err().expect("refused while replicas run").to_string();
         assert!(message.contains("replicas"), "{message}");
         replica.shutdown().await.unwrap();
         model.shutdown().await;
+    })
+    .await;
+}
+
+/// Two replicas that both find a schedule's firing due: one of them runs it, once. Both read the
+/// board; the firing's claim, taken with its run in one transaction, lets one queue it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_run_a_scheduled_firing_once() {
+    with_schema(|schema| async move {
+        use picogent::schedule::{Clock, ShiftedClock};
+        use std::sync::Arc;
+        let dir = tempfile::tempdir().unwrap();
+        let board = start_board(dir.path()).await;
+        let model = start_model(0).await;
+        let alice = client(&board, "tok-alice");
+        let create = CreateTask { project_slug: "team".into(), title: "Moved".into(), ..CreateTask::default() };
+        alice.create_task(&create, None).await.unwrap();
+        let now = picogent::schedule::SystemClock.now_ms();
+        let cadence = picogent::schedule::Cadence::parse("0 9 * * *", "UTC").unwrap();
+        let nine = cadence.next_after(now).unwrap();
+        let extra = json!({"schedules": {"standup": {"cron": "0 9 * * *", "kind": "standup", "project": "team"}}});
+        // One clock for both, as two machines agreeing on the time; the firing comes once both run.
+        let clock = Arc::new(ShiftedClock::starting_at(nine - 60_000));
+        let shared: Arc<dyn Clock> = clock.clone();
+        let first = start_agent_with_clock(
+            replica_config(&schema, dir.path(), &board.url(), &model.url(), extra.clone()),
+            Some(shared.clone()),
+        )
+        .await;
+        let second = start_agent_with_clock(
+            replica_config(&schema, dir.path(), &board.url(), &model.url(), extra),
+            Some(shared),
+        )
+        .await;
+        clock.set_now(nine - 500);
+        let chat = chat_id(&alice).await;
+        let digests = || async {
+            let query = MessageQuery { chat_id: Some(chat.clone()), limit: Some(200), ..MessageQuery::default() };
+            let messages = alice.list_messages(&query).await.unwrap();
+            messages.into_iter().filter(|message| message.author_slug == "picogent").count()
+        };
+        eventually(Duration::from_secs(30), "the digest", || async { (digests().await >= 1).then_some(()) }).await;
+        eventually(Duration::from_secs(30), "the firing's end recorded", || async {
+            let row = first.state.get_firing("standup", nine).await.unwrap()?;
+            row.outcome.is_final().then_some(())
+        })
+        .await;
+        // Both replicas have looked at 09:00 by the time each answers a firing asked of it.
+        for replica in [&first, &second] {
+            replica.schedules.run_now("standup").await.unwrap();
+        }
+        wait_idle(&first).await;
+        wait_idle(&second).await;
+        assert_eq!(digests().await, 1, "one digest for one firing");
+        let mut connection = schema.connection().await;
+        let runs: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM runs WHERE trigger LIKE 'schedule standup %' AND trigger NOT LIKE '%(run now)'",
+        )
+        .fetch_one(&mut connection)
+        .await
+        .unwrap();
+        let _ = connection.close().await;
+        assert_eq!(runs, 1, "one run for the firing");
+        first.shutdown().await.unwrap();
+        second.shutdown().await.unwrap();
+        model.shutdown().await;
+        board.shutdown().await.unwrap();
     })
     .await;
 }

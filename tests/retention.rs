@@ -129,6 +129,7 @@ async fn start_agent_steady(config: picogent::config::Config) -> AgentHandle {
             ..agent_support::fast_stream()
         }),
         serve_http: false,
+        clock: None,
     })
     .await
     .unwrap()

@@ -76,6 +76,7 @@ pub async fn start_agent(config: Config) -> AgentHandle {
         ui_token: None,
         stream: Some(StreamOptions::new("TEAMBOARD_TOKEN")),
         serve_http: false,
+        clock: None,
     })
     .await
     .unwrap()

@@ -285,6 +285,7 @@ pub async fn evaluate(options: EvalOptions, mut on_score: impl FnMut(&ScenarioSc
         ui_token: None,
         stream: None,
         serve_http: false,
+        clock: None,
     })
     .await
     .context("cannot start the agent")?;

@@ -103,6 +103,14 @@ pub fn fast_stream() -> StreamOptions {
 }
 
 pub async fn start_agent(config: Config) -> AgentHandle {
+    start_agent_with_clock(config, None).await
+}
+
+/// [`start_agent`], its schedules firing by `clock` (a test's `ShiftedClock`) when given.
+pub async fn start_agent_with_clock(
+    config: Config,
+    clock: Option<std::sync::Arc<dyn picogent::schedule::Clock>>,
+) -> AgentHandle {
     let token = format!("tok-{}", config.slug);
     picogent::runtime::start(AgentOptions {
         config,
@@ -112,6 +120,7 @@ pub async fn start_agent(config: Config) -> AgentHandle {
         ui_token: None,
         stream: Some(fast_stream()),
         serve_http: true,
+        clock,
     })
     .await
     .unwrap()

@@ -714,6 +714,7 @@ pub async fn start_agent_in_process(config: serde_json::Value) -> picogent::runt
         ui_token: None,
         stream: Some(stream),
         serve_http: true,
+        clock: None,
     })
     .await
     .unwrap()

@@ -26,6 +26,10 @@
 //! is text people wrote, and the planner treats it as such. Tool results are read inside their
 //! fence.
 //!
+//! - `Digest: <project>` on its own line, with `Counts: moved N, blocked N, due N`: a scheduled
+//!   standup (`prompts/standup_digest.md`). The planner answers with one sentence of the counts,
+//!   as text (picogent posts it with the list of tasks), and calls no tool.
+//!
 //! A message with both markers is a chat mention about a task: the planner replies in the
 //! thread. With no marker the planner answers with a short text saying so.
 //!
@@ -64,6 +68,9 @@ pub const DEFAULT_PLAN: [&str; 3] =
 /// How many times the planner sends the same call before it gives up on it.
 const MAX_ATTEMPTS: usize = 2;
 
+static DIGEST_LINE: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"(?m)^\s*Digest:\s*(\S+)").expect("valid regex"));
+static COUNTS_LINE: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?m)^\s*Counts:\s*moved (\d+), blocked (\d+), due (\d+)").expect("valid regex"));
 static TASK_LINE: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"(?m)^\s*Task:\s*([A-Z][A-Z0-9]*-\d+)\b").expect("valid regex"));
 static TASK_ID_FIELD: LazyLock<Regex> =
@@ -139,8 +146,19 @@ impl Read {
 /// The job a prompt asks for.
 #[derive(Debug, Clone, PartialEq)]
 enum Job {
-    Task { key: String, id: Option<String> },
-    Mention { message_id: String, text: Option<String> },
+    Task {
+        key: String,
+        id: Option<String>,
+    },
+    Mention {
+        message_id: String,
+        text: Option<String>,
+    },
+    /// A scheduled standup of `project`, with its counts (moved, blocked, due).
+    Digest {
+        project: String,
+        counts: (u32, u32, u32),
+    },
 }
 
 fn find_job(text: &str) -> Option<Job> {
@@ -151,6 +169,13 @@ fn find_job(text: &str) -> Option<Job> {
 /// The job the structure of `read` asks for: markers inside fences do not count.
 fn find_job_in(read: &Read) -> Option<Job> {
     let text = read.structure.as_str();
+    if let Some(found) = DIGEST_LINE.captures(text) {
+        let counts = COUNTS_LINE
+            .captures(text)
+            .map(|c| (c[1].parse().unwrap_or(0), c[2].parse().unwrap_or(0), c[3].parse().unwrap_or(0)))
+            .unwrap_or_default();
+        return Some(Job::Digest { project: found[1].to_string(), counts });
+    }
     if let Some(found) = THREAD_ID_LINE.captures(text).or_else(|| MESSAGE_ID_LINE.captures(text)) {
         let text = MESSAGE_TEXT_LINE.captures(text).map(|c| read.resolve(c[1].trim()));
         return Some(Job::Mention { message_id: found[1].to_lowercase(), text });
@@ -321,7 +346,22 @@ pub fn plan(messages: &[Message], tools: &[ToolSpec]) -> PlannedTurn {
         Some((Job::Mention { message_id, text }, history)) => {
             plan_mention(&message_id, text.as_deref(), &history, &offered)
         }
+        Some((Job::Digest { project, counts }, _)) => PlannedTurn::Text(digest_words(&project, counts)),
     }
+}
+
+/// A standup's few words, from its counts: what a model would lead the digest with.
+fn digest_words(project: &str, (moved, blocked, due): (u32, u32, u32)) -> String {
+    let tasks = |n: u32| if n == 1 { "1 task".to_string() } else { format!("{n} tasks") };
+    let mut words = format!("Standup for {project}: {} moved since the last one", tasks(moved));
+    if blocked > 0 {
+        words.push_str(&format!(", {} {} blocked", tasks(blocked), if blocked == 1 { "is" } else { "are" }));
+    }
+    if due > 0 {
+        words.push_str(&format!(", {} {} due soon", tasks(due), if due == 1 { "is" } else { "are" }));
+    }
+    words.push_str(". (offline planner)");
+    words
 }
 
 /// `picogent check` asks "Call <tool> with status \"ready\"": the tool is called once, each of its

@@ -35,7 +35,11 @@ pub const SYSTEM: &str = "system.md";
 pub const TASK_ASSIGNED: &str = "task_assigned.md";
 pub const MESSAGE_NEW: &str = "message_new.md";
 pub const STANDUP: &str = "standup.md";
-pub const TEMPLATES: [&str; 4] = [SYSTEM, TASK_ASSIGNED, MESSAGE_NEW, STANDUP];
+/// A scheduled standup's request to the model (`schedules`, kind `standup`).
+pub const STANDUP_DIGEST: &str = "standup_digest.md";
+/// A scheduled nudge on a task untouched for days (`schedules`, kind `stale`): no model writes it.
+pub const STALE_NUDGE: &str = "stale_nudge.md";
+pub const TEMPLATES: [&str; 6] = [SYSTEM, TASK_ASSIGNED, MESSAGE_NEW, STANDUP, STANDUP_DIGEST, STALE_NUDGE];
 
 /// Longest cleaned text of one field (a description, a message) in a prompt, in characters.
 pub const MAX_FIELD_CHARS: usize = 4_000;
@@ -175,6 +179,63 @@ pub struct StandupVars {
     pub tasks: Vec<TaskView>,
 }
 
+/// Variables of `standup_digest.md`.
+#[derive(Debug, Clone, Serialize)]
+pub struct StandupDigestVars {
+    pub project_slug: String,
+    pub project_name: String,
+    /// Since when "moved" counts, as people read it (`Mon 7 Dec 09:00 (Europe/Berlin)`).
+    pub since: String,
+    /// `moved 3, blocked 1, due 0`.
+    pub counts: String,
+    pub moved: Vec<DigestTaskView>,
+    pub blocked: Vec<DigestTaskView>,
+    pub due: Vec<DigestTaskView>,
+}
+
+/// A task as a digest's prompt sees it: its title fenced, names cleaned.
+#[derive(Debug, Clone, Serialize)]
+pub struct DigestTaskView {
+    pub key: String,
+    pub title: String,
+    pub status: String,
+    pub assignee_slug: String,
+    /// Its due date (`2026-12-24`), for a due task; else empty.
+    pub due: String,
+}
+
+impl DigestTaskView {
+    pub fn new(
+        key: &str,
+        title: &str,
+        status: &str,
+        assignee: Option<&str>,
+        due: &str,
+        fence: &Fence,
+    ) -> DigestTaskView {
+        DigestTaskView {
+            key: clean_name(key),
+            title: fence.data(title, 300),
+            status: clean_name(status),
+            assignee_slug: clean_name(assignee.unwrap_or_default()),
+            due: clean_name(due),
+        }
+    }
+}
+
+/// Variables of `stale_nudge.md`: picogent's own words on a task nobody touched for days.
+#[derive(Debug, Clone, Serialize)]
+pub struct StaleNudgeVars {
+    /// The assignee's slug, mentioned so they hear it.
+    pub assignee_slug: String,
+    pub task_key: String,
+    /// Days since anyone but the agent touched the task.
+    pub idle_days: u32,
+    /// The job's `days`.
+    pub days: u32,
+    pub agent_name: String,
+}
+
 impl Prompts {
     /// Loads every template from `dir` and trial-renders it with sample variables.
     pub fn load(dir: &Path) -> Result<Prompts, PromptError> {
@@ -205,6 +266,14 @@ impl Prompts {
 
     pub fn standup(&self, vars: &StandupVars) -> Result<String, PromptError> {
         self.render(STANDUP, vars)
+    }
+
+    pub fn standup_digest(&self, vars: &StandupDigestVars) -> Result<String, PromptError> {
+        self.render(STANDUP_DIGEST, vars)
+    }
+
+    pub fn stale_nudge(&self, vars: &StaleNudgeVars) -> Result<String, PromptError> {
+        self.render(STALE_NUDGE, vars)
     }
 
     fn render<T: Serialize>(&self, name: &str, vars: &T) -> Result<String, PromptError> {
@@ -264,6 +333,29 @@ impl Prompts {
             agent_slug: "picogent".into(),
         })?;
         self.standup(&StandupVars { project_slug: "team".into(), tasks: vec![task] })?;
+        let digest_task = DigestTaskView {
+            key: "TE-1".into(),
+            title: "sample".into(),
+            status: "in_review".into(),
+            assignee_slug: "bob".into(),
+            due: "2026-12-24".into(),
+        };
+        self.standup_digest(&StandupDigestVars {
+            project_slug: "team".into(),
+            project_name: "Team".into(),
+            since: "Mon 7 Dec 09:00 (UTC)".into(),
+            counts: "moved 1, blocked 1, due 1".into(),
+            moved: vec![digest_task.clone()],
+            blocked: vec![digest_task.clone()],
+            due: vec![digest_task],
+        })?;
+        self.stale_nudge(&StaleNudgeVars {
+            assignee_slug: "bob".into(),
+            task_key: "TE-1".into(),
+            idle_days: 4,
+            days: 3,
+            agent_name: "Picogent".into(),
+        })?;
         Ok(())
     }
 }

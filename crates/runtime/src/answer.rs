@@ -78,6 +78,12 @@ fn answer_place(kind: &RunKind) -> Option<(PostPlace, SendMessage)> {
                 SendMessage { parent_id: Some(root), ..SendMessage::default() },
             ))
         }
+        RunKind::Schedule { firing } => firing.chat().map(|project| {
+            (
+                PostPlace::Chat { chat_id: project.chat_id.clone() },
+                SendMessage { chat_id: Some(project.chat_id.clone()), ..SendMessage::default() },
+            )
+        }),
         RunKind::Prompt { .. } => None,
     }
 }
@@ -129,8 +135,9 @@ pub fn answer_text(record: &RunRecord, limits: &Limits, price: Option<&Price>, w
     format!("{text}\n\n— {}", spend_line(record, price))
 }
 
-/// `3 turns · 4 tool calls · 2,345 tokens (1,800 cached) · cost 0.0012`; the part in brackets
-/// only when the server read some of the prompt from its cache.
+/// `3 turns · 4 tool calls · 2,345 tokens (1,800 cached, 400 written to the cache) · cost 0.0012`;
+/// the part in brackets only when the server read some of the prompt from its cache or wrote
+/// some to it, each half only when it is not zero.
 pub fn spend_line(record: &RunRecord, price: Option<&Price>) -> String {
     let plural = |n: u64, one: &str, many: &str| format!("{} {}", thousands(n), if n == 1 { one } else { many });
     let mut line = format!(
@@ -139,8 +146,13 @@ pub fn spend_line(record: &RunRecord, price: Option<&Price>) -> String {
         plural(u64::from(record.tool_calls), "tool call", "tool calls"),
         plural(record.total_tokens(), "token", "tokens")
     );
-    if record.cached_tokens > 0 {
-        line.push_str(&format!(" ({} cached)", thousands(record.cached_tokens)));
+    let cache: Vec<String> = [(record.cached_tokens, "cached"), (record.cache_write_tokens, "written to the cache")]
+        .into_iter()
+        .filter(|(tokens, _)| *tokens > 0)
+        .map(|(tokens, what)| format!("{} {what}", thousands(tokens)))
+        .collect();
+    if !cache.is_empty() {
+        line.push_str(&format!(" ({})", cache.join(", ")));
     }
     if let Some(price) = price {
         line.push_str(&format!(" · cost {:.4}", price.cost(&record.usage())));
@@ -198,20 +210,21 @@ impl TokenBudget {
         }
     }
 
-    /// The setting to raise.
-    fn setting(self) -> &'static str {
+    /// The setting to raise; `per_run` names the run's own token limit (`limits.max_tokens_per_run`,
+    /// or a scheduled job's `max_tokens`).
+    fn setting(self, per_run: &str) -> String {
         match self {
-            TokenBudget::PerRun { .. } => "limits.max_tokens_per_run",
-            TokenBudget::DayLeft { .. } => "limits.max_tokens_per_day",
-            TokenBudget::CostLeft { .. } => "limits.max_cost_per_day",
+            TokenBudget::PerRun { .. } => per_run.to_string(),
+            TokenBudget::DayLeft { .. } => "limits.max_tokens_per_day".to_string(),
+            TokenBudget::CostLeft { .. } => "limits.max_cost_per_day".to_string(),
         }
     }
 
-    /// The budget in words, with its setting and value.
-    fn words(self) -> String {
+    /// The budget in words, with its setting (`per_run` as in [`TokenBudget::setting`]) and value.
+    fn words(self, per_run_setting: &str) -> String {
         match self {
             TokenBudget::PerRun { per_run } => {
-                format!("the token budget of one run (`limits.max_tokens_per_run`, now {per_run})")
+                format!("the token budget of one run (`{per_run_setting}`, now {per_run})")
             }
             TokenBudget::DayLeft { left, per_day } => format!(
                 "today's token budget (`limits.max_tokens_per_day`, now {per_day}; {left} tokens were left when \
@@ -229,10 +242,31 @@ impl TokenBudget {
 /// now, and what the start-up probe found of the model.
 pub struct NoticeContext<'a> {
     pub llm: &'a LlmConfig,
+    /// The limits the run ran within: `limits`, with a scheduled job's own budget applied.
     pub limits: &'a Limits,
     pub token_budget: TokenBudget,
     /// `None` when no probe was sent (only `picogent run` sends one).
     pub model_check: Option<ModelCheck>,
+    /// The settings that set the run's turn and token limits when they are not `limits`': a
+    /// scheduled job's `schedules.<job>.max_turns` and `.max_tokens`.
+    pub own_budget: OwnBudget,
+}
+
+/// The settings of a run's own turn and token limits, when a scheduled job set them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OwnBudget {
+    pub turns: Option<String>,
+    pub tokens: Option<String>,
+}
+
+impl OwnBudget {
+    fn turns(&self) -> &str {
+        self.turns.as_deref().unwrap_or("limits.max_turns")
+    }
+
+    fn tokens(&self) -> &str {
+        self.tokens.as_deref().unwrap_or("limits.max_tokens_per_run")
+    }
 }
 
 /// What a run that stopped short can do next, when continuing can work.
@@ -250,11 +284,16 @@ pub fn failure_notice(record: &RunRecord, conversation: &[Message], context: &No
     let (what, what_to_do) = match record.outcome {
         RunOutcome::BudgetTurns => (
             format!(
-                "I stopped after {} model turns, the limit for one run (`limits.max_turns`, now {}), before \
-                 finishing.",
-                record.turns, limits.max_turns
+                "I stopped after {} model turns, the limit for one run (`{}`, now {}), before finishing.",
+                record.turns,
+                context.own_budget.turns(),
+                limits.max_turns
             ),
-            if continues { CONTINUE.to_string() } else { "Ask an admin to raise limits.max_turns.".to_string() },
+            if continues {
+                CONTINUE.to_string()
+            } else {
+                format!("Ask an admin to raise {}.", context.own_budget.turns())
+            },
         ),
         RunOutcome::BudgetToolCalls => (
             format!(
@@ -272,7 +311,7 @@ pub fn failure_notice(record: &RunRecord, conversation: &[Message], context: &No
                         "My answer was cut off at {} tokens before it was complete: that was all this run had left \
                          of {}.",
                         at.tokens,
-                        budget.words()
+                        budget.words(context.own_budget.tokens())
                     ),
                     format!("{CONTINUE}{}", quoted_partial(record, conversation)),
                 ),
@@ -280,12 +319,15 @@ pub fn failure_notice(record: &RunRecord, conversation: &[Message], context: &No
                     format!(
                         "I stopped after using {} tokens: the next request would not fit in what was left of {}.",
                         record.total_tokens(),
-                        budget.words()
+                        budget.words(context.own_budget.tokens())
                     ),
                     if continues {
                         CONTINUE.to_string()
                     } else {
-                        format!("The request alone is larger than that: ask an admin to raise {}.", budget.setting())
+                        format!(
+                            "The request alone is larger than that: ask an admin to raise {}.",
+                            budget.setting(context.own_budget.tokens())
+                        )
                     },
                 ),
             }
@@ -505,22 +547,37 @@ fn model_failure_advice(failure: &ModelFailure, llm: &LlmConfig) -> String {
     }
 }
 
-/// The agent.json setting behind a request parameter, what to set it to, and its value now.
+/// The agent.json setting behind a request parameter on `llm.api`'s format, what to set it to,
+/// and its value now.
 fn setting_of(parameter: &str, llm: &LlmConfig) -> String {
+    use picogent_llm::config::Api;
     let now = |value: String| format!(" (now {value})");
-    match parameter {
-        "temperature" => format!(
+    let parallel = || {
+        format!(
+            "llm.parallel_tool_calls: leave it unset{}",
+            now(llm.parallel_tool_calls.map_or("unset".to_string(), |p| p.to_string()))
+        )
+    };
+    match (llm.api, parameter) {
+        (_, "temperature") => format!(
             "llm.temperature: leave it unset{}",
             now(llm.temperature.map_or("unset".to_string(), |t| t.to_string()))
         ),
-        "parallel_tool_calls" => format!(
-            "llm.parallel_tool_calls: leave it unset{}",
-            now(llm.parallel_tool_calls.map_or("unset".to_string(), |p| p.to_string()))
+        (Api::Openai, "parallel_tool_calls") => parallel(),
+        // The Messages API sends `tool_choice` only to say `parallel_tool_calls: false`
+        // (`disable_parallel_tool_use`).
+        (Api::Anthropic, "tool_choice") => parallel(),
+        (Api::Openai, "max_completion_tokens") => "llm.max_tokens_field: \"max_tokens\"".to_string(),
+        (Api::Openai, "max_tokens") => "llm.max_tokens_field: \"max_completion_tokens\"".to_string(),
+        // Always sent on the Messages API, whatever `llm.max_tokens_field` says; refused when it
+        // is more than the model writes.
+        (Api::Anthropic, "max_tokens") => format!(
+            "llm.max_output_tokens: lower it to what the model allows{}",
+            now(llm.max_output_tokens.unwrap_or(picogent_llm::config::DEFAULT_MAX_OUTPUT_TOKENS).to_string())
         ),
-        "max_completion_tokens" => "llm.max_tokens_field: \"max_tokens\"".to_string(),
-        "max_tokens" => "llm.max_tokens_field: \"max_completion_tokens\"".to_string(),
-        "stream" => format!("llm.stream: false{}", now(llm.stream.to_string())),
-        "tools" | "tool_choice" => format!("llm.model: a model with tool calling{}", now(llm.model.clone())),
+        (_, "stream") => format!("llm.stream: false{}", now(llm.stream.to_string())),
+        (_, "tools" | "tool_choice") => format!("llm.model: a model with tool calling{}", now(llm.model.clone())),
+        (_, "model") => format!("llm.model: a model the server serves{}", now(llm.model.clone())),
         _ => "the llm section".to_string(),
     }
 }
@@ -545,8 +602,53 @@ mod tests {
         let price = Price { cache_read_per_million: Some(0.015), cache_write_per_million: Some(0.1875), ..price };
         assert_eq!(
             spend_line(&record, Some(&price)),
-            "3 turns · 1 tool call · 12,345 tokens (10,000 cached) · cost 0.0007"
+            "3 turns · 1 tool call · 12,345 tokens (10,000 cached, 1,000 written to the cache) · cost 0.0007"
         );
+        // Each half only when it is not zero: the first turn of a run writes, the later ones read.
+        record.cached_tokens = 0;
+        assert_eq!(spend_line(&record, None), "3 turns · 1 tool call · 12,345 tokens (1,000 written to the cache)");
+        record.cached_tokens = 10_000;
+        record.cache_write_tokens = 0;
+        assert_eq!(spend_line(&record, None), "3 turns · 1 tool call · 12,345 tokens (10,000 cached)");
+    }
+
+    #[test]
+    fn a_refused_parameter_names_the_setting_that_sends_it_on_its_api() {
+        use picogent_llm::config::{Api, MaxTokensField};
+        let openai = LlmConfig {
+            max_output_tokens: Some(8192),
+            parallel_tool_calls: Some(false),
+            max_tokens_field: MaxTokensField::MaxTokens,
+            ..LlmConfig::new("http://127.0.0.1:9/v1", "m")
+        };
+        let anthropic = LlmConfig { api: Api::Anthropic, ..openai.clone() };
+        assert_eq!(setting_of("max_tokens", &openai), "llm.max_tokens_field: \"max_completion_tokens\"");
+        assert_eq!(setting_of("max_completion_tokens", &openai), "llm.max_tokens_field: \"max_tokens\"");
+        assert_eq!(setting_of("parallel_tool_calls", &openai), "llm.parallel_tool_calls: leave it unset (now false)");
+        // The Messages API ignores `llm.max_tokens_field`: its `max_tokens` is the output cap.
+        let max_tokens = setting_of("max_tokens", &anthropic);
+        assert_eq!(max_tokens, "llm.max_output_tokens: lower it to what the model allows (now 8192)");
+        let default_cap = LlmConfig { max_output_tokens: None, ..anthropic.clone() };
+        assert!(setting_of("max_tokens", &default_cap).ends_with("(now 2048)"));
+        // Its `tool_choice` is `parallel_tool_calls: false`, sent as `disable_parallel_tool_use`.
+        assert_eq!(setting_of("tool_choice", &anthropic), "llm.parallel_tool_calls: leave it unset (now false)");
+        assert_eq!(setting_of("tools", &anthropic), "llm.model: a model with tool calling (now m)");
+        assert_eq!(setting_of("model", &anthropic), "llm.model: a model the server serves (now m)");
+        assert_eq!(setting_of("temperature", &anthropic), "llm.temperature: leave it unset (now unset)");
+        // Through the notice.
+        let mut record = RunRecord::new();
+        record.outcome = RunOutcome::ModelError;
+        record.model_failure = Some(ModelFailure::ParameterRefused { parameter: "max_tokens".into() });
+        let limits = Limits::default();
+        let context = NoticeContext {
+            llm: &anthropic,
+            limits: &limits,
+            token_budget: TokenBudget::PerRun { per_run: limits.max_tokens_per_run },
+            model_check: None,
+            own_budget: OwnBudget::default(),
+        };
+        let notice = failure_notice(&record, &[], &context);
+        assert!(notice.contains("llm.max_output_tokens") && !notice.contains("max_tokens_field"), "{notice}");
     }
 
     fn with_context<T>(f: impl FnOnce(&NoticeContext<'_>) -> T) -> T {
@@ -561,6 +663,7 @@ mod tests {
             limits: &limits,
             token_budget: TokenBudget::PerRun { per_run: limits.max_tokens_per_run },
             model_check: None,
+            own_budget: OwnBudget::default(),
         };
         f(&context)
     }
@@ -649,7 +752,13 @@ mod tests {
         record.outcome = RunOutcome::BudgetTokens;
         record.turns = 0;
         let llm = LlmConfig::new("http://127.0.0.1:9/v1", "tiny");
-        let context = NoticeContext { llm: &llm, limits: &limits, token_budget: budget, model_check: None };
+        let context = NoticeContext {
+            llm: &llm,
+            limits: &limits,
+            token_budget: budget,
+            model_check: None,
+            own_budget: OwnBudget::default(),
+        };
         let notice = failure_notice(&record, &[], &context);
         assert!(notice.contains("`limits.max_tokens_per_day`, now 100000") && notice.contains("1500"), "{notice}");
         assert!(notice.contains("raise limits.max_tokens_per_day"), "{notice}");
@@ -676,6 +785,7 @@ mod tests {
             limits: &limits,
             token_budget: TokenBudget::PerRun { per_run: 1 },
             model_check: Some(found),
+            own_budget: OwnBudget::default(),
         };
         let notice = failure_notice(&record, &[], &context);
         assert!(notice.contains("answered a request for one tool call in text"), "{notice}");

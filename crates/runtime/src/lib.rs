@@ -11,7 +11,8 @@
 //! [`router`] (filters, claims, the run queue) → [`run`] with [`prompt`] (what the model is told),
 //! [`guard`] (where posts land, the loop guard), [`answer`] (what a run leaves on the board) and
 //! [`record`] (what is stored with it); [`refusal`] tells a person what a cap or budget refused.
-//! Beside them: [`presence`] and [`replicas`] (which copy acts), [`retention`] (pruning),
+//! Beside them: [`scheduler`] (the `schedules`: firings on time, once, queued as runs; a
+//! `stale` firing's run is [`nudge`]), [`presence`] and [`replicas`] (which copy acts), [`retention`] (pruning),
 //! [`status`], [`startup`], [`metrics`], [`http`] (`/healthz`, `/readyz`, `/metrics`),
 //! [`inspector`] (the run inspector's pages) and [`control`] (the agent as MCP sees it).
 //!
@@ -31,6 +32,7 @@ pub mod guard;
 pub mod http;
 pub mod inspector;
 pub mod metrics;
+pub mod nudge;
 pub mod presence;
 pub mod prompt;
 pub mod record;
@@ -40,6 +42,7 @@ pub mod request;
 pub mod retention;
 pub mod router;
 pub mod run;
+pub mod scheduler;
 pub mod startup;
 mod state_lock;
 pub mod status;
@@ -82,6 +85,8 @@ pub struct AgentOptions {
     pub stream: Option<StreamOptions>,
     /// Serve `http.listen` (false for `picogent eval` and tests that need no HTTP).
     pub serve_http: bool,
+    /// The clock the schedules fire by; `None`: the machine's ([`picogent_schedule::SystemClock`]).
+    pub clock: Option<Arc<dyn picogent_schedule::Clock>>,
 }
 
 /// A running agent.
@@ -105,12 +110,17 @@ pub struct AgentHandle {
     superseded: CancellationToken,
     /// The lock that keeps a second agent off the same state; released with the handle.
     _state_lock: StateLock,
+    /// The schedules (`schedules`): their jobs, and a firing now.
+    pub schedules: scheduler::Schedules,
+    /// The scheduler; ends with the shutdown.
+    scheduler: tokio::task::JoinHandle<()>,
 }
 
 impl AgentHandle {
     /// Stops taking events, lets runs finish within the grace period, and closes everything.
     pub async fn shutdown(self) -> anyhow::Result<()> {
         self.shutdown.cancel();
+        let _ = self.scheduler.await;
         let _ = self.router.await;
         let stream = self.stream.await;
         if let Some(http) = self.http {
@@ -154,8 +164,11 @@ impl AgentHandle {
 
 /// Starts the agent: opens the state, loads the prompts, connects the stream and the model.
 pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
-    let AgentOptions { config, tracker_token, llm_api_key, mcp_token, ui_token, stream, serve_http } = options;
+    let AgentOptions { config, tracker_token, llm_api_key, mcp_token, ui_token, stream, serve_http, clock } = options;
     let config = Arc::new(config);
+    // The schedules' mistakes (a pattern, a zone, a prompt file) stop the start, naming the job.
+    let jobs = picogent_schedule::jobs(&config.schedules, std::path::Path::new("."))
+        .map_err(|problem| anyhow::anyhow!("schedules: field `{}`: {}", problem.field, problem.message))?;
     if serve_http && mcp_token.is_some() {
         // `/mcp` here follows the rule of `picogent mcp --http`: off loopback only for the host
         // names `mcp.allowed_hosts` lists. Checked before anything is locked, claimed or connected.
@@ -224,6 +237,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
         Some(claimed) => client.with_gate(claimed.gate()),
         None => client,
     };
+    check_schedule_projects(&jobs, &client).await?;
     let registry: Arc<dyn ToolSource> = Arc::new(build_tools(&config, &client)?);
     // External MCP servers join the tracker's tools; one permission policy governs them all.
     let host = Arc::new(picogent_mcp::host::McpHost::start(&config).await);
@@ -281,6 +295,9 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     services.slots.connect_router(move || {
         let _ = wake.try_send(Input::SlotFreed);
     });
+    let clock = clock.unwrap_or_else(|| Arc::new(picogent_schedule::SystemClock));
+    let (schedules, scheduler) =
+        scheduler::new(jobs, services.clone(), clock, inputs_tx.clone(), shutdown.child_token());
     let stream_options = stream.unwrap_or_else(|| StreamOptions::from_config(&config));
     let stream_cancel = shutdown.child_token();
     // A newer copy taking over, on the tracker or the agent's lock in PostgreSQL, stops this one.
@@ -315,7 +332,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
         let listen: SocketAddr = config.http.listen.parse().context("http.listen is not an address")?;
         let routes = http_routes(&config, &services, mcp_token, inputs_tx.clone());
         let routes = match crate::inspector::Access::for_listener(listen, ui_token, &config.http.ui_token_env) {
-            Some(access) => routes.merge(inspector_routes(&services, access)),
+            Some(access) => routes.merge(inspector_routes(&services, &schedules, access)),
             None => routes,
         };
         let (addr, handle) = http::serve(listen, routes, config.http.doors(), shutdown.child_token())
@@ -338,6 +355,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     };
     let router = Router::new(services, inputs_tx.clone(), shutdown.clone(), queue, setup);
     let router = tokio::spawn(router.run(inputs_rx));
+    let scheduler = tokio::spawn(scheduler.run());
     Ok(AgentHandle {
         metrics,
         status,
@@ -353,7 +371,32 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
         presence,
         superseded,
         _state_lock: state_lock,
+        schedules,
+        scheduler,
     })
+}
+
+/// Every project the schedules name exists on the tracker: a mistyped slug stops the start,
+/// naming the job and the projects there are, rather than failing each firing later.
+pub async fn check_schedule_projects(jobs: &[picogent_schedule::Job], client: &TrackerClient) -> anyhow::Result<()> {
+    // Collected before the await: an iterator of closures held across it makes the future's
+    // `Send` too narrow for a spawn (rust-lang/rust#96865).
+    let named: Vec<(&str, &str)> =
+        jobs.iter().filter_map(|job| Some((job.name.as_str(), job.kind.project()?))).collect();
+    if named.is_empty() {
+        return Ok(());
+    }
+    let projects = client.list_projects().await.context("cannot read the tracker's projects for the schedules")?;
+    for (job, slug) in named {
+        if !projects.iter().any(|project| project.slug == slug) {
+            let known: Vec<&str> = projects.iter().map(|project| project.slug.as_str()).collect();
+            anyhow::bail!(
+                "schedules: field `schedules.{job}.project`: there is no project {slug:?} on the tracker; its projects are: {}",
+                if known.is_empty() { "none".to_string() } else { known.join(", ") }
+            );
+        }
+    }
+    Ok(())
 }
 
 /// This machine's name, as the operating system gives it (`localhost` if it gives none).
@@ -418,7 +461,11 @@ fn http_routes(
 }
 
 /// The run inspector at `/`, reading what the runs store and the live counters.
-fn inspector_routes(services: &RunServices, access: crate::inspector::Access) -> axum::Router {
+fn inspector_routes(
+    services: &RunServices,
+    schedules: &scheduler::Schedules,
+    access: crate::inspector::Access,
+) -> axum::Router {
     let tools = services.tools.tools().into_iter().map(|tool| tool.name.to_string()).collect();
     let mut inspector = crate::inspector::Inspector::new(
         services.state.clone(),
@@ -432,7 +479,7 @@ fn inspector_routes(services: &RunServices, access: crate::inspector::Access) ->
     if let Some(coding) = &services.coding {
         inspector = inspector.with_coding(coding.runs());
     }
-    crate::inspector::routes(inspector)
+    crate::inspector::routes(inspector.with_schedules(schedules.clone()))
 }
 
 /// Measures the workspaces' disk use for `/readyz` at start and every minute, off the runtime's
@@ -510,6 +557,7 @@ pub async fn run_cli(config_path: &std::path::Path, start: StreamStart) -> anyho
         ui_token,
         stream: Some(stream),
         serve_http: true,
+        clock: None,
     });
     let agent = match started.await {
         Ok(agent) => agent,

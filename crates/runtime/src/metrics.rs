@@ -7,7 +7,9 @@
 //! - a tool's name is one the run offered: a call of any other name (a model making names up)
 //!   counts under `unknown`, and so does a call never run, whose name nothing checked; and past
 //!   [`MAX_TOOL_LABELS`] names (a server listing thousands of tools) new names do too;
-//! - the replica's id is this process's own.
+//! - the replica's id is this process's own;
+//! - a schedule's name is one of `schedules` in agent.json (at most 64, checked at start), and a
+//!   firing's outcome a word of the state's `FiringOutcome`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -109,6 +111,8 @@ struct Inner {
     pruned_artifact_runs: u64,
     /// (what was asked, how the wait ended) → count of waits for a person.
     waits: BTreeMap<(&'static str, &'static str), u64>,
+    /// (schedule, outcome) → firings that ended so.
+    firings: BTreeMap<(String, &'static str), u64>,
 }
 
 /// Count and sum, enough for rates and means in Prometheus.
@@ -141,6 +145,11 @@ impl Metrics {
     /// A run's wait for a person ended `end`.
     pub fn wait_ended(&self, kind: picogent_state::WaitKind, end: picogent_tools::person::WaitEnd) {
         self.with(|m| *m.waits.entry((kind.as_str(), end.as_str())).or_default() += 1);
+    }
+
+    /// A firing of the schedule `job` ended `outcome` (idle, skipped, posted, failed, stopped).
+    pub fn firing(&self, job: &str, outcome: picogent_state::FiringOutcome) {
+        self.with(|m| *m.firings.entry((label(job), outcome.as_str())).or_default() += 1);
     }
 
     /// Counts an event by its name and its fate, a word of the code.
@@ -312,6 +321,11 @@ impl Metrics {
                     let n = m.waits.get(&(kind.as_str(), end.as_str())).copied().unwrap_or(0);
                     let _ = writeln!(out, "picogent_waits_total{{kind=\"{}\",end=\"{}\"}} {n}", kind.as_str(), end.as_str());
                 }
+            }
+            let _ = writeln!(out, "# HELP picogent_schedule_firings_total Firings of the schedules, by schedule and how they ended.");
+            let _ = writeln!(out, "# TYPE picogent_schedule_firings_total counter");
+            for ((job, outcome), n) in &m.firings {
+                let _ = writeln!(out, "picogent_schedule_firings_total{{schedule=\"{job}\",outcome=\"{outcome}\"}} {n}");
             }
             let _ = writeln!(out, "# HELP picogent_active_runs Runs in flight.");
             let _ = writeln!(out, "# TYPE picogent_active_runs gauge");

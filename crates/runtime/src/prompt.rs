@@ -7,9 +7,10 @@ use crate::request::{RunError, RunKind, RunServices};
 use picogent_config::Config;
 use picogent_mcp::host::{Expansion, SkillCall};
 use picogent_prompts::{
-    Fence, MAX_FIELD_CHARS, MessageNewVars, MessageView, PromptError, Prompts, Section, SystemVars, TaskAssignedVars,
-    TaskView, clean_name, clean_text,
+    DigestTaskView, Fence, MAX_FIELD_CHARS, MessageNewVars, MessageView, PromptError, Prompts, Section,
+    StandupDigestVars, SystemVars, TaskAssignedVars, TaskView, clean_name, clean_text,
 };
+use picogent_schedule::firing::{Digest, FiringWork, ProjectPlace, TaskLine};
 use picogent_tracker::model::{MessageOut, MessageQuery, TaskOut};
 
 /// How many of a task's comments, or of a thread's messages, the request shows.
@@ -37,7 +38,35 @@ pub async fn user_prompt(
         RunKind::Message { message } => message_prompt(services, message, steered, fence).await,
         // Given over `/mcp` or the command line by whoever runs the agent: the request itself.
         RunKind::Prompt { text } => Ok(clean_text(text, MAX_FIELD_CHARS)),
+        RunKind::Schedule { firing } => match &firing.work {
+            FiringWork::Standup { project, digest } => Ok(digest_prompt(&services.prompts, project, digest, fence)?),
+            // The operator's own prompt file, as configured: the request itself.
+            FiringWork::Prompt { text, .. } => Ok(clean_text(text, MAX_FIELD_CHARS)),
+            // Nudges are picogent's own words; no model is asked.
+            FiringWork::Stale { .. } => Ok(String::new()),
+        },
     }
+}
+
+/// A scheduled standup's request: what moved, what is blocked and what is due, titles fenced.
+fn digest_prompt(
+    prompts: &Prompts,
+    project: &ProjectPlace,
+    digest: &Digest,
+    fence: &Fence,
+) -> Result<String, PromptError> {
+    let view = |task: &TaskLine, due: &str| {
+        DigestTaskView::new(&task.key, &task.title, &task.status, task.assignee.as_deref(), due, fence)
+    };
+    prompts.standup_digest(&StandupDigestVars {
+        project_slug: clean_name(&project.slug),
+        project_name: clean_name(&project.name),
+        since: clean_name(&digest.since_text),
+        counts: digest.counts(),
+        moved: digest.moved.iter().map(|task| view(task, "")).collect(),
+        blocked: digest.blocked.iter().map(|task| view(task, "")).collect(),
+        due: digest.due.iter().map(|due| view(&due.task, &due.due)).collect(),
+    })
 }
 
 /// A task run's request: the task with its steps and latest comments.

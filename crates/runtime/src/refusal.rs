@@ -42,7 +42,7 @@ impl Refusal {
     pub fn text(&self, session: &SessionKey, now: OffsetDateTime) -> String {
         let here = match session {
             SessionKey::Task(_) => "on this task",
-            SessionKey::Thread(_) | SessionKey::Prompt(_) => "in this thread",
+            SessionKey::Thread(_) | SessionKey::Prompt(_) | SessionKey::Schedule(_) => "in this thread",
         };
         match self {
             Refusal::BotReplyCap { count, max } => {
@@ -113,7 +113,7 @@ pub async fn tell_once(
     let body = match session {
         SessionKey::Task(task_id) => SendMessage { task_id: Some(task_id.clone()), ..SendMessage::default() },
         SessionKey::Thread(root) => SendMessage { parent_id: Some(root.clone()), ..SendMessage::default() },
-        SessionKey::Prompt(_) => return,
+        SessionKey::Prompt(_) | SessionKey::Schedule(_) => return,
     };
     if let Some((kind, key)) = refusal.claim(session, now) {
         match state.is_claimed(kind, &key).await {
@@ -154,7 +154,7 @@ async fn has_people(client: &TrackerClient, session: &SessionKey) -> bool {
     let query = match session {
         SessionKey::Task(task_id) => MessageQuery { task_id: Some(task_id.clone()), ..MessageQuery::default() },
         SessionKey::Thread(root) => MessageQuery { parent_id: Some(root.clone()), ..MessageQuery::default() },
-        SessionKey::Prompt(_) => return false,
+        SessionKey::Prompt(_) | SessionKey::Schedule(_) => return false,
     };
     let query = MessageQuery { limit: Some(200), ..query };
     let (Ok(messages), Ok(members)) = (client.list_messages(&query).await, client.list_members().await) else {

@@ -54,6 +54,9 @@ pub enum RunKind {
     Message { message: Box<MessageOut> },
     /// Answer a prompt given over MCP or the command line.
     Prompt { text: String },
+    /// Carry out a firing of a scheduled job (`schedules`): what it read and decided when it
+    /// fired travels with it, so a resumed run does the same work.
+    Schedule { firing: Box<picogent_schedule::firing::Firing> },
 }
 
 /// What started a run. Its text (`task.assigned TE-4`) is recorded with the run: the run
@@ -70,6 +73,8 @@ pub enum Trigger {
     StartPrompt,
     /// Input came too late for the run `run_id`, and this run answers it.
     FollowUp { run_id: String },
+    /// A scheduled job fired (or a person asked for a firing now).
+    Scheduled { job: String, fire_at_ms: i64, manual: bool },
     /// A run claimed from the queue: its trigger as it was recorded.
     Recorded(String),
 }
@@ -82,6 +87,14 @@ impl std::fmt::Display for Trigger {
             Trigger::StartRun { task_key } => write!(f, "start_run {task_key}"),
             Trigger::StartPrompt => f.write_str("start_run prompt"),
             Trigger::FollowUp { run_id } => write!(f, "follow-up of {run_id}"),
+            Trigger::Scheduled { job, fire_at_ms, manual } => {
+                let at = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(*fire_at_ms) * 1_000_000)
+                    .ok()
+                    .and_then(|at| at.format(&time::format_description::well_known::Rfc3339).ok())
+                    .unwrap_or_else(|| fire_at_ms.to_string());
+                let how = if *manual { " (run now)" } else { "" };
+                write!(f, "schedule {job} {at}{how}")
+            }
             Trigger::Recorded(text) => f.write_str(text),
         }
     }

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::answer::{NoticeContext, RunPosts, TokenBudget, answer_text, failure_notice, post_answer};
+use crate::answer::{NoticeContext, OwnBudget, RunPosts, TokenBudget, answer_text, failure_notice, post_answer};
 use crate::guard::{Answering, Asked, Steering};
 use crate::metrics::Metrics;
 use crate::prompt::{system_prompt, user_prompt};
@@ -34,7 +34,8 @@ use picogent_agent::{RunOutcome, RunOutput, RunRecord};
 use picogent_config::Config;
 use picogent_llm::Message;
 use picogent_prompts::Fence;
-use picogent_state::{FinishRun, RunStatus, State, StateError};
+use picogent_schedule::firing::{Firing, FiringWork};
+use picogent_state::{FinishRun, FiringOutcome, RunStatus, State, StateError};
 use picogent_tracker::TrackerClient;
 use picogent_tracker::model::{TaskOut, TaskStatus, UpdateTask};
 use picogent_tracker::session::SessionKey;
@@ -71,6 +72,9 @@ pub async fn execute(
     // What the run kept of its coding work went into its record; nothing of it stays here.
     if let Some(coding) = services.coding.as_deref() {
         coding.runs().take(&run_id);
+    }
+    if let RunKind::Schedule { firing } = &request.kind {
+        record_firing_end(&services, &run_id, firing, ended.status).await;
     }
     let RunRequest { session, kind, .. } = request;
     RunDone {
@@ -112,6 +116,13 @@ async fn drive(
         None => acknowledge(&services.client, &request.kind).await,
         Some(_) => None,
     };
+    if let RunKind::Schedule { firing } = &request.kind
+        && let FiringWork::Stale { days, tasks, .. } = &firing.work
+    {
+        let posts = RunPosts::new(services.post_guard.clone(), Arc::new(answering_of(request)));
+        let end = crate::nudge::post_nudges(services, run_id, *days, tasks, &posts, cancel).await;
+        return Ok(Ended { status: end.status, notice: end.notice, steering_consumed: 0 });
+    }
     if let Some((coding, asked)) = crate::direct::direct_task(services, request) {
         let task = task.as_ref().unwrap_or(asked);
         let posts = RunPosts::new(services.post_guard.clone(), Arc::new(answering_of(request)));
@@ -130,17 +141,62 @@ async fn drive(
         answering.steered(asked);
         let _ = to_loop.send(text);
     }
-    let forwarding = tokio::spawn(forward_steering(steer, answering, to_loop));
+    let forwarding =
+        tokio::spawn(forward_steering(steer, answering.clone(), to_loop, services.slots.clone(), run_id.to_string()));
     let (output, token_budget) =
         model_loop(services, run_id, request, &begun, posts.clone(), cancel, loop_steering).await;
     forwarding.abort();
     if output.record.outcome == RunOutcome::Completed {
-        let work = services.coding.as_ref().and_then(|coding| coding.runs().work(run_id)).map(|work| work.describe());
-        let text = answer_text(&output.record, &services.config.limits, services.config.llm.price.as_ref(), work);
+        // picogent's own lines under the model's words: the coding work's branch and commit, or
+        // a digest's tasks, each linked.
+        let own = match &request.kind {
+            RunKind::Schedule { firing } => match &firing.work {
+                FiringWork::Standup { digest, .. } => Some(digest.lines()),
+                FiringWork::Stale { .. } | FiringWork::Prompt { .. } => None,
+            },
+            _ => services.coding.as_ref().and_then(|coding| coding.runs().work(run_id)).map(|work| work.describe()),
+        };
+        let text = answer_text(&output.record, &services.config.limits, services.config.llm.price.as_ref(), own);
         let steering_taken = output.record.steering_inputs;
         post_answer(&services.client, &posts, &request.session, run_id, &request.kind, text, steering_taken).await;
     }
-    Ok(finish(services, run_id, &request.session, begun.start, output, token_budget).await)
+    let ended = finish(services, run_id, &request.session, &request.kind, begun.start, output, token_budget).await;
+    // The replies taken as answers were sent as steering too: taken in, so none starts a follow-up.
+    Ok(Ended { steering_consumed: ended.steering_consumed + answering.taken_as_answers(), ..ended })
+}
+
+/// Whether a run of `kind` goes on from its session's conversation and saves it: every run but
+/// a scheduled standup's, whose digest is complete in itself (and whose history would only cost
+/// tokens at each firing).
+fn keeps_conversation(kind: &RunKind) -> bool {
+    match kind {
+        RunKind::Schedule { firing } => matches!(firing.work, FiringWork::Prompt { .. }),
+        RunKind::Task { .. } | RunKind::Message { .. } | RunKind::Prompt { .. } => true,
+    }
+}
+
+/// Records how a firing's run ended, for the schedules' page and the next firings, and counts it.
+/// A run cut short by a shutdown is left `queued`: it resumes at the next start.
+async fn record_firing_end(services: &RunServices, run_id: &str, firing: &Firing, status: RunStatus) {
+    let outcome = match status {
+        RunStatus::Completed => FiringOutcome::Posted,
+        RunStatus::Stopped => FiringOutcome::Stopped,
+        RunStatus::Interrupted | RunStatus::Queued | RunStatus::Running => return,
+        RunStatus::Failed | RunStatus::DidNothing => FiringOutcome::Failed,
+    };
+    let detail = firing.work.detail();
+    let recorded = services.state.record_firing(&firing.job, firing.fire_at_ms, outcome, Some(run_id), &detail).await;
+    if let Err(error) = recorded {
+        tracing::warn!(%error, schedule = %firing.job, "cannot record how a firing ended");
+    }
+    // A digest posted: the next one reports what changed after what this one read.
+    if let (FiringOutcome::Posted, FiringWork::Standup { digest, .. }) = (outcome, &firing.work)
+        && let Some(seen) = digest.seen_ms
+        && let Err(error) = services.state.advance_schedule_seen(&firing.job, seen).await
+    {
+        tracing::warn!(%error, schedule = %firing.job, "cannot record how far the digest read the board");
+    }
+    services.metrics.firing(&firing.job, outcome);
 }
 
 /// What the run answers: the message it was asked with (for a message run), and who asked.
@@ -148,18 +204,29 @@ fn answering_of(request: &RunRequest) -> Answering {
     let trigger = match (&request.prompt, &request.kind) {
         (Some(_), _) => request.prompt_from.clone(),
         (None, RunKind::Message { message }) => Some(Asked { message_id: message.id.clone(), asker: request.asker }),
-        (None, RunKind::Task { .. } | RunKind::Prompt { .. }) => None,
+        (None, RunKind::Task { .. } | RunKind::Prompt { .. } | RunKind::Schedule { .. }) => None,
     };
     Answering::new(request.session.clone(), request.asker, trigger)
 }
 
-/// Hands each steering input to the loop, noting first what it came from.
+/// Hands each steering input to the loop, noting first what it came from. While the run waits
+/// for a person (`crate::waits`), steering is held until the wait ends (the loop could not take
+/// it in before anyway): the reply taken as the answer came as steering too (a mention, a reply
+/// in a chat thread), and is dropped here, counted in `answering` as taken in, so the model reads
+/// it once, as the answer.
 async fn forward_steering(
     mut steer: mpsc::UnboundedReceiver<Steering>,
     answering: Arc<Answering>,
     to_loop: mpsc::UnboundedSender<String>,
+    waits: Arc<crate::waits::RunSlots>,
+    run_id: String,
 ) {
     while let Some(Steering { text, asked }) = steer.recv().await {
+        waits.not_waiting(&run_id).await;
+        if asked.as_ref().is_some_and(|asked| waits.took_as_answer(&run_id, &asked.message_id)) {
+            answering.taken_as_answer();
+            continue;
+        }
         answering.steered(asked);
         if to_loop.send(text).is_err() {
             return;
@@ -191,7 +258,10 @@ async fn begin(
     task: Option<TaskOut>,
 ) -> Result<Begun, RunError> {
     let state = &services.state;
-    let history = stored_history(state, &request.session).await?;
+    let history = match keeps_conversation(&request.kind) {
+        true => stored_history(state, &request.session).await?,
+        false => Vec::new(),
+    };
     // A resumed run repeats its first request exactly, so the same calls get the same keys.
     let stored_start = match &request.resume_run_id {
         Some(_) => state
@@ -219,7 +289,7 @@ async fn begin(
                 RunKind::Message { message } => {
                     Some(crate::record::message_words(&message.content, &services.config.slug))
                 }
-                RunKind::Task { .. } | RunKind::Prompt { .. } => None,
+                RunKind::Task { .. } | RunKind::Prompt { .. } | RunKind::Schedule { .. } => None,
             };
             (
                 RunStart { prompt, history_len: history.len(), system_prompt: None, fence: None, message_words },
@@ -259,7 +329,7 @@ async fn model_loop(
     steer: mpsc::UnboundedReceiver<String>,
 ) -> (RunOutput, TokenBudget) {
     let config = &services.config;
-    let mut limits = config.limits.clone();
+    let (mut limits, _) = run_limits(config, &request.kind);
     let spent_today = services.state.spend_today().await.unwrap_or_default();
     let token_budget = TokenBudget::least(
         limits.max_tokens_per_run,
@@ -278,7 +348,7 @@ async fn model_loop(
     tool_context.requester = match &request.kind {
         RunKind::Task { assigned_by, .. } => Some(assigned_by.clone()),
         RunKind::Message { message } => Some(message.author_slug.clone()),
-        RunKind::Prompt { .. } => None,
+        RunKind::Prompt { .. } | RunKind::Schedule { .. } => None,
     };
     let setup = picogent_agent::RunSetup {
         model: services.model.as_ref(),
@@ -308,6 +378,24 @@ async fn model_loop(
     // The last checkpoint is written before the run's end, which replaces it.
     let _ = saver.await;
     (output, token_budget)
+}
+
+/// The limits a run of `kind` runs within, and the settings of its own turn and token limits when
+/// they are not `limits`': a scheduled job's own budget, within the agent's.
+fn run_limits(config: &Config, kind: &RunKind) -> (picogent_config::Limits, OwnBudget) {
+    let mut limits = config.limits.clone();
+    let mut own = OwnBudget::default();
+    if let RunKind::Schedule { firing } = kind {
+        if let Some(turns) = firing.max_turns.filter(|turns| *turns < limits.max_turns) {
+            limits.max_turns = turns;
+            own.turns = Some(format!("schedules.{}.max_turns", firing.job));
+        }
+        if let Some(tokens) = firing.max_tokens.filter(|tokens| *tokens < limits.max_tokens_per_run) {
+            limits.max_tokens_per_run = tokens;
+            own.tokens = Some(format!("schedules.{}.max_tokens", firing.job));
+        }
+    }
+    (limits, own)
 }
 
 /// Keeps the run's record in the state database up to date after every turn, so the run
@@ -352,6 +440,7 @@ async fn finish(
     services: &RunServices,
     run_id: &str,
     session: &SessionKey,
+    kind: &RunKind,
     start: RunStart,
     output: RunOutput,
     token_budget: TokenBudget,
@@ -363,7 +452,9 @@ async fn finish(
         // Left `running`: the next start resumes it from the same request.
         return Ended { status: RunStatus::Interrupted, notice: None, steering_consumed };
     }
-    if let Ok(messages) = serde_json::to_value(&output.conversation) {
+    if keeps_conversation(kind)
+        && let Ok(messages) = serde_json::to_value(&output.conversation)
+    {
         match state.save_session_of_run(run_id, session, &messages).await {
             Ok(true) => {}
             Ok(false) => tracing::info!(
@@ -383,11 +474,13 @@ async fn finish(
     services.metrics.cost(spent.cost);
     let status = record.outcome.status();
     let notice = matches!(status, RunStatus::Failed | RunStatus::DidNothing).then(|| {
+        let (limits, own_budget) = run_limits(&services.config, kind);
         let context = NoticeContext {
             llm: &services.config.llm,
-            limits: &services.config.limits,
+            limits: &limits,
             token_budget,
             model_check: services.status.model(),
+            own_budget,
         };
         failure_notice(&record, &output.conversation, &context)
     });
@@ -458,6 +551,12 @@ fn offered_tools(kind: &RunKind, available: &[rmcp::model::Tool], coding: bool, 
         RunKind::Message { message } if message.task_id.is_some() => Some(picogent_tools::registry::TASK_RUN_TOOLS),
         RunKind::Message { .. } => Some(picogent_tools::registry::CHAT_REPLY_TOOLS),
         RunKind::Prompt { .. } => None,
+        RunKind::Schedule { firing } => match firing.work {
+            // A digest may look closer, and changes nothing: picogent posts its words.
+            FiringWork::Standup { .. } | FiringWork::Stale { .. } => Some(picogent_tools::registry::DIGEST_TOOLS),
+            // The operator's prompt gets what any prompt gets.
+            FiringWork::Prompt { .. } => None,
+        },
     };
     available
         .iter()
@@ -469,12 +568,12 @@ fn offered_tools(kind: &RunKind, available: &[rmcp::model::Tool], coding: bool, 
             // A question needs someone who asked, and a place to ask them.
             // Off by default: its definition costs tokens on every turn of every run.
             if name == picogent_tools::question::ASK_PERSON {
-                return ask_person && !matches!(kind, RunKind::Prompt { .. });
+                return ask_person && !matches!(kind, RunKind::Prompt { .. } | RunKind::Schedule { .. });
             }
             preset.is_none_or(|preset| {
                 preset.contains(&name.as_str())
-                    || name.starts_with("mcp__")
-                    || picogent_tools::HOST_TOOLS.contains(&name.as_str())
+                    || (preset != picogent_tools::registry::DIGEST_TOOLS
+                        && (name.starts_with("mcp__") || picogent_tools::HOST_TOOLS.contains(&name.as_str())))
             })
         })
         .collect()

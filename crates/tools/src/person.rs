@@ -3,12 +3,25 @@
 //!
 //! While a run waits it is recorded as `awaiting_input`, with what it waits for, and gives its
 //! slot back (both through the run's [`Waits`], set by the runtime); it holds no model request.
-//! The question is posted with the call's idempotency key, so a run resumed after a restart
-//! asks the same message again (the tracker answers with the one it has), reads the replies
-//! that came meanwhile, and waits only for what is left of the timeout, counted from the
-//! question's time. A stop of the run ends the wait at once.
+//! Every question mentions the person it waits for, and only their reply answers it: the person
+//! the run works for ([`ToolContext::requester`]) when they are a human member; when the run has
+//! none, or it is a bot (a task a bot assigned), any human member's reply answers.
+//!
+//! Each question of a call is posted with an idempotency key of its own: the call's key, the
+//! kind of wait and the question's number in the call (`{call}-elicitation1`), counted per call
+//! ([`Questions`]). A run resumed after a restart makes the same calls with the same keys and
+//! asks its questions in the same order, so it asks the same messages again (the tracker answers
+//! with the ones it has), reads the replies that came meanwhile, and waits only for what is left
+//! of the timeout, counted from the question's time. Two questions of one call (an approval then
+//! a link, two forms, two rounds) are two messages, each answered by a reply of its own.
+//!
+//! The reply taken as the answer is told to the run's [`Waits`] (`answered`), so the run does not
+//! take it in a second time as steering. A stop of the run ends the wait at once
+//! ([`Reply::Stopped`]); a shutdown ends it too, but the run resumes at the next start and asks
+//! again ([`Reply::Interrupted`]).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -30,13 +43,22 @@ pub enum WaitEnd {
     TimedOut,
     /// The run was stopped while it waited.
     Stopped,
+    /// The agent shut down while the run waited: the run resumes at the next start and asks
+    /// again.
+    Interrupted,
     /// The question could not be asked or its replies not read.
     Failed,
 }
 
 impl WaitEnd {
-    pub const ALL: [WaitEnd; 5] =
-        [WaitEnd::Answered, WaitEnd::Declined, WaitEnd::TimedOut, WaitEnd::Stopped, WaitEnd::Failed];
+    pub const ALL: [WaitEnd; 6] = [
+        WaitEnd::Answered,
+        WaitEnd::Declined,
+        WaitEnd::TimedOut,
+        WaitEnd::Stopped,
+        WaitEnd::Interrupted,
+        WaitEnd::Failed,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -44,6 +66,7 @@ impl WaitEnd {
             WaitEnd::Declined => "declined",
             WaitEnd::TimedOut => "timed_out",
             WaitEnd::Stopped => "stopped",
+            WaitEnd::Interrupted => "interrupted",
             WaitEnd::Failed => "failed",
         }
     }
@@ -55,6 +78,33 @@ impl WaitEnd {
 pub trait Waits: Send + Sync + std::fmt::Debug {
     fn begin<'a>(&'a self, run_id: &'a str, waiting: &'a Waiting) -> BoxFuture<'a, ()>;
     fn end<'a>(&'a self, run_id: &'a str, kind: WaitKind, end: WaitEnd) -> BoxFuture<'a, ()>;
+
+    /// The message `message_id` was taken as the answer of a question of the run `run_id` (told
+    /// before [`Waits::end`]): it is not steering for the run.
+    fn answered(&self, _run_id: &str, _message_id: &str) {}
+
+    /// Whether the agent is shutting down: a wait its run's cancellation ends is then
+    /// [`WaitEnd::Interrupted`], not stopped.
+    fn shutting_down(&self) -> bool {
+        false
+    }
+}
+
+/// How many questions each call of a run has asked so far, by the call's idempotency key: the
+/// number in a question's key. Shared by the clones of a run's context; a resumed run starts
+/// afresh and makes the same calls, so it counts the same numbers.
+#[derive(Debug, Clone, Default)]
+pub struct Questions(Arc<Mutex<HashMap<String, u32>>>);
+
+impl Questions {
+    /// The number of the next question (or notice) of the call `call_key`, from 0.
+    pub fn next(&self, call_key: &str) -> u32 {
+        let mut asked = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let count = asked.entry(call_key.to_string()).or_default();
+        let this = *count;
+        *count += 1;
+        this
+    }
 }
 
 /// The time a run spent waiting for people, which its wall-clock budget
@@ -123,14 +173,12 @@ pub struct Question {
     pub kind: WaitKind,
     /// What is asked, in a sentence, for the run's record and the inspector.
     pub what: String,
-    /// The message posted.
+    /// The message posted, after a mention of the person asked.
     pub text: String,
-    /// Only this person's replies count (their slug); `None`: any person's.
+    /// Only this person's replies count (their slug), when they are a human member; `None`, or
+    /// a bot: any human member's.
     pub person: Option<String>,
     pub timeout: Duration,
-    /// Tells this question from the call's others (a question asked again), in its
-    /// idempotency key.
-    pub attempt: u32,
 }
 
 /// What came of a question.
@@ -144,6 +192,8 @@ pub enum Reply<T> {
     TimedOut,
     /// The run was stopped while it waited.
     Stopped,
+    /// The agent shut down while the run waited; the run asks again when it resumes.
+    Interrupted,
     /// The question could not be asked: no task or thread to ask in, or the tracker failed.
     Unavailable {
         reason: String,
@@ -167,10 +217,10 @@ impl PersonAsker {
         self
     }
 
-    /// Posts `question` where the run was asked and waits for a person's reply that `read`
-    /// takes (`Some`); replies it leaves (`None`) are passed over. Whatever the end, the run's
-    /// [`Waits`] hear of it. `ended` says how an answer counts in `/metrics` (`Answered`, or
-    /// `Declined` for a no).
+    /// Posts `question` where the run was asked, mentioning the person asked, and waits for a
+    /// reply of theirs that `read` takes (`Some`); replies it leaves (`None`) are passed over.
+    /// Whatever the end, the run's [`Waits`] hear of it, and of the message taken as the answer.
+    /// `ended` says how an answer counts in `/metrics` (`Answered`, or `Declined` for a no).
     pub async fn ask<T>(
         &self,
         context: &ToolContext,
@@ -181,15 +231,19 @@ impl PersonAsker {
         let Some((mut body, query)) = place(context) else {
             return Reply::Unavailable { reason: "the run has no task or thread to ask in".to_string() };
         };
-        body.content = question.text.trim().to_string();
-        let key = context.idempotency_key.as_ref().map(|key| format!("{key}-ask{}", question.attempt));
-        let asked = match self.client.send_message(&body, key.as_deref()).await {
-            Ok(message) => message,
-            Err(error) => return Reply::Unavailable { reason: format!("cannot post the question: {error}") },
-        };
         let humans: HashSet<String> = match self.client.list_members().await {
             Ok(members) => members.into_iter().filter(|m| m.kind == MemberKind::Human).map(|m| m.slug).collect(),
             Err(error) => return Reply::Unavailable { reason: format!("cannot list members: {error}") },
+        };
+        // A bot that asked for the run cannot answer (only people's replies are read): then any
+        // person may.
+        let person = question.person.clone().filter(|person| humans.contains(person));
+        let mention = person.as_ref().map(|person| format!("@{person} ")).unwrap_or_default();
+        body.content = format!("{mention}{}", question.text.trim());
+        let key = question_key(context, question.kind.as_str());
+        let asked = match self.client.send_message(&body, key.as_deref()).await {
+            Ok(message) => message,
+            Err(error) => return Reply::Unavailable { reason: format!("cannot post the question: {error}") },
         };
         // Counted from the question's time: a run resumed after a restart waits only what is left.
         let asked_at = parse_time(&asked.created_at).unwrap_or_else(now_ms);
@@ -197,7 +251,7 @@ impl PersonAsker {
         let waiting = Waiting {
             kind: question.kind,
             what: question.what.clone(),
-            person: question.person.clone(),
+            person: person.clone(),
             asked_message_id: Some(asked.id.clone()),
             since_ms: asked_at,
             until_ms,
@@ -207,21 +261,28 @@ impl PersonAsker {
         if let Some(waits) = &context.waits {
             waits.begin(run_id, &waiting).await;
         }
-        let reply = self.read_replies(context, &query, &asked.id, until_ms, &humans, question, &mut read).await;
+        let listen =
+            Listen { query: &query, asked_id: &asked.id, until_ms, humans: &humans, person: person.as_deref() };
+        let (reply, answer_id) = self.read_replies(context, &listen, &mut read).await;
         context.wait_clock.resume();
         let end = match &reply {
             Reply::Answer { value, .. } => ended(value),
             Reply::TimedOut => WaitEnd::TimedOut,
             Reply::Stopped => WaitEnd::Stopped,
+            Reply::Interrupted => WaitEnd::Interrupted,
             Reply::Unavailable { .. } => WaitEnd::Failed,
         };
         if let Some(waits) = &context.waits {
+            if let Some(answer_id) = &answer_id {
+                waits.answered(run_id, answer_id);
+            }
             waits.end(run_id, question.kind, end).await;
         }
         reply
     }
 
-    /// Says `text` where the run was asked, once per call and `suffix` (its idempotency key).
+    /// Says `text` where the run was asked, once per call and `suffix` (its idempotency key
+    /// numbers it among the call's questions and notices).
     pub async fn tell(
         &self,
         context: &ToolContext,
@@ -230,35 +291,33 @@ impl PersonAsker {
     ) -> Result<(), picogent_tracker::TrackerError> {
         let Some((mut body, _)) = place(context) else { return Ok(()) };
         body.content = text.trim().to_string();
-        let key = context.idempotency_key.as_ref().map(|key| format!("{key}-tell-{suffix}"));
+        let key = question_key(context, &format!("tell-{suffix}"));
         self.client.send_message(&body, key.as_deref()).await.map(|_| ())
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Reads the replies after the question until `read` takes one (the answer, with its
+    /// message's id), the timeout passes or the run is cancelled.
     async fn read_replies<T>(
         &self,
         context: &ToolContext,
-        query: &MessageQuery,
-        asked_id: &str,
-        until_ms: i64,
-        humans: &HashSet<String>,
-        question: &Question,
+        listen: &Listen<'_>,
         read: &mut impl FnMut(&MessageOut) -> Option<T>,
-    ) -> Reply<T> {
-        let mut after = asked_id.to_string();
+    ) -> (Reply<T>, Option<String>) {
+        let mut after = listen.asked_id.to_string();
         loop {
-            let page = MessageQuery { after: Some(after.clone()), limit: Some(200), ..query.clone() };
+            let page = MessageQuery { after: Some(after.clone()), limit: Some(200), ..listen.query.clone() };
             match self.client.list_messages(&page).await {
                 Ok(messages) => {
                     for message in &messages {
-                        let counts = humans.contains(&message.author_slug)
-                            && question.person.as_ref().is_none_or(|person| person == &message.author_slug);
+                        let counts = listen.humans.contains(&message.author_slug)
+                            && listen.person.is_none_or(|person| person == message.author_slug);
                         // A stop is the router's to obey: the wait ends with the run.
                         if !counts || is_stop(&message.content) {
                             continue;
                         }
                         if let Some(value) = read(message) {
-                            return Reply::Answer { value, by: message.author_slug.clone() };
+                            let answer = Reply::Answer { value, by: message.author_slug.clone() };
+                            return (answer, Some(message.id.clone()));
                         }
                     }
                     if let Some(last) = messages.last() {
@@ -267,17 +326,38 @@ impl PersonAsker {
                 }
                 Err(error) => tracing::warn!(%error, "cannot read the replies to a question; trying again"),
             }
-            let left = until_ms.saturating_sub(now_ms());
+            let left = listen.until_ms.saturating_sub(now_ms());
             if left <= 0 {
-                return Reply::TimedOut;
+                return (Reply::TimedOut, None);
             }
             let pause = self.poll_interval.min(Duration::from_millis(u64::try_from(left).unwrap_or(0)));
             tokio::select! {
                 _ = tokio::time::sleep(pause) => {}
-                _ = context.cancel.cancelled() => return Reply::Stopped,
+                _ = context.cancel.cancelled() => {
+                    let shutdown = context.waits.as_ref().is_some_and(|waits| waits.shutting_down());
+                    return (if shutdown { Reply::Interrupted } else { Reply::Stopped }, None);
+                }
             }
         }
     }
+}
+
+/// Where and from whom the replies to a question are read.
+struct Listen<'a> {
+    query: &'a MessageQuery,
+    asked_id: &'a str,
+    until_ms: i64,
+    humans: &'a HashSet<String>,
+    /// Only this person's replies count; `None`: any human's.
+    person: Option<&'a str>,
+}
+
+/// The idempotency key of the next question (or notice) `what` of the call of `context`:
+/// `{call}-{what}{n}`, `n` counting the call's questions and notices. `None` where the call has
+/// no key (a fresh one is used).
+fn question_key(context: &ToolContext, what: &str) -> Option<String> {
+    let call = context.idempotency_key.as_ref()?;
+    Some(format!("{call}-{what}{}", context.questions.next(call)))
 }
 
 /// Where the run of `context` asks, and how its replies are listed there.
@@ -291,7 +371,8 @@ fn place(context: &ToolContext) -> Option<(SendMessage, MessageQuery)> {
             SendMessage { parent_id: Some(root.clone()), ..SendMessage::default() },
             MessageQuery { parent_id: Some(root.clone()), ..MessageQuery::default() },
         )),
-        Some(SessionKey::Prompt(_)) | None => None,
+        // A prompt and a scheduled job's run have nobody who asked, and no thread to ask in.
+        Some(SessionKey::Prompt(_) | SessionKey::Schedule(_)) | None => None,
     }
 }
 

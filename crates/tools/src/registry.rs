@@ -49,6 +49,9 @@ pub const TASK_RUN_TOOLS: &[&str] = &[
 pub const CHAT_REPLY_TOOLS: &[&str] =
     &["list_tasks", "get_task", "list_steps", "list_messages", "reply_message", "send_message", "list_members"];
 
+/// The tools a scheduled standup may use to look closer: reading only (picogent posts its words).
+pub const DIGEST_TOOLS: &[&str] = &["list_tasks", "get_task", "list_steps", "list_messages"];
+
 /// Every tool of the tracker, in the order they are offered.
 pub fn all_entries() -> Vec<ToolEntry> {
     use crate::{files, members, messages, projects, steps, tasks};

@@ -63,12 +63,13 @@ impl RunPlace {
         }
     }
 
-    /// The run's place, `None` where no run is scoped (the MCP server, the command line, a prompt).
+    /// The run's place, `None` where no run is scoped (the MCP server, the command line, a prompt,
+    /// a scheduled job's run: each is the operator's own request, as configured).
     pub fn of(context: &ToolContext) -> Option<RunPlace> {
         match context.session.as_ref()? {
             SessionKey::Task(id) => Some(RunPlace::Task(id.clone())),
             SessionKey::Thread(root) => Some(RunPlace::Thread(root.clone())),
-            SessionKey::Prompt(_) => None,
+            SessionKey::Prompt(_) | SessionKey::Schedule(_) => None,
         }
     }
 }

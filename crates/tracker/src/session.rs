@@ -14,6 +14,9 @@ pub enum SessionKey {
     /// A prompt given over MCP or the command line: a conversation of its own, with no place on
     /// the tracker to post in.
     Prompt(String),
+    /// A scheduled job's runs (`schedules` in agent.json): one at a time per job, and for a
+    /// `prompt` job the conversation its firings continue. The id is the job's session name.
+    Schedule(String),
 }
 
 impl SessionKey {
@@ -23,6 +26,7 @@ impl SessionKey {
             SessionKey::Task(id) => format!("task:{id}"),
             SessionKey::Thread(id) => format!("thread:{id}"),
             SessionKey::Prompt(id) => format!("prompt:{id}"),
+            SessionKey::Schedule(id) => format!("schedule:{id}"),
         }
     }
 
@@ -37,6 +41,7 @@ impl SessionKey {
             "task" => Some(SessionKey::Task(id)),
             "thread" => Some(SessionKey::Thread(id)),
             "prompt" => Some(SessionKey::Prompt(id)),
+            "schedule" => Some(SessionKey::Schedule(id)),
             _ => None,
         }
     }
@@ -56,7 +61,8 @@ impl SessionKey {
     }
 }
 
-/// A stored session key of no kind this version knows (not `task:`, `thread:` or `prompt:`).
+/// A stored session key of no kind this version knows (not `task:`, `thread:`, `prompt:` or
+/// `schedule:`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown session key {0:?}")]
 pub struct UnknownSessionKey(pub String);
@@ -88,7 +94,12 @@ mod tests {
 
     #[test]
     fn session_keys_round_trip() {
-        for key in [SessionKey::Task("t1".into()), SessionKey::Thread("m1".into()), SessionKey::Prompt("p".into())] {
+        for key in [
+            SessionKey::Task("t1".into()),
+            SessionKey::Thread("m1".into()),
+            SessionKey::Prompt("p".into()),
+            SessionKey::Schedule("standup".into()),
+        ] {
             assert_eq!(SessionKey::parse(&key.as_string()), Some(key));
         }
         assert_eq!(SessionKey::parse("other:x"), None);

@@ -225,3 +225,18 @@ fn finds_task_keys_by_marker_or_shape() {
     assert_eq!(find_job("nothing here"), None);
     assert_eq!(plan_steps("no bullets"), DEFAULT_PLAN.map(String::from).to_vec());
 }
+
+#[test]
+fn a_standup_digest_is_answered_with_its_counts_and_no_tool() {
+    let prompt = "Digest: team\nCounts: moved 2, blocked 1, due 0\nWrite this morning's standup.\n\
+                  Moved since Mon:\n- TE-3 [in_review] <<untrusted-x>>Task: TE-9<<end-untrusted-x>>";
+    assert_eq!(find_job(prompt), Some(Job::Digest { project: "team".into(), counts: (2, 1, 0) }));
+    let messages = vec![Message::User { content: prompt.to_string() }];
+    let turn = plan(&messages, &[]);
+    assert_eq!(
+        turn,
+        PlannedTurn::Text(
+            "Standup for team: 2 tasks moved since the last one, 1 task is blocked. (offline planner)".into()
+        )
+    );
+}

@@ -19,6 +19,7 @@
 
 pub mod cli;
 mod pages;
+pub mod schedules;
 pub mod view;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -56,6 +57,7 @@ static PAGES: LazyLock<Environment<'static>> = LazyLock::new(|| {
         ("inspector_health.html", include_str!("templates/inspector_health.html")),
         ("inspector_login.html", include_str!("templates/inspector_login.html")),
         ("inspector_error.html", include_str!("templates/inspector_error.html")),
+        ("inspector_schedules.html", include_str!("templates/inspector_schedules.html")),
     ])
 });
 
@@ -115,6 +117,8 @@ pub struct Inspector {
     pub live_streams: picogent_web::LiveStreams,
     /// The coding agents' output of the runs going on now (`workspaces`), for the run page.
     pub coding: Option<Arc<picogent_workspace::CodingRuns>>,
+    /// The schedules, for their page and its "run now".
+    pub schedules: Option<crate::scheduler::Schedules>,
 }
 
 impl Inspector {
@@ -143,7 +147,14 @@ impl Inspector {
             sign_ins,
             live_streams,
             coding: None,
+            schedules: None,
         }
+    }
+
+    /// Shows the schedules on `/schedules`, and lets a person fire one now.
+    pub fn with_schedules(mut self, schedules: crate::scheduler::Schedules) -> Inspector {
+        self.schedules = Some(schedules);
+        self
     }
 
     /// Shows the live output of the coding agents of `runs` on the run pages.
@@ -168,6 +179,8 @@ pub fn routes(inspector: Inspector) -> Router {
         .route("/events", get(pages::events_page))
         .route("/events/live", get(pages::events_live))
         .route("/health", get(pages::health_page))
+        .route("/schedules", get(schedules::schedules_page))
+        .route("/schedules/{name}/run", post(schedules::run_now))
         .layer(axum::middleware::from_fn_with_state(inspector.clone(), require_access))
         // Signing out needs no valid session: an ended one is cleared all the same.
         .route("/logout", post(pages::logout))

@@ -17,18 +17,18 @@ const RUNS_SHOWN: u32 = 200;
 /// Days of spend the chart shows, today included.
 const SPEND_DAYS: i64 = 14;
 
-fn render(status: StatusCode, name: &str, context: minijinja::Value) -> Response {
+pub(super) fn render(status: StatusCode, name: &str, context: minijinja::Value) -> Response {
     match picogent_web::render(&PAGES, name, context) {
         Some(html) => picogent_web::html_page(status, html),
         None => picogent_web::render_failed(),
     }
 }
 
-fn error_page(status: StatusCode, message: &str) -> Response {
+pub(super) fn error_page(status: StatusCode, message: &str) -> Response {
     render(status, "inspector_error.html", context(json!({"status": status.as_u16(), "message": message})))
 }
 
-fn state_failed(error: picogent_state::StateError) -> Response {
+pub(super) fn state_failed(error: picogent_state::StateError) -> Response {
     tracing::error!(%error, "the inspector cannot read the state");
     error_page(StatusCode::INTERNAL_SERVER_ERROR, "the state database could not be read; see the agent's log")
 }

@@ -49,7 +49,7 @@ pub fn summary(run: &RunRow, config: &Config) -> RunLine {
     let link = match &run.session_key {
         SessionKey::Task(id) => Some(config.http.task_link(&config.tracker.url, id)),
         SessionKey::Thread(id) => Some(config.http.message_link(&config.tracker.url, id)),
-        SessionKey::Prompt(_) => None,
+        SessionKey::Prompt(_) | SessionKey::Schedule(_) => None,
     };
     let words = match run.session_key {
         SessionKey::Thread(_) => message_words(run),
@@ -529,6 +529,7 @@ fn skip_meaning(reason: &str) -> String {
         "board_error" => "the board could not be read for it",
         "state_error" => "the state database could not be read for it",
         "refused" => "refused: the day's budget is spent, or the agent is stopping",
+        "not_listening" => "task_listen is none: assignments are not worked",
         "old" => "older than the window",
         "handled" => "answered on the board already",
         "seen" => "handled before, as the state database records",

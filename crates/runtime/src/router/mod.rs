@@ -177,7 +177,9 @@ impl Router {
             "shutting down: letting runs finish"
         );
         // A run waiting for a person has nothing to finish: it stops now, stays recorded as
-        // running, and asks again (the same message) when it resumes at the next start.
+        // running, and asks again (the same message) when it resumes at the next start. Its
+        // wait is interrupted, not stopped: the server that asked is not told `cancel`.
+        self.services.slots.shut_down();
         for run in self.active.values().filter(|run| self.services.slots.is_waiting(&run.run_id)) {
             run.cancel.cancel();
         }
@@ -379,6 +381,10 @@ impl Router {
     /// Starts a run for a task reconciliation found, unless something covers it already;
     /// returns `worked` or why not.
     async fn on_reconciled_task(&mut self, task: TaskOut) -> TaskOutcome {
+        // What a live assignment would not start, a reconnect does not either.
+        if !filter::works_assignment(&task, &self.config.slug, self.config.task_listen) {
+            return TaskOutcome::NotListening;
+        }
         let session = SessionKey::Task(task.id.clone());
         if self.session_busy(&session).await {
             return TaskOutcome::Running;
@@ -497,7 +503,7 @@ impl Router {
         let slug = match &request.kind {
             RunKind::Message { message } => message.author_slug.clone(),
             RunKind::Task { assigned_by, .. } => assigned_by.clone(),
-            RunKind::Prompt { .. } => return Asker::Person,
+            RunKind::Prompt { .. } | RunKind::Schedule { .. } => return Asker::Person,
         };
         asker_of(self.member_kind(&slug).await)
     }
@@ -605,7 +611,7 @@ fn steering_text(message: &MessageOut, session: &SessionKey, skill: Option<&Skil
             clean_name(&message.id),
             clean_name(root)
         ),
-        SessionKey::Task(_) | SessionKey::Prompt(_) => {
+        SessionKey::Task(_) | SessionKey::Prompt(_) | SessionKey::Schedule(_) => {
             format!("@{author} commented while you were working:\n\n{content}")
         }
     }

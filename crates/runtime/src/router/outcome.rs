@@ -78,6 +78,8 @@ pub(super) enum TaskOutcome {
     StateError,
     /// No run could be queued.
     Refused,
+    /// `task_listen` says assignments are not worked.
+    NotListening,
 }
 
 impl TaskOutcome {
@@ -88,6 +90,7 @@ impl TaskOutcome {
             TaskOutcome::FinishedRun => "finished_run",
             TaskOutcome::StateError => "state_error",
             TaskOutcome::Refused => "refused",
+            TaskOutcome::NotListening => "not_listening",
         }
     }
 }

@@ -241,7 +241,7 @@ impl Reconciler<'_> {
     async fn answered_on_board(&self, message: &MessageOut) -> Result<bool, TrackerError> {
         let mut query = match SessionKey::of_message(message) {
             SessionKey::Task(task_id) => MessageQuery { task_id: Some(task_id), ..MessageQuery::default() },
-            SessionKey::Thread(root) | SessionKey::Prompt(root) => {
+            SessionKey::Thread(root) | SessionKey::Prompt(root) | SessionKey::Schedule(root) => {
                 MessageQuery { parent_id: Some(root), ..MessageQuery::default() }
             }
         };

@@ -394,6 +394,9 @@ impl Router {
                 }
             }
             SessionKey::Prompt(_) => Err(NotRunnable::Gone("a prompt run is not resumed after a restart".to_string())),
+            // A firing's run always carries its request; one without is of no firing this
+            // version made.
+            SessionKey::Schedule(_) => Err(NotRunnable::Gone("a scheduled run without its firing".to_string())),
             SessionKey::Thread(root) => {
                 Ok(RunKind::Message { message: Box::new(self.client.get_message(root).await.map_err(later)?) })
             }
@@ -526,8 +529,9 @@ impl Router {
         }
     }
 
-    /// Posts a short notice where the run was asked for: a comment on the task, or a reply in the
-    /// thread. The idempotency key makes a retried post land once.
+    /// Posts a short notice where the run was asked for: a comment on the task, a reply in the
+    /// thread, or for a scheduled job's run its project's chat (where it would have posted). The
+    /// idempotency key makes a retried post land once.
     pub(super) async fn post_notice(&self, kind: &RunKind, text: &str, key: &str) {
         let body = match kind {
             RunKind::Task { task, .. } => {
@@ -538,6 +542,14 @@ impl Router {
                 parent_id: Some(message.thread_root().to_string()),
                 reply_to: Some(message.id.clone()),
                 ..SendMessage::default()
+            },
+            RunKind::Schedule { firing } => match firing.chat() {
+                Some(project) => SendMessage {
+                    content: scheduled_notice(&firing.job, text),
+                    chat_id: Some(project.chat_id.clone()),
+                    ..SendMessage::default()
+                },
+                None => return,
             },
             RunKind::Prompt { .. } => return,
         };
@@ -583,8 +595,27 @@ fn reply_request(session: &SessionKey, message: &MessageOut) -> RunRequest {
 fn answered_message(kind: &RunKind) -> Option<&str> {
     match kind {
         RunKind::Message { message } => Some(&message.id),
-        RunKind::Task { .. } | RunKind::Prompt { .. } => None,
+        RunKind::Task { .. } | RunKind::Prompt { .. } | RunKind::Schedule { .. } => None,
     }
+}
+
+/// A notice of a scheduled job's run: named as such, and where the notices of other runs say
+/// "mention me", how to run the job again (nobody's mention starts a firing).
+fn scheduled_notice(job: &str, text: &str) -> String {
+    let again = format!("run it again with `picogent schedules run {job}`, or let the next firing run");
+    let mut text = text.replace(
+        "Mention me to continue where I stopped, or split the work into smaller tasks.",
+        &format!("Raise the job's budget in agent.json, or {again}."),
+    );
+    for asks_a_mention in [
+        "reassign me or mention me to try again",
+        "mention me to retry once it is back",
+        "mention me to retry",
+        "mention me again",
+    ] {
+        text = text.replace(asks_a_mention, &again);
+    }
+    format!("Scheduled `{job}`: {text}")
 }
 
 /// The notice of a run stopped before it started (waiting in the queue).
