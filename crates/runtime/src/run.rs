@@ -5,8 +5,11 @@
 //! for an exact resume) and flush the state to disk → the model loop → save the session, the
 //! spend and the run's end. In direct mode (`workspaces.direct`) a run of a task with a
 //! repository hands the task to its coding agent after the acknowledgement, with no model loop
-//! (`crate::direct`). Nothing here calls back into the router: the router spawns [`execute`] and
-//! hears its [`RunDone`].
+//! (`crate::direct`). A scheduled firing's run ([`RunKind::Schedule`]) takes the same path with
+//! what its firing read: a standup's digest over read-only tools and no stored conversation, a
+//! prompt in its named session, a stale check's nudges with no model (`crate::nudge`); it ends by
+//! recording how the firing went. Nothing here calls back into the router: the router spawns
+//! [`execute`] and hears its [`RunDone`].
 //!
 //! Invariants:
 //! - the start record is written and [`State::sync`] has returned before the model loop starts,
