@@ -90,16 +90,7 @@ pub async fn work(
     }
     // Stored as any run is, with no model loop: its request is the instructions, and its coding
     // agent's output and work are what the views show.
-    let stored = StoredRun {
-        prompt: instructions,
-        history_len: 0,
-        system_prompt: None,
-        fence: None,
-        message_words: None,
-        record: None,
-        conversation: Vec::new(),
-        coding: coding.runs().take(run_id),
-    };
+    let stored = StoredRun::without_loop(instructions, coding.runs().take(run_id));
     let finish = FinishRun {
         outcome: Some(text),
         error: notice.clone(),

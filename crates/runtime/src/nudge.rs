@@ -70,20 +70,12 @@ pub async fn post_nudges(
             (status, notice)
         }
     };
-    let stored = StoredRun {
-        prompt: tasks
-            .iter()
-            .map(|task| format!("nudge {} ({}, untouched for {} days)", task.key, task.assignee, task.idle_days))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        history_len: 0,
-        system_prompt: None,
-        fence: None,
-        message_words: None,
-        record: None,
-        conversation: Vec::new(),
-        coding: None,
-    };
+    let asked = tasks
+        .iter()
+        .map(|task| format!("nudge {} ({}, untouched for {} days)", task.key, task.assignee, task.idle_days))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let stored = StoredRun::without_loop(asked, None);
     let finish = FinishRun {
         outcome: Some(outcome),
         error: notice.clone(),

@@ -49,6 +49,23 @@ pub struct StoredRun {
     pub coding: Option<picogent_workspace::CodingRecord>,
 }
 
+impl StoredRun {
+    /// What is stored with a run that had no model loop (direct mode's coding agent, a stale
+    /// firing's nudges): what it was asked, and its coding work if any.
+    pub fn without_loop(prompt: String, coding: Option<picogent_workspace::CodingRecord>) -> StoredRun {
+        StoredRun {
+            prompt,
+            history_len: 0,
+            system_prompt: None,
+            fence: None,
+            message_words: None,
+            record: None,
+            conversation: Vec::new(),
+            coding,
+        }
+    }
+}
+
 /// The first words of `content`, a message to the agent `slug`, on one line and without the
 /// mention of the agent it opens with: `@picogent what is on the board?` → `what is on the
 /// board?`. Hidden characters are removed first, as for a prompt.

@@ -60,18 +60,6 @@ impl Fired {
     fn settled(&self) -> bool {
         !matches!(self, Fired::NotNow { .. })
     }
-
-    /// One line for a person: `queued as run R`, `idle: nothing moved since …`.
-    pub fn describe(&self) -> String {
-        match self {
-            Fired::Queued { run_id } => format!("queued as run {run_id}"),
-            Fired::Idle { detail } => format!("idle: {detail}"),
-            Fired::Skipped { detail } => format!("skipped: {detail}"),
-            Fired::Failed { detail } => format!("failed: {detail}"),
-            Fired::Handled => "handled already".to_string(),
-            Fired::NotNow { detail } => format!("not now: {detail}"),
-        }
-    }
 }
 
 /// Why a firing asked for now did not happen.
@@ -101,10 +89,7 @@ impl Schedules {
     /// idle or queued like any firing, under a claim of its own.
     pub async fn run_now(&self, job: &str) -> Result<Fired, RunNowError> {
         if !self.jobs.iter().any(|known| known.name == job) {
-            let known: Vec<&str> = self.jobs.iter().map(|job| job.name.as_str()).collect();
-            let known =
-                if known.is_empty() { "none (agent.json has no `schedules`)".to_string() } else { known.join(", ") };
-            return Err(RunNowError::Unknown { name: job.to_string(), known });
+            return Err(unknown_job(&self.jobs, job));
         }
         let (reply, answer) = oneshot::channel();
         let command = Command::RunNow { job: job.to_string(), reply };
@@ -221,10 +206,7 @@ impl Scheduler {
 
     async fn run_now(&self, name: &str) -> Result<Fired, RunNowError> {
         let jobs = self.jobs.clone();
-        let job = jobs.iter().find(|job| job.name == name).ok_or_else(|| RunNowError::Unknown {
-            name: name.to_string(),
-            known: jobs.iter().map(|job| job.name.as_str()).collect::<Vec<_>>().join(", "),
-        })?;
+        let job = jobs.iter().find(|job| job.name == name).ok_or_else(|| unknown_job(&jobs, name))?;
         let now = self.clock.now_ms();
         Ok(self.fire(job, now, true).await)
     }
@@ -453,6 +435,13 @@ impl Scheduler {
             tracing::warn!(%error, schedule = %job.name, "could not post the notice of a failed firing");
         }
     }
+}
+
+/// The refusal of a firing asked for by a name no job has, listing the names there are.
+fn unknown_job(jobs: &[Job], name: &str) -> RunNowError {
+    let known: Vec<&str> = jobs.iter().map(|job| job.name.as_str()).collect();
+    let known = if known.is_empty() { "none (agent.json has no `schedules`)".to_string() } else { known.join(", ") };
+    RunNowError::Unknown { name: name.to_string(), known }
 }
 
 fn place(project: &ProjectOut) -> ProjectPlace {

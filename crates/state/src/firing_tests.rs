@@ -4,22 +4,10 @@
 
 use time::OffsetDateTime;
 
-use super::tests::{Place, count, days_ago, execute, key, on_postgres, on_sqlite, test_postgres};
+use super::tests::{Place, count, days_ago, execute, key, on_both_stores, on_postgres, on_sqlite, test_postgres};
 use super::*;
 
 const AGENT: &str = "picogent";
-
-/// Runs each named `async fn(Place)` as two tests, one on each store.
-macro_rules! on_both_stores {
-    ($($test:ident),* $(,)?) => {
-        mod on_sqlite {
-            $( #[tokio::test] async fn $test() { super::on_sqlite(super::$test).await } )*
-        }
-        mod on_postgres {
-            $( #[tokio::test] async fn $test() { super::on_postgres(super::$test).await } )*
-        }
-    };
-}
 
 on_both_stores!(
     a_firing_is_recorded_replaced_and_read_back,

@@ -135,8 +135,16 @@ impl State {
         run_id: Option<&str>,
         detail: &str,
     ) -> Result<(), StateError> {
-        let firing = FiringWrite { job, fire_at_ms, outcome, run_id, detail, updated_at_ms: now_ms(), replace: true };
-        on_store!(self, record_firing(&firing))
+        self.write_firing(FiringWrite {
+            job,
+            fire_at_ms,
+            outcome,
+            run_id,
+            detail,
+            updated_at_ms: now_ms(),
+            replace: true,
+        })
+        .await
     }
 
     /// Writes the firing's record only where there is none yet: the scheduler's `queued`, which
@@ -149,7 +157,19 @@ impl State {
         run_id: Option<&str>,
         detail: &str,
     ) -> Result<(), StateError> {
-        let firing = FiringWrite { job, fire_at_ms, outcome, run_id, detail, updated_at_ms: now_ms(), replace: false };
+        self.write_firing(FiringWrite {
+            job,
+            fire_at_ms,
+            outcome,
+            run_id,
+            detail,
+            updated_at_ms: now_ms(),
+            replace: false,
+        })
+        .await
+    }
+
+    async fn write_firing(&self, firing: FiringWrite<'_>) -> Result<(), StateError> {
         on_store!(self, record_firing(&firing))
     }
 

@@ -7,22 +7,10 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
-use super::tests::{Place, key, on_postgres, on_sqlite, test_postgres};
+use super::tests::{Place, key, on_both_stores, on_postgres, on_sqlite, test_postgres};
 use super::*;
 
 const AGENT: &str = "picogent";
-
-/// Runs each named `async fn(Place)` as two tests, one on each store.
-macro_rules! on_both_stores {
-    ($($test:ident),* $(,)?) => {
-        mod on_sqlite {
-            $( #[tokio::test] async fn $test() { super::on_sqlite(super::$test).await } )*
-        }
-        mod on_postgres {
-            $( #[tokio::test] async fn $test() { super::on_postgres(super::$test).await } )*
-        }
-    };
-}
 
 on_both_stores!(
     one_holder_holds_the_stream_until_it_lets_go_or_its_lease_runs_out,

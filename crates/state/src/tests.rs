@@ -60,7 +60,9 @@ where
     test_postgres::with_schema(|schema| test(Place::Postgres(schema))).await
 }
 
-/// Runs each named `async fn(Place)` as two tests, one on each store.
+/// Runs each named `async fn(Place)` as two tests, one on each store: `on_sqlite::name` and
+/// `on_postgres::name` in the module that invokes it (which has `on_sqlite` and `on_postgres` in
+/// scope). The queue's and the firings' tests use it too.
 macro_rules! on_both_stores {
     ($($test:ident),* $(,)?) => {
         mod on_sqlite {
@@ -71,6 +73,7 @@ macro_rules! on_both_stores {
         }
     };
 }
+pub(super) use on_both_stores;
 
 on_both_stores!(
     record_event_drops_duplicates_by_id,
