@@ -183,6 +183,7 @@ async fn a_standup_is_posted_once_with_every_task_linked_and_an_idle_one_calls_n
     let listed = String::from_utf8_lossy(&list.stdout);
     assert!(list.status.success(), "{}", String::from_utf8_lossy(&list.stderr));
     assert!(listed.starts_with("standup (standup · project team): 0 9 * * * (UTC)\n"), "{listed}");
+    assert!(listed.contains("\n  next:  ") && listed.contains(" 09:00 UTC (in "), "{listed}");
     assert!(listed.contains("  last:  ") && listed.contains(" posted: moved 1, blocked 1, due 1 (run "), "{listed}");
     let unknown = picogent_cli(&["schedules", "run", "standp", "--config"], &config_path).await;
     assert!(!unknown.status.success());

@@ -29,9 +29,10 @@ pub struct ScheduleLine {
     pub project: Option<String>,
     /// What the kind reads from the board before it decides.
     pub reads: &'static str,
-    /// The next firing (RFC 3339), and in the job's zone.
+    /// The next firing (RFC 3339), in the job's zone, and how far off it is (`in 3 h 20 min`).
     pub next: Option<String>,
     pub next_local: Option<String>,
+    pub next_in: Option<String>,
     pub last: Option<LastFiring>,
 }
 
@@ -68,6 +69,10 @@ pub async fn schedule_lines(jobs: &[Job], state: &AgentState, now_ms: i64) -> Re
             reads: job.kind.reads(),
             next: next.map(rfc3339),
             next_local: next.map(|at| job.cadence.local_time(at)),
+            next_in: next.map(|at| {
+                let ms = u64::try_from(at.saturating_sub(now_ms)).unwrap_or(0);
+                format!("in {}", picogent_schedule::plan::human(ms.max(60_000) / 60_000 * 60_000))
+            }),
             last,
         });
     }
@@ -193,7 +198,14 @@ pub fn list_text(lines: &[ScheduleLine]) -> String {
     for line in lines {
         let project = line.project.as_deref().map(|project| format!(" · project {project}")).unwrap_or_default();
         let _ = writeln!(out, "{} ({}{project}): {}", line.name, line.kind, line.cadence);
-        let _ = writeln!(out, "  next:  {}", line.next_local.as_deref().unwrap_or("never"));
+        match (&line.next_local, &line.next_in) {
+            (Some(at), Some(wait)) => {
+                let _ = writeln!(out, "  next:  {at} ({wait})");
+            }
+            _ => {
+                let _ = writeln!(out, "  next:  never");
+            }
+        }
         match &line.last {
             Some(last) => {
                 let mut said = format!("{} {}", last.at_local, last.outcome);
