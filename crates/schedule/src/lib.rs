@@ -8,7 +8,8 @@
 //! - [`jobs`](mod@jobs): the section checked into typed [`Job`]s ([`jobs()`], [`check`] for the
 //!   configuration's validation), each mistake a [`JobProblem`] naming its field;
 //! - [`timing`]: [`Cadence`], a pattern in a zone, and the next firing after an instant
-//!   (croner for the pattern, chrono-tz for the zones, daylight saving as documented there);
+//!   (croner for the pattern, daylight saving as documented there); [`zone`]: the IANA zones
+//!   (jiff's bundled database) as chrono's `TimeZone`;
 //! - [`plan`](mod@plan): what to do about the firings due since the watermark ([`plan()`]): the
 //!   newest recent one runs, the others are skipped with a reason a person reads;
 //! - [`clock`]: [`Clock`], the time passed in; [`SystemClock`], and `ShiftedClock` for tests
@@ -35,6 +36,7 @@ pub mod firing;
 pub mod jobs;
 pub mod plan;
 pub mod timing;
+pub mod zone;
 
 #[cfg(any(test, feature = "test-support"))]
 pub use clock::ShiftedClock;

@@ -1,5 +1,6 @@
 //! When a job fires: a cron pattern read in a time zone ([`Cadence`]), and the next firing after
-//! an instant. croner does the pattern and the calendar; chrono-tz holds the zones.
+//! an instant. croner does the pattern and the calendar; the zones are the IANA database's
+//! (`crate::zone`).
 //!
 //! Invariants:
 //! - a pattern has 5 fields (minute hour day month weekday) or is one of croner's nicknames
@@ -9,11 +10,10 @@
 //! - a wall-clock time fires once, whatever the daylight-saving transitions do (see
 //!   [`Cadence::next_after`]).
 
-use std::str::FromStr;
-
 use chrono::{DateTime, Utc};
-use chrono_tz::Tz;
 use croner::Cron;
+
+use crate::zone::Zone;
 use croner::parser::{CronParser, Seconds, Year};
 
 /// An example of a pattern, for the errors that ask for one.
@@ -30,7 +30,7 @@ pub struct Cadence {
     /// The pattern as written, for [`Cadence::describe`].
     pattern: String,
     cron: Cron,
-    tz: Tz,
+    tz: Zone,
 }
 
 /// Why a pattern or a zone is refused. Each message says what was expected, with an example.
@@ -51,8 +51,8 @@ impl Cadence {
     /// `Europe/Berlin`, or `UTC`). Seconds are refused: a job of the tracker has no business
     /// firing more than once a minute, and a sixth field is more often a mistake than a wish.
     pub fn parse(cron: &str, timezone: &str) -> Result<Cadence, CadenceError> {
-        let tz = Tz::from_str(timezone)
-            .map_err(|_| CadenceError::Zone { name: timezone.to_string(), example: nearest_zone(timezone) })?;
+        let tz = Zone::get(timezone)
+            .ok_or_else(|| CadenceError::Zone { name: timezone.to_string(), example: nearest_zone(timezone) })?;
         let refused = |reason: String| CadenceError::Cron { cron: cron.to_string(), reason };
         let fields = cron.split_whitespace().count();
         if !cron.trim_start().starts_with('@') && fields != 5 {
@@ -122,8 +122,8 @@ impl Cadence {
     }
 
     /// The zone the pattern is read in.
-    pub fn timezone(&self) -> Tz {
-        self.tz
+    pub fn timezone(&self) -> &Zone {
+        &self.tz
     }
 
     /// The calendar day of `at_ms` in the job's zone: what "today" means for its firing.
@@ -161,8 +161,8 @@ fn nearest_zone(name: &str) -> String {
     if name.trim().is_empty() {
         return "Europe/Berlin or UTC".to_string();
     }
-    let names = chrono_tz::TZ_VARIANTS.iter().map(|zone| zone.name());
-    picogent_support::closest::closest(name, names)
+    let names = Zone::names();
+    picogent_support::closest::closest(name, names.iter().map(String::as_str))
         .first()
         .map_or_else(|| "Europe/Berlin".to_string(), |n| n.to_string())
 }

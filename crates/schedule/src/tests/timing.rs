@@ -88,7 +88,10 @@ fn a_bad_pattern_says_why_and_shows_one_that_works() {
 fn an_unknown_zone_names_the_nearest_one() {
     let error = Cadence::parse("0 9 * * *", "Europe/Berln").unwrap_err();
     assert_eq!(error.to_string(), "unknown time zone \"Europe/Berln\": expected an IANA name like Europe/Berlin");
-    let error = Cadence::parse("0 9 * * *", "america/new_york").unwrap_err();
+    // A name in another case is the zone, spelled as the database does.
+    let found = Cadence::parse("0 9 * * *", "america/new_york").unwrap();
+    assert_eq!(found.describe(), "0 9 * * * (America/New_York)");
+    let error = Cadence::parse("0 9 * * *", "America/New_Yrok").unwrap_err();
     assert!(error.to_string().ends_with("like America/New_York"), "{error}");
     let error = Cadence::parse("0 9 * * *", "").unwrap_err();
     assert!(error.to_string().ends_with("like Europe/Berlin or UTC"), "{error}");
