@@ -111,8 +111,14 @@ pub async fn start_agent_with_clock(
     config: Config,
     clock: Option<std::sync::Arc<dyn picogent::schedule::Clock>>,
 ) -> AgentHandle {
+    picogent::runtime::start(agent_options(config, clock)).await.unwrap()
+}
+
+/// What [`start_agent_with_clock`] starts the agent with (its member's token, the test MCP token,
+/// the fast stream, HTTP on), for a test that wants to see a start refused.
+pub fn agent_options(config: Config, clock: Option<std::sync::Arc<dyn picogent::schedule::Clock>>) -> AgentOptions {
     let token = format!("tok-{}", config.slug);
-    picogent::runtime::start(AgentOptions {
+    AgentOptions {
         config,
         tracker_token: Secret::new(token),
         llm_api_key: None,
@@ -121,9 +127,7 @@ pub async fn start_agent_with_clock(
         stream: Some(fast_stream()),
         serve_http: true,
         clock,
-    })
-    .await
-    .unwrap()
+    }
 }
 
 pub fn client(board: &BoardHandle, token: &str) -> TrackerClient {

@@ -10,7 +10,8 @@ use super::view::{self, RunDetail, RunFilter, RunLine};
 use picogent_config::Config;
 use picogent_state::State;
 
-async fn open_state(config: &Config) -> anyhow::Result<State> {
+/// The state database the config names, for the commands that read it.
+pub(super) async fn open_state(config: &Config) -> anyhow::Result<State> {
     State::open_from_config(&config.state, &config.slug)
         .await
         .context("cannot open the state database the config names (state.path or state.url)")

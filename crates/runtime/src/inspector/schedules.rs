@@ -116,10 +116,7 @@ async fn last_firing(job: &Job, row: FiringRow, state: &AgentState) -> Result<La
 }
 
 fn rfc3339(ms: i64) -> String {
-    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .ok()
-        .and_then(|at| at.format(&time::format_description::well_known::Rfc3339).ok())
-        .unwrap_or_else(|| ms.to_string())
+    super::view::rfc3339_ms(ms).unwrap_or_else(|| ms.to_string())
 }
 
 /// `GET /schedules`.
@@ -167,13 +164,6 @@ pub async fn run_now(State(inspector): State<Inspector>, Path(name): Path<String
     }
 }
 
-async fn open_state(config: &Config) -> anyhow::Result<AgentState> {
-    use anyhow::Context as _;
-    AgentState::open_from_config(&config.state, &config.slug)
-        .await
-        .context("cannot open the state database the config names (state.path or state.url)")
-}
-
 /// `picogent schedules list`: the config's jobs, their next firing and how the last one went,
 /// from the state database.
 pub async fn list(config_path: &std::path::Path) -> anyhow::Result<ExitCode> {
@@ -184,7 +174,7 @@ pub async fn list(config_path: &std::path::Path) -> anyhow::Result<ExitCode> {
         println!("no schedules: add a `schedules` section to {} (docs/schedules.md)", config_path.display());
         return Ok(ExitCode::SUCCESS);
     }
-    let state = open_state(&config).await?;
+    let state = super::cli::open_state(&config).await?;
     let now = picogent_schedule::Clock::now_ms(&picogent_schedule::SystemClock);
     let lines = schedule_lines(&jobs, &state, now).await;
     state.close().await;

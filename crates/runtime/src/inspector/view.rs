@@ -117,6 +117,11 @@ pub fn rfc3339(at: OffsetDateTime) -> String {
     at.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
 }
 
+/// [`rfc3339`] of a time in Unix milliseconds, as the state keeps times; `None` out of range.
+pub fn rfc3339_ms(ms: i64) -> Option<String> {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).ok().map(rfc3339)
+}
+
 /// The filters of the runs list (`?status=…&trigger=…`); empty means any.
 #[derive(Debug, Clone, Default, serde::Deserialize, Serialize)]
 pub struct RunFilter {
@@ -170,7 +175,7 @@ pub struct WaitingView {
 
 impl WaitingView {
     fn new(waiting: &picogent_state::Waiting) -> Option<WaitingView> {
-        let at = |ms: i64| OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).ok().map(rfc3339);
+        let at = rfc3339_ms;
         Some(WaitingView {
             line: waiting_line(waiting),
             kind: waiting.kind.as_str(),
