@@ -443,17 +443,7 @@ async fn a_mistake_in_a_schedule_stops_the_start_naming_the_job_and_the_fix() {
     let model = start_model(0).await;
     let extra = json!({"schedules": {"daily": {"cron": "0 9 * * *", "kind": "standup", "project": "teem"}}});
     let config = agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra);
-    let refused = picogent::runtime::start(picogent::runtime::AgentOptions {
-        config,
-        tracker_token: picogent::secret::Secret::new("tok-picogent"),
-        llm_api_key: None,
-        mcp_token: None,
-        ui_token: None,
-        stream: Some(fast_stream()),
-        serve_http: false,
-        clock: None,
-    })
-    .await;
+    let refused = picogent::runtime::start(agent_options(config, None)).await;
     let error = refused.err().expect("an unknown project stops the start").to_string();
     assert!(
         error.contains("schedules.daily.project") && error.contains("\"teem\"") && error.contains("team"),
@@ -543,6 +533,57 @@ async fn a_firing_is_held_to_its_own_budget_and_its_spend_counts_towards_the_day
     let spent = agent.state.spend_today().await.unwrap().tokens;
     assert_eq!(spent, runs[0].prompt_tokens + runs[0].completion_tokens, "the firing's tokens count towards the day");
     assert!(spent > 0);
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+/// A standup whose model misbehaves the way real ones do: it tries to post the digest itself with
+/// a tool it was not offered, then its answer is cut off at the output limit. The person sees one
+/// notice in the chat naming the limit and how to run it again, nothing the model tried to post;
+/// the next firing, answered in plain text, posts the digest once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standup_whose_model_misbehaves_leaves_one_notice_and_the_next_posts_once() {
+    use picogent::offline_model::{OfflineModelOptions, script::Script};
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let script: Script = serde_json::from_value(json!({"turns": [
+        {"expect": {"tools_exclude": ["send_message", "reply_message", "update_task"]},
+         "reply": {"tool_calls": [{"name": "send_message", "arguments": {"content": "STANDUP BY THE MODEL"}}]}},
+        {"reply": {"content": "Standup: the login page moved and", "finish_reason": "length"}},
+        {"reply": {"content": "Standup for team: the login page is done."}},
+    ]}))
+    .unwrap();
+    let model = picogent::offline_model::start(OfflineModelOptions::script(script)).await.unwrap();
+    let alice = client(&board, "tok-alice");
+    let login = task(&alice, "Ship the login page", Some("bob"), TaskStatus::InReview, &[]).await;
+    let config = agent_config(dir.path(), &board.url(), &model.url(), "picogent", standup(json!({})));
+    let nine = next_utc_hour(now_ms(), 9);
+    let clock = clock_before(nine);
+    let agent = start_with(config, &clock).await;
+    assert_eq!(wait_firing(&agent, "standup", nine).await.outcome, FiringOutcome::Failed);
+    let notice = wait_posts(&alice, 1).await.remove(0).content;
+    assert!(notice.starts_with("Scheduled `standup`: My answer was cut off at the output limit"), "{notice}");
+    assert!(
+        notice.contains("`llm.max_output_tokens`") && notice.contains("`picogent schedules run standup`"),
+        "{notice}"
+    );
+
+    alice
+        .update_task(&login.id, &UpdateTask { status: Some(TaskStatus::Done), ..UpdateTask::default() })
+        .await
+        .unwrap();
+    assert!(matches!(agent.schedules.run_now("standup").await.unwrap(), Fired::Queued { .. }));
+    let posts = wait_posts(&alice, 2).await;
+    assert!(
+        posts[1].content.starts_with("Standup for team: the login page is done.\n\nMoved since"),
+        "{}",
+        posts[1].content
+    );
+    wait_idle(&agent).await;
+    let posts = agent_posts(&alice).await;
+    assert_eq!(posts.len(), 2, "one notice, one digest: {posts:?}");
+    assert!(posts.iter().all(|post| !post.content.contains("STANDUP BY THE MODEL")));
     agent.shutdown().await.unwrap();
     model.shutdown().await;
     board.shutdown().await.unwrap();

@@ -250,6 +250,88 @@ pub struct NoticeContext<'a> {
     /// The settings that set the run's turn and token limits when they are not `limits`': a
     /// scheduled job's `schedules.<job>.max_turns` and `.max_tokens`.
     pub own_budget: OwnBudget,
+    /// How the person asks for the run again.
+    pub ask_again: AskAgain,
+}
+
+/// How a person asks for a run again, as its notice tells them: a mention (or, for a task, the
+/// assignment) for every run but a scheduled job's, whose firing no mention starts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum AskAgain {
+    #[default]
+    Mention,
+    Schedule {
+        job: String,
+    },
+}
+
+impl AskAgain {
+    pub fn of(kind: &RunKind) -> AskAgain {
+        match kind {
+            RunKind::Schedule { firing } => AskAgain::Schedule { job: firing.job.clone() },
+            RunKind::Task { .. } | RunKind::Message { .. } | RunKind::Prompt { .. } => AskAgain::Mention,
+        }
+    }
+
+    /// "mention me to retry", to go on with "once it is back" and the like.
+    fn retry(&self) -> String {
+        match self {
+            AskAgain::Mention => "mention me to retry".to_string(),
+            AskAgain::Schedule { job } => format!("run it again with `picogent schedules run {job}`"),
+        }
+    }
+
+    /// "mention me again", after "then".
+    fn again(&self) -> String {
+        match self {
+            AskAgain::Mention => "mention me again".to_string(),
+            AskAgain::Schedule { job } => format!("run it again with `picogent schedules run {job}`"),
+        }
+    }
+
+    /// "reassign me or mention me to try again".
+    pub fn try_again(&self) -> String {
+        match self {
+            AskAgain::Mention => "reassign me or mention me to try again".to_string(),
+            AskAgain::Schedule { job } => {
+                format!("run it again with `picogent schedules run {job}`, or let the next firing run")
+            }
+        }
+    }
+
+    /// The advice on an answer cut off by the room the context window left.
+    fn shorter_or_more_context(&self) -> String {
+        match self {
+            AskAgain::Mention => "Ask for a shorter answer; if the model's server holds a larger context, an admin \
+                                  can raise llm.context_tokens (`picogent check` shows what it holds)."
+                .to_string(),
+            // Nobody asks a firing anything: its prompt is the job's.
+            AskAgain::Schedule { job } => format!(
+                "If the model's server holds a larger context, an admin can raise llm.context_tokens (`picogent \
+                 check` shows what it holds); then run it again with `picogent schedules run {job}`."
+            ),
+        }
+    }
+
+    /// The advice on an answer cut off at the output limit `setting`.
+    fn shorter_or_raise(&self, setting: &str) -> String {
+        match self {
+            AskAgain::Mention => format!("Ask for a shorter answer, or ask an admin to raise {setting}."),
+            AskAgain::Schedule { job } => {
+                format!("Ask an admin to raise {setting}, then run it again with `picogent schedules run {job}`.")
+            }
+        }
+    }
+
+    /// What a run that stopped short can do next, when continuing can work.
+    fn carry_on(&self) -> String {
+        match self {
+            AskAgain::Mention => CONTINUE.to_string(),
+            AskAgain::Schedule { job } => {
+                format!("Raise the job's budget in agent.json, or run it again with `picogent schedules run {job}`.")
+            }
+        }
+    }
 }
 
 /// The settings of a run's own turn and token limits, when a scheduled job set them.
@@ -276,7 +358,7 @@ const CONTINUE: &str = "Mention me to continue where I stopped, or split the wor
 /// value now, and what to do. Never a stack trace. `conversation` is what the model read: a
 /// cut-off answer is quoted only when it is not the request given back.
 pub fn failure_notice(record: &RunRecord, conversation: &[Message], context: &NoticeContext<'_>) -> String {
-    let (limits, llm) = (context.limits, context.llm);
+    let (limits, llm, ask) = (context.limits, context.llm, &context.ask_again);
     let output_cap = picogent_agent::ModelWindow::from_config(llm).output_cap;
     // Only where continuing can work: a run that could not send even its first request would
     // fail the same way again.
@@ -289,11 +371,7 @@ pub fn failure_notice(record: &RunRecord, conversation: &[Message], context: &No
                 context.own_budget.turns(),
                 limits.max_turns
             ),
-            if continues {
-                CONTINUE.to_string()
-            } else {
-                format!("Ask an admin to raise {}.", context.own_budget.turns())
-            },
+            if continues { ask.carry_on() } else { format!("Ask an admin to raise {}.", context.own_budget.turns()) },
         ),
         RunOutcome::BudgetToolCalls => (
             format!(
@@ -301,7 +379,7 @@ pub fn failure_notice(record: &RunRecord, conversation: &[Message], context: &No
                  finishing.",
                 record.tool_calls, limits.max_tool_calls
             ),
-            if continues { CONTINUE.to_string() } else { "Ask an admin to raise limits.max_tool_calls.".to_string() },
+            if continues { ask.carry_on() } else { "Ask an admin to raise limits.max_tool_calls.".to_string() },
         ),
         RunOutcome::BudgetTokens => {
             let budget = context.token_budget;
@@ -313,7 +391,7 @@ pub fn failure_notice(record: &RunRecord, conversation: &[Message], context: &No
                         at.tokens,
                         budget.words(context.own_budget.tokens())
                     ),
-                    format!("{CONTINUE}{}", quoted_partial(record, conversation)),
+                    format!("{}{}", ask.carry_on(), quoted_partial(record, conversation)),
                 ),
                 None => (
                     format!(
@@ -322,7 +400,7 @@ pub fn failure_notice(record: &RunRecord, conversation: &[Message], context: &No
                         budget.words(context.own_budget.tokens())
                     ),
                     if continues {
-                        CONTINUE.to_string()
+                        ask.carry_on()
                     } else {
                         format!(
                             "The request alone is larger than that: ask an admin to raise {}.",
@@ -339,25 +417,25 @@ pub fn failure_notice(record: &RunRecord, conversation: &[Message], context: &No
                 limits.run_timeout_ms
             ),
             if continues {
-                CONTINUE.to_string()
+                ask.carry_on()
             } else {
                 "Ask an admin to raise limits.run_timeout_ms (or llm.timeout_ms, if the model is slow).".to_string()
             },
         ),
         RunOutcome::ModelError => match &record.model_failure {
-            Some(failure) => (model_failure_cause(failure), model_failure_advice(failure, llm)),
+            Some(failure) => (model_failure_cause(failure), model_failure_advice(failure, llm, ask)),
             None => (
                 "I could not finish: the model service failed.".to_string(),
-                "The model endpoint may be down or refusing requests; mention me to retry once it is back.".to_string(),
+                format!("The model endpoint may be down or refusing requests; {} once it is back.", ask.retry()),
             ),
         },
         RunOutcome::EmptyAnswer => (
             format!("I could not finish: the model (`llm.model`, now {}) returned an empty answer.", llm.model),
-            "Rephrase the request and mention me again.".to_string(),
+            format!("Rephrase the request and {}.", ask.again()),
         ),
         RunOutcome::Refusal => (
             format!("I could not finish: the model (`llm.model`, now {}) declined to answer.", llm.model),
-            "Rephrase the request and mention me again.".to_string(),
+            format!("Rephrase the request and {}.", ask.again()),
         ),
         RunOutcome::CutOff => {
             let had = quoted_partial(record, conversation);
@@ -369,17 +447,14 @@ pub fn failure_notice(record: &RunRecord, conversation: &[Message], context: &No
                          limit (`llm.max_output_tokens`, now {output_cap}).",
                         at.tokens, llm.context_tokens
                     ),
-                    format!(
-                        "Ask for a shorter answer; if the model's server holds a larger context, an admin can raise \
-                         llm.context_tokens (`picogent check` shows what it holds).{had}"
-                    ),
+                    format!("{}{had}", ask.shorter_or_more_context()),
                 ),
                 _ => (
                     format!(
                         "My answer was cut off at the output limit (`llm.max_output_tokens`, now {output_cap}) \
                          before it was complete."
                     ),
-                    format!("Ask for a shorter answer, or ask an admin to raise llm.max_output_tokens.{had}"),
+                    format!("{}{had}", ask.shorter_or_raise("llm.max_output_tokens")),
                 ),
             }
         }
@@ -501,32 +576,36 @@ fn model_failure_cause(failure: &ModelFailure) -> String {
 }
 
 /// What to do about it, naming the setting to change and its value now.
-fn model_failure_advice(failure: &ModelFailure, llm: &LlmConfig) -> String {
+fn model_failure_advice(failure: &ModelFailure, llm: &LlmConfig, ask: &AskAgain) -> String {
     match failure {
         ModelFailure::Unreachable => format!(
-            "Check llm.base_url (now {}) and that the server is up; mention me to retry once it is back.",
-            picogent_llm::probe::display_url(&llm.base_url)
+            "Check llm.base_url (now {}) and that the server is up; {} once it is back.",
+            picogent_llm::probe::display_url(&llm.base_url),
+            ask.retry()
         ),
         ModelFailure::Timeout => format!(
-            "The server may be overloaded; mention me to retry, or raise llm.timeout_ms (now {}), or turn on \
-             llm.stream (now {}).",
-            llm.timeout_ms, llm.stream
+            "The server may be overloaded; {}, or raise llm.timeout_ms (now {}), or turn on llm.stream (now {}).",
+            ask.retry(),
+            llm.timeout_ms,
+            llm.stream
         ),
         ModelFailure::Unauthorized => match &llm.api_key_env {
             Some(name) => format!(
-                "Check the key in the environment variable named by llm.api_key_env (now {name}), then mention me \
-                 again."
+                "Check the key in the environment variable named by llm.api_key_env (now {name}), then {}.",
+                ask.again()
             ),
-            None => "Set llm.api_key_env (now unset, so no key is sent) to the variable holding the server's key, \
-                     then mention me again."
-                .to_string(),
+            None => format!(
+                "Set llm.api_key_env (now unset, so no key is sent) to the variable holding the server's key, then {}.",
+                ask.again()
+            ),
         },
         ModelFailure::ModelNotFound => {
-            format!("Check llm.model (now {}) against the server's models, then mention me again.", llm.model)
+            format!("Check llm.model (now {}) against the server's models, then {}.", llm.model, ask.again())
         }
         ModelFailure::ParameterRefused { parameter } => format!(
-            "Change the setting that sends it ({}) in agent.json, then mention me again.",
-            setting_of(parameter, llm)
+            "Change the setting that sends it ({}) in agent.json, then {}.",
+            setting_of(parameter, llm),
+            ask.again()
         ),
         ModelFailure::ToolsUnsupported => format!(
             "Choose a model with tool calling in llm.model (now {}), or a tool-capable chat template on a local \
@@ -535,13 +614,15 @@ fn model_failure_advice(failure: &ModelFailure, llm: &LlmConfig) -> String {
         ),
         ModelFailure::ContextLength => format!(
             "Set llm.context_tokens (now {}) to the model's real context window (or use a model with a larger \
-             one), then mention me again.",
-            llm.context_tokens
+             one), then {}.",
+            llm.context_tokens,
+            ask.again()
         ),
         ModelFailure::RateLimited | ModelFailure::ServerError => format!(
-            "The model endpoint may be down or overloaded (I tried {} times, llm.retry.max_attempts); mention me \
-             to retry once it is back.",
-            llm.retry.max_attempts
+            "The model endpoint may be down or overloaded (I tried {} times, llm.retry.max_attempts); {} once it \
+             is back.",
+            llm.retry.max_attempts,
+            ask.retry()
         ),
         ModelFailure::Rejected => "Check the llm settings in agent.json (`picogent check` tests them).".to_string(),
     }
@@ -646,6 +727,7 @@ mod tests {
             token_budget: TokenBudget::PerRun { per_run: limits.max_tokens_per_run },
             model_check: None,
             own_budget: OwnBudget::default(),
+            ask_again: AskAgain::default(),
         };
         let notice = failure_notice(&record, &[], &context);
         assert!(notice.contains("llm.max_output_tokens") && !notice.contains("max_tokens_field"), "{notice}");
@@ -664,6 +746,7 @@ mod tests {
             token_budget: TokenBudget::PerRun { per_run: limits.max_tokens_per_run },
             model_check: None,
             own_budget: OwnBudget::default(),
+            ask_again: AskAgain::default(),
         };
         f(&context)
     }
@@ -758,6 +841,7 @@ mod tests {
             token_budget: budget,
             model_check: None,
             own_budget: OwnBudget::default(),
+            ask_again: AskAgain::default(),
         };
         let notice = failure_notice(&record, &[], &context);
         assert!(notice.contains("`limits.max_tokens_per_day`, now 100000") && notice.contains("1500"), "{notice}");
@@ -786,6 +870,7 @@ mod tests {
             token_budget: TokenBudget::PerRun { per_run: 1 },
             model_check: Some(found),
             own_budget: OwnBudget::default(),
+            ask_again: AskAgain::default(),
         };
         let notice = failure_notice(&record, &[], &context);
         assert!(notice.contains("answered a request for one tool call in text"), "{notice}");
@@ -813,6 +898,62 @@ mod tests {
             let notice = with_context(|context| failure_notice(&record, &[], context));
             assert!(notice.contains(setting), "{failure:?}: {notice}");
             assert!(!notice.contains("a:b@"), "no user info: {notice}");
+        }
+    }
+
+    /// A scheduled job's run is started by its time, never by a mention: its notices say how to
+    /// fire it again instead, whatever stopped it.
+    #[test]
+    fn a_scheduled_runs_notice_never_asks_for_a_mention() {
+        let llm = LlmConfig::new("http://127.0.0.1:9/v1", "tiny");
+        let limits = Limits::default();
+        let context = NoticeContext {
+            llm: &llm,
+            limits: &limits,
+            token_budget: TokenBudget::PerRun { per_run: limits.max_tokens_per_run },
+            model_check: None,
+            own_budget: OwnBudget::default(),
+            ask_again: AskAgain::Schedule { job: "standup".into() },
+        };
+        let failures = [
+            ModelFailure::Unreachable,
+            ModelFailure::Timeout,
+            ModelFailure::Unauthorized,
+            ModelFailure::ModelNotFound,
+            ModelFailure::ParameterRefused { parameter: "temperature".into() },
+            ModelFailure::ContextLength,
+            ModelFailure::RateLimited,
+            ModelFailure::ServerError,
+        ];
+        let mut records: Vec<RunRecord> = failures
+            .into_iter()
+            .map(|failure| {
+                let mut record = RunRecord::new();
+                record.outcome = RunOutcome::ModelError;
+                record.model_failure = Some(failure);
+                record
+            })
+            .collect();
+        for outcome in [
+            RunOutcome::BudgetTurns,
+            RunOutcome::BudgetToolCalls,
+            RunOutcome::BudgetTokens,
+            RunOutcome::Deadline,
+            RunOutcome::ModelError,
+            RunOutcome::EmptyAnswer,
+            RunOutcome::Refusal,
+            RunOutcome::CutOff,
+        ] {
+            let mut record = RunRecord::new();
+            record.outcome = outcome;
+            record.turns = 2;
+            records.push(record);
+        }
+        for record in records {
+            let notice = failure_notice(&record, &[], &context);
+            assert!(!notice.to_lowercase().contains("mention me"), "{:?}: {notice}", record.outcome);
+            let asks_again = notice.contains("`picogent schedules run standup`") || notice.contains("ask an admin");
+            assert!(asks_again || record.model_failure.is_some(), "{:?}: {notice}", record.outcome);
         }
     }
 }

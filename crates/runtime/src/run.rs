@@ -28,7 +28,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::answer::{NoticeContext, OwnBudget, RunPosts, TokenBudget, answer_text, failure_notice, post_answer};
+use crate::answer::{
+    AskAgain, NoticeContext, OwnBudget, RunPosts, TokenBudget, answer_text, failure_notice, post_answer,
+};
 use crate::guard::{Answering, Asked, Steering};
 use crate::metrics::Metrics;
 use crate::prompt::{system_prompt, user_prompt};
@@ -66,9 +68,8 @@ pub async fn execute(
             if let Err(error) = services.state.finish_run(&run_id, &finish).await {
                 tracing::error!(%error, "cannot record the end of the run");
             }
-            let notice = format!(
-                "I could not start on this: {error}. I will not retry on my own; reassign me or mention me to try again."
-            );
+            let again = AskAgain::of(&request.kind).try_again();
+            let notice = format!("I could not start on this: {error}. I will not retry on my own; {again}.");
             Ended { status: RunStatus::Failed, notice: Some(notice), steering_consumed: 0 }
         }
     };
@@ -484,6 +485,7 @@ async fn finish(
             token_budget,
             model_check: services.status.model(),
             own_budget,
+            ask_again: AskAgain::of(kind),
         };
         failure_notice(&record, &output.conversation, &context)
     });
@@ -549,16 +551,22 @@ fn coding_task(services: &RunServices, kind: &RunKind) -> bool {
 /// The tools a run of this kind is offered: fewer for a chat reply than for a task run, and the
 /// coding tools only on a run of a task that has a repository (`coding`).
 fn offered_tools(kind: &RunKind, available: &[rmcp::model::Tool], coding: bool, ask_person: bool) -> Vec<String> {
-    let preset: Option<&[&str]> = match kind {
-        RunKind::Task { .. } => Some(picogent_tools::registry::TASK_RUN_TOOLS),
-        RunKind::Message { message } if message.task_id.is_some() => Some(picogent_tools::registry::TASK_RUN_TOOLS),
-        RunKind::Message { .. } => Some(picogent_tools::registry::CHAT_REPLY_TOOLS),
-        RunKind::Prompt { .. } => None,
+    // The tracker tools a run of this kind is offered (`None`: all), and whether the external
+    // servers' and the host's tools come with them.
+    let (preset, with_servers): (Option<&[&str]>, bool) = match kind {
+        RunKind::Task { .. } => (Some(picogent_tools::registry::TASK_RUN_TOOLS), true),
+        RunKind::Message { message } if message.task_id.is_some() => {
+            (Some(picogent_tools::registry::TASK_RUN_TOOLS), true)
+        }
+        RunKind::Message { .. } => (Some(picogent_tools::registry::CHAT_REPLY_TOOLS), true),
+        RunKind::Prompt { .. } => (None, true),
         RunKind::Schedule { firing } => match firing.work {
             // A digest may look closer, and changes nothing: picogent posts its words.
-            FiringWork::Standup { .. } | FiringWork::Stale { .. } => Some(picogent_tools::registry::DIGEST_TOOLS),
+            FiringWork::Standup { .. } | FiringWork::Stale { .. } => {
+                (Some(picogent_tools::registry::DIGEST_TOOLS), false)
+            }
             // The operator's prompt gets what any prompt gets.
-            FiringWork::Prompt { .. } => None,
+            FiringWork::Prompt { .. } => (None, true),
         },
     };
     available
@@ -573,11 +581,8 @@ fn offered_tools(kind: &RunKind, available: &[rmcp::model::Tool], coding: bool, 
             if name == picogent_tools::question::ASK_PERSON {
                 return ask_person && !matches!(kind, RunKind::Prompt { .. } | RunKind::Schedule { .. });
             }
-            preset.is_none_or(|preset| {
-                preset.contains(&name.as_str())
-                    || (preset != picogent_tools::registry::DIGEST_TOOLS
-                        && (name.starts_with("mcp__") || picogent_tools::HOST_TOOLS.contains(&name.as_str())))
-            })
+            let from_servers = name.starts_with("mcp__") || picogent_tools::HOST_TOOLS.contains(&name.as_str());
+            preset.is_none_or(|preset| preset.contains(&name.as_str()) || (with_servers && from_servers))
         })
         .collect()
 }

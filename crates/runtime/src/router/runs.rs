@@ -545,7 +545,8 @@ impl Router {
             },
             RunKind::Schedule { firing } => match firing.chat() {
                 Some(project) => SendMessage {
-                    content: scheduled_notice(&firing.job, text),
+                    // Named as the job's: the chat holds more than this job's posts.
+                    content: format!("Scheduled `{}`: {text}", firing.job),
                     chat_id: Some(project.chat_id.clone()),
                     ..SendMessage::default()
                 },
@@ -597,25 +598,6 @@ fn answered_message(kind: &RunKind) -> Option<&str> {
         RunKind::Message { message } => Some(&message.id),
         RunKind::Task { .. } | RunKind::Prompt { .. } | RunKind::Schedule { .. } => None,
     }
-}
-
-/// A notice of a scheduled job's run: named as such, and where the notices of other runs say
-/// "mention me", how to run the job again (nobody's mention starts a firing).
-fn scheduled_notice(job: &str, text: &str) -> String {
-    let again = format!("run it again with `picogent schedules run {job}`, or let the next firing run");
-    let mut text = text.replace(
-        "Mention me to continue where I stopped, or split the work into smaller tasks.",
-        &format!("Raise the job's budget in agent.json, or {again}."),
-    );
-    for asks_a_mention in [
-        "reassign me or mention me to try again",
-        "mention me to retry once it is back",
-        "mention me to retry",
-        "mention me again",
-    ] {
-        text = text.replace(asks_a_mention, &again);
-    }
-    format!("Scheduled `{job}`: {text}")
 }
 
 /// The notice of a run stopped before it started (waiting in the queue).
