@@ -13,6 +13,8 @@ use crate::tracker::TrackerClient;
 
 /// One line of the report.
 struct Line {
+    /// Works, but not as it should (`WARN`).
+    warn: bool,
     ok: bool,
     what: String,
     detail: String,
@@ -20,7 +22,11 @@ struct Line {
 
 fn print(lines: &[Line]) {
     for line in lines {
-        let mark = if line.ok { "ok  " } else { "FAIL" };
+        let mark = match (line.ok, line.warn) {
+            (false, _) => "FAIL",
+            (true, true) => "WARN",
+            (true, false) => "ok  ",
+        };
         println!("{mark} {:<16} {}", line.what, line.detail);
     }
 }
@@ -29,28 +35,36 @@ pub async fn run_cli(config_path: &Path) -> anyhow::Result<ExitCode> {
     let mut lines = Vec::new();
     let config = match Config::load(config_path) {
         Ok(config) => {
-            lines.push(Line { ok: true, what: "config".into(), detail: format!("{} is valid", config_path.display()) });
+            lines.push(Line {
+                warn: false,
+                ok: true,
+                what: "config".into(),
+                detail: format!("{} is valid", config_path.display()),
+            });
             config
         }
         Err(error) => {
-            lines.push(Line { ok: false, what: "config".into(), detail: format!("{error}") });
+            lines.push(Line { warn: false, ok: false, what: "config".into(), detail: format!("{error}") });
             print(&lines);
             return Ok(ExitCode::FAILURE);
         }
     };
     lines.push(match Prompts::load(&config.prompts_dir) {
         Ok(_) => Line {
+            warn: false,
             ok: true,
             what: "prompts".into(),
             detail: format!("templates in {} render", config.prompts_dir.display()),
         },
-        Err(error) => Line { ok: false, what: "prompts".into(), detail: error.to_string() },
+        Err(error) => Line { warn: false, ok: false, what: "prompts".into(), detail: error.to_string() },
     });
     lines.push(check_state_folder(&config));
-    lines.push(Line { ok: true, what: "run scope".into(), detail: scope_words(&config.permissions) });
+    lines.extend(check_sandbox(&config));
+    lines.push(Line { warn: false, ok: true, what: "run scope".into(), detail: scope_words(&config.permissions) });
     let token = match Secret::from_env(&config.tracker.token_env) {
         Ok(token) => {
             lines.push(Line {
+                warn: false,
                 ok: true,
                 what: "tracker token".into(),
                 detail: format!("{} is set", config.tracker.token_env),
@@ -58,7 +72,7 @@ pub async fn run_cli(config_path: &Path) -> anyhow::Result<ExitCode> {
             Some(token)
         }
         Err(error) => {
-            lines.push(Line { ok: false, what: "tracker token".into(), detail: error.to_string() });
+            lines.push(Line { warn: false, ok: false, what: "tracker token".into(), detail: error.to_string() });
             None
         }
     };
@@ -71,14 +85,19 @@ pub async fn run_cli(config_path: &Path) -> anyhow::Result<ExitCode> {
                 lines.extend(check_schedules(&client, &config).await);
                 lines.push(match crate::transport::probe(&client, Duration::from_secs(5)).await {
                     Ok(()) => Line {
+                        warn: false,
                         ok: true,
                         what: "tracker events".into(),
                         detail: format!("{} answers ping", crate::secret::shown_url(&client.ws_url())),
                     },
-                    Err(error) => Line { ok: false, what: "tracker events".into(), detail: error.to_string() },
+                    Err(error) => {
+                        Line { warn: false, ok: false, what: "tracker events".into(), detail: error.to_string() }
+                    }
                 });
             }
-            Err(error) => lines.push(Line { ok: false, what: "tracker REST".into(), detail: error.to_string() }),
+            Err(error) => {
+                lines.push(Line { warn: false, ok: false, what: "tracker REST".into(), detail: error.to_string() })
+            }
         }
     }
     let model = check_model(&config).await;
@@ -122,11 +141,16 @@ async fn check_schedules(client: &TrackerClient, config: &Config) -> Option<Line
     let jobs = match crate::schedule::jobs(&config.schedules, Path::new(".")) {
         Ok(jobs) => jobs,
         Err(problem) => {
-            return Some(Line { ok: false, what, detail: format!("field `{}`: {}", problem.field, problem.message) });
+            return Some(Line {
+                warn: false,
+                ok: false,
+                what,
+                detail: format!("field `{}`: {}", problem.field, problem.message),
+            });
         }
     };
     if let Err(error) = crate::runtime::check_schedule_projects(&jobs, client).await {
-        return Some(Line { ok: false, what, detail: format!("{error:#}") });
+        return Some(Line { warn: false, ok: false, what, detail: format!("{error:#}") });
     }
     let now = crate::schedule::Clock::now_ms(&crate::schedule::SystemClock);
     let next: Vec<String> = jobs
@@ -136,18 +160,20 @@ async fn check_schedules(client: &TrackerClient, config: &Config) -> Option<Line
             None => format!("{} ({}) never fires again", job.name, job.kind.name()),
         })
         .collect();
-    Some(Line { ok: true, what, detail: next.join("; ") })
+    Some(Line { warn: false, ok: true, what, detail: next.join("; ") })
 }
 
 async fn check_rest(client: &TrackerClient, config: &Config) -> Line {
     let what = "tracker REST".to_string();
     match client.get_member("me").await {
         Ok(me) if me.slug == config.slug => Line {
+            warn: false,
             ok: true,
             what,
             detail: format!("{} knows the token as @{} ({})", client.api_base(), me.slug, me.kind.as_str()),
         },
         Ok(me) => Line {
+            warn: false,
             ok: false,
             what,
             detail: format!(
@@ -156,6 +182,7 @@ async fn check_rest(client: &TrackerClient, config: &Config) -> Line {
             ),
         },
         Err(error) => Line {
+            warn: false,
             ok: false,
             what,
             detail: format!("{error} (is tracker.url {} right?)", crate::secret::shown_url(&config.tracker.url)),
@@ -167,11 +194,11 @@ async fn check_model(config: &Config) -> Line {
     let what = "model endpoint".to_string();
     let key = match config.llm.api_key() {
         Ok(key) => key,
-        Err(error) => return Line { ok: false, what, detail: error.to_string() },
+        Err(error) => return Line { warn: false, ok: false, what, detail: error.to_string() },
     };
     match crate::llm::probe::probe(&config.llm, key).await {
-        Ok(detail) => Line { ok: true, what, detail },
-        Err(error) => Line { ok: false, what, detail: error.to_string() },
+        Ok(detail) => Line { warn: false, ok: true, what, detail },
+        Err(error) => Line { warn: false, ok: false, what, detail: error.to_string() },
     }
 }
 
@@ -205,7 +232,7 @@ async fn check_server(config: &Config, jinja_off: bool) -> Vec<Line> {
                 ),
             ),
         };
-        lines.push(Line { ok, what: "server tools".into(), detail });
+        lines.push(Line { warn: false, ok, what: "server tools".into(), detail });
     }
     if let Some(context) = props.context_tokens {
         let configured = config.llm.context_tokens;
@@ -218,12 +245,14 @@ async fn check_server(config: &Config, jinja_off: bool) -> Vec<Line> {
         };
         lines.push(if configured <= context {
             Line {
+                warn: false,
                 ok: true,
                 what: "server context".into(),
                 detail: format!("{context} tokens per request, llm.context_tokens is {configured}{slots}"),
             }
         } else {
             Line {
+                warn: false,
                 ok: false,
                 what: "server context".into(),
                 detail: format!(
@@ -242,7 +271,7 @@ async fn check_tool_call(config: &Config) -> (Line, bool) {
     let what = "model tool call".to_string();
     let key = match config.llm.api_key() {
         Ok(key) => key,
-        Err(error) => return (Line { ok: false, what, detail: error.to_string() }, false),
+        Err(error) => return (Line { warn: false, ok: false, what, detail: error.to_string() }, false),
     };
     match crate::llm::probe::probe_tool_call(&config.llm, key).await {
         Ok(probe) => {
@@ -263,6 +292,7 @@ async fn check_tool_call(config: &Config) -> (Line, bool) {
                 )
             };
             let line = Line {
+                warn: false,
                 ok: probe.called_tool && refused.is_none(),
                 what,
                 detail: format!("{called}{}", refused.unwrap_or_default()),
@@ -271,9 +301,9 @@ async fn check_tool_call(config: &Config) -> (Line, bool) {
         }
         Err(error) if wants_jinja(&error) => {
             let detail = format!("{error}: llama-server takes tools only with --jinja; start it with --jinja");
-            (Line { ok: false, what, detail }, true)
+            (Line { warn: false, ok: false, what, detail }, true)
         }
-        Err(error) => (Line { ok: false, what, detail: error.to_string() }, false),
+        Err(error) => (Line { warn: false, ok: false, what, detail: error.to_string() }, false),
     }
 }
 
@@ -285,11 +315,12 @@ async fn check_cache(config: &Config) -> Line {
     let what = "prompt cache".to_string();
     let key = match config.llm.api_key() {
         Ok(key) => key,
-        Err(error) => return Line { ok: false, what, detail: error.to_string() },
+        Err(error) => return Line { warn: false, ok: false, what, detail: error.to_string() },
     };
     let api = config.llm.api.as_str();
     match crate::llm::probe::probe_cache(&config.llm, key).await {
         Ok(probe) if probe.active() => Line {
+            warn: false,
             ok: true,
             what,
             detail: format!(
@@ -307,6 +338,7 @@ async fn check_cache(config: &Config) -> Line {
                 }
             };
             Line {
+                warn: false,
                 ok: true,
                 what,
                 detail: format!(
@@ -316,7 +348,7 @@ async fn check_cache(config: &Config) -> Line {
                 ),
             }
         }
-        Err(error) => Line { ok: false, what, detail: error.to_string() },
+        Err(error) => Line { warn: false, ok: false, what, detail: error.to_string() },
     }
 }
 
@@ -338,9 +370,45 @@ fn wants_jinja(error: &crate::llm::LlmError) -> bool {
 /// and its `.lock` go there, and external tools' artifacts), and the state file, if there is
 /// one, may be written. A folder that is missing fails, though `picogent run` would make it: a
 /// mistyped path would otherwise start the agent afresh on a new, empty state.
+/// One line per coding agent that would run without the sandbox: its entry says so, or bwrap is
+/// not installed.
+fn check_sandbox(config: &Config) -> Vec<Line> {
+    use crate::workspace::config::Sandboxing;
+    if !config.workspaces.enabled() {
+        return Vec::new();
+    }
+    let mut lines = Vec::new();
+    for name in config.workspaces.agents.keys() {
+        let Ok(agent) = config.workspaces.coding_agent(Some(name)) else { continue };
+        let why = match agent.sandbox {
+            Sandboxing::Off => Some(format!("its entry says `sandbox: false` (workspaces.agents.{name}.sandbox)")),
+            Sandboxing::On | Sandboxing::WhereInstalled if !crate::workspace::sandbox::available() => {
+                Some("bwrap is not installed (Debian: apt-get install bubblewrap)".to_string())
+            }
+            _ => None,
+        };
+        let (warn, ok, detail) = match (why, agent.sandbox) {
+            (None, _) => (false, true, format!("coding agent `{name}` runs in the sandbox (bubblewrap)")),
+            (Some(why), Sandboxing::On) => {
+                (false, false, format!("coding agent `{name}` asks for the sandbox, and {why}"))
+            }
+            (Some(why), _) => (
+                true,
+                true,
+                format!(
+                    "coding agent `{name}` runs WITHOUT the sandbox: {why}; it can read what picogent's user can \
+                     (docs/coding-agents.md, threat model)"
+                ),
+            ),
+        };
+        lines.push(Line { warn, ok, what: "sandbox".into(), detail });
+    }
+    lines
+}
+
 fn check_state_folder(config: &Config) -> Line {
     let what = "state".to_string();
-    let fail = |detail: String| Line { ok: false, what: what.clone(), detail };
+    let fail = |detail: String| Line { warn: false, ok: false, what: what.clone(), detail };
     let folder = config.state.folder();
     let path = &config.state.path;
     match std::fs::metadata(folder) {
@@ -378,5 +446,5 @@ fn check_state_folder(config: &Config) -> Line {
         None if path.exists() => format!("{} can be written", path.display()),
         None => format!("{} can be made in {} (a first start)", path.display(), folder.display()),
     };
-    Line { ok: true, what, detail }
+    Line { warn: false, ok: true, what, detail }
 }

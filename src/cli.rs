@@ -347,6 +347,8 @@ pub fn main(cli: Cli) -> ExitCode {
         let code = picogent_workspace::sandbox::relay_inside(*port, socket, command);
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
+    // Before any thread: nothing picogent starts reads a secret out of its process.
+    picogent_support::seal::seal();
     // A sandboxed coding agent's relay is this program's `sandbox-relay`.
     if let Ok(program) = std::env::current_exe() {
         picogent_workspace::sandbox::set_relay_program(program);

@@ -302,7 +302,8 @@ async fn a_stop_kills_the_coding_agent_and_a_crash_is_one_notice_naming_it() {
          sleep 300 & echo $! > {}; wait",
         pidfile.display()
     );
-    let agent_entry = json!({"command": ["sh", "-c", script, "coding-agent", "{instructions}"]});
+    // Without the sandbox on purpose: the test follows the agent's processes by their host pids.
+    let agent_entry = json!({"command": ["sh", "-c", script, "coding-agent", "{instructions}"], "sandbox": false});
     let board = start_board(dir.path()).await;
     let model = start_model(0).await;
     let extra = workspaces(dir.path(), &remote, agent_entry, true);
@@ -355,9 +356,9 @@ async fn a_stop_kills_the_coding_agent_and_a_crash_is_one_notice_naming_it() {
 async fn the_coding_agent_sees_no_token_of_picogents() {
     let dir = tempfile::tempdir().unwrap();
     let remote = remote(dir.path());
-    let dump = dir.path().join("env.txt");
+    // Written into its home (writable inside the sandbox too), read from outside.
     let probe = json!({
-        "command": ["sh", "-c", format!("env > {}; echo probed", dump.display())],
+        "command": ["sh", "-c", "env > \"$HOME/env.txt\"; echo probed"],
         "env": {"GIVEN": "only-this"},
     });
     let board = start_board(dir.path()).await;
@@ -372,6 +373,7 @@ async fn the_coding_agent_sees_no_token_of_picogents() {
     })
     .await;
     wait_idle(&agent).await;
+    let dump = dir.path().join("workspaces/.homes/app").join(&task.key).join("env.txt");
     let env = std::fs::read_to_string(&dump).unwrap();
     assert!(env.contains("GIVEN=only-this"), "{env}");
     for secret in ["tok-picogent", MCP_TOKEN, "tok-alice"] {
@@ -425,7 +427,9 @@ async fn a_sigkill_of_picogent_mid_run_resumes_in_the_same_workspace_with_one_co
          exec sh {STAND_IN} \"$1\"",
         pidfile.display()
     );
-    let entry = json!({"command": ["sh", "-c", script, "coding-agent", "{instructions}"], "output": "jsonl"});
+    // Without the sandbox on purpose: the test follows the left-over process by its host pid.
+    let entry =
+        json!({"command": ["sh", "-c", script, "coding-agent", "{instructions}"], "output": "jsonl", "sandbox": false});
     let board = start_board(dir.path()).await;
     let model = start_model(0).await;
     let extra = workspaces(dir.path(), &remote, entry, true);

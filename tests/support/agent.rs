@@ -117,6 +117,9 @@ pub async fn start_agent_with_clock(
 /// What [`start_agent_with_clock`] starts the agent with (its member's token, the test MCP token,
 /// the fast stream, HTTP on), for a test that wants to see a start refused.
 pub fn agent_options(config: Config, clock: Option<std::sync::Arc<dyn picogent::schedule::Clock>>) -> AgentOptions {
+    // A coding agent runs in the sandbox where bwrap is installed, as under `picogent run`; its
+    // relay is picogent's own `sandbox-relay`, which this test process is not.
+    picogent::workspace::sandbox::set_relay_program(std::path::PathBuf::from(env!("CARGO_BIN_EXE_picogent")));
     let token = format!("tok-{}", config.slug);
     AgentOptions {
         config,

@@ -76,14 +76,7 @@ pub async fn work(
             let notice = format!("I could not finish this: {failure}. Nothing was pushed.");
             (RunStatus::Failed, outcome.text(), Some(notice))
         }
-        Err(error) if error.agent_finished() => {
-            let notice = format!("I could not finish this: {error}.");
-            (RunStatus::Failed, error.to_string(), Some(notice))
-        }
-        Err(error) => {
-            let notice = format!("I could not start on this: {error}.");
-            (RunStatus::Failed, error.to_string(), Some(notice))
-        }
+        Err(error) => (RunStatus::Failed, error.to_string(), Some(error.notice())),
     };
     if status == RunStatus::Completed {
         post_answer(&services.client, posts, &request.session, run_id, &request.kind, text.clone(), 0).await;

@@ -166,6 +166,19 @@ impl AgentHandle {
 pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     let AgentOptions { config, tracker_token, llm_api_key, mcp_token, ui_token, stream, serve_http, clock } = options;
     let config = Arc::new(config);
+    // What a coding agent's push may never carry, each named by its setting.
+    let held_secrets: Vec<(String, Secret)> = [
+        (format!("the tracker's token ({})", config.tracker.token_env), Some(tracker_token.clone())),
+        (
+            format!("the model's key ({})", config.llm.api_key_env.as_deref().unwrap_or("llm.api_key_env")),
+            llm_api_key.clone(),
+        ),
+        (format!("the MCP token ({})", config.mcp.token_env), mcp_token.clone()),
+        (format!("the inspector's token ({})", config.http.ui_token_env), ui_token.clone()),
+    ]
+    .into_iter()
+    .filter_map(|(what, secret)| secret.map(|secret| (what, secret)))
+    .collect();
     // The schedules' mistakes (a pattern, a zone, a prompt file) stop the start, naming the job.
     let jobs = picogent_schedule::jobs(&config.schedules, std::path::Path::new("."))
         .map_err(|problem| anyhow::anyhow!("schedules: field `{}`: {}", problem.field, problem.message))?;
@@ -247,7 +260,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
         timeout: std::time::Duration::from_millis(config.elicitation.timeout_ms),
         url_retries: config.elicitation.url_retries,
     });
-    let coding = coding_tools(&config, &client)?;
+    let coding = coding_tools(&config, &client, held_secrets)?;
     // The model's clarifying question, asked where the run was asked (`tools::question`).
     let question = picogent_tools::question::QuestionTool::new(
         client.clone(),
@@ -513,6 +526,7 @@ fn tend_workspaces(
 fn coding_tools(
     config: &Config,
     client: &TrackerClient,
+    secrets: Vec<(String, Secret)>,
 ) -> anyhow::Result<Option<Arc<picogent_workspace::CodingTools>>> {
     if !config.workspaces.enabled() {
         return Ok(None);
@@ -520,7 +534,8 @@ fn coding_tools(
     picogent_support::private_files::create_private_dir_all(&config.workspaces.root)
         .with_context(|| format!("cannot make workspaces.root {}", config.workspaces.root.display()))?;
     let email = format!("{}@picogent.invalid", config.slug);
-    let workspaces = picogent_workspace::Workspaces::new(Arc::new(config.workspaces.clone()), &config.name, &email);
+    let workspaces = picogent_workspace::Workspaces::new(Arc::new(config.workspaces.clone()), &config.name, &email)
+        .with_secrets(secrets);
     let model = picogent_workspace::tools::ModelDefaults {
         base_url: config.llm.base_url.clone(),
         model: config.llm.model.clone(),

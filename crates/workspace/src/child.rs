@@ -40,6 +40,46 @@ pub fn command(program: &str, args: &[String], dir: &Path, home: &Path, env: &BT
     command
 }
 
+/// The child gets no privilege: `no_new_privs`, an empty capability bounding set, and no
+/// capability at all, so a child of root is root without root's powers (it cannot read the
+/// memory or the `/proc` files of picogent, which is not dumpable). For a child that is not
+/// root, which has no capability, this changes nothing but `no_new_privs`.
+pub fn without_privileges(command: &mut Command) {
+    // SAFETY: between fork and exec only prctl and capset run, which are async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+            for capability in 0..64 {
+                // EINVAL past the last capability, EPERM without CAP_SETPCAP: nothing to drop.
+                libc::prctl(libc::PR_CAPBSET_DROP, capability, 0, 0, 0);
+            }
+            libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+            let mut header = CapHeader { version: CAPABILITY_VERSION_3, pid: 0 };
+            let data = [CapData::default(); 2];
+            if libc::syscall(libc::SYS_capset, &mut header as *mut CapHeader, data.as_ptr()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
 /// Kills what is left of the process group `pgid` of an earlier picogent that was killed: every
 /// process of that group whose working folder is inside `dir` (a process of another group, or
 /// one that reused the number elsewhere, is left alone). Returns how many were killed.
@@ -108,11 +148,49 @@ impl Group {
     }
 }
 
+/// The longest line of a child's output kept whole; the rest of a longer one is dropped.
+pub const MAX_LINE: usize = 64 * 1024;
+
+/// The next line of `reader`, at most [`MAX_LINE`] bytes of it (the rest dropped, counted in a
+/// note at its end); `None` at the end.
+async fn next_line(reader: &mut (impl tokio::io::AsyncBufRead + Unpin)) -> Option<String> {
+    use tokio::io::AsyncBufReadExt;
+    let mut line = Vec::new();
+    let mut dropped = 0usize;
+    let mut ended = false;
+    loop {
+        let buffer = match reader.fill_buf().await {
+            Ok([]) | Err(_) => break,
+            Ok(buffer) => buffer,
+        };
+        let (piece, used, done) = match buffer.iter().position(|byte| *byte == b'\n') {
+            Some(at) => (&buffer[..at], at + 1, true),
+            None => (buffer, buffer.len(), false),
+        };
+        let room = MAX_LINE.saturating_sub(line.len());
+        line.extend_from_slice(&piece[..piece.len().min(room)]);
+        dropped += piece.len().saturating_sub(room);
+        reader.consume(used);
+        if done {
+            ended = true;
+            break;
+        }
+    }
+    if !ended && line.is_empty() && dropped == 0 {
+        return None;
+    }
+    let mut text = String::from_utf8_lossy(&line).into_owned();
+    if dropped > 0 {
+        text.push_str(&format!(" [{dropped} more bytes of this line not kept]"));
+    }
+    Some(text)
+}
+
 impl Group {
-    /// The child's output, line by line as it comes: `(true, line)` from stdout, `(false, line)`
-    /// from stderr. The channel closes once both pipes are closed.
+    /// The child's output, line by line as it comes (each at most [`MAX_LINE`] bytes):
+    /// `(true, line)` from stdout, `(false, line)` from stderr. The channel closes once both
+    /// pipes are closed.
     pub fn lines(&mut self) -> tokio::sync::mpsc::UnboundedReceiver<(bool, String)> {
-        use tokio::io::AsyncBufReadExt;
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let stdout =
             self.child.stdout.take().map(|pipe| (true, Box::new(pipe) as Box<dyn tokio::io::AsyncRead + Send + Unpin>));
@@ -120,8 +198,8 @@ impl Group {
         for (is_stdout, pipe) in [stdout, stderr].into_iter().flatten() {
             let tx = tx.clone();
             tokio::spawn(async move {
-                let mut lines = tokio::io::BufReader::new(pipe).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
+                let mut reader = tokio::io::BufReader::new(pipe);
+                while let Some(line) = next_line(&mut reader).await {
                     if tx.send((is_stdout, line)).is_err() {
                         break;
                     }

@@ -16,7 +16,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::child::{self, Capped, Group};
-use crate::config::{CodingAgent, OutputFormat};
+use crate::config::{CodingAgent, OutputFormat, Sandboxing};
 use crate::workspace::Workspace;
 
 /// What a run of a coding agent is given.
@@ -59,6 +59,9 @@ pub struct AgentReport {
     /// Its output as kept (`max_output_bytes`), with a line saying how much more there was.
     pub output: String,
     pub duration_ms: u64,
+    /// Why it ran without the sandbox, when it did (its entry says so, or bwrap is missing).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unsandboxed: Option<String>,
 }
 
 impl AgentReport {
@@ -93,6 +96,13 @@ pub async fn run(
     let agent = invocation.agent;
     let mut kept = Capped::new(agent.max_output_bytes);
     let mut reading = Reading::new(agent.output);
+    let unsandboxed = match agent.sandbox {
+        Sandboxing::Off => Some(format!("its entry says sandbox: false (workspaces.agents.{}.sandbox)", agent.name)),
+        Sandboxing::WhereInstalled if !crate::sandbox::available() => {
+            Some("bwrap (Debian: bubblewrap) is not installed".to_string())
+        }
+        _ => None,
+    };
     let report = |end: AgentEnd, exit: Option<String>, reading: Reading, kept: &Capped| AgentReport {
         agent: agent.name.clone(),
         end,
@@ -101,6 +111,7 @@ pub async fn run(
         progress: reading.progress,
         output: kept.shown(),
         duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        unsandboxed: unsandboxed.clone(),
     };
     let Prepared { program, args, env, sandbox } = match prepare(invocation) {
         Ok(prepared) => prepared,
@@ -114,14 +125,21 @@ pub async fn run(
         return report(AgentEnd::NotStarted { reason: error.to_string() }, None, reading, &kept);
     }
     // A coding agent an earlier picogent started here and was killed before it could stop it.
-    let pid_file = invocation.workspace.home.join("coding-agent.pgid");
-    if let Some(pgid) = std::fs::read_to_string(&pid_file).ok().and_then(|text| text.trim().parse().ok()) {
+    let home = &invocation.workspace.home;
+    let pid_file = home.join(PID_FILE);
+    let recorded = crate::files::read_bounded(&pid_file, 64).ok();
+    if let Some(pgid) = recorded.and_then(|text| String::from_utf8_lossy(&text).trim().parse().ok()) {
         let killed = child::kill_left_over(pgid, &invocation.workspace.path);
         if killed > 0 {
             tracing::warn!(killed, "killed what a coding agent of an earlier picogent left running in this workspace");
         }
     }
-    let command = child::command(&program, &args, &invocation.workspace.path, &invocation.workspace.home, &env);
+    let mut command = child::command(&program, &args, &invocation.workspace.path, home, &env);
+    if sandbox.is_none() {
+        // Without the sandbox, at least no capability: as root too, it cannot read picogent's
+        // memory or `/proc` files (picogent is not dumpable).
+        child::without_privileges(&mut command);
+    }
     let mut group = match Group::spawn(command) {
         Ok(group) => group,
         Err(error) => {
@@ -130,7 +148,7 @@ pub async fn run(
         }
     };
     if let Some(pgid) = group.pgid() {
-        let _ = std::fs::write(&pid_file, pgid.to_string());
+        let _ = crate::files::write_fresh(home, PID_FILE, pgid.to_string().as_bytes());
     }
     let report = |end, exit, reading, kept: &Capped| {
         let _ = std::fs::remove_file(&pid_file);
@@ -195,6 +213,12 @@ pub async fn run(
     report(end, Some(exit), reading, &kept)
 }
 
+/// Where the process group of the coding agent running in a workspace is noted, in its home.
+const PID_FILE: &str = "coding-agent.pgid";
+
+/// The most of a result file that is read.
+const MAX_RESULT_BYTES: u64 = 32 * 1024 * 1024;
+
 /// What a coding agent is started with, placeholders filled.
 struct Prepared {
     program: String,
@@ -208,11 +232,11 @@ struct Prepared {
 #[derive(Debug, thiserror::Error)]
 enum PrepareError {
     #[error("cannot make its home: {0}")]
-    Home(std::io::Error),
+    Home(crate::files::FileError),
     #[error("cannot write its instructions: {0}")]
-    Instructions(std::io::Error),
+    Instructions(crate::files::FileError),
     #[error("cannot write {name}: {source}")]
-    File { name: String, source: std::io::Error },
+    File { name: String, source: crate::files::FileError },
     #[error("the environment variable {0} is not set (its entry passes ${{{0}}})")]
     Unset(String),
     #[error(transparent)]
@@ -224,15 +248,16 @@ enum PrepareError {
 fn prepare(invocation: &Invocation<'_>) -> Result<Prepared, PrepareError> {
     let agent = invocation.agent;
     let workspace = invocation.workspace;
-    std::fs::create_dir_all(&workspace.home).map_err(PrepareError::Home)?;
+    crate::files::ensure_dir(&workspace.home).map_err(PrepareError::Home)?;
     let instructions_file = workspace.home.join("instructions.md");
-    std::fs::write(&instructions_file, invocation.instructions).map_err(PrepareError::Instructions)?;
+    crate::files::write_fresh(&workspace.home, "instructions.md", invocation.instructions.as_bytes())
+        .map_err(PrepareError::Instructions)?;
     for (name, content) in &agent.files {
-        std::fs::write(workspace.home.join(name), content)
+        crate::files::write_fresh(&workspace.home, name, content.as_bytes())
             .map_err(|source| PrepareError::File { name: name.clone(), source })?;
     }
-    let sandbox = match agent.sandbox {
-        true => Some(crate::sandbox::Sandbox::new(workspace, invocation.base_url)?),
+    let sandbox = match agent.sandbox.wanted() {
+        true => Some(crate::sandbox::Sandbox::new(workspace, invocation.base_url, agent)?),
         false => None,
     };
     let vars = BTreeMap::from([
@@ -246,7 +271,10 @@ fn prepare(invocation: &Invocation<'_>) -> Result<Prepared, PrepareError> {
     ]);
     // An outcome an earlier run left is not this run's.
     if let Some(result) = &agent.result {
-        let _ = std::fs::remove_file(fill(&result.path, &vars));
+        let path = std::path::PathBuf::from(fill(&result.path, &vars));
+        if std::fs::symlink_metadata(&path).is_ok_and(|meta| !meta.is_dir()) {
+            let _ = std::fs::remove_file(&path);
+        }
     }
     let mut words: Vec<String> = agent.command.iter().map(|word| fill(word, &vars)).collect();
     let mut env = BTreeMap::new();
@@ -317,11 +345,14 @@ fn result_file_failure(invocation: &Invocation<'_>) -> Option<String> {
         ("workspace", invocation.workspace.path.to_string_lossy().into_owned()),
     ]);
     let path = fill(&spec.path, &vars);
-    let text = match std::fs::read_to_string(Path::new(&path)) {
+    let text = match crate::files::read_bounded(Path::new(&path), MAX_RESULT_BYTES) {
         Ok(text) => text,
-        Err(error) => return Some(format!("it wrote no result file {path}: {error}")),
+        Err(crate::files::FileError::Io { source, .. }) => {
+            return Some(format!("it wrote no result file {path}: {source}"));
+        }
+        Err(error) => return Some(format!("its result file cannot be read: {error}")),
     };
-    let value: serde_json::Value = match serde_json::from_str(&text) {
+    let value: serde_json::Value = match serde_json::from_slice(&text) {
         Ok(value) => value,
         Err(error) => return Some(format!("its result file {path} is not JSON: {error}")),
     };

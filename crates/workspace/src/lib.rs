@@ -24,10 +24,12 @@
 pub mod child;
 pub mod coding;
 pub mod config;
+pub mod files;
 pub mod git;
 pub mod hooks;
 pub mod names;
 pub mod sandbox;
+pub mod scan;
 pub mod tools;
 pub mod workspace;
 

@@ -1,7 +1,18 @@
-//! The sandbox a coding agent entry may ask for (`sandbox: true`): bubblewrap (`bwrap`), with
-//! the workspace and the agent's home writable, the rest of the file system read-only, its own
-//! `/tmp`, process namespace and network namespace. The only way out of that network is the
-//! model's address:
+//! The sandbox a coding agent runs in (`sandbox: true`, or unset where `bwrap` is installed):
+//! bubblewrap, with its own `/tmp`, process namespace (picogent's processes and their `/proc`
+//! are not there) and network namespace, and no capabilities. Of the host it shows only:
+//!
+//! - the system's programs and libraries (`/usr`, `/bin`, `/lib*`, `/sbin`) and `/etc`, read-only,
+//!   with the files that hold passwords and keys (`/etc/shadow`, `/etc/ssh`, …) blanked;
+//! - the coding CLI's own installation, found from its program ([`install_roots`]: the prefix of
+//!   its `node_modules` or virtual environment, its interpreter's), and the entry's
+//!   `sandbox_read`, read-only;
+//! - the worktree and the agent's home, writable; the worktree's `.git` file and the repository's
+//!   mirror, read-only (picogent commits and pushes, not the agent);
+//! - picogent's own executable, read-only, for the relay.
+//!
+//! `/root`, `/home`, `/srv`, `/var`, picogent's state and configuration, and the other tasks'
+//! workspaces are not there. The only way out of its network is the model's address:
 //!
 //! ```text
 //! coding agent ──TCP──▶ 127.0.0.1:PORT ─ relay inside ─unix socket (in its home)─▶ relay outside ──TCP──▶ model
@@ -25,9 +36,26 @@ use std::sync::OnceLock;
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio_util::sync::CancellationToken;
 
+use crate::config::CodingAgent;
 use crate::workspace::Workspace;
 
 static RELAY_PROGRAM: OnceLock<PathBuf> = OnceLock::new();
+
+/// The system's folders, shown read-only (or as the links they are, on a merged `/usr`).
+const SYSTEM: [&str; 8] = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"];
+
+/// Files under `/etc` that hold passwords or keys: blanked inside.
+const BLANKED_FILES: [&str; 6] =
+    ["/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers", "/etc/machine-id"];
+
+/// Folders under `/etc` that hold keys: empty inside.
+const BLANKED_FOLDERS: [&str; 4] = ["/etc/ssh", "/etc/sudoers.d", "/etc/ssl/private", "/etc/picogent"];
+
+/// Whether coding agents whose entry leaves `sandbox` unset run sandboxed: `bwrap` is installed.
+pub fn available() -> bool {
+    static FOUND: OnceLock<bool> = OnceLock::new();
+    *FOUND.get_or_init(|| on_path("bwrap"))
+}
 
 /// The picogent executable whose `sandbox-relay` command relays inside sandboxes. The first
 /// call wins.
@@ -44,8 +72,9 @@ pub enum SandboxError {
     #[error("its entry asks for the sandbox, and bwrap is not installed (Debian: bubblewrap)")]
     NoBwrap,
     #[error(
-        "its entry asks for the sandbox, and this process is not picogent, whose `sandbox-relay` command \
-         carries the model's traffic out of it (set it with picogent_workspace::sandbox::set_relay_program)"
+        "it runs in the sandbox (bwrap is installed and its entry does not say sandbox: false), and this process \
+         is not picogent, whose `sandbox-relay` command carries the model's traffic out of it (set it with \
+         picogent_workspace::sandbox::set_relay_program)"
     )]
     NoRelay,
     #[error("the sandbox cannot reach the model at {0:?}: {1}")]
@@ -54,6 +83,8 @@ pub enum SandboxError {
     SocketPath(String),
     #[error("cannot prepare the sandbox: {0}")]
     Io(#[from] std::io::Error),
+    #[error("cannot prepare the sandbox: {0}")]
+    File(#[from] crate::files::FileError),
 }
 
 /// A sandbox for one run of a coding agent: how its command is wrapped, and where the model is.
@@ -68,11 +99,16 @@ pub struct Sandbox {
     /// A hosts file mapping the model's host name to 127.0.0.1, when it has one.
     hosts: Option<PathBuf>,
     relay: PathBuf,
+    /// What it shows read-only besides the system: the CLI's installation, `sandbox_read`.
+    reads: Vec<PathBuf>,
+    /// `/etc/passwd` and `/etc/group` inside: the agent's own user and group, and root's; none of
+    /// the host's accounts.
+    accounts: (PathBuf, PathBuf),
 }
 
 impl Sandbox {
-    /// The sandbox for an agent working in `workspace` and told the model is at `base_url`.
-    pub fn new(workspace: &Workspace, base_url: &str) -> Result<Sandbox, SandboxError> {
+    /// The sandbox for `agent` working in `workspace` and told the model is at `base_url`.
+    pub fn new(workspace: &Workspace, base_url: &str, agent: &CodingAgent) -> Result<Sandbox, SandboxError> {
         if !on_path("bwrap") {
             return Err(SandboxError::NoBwrap);
         }
@@ -85,12 +121,28 @@ impl Sandbox {
         let (inside_url, hosts) = match url.host.trim_matches(['[', ']']).parse::<IpAddr>() {
             Ok(_) => (format!("{}://127.0.0.1:{}{}", url.scheme, url.port, url.rest), None),
             Err(_) => {
-                let hosts = workspace.home.join("sandbox-hosts");
                 let mapped = format!("127.0.0.1 localhost\n::1 localhost\n127.0.0.1 {}\n", url.host);
-                std::fs::write(&hosts, mapped)?;
-                (base_url.to_string(), Some(hosts))
+                crate::files::write_fresh(&workspace.home, "sandbox-hosts", mapped.as_bytes())?;
+                (base_url.to_string(), Some(workspace.home.join("sandbox-hosts")))
             }
         };
+        // SAFETY: getuid and getgid only read the process's ids.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let home = workspace.home.display();
+        let mut passwd = String::from("root:x:0:0:root:/root:/bin/sh\n");
+        let mut group = String::from("root:x:0:\n");
+        if uid != 0 {
+            passwd.push_str(&format!("agent:x:{uid}:{gid}:coding agent:{home}:/bin/sh\n"));
+        }
+        if gid != 0 {
+            group.push_str(&format!("agent:x:{gid}:\n"));
+        }
+        crate::files::write_fresh(&workspace.home, "sandbox-passwd", passwd.as_bytes())?;
+        crate::files::write_fresh(&workspace.home, "sandbox-group", group.as_bytes())?;
+        crate::files::write_fresh(&workspace.home, "sandbox-empty", b"")?;
+        let accounts = (workspace.home.join("sandbox-passwd"), workspace.home.join("sandbox-group"));
+        let mut reads = install_roots(&agent.command);
+        reads.extend(agent.sandbox_read.iter().cloned());
         Ok(Sandbox {
             host: url.host.trim_matches(['[', ']']).to_string(),
             port: url.port,
@@ -98,6 +150,8 @@ impl Sandbox {
             socket,
             hosts,
             relay,
+            reads,
+            accounts,
         })
     }
 
@@ -110,20 +164,56 @@ impl Sandbox {
     pub fn wrap(&self, words: Vec<String>, workspace: &Workspace) -> Vec<String> {
         let ws = workspace.path.to_string_lossy().into_owned();
         let home = workspace.home.to_string_lossy().into_owned();
-        let mut wrapped: Vec<String> =
-            ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-                .iter()
-                .map(|word| word.to_string())
-                .collect();
+        let mut wrapped = vec!["bwrap".to_string()];
+        let mut add = |words: &[&str]| wrapped.extend(words.iter().map(|word| word.to_string()));
+        for dir in SYSTEM {
+            match std::fs::symlink_metadata(dir) {
+                Ok(meta) if meta.file_type().is_symlink() => {
+                    if let Ok(target) = std::fs::read_link(dir) {
+                        add(&["--symlink", &target.to_string_lossy(), dir]);
+                    }
+                }
+                Ok(meta) if meta.is_dir() => add(&["--ro-bind", dir, dir]),
+                _ => {}
+            }
+        }
+        let empty = self.accounts.0.with_file_name("sandbox-empty");
+        for file in BLANKED_FILES.iter().filter(|file| Path::new(file).is_file()) {
+            add(&["--ro-bind", &empty.to_string_lossy(), file]);
+        }
+        for dir in BLANKED_FOLDERS.iter().filter(|dir| Path::new(dir).is_dir()) {
+            add(&["--tmpfs", dir]);
+        }
+        add(&["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]);
         if let Some(hosts) = &self.hosts {
-            wrapped.extend(["--ro-bind".to_string(), hosts.to_string_lossy().into_owned(), "/etc/hosts".to_string()]);
+            add(&["--ro-bind", &hosts.to_string_lossy(), "/etc/hosts"]);
+        }
+        add(&["--ro-bind", &self.accounts.0.to_string_lossy(), "/etc/passwd"]);
+        add(&["--ro-bind", &self.accounts.1.to_string_lossy(), "/etc/group"]);
+        for read in self.reads.iter().filter(|read| read.exists()) {
+            let read = read.to_string_lossy();
+            add(&["--ro-bind", &read, &read]);
+        }
+        let relay = self.relay.to_string_lossy();
+        add(&["--ro-bind", &relay, &relay]);
+        let mirror = workspace.mirror.to_string_lossy();
+        if workspace.mirror.is_dir() {
+            add(&["--ro-bind", &mirror, &mirror]);
         }
         for dir in [&ws, &home] {
-            wrapped.extend(["--bind".to_string(), dir.clone(), dir.clone()]);
+            add(&["--bind", dir, dir]);
         }
-        wrapped.extend(
-            ["--unshare-pid", "--unshare-net", "--die-with-parent", "--chdir", &ws, "--"].iter().map(|w| w.to_string()),
-        );
+        let dot_git = workspace.path.join(".git");
+        if dot_git.is_file() {
+            let dot_git = dot_git.to_string_lossy();
+            add(&["--ro-bind", &dot_git, &dot_git]);
+        }
+        add(&["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]);
+        // SAFETY: geteuid only reads the process's id.
+        if unsafe { libc::geteuid() } == 0 {
+            add(&["--cap-drop", "ALL"]);
+        }
+        add(&["--chdir", &ws, "--"]);
         wrapped.extend([
             self.relay.to_string_lossy().into_owned(),
             "sandbox-relay".to_string(),
@@ -208,7 +298,101 @@ async fn accept_on(listener: Option<&TcpListener>) -> std::io::Result<(TcpStream
 }
 
 fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+    which(program).is_some()
+}
+
+/// Where `program` is: itself when it names a path, else the first of `PATH`'s folders that has it.
+fn which(program: &str) -> Option<PathBuf> {
+    if program.contains('/') {
+        return Path::new(program).is_file().then(|| PathBuf::from(program));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|dir| dir.join(program)).find(|candidate| candidate.is_file())
+}
+
+/// Whether `path` is inside the system's folders the sandbox shows anyway.
+fn in_system(path: &Path) -> bool {
+    SYSTEM.iter().any(|dir| path.starts_with(dir))
+}
+
+/// The installation a coding agent's command runs from, to be shown read-only: for its program
+/// (as named, and where its links lead), its `#!` interpreter, and each absolute path among its
+/// words that is a file (a script it runs): the prefix that holds it. A prefix is the folder
+/// holding its outermost `node_modules`, the folder above its `bin`, or else its own folder; a
+/// Python virtual environment brings the installation it was made from (`pyvenv.cfg`'s `home`).
+/// Nothing under the system's folders is listed (they are shown anyway).
+pub fn install_roots(command: &[String]) -> Vec<PathBuf> {
+    let mut programs: Vec<PathBuf> = Vec::new();
+    if let Some(found) = command.first().and_then(|program| which(program)) {
+        programs.push(found);
+    }
+    programs.extend(command.iter().skip(1).map(PathBuf::from).filter(|word| word.is_absolute() && word.is_file()));
+    let mut roots: Vec<PathBuf> = Vec::new();
+    let mut seen = 0;
+    while seen < programs.len() && seen < 16 {
+        let program = programs[seen].clone();
+        seen += 1;
+        let resolved = std::fs::canonicalize(&program).unwrap_or_else(|_| program.clone());
+        for path in [&program, &resolved] {
+            let Some(root) = prefix_of(path) else { continue };
+            if let Some(home) = venv_home(&root) {
+                programs.push(home.join("python3"));
+            }
+            if !roots.contains(&root) {
+                roots.push(root);
+            }
+        }
+        if let Some(interpreter) = shebang(&resolved) {
+            programs.push(interpreter);
+        }
+    }
+    roots
+}
+
+fn prefix_of(path: &Path) -> Option<PathBuf> {
+    if in_system(path) || !path.is_absolute() {
+        return None;
+    }
+    let mut prefix = PathBuf::new();
+    for part in path.components() {
+        if part.as_os_str() == "node_modules" {
+            return Some(prefix);
+        }
+        prefix.push(part);
+    }
+    let dir = path.parent()?;
+    let root = match dir.file_name() {
+        Some(name) if name == "bin" => dir.parent()?.to_path_buf(),
+        _ => dir.to_path_buf(),
+    };
+    (!in_system(&root) && root != Path::new("/")).then_some(root)
+}
+
+/// The `bin` folder a virtual environment at `root` was made from.
+fn venv_home(root: &Path) -> Option<PathBuf> {
+    let config = crate::files::read_bounded(&root.join("pyvenv.cfg"), 64 * 1024).ok()?;
+    let config = String::from_utf8_lossy(&config);
+    let home = config.lines().find_map(|line| {
+        let (key, value) = line.split_once('=')?;
+        (key.trim() == "home").then(|| PathBuf::from(value.trim()))
+    })?;
+    home.is_absolute().then_some(home)
+}
+
+/// The program a script's `#!` line runs (through `env`, the program it names).
+fn shebang(script: &Path) -> Option<PathBuf> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let read = crate::files::open_regular(script).ok()?.read(&mut head).ok()?;
+    let line = head[..read].strip_prefix(b"#!")?;
+    let line = String::from_utf8_lossy(line.split(|byte| *byte == b'\n').next()?).into_owned();
+    let mut words = line.split_whitespace();
+    let first = words.next()?;
+    if first.ends_with("/env") {
+        let named = words.find(|word| !word.starts_with('-'))?;
+        return which(named);
+    }
+    Some(PathBuf::from(first))
 }
 
 /// The relay inside the sandbox (`picogent sandbox-relay`): listens on 127.0.0.1:`port` (and

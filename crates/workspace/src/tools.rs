@@ -51,6 +51,9 @@ pub struct WorkDone {
     pub diff: crate::DiffStat,
     /// From `workspaces.links.commit` (or `.branch` when there is no commit), filled in.
     pub link: Option<String>,
+    /// Why the coding agent ran without the sandbox, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unsandboxed: Option<String>,
 }
 
 impl WorkDone {
@@ -63,6 +66,9 @@ impl WorkDone {
         }
         if let Some(link) = &self.link {
             line.push_str(&format!(" {link}"));
+        }
+        if let Some(why) = &self.unsandboxed {
+            line.push_str(&format!(". The coding agent ran without the sandbox: {why}"));
         }
         line
     }
@@ -259,7 +265,7 @@ pub enum CodingError {
     NoRepository { key: String, project: String },
     #[error(transparent)]
     Key(#[from] crate::names::BadTaskKey),
-    #[error(transparent)]
+    #[error("could not prepare the workspace: {0}")]
     Workspace(#[from] crate::WorkspaceError),
     #[error(transparent)]
     Agent(#[from] crate::config::AgentError),
@@ -267,17 +273,37 @@ pub enum CodingError {
     BeforeRun(String),
     #[error(transparent)]
     Branch(#[from] crate::names::BadRefName),
-    #[error(
-        "the coding agent {agent} finished, but its work could not be committed and pushed: {source}; it stays in \
-         the workspace, on its branch, for the next run"
-    )]
+    #[error("{}", finish_failed(agent, source))]
     Finish { agent: String, source: crate::WorkspaceError },
+}
+
+/// The words of [`CodingError::Finish`].
+fn finish_failed(agent: &str, source: &crate::WorkspaceError) -> String {
+    match source {
+        crate::WorkspaceError::PushRefused { .. } | crate::WorkspaceError::Tampered { .. } => {
+            format!("the coding agent {agent} finished, but {source}")
+        }
+        _ => format!(
+            "the coding agent {agent} finished, but its work could not be committed and pushed: {source}; it stays \
+             in the workspace, on its branch, for the next run"
+        ),
+    }
 }
 
 impl CodingError {
     /// Whether the coding agent ran (and finished) before this went wrong.
     pub fn agent_finished(&self) -> bool {
         matches!(self, CodingError::Finish { .. })
+    }
+
+    /// The notice on the task, naming whose step failed: picogent's own (the workspace, the push)
+    /// or the coding agent's.
+    pub fn notice(&self) -> String {
+        match self {
+            CodingError::Workspace(source) => format!("I could not prepare the workspace: {source}."),
+            CodingError::Finish { .. } => format!("I could not finish this: {self}."),
+            _ => format!("I could not start on this: {self}."),
+        }
     }
 }
 
@@ -439,6 +465,7 @@ impl CodingTools {
             pushed: finished.pushed,
             diff: finished.diff.clone(),
             link: self.link(&workspace, finished.commit.as_deref()),
+            unsandboxed: report.unsandboxed.clone(),
         };
         if let Some(run_id) = run_id {
             self.runs.with(run_id, |run| run.work = Some(work.clone()));

@@ -183,6 +183,9 @@ fn stand_in(script: &str) -> CodingAgentConfig {
         command: Some(vec!["sh".into(), "-c".into(), script.into(), "stand-in".into(), "{instructions}".into()]),
         output: Some(picogent_workspace::config::OutputFormat::Jsonl),
         env: Some(BTreeMap::from([("MODEL_URL".to_string(), "{base_url}".to_string())])),
+        // Outside the sandbox: this crate's tests have no picogent binary for its relay (the
+        // sandboxed runs are tests/sandbox.rs and tests/hostile_workspace.rs).
+        sandbox: Some(false),
         ..CodingAgentConfig::default()
     }
 }
@@ -259,7 +262,11 @@ async fn a_coding_agent_is_killed_at_a_stop_and_at_its_timeout_and_a_crash_is_na
     let crashed = run("echo 'segfault in parser' >&2; exit 139", 60_000, CancellationToken::new()).await;
     assert_eq!(crashed.end, AgentEnd::Failed { reason: "exit 139: segfault in parser".into() });
 
-    let missing = CodingAgentConfig { command: Some(vec!["no-such-coding-cli".into()]), ..Default::default() };
+    let missing = CodingAgentConfig {
+        command: Some(vec!["no-such-coding-cli".into()]),
+        sandbox: Some(false),
+        ..Default::default()
+    };
     let agent = missing.resolve("ghost").unwrap();
     let invocation = Invocation { agent: &agent, workspace: &workspace, instructions: "x", model: "m", base_url: "u" };
     let report = coding::run(&invocation, &|_| {}, &CancellationToken::new()).await;
@@ -302,6 +309,7 @@ async fn an_outcome_file_that_is_not_done_is_a_failure_though_the_exit_is_0() {
             pointer: "/info/exit_status".into(),
             done: vec!["Submitted".into()],
         }),
+        sandbox: Some(false),
         ..CodingAgentConfig::default()
     };
     let agent = entry.resolve("mini").unwrap();

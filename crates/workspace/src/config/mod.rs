@@ -51,6 +51,9 @@ pub struct WorkspacesConfig {
     pub allowed_paths: Vec<PathBuf>,
     /// URL templates for the task's summary: `{repository}`, `{branch}` and `{commit}` are filled in.
     pub links: Links,
+    /// The largest file a push may carry, in bytes: a coding agent's larger file is not committed
+    /// and the push is refused, naming it.
+    pub max_file_bytes: u64,
 }
 
 impl Default for WorkspacesConfig {
@@ -66,6 +69,7 @@ impl Default for WorkspacesConfig {
             max_disk_mb: 10 * 1024,
             allowed_paths: Vec::new(),
             links: Links::default(),
+            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
         }
     }
 }
@@ -166,8 +170,13 @@ pub struct CodingAgentConfig {
     pub timeout_ms: Option<u64>,
     /// How much of its output is kept (the run's record, the inspector); the rest is counted.
     pub max_output_bytes: Option<u64>,
-    /// Run it inside bubblewrap (`bwrap`): the workspace writable, the rest read-only.
+    /// Run it inside bubblewrap (`bwrap`): the workspace and its home writable, the system's
+    /// programs and libraries and the CLI's own installation read-only, nothing else of the host.
+    /// Unset: sandboxed wherever `bwrap` is installed. `false` runs it without, on purpose.
     pub sandbox: Option<bool>,
+    /// Folders (or files) the sandbox shows the agent read-only besides the system's and the
+    /// CLI's own installation, which are found from its program.
+    pub sandbox_read: Option<Vec<PathBuf>>,
     /// Files written into its home (`{home}`) before each run, by name: settings a CLI reads.
     pub files: Option<BTreeMap<String, String>>,
     /// Where it writes its outcome, when its exit code does not tell.
@@ -196,13 +205,37 @@ pub struct CodingAgent {
     pub base_url: Option<String>,
     pub timeout_ms: u64,
     pub max_output_bytes: u64,
-    pub sandbox: bool,
+    pub sandbox: Sandboxing,
+    pub sandbox_read: Vec<PathBuf>,
     pub files: BTreeMap<String, String>,
     pub result: Option<ResultFile>,
 }
 
 pub const DEFAULT_AGENT_TIMEOUT_MS: u64 = 30 * 60_000;
 pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 1024 * 1024;
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 5 * 1024 * 1024;
+
+/// Whether a coding agent runs in the sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sandboxing {
+    /// `sandbox: true`: in it, or not at all.
+    On,
+    /// `sandbox: false`: without it, on purpose.
+    Off,
+    /// Unset: in it wherever `bwrap` is installed; without it (and said so) elsewhere.
+    WhereInstalled,
+}
+
+impl Sandboxing {
+    /// Whether this run goes in the sandbox.
+    pub fn wanted(self) -> bool {
+        match self {
+            Sandboxing::On => true,
+            Sandboxing::Off => false,
+            Sandboxing::WhereInstalled => crate::sandbox::available(),
+        }
+    }
+}
 
 impl CodingAgentConfig {
     /// This entry with its preset applied and its defaults filled in; `Err` names what is wrong.
@@ -240,7 +273,12 @@ impl CodingAgentConfig {
             base_url: self.base_url.clone(),
             timeout_ms: self.timeout_ms.unwrap_or(DEFAULT_AGENT_TIMEOUT_MS),
             max_output_bytes: self.max_output_bytes.unwrap_or(DEFAULT_MAX_OUTPUT_BYTES),
-            sandbox: self.sandbox.unwrap_or(false),
+            sandbox: match self.sandbox {
+                Some(true) => Sandboxing::On,
+                Some(false) => Sandboxing::Off,
+                None => Sandboxing::WhereInstalled,
+            },
+            sandbox_read: self.sandbox_read.clone().unwrap_or_default(),
             files,
             result: self.result.clone().or_else(|| preset.and_then(Preset::result)),
         })
@@ -341,6 +379,9 @@ impl WorkspacesConfig {
         }
         if self.max_disk_mb == 0 {
             return problem("workspaces.max_disk_mb".into(), "expected a size above 0".into());
+        }
+        if self.max_file_bytes == 0 {
+            return problem("workspaces.max_file_bytes".into(), "expected a size above 0".into());
         }
         for (name, repo) in &self.repositories {
             let field = |what: &str| format!("workspaces.repositories.{name}.{what}");

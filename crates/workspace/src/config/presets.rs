@@ -7,6 +7,9 @@
 //! - `mini-swe-agent`: mini-swe-agent (`mini-swe-agent` from PyPI), its only tool `bash`, the
 //!   outcome read from the trajectory file it writes.
 //!
+//! Task text is never an argument of its own: it is joined to its option (`--prompt=…`,
+//! `--task=…`), so text that starts with `-` is still the task, never an option.
+//!
 //! Both are told the model's endpoint and name (`{base_url}`, `{model}`), and get a key only from
 //! `${CODING_AGENT_API_KEY}` in picogent's environment (a placeholder when it is unset: a local
 //! server takes any).
@@ -40,7 +43,11 @@ impl Preset {
 
     pub fn command(self) -> Vec<String> {
         let words: &[&str] = match self {
-            Preset::QwenCode => &["qwen", "--auth-type", "openai", "--yolo", "-o", "stream-json", "{instructions}"],
+            // `--prompt=` in one argument: task text starting with `-` stays the prompt (Qwen Code
+            // takes no positional prompt after `--`).
+            Preset::QwenCode => {
+                &["qwen", "--auth-type", "openai", "--yolo", "-o", "stream-json", "--prompt={instructions}"]
+            }
             Preset::MiniSweAgent => &[
                 "mini",
                 "-m",
@@ -53,8 +60,7 @@ impl Preset {
                 "mini.yaml",
                 "-c",
                 "model.model_kwargs.api_base={base_url}",
-                "-t",
-                "{instructions}",
+                "--task={instructions}",
             ],
         };
         words.iter().map(|word| word.to_string()).collect()
