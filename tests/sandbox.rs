@@ -33,7 +33,13 @@ async fn a_sandboxed_coding_agent_reaches_the_model_and_its_workspace_and_nothin
         Command::new("bwrap").arg("--version").output().is_ok_and(|out| out.status.success()),
         "bwrap is not installed: run `bash tests/coding-agents/install_bwrap.sh` (Debian's bubblewrap)"
     );
-    sandbox::set_relay_program(PathBuf::from(env!("CARGO_BIN_EXE_picogent")));
+    // picogent's executable under /tmp, as from a checkout there: the sandbox's own /tmp must
+    // not hide it (it is shown read-only at its own path).
+    let dir = tempfile::tempdir().unwrap();
+    let relay = dir.path().join("picogent");
+    std::fs::copy(env!("CARGO_BIN_EXE_picogent"), &relay).unwrap();
+    assert!(relay.starts_with("/tmp") || std::env::temp_dir() != PathBuf::from("/tmp"), "{}", relay.display());
+    sandbox::set_relay_program(relay);
     let model = picogent::offline_model::start(picogent::offline_model::OfflineModelOptions::planner()).await.unwrap();
     // Another address on this machine, answering anyone who reaches it.
     let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -45,7 +51,6 @@ async fn a_sandboxed_coding_agent_reaches_the_model_and_its_workspace_and_nothin
         }
     });
 
-    let dir = tempfile::tempdir().unwrap();
     let outside = dir.path().join("outside");
     std::fs::create_dir_all(&outside).unwrap();
     let config = WorkspacesConfig {
