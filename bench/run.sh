@@ -6,7 +6,8 @@
 # (bench/procs.py), the MCP stdio round trips (benches/mcp_stdio.rs) and replicas on PostgreSQL
 # (benches/replicas.rs: runs per second with one and three replicas, stream takeover after a
 # SIGKILL; needs the PostgreSQL the tests use) and the cost per task (benches/cost.rs: the tokens
-# of a task run on both model APIs, cached and not, at list prices), then writes bench/RESULTS.md.
+# of a task run on both model APIs, cached and not, at list prices) and the overhead of a coding
+# run's boundary (benches/coding.rs: the sandbox's start, the push scan), then writes bench/RESULTS.md.
 # Exits non-zero when a target is missed (1) or a figure could not be measured (2).
 #
 # BENCH_QUICK=1 shrinks the sample sizes for a smoke run (the figures are then not worth keeping).
@@ -21,7 +22,7 @@ started=$(date +%s)
 say() { echo "[bench $(($(date +%s) - started))s] $*" >&2; }
 
 say "building the bench drivers and picogent (release profile)"
-cargo bench --no-run --bench compare --bench mcp_stdio --bench replicas --bench cost
+cargo bench --no-run --bench compare --bench mcp_stdio --bench replicas --bench cost --bench coding
 # The processes measured are the binary people run: `cargo build --release`. The one `cargo bench`
 # leaves in target/release is built with the dev-dependencies' features too (tokio's test-util,
 # criterion's), so it is built again without them and copied aside, where a later `cargo bench`
@@ -65,6 +66,9 @@ say "cost per task"
 # It exits non-zero when its target is missed, after writing cost.json, which report.py reads the
 # miss from (exit 1); a crash leaves no cost.json, which report.py counts as not measured (exit 2).
 BENCH_COST_OUT="$OUT/cost.json" cargo bench --bench cost || true
+
+say "a coding run's boundary: the sandbox's start and the push scan"
+BENCH_CODING_OUT="$OUT/coding.json" cargo bench --bench coding
 
 say "writing bench/RESULTS.md"
 status=0

@@ -511,14 +511,13 @@ async fn in_ask_mode_the_coding_agent_and_its_push_wait_for_a_yes_in_the_thread(
 async fn the_run_page_shows_the_coding_agents_output_live_and_then_its_commit() {
     let dir = tempfile::tempdir().unwrap();
     let remote = remote(dir.path());
-    let (first, second) = (dir.path().join("go-1"), dir.path().join("go-2"));
-    let script = format!(
-        "echo 'reading the date parser'; while [ ! -f {first} ]; do sleep 0.1; done; \
+    // The files it waits on are in its home, which the sandbox shows it (the seeded board's first
+    // task is TE-1).
+    let home = dir.path().join("workspaces/.homes/app/TE-1");
+    let (first, second) = (home.join("go-1"), home.join("go-2"));
+    let script = "echo 'reading the date parser'; while [ ! -f \"$HOME/go-1\" ]; do sleep 0.1; done; \
          sed -i 's/2020-01-01/2024-06-01/' src/date.py; echo 'edited the date parser <b>bold</b>'; \
-         while [ ! -f {second} ]; do sleep 0.1; done; echo 'all done'",
-        first = first.display(),
-        second = second.display()
-    );
+         while [ ! -f \"$HOME/go-2\" ]; do sleep 0.1; done; echo 'all done'";
     let entry = json!({"command": ["sh", "-c", script, "coding-agent", "{instructions}"]});
     let board = start_board(dir.path()).await;
     let model = start_model(0).await;

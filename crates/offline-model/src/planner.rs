@@ -203,8 +203,8 @@ enum Outcome {
     Pending,
     /// The result: parsed JSON, or the raw text as a string.
     Succeeded(Value),
-    /// The tool reported an error.
-    Failed,
+    /// The tool reported an error: its text, without the fences.
+    Failed(String),
 }
 
 /// The state of the conversation since the prompt that set the job.
@@ -238,8 +238,8 @@ impl History {
                 Message::Tool { tool_call_id, content, .. } => {
                     if let Some((_, entry)) = done.iter_mut().find(|(id, _)| id == tool_call_id) {
                         // A result is read inside its fence.
-                        entry.result = if content.starts_with(TOOL_ERROR_PREFIX) {
-                            Outcome::Failed
+                        entry.result = if let Some(error) = content.strip_prefix(TOOL_ERROR_PREFIX) {
+                            Outcome::Failed(without_fences(error))
                         } else {
                             let content = without_fences(content);
                             Outcome::Succeeded(serde_json::from_str(&content).unwrap_or(Value::String(content)))
@@ -260,7 +260,15 @@ impl History {
     ) -> impl Iterator<Item = &'a Value> + 'a {
         self.done.iter().filter(move |d| d.name == name && matches(&d.arguments)).filter_map(|d| match &d.result {
             Outcome::Succeeded(value) => Some(value),
-            Outcome::Pending | Outcome::Failed => None,
+            Outcome::Pending | Outcome::Failed(_) => None,
+        })
+    }
+
+    /// The error text of the last failed call of `name`.
+    fn last_failure(&self, name: &str) -> Option<&str> {
+        self.done.iter().rev().filter(|d| d.name == name).find_map(|d| match &d.result {
+            Outcome::Failed(error) => Some(error.as_str()),
+            _ => None,
         })
     }
 
@@ -451,9 +459,18 @@ fn plan_task(key: &str, task_id: Option<&str>, history: &History, offered: &Offe
             return PlannedTurn::ToolCalls(vec![call(RUN_CODING_AGENT, json!({ "instructions": instructions }))]);
         }
         if history.successes(RUN_CODING_AGENT, any).next().is_none() {
+            // Whose step failed, as the tool said: picogent's own (the workspace, the push) or the
+            // coding agent's.
+            let said = history.last_failure(RUN_CODING_AGENT).unwrap_or("").trim();
+            let said = said.lines().find(|line| !line.trim().is_empty()).unwrap_or("it did not say why");
+            let said: String = said.chars().take(400).collect();
+            let failed = match said.starts_with("could not prepare the workspace") {
+                true => format!("I {said}"),
+                false => format!("it did not succeed: {said}"),
+            };
             return PlannedTurn::Text(format!(
                 "The offline planner (a rule-based stand-in, not an LLM) delegated {key} to the coding agent, \
-                 and the coding agent did not finish; see its answer above. The task stays in progress."
+                 and {failed}. The task stays in progress."
             ));
         }
         if offered.get(WORKSPACE_STATUS).is_some() && history.wanted(WORKSPACE_STATUS, any) {
