@@ -36,6 +36,7 @@ async fn every_scenario_passes(api: picogent::config::Api) {
         stop: CancellationToken::new(),
     };
     let mut seen = Vec::new();
+    relay_is_picogent();
     let card = picogent::eval::evaluate(options, |score| seen.push(score.name)).await.unwrap();
     let text = card.render();
     assert_eq!(card.passed, card.scenarios.len(), "{text}");
@@ -115,6 +116,7 @@ async fn a_failure_notice_never_counts_as_an_answer() {
         timeout: Duration::from_secs(120),
         stop: CancellationToken::new(),
     };
+    relay_is_picogent();
     let card = picogent::eval::evaluate(options, |_| {}).await.unwrap();
     let text = card.render();
     for name in ["answer_question", "follow_up_in_thread", "work_task", "steering_comment"] {
@@ -270,4 +272,11 @@ async fn ctrl_c_ends_the_eval_with_the_scorecard_so_far_and_a_failing_exit() {
         ])
     );
     model.shutdown().await;
+}
+
+/// The eval's coding scenario runs its coding agent in the sandbox where bwrap is installed, as
+/// `picogent eval` does; the relay inside is picogent's `sandbox-relay`, which this test process
+/// is not.
+fn relay_is_picogent() {
+    picogent::workspace::sandbox::set_relay_program(std::path::PathBuf::from(env!("CARGO_BIN_EXE_picogent")));
 }

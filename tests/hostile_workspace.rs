@@ -160,12 +160,9 @@ fn one(said: &[MessageOut]) -> &str {
     &said[0].content
 }
 
-/// The attacks whose rule holds with or without the sandbox.
-async fn attacks_every_mode(world: &World, sandboxed: bool) {
-    // A `.git` of the agent's own, with an fsmonitor and a hook: picogent's git obeys neither.
-    // In the sandbox `.git` cannot be replaced, and the work is pushed; without it, the
-    // workspace is refused, one notice names it, nothing is pushed.
-    let (task, run, said) = world.attack("fsmonitor").await;
+/// The `fsmonitor` and `gitfile` attacks: a `.git` that is not picogent's.
+async fn tampered_git(world: &World, attack: &str, sandboxed: bool) {
+    let (task, run, said) = world.attack(attack).await;
     world.nothing_outside();
     if sandboxed {
         assert_eq!(run.status, RunStatus::Completed, "{said:#?}");
@@ -175,9 +172,20 @@ async fn attacks_every_mode(world: &World, sandboxed: bool) {
         let notice = one(&said);
         assert!(notice.contains("was tampered with") && notice.contains(".git"), "{notice}");
         assert!(world.branch(&task).is_none(), "nothing pushed from a tampered workspace");
-        // The next run makes the workspace anew from its branch: a `.git` file of picogent's.
-        let dot_git = world.dir.path().join("workspaces/app").join(&task.key).join(".git");
-        assert!(!dot_git.is_dir(), "the tampered workspace was not reused");
+        // Removed, not reused: the next run makes it anew from its branch.
+        let workspace = world.dir.path().join("workspaces/app").join(&task.key);
+        assert!(!workspace.exists(), "the tampered workspace was removed");
+    }
+}
+
+/// The attacks whose rule holds with or without the sandbox.
+async fn attacks_every_mode(world: &World, sandboxed: bool) {
+    // A `.git` of the agent's own (a repository in its place, or a file naming one elsewhere),
+    // with an fsmonitor and a hook: picogent's git obeys neither. In the sandbox `.git` cannot be
+    // replaced, and the work is pushed; without it, the workspace is refused, one notice names
+    // it, nothing is pushed.
+    for attack in ["fsmonitor", "gitfile"] {
+        tampered_git(world, attack, sandboxed).await;
     }
 
     // A filter, an fsmonitor, a URL rewrite, attributes and a hook written into the mirror
@@ -193,6 +201,7 @@ async fn attacks_every_mode(world: &World, sandboxed: bool) {
     // Links out of the worktree (a host file, /dev/zero, a climb out): not committed, one notice
     // naming each, nothing pushed.
     let (task, run, said) = world.attack("links").await;
+    world.nothing_outside();
     assert_eq!(run.status, RunStatus::Failed);
     let notice = one(&said);
     for file in ["host-passwd", "zero", "up"] {
@@ -202,6 +211,7 @@ async fn attacks_every_mode(world: &World, sandboxed: bool) {
 
     // A 2 GiB sparse file: refused by its size, unread, one notice.
     let (task, run, said) = world.attack("sparse").await;
+    world.nothing_outside();
     assert_eq!(run.status, RunStatus::Failed);
     let notice = one(&said);
     assert!(notice.contains("big.bin is 2147483648 bytes, over workspaces.max_file_bytes"), "{notice}");
@@ -211,6 +221,7 @@ async fn attacks_every_mode(world: &World, sandboxed: bool) {
     // private key): the commit stays local, the push is refused naming file and rule, never the
     // secret itself.
     let (task, run, said) = world.attack("secrets").await;
+    world.nothing_outside();
     assert_eq!(run.status, RunStatus::Failed);
     let notice = one(&said);
     assert!(notice.contains(&format!("config.txt holds the value of {KEY_VARIABLE}")), "{notice}");
