@@ -549,7 +549,7 @@ async fn an_answer_cut_off_by_the_context_window_names_it_not_the_run_budget() {
 
 /// A task run whose model only writes text (a small base model "answering" its prompt) did not
 /// work the task: the run is `did_nothing`, not `completed`; the task gets one notice saying so,
-/// and the model's text is not posted as a summary.
+/// which quotes what the model said (not as a summary of work: as what it said instead).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_run_that_called_no_tool_did_nothing_and_says_so_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -576,7 +576,10 @@ async fn a_task_run_that_called_no_tool_did_nothing_and_says_so_once() {
     assert_eq!(serde_json::to_value(&run).unwrap()["status"], "did_nothing");
     assert!(notice.contains("did not work this task") && notice.contains("`llm.model`, now offline-planner"));
     assert!(notice.contains("Run `picogent check`"), "no probe ran in process: {notice}");
-    assert!(!notice.contains("Bananas") && !notice.contains("all done"), "the model's text is not posted: {notice}");
+    assert!(
+        notice.contains("What the model said: «Sure! The task is all done now. Bananas.»"),
+        "the model's words are quoted, not lost: {notice}"
+    );
     assert_eq!(mine(&comments(&alice, &task.id).await).len(), 1, "one notice");
     assert!(alice.list_steps(&task.id).await.unwrap().is_empty());
     let metrics =
@@ -590,6 +593,43 @@ async fn a_task_run_that_called_no_tool_did_nothing_and_says_so_once() {
     assert_eq!(mine(&comments(&alice, &task.id).await).len(), 1);
     assert_eq!(runs_for(&agent, &session).await.len(), 1, "not worked again");
     assert!(model.mismatches().is_empty(), "{:?}", model.mismatches());
+    agent.shutdown().await.unwrap();
+    board.shutdown().await.unwrap();
+}
+
+/// A task run whose model writes text until the output limit and calls no tool (llama.cpp's
+/// small models do): the cause named is that it made no tool call, not the length; its words are
+/// quoted without the prompt's fence markers, which it repeated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_run_cut_off_without_a_tool_call_names_no_tool_call_and_quotes_no_fence_marker() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let text = "<<untrusted-0123456789abcdef>> Write the guide <<end-untrusted-0123456789abcdef>> I will write the guide \
+                now. First";
+    let model = scripted(json!([
+        {"expect": {"tools_include": ["add_step"]}, "reply": {"finish_reason": "length", "content": text}}
+    ]))
+    .await;
+    let extra = json!({"llm": {"max_output_tokens": 300}});
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+    let task = create_assigned(&alice, "Write the guide", "- write\n- check").await;
+    let session = format!("task:{}", task.id);
+    let run = eventually(Duration::from_secs(20), "the run to end", || async {
+        runs_for(&agent, &session).await.into_iter().find(|run| run.status.is_over())
+    })
+    .await;
+    let notice = eventually(Duration::from_secs(20), "the notice on the task", || async {
+        mine(&comments(&alice, &task.id).await).first().map(|m| m.content.clone())
+    })
+    .await;
+    wait_idle(&agent).await;
+    assert_eq!(run.status, RunStatus::DidNothing, "{run:?}");
+    assert!(notice.contains("made no tool call") && notice.contains("cut off at 300 tokens"), "{notice}");
+    assert!(!notice.contains("shorter answer") && !notice.contains("raise llm.max_output_tokens"), "{notice}");
+    assert!(!notice.contains("<<") && notice.contains("I will write the guide now. First"), "{notice}");
+    assert_eq!(mine(&comments(&alice, &task.id).await).len(), 1, "one notice");
     agent.shutdown().await.unwrap();
     board.shutdown().await.unwrap();
 }
@@ -685,7 +725,10 @@ async fn run_warns_at_start_when_the_model_cannot_call_tools_and_its_notice_says
     .await;
     assert!(notice.contains("did not work this task"), "{notice}");
     assert!(notice.contains("answered a request for one tool call in text"), "the probe's verdict: {notice}");
-    assert!(!notice.contains("Run `picogent check`") && !notice.contains("poem"), "{notice}");
+    assert!(
+        !notice.contains("Run `picogent check`") && notice.contains("«Task complete! Here is a poem.»"),
+        "{notice}"
+    );
     let log = agent.stop().await;
     assert_eq!(mine(&comments(&alice, &task.id).await).len(), 1, "one notice");
     let warnings = model_check_warnings(&log);

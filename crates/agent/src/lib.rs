@@ -363,6 +363,16 @@ impl<'a> Turns<'a> {
                 record.detail = Some(format!("the model declined: {refusal}"));
                 RunOutcome::Refusal
             }
+            // A task run whose model wrote text until it was cut off, and called no tool: the
+            // cause is that no tool was called, not the length.
+            (Some(text), None) if cut_off && self.setup.expects_tool_calls && record.calls.is_empty() => {
+                record.final_message = text;
+                record.detail = Some(format!(
+                    "the model called no tool in a run that works a task, and its text was cut off at {cut_where}"
+                ));
+                record.cut_off = Some(room);
+                RunOutcome::DidNothing
+            }
             (Some(text), None) if cut_off => {
                 record.final_message = text;
                 record.detail = Some(format!("the answer was cut off at {cut_where}"));
@@ -515,7 +525,8 @@ impl<'a> Turns<'a> {
         self.run_cancel.cancel();
         let record = &mut self.record;
         record.outcome = outcome;
-        if !matches!(outcome, RunOutcome::Completed | RunOutcome::CutOff) {
+        // The model's own words are kept where it wrote some: the notice quotes them, the page shows them.
+        if !matches!(outcome, RunOutcome::Completed | RunOutcome::CutOff | RunOutcome::DidNothing) {
             record.final_message = outcome.describe(record);
         }
         record.wall_time_ms = millis(self.started.elapsed());

@@ -458,22 +458,33 @@ pub fn failure_notice(record: &RunRecord, conversation: &[Message], context: &No
                 ),
             }
         }
-        RunOutcome::DidNothing => did_nothing_notice(llm, context.model_check.as_ref()),
+        RunOutcome::DidNothing => {
+            let (what, found) = did_nothing_notice(record, llm, context.model_check.as_ref());
+            (what, format!("{found}{}", quoted(record, conversation, "What the model said")))
+        }
         RunOutcome::Completed | RunOutcome::Cancelled => (record.outcome.describe(record), String::new()),
     };
     format!("{what} {what_to_do}").trim().to_string()
 }
 
 /// The notice of a task run whose model answered in text and called no tool: the model did not
-/// work the task, what the start-up probe found of it, and what to change. The model's text is
-/// not posted: it is no summary of work, since none was done.
-fn did_nothing_notice(llm: &LlmConfig, check: Option<&ModelCheck>) -> (String, String) {
+/// work the task (and, when its text ran into the output limit, that it called no tool is the
+/// cause, not the length), what the start-up probe found of it, and what to change. The model's
+/// words are quoted after it, cleaned and bounded (the whole answer is on the run's page).
+fn did_nothing_notice(record: &RunRecord, llm: &LlmConfig, check: Option<&ModelCheck>) -> (String, String) {
     use picogent_llm::probe::Verdict;
-    let what = format!(
-        "I did not work this task: the model (`llm.model`, now {}) answered in text without calling any tool, so \
-         nothing was done on the task.",
-        llm.model
-    );
+    let what = match record.cut_off {
+        Some(at) => format!(
+            "I did not work this task: the model (`llm.model`, now {}) made no tool call; it wrote text until it \
+             was cut off at {} tokens, so nothing was done on the task.",
+            llm.model, at.tokens
+        ),
+        None => format!(
+            "I did not work this task: the model (`llm.model`, now {}) answered in text without calling any tool, \
+             so nothing was done on the task.",
+            llm.model
+        ),
+    };
     let ask_admin = "Ask an admin to set llm.model to a model with tool calling, then reassign me or mention me \
                      to try again.";
     let found = match check {
@@ -499,10 +510,17 @@ fn did_nothing_notice(llm: &LlmConfig, check: Option<&ModelCheck>) -> (String, S
 /// " What I had: «…»" for a cut-off answer of the model's own words; a note instead when it
 /// only gave the request back; nothing when there was no text.
 fn quoted_partial(record: &RunRecord, conversation: &[Message]) -> String {
+    quoted(record, conversation, "What I had")
+}
+
+/// " {label}: «…»": the model's last words, on one line, without fence markers, at most 600
+/// characters (the rest is on the run's page); a note instead when they only gave the request
+/// back; nothing when there were none.
+fn quoted(record: &RunRecord, conversation: &[Message], label: &str) -> String {
     // A `CutOff` run keeps its partial answer as its final message; otherwise it is the last
     // answer in the conversation.
     let text = match record.outcome {
-        RunOutcome::CutOff => record.final_message.clone(),
+        RunOutcome::CutOff | RunOutcome::DidNothing if !record.final_message.is_empty() => record.final_message.clone(),
         _ => conversation
             .iter()
             .rev()
@@ -512,13 +530,17 @@ fn quoted_partial(record: &RunRecord, conversation: &[Message]) -> String {
             })
             .unwrap_or_default(),
     };
+    let text = picogent_prompts::without_fences(&text);
+    let text = picogent_tracker::markers::without_markers(&text);
     let partial = crate::record::one_line(&text, 600);
     if partial.is_empty() {
         String::new()
     } else if repeats_input(&text, conversation) {
-        " What I had only repeated the request back, so it is not quoted.".to_string()
+        format!(" {label} only repeated the request back, so it is not quoted.")
     } else {
-        format!(" What I had: «{partial}»")
+        let cut = text.split_whitespace().map(|word| word.chars().count() + 1).sum::<usize>() > 601;
+        let rest = if cut { " (the whole of it is on the run's page)" } else { "" };
+        format!(" {label}: «{partial}»{rest}")
     }
 }
 
@@ -856,7 +878,8 @@ mod tests {
         record.final_message = "Sure! Here is a poem about tasks.".into();
         let notice = with_context(|context| failure_notice(&record, &[], context));
         assert!(notice.contains("did not work this task") && notice.contains("`llm.model`, now tiny"), "{notice}");
-        assert!(notice.contains("Run `picogent check`") && !notice.contains("poem"), "{notice}");
+        assert!(notice.contains("Run `picogent check`"), "{notice}");
+        assert!(notice.ends_with("What the model said: «Sure! Here is a poem about tasks.»"), "{notice}");
         let found = ModelCheck {
             verdict: Verdict::NoToolCalls,
             detail: "tiny at http://127.0.0.1:9/v1 answered a request for one tool call in text".into(),

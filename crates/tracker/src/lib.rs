@@ -10,6 +10,7 @@
 
 pub mod config;
 pub mod error;
+pub mod markers;
 pub mod model;
 pub mod presence;
 pub mod session;
@@ -202,8 +203,14 @@ impl TrackerClient {
 
     // ---- messages ----
 
+    /// Posts a message; fence markers are taken out of its content ([`markers`]).
     pub async fn send_message(&self, body: &SendMessage, key: Option<&str>) -> Result<MessageOut, TrackerError> {
-        self.post("/messages", body, key).await
+        match markers::without_markers(&body.content) {
+            std::borrow::Cow::Borrowed(_) => self.post("/messages", body, key).await,
+            std::borrow::Cow::Owned(content) => {
+                self.post("/messages", &SendMessage { content, ..body.clone() }, key).await
+            }
+        }
     }
 
     pub async fn list_messages(&self, query: &MessageQuery) -> Result<Vec<MessageOut>, TrackerError> {
@@ -220,7 +227,11 @@ impl TrackerClient {
         body: &ReplyMessage,
         key: Option<&str>,
     ) -> Result<MessageOut, TrackerError> {
-        self.post(&format!("/messages/{}/replies", segment(parent_id)), body, key).await
+        let path = format!("/messages/{}/replies", segment(parent_id));
+        match markers::without_markers(&body.content) {
+            std::borrow::Cow::Borrowed(_) => self.post(&path, body, key).await,
+            std::borrow::Cow::Owned(content) => self.post(&path, &ReplyMessage { content, ..body.clone() }, key).await,
+        }
     }
 
     // ---- members ----
