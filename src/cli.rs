@@ -335,7 +335,10 @@ pub fn init_logging(format: LogFormat, default_filter: &str) {
             filter = filter.add_directive(directive);
         }
     }
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colours only on a terminal: a log written to a file or a journal carries no escape codes.
+    use std::io::IsTerminal;
+    let ansi = std::io::stderr().is_terminal();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),

@@ -673,6 +673,33 @@ impl AgentProcess {
     }
 }
 
+/// `picogent run` told a model its server does not list (a typo in `llm.model`): one warning at
+/// start, naming the setting and what the server lists, as `picogent check` says it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_warns_once_at_start_when_the_server_does_not_list_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let http = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let extra = json!({"http": {"listen": http.to_string()}, "llm": {"model": "offline-planer"}});
+    let config = agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra);
+    let log = dir.path().join("agent.log");
+    let child = spawn_agent_process_with(&write_config(dir.path(), &config), std::fs::File::create(&log).unwrap());
+    let agent = AgentProcess { child, log, http };
+    agent.checked().await;
+    let log = agent.stop().await;
+    let warnings: Vec<&str> =
+        model_check_warnings(&log).into_iter().filter(|line| line.contains("does not serve")).collect();
+    assert_eq!(warnings.len(), 1, "one warning: {log}");
+    assert!(!log.contains('\u{1b}'), "a log written to a file has no colour codes: {log:?}");
+    assert!(
+        warnings[0].contains("llm.model \"offline-planer\"") && warnings[0].contains("\"offline-planner\""),
+        "{log}"
+    );
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
 /// The lines of `log` at WARN that carry the start-up model check.
 fn model_check_warnings(log: &str) -> Vec<&str> {
     log.lines().filter(|line| line.contains("WARN") && line.contains("model check:")).collect()

@@ -562,7 +562,17 @@ pub async fn run_cli(config_path: &std::path::Path, start: StreamStart) -> anyho
     // does not wait for it.
     let llm = config.llm.clone();
     let probe_key = llm_api_key.clone();
-    let probe = tokio::spawn(async move { picogent_llm::probe::check_model(&llm, probe_key).await });
+    let probe = tokio::spawn(async move {
+        // A model the server does not list (a typo in llm.model) is said once, at start, as
+        // `picogent check` says it; a server that lists none, or cannot be reached, is left to
+        // the tool-call probe's own words.
+        if let Err(error @ picogent_llm::probe::ProbeError::ModelNotListed { .. }) =
+            picogent_llm::probe::probe(&llm, probe_key.clone()).await
+        {
+            tracing::warn!("model check: {error}; runs will fail until llm.model names a model the server serves");
+        }
+        picogent_llm::probe::check_model(&llm, probe_key).await
+    });
     let probing = picogent_llm::probe::ModelCheck::probing(&config.llm);
     let started = self::start(AgentOptions {
         config,
