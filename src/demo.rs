@@ -161,8 +161,7 @@ pub(crate) async fn coding_setup_for(
         "repositories": {"app": repository},
         "agents": {"stand-in": {"command": ["sh", agent, "{instructions}"], "output": "jsonl"}},
         "agent": "stand-in",
-        // An example template: the demo's remote is a folder, with no web page of its own.
-        "links": {"commit": "https://git.example.com/{repository}/commit/{commit}"},
+        // No `links`: the demo's remote is a folder, with no web page to link to.
     });
     Ok((section, bare))
 }
@@ -447,10 +446,12 @@ fn print_keep(demo: &Demo) {
     println!(
         "  curl -s -X POST {board}/api/tasks -H 'Authorization: Bearer tok-alice' -H 'Content-Type: application/json' \\\n    -d '{{\"project_slug\":\"team\",\"title\":\"Write a changelog\",\"assignee_slug\":\"picogent\"}}'"
     );
-    println!("connect an MCP client to the board's tools:");
-    println!("  TEAMBOARD_TOKEN=tok-picogent PICOGENT_TRACKER__URL={board} picogent mcp --stdio --config agent.json");
     match demo.write_config() {
         Ok(path) => {
+            println!("connect an MCP client to the board's tools:");
+            println!("  TEAMBOARD_TOKEN=tok-picogent picogent mcp --stdio --config {}", path.display());
+            println!("see what the agent did, from the state:");
+            println!("  picogent runs list --config {}", path.display());
             println!(
                 "see one firing of the schedule `{DEMO_SCHEDULE}` (a digest of what moved on the board, posted in #team; \
                  weekdays at 09:00 UTC) now:"
@@ -472,6 +473,10 @@ impl Demo {
         let mut config = self.config.clone();
         if let Some(addr) = self.agent.http_addr {
             config.http.listen = addr.to_string();
+        }
+        // Read from anywhere: the templates by their full path, not the demo's working folder's.
+        if let Ok(prompts) = std::fs::canonicalize(&config.prompts_dir) {
+            config.prompts_dir = prompts;
         }
         let path = self.dir.path().join("agent.json");
         std::fs::write(&path, serde_json::to_string_pretty(&config)?).context("cannot write the demo's config")?;

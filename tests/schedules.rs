@@ -126,6 +126,11 @@ async fn a_standup_is_posted_once_with_every_task_linked_and_an_idle_one_calls_n
             .starts_with("Standup for team: 3 tasks moved since the last one, 1 task is blocked, 1 task is due soon."),
         "{digest}"
     );
+    // The time "moved" counts from reads as a person writes it (`Sat 5 Dec 09:00 UTC`).
+    let prompt = first_user_prompt(&model);
+    let since = prompt.lines().find(|line| line.starts_with("Moved since ")).unwrap_or_default();
+    let words: Vec<&str> = since.trim_start_matches("Moved since ").trim_end_matches(':').split(' ').collect();
+    assert!(words.len() == 5 && words[4] == "UTC", "{since:?} in {prompt}");
     for task in [&review, &blocked, &due] {
         assert!(digest.contains(&format!("{}/tasks/{}", board.url(), task.id)), "{} is linked: {digest}", task.key);
     }
@@ -492,6 +497,24 @@ async fn the_demos_schedule_fires_now_with_the_command_it_prints() {
     .await;
     assert!(digest.content.contains("Moved since"), "{}", digest.content);
     wait_idle(&demo.agent).await;
+    // The `runs show` it prints works as printed, from another folder: its words, run as they are.
+    let printed = said.split('`').nth(1).expect("a command between backticks");
+    let words: Vec<&str> = printed.split_whitespace().collect();
+    assert_eq!(words[..3], ["picogent", "runs", "show"], "{printed}");
+    let elsewhere = tempfile::tempdir().unwrap();
+    let shown = tokio::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
+        .args(&words[1..])
+        .current_dir(elsewhere.path())
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.status.success() && text.contains("schedule standup"),
+        "{text}{}",
+        String::from_utf8_lossy(&shown.stderr)
+    );
+    assert!(std::fs::read_dir(elsewhere.path()).unwrap().next().is_none(), "it left nothing behind where it ran");
     let list = picogent_cli(&["schedules", "list", "--config"], &config).await;
     let listed = String::from_utf8_lossy(&list.stdout);
     assert!(

@@ -61,7 +61,8 @@ fn digest_prompt(
     prompts.standup_digest(&StandupDigestVars {
         project_slug: clean_name(&project.slug),
         project_name: clean_name(&project.name),
-        since: clean_name(&digest.since_text),
+        // picogent's own words ("Sat 5 Dec 09:00 UTC"), their spaces kept.
+        since: clean_text(&digest.since_text, 64),
         counts: digest.counts(),
         moved: digest.moved.iter().map(|task| view(task, "")).collect(),
         blocked: digest.blocked.iter().map(|task| view(task, "")).collect(),

@@ -255,7 +255,8 @@ pub async fn run(config_path: &std::path::Path, name: &str) -> anyhow::Result<Ex
     let line = match &fired {
         Fired::Queued { run_id } => {
             format!(
-                "{name}: queued as run {run_id}; `picogent runs show {run_id}` or http://{}/runs/{run_id}",
+                "{name}: queued as run {run_id}; `picogent runs show {run_id} --config {}` or http://{}/runs/{run_id}",
+                config_path.display(),
                 config.http.listen
             )
         }
