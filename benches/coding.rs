@@ -75,7 +75,8 @@ async fn main() {
     let workspaces = Workspaces::new(Arc::new(config), "picogent", "p@x");
     let (workspace, _) = workspaces.open("app", &TaskKey::new("TE-1").unwrap(), None).await.unwrap();
     let base_url = model.url();
-    let script = r#"echo "one more line" >> src/date.py; printf '{"type":"result","subtype":"success","result":"ok"}\n'"#;
+    let script =
+        r#"echo "one more line" >> src/date.py; printf '{"type":"result","subtype":"success","result":"ok"}\n'"#;
     let mut timings: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     let modes: &[(&str, bool)] = if bwrap { &[("plain", false), ("sandboxed", true)] } else { &[("plain", false)] };
     for _ in 0..ROUNDS {
@@ -86,8 +87,13 @@ async fn main() {
                 ..CodingAgentConfig::default()
             };
             let agent = entry.resolve("bench").unwrap();
-            let invocation =
-                Invocation { agent: &agent, workspace: &workspace, instructions: "bench", model: "m", base_url: &base_url };
+            let invocation = Invocation {
+                agent: &agent,
+                workspace: &workspace,
+                instructions: "bench",
+                model: "m",
+                base_url: &base_url,
+            };
             let started = Instant::now();
             let report = coding::run(&invocation, &|_| {}, &CancellationToken::new()).await;
             assert!(report.finished(), "{report:?}");
