@@ -1,9 +1,13 @@
 //! The board page and the run inspector in a real browser: Debian's Chromium, driven by
 //! Playwright (`tests/browser/see_it_work.mjs`) against the demo stack started here (reference
 //! board, offline planner model, agent): statuses as labels, times as "3 min ago" with the exact
-//! time on hover, a chat run named by its question's words, the start told in a table. Fails, never skips, when Chromium or the script's
-//! packages are missing, and says how to install them. Screenshots land in
+//! time on hover, a chat run named by its question's words, the start told in a table. Chromium
+//! and the script's packages are installed on first use (`tests/browser/install.sh`); the test
+//! fails, never skips, when that fails, and says why. Screenshots land in
 //! `target/browser-screenshots/`.
+
+#[path = "support/setup.rs"]
+mod setup;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -36,6 +40,7 @@ fn browser_dir() -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_person_sees_the_agent_work_in_the_browser() {
+    setup::ensure_browser();
     let chromium = chromium();
     let dir = browser_dir();
     let prompts = Path::new(env!("CARGO_MANIFEST_DIR")).join("prompts");

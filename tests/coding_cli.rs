@@ -1,17 +1,20 @@
 //! Real coding agent CLIs in a task's workspace: Qwen Code (`@qwen-code/qwen-code` from npm) and
-//! mini-swe-agent (`mini-swe-agent` from PyPI), installed by `tests/coding-agents/install.sh`,
-//! run through their presets and driven by the offline model endpoint replaying a script (a
-//! stand-in for a model, not an LLM). The agent itself works the task with the offline planner,
-//! which delegates it. Checked as a person would: the branch on the remote (a local bare
-//! repository) has the commit, the task's answer names it, the base branch is untouched, and the
-//! CLI saw no token of picogent's.
+//! mini-swe-agent (`mini-swe-agent` from PyPI), installed on first use by
+//! `tests/coding-agents/install.sh`, run through their presets and driven by the offline model
+//! endpoint replaying a script (a stand-in for a model, not an LLM). The agent itself works the
+//! task with the offline planner, which delegates it. Checked as a person would: the branch on
+//! the remote (a local bare repository) has the commit, the task's answer names it, the base
+//! branch is untouched, and the CLI saw no token of picogent's.
 
 #[path = "support/agent.rs"]
 mod agent_support;
 #[path = "support/git.rs"]
 mod git_support;
+#[path = "support/setup.rs"]
+mod setup;
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use agent_support::*;
 use git_support::git;
@@ -37,16 +40,19 @@ fn installed(folder: &str, program: &str) -> PathBuf {
     bin
 }
 
-/// Both CLIs on PATH: a coding agent gets picogent's PATH (and nothing else of its environment).
-/// Set once for the whole binary, before any agent starts.
+/// Both CLIs installed (the first call runs the install script) and on PATH: a coding agent gets
+/// picogent's PATH (and nothing else of its environment). Set once for the whole binary, before
+/// any agent starts. A `OnceLock`, not a `Once`: when the install fails, the cell stays empty and
+/// every test fails with the script's first cause (kept by `setup`), not with "poisoned".
 fn put_clis_on_path() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
+    static ON_PATH: OnceLock<()> = OnceLock::new();
+    ON_PATH.get_or_init(|| {
+        setup::ensure_coding_clis();
         let qwen = installed(&format!("qwen-{QWEN_VERSION}/node_modules/.bin"), "qwen");
         let mini = installed(&format!("mswea-{MSWEA_VERSION}/bin"), "mini");
         let path = format!("{}:{}:{}", qwen.display(), mini.display(), std::env::var("PATH").unwrap_or_default());
         // SAFETY: the tests of this binary call this first thing, before they start any thread
-        // that reads the environment; `Once` makes the others wait until it is set.
+        // that reads the environment; `OnceLock` makes the others wait until it is set.
         unsafe { std::env::set_var("PATH", path) };
     });
 }

@@ -13,6 +13,8 @@
 mod agent_support;
 #[path = "support/git.rs"]
 mod git_support;
+#[path = "support/setup.rs"]
+mod setup;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -37,6 +39,7 @@ const KEY_VARIABLE: &str = "PICOGENT_HOSTILE_TEST_KEY";
 const KEY_VALUE: &str = "hostile-test-key-7f3a9c2e";
 
 fn bwrap_installed() -> bool {
+    setup::ensure_bwrap();
     let found = std::process::Command::new("bwrap").arg("--version").output().is_ok_and(|out| out.status.success());
     assert!(found, "bwrap is not installed: run `bash tests/coding-agents/install_bwrap.sh` (Debian's bubblewrap)");
     found

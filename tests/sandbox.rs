@@ -1,5 +1,5 @@
-//! A coding agent in the sandbox, for real: Debian's bubblewrap (`bwrap`, installed by
-//! `tests/coding-agents/install_bwrap.sh`), picogent's own `sandbox-relay` inside it, and the
+//! A coding agent in the sandbox, for real: Debian's bubblewrap (`bwrap`, installed on first use
+//! by `tests/coding-agents/install_bwrap.sh`), picogent's own `sandbox-relay` inside it, and the
 //! offline model endpoint (a stand-in for a model) as the model. The agent is a shell script that
 //! tries what a coding agent could: reach the model, reach another address, write outside its
 //! workspace, write in it. Only the model and the workspace answer.
@@ -11,6 +11,8 @@ use std::sync::{Arc, Mutex};
 
 #[path = "support/git.rs"]
 mod git_support;
+#[path = "support/setup.rs"]
+mod setup;
 
 use git_support::remote;
 use picogent_workspace::config::{CodingAgentConfig, Repository, WorkspacesConfig};
@@ -29,6 +31,7 @@ try workspace sh -c 'echo x > made-in-sandbox.txt'
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandboxed_coding_agent_reaches_the_model_and_its_workspace_and_nothing_else() {
+    setup::ensure_bwrap();
     assert!(
         Command::new("bwrap").arg("--version").output().is_ok_and(|out| out.status.success()),
         "bwrap is not installed: run `bash tests/coding-agents/install_bwrap.sh` (Debian's bubblewrap)"
