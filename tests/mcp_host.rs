@@ -140,8 +140,9 @@ async fn time_server_over_stdio_lists_prefixed_tools_and_answers_calls() {
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
     assert!(names.contains(&"mcp__time__get_current_time"), "{names:?}");
     assert!(names.contains(&"mcp__time__convert_time"), "{names:?}");
-    // Untrusted: whatever the server says, nothing is read-only.
-    assert!(tools.iter().all(|t| !is_read_only(t)), "{tools:?}");
+    // Untrusted: its `readOnlyHint: true` is believed for the run's scope (get_current_time and
+    // convert_time only read), but not for running beside other reads or in read_only mode.
+    assert!(tools.iter().all(|t| is_read_only(t) && !picogent::tools::policy::is_trusted_read(t)), "{tools:?}");
     // The time server declares resources but lists none: no resource tools.
     assert!(!names.contains(&"list_mcp_resources"), "{names:?}");
     let schema = &tools.iter().find(|t| t.name == "mcp__time__get_current_time").unwrap().input_schema;
@@ -158,11 +159,11 @@ async fn time_server_over_stdio_lists_prefixed_tools_and_answers_calls() {
     assert!(text(&unknown).contains("unknown tool"), "{}", text(&unknown));
     host.shutdown().await;
 
-    // Trusted, the same server's `readOnlyHint: true` is believed.
+    // Trusted, the same server's `readOnlyHint: true` is believed for everything.
     let trusted = start(vec![("time", time_server(true))], dir.path(), 8192).await;
     let tools = trusted.tools();
     let current = tools.iter().find(|t| t.name == "mcp__time__get_current_time").unwrap();
-    assert!(is_read_only(current), "{current:?}");
+    assert!(is_read_only(current) && picogent::tools::policy::is_trusted_read(current), "{current:?}");
     trusted.shutdown().await;
 }
 
@@ -415,7 +416,8 @@ async fn policy_denies_by_glob_and_in_read_only_mode() {
         None,
     );
     let offered: Vec<String> = read_only.tools().iter().map(|t| t.name.to_string()).collect();
-    // The untrusted time server is never read-only; the trusted server's read-only tools are.
+    // The untrusted time server's reads are not reads on trust in read_only mode; the trusted
+    // server's read-only tools are.
     assert!(!offered.iter().any(|n| n.starts_with("mcp__time__")), "{offered:?}");
     assert!(offered.contains(&"list_mcp_resources".to_string()), "{offered:?}");
     let refused = read_only.call("mcp__time__get_current_time", json!({"timezone": "UTC"}), &context()).await;

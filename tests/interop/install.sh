@@ -20,12 +20,14 @@ node -e 'console.log("inspector", require("./.interop/node_modules/@modelcontext
 
 # MCP servers this project did not write, for the host side (tests/mcp_host.rs):
 #   .venv-test                       mcp-server-time, mcp-server-git  (MCP_SERVER_TIME, MCP_SERVER_GIT)
-#   tests/interop/node_modules       @modelcontextprotocol/server-everything (MCP_SERVER_EVERYTHING)
+#   tests/interop/node_modules       @modelcontextprotocol/server-everything (MCP_SERVER_EVERYTHING),
+#                                    @modelcontextprotocol/server-filesystem (tests/mcp_official.rs)
 if [ ! -x .venv-test/bin/mcp-server-time ] || [ ! -x .venv-test/bin/mcp-server-git ]; then
   python3 -m venv .venv-test
   .venv-test/bin/pip install --quiet -r tests/interop/requirements.txt
 fi
-if [ ! -d tests/interop/node_modules/@modelcontextprotocol/server-everything ]; then
+if [ ! -d tests/interop/node_modules/@modelcontextprotocol/server-everything ] \
+   || [ ! -d tests/interop/node_modules/@modelcontextprotocol/server-filesystem ]; then
   (cd tests/interop && npm ci --no-audit --no-fund --silent)
 fi
 echo "host-side servers installed"

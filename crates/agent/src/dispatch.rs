@@ -51,7 +51,7 @@ impl OfferedTools {
             names: tools.iter().map(|tool| tool.name.to_string()).collect(),
             read_only: tools
                 .iter()
-                .filter(|tool| tool.annotations.as_ref().and_then(|a| a.read_only_hint) == Some(true))
+                .filter(|tool| picogent_tools::policy::is_trusted_read(tool))
                 .map(|tool| tool.name.to_string())
                 .collect(),
         }

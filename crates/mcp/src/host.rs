@@ -518,9 +518,14 @@ fn expose(server: &str, config: &McpServerConfig, public: &str, mut tool: Tool) 
     let original_annotations = tool.annotations.clone();
     let mut annotations = tool.annotations.take().unwrap_or_default();
     if !config.trusted {
-        // Hints from a server we do not trust could talk a tool past the policy.
-        annotations.read_only_hint = Some(false);
-        annotations.destructive_hint = Some(true);
+        // A server the operator named but did not mark trusted: its `readOnlyHint: true` is
+        // believed, so a read is scoped as picogent's own reads are (docs/mcp-host.md); any other
+        // tool is taken as one that may change or delete things, whatever it says. Such a
+        // server's reads still run one at a time, and are not offered in `read_only` mode
+        // (`tools::policy::is_trusted_read`).
+        let read_only = annotations.read_only_hint == Some(true);
+        annotations.read_only_hint = Some(read_only);
+        annotations.destructive_hint = Some(!read_only);
     }
     tool.annotations = Some(annotations);
     let mut meta = tool.meta.take().unwrap_or_default();

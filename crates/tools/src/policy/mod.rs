@@ -131,6 +131,16 @@ pub fn is_read_only(tool: &Tool) -> bool {
     tool.annotations.as_ref().and_then(|a| a.read_only_hint) == Some(true)
 }
 
+/// Whether `tool` is a read on trust: a read-only tool of picogent's own, or of an MCP server
+/// marked `trusted`. Only such a read runs beside other reads, and is offered in `read_only`
+/// mode; a read-only tool of a server not marked trusted is believed for the run's scope only.
+pub fn is_trusted_read(tool: &Tool) -> bool {
+    let origin = tool.meta.as_ref().and_then(|meta| meta.get(ORIGIN_META_KEY));
+    let untrusted =
+        origin.and_then(|origin| origin.get("trusted")).and_then(|trusted| trusted.as_bool()) == Some(false);
+    is_read_only(tool) && !untrusted
+}
+
 pub fn is_destructive(tool: &Tool) -> bool {
     !is_read_only(tool) && tool.annotations.as_ref().and_then(|a| a.destructive_hint).unwrap_or(true)
 }
@@ -165,7 +175,7 @@ impl Policy {
 
     /// Whether `tool` is offered at all: allowed by name, and read-only in `read_only` mode.
     pub fn offers(&self, tool: &Tool) -> bool {
-        self.allows(&tool.name) && (self.mode != PermissionMode::ReadOnly || is_read_only(tool))
+        self.allows(&tool.name) && (self.mode != PermissionMode::ReadOnly || is_trusted_read(tool))
     }
 }
 
@@ -394,7 +404,7 @@ impl PolicySource {
                 log("allowed", "auto mode");
                 Ok(())
             }
-            PermissionMode::ReadOnly if read_only => {
+            PermissionMode::ReadOnly if is_trusted_read(&tool) => {
                 log("allowed", "read-only tool in read_only mode");
                 Ok(())
             }
