@@ -700,6 +700,41 @@ async fn run_warns_once_at_start_when_the_server_does_not_list_the_model() {
     board.shutdown().await.unwrap();
 }
 
+/// `picogent run` with a `tracker.url` nothing answers at: it serves `/healthz` (alive) and a
+/// `/readyz` that is not ready and says what it waits for, and its log names the URL and the
+/// setting, while it keeps trying.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_with_an_unreachable_tracker_serves_healthz_and_names_tracker_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = start_model(0).await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let tracker = format!("http://{closed}");
+    let http = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let extra = json!({"http": {"listen": http.to_string()}});
+    let config = agent_config(dir.path(), &tracker, &model.url(), "picogent", extra);
+    let log = dir.path().join("agent.log");
+    let child = spawn_agent_process_with(&write_config(dir.path(), &config), std::fs::File::create(&log).unwrap());
+    let agent = AgentProcess { child, log: log.clone(), http };
+    let readyz = eventually(Duration::from_secs(30), "/readyz answering", || async {
+        let response = reqwest::get(format!("http://{http}/readyz")).await.ok()?;
+        Some((response.status(), response.json::<Value>().await.ok()?))
+    })
+    .await;
+    assert_eq!(readyz.0, reqwest::StatusCode::SERVICE_UNAVAILABLE, "{:#}", readyz.1);
+    let status = readyz.1["status"].as_str().unwrap();
+    assert!(status.starts_with("starting:") && status.contains(&tracker) && status.contains("tracker.url"), "{status}");
+    let healthz = reqwest::get(format!("http://{http}/healthz")).await.unwrap();
+    assert_eq!(healthz.status(), 200);
+    let said = eventually(Duration::from_secs(30), "the warning naming tracker.url", || async {
+        let text = std::fs::read_to_string(&log).ok()?;
+        text.contains("(tracker.url)").then_some(text)
+    })
+    .await;
+    assert!(said.contains(&format!("cannot reach the tracker at {tracker}")), "{said}");
+    agent.stop().await;
+    model.shutdown().await;
+}
+
 /// The lines of `log` at WARN that carry the start-up model check.
 fn model_check_warnings(log: &str) -> Vec<&str> {
     log.lines().filter(|line| line.contains("WARN") && line.contains("model check:")).collect()
@@ -768,8 +803,8 @@ async fn run_warns_at_start_when_the_model_cannot_call_tools_and_its_notice_says
 }
 
 /// A base model continues its prompt instead of answering: its cut-off answer is the task given
-/// back, injected instruction and all. The one notice on the task says the answer was cut off
-/// and does not quote it, so the injected word never reaches the board.
+/// back, injected instruction and all. The one notice on the task says it made no tool call
+/// before it was cut off, and does not quote it, so the injected word never reaches the board.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_off_answer_that_gives_the_prompt_back_is_not_quoted_on_the_board() {
     let dir = tempfile::tempdir().unwrap();
@@ -788,7 +823,9 @@ async fn a_cut_off_answer_that_gives_the_prompt_back_is_not_quoted_on_the_board(
     .await;
     wait_idle(&agent).await;
     assert_eq!(mine(&comments(&alice, &task.id).await).len(), 1, "one notice");
-    assert!(notice.contains("cut off at the output limit (`llm.max_output_tokens`, now"), "{notice}");
+    // It called no tool in a task run: that is the cause named, not the length.
+    assert!(notice.contains("made no tool call") && notice.contains("until it was cut off at"), "{notice}");
+    assert!(!notice.contains("shorter answer"), "{notice}");
     assert!(notice.contains("only repeated the request back"), "{notice}");
     assert!(!notice.contains("PWNED") && !notice.contains("@bob"), "{notice}");
     assert_eq!(alice.get_task(&task.id).await.unwrap().assignee_slug.as_deref(), Some("picogent"));

@@ -74,6 +74,44 @@ async fn metrics_text(State(state): State<HttpState>) -> impl IntoResponse {
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }
 
+/// The agent's listener, bound at the start of `start`, before anything waits on the tracker:
+/// until the agent is ready to serve its routes ([`Door::open_fully`]), `/healthz` answers (the
+/// process is alive) and `/readyz` says, not ready, what it waits for.
+pub struct Door {
+    routes: Arc<std::sync::RwLock<Router>>,
+    pub addr: SocketAddr,
+    pub handle: tokio::task::JoinHandle<()>,
+}
+
+impl Door {
+    /// Binds `listen` and serves the starting routes, `waiting` being what `/readyz` says.
+    pub async fn bind(
+        listen: SocketAddr,
+        limits: picogent_web::DoorLimits,
+        shutdown: CancellationToken,
+        waiting: String,
+    ) -> std::io::Result<Door> {
+        let body = serde_json::json!({"status": format!("starting: {waiting}")});
+        let starting = Router::new().route("/healthz", get(|| async { "ok\n" })).fallback(get(move || {
+            let body = body.clone();
+            async move { (StatusCode::SERVICE_UNAVAILABLE, Json(body)) }
+        }));
+        let routes = Arc::new(std::sync::RwLock::new(starting));
+        let current = routes.clone();
+        let door = Router::new().fallback_service(tower::service_fn(move |request: axum::extract::Request| {
+            let router = current.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+            tower::ServiceExt::oneshot(router, request)
+        }));
+        let (addr, handle) = serve(listen, door, limits, shutdown).await?;
+        Ok(Door { routes, addr, handle })
+    }
+
+    /// From now on the listener serves `routes`.
+    pub fn open_fully(&self, routes: Router) {
+        *self.routes.write().unwrap_or_else(std::sync::PoisonError::into_inner) = routes;
+    }
+}
+
 /// Binds `listen` and serves `router` within `limits` until `shutdown`. Returns the bound address.
 pub async fn serve(
     listen: SocketAddr,

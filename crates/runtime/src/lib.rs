@@ -226,6 +226,25 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
         anyhow::bail!("replicas need their state in PostgreSQL (state.url)");
     }
     let holder = replica_id();
+    // The listener first, before anything waits on the tracker: `/healthz` answers and `/readyz`
+    // says what the start waits for, until the agent's own routes are served.
+    let shutdown = CancellationToken::new();
+    let door = match serve_http {
+        true => {
+            let listen: SocketAddr = config.http.listen.parse().context("http.listen is not an address")?;
+            let waiting = format!(
+                "checking on the tracker at {} (tracker.url) that no other copy of this agent is active",
+                picogent_support::secret::shown_url(&config.tracker.url)
+            );
+            let door = http::Door::bind(listen, config.http.doors(), shutdown.child_token(), waiting)
+                .await
+                .with_context(|| format!("cannot listen on {listen} (http.listen)"))?;
+            Some(door)
+        }
+        false => None,
+    };
+    // A start that fails from here on closes the listener again.
+    let close_on_failure = shutdown.clone().drop_guard();
     let (state, queue) = state.for_holder(&holder, shared);
     if shared {
         tracing::info!(replica = %holder, "starting as one replica of agent {}", config.slug);
@@ -272,7 +291,6 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     let model = picogent_llm::chat_model(&config.llm, llm_api_key).context("cannot build the model client")?;
     let metrics = Arc::new(Metrics::default());
     let status = Arc::new(StatusBoard::default());
-    let shutdown = CancellationToken::new();
     if let Some(coding) = &coding {
         tend_workspaces(coding.clone(), status.clone(), shutdown.clone());
     }
@@ -341,20 +359,19 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
         }
     };
 
-    let (http_addr, http) = if serve_http {
-        let listen: SocketAddr = config.http.listen.parse().context("http.listen is not an address")?;
-        let routes = http_routes(&config, &services, mcp_token, inputs_tx.clone());
-        let routes = match crate::inspector::Access::for_listener(listen, ui_token, &config.http.ui_token_env) {
-            Some(access) => routes.merge(inspector_routes(&services, &schedules, access)),
-            None => routes,
-        };
-        let (addr, handle) = http::serve(listen, routes, config.http.doors(), shutdown.child_token())
-            .await
-            .with_context(|| format!("cannot listen on {listen} (http.listen)"))?;
-        tracing::info!(%addr, "agent http listening: / (run inspector) /healthz /readyz /metrics");
-        (Some(addr), Some(handle))
-    } else {
-        (None, None)
+    let (http_addr, http) = match door {
+        Some(door) => {
+            let listen: SocketAddr = config.http.listen.parse().context("http.listen is not an address")?;
+            let routes = http_routes(&config, &services, mcp_token, inputs_tx.clone());
+            let routes = match crate::inspector::Access::for_listener(listen, ui_token, &config.http.ui_token_env) {
+                Some(access) => routes.merge(inspector_routes(&services, &schedules, access)),
+                None => routes,
+            };
+            door.open_fully(routes);
+            tracing::info!(addr = %door.addr, "agent http listening: / (run inspector) /healthz /readyz /metrics");
+            (Some(door.addr), Some(door.handle))
+        }
+        None => (None, None),
     };
 
     let retention = retention::spawn(&services);
@@ -369,6 +386,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     let router = Router::new(services, inputs_tx.clone(), shutdown.clone(), queue, setup);
     let router = tokio::spawn(router.run(inputs_rx));
     let scheduler = tokio::spawn(scheduler.run());
+    close_on_failure.disarm();
     Ok(AgentHandle {
         metrics,
         status,
@@ -584,7 +602,15 @@ pub async fn run_cli(config_path: &std::path::Path, start: StreamStart) -> anyho
         serve_http: true,
         clock: None,
     });
-    let agent = match started.await {
+    // A signal while it starts (waiting on a tracker that does not answer, say) stops it cleanly.
+    let started = tokio::select! {
+        started = started => started,
+        _ = shutdown_signal() => {
+            tracing::info!("signal received while starting: stopping");
+            return Ok(std::process::ExitCode::SUCCESS);
+        }
+    };
+    let agent = match started {
         Ok(agent) => agent,
         Err(error) => match error.downcast_ref::<presence::PresenceError>() {
             Some(refusal @ presence::PresenceError::AnotherCopy { .. }) => {

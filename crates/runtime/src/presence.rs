@@ -149,6 +149,8 @@ pub struct Presence {
     slug: String,
     /// Where this copy's state lives, as `State::location` says it.
     state_location: String,
+    /// `tracker.url`, as it may be shown.
+    tracker_url: String,
     /// Leave a stopped marker at a clean stop. Not for a replica: the others go on under the same
     /// copy id, and a stopped marker would let a copy with other state take over without watching.
     signs_off: bool,
@@ -168,6 +170,7 @@ pub async fn claim(config: &Config, client: TrackerClient, state: &State) -> Res
         timing,
         slug: config.slug.clone(),
         state_location: state.location(),
+        tracker_url: picogent_support::secret::shown_url(&config.tracker.url),
         signs_off: !config.replicas.enabled,
     };
     let found = presence.patiently(|| presence.read()).await?;
@@ -431,7 +434,9 @@ impl Presence {
                     tracing::warn!(
                         %error,
                         retry_in_ms = self.timing.heartbeat.as_millis() as u64,
-                        "cannot check on the tracker that no other copy of this agent is active; trying again"
+                        "cannot reach the tracker at {} (tracker.url) to check that no other copy of this agent is \
+                         active; trying again (/readyz says not ready meanwhile)",
+                        self.tracker_url
                     );
                     tokio::time::sleep(self.timing.heartbeat).await;
                 }
