@@ -320,6 +320,34 @@ async fn answers_cut_off_at_the_output_cap_are_one_notice_each_streamed_one_requ
     drop(world.server);
 }
 
+/// The README's llama.cpp case on a task: with the model's own template the server drops the tools
+/// and the model writes until the output cap. The one notice on the task names the cause, that
+/// no tool was called (not the length), and shows the model's words without any fence marker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_the_model_only_writes_about_gets_one_notice_naming_no_tool_call() {
+    let world = world(ServerOptions { context: 4096, template: None }, json!({"stream": true}), Echo::Message).await;
+    let task = create_assigned(&world.alice, "Write the release notes", "List what changed in 1.4 and tidy it.").await;
+    let notice = eventually(Duration::from_secs(300), "the notice on the task", || async {
+        let mine: Vec<MessageOut> =
+            comments(&world.alice, &task.id).await.into_iter().filter(|m| m.author_slug == "picogent").collect();
+        (world.agent.status.active_runs() == 0).then(|| mine.into_iter().find(|m| !m.content.starts_with("On it")))?
+    })
+    .await;
+    let notice = notice.content;
+    assert!(
+        notice.contains("made no tool call") || notice.contains("without calling any tool"),
+        "the cause is that no tool was called: {notice}"
+    );
+    assert!(!notice.contains("shorter answer") && !notice.contains("<<"), "{notice}");
+    let runs = runs_for(&world.agent, &format!("task:{}", task.id)).await;
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].status, RunStatus::DidNothing, "{:?}", runs[0]);
+    let mine = comments(&world.alice, &task.id).await.into_iter().filter(|m| m.author_slug == "picogent").count();
+    assert!(mine <= 2, "an acknowledgement at most, and one notice");
+    world.assert_every_request_accepted();
+    drop(world.server);
+}
+
 /// With a tool-capable template the model's calls come through; cut off by the output cap they
 /// are not run, only valid JSON goes back into the conversation, and the next mention in the same
 /// thread gets a normal run (llama.cpp answers 500 to every request of a conversation that holds
