@@ -135,9 +135,27 @@ async fn find_run(state: &State, id: &str) -> Result<Found, picogent_state::Stat
     }
 }
 
-/// One run as text: its summary, budgets, prompts, turns and ending.
+/// One run as text: its summary, budgets, prompts, turns and ending. It prints every field of the
+/// view the run's page shows (the destructuring names each one, so a field added to
+/// [`RunDetail`] is added here too, or left out by name).
 pub fn show_text(run: &RunDetail) -> String {
-    let summary = &run.summary;
+    let RunDetail {
+        summary,
+        session_key: _, // in the trigger line
+        system_prompt: _,
+        prompt: _,
+        earlier_messages: _,
+        transcript: _,
+        final_message: _,
+        detail,
+        error: _,
+        notice: _,
+        budgets: _,
+        prompt_cache,
+        context_trims,
+        coding: _,
+        waiting,
+    } = run;
     let mut out = String::new();
     let _ = writeln!(out, "run      {}  {}", summary.id, picogent_web::readable::status_label(summary.status));
     let _ = writeln!(
@@ -161,6 +179,15 @@ pub fn show_text(run: &RunDetail) -> String {
         summary.tokens,
         summary.cost.as_ref().map(|c| format!("  cost {c}")).unwrap_or_default()
     );
+    if let Some(cache) = prompt_cache {
+        let _ = writeln!(out, "cache    {cache}");
+    }
+    if let Some(waiting) = waiting {
+        let _ = writeln!(out, "waiting  {} (since {}, until {})", waiting.line, waiting.since, waiting.until);
+    }
+    for trim in context_trims {
+        let _ = writeln!(out, "context  {trim}");
+    }
     for budget in &run.budgets {
         let _ = writeln!(out, "budget   {}: {} of {} ({}%)", budget.name, budget.used, budget.limit, budget.percent);
     }
@@ -224,6 +251,9 @@ pub fn show_text(run: &RunDetail) -> String {
     }
     if let Some(error) = &run.error {
         let _ = writeln!(out, "error    {error}");
+    }
+    if let Some(detail) = detail {
+        let _ = writeln!(out, "detail   {detail}");
     }
     if let Some(text) = &run.final_message {
         let _ = writeln!(

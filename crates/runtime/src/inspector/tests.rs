@@ -70,6 +70,8 @@ async fn hostile_run(state: &State) -> String {
     record.outcome = RunOutcome::Completed;
     record.final_message = "done <script>alert('final')</script>".into();
     record.turns = 2;
+    record.prompt_tokens = 10_749;
+    record.cached_tokens = 9_000;
     let stored = StoredRun {
         prompt: "Task: <script>alert('prompt')</script>".into(),
         history_len: 0,
@@ -225,9 +227,16 @@ fn the_terminal_shows_the_same_run() {
         assert!(list.contains(&run_id[..8]) && list.contains("completed") && list.contains("just now"), "{list}");
         super::cli::show_text(&super::view::detail(&run, &config, None))
     });
-    for part in
-        ["== system prompt", "== turn 1", "tool get_task", "TE-1 <script>", "== final answer", "budget   turns: 2 of"]
-    {
+    for part in [
+        "== system prompt",
+        "== turn 1",
+        "tool get_task",
+        "TE-1 <script>",
+        "== final answer",
+        "budget   turns: 2 of",
+        // The prompt-cache line the page shows too.
+        "cache    9,000 of 10,749 prompt tokens read from the cache (83%)",
+    ] {
         assert!(text.contains(part), "{part} missing:\n{text}");
     }
     assert_eq!(super::cli::list_text(&[], time::OffsetDateTime::now_utc()), "no runs\n");
