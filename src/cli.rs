@@ -326,7 +326,9 @@ const SECRET_LOGGING_TARGETS: [&str; 2] =
 /// `RUST_LOG`, or when it is not set by `default_filter`.
 pub fn init_logging(format: LogFormat, default_filter: &str) {
     let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+        // rmcp logs every notification a server sends at info: a server that floods them (list
+        // changes, progress) would flood the log. Its own words from warn on, unless RUST_LOG says.
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{default_filter},rmcp::service=warn")));
     // Libraries that log whole HTTP requests, headers and all, at trace: the bearer token would
     // be in the log. Capped here, whatever RUST_LOG says: these are the exact targets, so the
     // directive replaces any the user gave for them and wins over `trace` or `tungstenite=trace`.

@@ -117,7 +117,7 @@ async fn mcp_under_run_on_a_non_loopback_address_refuses_to_start() {
 
 // ---- Limits on every door ----
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::process::Child;
 use std::time::Duration;
 
@@ -154,6 +154,20 @@ async fn agent_process(dir: &Path, board: &str, model: &str, listen: SocketAddr,
     child
 }
 
+/// A connection to `addr` from the loopback address `from` (Linux routes all of 127.0.0.0/8 to
+/// the loopback): to a listener, each address is a peer of its own, with its own share of the
+/// connections (`DoorLimits::max_connections_per_peer`).
+async fn connect_from(from: Ipv4Addr, addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::from((from, 0)))?;
+    socket.connect(addr).await
+}
+
+/// The `i`th of `peers` loopback addresses other than the tests' own 127.0.0.1.
+fn loopback_peer(i: usize, peers: usize) -> Ipv4Addr {
+    Ipv4Addr::new(127, 0, 0, 2 + (i % peers) as u8)
+}
+
 /// An in-process board with these limits.
 async fn board_with(dir: &Path, doors: DoorLimits, pages: PageLimits) -> picogent::board::BoardHandle {
     let options = BoardOptions {
@@ -169,14 +183,19 @@ async fn board_with(dir: &Path, doors: DoorLimits, pages: PageLimits) -> picogen
 /// it. With `trickle` it sends a byte of its headers every 200 ms, which buys it nothing: the
 /// deadline is for the whole head.
 async fn slow_client(
+    from: Ipv4Addr,
     addr: SocketAddr,
     trickle: bool,
     opened: tokio::sync::mpsc::Sender<()>,
 ) -> Result<Vec<u8>, String> {
-    let mut stream = TcpStream::connect(addr).await.map_err(|error| format!("cannot connect: {error}"))?;
+    let mut stream = connect_from(from, addr).await.map_err(|error| format!("cannot connect: {error}"))?;
     let head = format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nX-Slow: ");
-    stream.write_all(head.as_bytes()).await.map_err(|error| format!("cannot write: {error}"))?;
+    let written = stream.write_all(head.as_bytes()).await;
     let _ = opened.send(()).await;
+    if written.is_err() {
+        // Closed by the server before its head went out: dropped, unanswered.
+        return Ok(Vec::new());
+    }
     let mut seen = Vec::new();
     let mut buf = [0u8; 1024];
     let mut tick = tokio::time::interval(Duration::from_millis(200));
@@ -198,11 +217,16 @@ async fn slow_client(
     }
 }
 
-/// Opens `n` slow clients on `addr` and returns their tasks once every one has sent its
-/// unfinished headers.
-async fn open_slow_clients(addr: SocketAddr, n: usize) -> Vec<tokio::task::JoinHandle<Result<Vec<u8>, String>>> {
+/// Opens `n` slow clients on `addr`, spread over `peers` loopback addresses, and returns their
+/// tasks once every one has sent its unfinished headers.
+async fn open_slow_clients(
+    addr: SocketAddr,
+    n: usize,
+    peers: usize,
+) -> Vec<tokio::task::JoinHandle<Result<Vec<u8>, String>>> {
     let (opened, mut all_opened) = tokio::sync::mpsc::channel(n);
-    let clients: Vec<_> = (0..n).map(|i| tokio::spawn(slow_client(addr, i % 2 == 0, opened.clone()))).collect();
+    let clients: Vec<_> =
+        (0..n).map(|i| tokio::spawn(slow_client(loopback_peer(i, peers), addr, i % 2 == 0, opened.clone()))).collect();
     drop(opened);
     for _ in 0..n {
         all_opened.recv().await.expect("every slow client opens its request");
@@ -222,6 +246,8 @@ async fn assert_all_dropped(what: &str, clients: Vec<tokio::task::JoinHandle<Res
 /// 300 clients that never finish their headers on the agent's listener (`picogent run`, the
 /// binary) and 100 on the board's: each is dropped once its header deadline passes, and
 /// meanwhile the agent answers `/healthz` and a real mention on the board, and the board its API.
+/// They come from four addresses, so each address stays within its share of the connections
+/// and the header deadline is what drops them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_clients_are_dropped_and_the_agent_keeps_answering_meanwhile() {
     let dir = tempfile::tempdir().unwrap();
@@ -232,8 +258,8 @@ async fn slow_clients_are_dropped_and_the_agent_keeps_answering_meanwhile() {
     let _agent =
         agent_process(dir.path(), &board.url(), &model.url(), listen, json!({"header_timeout_ms": 3000})).await;
 
-    let on_agent = open_slow_clients(listen, 300).await;
-    let on_board = open_slow_clients(board.addr(), 100).await;
+    let on_agent = open_slow_clients(listen, 300, 4).await;
+    let on_board = open_slow_clients(board.addr(), 100, 4).await;
     let http = reqwest::Client::new();
     let healthz = http.get(format!("http://{listen}/healthz")).send().await.unwrap();
     assert_eq!(healthz.status(), 200, "/healthz with 300 slow clients on the listener");
@@ -253,6 +279,27 @@ async fn slow_clients_are_dropped_and_the_agent_keeps_answering_meanwhile() {
     model.shutdown().await;
 }
 
+/// One client (127.0.0.2) opens 520 connections to the agent's listener (512 places) and never
+/// finishes their headers: it keeps its share (a quarter), the rest are closed at once, and
+/// `/healthz` from another address is answered at once, not after the header deadline (10 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_holding_half_open_connections_cannot_keep_healthz_waiting() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let listen = free_port();
+    let _agent = agent_process(dir.path(), &board.url(), &model.url(), listen, json!({})).await;
+
+    let flood = open_slow_clients(listen, 520, 1).await;
+    let healthz = tokio::time::timeout(Duration::from_secs(5), reqwest::get(format!("http://{listen}/healthz")))
+        .await
+        .expect("/healthz answered while one client holds half-open connections")
+        .unwrap();
+    assert_eq!(healthz.status(), 200);
+    assert_all_dropped("the flood", flood).await;
+    model.shutdown().await;
+}
+
 /// A live stream refused: its status, its `Retry-After`, and its body.
 #[derive(Debug)]
 struct Refused {
@@ -264,7 +311,17 @@ struct Refused {
 /// Opens the live stream `path` on `addr` over a connection of its own, as a browser's
 /// `EventSource` does: the open connection once its first fragment came, or what refused it.
 async fn open_live(addr: SocketAddr, path: &str, cookie: Option<&str>) -> Result<TcpStream, Refused> {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
+    open_live_from(Ipv4Addr::LOCALHOST, addr, path, cookie).await
+}
+
+/// [`open_live`] from the loopback address `from`.
+async fn open_live_from(
+    from: Ipv4Addr,
+    addr: SocketAddr,
+    path: &str,
+    cookie: Option<&str>,
+) -> Result<TcpStream, Refused> {
+    let mut stream = connect_from(from, addr).await.unwrap();
     let cookie = cookie.map(|cookie| format!("Cookie: {cookie}\r\n")).unwrap_or_default();
     let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n{cookie}\r\n");
     stream.write_all(request.as_bytes()).await.unwrap();
@@ -304,12 +361,13 @@ async fn open_live(addr: SocketAddr, path: &str, cookie: Option<&str>) -> Result
     Err(Refused { status, retry_after, body: String::from_utf8_lossy(&seen[head_end..]).to_string() })
 }
 
-/// Opens `n` live streams of `path` at once; the served ones and the refused ones.
+/// Opens `n` live streams of `path` at once, from ten loopback addresses (each within its share
+/// of the listener's connections); the served ones and the refused ones.
 async fn open_many(addr: SocketAddr, path: &str, cookie: Option<&str>, n: usize) -> (Vec<TcpStream>, Vec<Refused>) {
     let opening: Vec<_> = (0..n)
-        .map(|_| {
+        .map(|i| {
             let (path, cookie) = (path.to_string(), cookie.map(str::to_string));
-            tokio::spawn(async move { open_live(addr, &path, cookie.as_deref()).await })
+            tokio::spawn(async move { open_live_from(loopback_peer(i, 10), addr, &path, cookie.as_deref()).await })
         })
         .collect();
     let (mut served, mut refused) = (Vec::new(), Vec::new());

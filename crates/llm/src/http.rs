@@ -3,6 +3,10 @@
 //! answer's status, `Retry-After` and body, and reading server-sent events under the idle
 //! timeout. The formats (`openai`, `anthropic`) own their shapes and how their
 //! error bodies map to an [`LlmError`].
+//!
+//! Invariant: no more of an answer is read into memory than [`MAX_ANSWER_BYTES`] (a failed
+//! answer's body: [`MAX_ERROR_BODY_BYTES`]); past it the rest is never read, and dropping the
+//! response closes its connection.
 
 use std::time::Duration;
 
@@ -19,6 +23,17 @@ pub(crate) type Classify = fn(u16, Option<Duration>, &[u8]) -> LlmError;
 /// may have. Each event names the index it fills, and a server's index is not trusted with an
 /// allocation: an index past this is a protocol error, a server failure to the loop.
 pub(crate) const MAX_STREAMED_BLOCKS: usize = 256;
+
+/// The most bytes of one answer read into memory: a whole (non-streamed) body, or everything a
+/// streamed answer sends, which bounds the content its events add up to as well. An answer past
+/// it is refused with [`LlmError::AnswerTooLarge`] without reading the rest. A model's answer
+/// within any output cap in use is far smaller (a million tokens of text are about 4 MiB), so
+/// only a broken or hostile server meets it.
+pub const MAX_ANSWER_BYTES: usize = 32 * 1024 * 1024;
+
+/// The most of a failed answer's body read: enough for any error message, which is all that is
+/// read from it (the rest is dropped unread, not refused).
+pub(crate) const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 
 #[derive(Debug, Clone)]
 pub(crate) struct Transport {
@@ -87,20 +102,30 @@ impl Transport {
             .get(reqwest::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(parse_retry_after);
-        let bytes = response.bytes().await.map_err(|e| self.transport_error(&e))?;
+        let (bytes, _whole) =
+            read_at_most(response, MAX_ERROR_BODY_BYTES).await.map_err(|e| self.transport_error(&e))?;
         Err(classify(status.as_u16(), retry_after, &bytes))
     }
 
-    /// The whole body of a non-streamed answer.
-    pub(crate) async fn body(&self, response: reqwest::Response) -> Result<bytes::Bytes, LlmError> {
-        response.bytes().await.map_err(|e| self.transport_error(&e))
+    /// The whole body of a non-streamed answer, at most [`MAX_ANSWER_BYTES`]: one announced or
+    /// found to be longer is refused without reading the rest.
+    pub(crate) async fn body(&self, response: reqwest::Response) -> Result<Vec<u8>, LlmError> {
+        let too_large = LlmError::AnswerTooLarge { limit_bytes: MAX_ANSWER_BYTES };
+        if response.content_length().is_some_and(|length| length > MAX_ANSWER_BYTES as u64) {
+            return Err(too_large);
+        }
+        match read_at_most(response, MAX_ANSWER_BYTES).await.map_err(|e| self.transport_error(&e))? {
+            (body, true) => Ok(body),
+            (_, false) => Err(too_large),
+        }
     }
 
     /// Reads the `data:` lines of a streamed answer to its end, handing each to `event`, which
     /// says whether the stream is done (`[DONE]`, `message_stop`). At most the idle timeout
     /// passes without a byte. A stream that closes before `event` said it is done also returns
     /// `Ok`: whether what was read is a whole answer is the format's to judge (`stream.rs`,
-    /// `anthropic.rs`), and one cut short is a connection error there.
+    /// `anthropic.rs`), and one cut short is a connection error there. A stream that sends more
+    /// than [`MAX_ANSWER_BYTES`] in all (in events or in one endless line) is refused there.
     pub(crate) async fn events(
         &self,
         response: reqwest::Response,
@@ -108,6 +133,7 @@ impl Transport {
     ) -> Result<(), LlmError> {
         let mut body = response.bytes_stream();
         let mut pending: Vec<u8> = Vec::new();
+        let mut read = 0usize;
         loop {
             let piece = match tokio::time::timeout(self.idle_timeout, body.next()).await {
                 Err(_) => return Err(LlmError::Timeout { timeout_ms: self.idle_timeout.as_millis() as u64 }),
@@ -115,15 +141,26 @@ impl Transport {
                 Ok(Some(Err(error))) => return Err(self.transport_error(&error)),
                 Ok(Some(Ok(piece))) => piece,
             };
+            read = read.saturating_add(piece.len());
+            if read > MAX_ANSWER_BYTES {
+                return Err(LlmError::AnswerTooLarge { limit_bytes: MAX_ANSWER_BYTES });
+            }
+            // Only the new bytes are searched for a line's end, and the lines read are dropped
+            // once per piece: a long line costs its length, not its length squared.
+            let searched = pending.len();
             pending.extend_from_slice(&piece);
-            while let Some(end) = pending.iter().position(|byte| *byte == b'\n') {
-                let line: Vec<u8> = pending.drain(..=end).collect();
-                let line = String::from_utf8_lossy(&line);
+            let mut line_start = 0;
+            let mut search_from = searched;
+            while let Some(at) = pending[search_from..].iter().position(|byte| *byte == b'\n') {
+                let line_end = search_from + at;
+                let line = String::from_utf8_lossy(&pending[line_start..line_end]);
+                (line_start, search_from) = (line_end + 1, line_end + 1);
                 let Some(data) = line.trim().strip_prefix("data:").map(str::trim) else { continue };
                 if event(data).map_err(|message| LlmError::BadResponse { message })? {
                     return Ok(());
                 }
             }
+            pending.drain(..line_start);
         }
     }
 
@@ -135,6 +172,25 @@ impl Transport {
             LlmError::Connection { message: error_chain(error) }
         }
     }
+}
+
+/// The body of `response`, read up to `limit` bytes, and whether that is all of it. Reading
+/// stops at the limit: the rest is never read, and the response (and with it the connection) is
+/// dropped.
+pub(crate) async fn read_at_most(
+    mut response: reqwest::Response,
+    limit: usize,
+) -> Result<(Vec<u8>, bool), reqwest::Error> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        let room = limit - body.len();
+        if chunk.len() > room {
+            body.extend_from_slice(&chunk[..room]);
+            return Ok((body, false));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok((body, true))
 }
 
 fn error_chain(error: &dyn std::error::Error) -> String {

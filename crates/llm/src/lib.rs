@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 
 use picogent_support::retry::{RetryDecision, Retryable};
 
+pub use http::MAX_ANSWER_BYTES;
 pub use openai::OpenAiChat;
 
 /// One message of a conversation, in the order the model sees them.
@@ -192,6 +193,13 @@ pub enum LlmError {
     Unprocessable { status: u16, message: String },
     #[error("the model client is misconfigured: {message}")]
     Config { message: String },
+    /// The answer was over [`MAX_ANSWER_BYTES`], whole or streamed in all, and was refused
+    /// without reading the rest. Not retried: the same request is likely to bring the same.
+    #[error(
+        "the model server's answer is over picogent's limit of {limit_bytes} bytes, so it was refused without \
+         reading the rest: a model's answer is far smaller, check the server at llm.base_url"
+    )]
+    AnswerTooLarge { limit_bytes: usize },
 }
 
 impl LlmError {
@@ -199,7 +207,9 @@ impl LlmError {
     pub fn kind(&self) -> ModelFailure {
         match self {
             LlmError::RateLimited { .. } => ModelFailure::RateLimited,
-            LlmError::Server { .. } | LlmError::BadResponse { .. } => ModelFailure::ServerError,
+            LlmError::Server { .. } | LlmError::BadResponse { .. } | LlmError::AnswerTooLarge { .. } => {
+                ModelFailure::ServerError
+            }
             LlmError::Timeout { .. } => ModelFailure::Timeout,
             LlmError::Connection { .. } => ModelFailure::Unreachable,
             LlmError::ContextLength { .. } => ModelFailure::ContextLength,
@@ -256,7 +266,8 @@ impl Retryable for LlmError {
             | LlmError::ToolsUnsupported { .. }
             | LlmError::Rejected { .. }
             | LlmError::Unprocessable { .. }
-            | LlmError::Config { .. } => RetryDecision::Stop,
+            | LlmError::Config { .. }
+            | LlmError::AnswerTooLarge { .. } => RetryDecision::Stop,
         }
     }
 }

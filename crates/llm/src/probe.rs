@@ -45,6 +45,11 @@ pub enum ProbeError {
     /// Another status that is not a success.
     #[error("{base}/models answered HTTP {status}")]
     Status { base: String, status: reqwest::StatusCode },
+    /// The list of models is over [`crate::MAX_ANSWER_BYTES`]; the rest was not read.
+    #[error(
+        "{base}/models answered with more than {limit_bytes} bytes, so it was not read: is llm.base_url a model server?"
+    )]
+    TooLarge { base: String, limit_bytes: usize },
     /// The server lists models, and `llm.model` is not one of them; `listed` holds their ids.
     #[error("{base} does not serve llm.model {model:?}: it lists {}; set llm.model to the one to use", some_of(listed))]
     ModelNotListed { base: String, model: String, listed: Vec<String> },
@@ -76,7 +81,13 @@ pub async fn probe(config: &LlmConfig, api_key: Option<Secret>) -> Result<String
     if !status.is_success() {
         return Err(ProbeError::Status { base: base.to_string(), status });
     }
-    let body: serde_json::Value = response.json().await.unwrap_or_default();
+    let body = match crate::http::read_at_most(response, crate::MAX_ANSWER_BYTES).await {
+        Ok((_, false)) => {
+            return Err(ProbeError::TooLarge { base: base.to_string(), limit_bytes: crate::MAX_ANSWER_BYTES });
+        }
+        Ok((body, true)) => serde_json::from_slice(&body).unwrap_or_default(),
+        Err(_) => serde_json::Value::Null,
+    };
     let models = body["data"].as_array().cloned().unwrap_or_default();
     let names = |model: &serde_json::Value| -> Vec<String> {
         let aliases = model["aliases"].as_array().into_iter().flatten();
@@ -120,7 +131,8 @@ pub async fn server_props(config: &LlmConfig, api_key: Option<Secret>) -> Option
     if !response.status().is_success() {
         return None;
     }
-    let body: serde_json::Value = response.json().await.ok()?;
+    let (body, true) = crate::http::read_at_most(response, crate::MAX_ANSWER_BYTES).await.ok()? else { return None };
+    let body: serde_json::Value = serde_json::from_slice(&body).ok()?;
     let props = ServerProps {
         build: body["build_info"].as_str().map(str::to_string),
         supports_tools: body["chat_template_caps"]["supports_tools"].as_bool(),

@@ -1,12 +1,14 @@
 //! One external MCP server: a supervisor task that keeps it connected, its lists, and the calls
-//! made to it. Opening the transport and the handshake are in `client/connect.rs`.
+//! made to it. Opening the transport and the handshake are in `client/connect.rs`, the
+//! refreshes list-changed notifications start in `client/refresh.rs`.
 //!
 //! Invariants:
 //! - the supervisor owns the connection; callers only borrow its `Peer`, so a server that exits
 //!   leaves no half-usable handle: its calls answer "server unavailable" until it is back;
 //! - a server that exits or cannot be reached is restarted with exponential backoff, forever, until
 //!   the host shuts down — a failure is a warning, never a crash;
-//! - list-changed notifications refresh that server's tools, prompts or resources; a failed
+//! - list-changed notifications refresh that server's tools, prompts or resources, coalesced per
+//!   kind of list so a flood of them costs a few refreshes (`client/refresh.rs`); a failed
 //!   refresh keeps the previous list and logs a warning;
 //! - its skills (`skill://` resources, [`crate::skills`]) are read with its resources, before
 //!   the server is marked ready and again when its resources change, so a skill exists before
@@ -27,6 +29,7 @@
 
 mod connect;
 mod limit;
+mod refresh;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,11 +43,12 @@ use rmcp::model::{
 };
 use rmcp::service::{MaybeSendFuture, NotificationContext};
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceError};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::skills::{MAX_SKILLS_PER_SERVER, Skill, is_skill_uri, read_skill};
 use picogent_support::retry::reconnect_delay;
+use refresh::{Refresh, Refreshes, forward_list_changes};
 
 pub use connect::{ConnectError, expand_env};
 
@@ -154,13 +158,6 @@ struct State {
 enum ConnectionEnd {
     Lost,
     Shutdown,
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Refresh {
-    Tools,
-    Prompts,
-    Resources,
 }
 
 /// A connected (or reconnecting) server. Shared by the host and its supervisor task.
@@ -545,10 +542,10 @@ impl ServerConnection {
         let mut failures = 0u32;
         loop {
             self.update(|state| state.status = ServerStatus::Connecting);
-            let (events_tx, events_rx) = mpsc::unbounded_channel();
+            let refreshes = Arc::new(Refreshes::default());
             let handler = Handler {
                 server: self.name.clone(),
-                events: events_tx.clone(),
+                refreshes: Arc::clone(&refreshes),
                 progress: Arc::clone(&self.progress),
                 elicitation: Arc::clone(&self.elicitation),
                 in_flight: Arc::clone(&self.in_flight),
@@ -560,7 +557,7 @@ impl ServerConnection {
             let failed = match connected {
                 Ok(connected) => {
                     failures = 0;
-                    let ended = self.serve_connection(connected, (events_tx, events_rx), &shutdown).await;
+                    let ended = self.serve_connection(connected, &refreshes, &shutdown).await;
                     if ended == ConnectionEnd::Shutdown {
                         return;
                     }
@@ -587,18 +584,21 @@ impl ServerConnection {
     }
 
     /// Reads what a fresh connection offers, marks the server ready, and refreshes its lists on
-    /// list-changed notifications until the connection ends (the server is then down) or
-    /// `shutdown` fires (it is then stopped).
+    /// list-changed notifications (`refreshes`) until the connection ends (the server is then
+    /// down) or `shutdown` fires (it is then stopped).
     async fn serve_connection(
         &self,
         connect::Connected { running, pid, overflow }: connect::Connected,
-        (events_tx, mut events_rx): (mpsc::UnboundedSender<Refresh>, mpsc::UnboundedReceiver<Refresh>),
+        refreshes: &Arc<Refreshes>,
         shutdown: &CancellationToken,
     ) -> ConnectionEnd {
         let speaks_2025 = running.peer().peer_info().is_some_and(|info| info.protocol_version.has_initialize());
         let one_at_a_time = speaks_2025.then(|| Arc::new(tokio::sync::Semaphore::new(1)));
         let link = Link { peer: running.peer().clone(), overflow, one_at_a_time };
-        let snapshot = self.first_snapshot(&link, &events_tx).await;
+        // Ends the connection's own tasks (its list-change stream) however this returns.
+        let connection_over = CancellationToken::new();
+        let _over = connection_over.clone().drop_guard();
+        let snapshot = self.first_snapshot(&link, refreshes, &connection_over).await;
         tracing::info!(
             server = %self.name,
             protocol = snapshot.protocol_version.as_deref().unwrap_or("?"),
@@ -617,16 +617,14 @@ impl ServerConnection {
         });
         let stop = running.cancellation_token();
         let mut finished = Box::pin(running.waiting());
-        let reason = loop {
-            tokio::select! {
-                quit = &mut finished => break format!("connection ended ({quit:?})"),
-                Some(what) = events_rx.recv() => self.refresh(&link, what).await,
-                _ = shutdown.cancelled() => {
-                    stop.cancel();
-                    let _ = finished.await;
-                    self.update(|state| { state.link = None; state.status = ServerStatus::Stopped; });
-                    return ConnectionEnd::Shutdown;
-                }
+        let reason = tokio::select! {
+            quit = &mut finished => format!("connection ended ({quit:?})"),
+            never = self.keep_fresh(&link, refreshes) => match never {},
+            _ = shutdown.cancelled() => {
+                stop.cancel();
+                let _ = finished.await;
+                self.update(|state| { state.link = None; state.status = ServerStatus::Stopped; });
+                return ConnectionEnd::Shutdown;
             }
         };
         tracing::warn!(server = %self.name, %reason, "mcp server went away; restarting it");
@@ -640,7 +638,12 @@ impl ServerConnection {
 
     /// What a fresh connection offers: the server's info, then the lists its capabilities
     /// declare (an empty list where one cannot be read).
-    async fn first_snapshot(&self, link: &Link, events: &mpsc::UnboundedSender<Refresh>) -> ServerSnapshot {
+    async fn first_snapshot(
+        &self,
+        link: &Link,
+        refreshes: &Arc<Refreshes>,
+        connection_over: &CancellationToken,
+    ) -> ServerSnapshot {
         let info = link.peer.peer_info();
         let mut snapshot = ServerSnapshot {
             has_resources: info.as_ref().is_some_and(|info| info.capabilities.resources.is_some()),
@@ -653,7 +656,14 @@ impl ServerConnection {
         if info.as_ref().is_some_and(|info| !info.protocol_version.has_initialize())
             && let Some(subscription) = self.listen(link).await
         {
-            tokio::spawn(forward_list_changes(subscription, events.clone()));
+            tokio::spawn(forward_list_changes(
+                self.name.clone(),
+                link.peer.clone(),
+                subscription,
+                Arc::clone(refreshes),
+                self.listen_timeout(),
+                connection_over.clone(),
+            ));
         }
         let capabilities = info.as_ref().map(|info| info.capabilities.clone()).unwrap_or_default();
         if capabilities.tools.is_some() {
@@ -669,50 +679,6 @@ impl ServerConnection {
             snapshot.skills = self.read_skills(link, &snapshot.resources, &previous).await;
         }
         snapshot
-    }
-
-    /// Opens the list-change stream of a 2026-07-28 server. A server that refuses it only loses
-    /// refreshes (logged).
-    async fn listen(&self, link: &Link) -> Option<rmcp::service::Subscription> {
-        use rmcp::model::SubscriptionFilter;
-        let filter =
-            SubscriptionFilter::builder().tools_list_changed().prompts_list_changed().resources_list_changed().build();
-        let never = CancellationToken::new();
-        // Part of connecting, so it gets the handshake's allowance rather than a call's timeout.
-        let limit = self.timeout().max(Duration::from_secs(30));
-        match self.request_within(limit, link, &never, link.peer.listen(filter)).await {
-            Ok(subscription) => Some(subscription),
-            Err(error) => {
-                tracing::info!(server = %self.name, %error, "mcp server offers no list-change stream");
-                None
-            }
-        }
-    }
-
-    async fn refresh(&self, link: &Link, what: Refresh) {
-        tracing::info!(server = %self.name, list = ?what, "mcp server list changed; refreshing");
-        match what {
-            Refresh::Tools => {
-                if let Some(tools) = self.list_tools(link).await {
-                    self.update(|state| state.snapshot.tools = tools);
-                }
-            }
-            Refresh::Prompts => {
-                if let Some(prompts) = self.list_prompts(link).await {
-                    self.update(|state| state.snapshot.prompts = prompts);
-                }
-            }
-            Refresh::Resources => {
-                if let Some(resources) = self.list_resources(link).await {
-                    let skills = self.read_skills(link, &resources, &self.snapshot().skills).await;
-                    self.update(|state| {
-                        state.snapshot.resources = resources;
-                        state.snapshot.skills = skills;
-                        state.snapshot.has_resources = true;
-                    });
-                }
-            }
-        }
     }
 
     /// Every page of `tools/list`, filtered by the server's allow/deny lists. `None` (and a warning)
@@ -872,28 +838,11 @@ fn body_too_large(sent: &rmcp::transport::DynamicTransportError) -> bool {
     )
 }
 
-/// Forwards list-changed notifications from a `subscriptions/listen` stream to the supervisor;
-/// ends with the connection.
-async fn forward_list_changes(mut subscription: rmcp::service::Subscription, events: mpsc::UnboundedSender<Refresh>) {
-    use rmcp::model::ServerNotification;
-    while let Ok(Some(notification)) = subscription.next().await {
-        let what = match notification {
-            ServerNotification::ToolListChangedNotification(_) => Refresh::Tools,
-            ServerNotification::PromptListChangedNotification(_) => Refresh::Prompts,
-            ServerNotification::ResourceListChangedNotification(_) => Refresh::Resources,
-            _ => continue,
-        };
-        if events.send(what).is_err() {
-            return;
-        }
-    }
-}
-
 /// The client side of one connection: it hears the server's notifications.
 #[derive(Clone)]
 struct Handler {
     server: String,
-    events: mpsc::UnboundedSender<Refresh>,
+    refreshes: Arc<Refreshes>,
     progress: Arc<Mutex<VecDeque<ProgressRecord>>>,
     elicitation: Arc<Elicitation>,
     in_flight: Arc<InFlight>,
@@ -945,7 +894,7 @@ impl ClientHandler for Handler {
         &self,
         _context: NotificationContext<RoleClient>,
     ) -> impl Future<Output = ()> + MaybeSendFuture + '_ {
-        let _ = self.events.send(Refresh::Tools);
+        self.refreshes.mark(&self.server, Refresh::Tools);
         std::future::ready(())
     }
 
@@ -953,7 +902,7 @@ impl ClientHandler for Handler {
         &self,
         _context: NotificationContext<RoleClient>,
     ) -> impl Future<Output = ()> + MaybeSendFuture + '_ {
-        let _ = self.events.send(Refresh::Prompts);
+        self.refreshes.mark(&self.server, Refresh::Prompts);
         std::future::ready(())
     }
 
@@ -961,7 +910,7 @@ impl ClientHandler for Handler {
         &self,
         _context: NotificationContext<RoleClient>,
     ) -> impl Future<Output = ()> + MaybeSendFuture + '_ {
-        let _ = self.events.send(Refresh::Resources);
+        self.refreshes.mark(&self.server, Refresh::Resources);
         std::future::ready(())
     }
 

@@ -8,6 +8,10 @@
 //! posted as a link and waits for the person to say `done`; a call refused with -32042 (URL
 //! elicitation required) is made again after that, up to `elicitation.url_retries` times.
 //!
+//! Nothing a server sends mentions anyone on the board, which reads every `@slug` of a post as
+//! a mention: in its words `@` becomes `＠` ([`server_text`]), in a link `%40` ([`posted_link`]),
+//! which keeps the link working; a link with user info is declined.
+//!
 //! A form reply is fitted to the server's schema here, by picogent's own parser ([`fit_reply`]),
 //! not by the model: `field: value` lines (field names in any case), or a JSON object; for a
 //! form of one field the whole reply is its value unless it is exactly `field: value`. It is
@@ -137,8 +141,9 @@ impl People {
                 text.push_str(&format!("That did not fit: {problem}. Once more, please.\n"));
             }
             text.push_str(&format!(
-                "The MCP server `{server}` asks, for the call `{tool}`: {}\nReply here with one `field: value` per \
+                "The MCP server `{server}` asks, for the call `{}`: {}\nReply here with one `field: value` per \
                  line:\n{}\nOr reply `decline` (or `cancel`). Within {} minutes, else it is cancelled.",
+                server_text(tool),
                 server_text(message),
                 describe_fields(schema),
                 self.minutes()
@@ -199,13 +204,18 @@ impl People {
         url: &str,
         context: &ToolContext,
     ) -> Option<ElicitResult> {
-        let Some(url) = safe_url(url) else {
-            tracing::warn!(server, tool, "declined a URL elicitation whose link is not an http(s) URL");
+        let Some(url) = posted_link(url) else {
+            tracing::warn!(
+                server,
+                tool,
+                "declined a URL elicitation whose link is not an http(s) URL without user info"
+            );
             return Some(result(ElicitationAction::Decline, None));
         };
         let text = format!(
-            "The MCP server `{server}` asks you to open this link, for the call `{tool}`: {url}\n{}\nReply `done` \
+            "The MCP server `{server}` asks you to open this link, for the call `{}`: {url}\n{}\nReply `done` \
              here when you have finished there, or `cancel`. Within {} minutes.",
+            server_text(tool),
             server_text(message),
             self.minutes()
         );
@@ -256,10 +266,16 @@ impl People {
     }
 }
 
-/// `url` if it is an http(s) URL, else `None` (a `javascript:` link is not posted).
-fn safe_url(url: &str) -> Option<String> {
+/// `url` as it is posted, or `None` when it is not posted: only an http(s) URL (a `javascript:`
+/// link is not), without user info (`https://trusted.example@elsewhere.example/` reads as
+/// another site, and what precedes its `@` as a mention). Every `@` left is in its path, query
+/// or fragment and is written `%40`, which a server reads as `@`, so the board finds no `@slug`
+/// in the link (`/@bob?cc=@picogent` would mention both) and the link still works.
+fn posted_link(url: &str) -> Option<String> {
     let parsed = reqwest::Url::parse(url.trim()).ok()?;
-    matches!(parsed.scheme(), "https" | "http").then(|| parsed.to_string())
+    let plain =
+        matches!(parsed.scheme(), "https" | "http") && parsed.username().is_empty() && parsed.password().is_none();
+    plain.then(|| parsed.as_str().replace('@', "%40"))
 }
 
 /// The fields of a form, one line each: name, whether required, what kind of value, and the
@@ -654,7 +670,23 @@ mod tests {
         assert!(text.contains("- `time` (required): one of `18:00`, `19:00`, `20:00`"), "{text}");
         assert!(text.contains("- `vegetarian` (optional): yes or no"), "{text}");
         assert!(!server_text("ping @bob").contains("@bob"));
-        assert_eq!(safe_url("javascript:alert(1)"), None);
-        assert!(safe_url("https://auth.example.com/x?s=1").is_some());
+        assert!(!server_text("book_@bob").contains('@'), "a tool's name is the server's text too");
+    }
+
+    #[test]
+    fn a_posted_link_works_as_sent_and_mentions_nobody() {
+        let cases = [
+            ("https://auth.example.com/x?s=1", Some("https://auth.example.com/x?s=1")),
+            ("http://127.0.0.1:1/@bob?x=@picogent", Some("http://127.0.0.1:1/%40bob?x=%40picogent")),
+            ("https://example.com/a#@alice", Some("https://example.com/a#%40alice")),
+            (" https://example.com/%40bob ", Some("https://example.com/%40bob")),
+            ("javascript:alert(1)", None),
+            ("https://trusted.example@elsewhere.example/", None),
+            ("https://-:@bob.example/", None),
+            ("not a link", None),
+        ];
+        for (sent, posted) in cases {
+            assert_eq!(posted_link(sent).as_deref(), posted, "{sent}");
+        }
     }
 }

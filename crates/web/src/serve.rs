@@ -12,14 +12,20 @@
 //!   socket closes. Past the cap the listener stops accepting: new clients wait in the
 //!   operating system's queue until a connection closes, instead of being refused, and a
 //!   warning says so (at most once a minute);
+//! - one peer (one IP address; loopback addresses count like any other, each on its own) holds
+//!   at most [`DoorLimits::max_connections_per_peer`] of those connections: one more from it is
+//!   closed as soon as it is accepted, so a client that opens connections and never finishes
+//!   them cannot keep everyone else waiting in that queue. The count is held by the socket too;
 //! - HTTP/1.1 only: no browser speaks HTTP/2 without TLS, which picogent does not terminate, and
 //!   the version sniffing of an HTTP/1-or-2 server waits for its first bytes without a deadline;
 //! - at shutdown the listener stops accepting, every connection finishes the answer it is
 //!   sending (live streams end on their own shutdown signal) and then closes.
 
+use std::collections::HashMap;
 use std::io;
+use std::net::IpAddr;
 use std::pin::{Pin, pin};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -45,6 +51,17 @@ impl DoorLimits {
     pub const DEFAULT_HEADER_TIMEOUT_MS: u64 = 10_000;
     /// `http.max_connections`'s default, and the board's.
     pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+    /// The share of [`DoorLimits::max_connections`] one peer may hold: a quarter.
+    pub const PEER_SHARE_DIVISOR: usize = 4;
+
+    /// Connections one peer (one IP address) may hold open at once: a quarter of
+    /// `max_connections`, at least 1 (128 of the default 512). Far more than a browser opens
+    /// (six at a time, and the live streams), and it leaves three quarters to everyone else
+    /// while one client floods. Behind a reverse proxy every client is the proxy's address:
+    /// raise `max_connections` there, as the proxy's own connection limit allows.
+    pub fn max_connections_per_peer(&self) -> usize {
+        (self.max_connections / Self::PEER_SHARE_DIVISOR).max(1)
+    }
 }
 
 impl Default for DoorLimits {
@@ -66,9 +83,11 @@ pub async fn serve(
     name: &'static str,
 ) {
     let open = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let peers = Arc::new(Peers::new(limits.max_connections_per_peer()));
     // Every connection's task holds a receiver; the sender sees them all dropped at the end.
     let (all_closed, connection_open) = watch::channel(());
     let mut last_full_warning: Option<tokio::time::Instant> = None;
+    let mut last_peer_warning: Option<tokio::time::Instant> = None;
     loop {
         if open.available_permits() == 0 && last_full_warning.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
             tracing::warn!(
@@ -86,9 +105,9 @@ pub async fn serve(
             },
             _ = shutdown.cancelled() => break,
         };
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(error) => {
                     accept_failed(name, error).await;
                     continue;
@@ -96,7 +115,21 @@ pub async fn serve(
             },
             _ = shutdown.cancelled() => break,
         };
-        let io = TokioIo::new(Counted { stream, _permit: permit });
+        let Some(peer_slot) = peers.enter(peer.ip()) else {
+            // Closed at once (the stream and the permit are dropped here): it holds nothing.
+            if last_peer_warning.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
+                tracing::warn!(
+                    listener = name,
+                    peer = %peer.ip(),
+                    max_connections_per_peer = peers.cap,
+                    "one peer holds every connection it may: more from it are closed at once (said at most once a \
+                     minute)"
+                );
+                last_peer_warning = Some(tokio::time::Instant::now());
+            }
+            continue;
+        };
+        let io = TokioIo::new(Counted { stream, _peer: peer_slot, _permit: permit });
         let service = TowerToHyperService::new(router.clone());
         let (shutdown, connection_open) = (shutdown.clone(), connection_open.clone());
         tokio::spawn(async move {
@@ -133,10 +166,59 @@ async fn accept_failed(name: &'static str, error: io::Error) {
     tokio::time::sleep(Duration::from_secs(1)).await;
 }
 
-/// A socket that holds its place in the listener's count for as long as it is open, also after
-/// hyper has handed it to a WebSocket.
+/// The connections open per peer address, for [`DoorLimits::max_connections_per_peer`]. Only
+/// peers with a connection open have an entry, so it holds at most `max_connections` of them.
+#[derive(Debug)]
+struct Peers {
+    cap: usize,
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+impl Peers {
+    fn new(cap: usize) -> Peers {
+        Peers { cap, open: Mutex::new(HashMap::new()) }
+    }
+
+    /// A place for one more connection of `ip`, or `None` when it holds its cap already. An
+    /// IPv4 address seen as IPv6 (`::ffff:a.b.c.d`) counts as itself.
+    fn enter(self: &Arc<Self>, ip: IpAddr) -> Option<PeerSlot> {
+        let ip = ip.to_canonical();
+        let mut open = self.open.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let count = open.entry(ip).or_insert(0);
+        if *count >= self.cap {
+            return None;
+        }
+        *count += 1;
+        Some(PeerSlot { peers: Arc::clone(self), ip })
+    }
+}
+
+/// One connection's place among its peer's; given back when dropped.
+#[derive(Debug)]
+struct PeerSlot {
+    peers: Arc<Peers>,
+    ip: IpAddr,
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut open = self.peers.open.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(count) = open.get_mut(&self.ip) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// A socket that holds its place in the listener's count, and in its peer's, for as long as it
+/// is open, also after hyper has handed it to a WebSocket.
 struct Counted {
     stream: TcpStream,
+    /// Before `_permit`, so it is given back first: once the accept loop may take another
+    /// connection, this one no longer counts for its peer.
+    _peer: PeerSlot,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -217,6 +299,65 @@ mod tests {
         assert!(!String::from_utf8_lossy(&seen).contains("200"), "the slow client got no answer");
         shutdown.cancel();
         served.await.unwrap();
+    }
+
+    /// A connection from `from` (a loopback address of its own) to `addr`.
+    async fn connect_from(from: std::net::Ipv4Addr, addr: std::net::SocketAddr) -> TcpStream {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(std::net::SocketAddr::from((from, 0))).unwrap();
+        socket.connect(addr).await.unwrap()
+    }
+
+    /// One peer (127.0.0.2) opens twenty connections and never finishes their headers, on a
+    /// listener of eight: it keeps its share (two), the rest are closed at once, and another
+    /// peer (127.0.0.1) is answered without waiting for the header deadline (30 s).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_peer_holding_half_open_connections_cannot_keep_another_waiting() {
+        let limits = DoorLimits { header_timeout: Duration::from_secs(30), max_connections: 8 };
+        assert_eq!(limits.max_connections_per_peer(), 2);
+        let (addr, shutdown, served) = start(limits).await;
+        let flooder = std::net::Ipv4Addr::new(127, 0, 0, 2);
+        let mut flood = Vec::new();
+        for _ in 0..20 {
+            let mut stream = connect_from(flooder, addr).await;
+            // Half open: the head is never finished (a closed one fails this write: fine).
+            let _ = stream.write_all(b"GET / HTTP/1.1\r\nHost: local").await;
+            flood.push(stream);
+        }
+        let answer = tokio::time::timeout(Duration::from_secs(5), get(addr)).await;
+        let answer = answer.expect("another peer is answered while one holds half-open connections");
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        // Of the flood, all but its share were closed at once, unanswered.
+        let mut closed = 0;
+        for stream in &mut flood {
+            // Those closed at once are closed by now; the share waits for its deadline.
+            if let Ok(seen) = tokio::time::timeout(Duration::from_secs(1), until_closed(stream)).await {
+                assert!(seen.is_empty(), "{}", String::from_utf8_lossy(&seen));
+                closed += 1;
+            }
+        }
+        assert_eq!(closed, 20 - limits.max_connections_per_peer(), "closed at once: all but the peer's share");
+        shutdown.cancel();
+        drop(flood);
+        served.await.unwrap();
+    }
+
+    #[test]
+    fn a_peer_is_its_address_whatever_its_form_and_its_places_come_back() {
+        let peers = Arc::new(Peers::new(2));
+        let v4: IpAddr = "127.0.0.2".parse().unwrap();
+        let mapped: IpAddr = "::ffff:127.0.0.2".parse().unwrap();
+        let other: IpAddr = "127.0.0.1".parse().unwrap();
+        let first = peers.enter(v4).expect("a first place");
+        let second = peers.enter(mapped).expect("a second place, the same peer");
+        assert!(peers.enter(v4).is_none(), "its share is two");
+        assert!(peers.enter(other).is_some(), "another peer has its own share");
+        drop(first);
+        let third = peers.enter(v4).expect("a place given back is taken again");
+        drop((second, third));
+        assert!(peers.open.lock().unwrap().is_empty(), "a peer with nothing open has no entry");
+        assert_eq!(DoorLimits { max_connections: 3, ..DoorLimits::default() }.max_connections_per_peer(), 1);
+        assert_eq!(DoorLimits::default().max_connections_per_peer(), 128);
     }
 
     #[tokio::test]

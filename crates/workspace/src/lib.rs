@@ -7,7 +7,8 @@
 //! - [`workspace`]: [`Workspaces`], the worktrees under `workspaces.root`, made, found again,
 //!   finished (commit and push) and removed; [`hooks`]: the operator's hooks around them;
 //! - [`coding`]: one run of a coding agent in a workspace; [`child`]: child processes in a group
-//!   of their own; [`git`]: picogent's own git commands;
+//!   of their own; [`git`]: picogent's own git commands; [`files`]: files in the agent's reach,
+//!   written and read safely; [`scan`]: what a push may not carry; [`sandbox`]: bubblewrap;
 //! - [`tools`]: `run_coding_agent` and `workspace_status`, offered on a run of a task with a
 //!   repository, and [`tools::CodingRuns`], each run's coding agent output and work.
 //!
@@ -19,7 +20,11 @@
 //! - no child outlives what started it: each runs in its own process group, killed on stop,
 //!   timeout or drop ([`child::Group`]);
 //! - only `picogent/<KEY>` branches are pushed, never the base, and a push the remote already has
-//!   is not sent again.
+//!   is not sent again;
+//! - the coding agent is hostile ([`git`], [`files`], [`scan`], [`sandbox`]; docs/coding-agents.md,
+//!   "Threat model"): picogent's git obeys nothing the workspace holds, its own files in the
+//!   agent's reach are never written through a link, what it reads back is bounded, and a push
+//!   that carries a secret, a credential's shape, a file too large or a link out is refused.
 
 pub mod child;
 pub mod coding;
