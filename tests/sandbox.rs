@@ -5,7 +5,6 @@
 //! workspace, write in it. Only the model and the workspace answer.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
@@ -41,7 +40,7 @@ async fn a_sandboxed_coding_agent_reaches_the_model_and_its_workspace_and_nothin
     let dir = tempfile::tempdir().unwrap();
     let relay = dir.path().join("picogent");
     std::fs::copy(env!("CARGO_BIN_EXE_picogent"), &relay).unwrap();
-    assert!(relay.starts_with("/tmp") || std::env::temp_dir() != PathBuf::from("/tmp"), "{}", relay.display());
+    assert!(relay.starts_with("/tmp") || std::env::temp_dir() != std::path::Path::new("/tmp"), "{}", relay.display());
     sandbox::set_relay_program(relay);
     let model = picogent::offline_model::start(picogent::offline_model::OfflineModelOptions::planner()).await.unwrap();
     // Another address on this machine, answering anyone who reaches it.

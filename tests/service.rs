@@ -44,7 +44,7 @@ fn the_systemd_unit_verifies_and_is_hardened() {
 fn the_containerfile_builds_in_two_stages_and_runs_as_a_user_of_its_own() {
     let stages: Vec<&str> = CONTAINERFILE.lines().filter(|line| line.starts_with("FROM ")).collect();
     assert_eq!(stages.len(), 2, "{stages:?}");
-    let user = CONTAINERFILE.lines().filter_map(|line| line.strip_prefix("USER ")).last();
+    let user = CONTAINERFILE.lines().rev().find_map(|line| line.strip_prefix("USER "));
     assert!(user.is_some_and(|user| user != "root" && user != "0"), "it runs as {user:?}");
     assert!(CONTAINERFILE.contains("COPY --from=build /src/target/release/picogent"));
     // What it copies is in the repository.
