@@ -127,6 +127,46 @@ async fn a_form_is_asked_in_the_thread_fitted_to_its_schema_and_asked_again_once
     board.shutdown().await.unwrap();
 }
 
+/// A person answers a form as people do, in a sentence: the model fits it to the form in a small
+/// request of its own (the offline model's script plays that answer), picogent says what it
+/// understood before sending it, and the server gets typed, checked values.
+async fn a_plain_answer_is_fitted_by_the_model_and_said_before_it_is_sent(protocol: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = scripted(json!([
+        {"expect": {"tools_include": ["mcp__elicit__deploy"]}, "reply": call("deploy")},
+        {"expect": {"messages_contain": "version 1.4.2, yes deploy now"},
+         "reply": {"content": "```json\n{\"version\": \"1.4.2\", \"confirm\": true}\n```"}},
+        {"expect": {"last_tool_result_contains": "deployed 1.4.2"}, "reply": {"content": "Deployed 1.4.2."}}
+    ]))
+    .await;
+    let agent = agent_with(dir.path(), &board, &model, protocol, json!({})).await;
+    let alice = client(&board, "tok-alice");
+    let task = create_assigned(&alice, "Deploy the release", "Deploy what is ready.").await;
+    nth_post(&alice, &task.id, "asks, for the call `deploy`", 1).await;
+    comment(&alice, &task.id, "version 1.4.2, yes deploy now").await;
+    let read = nth_post(&alice, &task.id, "I read:", 1).await;
+    assert!(read.content.contains("I read: version 1.4.2, confirm yes. Sending."), "{}", read.content);
+    nth_post(&alice, &task.id, "Deployed 1.4.2.", 1).await;
+    wait_idle(&agent).await;
+    let posts = said(&alice, &task.id).await;
+    assert!(!posts.iter().any(|m| m.content.contains("did not fit")), "understood the first time: {posts:#?}");
+    assert!(model.mismatches().is_empty(), "{:?}", model.mismatches());
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_answer_2026_07_28() {
+    a_plain_answer_is_fitted_by_the_model_and_said_before_it_is_sent("2026-07-28").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_answer_2025_11_25() {
+    a_plain_answer_is_fitted_by_the_model_and_said_before_it_is_sent("2025-11-25").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_form_elicitation_2026_07_28() {
     a_form_is_asked_in_the_thread_fitted_to_its_schema_and_asked_again_once("2026-07-28").await;

@@ -196,7 +196,14 @@ async fn attacks_every_mode(world: &World, sandboxed: bool) {
     let (task, run, said) = world.attack("filter").await;
     world.nothing_outside();
     assert_eq!(run.status, RunStatus::Completed, "{said:#?}");
-    assert!(one(&said).contains(&format!("Work: branch `picogent/{}`", task.key)), "{said:#?}");
+    let answer = one(&said);
+    assert!(answer.contains(&format!("Work: branch `picogent/{}`", task.key)), "{answer}");
+    // The answer says when the coding agent ran without the sandbox, and why.
+    assert_eq!(
+        answer.contains("The coding agent ran without the sandbox: its entry says sandbox: false"),
+        !sandboxed,
+        "{answer}"
+    );
     assert!(world.pushed_file(&task, "src/date.py").contains("touched by the hostile stand-in"));
     let mirror_config = std::fs::read_to_string(world.dir.path().join("workspaces/.mirrors/app.git/config")).unwrap();
     assert!(!mirror_config.contains("evil") && !mirror_config.contains("fsmonitor"), "{mirror_config}");
@@ -476,6 +483,40 @@ async fn four_tasks_of_one_repository_on_a_fresh_install_each_get_their_branch()
         let file = git(&remote, &["show", &format!("{branch}:src/date.py")]);
         assert!(file.contains(&format!("2024-06-0{}", n + 1)), "{file}");
     }
+    wait_idle(&agent).await;
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+/// A failure of picogent's own step (the repository cannot be cloned) is named as such, never
+/// blamed on the coding agent, which did not run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workspace_that_cannot_be_prepared_is_named_as_picogents_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let extra = json!({"workspaces": {
+        "root": dir.path().join("workspaces"),
+        "repositories": {"app": {"url": dir.path().join("no-such-repository.git"), "base": "main", "projects": ["team"]}},
+        "agents": {"stand-in": {"command": ["sh", STAND_IN, "{instructions}"], "output": "jsonl"}},
+        "agent": "stand-in",
+        "direct": true,
+    }});
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+    let task = create_assigned(&alice, "Fix the date", "In src/date.py replace \"2020\" with \"2024\".").await;
+    let notice = eventually(Duration::from_secs(60), "the notice", || async {
+        comments(&alice, &task.id)
+            .await
+            .into_iter()
+            .find(|m| m.author_slug == "picogent" && !m.content.starts_with("On it"))
+    })
+    .await;
+    assert!(notice.content.starts_with("I could not prepare the workspace: "), "{}", notice.content);
+    assert!(notice.content.contains("git clone"), "{}", notice.content);
+    assert!(!notice.content.contains("coding agent"), "no coding agent ran: {}", notice.content);
     wait_idle(&agent).await;
     agent.shutdown().await.unwrap();
     model.shutdown().await;

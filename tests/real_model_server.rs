@@ -643,3 +643,70 @@ async fn check_over_the_messages_api_says_the_cache_is_active() {
         "{report}"
     );
 }
+
+/// A person answers an MCP server's form in a sentence, and the model that fits it is Gemma 3
+/// 270M on llama-server. Whatever the small model makes of it, what reaches the server is checked
+/// against the form: the model's fit is said in the thread before it is sent, or, when it does not
+/// fit, the person is asked again saying what is missing, and their `field: value` lines are
+/// taken. Either way the server gets the values the person meant, typed, and nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_answer_to_a_form_is_fitted_by_llama_or_asked_again_never_sent_unchecked() {
+    use picogent::mcp::elicit::{Elicitation, People};
+    use picogent::session::SessionKey;
+    use picogent::tools::ToolContext;
+    use picogent::tools::person::PersonAsker;
+
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let server = LlamaServer::start(dir.path(), ServerOptions { context: 4096, template: None }).await;
+    let url = format!("http://{}/v1", server.addr);
+    let llm: picogent::config::LlmConfig =
+        serde_json::from_value(llm_section(&url, json!({"max_output_tokens": 200}))).unwrap();
+    let model = picogent::llm::chat_model(&llm, None).unwrap();
+    let alice = client(&board, "tok-alice");
+    let task = create_assigned(&alice, "Deploy the release", "Deploy what is ready.").await;
+
+    let elicitation = Elicitation::default();
+    let asker = PersonAsker::new(client(&board, "tok-picogent")).with_poll_interval(Duration::from_millis(50));
+    elicitation.set_people(People { asker, timeout: Duration::from_secs(120), url_retries: 1, model: Some(model) });
+    let mut context = ToolContext::new("picogent");
+    context.session = Some(SessionKey::Task(task.id.clone()));
+    context.requester = Some("alice".to_string());
+    context.run_id = Some("run-form".to_string());
+    let params: rmcp::model::ElicitRequestParams = serde_json::from_value(json!({
+        "mode": "form",
+        "message": "Which version, and shall I deploy it now?",
+        "requestedSchema": {"type": "object", "required": ["version", "confirm"], "properties": {
+            "version": {"type": "string", "description": "Which version to deploy"},
+            "confirm": {"type": "boolean", "description": "Deploy it now"}}}
+    }))
+    .unwrap();
+    let asking = tokio::spawn(async move { elicitation.answer("deployer", "deploy", &params, Some(&context)).await });
+
+    let mine = |posts: Vec<MessageOut>| posts.into_iter().filter(|m| m.author_slug == "picogent").collect::<Vec<_>>();
+    eventually(Duration::from_secs(30), "the question", || async {
+        (!mine(comments(&alice, &task.id).await).is_empty()).then_some(())
+    })
+    .await;
+    comment(&alice, &task.id, "version 1.4.2, yes deploy now").await;
+    // The model's fit is said, or the question asked again: a second post of picogent's.
+    let second = eventually(Duration::from_secs(180), "what picogent made of the reply", || async {
+        mine(comments(&alice, &task.id).await).into_iter().nth(1)
+    })
+    .await;
+    println!("picogent said: {}", second.content);
+    if second.content.contains("did not fit") {
+        comment(&alice, &task.id, "version: 1.4.2\nconfirm: yes").await;
+    } else {
+        assert!(second.content.starts_with("I read: "), "{}", second.content);
+    }
+    let answer = tokio::time::timeout(Duration::from_secs(180), asking).await.expect("answered").unwrap().unwrap();
+    assert_eq!(answer.action, rmcp::model::ElicitationAction::Accept);
+    let content = answer.content.unwrap();
+    // Checked against the form: both fields, typed, nothing else.
+    assert_eq!(content["confirm"], json!(true), "{content}");
+    assert!(content["version"].as_str().is_some_and(|v| v.contains("1.4.2")), "{content}");
+    assert_eq!(content.as_object().unwrap().len(), 2, "{content}");
+    drop(server);
+    board.shutdown().await.unwrap();
+}

@@ -116,6 +116,24 @@ async def book_table(booking: Annotated[ElicitationResult[Booking], Resolve(ask_
     return "the user declined" if booking.action == "decline" else "the user cancelled"
 
 
+class Deployment(BaseModel):
+    version: str = Field(description="Which version to deploy")
+    confirm: bool = Field(description="Deploy it now")
+
+
+def ask_deployment() -> Elicit[Deployment]:
+    return Elicit("Which version, and shall I deploy it now?", Deployment)
+
+
+@server.tool(structured_output=False, description="Deploys a version, asking the user which one.")
+async def deploy(deployment: Annotated[ElicitationResult[Deployment], Resolve(ask_deployment)]) -> str:
+    log_outcome("deploy", deployment.action)
+    if isinstance(deployment, AcceptedElicitation):
+        data = deployment.data
+        return f"deployed {data.version}" if data.confirm else f"did not deploy {data.version}"
+    return "the user declined" if deployment.action == "decline" else "the user cancelled"
+
+
 class Destination(BaseModel):
     city: str = Field(description="Which city")
 

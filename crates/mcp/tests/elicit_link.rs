@@ -46,7 +46,7 @@ async fn a_link_is_posted_working_and_mentions_nobody_but_the_person_asked() {
 
     let elicitation = Elicitation::default();
     let asker = PersonAsker::new(client(&board, "tok-picogent")).with_poll_interval(Duration::from_millis(50));
-    elicitation.set_people(People { asker, timeout: WAIT, url_retries: 1 });
+    elicitation.set_people(People { asker, timeout: WAIT, url_retries: 1, model: None });
     let mut context = ToolContext::new("picogent");
     context.session = Some(SessionKey::Task(task.id.clone()));
     context.requester = Some("alice".to_string());

@@ -273,11 +273,14 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     let registry: Arc<dyn ToolSource> = Arc::new(build_tools(&config, &client)?);
     // External MCP servers join the tracker's tools; one permission policy governs them all.
     let host = Arc::new(picogent_mcp::host::McpHost::start(&config).await);
-    // A server's elicitation is asked of the person the run works for, in its thread.
+    let model = picogent_llm::chat_model(&config.llm, llm_api_key).context("cannot build the model client")?;
+    // A server's elicitation is asked of the person the run works for, in its thread; a reply in
+    // plain words is fitted to the form by the model.
     host.set_people(picogent_mcp::elicit::People {
         asker: picogent_tools::person::PersonAsker::new(client.clone()),
         timeout: std::time::Duration::from_millis(config.elicitation.timeout_ms),
         url_retries: config.elicitation.url_retries,
+        model: Some(model.clone()),
     });
     let coding = coding_tools(&config, &client, held_secrets)?;
     // The model's clarifying question, asked where the run was asked (`tools::question`).
@@ -288,7 +291,6 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     let mut sources = vec![registry, host.clone() as Arc<dyn ToolSource>, Arc::new(question) as Arc<dyn ToolSource>];
     sources.extend(coding.clone().map(|coding| coding as Arc<dyn ToolSource>));
     let tools: Arc<dyn ToolSource> = Arc::new(picogent_tools::governed(sources, &config.permissions, &client));
-    let model = picogent_llm::chat_model(&config.llm, llm_api_key).context("cannot build the model client")?;
     let metrics = Arc::new(Metrics::default());
     let status = Arc::new(StatusBoard::default());
     if let Some(coding) = &coding {
