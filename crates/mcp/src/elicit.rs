@@ -180,11 +180,12 @@ impl People {
             };
             let read = |reply: &MessageOut| Some((fit_reply(&reply.content, schema), reply.content.clone()));
             let can_fit = self.model.is_some();
+            let can_fit_words = |said: &str| can_fit && in_words(said, schema);
             let ended = |reply: &(FormReply, String)| match reply.0 {
                 FormReply::Fields(_) => WaitEnd::Answered,
                 FormReply::Decline | FormReply::Cancel => WaitEnd::Declined,
                 // In plain words: the model may still fit it.
-                FormReply::Unfit(_) if can_fit => WaitEnd::Answered,
+                FormReply::Unfit(_) if can_fit_words(&reply.1) => WaitEnd::Answered,
                 FormReply::Unfit(_) => WaitEnd::Failed,
             };
             match self.asker.ask(context, &question, read, ended).await {
@@ -196,6 +197,10 @@ impl People {
                 }
                 Reply::Answer { value: (FormReply::Cancel, _), .. } => {
                     return Some(result(ElicitationAction::Cancel, None));
+                }
+                // Fields the person wrote out are theirs to correct: only words go to the model.
+                Reply::Answer { value: (FormReply::Unfit(why), said), .. } if !in_words(&said, schema) => {
+                    problem = Some(why)
                 }
                 Reply::Answer { value: (FormReply::Unfit(why), said), .. } => {
                     match self.fit_by_model(message, schema, &said).await {
@@ -500,6 +505,25 @@ fn fit_reply(content: &str, schema: &Value) -> FormReply {
         // A schema that is no schema: the server's mistake; what the person said goes as given.
         Err(_) => FormReply::Fields(fields),
     }
+}
+
+/// Whether a reply to a form of several fields is in plain words: no JSON object, and no line
+/// that names one of the form's fields (`field: value`). Only such a reply is fitted by the
+/// model; fields the person wrote out are read as they wrote them.
+fn in_words(said: &str, schema: &Value) -> bool {
+    let properties = schema["properties"].as_object().cloned().unwrap_or_default();
+    if properties.len() < 2 {
+        return false;
+    }
+    let words = picogent_prompts::clean_text(reply_words(said), 10_000);
+    if words.trim_start().starts_with('{') {
+        return false;
+    }
+    let field = |name: &str| -> Option<String> {
+        let name = name.trim().trim_matches(['`', '"', '\'', '*']).trim();
+        properties.keys().find(|key| key.eq_ignore_ascii_case(name)).cloned()
+    };
+    !words.lines().any(|line| field_parts(line, &field).iter().any(|(name, _)| field(name).is_some()))
 }
 
 /// The first JSON object in `text` (a model may put it in a code block, or add words around it).
