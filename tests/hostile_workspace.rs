@@ -274,10 +274,13 @@ async fn hostile_coding_agents_in_the_sandbox_reach_nothing_and_push_nothing_the
     let shadow = world.pushed_file(&task, "shadow-size.txt");
     assert!(shadow.trim() == "0" || shadow.contains("No such file"), "/etc/shadow is blank: {shadow}");
     // Of picogent's own checkout, only the folder of the script the entry runs and picogent's
-    // executable (the relay) are there.
+    // executable (the relay, under `target` unless CARGO_TARGET_DIR puts it elsewhere) are there.
     let checkout = world.pushed_file(&task, "checkout-listing.txt");
     let shown: Vec<&str> = checkout.lines().filter(|name| !name.starts_with('.')).collect();
-    assert_eq!(shown, ["fixtures", "target"], "{checkout}");
+    assert!(
+        shown.contains(&"fixtures") && shown.iter().all(|name| ["fixtures", "target"].contains(name)),
+        "{checkout}"
+    );
     let listing = world.pushed_file(&task, "workspaces-listing.txt");
     let others: Vec<&str> = listing.lines().filter(|name| !name.starts_with('.') && *name != task.key).collect();
     assert!(others.is_empty(), "other tasks' workspaces are hidden: {listing}");

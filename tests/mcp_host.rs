@@ -463,7 +463,8 @@ async fn ask_mode_approved_refused_and_timed_out_through_board_threads() {
     let alice = tracker_client(&board.url(), "tok-alice");
     let otherbot = tracker_client(&board.url(), "tok-otherbot");
 
-    // Untrusted time server: its tools are destructive. Trusted everything: its read-only tools are not.
+    // Untrusted time server: its tools are reads (readOnlyHint), asked here because `ask_tools`
+    // lists them. Trusted everything: its read-only tools run without asking.
     let host: Arc<dyn ToolSource> =
         Arc::new(start(vec![("time", time_server(false)), ("everything", everything_stdio())], dir.path(), 8192).await);
     let registry: Arc<dyn ToolSource> = Arc::new(Registry::new(agent.clone(), 8192).unwrap());
@@ -477,7 +478,7 @@ async fn ask_mode_approved_refused_and_timed_out_through_board_threads() {
                 allowed_tools: vec![],
                 disallowed_tools: vec!["send_message".to_string()],
                 mode: PermissionMode::Ask,
-                ask_tools: vec![],
+                ask_tools: vec!["mcp__time__*".to_string()],
             },
             Some(Arc::new(asker)),
         ))
