@@ -195,15 +195,18 @@ async fn soak(model_options: picogent::offline_model::OfflineModelOptions) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // The instance running now prunes too (the earlier ones' counts went with them): its first
-    // pass comes `interval_ms` after its start.
+    // pass comes `interval_ms` after its start, and removes events once they are older than the
+    // retention, so the wait is for the pass that removed some (an early pass may find all its
+    // events still young: waiting only for a pass was a race, seen once in CI-like runs).
     let (last_instance_passes, last_instance_pruned_events) = loop {
         let metrics = reqwest::get(format!("http://{http_listen}/metrics")).await.unwrap().text().await.unwrap();
         let counter = |name: &str| -> u64 {
             metrics.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok()).unwrap_or(0)
         };
         let passes = counter("picogent_prune_passes_total");
-        if passes > 0 {
-            break (passes, counter("picogent_pruned_rows_total{table=\"processed_events\"}"));
+        let pruned = counter("picogent_pruned_rows_total{table=\"processed_events\"}");
+        if passes > 0 && pruned > 0 {
+            break (passes, pruned);
         }
         assert!(started.elapsed() < DEADLINE, "the last agent instance never pruned");
         tokio::time::sleep(Duration::from_millis(100)).await;
