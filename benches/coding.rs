@@ -10,6 +10,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+#[path = "../tests/support/git.rs"]
+mod git_support;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -20,31 +23,6 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 const ROUNDS: usize = 15;
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "bench")
-        .env("GIT_AUTHOR_EMAIL", "bench@example.com")
-        .env("GIT_COMMITTER_NAME", "bench")
-        .env("GIT_COMMITTER_EMAIL", "bench@example.com")
-        .output()
-        .expect("git runs");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-fn remote(dir: &Path) -> PathBuf {
-    let seed = dir.join("seed");
-    std::fs::create_dir_all(seed.join("src")).unwrap();
-    git(&seed, &["init", "--quiet", "-b", "main"]);
-    std::fs::write(seed.join("src/date.py"), "def parse():\n    return \"2020-01-01\"\n").unwrap();
-    git(&seed, &["add", "."]);
-    git(&seed, &["commit", "--quiet", "-m", "start"]);
-    let bare = dir.join("app.git");
-    git(dir, &["clone", "--quiet", "--bare", seed.to_str().unwrap(), bare.to_str().unwrap()]);
-    bare
-}
 
 fn median(mut samples: Vec<f64>) -> f64 {
     samples.sort_by(f64::total_cmp);
@@ -63,7 +41,7 @@ async fn main() {
         repositories: BTreeMap::from([(
             "app".to_string(),
             Repository {
-                url: remote(dir.path()).to_string_lossy().into_owned(),
+                url: git_support::remote(dir.path()).to_string_lossy().into_owned(),
                 base: "main".into(),
                 push: None,
                 projects: vec!["team".into()],

@@ -158,6 +158,17 @@ impl World {
     }
 }
 
+/// picogent's first post on `task` past its acknowledgement: its answer or its notice.
+async fn first_word(alice: &TrackerClient, task: &TaskOut, within: Duration, what: &str) -> MessageOut {
+    eventually(within, what, || async {
+        comments(alice, &task.id)
+            .await
+            .into_iter()
+            .find(|m| m.author_slug == "picogent" && !m.content.starts_with("On it"))
+    })
+    .await
+}
+
 fn one(said: &[MessageOut]) -> &str {
     assert_eq!(said.len(), 1, "one answer or notice: {said:#?}");
     &said[0].content
@@ -435,13 +446,7 @@ async fn a_coding_agent_without_the_sandbox_reads_no_token_from_picogents_proces
     let alice = client(&board, "tok-alice");
     let task = create_assigned(&alice, "Probe", "Look at src/date.py").await;
     let probe = dir.path().join("workspaces/.homes/app").join(&task.key).join("proc-probe.txt");
-    eventually(Duration::from_secs(60), "the probe's answer", || async {
-        comments(&alice, &task.id)
-            .await
-            .into_iter()
-            .find(|m| m.author_slug == "picogent" && !m.content.starts_with("On it"))
-    })
-    .await;
+    first_word(&alice, &task, Duration::from_secs(60), "the probe's answer").await;
     let found = std::fs::read_to_string(&probe).unwrap();
     assert!(!found.contains("tok-picogent"), "a token of picogent's reached the coding agent:\n{found}");
     assert!(found.contains("mem:"), "{found}");
@@ -474,13 +479,7 @@ async fn four_tasks_of_one_repository_on_a_fresh_install_each_get_their_branch()
         tasks.push(create_assigned(&alice, &format!("Fix the date, part {n}"), &fix).await);
     }
     for (n, task) in tasks.iter().enumerate() {
-        let answer = eventually(Duration::from_secs(120), "the answer", || async {
-            comments(&alice, &task.id)
-                .await
-                .into_iter()
-                .find(|m| m.author_slug == "picogent" && !m.content.starts_with("On it"))
-        })
-        .await;
+        let answer = first_word(&alice, &task, Duration::from_secs(120), "the answer").await;
         let branch = format!("picogent/{}", task.key);
         assert!(answer.content.contains(&format!("Work: branch `{branch}`")), "{}", answer.content);
         let file = git(&remote, &["show", &format!("{branch}:src/date.py")]);
@@ -510,13 +509,7 @@ async fn a_workspace_that_cannot_be_prepared_is_named_as_picogents_step() {
     wait_ready(&agent).await;
     let alice = client(&board, "tok-alice");
     let task = create_assigned(&alice, "Fix the date", "In src/date.py replace \"2020\" with \"2024\".").await;
-    let notice = eventually(Duration::from_secs(60), "the notice", || async {
-        comments(&alice, &task.id)
-            .await
-            .into_iter()
-            .find(|m| m.author_slug == "picogent" && !m.content.starts_with("On it"))
-    })
-    .await;
+    let notice = first_word(&alice, &task, Duration::from_secs(60), "the notice").await;
     assert!(notice.content.starts_with("I could not prepare the workspace: "), "{}", notice.content);
     assert!(notice.content.contains("git clone"), "{}", notice.content);
     assert!(!notice.content.contains("coding agent"), "no coding agent ran: {}", notice.content);

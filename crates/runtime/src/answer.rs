@@ -530,7 +530,6 @@ fn quoted(record: &RunRecord, conversation: &[Message], label: &str) -> String {
             })
             .unwrap_or_default(),
     };
-    let text = picogent_prompts::without_fences(&text);
     let text = picogent_tracker::markers::without_markers(&text);
     let partial = crate::record::one_line(&text, 600);
     if partial.is_empty() {

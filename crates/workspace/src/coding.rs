@@ -256,7 +256,7 @@ fn prepare(invocation: &Invocation<'_>) -> Result<Prepared, PrepareError> {
         crate::files::write_fresh(&workspace.home, name, content.as_bytes())
             .map_err(|source| PrepareError::File { name: name.clone(), source })?;
     }
-    let sandbox = match agent.sandbox.wanted() {
+    let sandbox = match crate::sandbox::wanted(agent.sandbox) {
         true => Some(crate::sandbox::Sandbox::new(workspace, invocation.base_url, agent)?),
         false => None,
     };

@@ -36,7 +36,7 @@ use std::sync::OnceLock;
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::CodingAgent;
+use crate::config::{CodingAgent, Sandboxing};
 use crate::workspace::Workspace;
 
 static RELAY_PROGRAM: OnceLock<PathBuf> = OnceLock::new();
@@ -50,6 +50,15 @@ const BLANKED_FILES: [&str; 6] =
 
 /// Folders under `/etc` that hold keys: empty inside.
 const BLANKED_FOLDERS: [&str; 4] = ["/etc/ssh", "/etc/sudoers.d", "/etc/ssl/private", "/etc/picogent"];
+
+/// Whether a run of an entry with `sandboxing` goes in the sandbox.
+pub fn wanted(sandboxing: Sandboxing) -> bool {
+    match sandboxing {
+        Sandboxing::On => true,
+        Sandboxing::Off => false,
+        Sandboxing::WhereInstalled => available(),
+    }
+}
 
 /// Whether coding agents whose entry leaves `sandbox` unset run sandboxed: `bwrap` is installed.
 pub fn available() -> bool {

@@ -18,8 +18,7 @@ use std::sync::LazyLock;
 use regex::bytes::RegexSet;
 use serde::Serialize;
 
-use crate::git::{Git, Pinned};
-use crate::workspace::WorkspaceError;
+use crate::git::{Git, GitError, Pinned};
 
 /// Credential shapes: what each looks like, and its pattern.
 pub const SHAPES: [(&str, &str); 11] = [
@@ -110,7 +109,7 @@ impl PushScan {
 
     /// The worktree's changes before they are committed: links out of it, files too large, and
     /// what is neither a file nor a link. Read with `lstat` only.
-    pub async fn worktree(&self, git: &Git, pinned: &Pinned) -> Result<Vec<Finding>, WorkspaceError> {
+    pub async fn worktree(&self, git: &Git, pinned: &Pinned) -> Result<Vec<Finding>, GitError> {
         let status = git
             .in_worktree(
                 pinned,
@@ -157,13 +156,7 @@ impl PushScan {
 
     /// Every commit in `base..head` in the mirror: the files each adds or changes (read from the
     /// object store, by size first) and its message.
-    pub async fn commits(
-        &self,
-        git: &Git,
-        mirror: &Path,
-        base: &str,
-        head: &str,
-    ) -> Result<Vec<Finding>, WorkspaceError> {
+    pub async fn commits(&self, git: &Git, mirror: &Path, base: &str, head: &str) -> Result<Vec<Finding>, GitError> {
         let range = format!("{base}..{head}");
         let limit = format!("--max-count={}", MAX_COMMITS + 1);
         let listed = git.run(mirror, &["rev-list", &limit, &range]).await?;
@@ -236,7 +229,7 @@ impl PushScan {
         git: &Git,
         mirror: &Path,
         batch: &[(&str, &str, &str)],
-    ) -> Result<Vec<Finding>, WorkspaceError> {
+    ) -> Result<Vec<Finding>, GitError> {
         let input: String = batch.iter().map(|(sha, _, _)| format!("{sha}\n")).collect();
         let output = git.bytes_with_input(mirror, &["cat-file", "--batch"], &input).await?;
         let mut findings = Vec::new();

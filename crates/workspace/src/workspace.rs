@@ -225,14 +225,18 @@ impl Workspaces {
         let repo = self.repository(repository)?;
         crate::files::ensure_dir(&workspace.home)?;
         let mirror_held = self.mirror_lock(repository).lock_owned().await;
-        if std::fs::symlink_metadata(workspace.path.join(".git")).is_ok()
-            && let Err(error) = self.pinned(&workspace)
-        {
-            tracing::warn!(%error, "making the workspace anew from its branch");
-            self.discard(&workspace).await?;
-        }
-        if std::fs::symlink_metadata(workspace.path.join(".git")).is_ok() {
-            let pinned = self.pinned(&workspace)?;
+        let found_one = match std::fs::symlink_metadata(workspace.path.join(".git")) {
+            Ok(_) => match self.pinned(&workspace) {
+                Ok(pinned) => Some(pinned),
+                Err(error) => {
+                    tracing::warn!(%error, "making the workspace anew from its branch");
+                    self.discard(&workspace).await?;
+                    None
+                }
+            },
+            Err(_) => None,
+        };
+        if let Some(pinned) = found_one {
             let found = self.git.in_worktree(&pinned, &["rev-parse", "--abbrev-ref", "HEAD"]).await?;
             let wanted = branch.unwrap_or(&workspace.branch);
             let ours = found.starts_with(crate::names::BRANCH_PREFIX) && (branch.is_none() || found == wanted);

@@ -226,17 +226,6 @@ pub enum Sandboxing {
     WhereInstalled,
 }
 
-impl Sandboxing {
-    /// Whether this run goes in the sandbox.
-    pub fn wanted(self) -> bool {
-        match self {
-            Sandboxing::On => true,
-            Sandboxing::Off => false,
-            Sandboxing::WhereInstalled => crate::sandbox::available(),
-        }
-    }
-}
-
 impl CodingAgentConfig {
     /// This entry with its preset applied and its defaults filled in; `Err` names what is wrong.
     pub fn resolve(&self, name: &str) -> Result<CodingAgent, AgentError> {
