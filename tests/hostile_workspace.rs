@@ -479,7 +479,7 @@ async fn four_tasks_of_one_repository_on_a_fresh_install_each_get_their_branch()
         tasks.push(create_assigned(&alice, &format!("Fix the date, part {n}"), &fix).await);
     }
     for (n, task) in tasks.iter().enumerate() {
-        let answer = first_word(&alice, &task, Duration::from_secs(120), "the answer").await;
+        let answer = first_word(&alice, task, Duration::from_secs(120), "the answer").await;
         let branch = format!("picogent/{}", task.key);
         assert!(answer.content.contains(&format!("Work: branch `{branch}`")), "{}", answer.content);
         let file = git(&remote, &["show", &format!("{branch}:src/date.py")]);
