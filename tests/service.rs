@@ -1,7 +1,7 @@
 //! Running picogent as a service: the systemd unit in `deploy/` is one systemd accepts
 //! (`systemd-analyze verify`, with no warning), hardened as docs/running.md says; the
-//! Containerfile builds in two stages and runs as a user of its own. (No image is built here:
-//! the machines that run the tests reach no container registry for its base images.)
+//! Containerfile builds in two stages and runs as a user of its own (`tests/container.rs` builds
+//! and runs the image).
 
 use std::path::Path;
 use std::process::Command;

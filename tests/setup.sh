@@ -23,6 +23,11 @@ bash tests/coding-agents/install.sh
 echo "== bubblewrap"
 bash tests/coding-agents/install_bwrap.sh
 
+# The container test (tests/container.rs): Debian's buildah and debootstrap (apt-get as root), and
+# the image's base made from Debian's packages (no container registry is reachable), cached.
+echo "== container builder"
+bash tests/container/install.sh
+
 # The browser test (tests/browser.rs): Debian's Chromium (apt-get as root) and playwright-core
 # (pinned, npm ci into the git-ignored tests/browser/node_modules).
 echo "== browser packages"
