@@ -60,6 +60,7 @@ pub async fn run_cli(config_path: &Path) -> anyhow::Result<ExitCode> {
     });
     lines.push(check_state_folder(&config));
     lines.extend(check_sandbox(&config));
+    lines.extend(check_git(&config));
     lines.push(Line { warn: false, ok: true, what: "run scope".into(), detail: scope_words(&config.permissions) });
     let token = match Secret::from_env(&config.tracker.token_env) {
         Ok(token) => {
@@ -404,6 +405,32 @@ fn check_sandbox(config: &Config) -> Vec<Line> {
         lines.push(Line { warn, ok, what: "sandbox".into(), detail });
     }
     lines
+}
+
+/// With workspaces on: git is there, and new enough to ignore the attributes a coding agent writes
+/// (`GIT_ATTR_SOURCE`); an older git still works, with that one guard missing (WARN).
+fn check_git(config: &Config) -> Option<Line> {
+    use crate::workspace::git::{MIN_VERSION, version};
+    if !config.workspaces.enabled() {
+        return None;
+    }
+    let what = "git".to_string();
+    Some(match version() {
+        Ok((found, line)) if found >= MIN_VERSION => {
+            Line { warn: false, ok: true, what, detail: format!("{line}, for the workspaces") }
+        }
+        Ok((_, line)) => Line {
+            warn: true,
+            ok: true,
+            what,
+            detail: format!(
+                "{line} is older than {}.{}: picogent's git would read the attributes (.gitattributes) a coding \
+                 agent writes; install git {}.{} or later (docs/coding-agents.md, threat model)",
+                MIN_VERSION.0, MIN_VERSION.1, MIN_VERSION.0, MIN_VERSION.1
+            ),
+        },
+        Err(error) => Line { warn: false, ok: false, what, detail: format!("the workspaces need git: {error}") },
+    })
 }
 
 fn check_state_folder(config: &Config) -> Line {

@@ -181,3 +181,37 @@ async fn check_says_whether_the_prompt_cache_is_active_on_both_apis() {
     }
     board.shutdown().await.unwrap();
 }
+
+/// With workspaces on, `check` names the git it found, and warns (exit 0) when it is older than the
+/// workspaces' guard against agent-written attributes needs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_warns_of_a_git_too_old_for_the_workspaces() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let workspaces = json!({"workspaces": {
+        "root": dir.path().join("workspaces"),
+        "repositories": {"app": {"url": dir.path().join("remote.git"), "base": "main", "projects": ["team"]}},
+        "agents": {"stand-in": {"command": ["true", "{instructions}"]}},
+        "agent": "stand-in",
+    }});
+    let config_path =
+        write_config(dir.path(), &agent_config(dir.path(), &board.url(), &model.url(), "picogent", workspaces));
+    let (code, report) = check_with_env(&config_path, &[]).await;
+    assert_eq!(code, Some(0), "{report}");
+    let git = line(&report, "git");
+    assert!(git.starts_with("ok") && git.contains("git version 2."), "{report}");
+
+    // A git that says it is 2.39, first on PATH.
+    let old = dir.path().join("old-git");
+    std::fs::create_dir(&old).unwrap();
+    std::fs::write(old.join("git"), "#!/bin/sh\necho 'git version 2.39.5'\n").unwrap();
+    std::fs::set_permissions(old.join("git"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", old.display(), std::env::var("PATH").unwrap());
+    let (code, report) = check_with_env(&config_path, &[("PATH", &path)]).await;
+    assert_eq!(code, Some(0), "a warning, not a failure: {report}");
+    let git = line(&report, "git");
+    assert!(git.starts_with("WARN") && git.contains("git version 2.39.5 is older than 2.40"), "{report}");
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}

@@ -53,6 +53,21 @@ pub const HARDENED: [(&str, &str); 16] = [
 /// picogent commits the bytes the agent left as they are.
 const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
 
+/// The oldest git that honours [`EMPTY_TREE`] as `GIT_ATTR_SOURCE`; an older one ignores the
+/// variable and reads the attributes the agent wrote (`picogent check` warns).
+pub const MIN_VERSION: (u32, u32) = (2, 40);
+
+/// The `major.minor` of the git on `PATH`, and the line it printed (`git version 2.47.3`).
+pub fn version() -> Result<((u32, u32), String), GitError> {
+    let out = std::process::Command::new("git").arg("--version").output().map_err(GitError::Spawn)?;
+    let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let mut parts = line.strip_prefix("git version ").unwrap_or("").split('.').map(|part| part.parse::<u32>());
+    match (parts.next(), parts.next()) {
+        (Some(Ok(major)), Some(Ok(minor))) => Ok(((major, minor), line)),
+        _ => Err(GitError::Failed { args: "--version".into(), status: out.status.to_string(), stderr: line }),
+    }
+}
+
 /// Added to [`HARDENED`] for a command in a worktree, which never needs the network nor the
 /// operator's credentials (the commands that do, clone, fetch and push, run on the mirror).
 const LOCAL_ONLY: [(&str, &str); 5] = [
