@@ -11,8 +11,10 @@ use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::inspector::view::RunFilter;
 use crate::mcp::server::{self as mcp, McpServer};
 use crate::prompts::Prompts;
+use crate::runtime::inspector_settings;
 use crate::secret::Secret;
 use crate::tools::ToolSource;
 use crate::tracker::TrackerClient;
@@ -432,8 +434,7 @@ pub fn main(cli: Cli) -> ExitCode {
             }
             Command::Run { config, from_start } => {
                 let start = if from_start { StreamStart::FromStart } else { StreamStart::Recorded };
-                make_state_folder(&config)?;
-                crate::runtime::run_cli(&config, start).await
+                crate::run::run_cli(&config, start).await
             }
             Command::Check { config } => crate::check::run_cli(&config).await,
             Command::Eval { config, json, timeout_secs } => {
@@ -443,16 +444,22 @@ pub fn main(cli: Cli) -> ExitCode {
                 Ok(state_migrate(&from, &to, &config, agent).await)
             }
             Command::Runs { command: RunsCommand::List { config, limit, status, trigger } } => {
-                crate::inspector::cli::list(&config, limit, crate::inspector::view::RunFilter { status, trigger }).await
+                let config = Config::load(&config)?;
+                let (settings, filter) = (inspector_settings(&config), RunFilter { status, trigger });
+                crate::inspector::cli::list(&settings, &config.state, limit, filter).await
             }
             Command::Runs { command: RunsCommand::Show { id, config } } => {
-                crate::inspector::cli::show(&config, &id).await
+                let config = Config::load(&config)?;
+                crate::inspector::cli::show(&inspector_settings(&config), &config.state, &id).await
             }
-            Command::Schedules { command: SchedulesCommand::List { config } } => {
-                crate::inspector::schedules::list(&config).await
+            Command::Schedules { command: SchedulesCommand::List { config: path } } => {
+                let config = Config::load(&path)?;
+                crate::inspector::schedules::list(&path, &config.schedules, &config.state, &config.slug).await
             }
-            Command::Schedules { command: SchedulesCommand::Run { name, config } } => {
-                crate::inspector::schedules::run(&config, &name).await
+            Command::Schedules { command: SchedulesCommand::Run { name, config: path } } => {
+                let config = Config::load(&path)?;
+                let http = &config.http;
+                crate::inspector::schedules::run(&path, &http.listen, &http.ui_token_env, &name).await
             }
             Command::Demo { keep, coding } => crate::demo::run_cli(keep, coding).await,
         }
@@ -464,26 +471,6 @@ pub fn main(cli: Cli) -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// `picogent run` on a new machine: the folder of `state.path` is made when it is missing (the
-/// state file, its lock and external tools' artifacts go there). A config that does not load is
-/// left to `runtime::run_cli` to report.
-fn make_state_folder(config_path: &std::path::Path) -> anyhow::Result<()> {
-    let Ok(config) = Config::load(config_path) else { return Ok(()) };
-    let folder = config.state.folder();
-    if folder.exists() {
-        return Ok(());
-    }
-    std::fs::create_dir_all(folder).with_context(|| {
-        format!(
-            "cannot make the state folder {} (the folder of state.path): make it, or set state.path to a file in a \
-             folder this user may write",
-            folder.display()
-        )
-    })?;
-    tracing::info!(folder = %folder.display(), "made the state folder");
-    Ok(())
 }
 
 /// How `picogent mcp` talks to its client.

@@ -322,7 +322,7 @@ async fn print_timeline(demo: &Demo) -> anyhow::Result<()> {
     let mut runs = demo.agent.state.list_runs(20).await?;
     runs.reverse();
     for run in runs {
-        let summary = crate::inspector::view::summary(&run, &demo.config);
+        let summary = crate::inspector::view::summary(&run, &crate::runtime::inspector_settings(&demo.config));
         println!();
         println!("event    {} (run {})", crate::inspector::view::run_name(&summary), summary.short_id);
         for line in crate::runtime::record::timeline_lines(&run) {

@@ -5,7 +5,8 @@
 //! names.
 //!
 //! The tests acting as another user need root (they run a command as `nobody`, and give a file
-//! to it); without root they say so and check the rest.
+//! to it). CI runs as root; without root those parts are skipped, each printing `skipped (not
+//! root)` and why, and the rest is checked.
 
 #[path = "support/agent.rs"]
 mod agent_support;
@@ -70,7 +71,7 @@ async fn the_state_its_log_and_lock_and_the_boards_database_are_private() {
             assert!(!read && said.contains("Permission denied"), "{name} was readable by nobody: {said}");
         }
     } else {
-        eprintln!("not root: reading the files as another user is not tried");
+        eprintln!("skipped (not root): reading the files as another user needs root; CI runs as root");
     }
     agent.shutdown().await.unwrap();
 
@@ -80,6 +81,8 @@ async fn the_state_its_log_and_lock_and_the_boards_database_are_private() {
         let (took, said) = as_nobody("flock", &["--nonblock", lock.to_str().unwrap(), "true"]);
         assert!(!took, "nobody took the state lock");
         assert!(said.contains("Permission denied"), "{said}");
+    } else {
+        eprintln!("skipped (not root): taking the lock as another user needs root; CI runs as root");
     }
     let agent = start_agent(config).await;
     wait_ready(&agent).await;
@@ -91,7 +94,10 @@ async fn the_state_its_log_and_lock_and_the_boards_database_are_private() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_file_or_state_another_user_made_is_refused_naming_them() {
     if !running_as_root() {
-        eprintln!("not root: no file can be given to another user; the message is checked by the unit tests");
+        eprintln!(
+            "skipped (not root): giving a file to another user needs root; CI runs as root, and the unit tests \
+             check the message"
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -6,6 +6,8 @@
 //! fails, never skips, when that fails, and says why. Screenshots land in
 //! `target/browser-screenshots/`.
 
+#[path = "support/agent.rs"]
+mod agent_support;
 #[path = "support/setup.rs"]
 mod setup;
 
@@ -45,9 +47,7 @@ async fn a_person_sees_the_agent_work_in_the_browser() {
     let dir = browser_dir();
     let prompts = Path::new(env!("CARGO_MANIFEST_DIR")).join("prompts");
     let demo = picogent::demo::start(Some(prompts)).await.expect("the demo stack starts");
-    while !demo.agent.status.caught_up() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    agent_support::wait_ready(&demo.agent).await;
     let inspector = format!("http://{}", demo.agent.http_addr.expect("the agent serves http"));
     // The same inspector on a listener that is not loopback (all addresses, reached here through
     // 127.0.0.1): every page wants the token.
@@ -58,7 +58,7 @@ async fn a_person_sees_the_agent_work_in_the_browser() {
         demo.agent.state.clone(),
         demo.agent.status.clone(),
         demo.agent.metrics.clone(),
-        std::sync::Arc::new(demo.config.clone()),
+        picogent::runtime::inspector_settings(&demo.config),
         Vec::new(),
         access,
         CancellationToken::new(),

@@ -459,7 +459,18 @@ async fn a_sigkill_of_picogent_mid_run_resumes_in_the_same_workspace_with_one_co
     assert!(git(&remote, &["show", &format!("{branch}:src/date.py")]).contains("2024-06-01"));
     let worktrees = git(&dir.path().join("workspaces/.mirrors/app.git"), &["worktree", "list"]);
     assert_eq!(worktrees.lines().count(), 2, "the mirror and the one workspace: {worktrees}");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Past the point where a second answer would come: the agent handled every event the board
+    // holds for it (its own answer's among them), and no run is open.
+    let state = picogent::state::State::open(&config.state.path).await.unwrap();
+    let head = board_head(&dir.path().join("board.db"), "picogent").await;
+    eventually(Duration::from_secs(20), "every event handled and every run ended", || async {
+        let handled = state.last_seq().await.ok()? >= head;
+        let runs = state.list_runs(50).await.ok()?;
+        let open = runs.iter().any(|run| run.finished_at.is_none());
+        (handled && !open).then_some(())
+    })
+    .await;
+    state.close().await;
     assert_eq!(agent_comments(&comments(&alice, &task.id).await).len(), 1, "one answer");
     picogent.kill().unwrap();
     picogent.wait().unwrap();

@@ -28,6 +28,8 @@ const EXIT_ANOTHER_COPY: i32 = 3;
 /// One copy of the agent: its own folder, state file, `/readyz` port and log.
 struct AgentCopy {
     dir: PathBuf,
+    /// The board's database, in the folder the copies' folders are in (`start_board(root)`).
+    board_db: PathBuf,
     config_path: PathBuf,
     http: SocketAddr,
     child: Option<Child>,
@@ -42,7 +44,7 @@ impl AgentCopy {
         let extra = json!({"http": {"listen": http.to_string()}, "presence": {"heartbeat_ms": BEAT_MS}});
         let config = agent_config(&dir, board, model, "picogent", extra);
         let config_path = write_config(&dir, &config);
-        AgentCopy { dir, config_path, http, child: None }
+        AgentCopy { dir, board_db: root.join("board.db"), config_path, http, child: None }
     }
 
     /// `picogent run` as the agent member; its stderr is appended to the copy's log.
@@ -257,8 +259,8 @@ async fn live_copy(alice: &TrackerClient) -> String {
     first.copy_id
 }
 
-/// Waits until the model has had no request for a while: whatever the copies would still do,
-/// they would have started.
+/// Waits until the model has had no request for 2 s: whatever a copy that shows nothing of what
+/// it holds would still do, it would have started.
 async fn quiet(model: &OfflineModelHandle) {
     let mut last = model.request_count();
     let mut since = Instant::now();
@@ -274,9 +276,25 @@ async fn quiet(model: &OfflineModelHandle) {
     }
 }
 
+/// Waits until `running`, the one copy still running (the others exited), has handled every
+/// event the board logged for the agent, and has no run open: whatever it would still do, it
+/// would have started, and what the exited copies did is done.
+async fn settled(running: &AgentCopy) {
+    let head = board_head(&running.board_db, "picogent").await;
+    let state = picogent::state::State::open(&running.dir.join("picogent.db")).await.unwrap();
+    eventually(Duration::from_secs(60), "the running copy handled every event and ended its runs", || async {
+        let handled = state.last_seq().await.ok()? >= head;
+        let runs = state.list_runs(100).await.ok()?;
+        let open = runs.iter().any(|run| run.finished_at.is_none());
+        (handled && !open).then_some(())
+    })
+    .await;
+    state.close().await;
+}
+
 /// Mentions the agent in chat and assigns it a task, waits for both answers, waits for quiet,
 /// and checks each was answered exactly once, as a person on the board sees it.
-async fn ask_and_count(alice: &TrackerClient, model: &OfflineModelHandle, what: &str) {
+async fn ask_and_count(alice: &TrackerClient, running: &AgentCopy, what: &str) {
     let chat = chat_id(alice).await;
     let questions = [
         say(alice, &chat, &format!("@picogent {what}: what is open?")).await,
@@ -290,7 +308,7 @@ async fn ask_and_count(alice: &TrackerClient, model: &OfflineModelHandle, what: 
         .await;
     }
     wait_status(alice, &task.id, TaskStatus::InReview).await;
-    quiet(model).await;
+    settled(running).await;
     for question in &questions {
         let replies = thread(alice, &question.id).await.into_iter().filter(|m| m.author_slug == "picogent").count();
         assert_eq!(replies, 1, "replies to {:?}", question.content);
@@ -325,7 +343,7 @@ async fn a_second_copy_with_its_own_state_refuses_to_start_and_the_first_answers
     assert!(first.is_running(), "the first copy goes on: {}", first.log());
     assert_eq!(first.readyz().await.map(|(status, _)| status), Some(200));
 
-    ask_and_count(&alice, &model, "after the refusal").await;
+    ask_and_count(&alice, &first, "after the refusal").await;
     assert_eq!(marker(&alice).await.map(|m| m.copy_id), Some(first_id.clone()));
     assert_eq!(first.terminate(), 0);
     // A clean stop leaves a stopped marker, after the status people read.
@@ -358,6 +376,7 @@ async fn two_copies_started_at_once_leave_one_acting_and_everything_answered_onc
     })
     .await;
     // One marker lands, then the other a moment later: the first copy must not act meanwhile.
+    // Time is the point here: the gap between the two writes is what the race is made of.
     proxy.release_write(false);
     tokio::time::sleep(Duration::from_millis(BEAT_MS / 2)).await;
     proxy.release_write(true);
@@ -379,13 +398,13 @@ async fn two_copies_started_at_once_leave_one_acting_and_everything_answered_onc
     copies[winner].wait_ready().await;
     live_copy(&alice).await;
     wait_status(&alice, &waiting.id, TaskStatus::InReview).await;
-    quiet(&model).await;
+    settled(&copies[winner]).await;
     let steps = alice.list_steps(&waiting.id).await.unwrap();
     assert_eq!(steps.len(), 3, "each step once: {steps:#?}");
     let mine = comments(&alice, &waiting.id).await.into_iter().filter(|m| m.author_slug == "picogent").count();
     assert_eq!(mine, 1, "one summary comment");
 
-    ask_and_count(&alice, &model, "after a race").await;
+    ask_and_count(&alice, &copies[winner], "after a race").await;
     assert!(copies[winner].is_running(), "{}", copies[winner].log());
     model.shutdown().await;
     board.shutdown().await.unwrap();
@@ -414,7 +433,7 @@ async fn a_restart_of_the_same_copy_is_not_refused() {
     assert_eq!(live_copy(&alice).await, id);
     let log = copy.log();
     assert!(!log.contains("another copy"), "{log}");
-    ask_and_count(&alice, &model, "after restarts").await;
+    ask_and_count(&alice, &copy, "after restarts").await;
     model.shutdown().await;
     board.shutdown().await.unwrap();
 }
@@ -439,7 +458,7 @@ async fn a_copy_that_died_is_taken_over_and_refused_when_it_comes_back() {
     assert_ne!(new_id, old_id);
     let log = new.log();
     assert!(log.contains("taking over from it") && log.contains(&old_id), "{log}");
-    ask_and_count(&alice, &model, "after a takeover").await;
+    ask_and_count(&alice, &new, "after a takeover").await;
 
     // The old copy comes back with its own state: the new one is alive, so it refuses.
     old.start();
@@ -520,7 +539,7 @@ async fn a_paused_copy_that_was_taken_over_stops_without_posting_and_exits_3() {
     assert!(paused.log().contains(&format!("copy {newer_id}) took over")), "{}", paused.log());
 
     // The plan the paused copy woke up to was never carried out: each step once, one summary.
-    quiet(&model).await;
+    settled(&newer).await;
     let steps = alice.list_steps(&task.id).await.unwrap();
     assert_eq!(steps.len(), 2, "each step once: {steps:#?}");
     let mine = comments(&alice, &task.id).await.into_iter().filter(|m| m.author_slug == "picogent").count();
@@ -566,6 +585,8 @@ async fn a_copy_that_cannot_confirm_its_presence_holds_its_writes_and_stops_when
         (cut_model.request_count() > asked).then_some(())
     })
     .await;
+    // Time, not an event: a write held at the cut-off copy's gate looks from outside like one not
+    // made yet.
     quiet(&cut_model).await;
     let replies = thread(&alice, &question.id).await.into_iter().filter(|m| m.author_slug == "picogent").count();
     assert_eq!(replies, 1, "the cut-off copy's answer waited");
@@ -574,11 +595,11 @@ async fn a_copy_that_cannot_confirm_its_presence_holds_its_writes_and_stops_when
     proxy.set_cut(false);
     assert_eq!(cut_off.exit_code(Duration::from_secs(20)).await, EXIT_ANOTHER_COPY, "{}", cut_off.log());
     assert!(cut_off.log().contains(&format!("copy {newer_id}) took over")), "{}", cut_off.log());
-    quiet(&cut_model).await;
+    settled(&newer).await;
     let replies = thread(&alice, &question.id).await.into_iter().filter(|m| m.author_slug == "picogent").count();
     assert_eq!(replies, 1, "nothing the cut-off copy held was sent after all");
     assert!(newer.is_running(), "{}", newer.log());
-    ask_and_count(&alice, &newer_model, "after the cut").await;
+    ask_and_count(&alice, &newer, "after the cut").await;
     cut_model.shutdown().await;
     newer_model.shutdown().await;
     board.shutdown().await.unwrap();

@@ -335,6 +335,9 @@ async fn an_approval_and_a_link_in_one_call_are_two_questions_and_only_the_reque
     );
     assert_eq!(waiting_for(&agent, &session).await.person.as_deref(), Some("alice"));
     comment(&bob, &task.id, "yes").await;
+    // Time, not an event: the run reads the replies to its question from the board every 500 ms
+    // (`PersonAsker`) and shows nothing when it reads one and passes it over, so this gives it
+    // about four reads of bob's `yes`.
     tokio::time::sleep(Duration::from_millis(2_000)).await;
     let waiting = waiting_for(&agent, &session).await;
     assert_eq!(waiting.kind, picogent::state::WaitKind::Approval, "bob's yes approves nothing");
@@ -440,10 +443,9 @@ async fn an_elicitation_in_a_chat_thread_reaches_the_model_once() {
         thread(&alice, &root.id).await.into_iter().find(|m| m.content.starts_with("Booked a table"))
     })
     .await;
-    wait_idle(&agent).await;
-    // Time for a follow-up run, were one to start.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
-    wait_idle(&agent).await;
+    // Past the point where a follow-up run would start: the router handled every event the board
+    // holds for the agent (the reply's, then the answer's) and the end of the run.
+    caught_up_with_board(&agent, &dir.path().join("board.db"), "picogent").await;
     let posts: Vec<_> = thread(&alice, &root.id).await.into_iter().filter(|m| m.author_slug == "picogent").collect();
     assert_eq!(posts.len(), 2, "one question and one answer: {posts:#?}");
     let requests = model.requests();
@@ -623,6 +625,8 @@ async fn calls_of_one_2025_11_25_server_take_turns_and_each_is_asked() {
     .await;
     // Both runs called; the second call waits for the first to end, unasked and not cancelled.
     eventually(WAIT, "both runs started", || async { (model.request_count() >= 2).then_some(()) }).await;
+    // Time, not an event: the second call waits inside the MCP host for the first to end, which
+    // nothing outside the host shows; a second call that did not wait would ask within this.
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     assert!(!asked(second.clone()).await, "one call at a time");
     comment(&alice, &first, "party_size: 2\nname: Ada\ntime: 18:00").await;

@@ -143,7 +143,7 @@ async fn injection_in_a_task_description_is_stopped_by_code() {
 
     eventually(Duration::from_secs(30), "the scripted run to end", || async {
         let runs = agent.state.list_runs(10).await.ok()?;
-        runs.iter().any(|r| r.status.is_over()).then_some(())
+        runs.iter().any(|r| r.finished_at.is_some()).then_some(())
     })
     .await;
     assert_eq!(model.mismatches(), Vec::<String>::new(), "a refusal did not come back as the script expects");
@@ -183,7 +183,7 @@ async fn injection_in_a_chat_message_is_stopped_by_code() {
         .unwrap();
     eventually(Duration::from_secs(30), "the scripted run to end", || async {
         let runs = agent.state.list_runs(10).await.ok()?;
-        (!runs.is_empty() && runs.iter().all(|r| r.status.is_over())).then_some(())
+        (!runs.is_empty() && runs.iter().all(|r| r.finished_at.is_some())).then_some(())
     })
     .await;
     assert_eq!(model.mismatches(), Vec::<String>::new());

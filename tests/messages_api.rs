@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use agent_support::*;
 use picogent::llm::config::Price;
+use picogent::notices::thousands;
 use picogent::offline_model::script::Script;
 use picogent::offline_model::{Faults, OfflineModelOptions};
-use picogent::runtime::answer::thousands;
 use picogent::runtime::record::StoredRun;
 use picogent::tracker::model::*;
 use serde_json::{Value, json};
@@ -215,7 +215,7 @@ async fn fenced_arguments_in_a_stream_are_repaired_and_the_call_lands_once() {
     alice.update_task(&task.id, &assign).await.unwrap();
     let session = format!("task:{}", task.id);
     let run = eventually(Duration::from_secs(30), "the run to end", || async {
-        runs_for(&agent, &session).await.into_iter().find(|run| run.status.is_over())
+        runs_for(&agent, &session).await.into_iter().find(|run| run.finished_at.is_some())
     })
     .await;
     wait_idle(&agent).await;

@@ -54,7 +54,7 @@ async fn finished_runs(agent: &AgentHandle, task: &TaskOut) -> Vec<RunRow> {
             .into_iter()
             .filter(|r| r.session_key.to_string() == session)
             .collect();
-        (!runs.is_empty() && runs.iter().all(|r| r.status.is_over())).then_some(runs)
+        (!runs.is_empty() && runs.iter().all(|r| r.finished_at.is_some())).then_some(runs)
     })
     .await
 }
@@ -223,7 +223,7 @@ async fn three_identical_500s_then_an_answer_complete_the_run() {
     assert_eq!(replies[0].reply_to.as_deref(), Some(question.id.as_str()), "the answer names the question");
     let runs: Vec<_> = eventually(Duration::from_secs(10), "the run's end", || async {
         let runs = agent.state.list_runs(10).await.ok()?;
-        runs.iter().all(|run| run.status.is_over()).then_some(runs)
+        runs.iter().all(|run| run.finished_at.is_some()).then_some(runs)
     })
     .await;
     assert_eq!(runs.len(), 1, "{runs:#?}");

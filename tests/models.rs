@@ -59,7 +59,7 @@ async fn a_plain_text_chat_answer_appears_once_in_the_thread_without_its_reasoni
     let question = say(&alice, &chat_id(&alice).await, "@picogent how many tasks are open?").await;
     let session = picogent::session::SessionKey::Thread(question.id.clone());
     eventually(Duration::from_secs(20), "the run to end", || async {
-        runs_for(&agent, &session.as_string()).await.into_iter().find(|run| run.status.is_over())
+        runs_for(&agent, &session.as_string()).await.into_iter().find(|run| run.finished_at.is_some())
     })
     .await;
     wait_idle(&agent).await;
@@ -93,7 +93,7 @@ async fn a_plain_text_task_answer_is_posted_once_as_the_summary_comment() {
     let task = create_assigned(&alice, "Write the guide", "- write\n- check").await;
     let session = format!("task:{}", task.id);
     let run = eventually(Duration::from_secs(20), "the run to end", || async {
-        runs_for(&agent, &session).await.into_iter().find(|run| run.status.is_over())
+        runs_for(&agent, &session).await.into_iter().find(|run| run.finished_at.is_some())
     })
     .await;
     wait_idle(&agent).await;
@@ -564,7 +564,7 @@ async fn a_task_run_that_called_no_tool_did_nothing_and_says_so_once() {
     let task = create_assigned(&alice, "Write the guide", "- write\n- check").await;
     let session = format!("task:{}", task.id);
     let run = eventually(Duration::from_secs(20), "the run to end", || async {
-        runs_for(&agent, &session).await.into_iter().find(|run| run.status.is_over())
+        runs_for(&agent, &session).await.into_iter().find(|run| run.finished_at.is_some())
     })
     .await;
     let notice = eventually(Duration::from_secs(20), "the notice on the task", || async {
@@ -617,7 +617,7 @@ async fn a_task_run_cut_off_without_a_tool_call_names_no_tool_call_and_quotes_no
     let task = create_assigned(&alice, "Write the guide", "- write\n- check").await;
     let session = format!("task:{}", task.id);
     let run = eventually(Duration::from_secs(20), "the run to end", || async {
-        runs_for(&agent, &session).await.into_iter().find(|run| run.status.is_over())
+        runs_for(&agent, &session).await.into_iter().find(|run| run.finished_at.is_some())
     })
     .await;
     let notice = eventually(Duration::from_secs(20), "the notice on the task", || async {

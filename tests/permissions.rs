@@ -82,7 +82,7 @@ async fn in_ask_mode_a_cut_off_call_is_neither_asked_about_nor_run() {
     let task = create_assigned(&alice, "Release notes", "Write the release notes for 2.0").await;
     let session = format!("task:{}", task.id);
     eventually(WAIT, "the run to end", || async {
-        runs_for(&agent, &session).await.into_iter().find(|run| run.status.is_over())
+        runs_for(&agent, &session).await.into_iter().find(|run| run.finished_at.is_some())
     })
     .await;
     wait_idle(&agent).await;
@@ -139,7 +139,7 @@ async fn in_ask_mode_the_agent_asks_before_closing_or_rejecting_a_task_and_not_b
     wait_status(&alice, &task.id, TaskStatus::Done).await;
     let session = format!("task:{}", task.id);
     eventually(WAIT, "the TE-1 run to end", || async {
-        runs_for(&agent, &session).await.into_iter().find(|run| run.status.is_over())
+        runs_for(&agent, &session).await.into_iter().find(|run| run.finished_at.is_some())
     })
     .await;
     wait_idle(&agent).await;

@@ -121,7 +121,7 @@ async fn a_killed_agent_on_postgres_resumes_its_run_without_repeating_comments()
         let state = State::open_postgres(&schema.url(), "picogent").await.unwrap();
         let runs = eventually(Duration::from_secs(10), "the run recorded as finished", || async {
             let runs = state.list_runs(10).await.ok()?;
-            runs.iter().all(|r| r.status.is_over()).then_some(runs)
+            runs.iter().all(|r| r.finished_at.is_some()).then_some(runs)
         })
         .await;
         process.kill().unwrap();
@@ -310,7 +310,11 @@ async fn a_lock_lost_with_its_connection_is_taken_again_or_this_copy_stands_down
         assert!(reason.contains("took its lock in the PostgreSQL database"), "{reason}");
         assert!(!reason.contains("password"), "{reason}");
         let unanswered = say(&alice, &chat, "@picogent are you the one answering?").await;
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        // Past the point where it would answer: its event stream has ended, and the router
+        // handled all it had heard, and the ends of the runs that started.
+        eventually(Duration::from_secs(10), "the event stream stopped", || async { agent.is_finished().then_some(()) })
+            .await;
+        wait_settled(&agent).await;
         assert_eq!(
             mine(&thread(&alice, &unanswered.id).await, "picogent"),
             0,

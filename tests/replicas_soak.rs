@@ -238,19 +238,32 @@ async fn soak(schema: test_postgres::TestSchema, faults: Faults) {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    // Nothing left queued or running.
+    // Caught up: every event the board logged for the agent was handled, and nothing is left
+    // queued or running (what a repeat would need).
     loop {
+        let board_last: i64 =
+            sqlx::query_scalar("SELECT coalesce(max(seq), 0) FROM events WHERE member_slug = 'picogent'")
+                .fetch_one(&board_pool)
+                .await
+                .unwrap();
+        let agent_last: i64 =
+            sqlx::query_scalar("SELECT coalesce(max(last_seq), 0) FROM stream_position WHERE agent = 'picogent'")
+                .fetch_one(&mut pg)
+                .await
+                .unwrap();
         let open: i64 = sqlx::query_scalar("SELECT count(*) FROM runs WHERE status IN ('queued', 'running')")
             .fetch_one(&mut pg)
             .await
             .unwrap();
-        if open == 0 {
+        if agent_last >= board_last && open == 0 {
             break;
         }
-        assert!(started.elapsed() < DEADLINE, "{open} runs still open");
+        assert!(
+            started.elapsed() < DEADLINE,
+            "not caught up: board seq {board_last}, agent {agent_last}, {open} runs still open"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    tokio::time::sleep(Duration::from_secs(1)).await;
     for replica in &mut replicas {
         let exit = replica.process.terminate();
         assert!(exit.is_some_and(|status| status.success()), "a replica did not stop gracefully: {exit:?}");

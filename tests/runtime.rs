@@ -70,7 +70,7 @@ async fn a_run_that_ends_before_its_first_model_request_is_acknowledged_and_ends
     let task = create_assigned(&alice, "Too big a budget", "Anything\n- one step").await;
     let session = format!("task:{}", task.id);
     let run = eventually(Duration::from_secs(30), "the run to end", || async {
-        runs_for(&agent, &session).await.into_iter().find(|run| run.status.is_over())
+        runs_for(&agent, &session).await.into_iter().find(|run| run.finished_at.is_some())
     })
     .await;
     wait_idle(&agent).await;
@@ -261,7 +261,7 @@ async fn killed_agent_resumes_its_run_without_repeating_comments() {
     let state = picogent::state::State::open(&config.state.path).await.unwrap();
     let runs = eventually(Duration::from_secs(10), "the run recorded as finished", || async {
         let runs = state.list_runs(10).await.ok()?;
-        runs.iter().all(|r| r.status.is_over()).then_some(runs)
+        runs.iter().all(|r| r.finished_at.is_some()).then_some(runs)
     })
     .await;
     // The summary is posted as the run ends, after the task moved to review.
@@ -384,10 +384,14 @@ async fn a_run_stopped_while_it_waits_for_a_slot_says_so_once_and_stays_stopped(
     agent.shutdown().await.unwrap();
 
     // A restart: the stopped task is open and assigned, but it was stopped; nothing is taken up.
+    // Past the point where it would be taken up: the restart's reconciliation is done, and every
+    // event the board holds for the agent is handled with what it started.
     let agent = start_agent(config).await;
     wait_ready(&agent).await;
-    wait_idle(&agent).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    caught_up_with_board(&agent, &dir.path().join("board.db"), "picogent").await;
+    let found = agent.status.startup().and_then(|startup| startup.reconciliation).expect("the first reconciliation");
+    assert_eq!(found.tasks.worked, 0, "{found:?}");
+    assert_eq!(found.tasks.skipped.get("finished_run"), Some(&1), "the stopped run counts as finished: {found:?}");
     assert_eq!(runs_for(&agent, &format!("task:{}", waiting.id)).await.len(), 1, "not worked after the restart");
     assert_eq!(agent_comments(waiting.id.clone()).await.len(), 1);
     assert_eq!(alice.get_task(&waiting.id).await.unwrap().status, TaskStatus::Todo);

@@ -87,7 +87,7 @@ async fn notices(alice: &TrackerClient, task_id: &str) -> Vec<String> {
 async fn run_ended(agent: &picogent::runtime::AgentHandle, task: &TaskOut) {
     let session = format!("task:{}", task.id);
     eventually(WAIT, "the run to end", || async {
-        runs_for(agent, &session).await.into_iter().find(|run| run.status.is_over())
+        runs_for(agent, &session).await.into_iter().find(|run| run.finished_at.is_some())
     })
     .await;
     wait_idle(agent).await;

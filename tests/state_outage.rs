@@ -83,6 +83,7 @@ async fn a_replica_cut_off_from_postgres_says_so_once_and_answers_what_came_mean
         proxy.cut();
         // A mention during the outage: the agent cannot record it, so it must come back to it.
         let during = say(&alice, &chat, "@picogent did the database come back?").await;
+        // A timing test: the outage lasts a set time, and what the log says over it is counted.
         tokio::time::sleep(Duration::from_secs(4)).await;
         let outage: Vec<String> = log.lines()[before..].to_vec();
         proxy.restore();
@@ -107,8 +108,9 @@ async fn a_replica_cut_off_from_postgres_says_so_once_and_answers_what_came_mean
             (mine(thread(&alice, &after.id).await) == 1).then_some(())
         })
         .await;
-        wait_idle(&agent).await;
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // Past the point where either would be answered again: every event handled, every run
+        // ended.
+        caught_up_with_board(&agent, &dir.path().join("board.db"), "picogent").await;
         assert_eq!(mine(thread(&alice, &during.id).await), 1, "answered once");
         assert_eq!(mine(thread(&alice, &after.id).await), 1, "answered once");
         assert!(!agent.is_superseded(), "the lock was taken again, not lost to another copy");

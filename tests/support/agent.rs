@@ -163,6 +163,58 @@ pub async fn wait_idle(agent: &AgentHandle) {
         .await;
 }
 
+/// Resolves once the router has handled every input sent to it before this call: the events the
+/// stream handed it, and the ends of runs with what follows them (the notice, a follow-up run).
+/// The router takes its inputs one at a time, in order, so the answer to a stop of a run that
+/// does not exist comes after all of them. Returns at once when the router has ended.
+pub async fn router_settled(agent: &AgentHandle) {
+    let (reply, answered) = tokio::sync::oneshot::channel();
+    let barrier = picogent::router::Input::StopRun { run_id: "no-such-run: a barrier".to_string(), reply };
+    if agent.inputs.send(barrier).await.is_ok() {
+        let stopped = tokio::time::timeout(Duration::from_secs(20), answered).await.expect("the router answered");
+        assert_ne!(stopped, Ok(true), "the barrier stopped no run");
+    }
+}
+
+/// Waits until no run is active and the router has handled what the last run's end started
+/// (a follow-up run, a notice): nothing more is coming unless a new event arrives.
+pub async fn wait_settled(agent: &AgentHandle) {
+    loop {
+        wait_idle(agent).await;
+        router_settled(agent).await;
+        if agent.status.active_runs() == 0 {
+            return;
+        }
+    }
+}
+
+/// The highest seq the board at `board_db` has logged for `member`: what the member's event
+/// stream will have delivered once it has caught up.
+pub async fn board_head(board_db: &Path, member: &str) -> u64 {
+    use sqlx::ConnectOptions;
+    let options = sqlx::sqlite::SqliteConnectOptions::new().filename(board_db).read_only(true);
+    let mut connection = options.connect().await.unwrap();
+    let head: i64 = sqlx::query_scalar("SELECT coalesce(max(seq), 0) FROM events WHERE member_slug = ?")
+        .bind(member)
+        .fetch_one(&mut connection)
+        .await
+        .unwrap();
+    let _ = sqlx::Connection::close(connection).await;
+    u64::try_from(head).unwrap_or(0)
+}
+
+/// Waits until the agent has handled every event the board at `board_db` logged for `member` so
+/// far (and the reconciliation of its last connection), and every run those started has ended:
+/// what a check that something did *not* happen waits for.
+pub async fn caught_up_with_board(agent: &AgentHandle, board_db: &Path, member: &str) {
+    let head = board_head(board_db, member).await;
+    eventually(Duration::from_secs(20), &format!("the agent handled the board's events up to seq {head}"), || async {
+        (agent.status.caught_up() && agent.state.last_seq().await.ok()? >= head).then_some(())
+    })
+    .await;
+    wait_settled(agent).await;
+}
+
 pub async fn create_assigned(alice: &TrackerClient, title: &str, description: &str) -> TaskOut {
     alice
         .create_task(

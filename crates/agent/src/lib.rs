@@ -18,9 +18,17 @@
 //!   room is `CutOff`; only what remained of the run's budget is `BudgetTokens`.
 //! - A run that must act (`expects_tool_calls`, a task run) and ends with text without ever
 //!   calling a tool is `DidNothing`, never `Completed`.
+//!
+//! Where things are: `lib.rs` (`run`: one phase per method of `Turns`; `RunOutcome` and
+//! `RunOutcome::status`, the one mapping to the stored `RunStatus`; `OutputBound`); `dispatch.rs`
+//! (arguments repaired or refused once, `PreparedCall`; cut-off, repeated and extra calls refused
+//! by rule; every tool result cleaned); `context.rs` (`fit_history`, `drop_oldest`: a session kept
+//! within the context window); `record.rs` (the run record); `limits.rs` (`Limits`, the `limits`
+//! section of `agent.json`, its defaults and its checks).
 
 mod context;
 mod dispatch;
+mod limits;
 mod record;
 
 use std::time::Duration;
@@ -29,10 +37,10 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+pub use limits::Limits;
 pub use record::{CutOffAt, OutputBound, RunOutcome, RunRecord, ToolCallCounts, ToolCallOutcome, ToolCallRecord};
 
 use dispatch::{CallResult, OfferedTools, PreparedCall, TurnContext};
-use picogent_config::Limits;
 use picogent_llm::{ChatModel, ChatRequest, LlmError, Message, ModelFailure};
 use picogent_tools::{ToolContext, ToolSource};
 
@@ -81,7 +89,7 @@ pub struct ModelWindow {
 }
 
 impl ModelWindow {
-    pub fn from_config(config: &picogent_config::LlmConfig) -> ModelWindow {
+    pub fn from_config(config: &picogent_llm::config::LlmConfig) -> ModelWindow {
         ModelWindow {
             context_tokens: config.context_tokens,
             output_cap: config.max_output_tokens.unwrap_or(picogent_llm::openai::DEFAULT_MAX_OUTPUT_TOKENS),
@@ -92,7 +100,7 @@ impl ModelWindow {
 
 impl Default for ModelWindow {
     fn default() -> ModelWindow {
-        ModelWindow::from_config(&picogent_config::LlmConfig::new("http://127.0.0.1/v1", "model"))
+        ModelWindow::from_config(&picogent_llm::config::LlmConfig::new("http://127.0.0.1/v1", "model"))
     }
 }
 
@@ -641,40 +649,30 @@ mod tests {
         assert!(drop_old_tool_results(&mut messages).is_none(), "nothing left to drop");
     }
 
-    const MINIMAL_CONFIG: &str = r#"{
-        "slug": "picogent", "name": "Picogent",
-        "tracker": {"url": "http://127.0.0.1:8700"},
-        "llm": {"base_url": "http://127.0.0.1:8790/v1", "model": "offline-planner"}
-    }"#;
-
-    fn write(dir: &std::path::Path, text: &str) -> std::path::PathBuf {
-        let path = dir.join("agent.json");
-        std::fs::write(&path, text).unwrap();
-        path
+    #[test]
+    fn the_output_cap_defaults_to_a_few_thousand_tokens_and_is_never_zero() {
+        // What the loop asks a request for when the file sets nothing (loading the file, its
+        // overrides and its zero are the config crate's tests).
+        let mut llm = picogent_llm::config::LlmConfig::new("http://127.0.0.1:8790/v1", "offline-planner");
+        assert_eq!(llm.max_output_tokens, None);
+        let window = ModelWindow::from_config(&llm);
+        assert_eq!(window.output_cap, picogent_llm::config::DEFAULT_MAX_OUTPUT_TOKENS);
+        assert_eq!(picogent_llm::config::DEFAULT_MAX_OUTPUT_TOKENS, 2048);
+        // A small local window keeps its own cap.
+        llm.context_tokens = 4096;
+        assert_eq!(ModelWindow::from_config(&llm).output_cap, 2048);
+        assert_eq!(window, ModelWindow::default());
     }
 
     #[test]
-    fn the_output_cap_defaults_to_a_few_thousand_tokens_and_is_never_zero() {
-        let dir = tempfile::tempdir().unwrap();
-        let config = picogent_config::Config::load_with_env(&write(dir.path(), MINIMAL_CONFIG), []).unwrap();
-        assert_eq!(config.llm.max_output_tokens, None);
-        // What the loop asks a request for when the file sets nothing.
-        let window = ModelWindow::from_config(&config.llm);
-        assert_eq!(window.output_cap, picogent_config::DEFAULT_MAX_OUTPUT_TOKENS);
-        assert_eq!(picogent_config::DEFAULT_MAX_OUTPUT_TOKENS, 2048);
-        // A small local window still loads, and keeps its own cap.
-        let small =
-            MINIMAL_CONFIG.replace("\"model\": \"offline-planner\"", "\"model\": \"m\", \"context_tokens\": 4096");
-        let config = picogent_config::Config::load_with_env(&write(dir.path(), &small), []).unwrap();
-        assert_eq!(ModelWindow::from_config(&config.llm).output_cap, 2048);
-        let vars = [("PICOGENT_LLM__MAX_OUTPUT_TOKENS".to_string(), "256".to_string())];
+    fn every_budget_must_be_above_zero_and_a_money_budget_positive() {
+        assert_eq!(Limits::default().check(), Ok(()));
+        let zero_turns = Limits { max_turns: 0, ..Limits::default() };
         assert_eq!(
-            picogent_config::Config::load_with_env(&write(dir.path(), &small), vars).unwrap().llm.max_output_tokens,
-            Some(256)
+            zero_turns.check(),
+            Err(("limits.max_turns".to_string(), "expected a number greater than 0".to_string()))
         );
-        let zero =
-            MINIMAL_CONFIG.replace("\"model\": \"offline-planner\"", "\"model\": \"m\", \"max_output_tokens\": 0");
-        let error = picogent_config::Config::load_with_env(&write(dir.path(), &zero), []).unwrap_err().to_string();
-        assert!(error.contains("llm.max_output_tokens") && error.contains("greater than 0"), "{error}");
+        let free = Limits { max_cost_per_day: Some(0.0), ..Limits::default() };
+        assert_eq!(free.check().unwrap_err().0, "limits.max_cost_per_day");
     }
 }

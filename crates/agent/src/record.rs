@@ -76,7 +76,7 @@ impl RunOutcome {
     }
 
     /// A short sentence saying why the run did not complete, kept as its final message. The
-    /// notice people read (`runtime::answer::failure_notice`) adds the setting and its value.
+    /// notice people read (`picogent_notices::failure_notice`) adds the setting and its value.
     pub fn describe(self, record: &RunRecord) -> String {
         let cut_off = |what: &str| match record.cut_off {
             Some(at) => format!("My answer was cut off at {} tokens, {what}, before it was complete.", at.tokens),

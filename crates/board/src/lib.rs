@@ -14,6 +14,11 @@
 //! Invariants: every answer that is not a success is a [`BoardError`]; every event is logged in
 //! the transaction of the change that causes it; writes hold SQLite's write lock from their
 //! first statement (`BEGIN IMMEDIATE`).
+//!
+//! Where things are: `retention.rs` prunes the event log (each member's newest event stays) and
+//! expired idempotency keys; `web/mod.rs` holds the page's routes behind the host check, sign-in
+//! sessions and live wake-ups from `BoardState::changes`, `web/pages.rs` the handlers (acting
+//! through the API's own), `web/templates/*.html` the pages; the contract is `docs/tracker-api.md`.
 
 mod api;
 mod db;

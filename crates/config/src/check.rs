@@ -5,17 +5,18 @@ use std::path::Path;
 
 use crate::{Config, ConfigError, PRESENCE_HEARTBEAT_MS};
 
-/// What `mcp_servers.*.max_result_bytes` may be: every message of the server must fit (its tool
-/// list too), and the limit is what bounds the memory one message takes.
-const MCP_RESULT_BYTES: std::ops::RangeInclusive<usize> = 64 * 1024..=1024 * 1024 * 1024;
-
 impl Config {
     /// Checks what types alone cannot: values in range, URLs that parse, names that are sane.
+    /// The sections of the crates below check themselves (`limits`, `mcp`, `mcp_servers`,
+    /// `workspaces`, `schedules`); this checks the agent's own and how the sections fit together.
     pub fn validate(&self, path: &Path) -> Result<(), ConfigError> {
         self.check_identity()
+            .and_then(|()| self.mcp.check())
             .and_then(|()| self.check_llm())
+            .and_then(|()| self.limits.check())
+            .and_then(|()| self.check_cost())
             .and_then(|()| self.check_numbers())
-            .and_then(|()| self.check_mcp_servers())
+            .and_then(|()| picogent_mcp::config::check_servers(&self.mcp_servers))
             .and_then(|()| self.check_permissions())
             .and_then(|()| self.check_retention())
             .and_then(|()| self.check_presence())
@@ -54,11 +55,9 @@ impl Config {
         if !self.tracker.api_prefix.is_empty() && !self.tracker.api_prefix.starts_with('/') {
             return problem("tracker.api_prefix", "expected a path starting with '/', or empty");
         }
-        for (name, variable) in [
-            ("tracker.token_env", &self.tracker.token_env),
-            ("mcp.token_env", &self.mcp.token_env),
-            ("http.ui_token_env", &self.http.ui_token_env),
-        ] {
+        for (name, variable) in
+            [("tracker.token_env", &self.tracker.token_env), ("http.ui_token_env", &self.http.ui_token_env)]
+        {
             if variable.trim().is_empty() {
                 return problem(name, "expected the name of an environment variable");
             }
@@ -133,13 +132,13 @@ impl Config {
         {
             return problem("llm.price", "expected prices of 0 or more per million tokens");
         }
-        if let Some(cost) = self.limits.max_cost_per_day {
-            if cost.is_nan() || cost <= 0.0 {
-                return problem("limits.max_cost_per_day", "expected an amount greater than 0");
-            }
-            if self.llm.price.is_none() {
-                return problem("limits.max_cost_per_day", "needs llm.price to count the cost");
-            }
+        Ok(())
+    }
+
+    /// The day's money budget counts the cost at `llm.price`.
+    fn check_cost(&self) -> Result<(), Problem> {
+        if self.limits.max_cost_per_day.is_some() && self.llm.price.is_none() {
+            return problem("limits.max_cost_per_day", "needs llm.price to count the cost");
         }
         Ok(())
     }
@@ -152,16 +151,6 @@ impl Config {
             ("llm.max_concurrent_requests", self.llm.max_concurrent_requests.map_or(1, u64::from)),
             ("llm.max_output_tokens", self.llm.max_output_tokens.map_or(1, u64::from)),
             ("elicitation.timeout_ms", self.elicitation.timeout_ms),
-            ("limits.max_turns", self.limits.max_turns as u64),
-            ("limits.max_tool_calls", self.limits.max_tool_calls as u64),
-            ("limits.max_tokens_per_run", self.limits.max_tokens_per_run),
-            ("limits.run_timeout_ms", self.limits.run_timeout_ms),
-            ("limits.max_tokens_per_day", self.limits.max_tokens_per_day),
-            ("limits.max_concurrent_runs", self.limits.max_concurrent_runs as u64),
-            ("limits.max_tool_result_bytes", self.limits.max_tool_result_bytes as u64),
-            ("limits.max_artifact_bytes_per_run", self.limits.max_artifact_bytes_per_run),
-            ("limits.max_artifact_bytes", self.limits.max_artifact_bytes),
-            ("limits.max_identical_calls", self.limits.max_identical_calls as u64),
             ("tracker.retry.max_attempts", self.tracker.retry.max_attempts as u64),
             ("llm.retry.max_attempts", self.llm.retry.max_attempts as u64),
             ("permissions.ask_timeout_ms", self.permissions.ask_timeout_ms),
@@ -170,57 +159,6 @@ impl Config {
             Some((name, _)) => problem(name, "expected a number greater than 0"),
             None => Ok(()),
         }
-    }
-
-    fn check_mcp_servers(&self) -> Result<(), Problem> {
-        for (name, server) in &self.mcp_servers {
-            let at = |key: &str| format!("mcp_servers.{name}{key}");
-            if !picogent_tracker::model::slug_ok(name) {
-                return problem(&at(""), "expected a server name of letters, digits, '-' or '_'");
-            }
-            match (&server.command, &server.url) {
-                (Some(command), None) => {
-                    if command.trim().is_empty() {
-                        return problem(&at(".command"), "expected a program to run");
-                    }
-                    if !server.headers.is_empty() {
-                        return problem(&at(".headers"), "headers apply to a `url` server only");
-                    }
-                }
-                (None, Some(url)) => {
-                    check_url(&at(".url"), url)?;
-                    no_credential(
-                        &at(".url"),
-                        url,
-                        &format!(
-                            "send it as a header from an environment variable: \"headers\": {{\"Authorization\": \"Bearer ${{TOKEN}}\"}} in mcp_servers.{name}"
-                        ),
-                    )?;
-                    if !server.args.is_empty() || !server.env.is_empty() || server.cwd.is_some() {
-                        return problem(&at(""), "`args`, `env` and `cwd` apply to a `command` server only");
-                    }
-                }
-                _ => return problem(&at(""), "expected exactly one of `command` (stdio) or `url` (Streamable HTTP)"),
-            }
-            if server.timeout_ms == 0 {
-                return problem(&at(".timeout_ms"), "expected a number greater than 0");
-            }
-            if let Some(protocol) = &server.protocol
-                && !["2026-07-28", "2025-11-25"].contains(&protocol.as_str())
-            {
-                return problem(
-                    &at(".protocol"),
-                    "expected \"2026-07-28\" or \"2025-11-25\" (or no `protocol`: discovery first, then initialize)",
-                );
-            }
-            if !MCP_RESULT_BYTES.contains(&server.max_result_bytes) {
-                return problem(
-                    &at(".max_result_bytes"),
-                    "expected a size in bytes from 65536 (64 KiB: the server's lists must fit too) to 1073741824 (1 GiB)",
-                );
-            }
-        }
-        Ok(())
     }
 
     fn check_permissions(&self) -> Result<(), Problem> {
@@ -319,30 +257,17 @@ fn problem(field: &str, message: &str) -> Result<(), Problem> {
 }
 
 fn check_url(field: &str, url: &str) -> Result<(), Problem> {
-    if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < 8 {
-        // Named without any user info it holds: the message is printed and logged.
-        let shown = if reqwest::Url::parse(url).is_ok() {
-            picogent_support::secret::shown_url(url)
-        } else {
-            "something else".into()
-        };
-        return problem(field, &format!("expected an http:// or https:// URL, got {shown:?}"));
+    match picogent_support::secret::not_an_http_url(url) {
+        None => Ok(()),
+        Some(message) => problem(field, &message),
     }
-    Ok(())
 }
 
-/// Refuses a URL with user info (`name:password@`) or a `password` in its query: secrets never go
-/// in the config file, and a URL is shown (pages, `check`, logs). `instead` says where the
-/// secret goes. The secret itself is not in the message.
+/// Refuses a URL with a credential in it (`picogent_support::secret::credential_in_setting`);
+/// `instead` says where the secret goes.
 fn no_credential(field: &str, url: &str, instead: &str) -> Result<(), Problem> {
-    match picogent_support::secret::url_credential(url) {
+    match picogent_support::secret::credential_in_setting(url, instead) {
         None => Ok(()),
-        Some(_) => problem(
-            field,
-            &format!(
-                "holds a credential (user info `name:password@` or a password in the query), and secrets never go in the config file: remove it from the URL ({}) and {instead}",
-                picogent_support::secret::shown_url(url)
-            ),
-        ),
+        Some(message) => problem(field, &message),
     }
 }

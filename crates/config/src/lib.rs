@@ -5,8 +5,9 @@
 //! Every struct refuses unknown fields, so a misspelt key is an error that names it, not a setting
 //! silently ignored.
 //!
-//! Here: [`Config`], its loading and [`ConfigError`]. The section types are in `sections.rs` and
-//! `llm.rs`, the checks of [`Config::validate`] in `check.rs`, the list overrides in `overrides.rs`.
+//! Here: [`Config`], its loading and [`ConfigError`]. The agent's own section types are in
+//! `sections.rs`, the checks of [`Config::validate`] in `check.rs`, the list overrides in
+//! `overrides.rs`.
 //!
 //! Invariants:
 //! - no secret is in the file or in a [`Config`]: a section names the environment variable
@@ -14,7 +15,16 @@
 //! - an unknown key, a bad value or a failed check is a [`ConfigError`] that names the field (or
 //!   the `PICOGENT_*` variable it came from) and says what to do, never a default taken silently;
 //! - the sections of the crates below are theirs (the model client's `llm`, the state's
-//!   `state`): this crate embeds them and checks only how they fit with the rest.
+//!   `state`, the loop's `limits`, MCP's `mcp` and `mcp_servers`), each with its own checks: this
+//!   crate embeds them, calls their checks and checks only how they fit with the rest.
+//!
+//! Where things are: `lib.rs` (`Config`, its loading, `ConfigError`: a JSON mistake shown on its
+//! lines, a mistake an override causes blamed on its variable, an override of `state.url` or
+//! `state.path` replacing the file's other); `sections.rs` (the agent's own sections:
+//! `http`, `replicas`, …); `check.rs` (`Config::validate`); `overrides.rs` (list overrides).
+//! The sections the crates below read are theirs: `TrackerConfig` (tracker), `StateConfig` (state),
+//! `PermissionsConfig` (tools), `LlmConfig` (llm), `Limits` (agent), `McpConfig` and
+//! `McpServerConfig` (mcp), the `workspaces` and `schedules` sections.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -27,13 +37,15 @@ mod overrides;
 mod sections;
 
 pub use overrides::ListOverrideError;
+pub use picogent_agent::Limits;
 pub use picogent_llm::config::{Api, DEFAULT_MAX_OUTPUT_TOKENS, LlmConfig, MaxTokensField, Price};
+pub use picogent_mcp::config::{McpConfig, McpServerConfig, ServerToolsConfig};
 pub use picogent_state::StateConfig;
 pub use picogent_tools::{PermissionMode, PermissionsConfig, RunScope, default_ask_tools};
 pub use picogent_tracker::TrackerConfig;
 pub use sections::{
-    ElicitationConfig, HttpConfig, Limits, McpConfig, McpServerConfig, PRESENCE_HEARTBEAT_MS, PresenceConfig,
-    ReplicasConfig, RetentionConfig, ServerToolsConfig, StartupConfig, TextDuration, TextDurationError,
+    ElicitationConfig, HttpConfig, PRESENCE_HEARTBEAT_MS, PresenceConfig, ReplicasConfig, RetentionConfig,
+    StartupConfig, TextDuration, TextDurationError,
 };
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,81 +1,9 @@
-//! The other sections of `agent.json` (`llm` is in `llm.rs`, `tracker` in the tracker's crate): limits, state, http,
-//! presence, replicas, mcp, mcp_servers, permissions, startup and retention, each with its
-//! defaults, and [`TextDuration`], a span of time the file writes as text.
-
-use std::collections::BTreeMap;
-use std::path::PathBuf;
+//! The agent's own sections of `agent.json`, the ones no crate below reads whole: http,
+//! presence, elicitation, replicas, startup and retention, each with its defaults, and
+//! [`TextDuration`], a span of time the file writes as text. The sections of the crates below are
+//! theirs (`limits`: agent; `mcp`, `mcp_servers`: mcp; `llm`, `tracker`, `state`, …).
 
 use serde::{Deserialize, Serialize};
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Limits {
-    /// Model turns in one run.
-    pub max_turns: u32,
-    /// Tool calls in one run.
-    pub max_tool_calls: u32,
-    /// Prompt + completion tokens in one run.
-    pub max_tokens_per_run: u64,
-    /// Wall-clock time of one run, in milliseconds.
-    pub run_timeout_ms: u64,
-    /// Prompt + completion tokens across all runs in one UTC day.
-    pub max_tokens_per_day: u64,
-    /// Replies to bots the agent may post in one thread in an hour: the loop guard (people are
-    /// always answered).
-    pub max_replies_per_thread_per_hour: u32,
-    /// Runs in flight at once.
-    pub max_concurrent_runs: u32,
-    /// Tool result text sent to the model is cut at this many bytes.
-    pub max_tool_result_bytes: usize,
-    /// Bytes of artifacts (external tools' large or binary results, saved to disk) one run may
-    /// write; past it a result is not saved and the model is told why.
-    pub max_artifact_bytes_per_run: u64,
-    /// Bytes all artifacts in the artifacts folder may take together; past it, as above.
-    pub max_artifact_bytes: u64,
-    /// On SIGINT/SIGTERM, how long running runs may take to finish.
-    pub shutdown_grace_ms: u64,
-    /// The same tool with the same arguments this many times in a row is not run again: the
-    /// model is told it repeats itself.
-    pub max_identical_calls: u32,
-    /// The day's spend in money (needs `llm.price`); past it new runs are refused as past
-    /// `max_tokens_per_day`.
-    pub max_cost_per_day: Option<f64>,
-    /// Whether the answer picogent posts for a run ends with a line of what it spent (turns, tool
-    /// calls, tokens, cost).
-    pub spend_footer: bool,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_turns: 12,
-            max_tool_calls: 40,
-            max_tokens_per_run: 60_000,
-            run_timeout_ms: 300_000,
-            max_tokens_per_day: 2_000_000,
-            max_replies_per_thread_per_hour: 6,
-            max_concurrent_runs: 4,
-            max_tool_result_bytes: 8 * 1024,
-            max_artifact_bytes_per_run: 64 * 1024 * 1024,
-            max_artifact_bytes: 1024 * 1024 * 1024,
-            shutdown_grace_ms: 30_000,
-            max_identical_calls: 3,
-            max_cost_per_day: None,
-            spend_footer: true,
-        }
-    }
-}
-
-/// `mcp_servers.<name>.tools`: which of one external server's tools the host takes, by their
-/// original names, before the permission policy sees them under their public names.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ServerToolsConfig {
-    /// Original tool names or globs (`*`, `?`) taken; empty means all.
-    pub allowed: Vec<String>,
-    /// Original tool names or globs never taken; wins over `allowed`.
-    pub disallowed: Vec<String>,
-}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -144,22 +72,34 @@ impl HttpConfig {
         }
     }
 
-    /// The board's page of the task `id`, for the run inspector.
+    /// The board's page of the task `id`, for the run inspector and the standup's links.
     pub fn task_link(&self, tracker_url: &str, id: &str) -> String {
-        link(self.task_link.as_deref(), tracker_url, "tasks", id)
+        self.task_pages(tracker_url).replace("{id}", id)
     }
 
     /// The board's page of the message `id` (a thread's first message), for the run inspector.
     pub fn message_link(&self, tracker_url: &str, id: &str) -> String {
-        link(self.message_link.as_deref(), tracker_url, "messages", id)
+        self.message_pages(tracker_url).replace("{id}", id)
+    }
+
+    /// Where the board shows a task: `task_link`, or the reference board's page
+    /// `{tracker_url}/tasks/{id}`, with `{id}` where the task's id goes.
+    pub fn task_pages(&self, tracker_url: &str) -> String {
+        pages(self.task_link.as_deref(), tracker_url, "tasks")
+    }
+
+    /// Where the board shows a thread, as [`HttpConfig::task_pages`]: `message_link`, or
+    /// `{tracker_url}/messages/{id}`.
+    pub fn message_pages(&self, tracker_url: &str) -> String {
+        pages(self.message_link.as_deref(), tracker_url, "messages")
     }
 }
 
-/// `template` with the id in it, or the reference board's page `{tracker_url}/{path}/{id}`.
-fn link(template: Option<&str>, tracker_url: &str, path: &str, id: &str) -> String {
+/// `template`, or the reference board's pages `{tracker_url}/{path}/{id}`.
+fn pages(template: Option<&str>, tracker_url: &str, path: &str) -> String {
     match template {
-        Some(template) => template.replace("{id}", id),
-        None => format!("{}/{path}/{id}", tracker_url.trim_end_matches('/')),
+        Some(template) => template.to_string(),
+        None => format!("{}/{path}/{{id}}", tracker_url.trim_end_matches('/')),
     }
 }
 
@@ -234,78 +174,6 @@ impl Default for ReplicasConfig {
 /// The range `presence.heartbeat_ms` must be in: below it the tracker is asked many times a
 /// second; above it a copy taking over waits for hours.
 pub const PRESENCE_HEARTBEAT_MS: std::ops::RangeInclusive<u64> = 100..=600_000;
-
-/// Security of the MCP server's HTTP endpoint. Loopback hosts and origins are always allowed; the
-/// lists add more. The bearer token itself lives in the environment, never in the file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct McpConfig {
-    /// The environment variable holding the bearer token MCP clients must send over HTTP.
-    pub token_env: String,
-    /// Browser origins allowed besides loopback ones, with scheme and port, e.g.
-    /// `https://app.example.com:443` (`:*` matches any port). A request with any other `Origin`
-    /// header is refused with 403; requests without one (non-browser clients) pass.
-    pub allowed_origins: Vec<String>,
-    /// `Host` header values allowed besides `localhost`, `127.0.0.1` and `::1`, e.g.
-    /// `agent.example.com` or `agent.example.com:8808`. Needed to listen on a non-loopback address.
-    pub allowed_hosts: Vec<String>,
-    /// Let the MCP `start_run` tool work a task that is not assigned to the agent.
-    pub allow_unassigned_runs: bool,
-}
-
-impl Default for McpConfig {
-    fn default() -> Self {
-        McpConfig {
-            token_env: "PICOGENT_MCP_TOKEN".to_string(),
-            allowed_origins: Vec::new(),
-            allowed_hosts: Vec::new(),
-            allow_unassigned_runs: false,
-        }
-    }
-}
-
-/// One external MCP server: either a child process spoken to over stdio (`command`) or a
-/// Streamable HTTP endpoint (`url`). Secrets are never written here: a header or env value may
-/// name an environment variable as `${NAME}`, read when the server is connected.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct McpServerConfig {
-    /// The program to start (stdio transport).
-    #[serde(default)]
-    pub command: Option<String>,
-    #[serde(default)]
-    pub args: Vec<String>,
-    /// Extra environment of the child; values may contain `${NAME}`.
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    /// The child's working folder; relative paths are taken from the config file's folder.
-    #[serde(default)]
-    pub cwd: Option<PathBuf>,
-    /// The Streamable HTTP endpoint, e.g. `https://example.com/mcp`.
-    #[serde(default)]
-    pub url: Option<String>,
-    /// Extra HTTP headers; values may contain `${NAME}` (e.g. `"Bearer ${GITHUB_TOKEN}"`).
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
-    /// Whether the server's tool annotations are believed. An untrusted server's tools are never
-    /// read-only and always count as destructive.
-    #[serde(default)]
-    pub trusted: bool,
-    /// The server's tools offered, by their original names (globs `*`, `?`).
-    #[serde(default)]
-    pub tools: ServerToolsConfig,
-    /// Timeout of one request to the server, in milliseconds; a call that runs out is cancelled.
-    #[serde(default = "default_mcp_timeout_ms")]
-    pub timeout_ms: u64,
-    /// The largest message the server may send, in bytes as it is sent (JSON): a result past it
-    /// fails its call at once, and no more of it is kept than this.
-    #[serde(default = "default_mcp_max_result_bytes")]
-    pub max_result_bytes: usize,
-    /// The protocol version spoken with it: `2026-07-28` (discovery only) or `2025-11-25`
-    /// (`initialize` only); unset, discovery first and `initialize` for a server that predates it.
-    #[serde(default)]
-    pub protocol: Option<String>,
-}
 
 /// `startup`: what reconciliation takes up at a start and after every reconnect.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -438,13 +306,4 @@ impl<'de> Deserialize<'de> for TextDuration {
         }
         deserializer.deserialize_any(Visitor)
     }
-}
-
-fn default_mcp_timeout_ms() -> u64 {
-    60_000
-}
-/// 4 MiB: far more than a model can read, little enough to hold while it is shaped.
-pub const DEFAULT_MCP_MAX_RESULT_BYTES: usize = 4 * 1024 * 1024;
-fn default_mcp_max_result_bytes() -> usize {
-    DEFAULT_MCP_MAX_RESULT_BYTES
 }

@@ -599,3 +599,35 @@ fn the_words_are_the_ones_serde_writes() {
         assert!(picogent_support::choice::words::<PermissionMode>().contains(&word), "{word}");
     }
 }
+
+#[test]
+fn the_output_cap_defaults_to_a_few_thousand_tokens_and_is_never_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::load_with_env(&write(dir.path(), MINIMAL), []).unwrap();
+    assert_eq!(config.llm.max_output_tokens, None);
+    // What the loop asks a request for when the file sets nothing.
+    let window = picogent_agent::ModelWindow::from_config(&config.llm);
+    assert_eq!(window.output_cap, DEFAULT_MAX_OUTPUT_TOKENS);
+    // A small local window still loads, and keeps its own cap.
+    let small = MINIMAL.replace("\"model\": \"offline-planner\"", "\"model\": \"m\", \"context_tokens\": 4096");
+    let config = Config::load_with_env(&write(dir.path(), &small), []).unwrap();
+    assert_eq!(picogent_agent::ModelWindow::from_config(&config.llm).output_cap, 2048);
+    let vars = [("PICOGENT_LLM__MAX_OUTPUT_TOKENS".to_string(), "256".to_string())];
+    assert_eq!(Config::load_with_env(&write(dir.path(), &small), vars).unwrap().llm.max_output_tokens, Some(256));
+    let zero = MINIMAL.replace("\"model\": \"offline-planner\"", "\"model\": \"m\", \"max_output_tokens\": 0");
+    let error = Config::load_with_env(&write(dir.path(), &zero), []).unwrap_err().to_string();
+    assert!(error.contains("llm.max_output_tokens") && error.contains("greater than 0"), "{error}");
+}
+
+#[test]
+fn http_allowed_hosts_takes_host_names_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let load = |hosts: &str| {
+        let text = MINIMAL.replace("\"name\"", &format!("\"http\": {{\"allowed_hosts\": {hosts}}}, \"name\""));
+        Config::load_with_env(&write(dir.path(), &text), [])
+    };
+    let loaded = load(r#"["agent.example.com", "agent.example.com:8443"]"#).unwrap();
+    assert_eq!(loaded.http.allowed_hosts, ["agent.example.com", "agent.example.com:8443"]);
+    let error = load(r#"["https://agent.example.com/"]"#).unwrap_err().to_string();
+    assert!(error.contains("http.allowed_hosts") && error.contains("is not a host name"), "{error}");
+}

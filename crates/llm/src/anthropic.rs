@@ -1,7 +1,8 @@
 //! The Anthropic Messages API adapter (`llm.api: "anthropic"`): the only module that knows that
 //! wire format. `POST {base_url}/messages` with `x-api-key` and `anthropic-version`, `system` and
 //! `tools` (with `input_schema`) apart from the conversation, `tool_use` and `tool_result`
-//! blocks, `max_tokens` always sent (the API requires it), and streaming read from its events.
+//! blocks, `max_tokens` always sent (the API requires it), and streaming read from its events
+//! (put together in `anthropic/stream.rs`).
 //!
 //! The wire types are this module's own, small serde structs of what picogent sends and reads: the
 //! Rust clients of the API on the registry are young and each brings its own HTTP client and
@@ -17,6 +18,8 @@
 //! Usage: the API's `input_tokens` leaves out the tokens read from or written to the cache; they
 //! are added back, so [`Usage::prompt_tokens`] means the same on both APIs.
 
+mod stream;
+
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -24,13 +27,13 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::config::LlmConfig;
-use crate::http::{MAX_STREAMED_BLOCKS, Transport};
+use crate::http::Transport;
 use crate::{ChatModel, ChatRequest, ChatResponse, FinishReason, LlmError, Message, ToolCall, ToolSpec, Usage};
 use picogent_support::retry::{RetryConfig, with_retry};
 use picogent_support::secret::Secret;
 
 /// The API version picogent speaks; the shapes here are that version's.
-pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+pub(crate) const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 /// A model behind the Messages API: Anthropic's, or a server that speaks it (llama.cpp's).
 #[derive(Debug, Clone)]
@@ -74,7 +77,7 @@ impl AnthropicChat {
         }
         let response = self.transport.send(post, classify_error).await?;
         let answer = if self.transport.stream {
-            let mut answer = Streamed::default();
+            let mut answer = stream::Streamed::default();
             self.transport.events(response, |data| answer.add_event(data)).await?;
             answer.into_answer()?
         } else {
@@ -87,7 +90,7 @@ impl AnthropicChat {
 
     /// The request's JSON body: the stable prefix first (tools, then system), each tool's JSON
     /// kept per definition ([`tool_json`]), so it is the same bytes on every turn.
-    pub fn wire_body(&self, request: &ChatRequest<'_>) -> Result<Vec<u8>, serde_json::Error> {
+    fn wire_body(&self, request: &ChatRequest<'_>) -> Result<Vec<u8>, serde_json::Error> {
         let (system, messages) = wire_conversation(request.messages, self.prompt_cache);
         let max_tokens =
             request.max_output_tokens.map_or(self.max_output_tokens, |asked| asked.min(self.max_output_tokens));
@@ -343,182 +346,6 @@ impl WireAnswer {
     }
 }
 
-/// A streamed answer being put together from its events: `message_start` (the usage so far),
-/// `content_block_start` / `_delta` / `_stop` per block, `message_delta` (the stop reason and the
-/// final usage), `message_stop`; an `error` event ends it with that error. A stream that closes
-/// before `message_stop` was cut short: a connection error, retried as a dropped connection is.
-#[derive(Debug, Default)]
-struct Streamed {
-    /// By the block's index: text, or a tool call whose input arrives as JSON pieces. At most
-    /// [`MAX_STREAMED_BLOCKS`]: an index past it is a protocol error, not an allocation.
-    blocks: Vec<StreamedBlock>,
-    stop_reason: Option<String>,
-    usage: Option<WireUsage>,
-    error: Option<ErrorObject>,
-    /// `message_stop` arrived: the answer is whole.
-    stopped: bool,
-}
-
-#[derive(Debug, Default)]
-enum StreamedBlock {
-    #[default]
-    Other,
-    Text(String),
-    ToolUse {
-        id: String,
-        name: String,
-        input: String,
-    },
-}
-
-#[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum Event {
-    MessageStart {
-        message: EventMessage,
-    },
-    ContentBlockStart {
-        index: usize,
-        content_block: WireBlock,
-    },
-    ContentBlockDelta {
-        index: usize,
-        delta: Delta,
-    },
-    MessageDelta {
-        #[serde(default)]
-        delta: MessageDelta,
-        #[serde(default)]
-        usage: Option<WireUsage>,
-    },
-    MessageStop,
-    Error {
-        error: ErrorObject,
-    },
-    #[serde(other)]
-    Other,
-}
-
-#[derive(Deserialize)]
-struct EventMessage {
-    #[serde(default)]
-    usage: Option<WireUsage>,
-}
-
-#[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum Delta {
-    #[serde(rename = "text_delta")]
-    Text { text: String },
-    #[serde(rename = "input_json_delta")]
-    InputJson { partial_json: String },
-    #[serde(other)]
-    Other,
-}
-
-#[derive(Deserialize, Default)]
-struct MessageDelta {
-    #[serde(default)]
-    stop_reason: Option<String>,
-}
-
-impl Streamed {
-    /// Adds one event's `data`; `true` at `message_stop`.
-    fn add_event(&mut self, data: &str) -> Result<bool, String> {
-        let event: Event = serde_json::from_str(data).map_err(|e| format!("a streamed event is not valid: {e}"))?;
-        match event {
-            Event::MessageStart { message } => self.usage = message.usage,
-            Event::ContentBlockStart { index, content_block } => {
-                if index >= MAX_STREAMED_BLOCKS {
-                    return Err(format!(
-                        "a streamed content block has index {index}: an answer has at most {MAX_STREAMED_BLOCKS} blocks"
-                    ));
-                }
-                while self.blocks.len() <= index {
-                    self.blocks.push(StreamedBlock::Other);
-                }
-                self.blocks[index] = match content_block {
-                    WireBlock::Text { text } => StreamedBlock::Text(text),
-                    WireBlock::ToolUse { id, name, input } => {
-                        // The input comes in the deltas; the start carries `{}`.
-                        let input = if input.as_object().is_some_and(|o| !o.is_empty()) {
-                            input.to_string()
-                        } else {
-                            String::new()
-                        };
-                        StreamedBlock::ToolUse { id, name, input }
-                    }
-                    WireBlock::Other | WireBlock::RawToolUse { .. } => StreamedBlock::Other,
-                };
-            }
-            Event::ContentBlockDelta { index, delta } => match (self.blocks.get_mut(index), delta) {
-                (Some(StreamedBlock::Text(text)), Delta::Text { text: piece }) => text.push_str(&piece),
-                (Some(StreamedBlock::ToolUse { input, .. }), Delta::InputJson { partial_json }) => {
-                    input.push_str(&partial_json)
-                }
-                _ => {}
-            },
-            Event::MessageDelta { delta, usage } => {
-                if delta.stop_reason.is_some() {
-                    self.stop_reason = delta.stop_reason;
-                }
-                if let Some(later) = usage {
-                    self.usage.get_or_insert_with(WireUsage::default).update(later);
-                }
-            }
-            Event::MessageStop => {
-                self.stopped = true;
-                return Ok(true);
-            }
-            Event::Error { error } => {
-                self.error = Some(error);
-                return Ok(true);
-            }
-            Event::Other => {}
-        }
-        Ok(false)
-    }
-
-    fn into_answer(self) -> Result<WireAnswer, LlmError> {
-        if let Some(error) = self.error {
-            // An error mid-stream (`overloaded_error` most often) is classified as the same
-            // error before the stream would have been, with the status its type stands for.
-            let status = match error.kind.as_str() {
-                "overloaded_error" => 529,
-                "rate_limit_error" => 429,
-                _ => 500,
-            };
-            let body =
-                serde_json::to_vec(&json!({"type": "error", "error": {"type": error.kind, "message": error.message}}))
-                    .unwrap_or_default();
-            return Err(classify_error(status, None, &body));
-        }
-        if !self.stopped {
-            return Err(LlmError::Connection {
-                message: "the answer's stream ended before `message_stop`: it was cut short".to_string(),
-            });
-        }
-        let content = self
-            .blocks
-            .into_iter()
-            .map(|block| match block {
-                StreamedBlock::Text(text) => WireBlock::Text { text },
-                StreamedBlock::ToolUse { id, name, input } if input.trim().is_empty() => {
-                    WireBlock::ToolUse { id, name, input: json!({}) }
-                }
-                StreamedBlock::ToolUse { id, name, input } => match serde_json::from_str(&input) {
-                    Ok(parsed) => WireBlock::ToolUse { id, name, input: parsed },
-                    // Arguments that are not JSON stay the model's text, for the loop to repair
-                    // (a fenced object) or refuse, as on the other API.
-                    Err(_) => WireBlock::RawToolUse { id, name, arguments: input },
-                },
-                StreamedBlock::Other => WireBlock::Other,
-            })
-            .collect();
-        Ok(WireAnswer { content, stop_reason: self.stop_reason, usage: self.usage })
-    }
-}
-
 #[derive(Debug, Deserialize)]
 struct ErrorObject {
     #[serde(rename = "type", default)]
@@ -575,266 +402,4 @@ fn is_context_error(lower: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::ModelFailure;
-
-    fn chat(cache: bool) -> AnthropicChat {
-        let config = LlmConfig {
-            max_output_tokens: Some(500),
-            prompt_cache: cache,
-            parallel_tool_calls: Some(false),
-            ..LlmConfig::new("http://127.0.0.1:1/v1/", "claude-x")
-        };
-        AnthropicChat::new(&config, None).unwrap()
-    }
-
-    fn conversation() -> Vec<Message> {
-        vec![
-            Message::system("be brief"),
-            Message::user("Task: TE-1"),
-            Message::Assistant {
-                content: Some("Looking.".into()),
-                tool_calls: vec![
-                    ToolCall { id: "c1".into(), name: "get_task".into(), arguments: r#"{"task_id":"TE-1"}"#.into() },
-                    ToolCall { id: "call.2".into(), name: "get_task".into(), arguments: "{broken".into() },
-                ],
-                refusal: None,
-            },
-            Message::Tool { tool_call_id: "c1".into(), name: "get_task".into(), content: "{}".into(), is_error: false },
-            Message::Tool {
-                tool_call_id: "call.2".into(),
-                name: "get_task".into(),
-                content: "error: bad".into(),
-                is_error: true,
-            },
-            Message::user("also this"),
-        ]
-    }
-
-    fn tools() -> Vec<ToolSpec> {
-        ["get_task", "post_message"]
-            .into_iter()
-            .map(|name| ToolSpec { name: name.into(), description: "d".into(), parameters: Default::default() })
-            .collect()
-    }
-
-    #[test]
-    fn the_body_has_the_apis_shape_and_its_breakpoints() {
-        let messages = conversation();
-        let tools = tools();
-        let request = ChatRequest { messages: &messages, tools: &tools, max_output_tokens: Some(200) };
-        let body: Value = serde_json::from_slice(&chat(true).wire_body(&request).unwrap()).unwrap();
-        assert_eq!(body["max_tokens"], 200);
-        assert_eq!(body["tool_choice"]["disable_parallel_tool_use"], true);
-        assert_eq!(body["tools"][0]["input_schema"]["type"], "object");
-        assert!(body["tools"][0].get("cache_control").is_none());
-        assert_eq!(body["tools"][1]["cache_control"]["type"], "ephemeral");
-        assert_eq!(body["system"][0]["text"], "be brief");
-        assert_eq!(body["system"][0]["cache_control"]["type"], "ephemeral");
-        let turns = body["messages"].as_array().unwrap();
-        let roles: Vec<&str> = turns.iter().map(|t| t["role"].as_str().unwrap()).collect();
-        assert_eq!(roles, ["user", "assistant", "user"]);
-        assert_eq!(turns[1]["content"][1]["input"]["task_id"], "TE-1");
-        assert_eq!(turns[1]["content"][2]["input"], json!({}), "arguments that were not an object");
-        assert_eq!(turns[1]["content"][2]["id"], "call_2");
-        let last = turns[2]["content"].as_array().unwrap();
-        assert_eq!(last[0]["type"], "tool_result");
-        assert_eq!(last[1]["is_error"], true);
-        assert_eq!(last[1]["tool_use_id"], "call_2");
-        assert_eq!(last[2]["text"], "also this");
-        assert_eq!(last[2]["cache_control"]["type"], "ephemeral");
-        let marks = serde_json::to_string(&body).unwrap().matches("cache_control").count();
-        assert_eq!(marks, 3, "at most four breakpoints are allowed");
-        let uncached: Value = serde_json::from_slice(&chat(false).wire_body(&request).unwrap()).unwrap();
-        assert!(!serde_json::to_string(&uncached).unwrap().contains("cache_control"));
-    }
-
-    #[test]
-    fn the_prefix_is_the_same_bytes_on_the_next_turn() {
-        let tools = tools();
-        let mut messages = conversation();
-        let first = chat(true).wire_body(&ChatRequest { messages: &messages, tools: &tools, max_output_tokens: None });
-        messages.push(Message::Assistant { content: Some("done".into()), tool_calls: vec![], refusal: None });
-        messages.push(Message::user("thanks"));
-        let second = chat(true).wire_body(&ChatRequest { messages: &messages, tools: &tools, max_output_tokens: None });
-        let (first, second) = (String::from_utf8(first.unwrap()).unwrap(), String::from_utf8(second.unwrap()).unwrap());
-        let prefix = &first[..first.find(r#""messages""#).unwrap()];
-        assert!(second.starts_with(prefix));
-    }
-
-    #[test]
-    fn an_answer_with_tool_use_and_cache_usage_is_read() {
-        let answer: WireAnswer = serde_json::from_value(json!({
-            "id": "msg_1", "type": "message", "role": "assistant",
-            "content": [{"type": "thinking", "thinking": "hm", "signature": ""},
-                        {"type": "text", "text": "On it."},
-                        {"type": "tool_use", "id": "toolu_1", "name": "get_task", "input": {"task_id": "TE-1"}}],
-            "stop_reason": "tool_use",
-            "usage": {"input_tokens": 10, "output_tokens": 7, "cache_read_input_tokens": 1500, "cache_creation_input_tokens": 300}
-        }))
-        .unwrap();
-        let request = ChatRequest { messages: &[], tools: &[], max_output_tokens: None };
-        let response = answer.into_response(&request).unwrap();
-        assert_eq!(response.content.as_deref(), Some("On it."));
-        assert_eq!(response.tool_calls[0].arguments, r#"{"task_id":"TE-1"}"#);
-        assert_eq!(response.finish_reason, FinishReason::ToolCalls);
-        assert_eq!(
-            (response.usage.prompt_tokens, response.usage.cached_tokens, response.usage.cache_write_tokens),
-            (1810, 1500, 300)
-        );
-    }
-
-    #[test]
-    fn streamed_events_add_up_to_one_answer() {
-        let events = [
-            json!({"type": "message_start", "message": {"usage": {"input_tokens": 5, "output_tokens": 1, "cache_read_input_tokens": 2000}}}),
-            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hel"}}),
-            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "lo"}}),
-            json!({"type": "ping"}),
-            json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "t1", "name": "get_task", "input": {}}}),
-            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "{\"task"}}),
-            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "_id\": \"TE-1\"}"}}),
-            json!({"type": "content_block_stop", "index": 1}),
-            json!({"type": "message_delta", "delta": {"stop_reason": "max_tokens"}, "usage": {"output_tokens": 9}}),
-        ];
-        let mut streamed = Streamed::default();
-        for event in &events {
-            assert!(!streamed.add_event(&event.to_string()).unwrap());
-        }
-        assert!(streamed.add_event(r#"{"type":"message_stop"}"#).unwrap());
-        let request = ChatRequest { messages: &[], tools: &[], max_output_tokens: None };
-        let response = streamed.into_answer().unwrap().into_response(&request).unwrap();
-        assert_eq!(response.content.as_deref(), Some("Hello"));
-        assert_eq!(response.tool_calls[0].arguments, r#"{"task_id":"TE-1"}"#);
-        assert_eq!(response.finish_reason, FinishReason::Length);
-        assert_eq!(
-            (response.usage.prompt_tokens, response.usage.completion_tokens, response.usage.cached_tokens),
-            (2005, 9, 2000)
-        );
-        let mut failed = Streamed::default();
-        assert!(
-            failed.add_event(r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#).unwrap()
-        );
-        assert!(matches!(failed.into_answer(), Err(LlmError::Server { .. })));
-    }
-
-    /// Feeds `events` (each an event's data) to a fresh [`Streamed`].
-    fn streamed(events: &[Value]) -> Streamed {
-        let mut streamed = Streamed::default();
-        for event in events {
-            streamed.add_event(&event.to_string()).unwrap();
-        }
-        streamed
-    }
-
-    fn tool_use_events(pieces: &[&str]) -> Vec<Value> {
-        let mut events = vec![
-            json!({"type": "message_start", "message": {"usage": {"input_tokens": 5, "output_tokens": 1}}}),
-            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "t1", "name": "add_step", "input": {}}}),
-        ];
-        for piece in pieces {
-            events.push(json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": piece}}));
-        }
-        events.push(json!({"type": "content_block_stop", "index": 0}));
-        events.push(
-            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}}),
-        );
-        events.push(json!({"type": "message_stop"}));
-        events
-    }
-
-    #[test]
-    fn streamed_input_that_is_not_json_reaches_the_loop_as_the_models_text() {
-        let request = ChatRequest { messages: &[], tools: &[], max_output_tokens: None };
-        let fenced = "```json\n{\"task_id\": \"TE-1\", \"title\": \"Draft\"}\n```";
-        let (head, tail) = fenced.split_at(9);
-        let response =
-            streamed(&tool_use_events(&[head, tail])).into_answer().unwrap().into_response(&request).unwrap();
-        // As written, not as a JSON string of it: the loop repairs a fenced object.
-        assert_eq!(response.tool_calls[0].arguments, fenced);
-        let cut = streamed(&tool_use_events(&["{\"task_id\": \"TE", "-1\", \"ti"]));
-        let response = cut.into_answer().unwrap().into_response(&request).unwrap();
-        assert_eq!(response.tool_calls[0].arguments, "{\"task_id\": \"TE-1\", \"ti");
-        // Valid JSON is read as before; no pieces at all is an empty object.
-        let whole = streamed(&tool_use_events(&["{\"task_id\":", " \"TE-1\"}"]));
-        let response = whole.into_answer().unwrap().into_response(&request).unwrap();
-        assert_eq!(response.tool_calls[0].arguments, r#"{"task_id":"TE-1"}"#);
-        let empty = streamed(&tool_use_events(&[]));
-        assert_eq!(empty.into_answer().unwrap().into_response(&request).unwrap().tool_calls[0].arguments, "{}");
-    }
-
-    #[test]
-    fn a_block_index_past_the_cap_is_a_protocol_error_not_an_allocation() {
-        use picogent_support::retry::{RetryDecision, Retryable};
-        let start = |index: usize| {
-            json!({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}})
-                .to_string()
-        };
-        let mut answer = Streamed::default();
-        let error = answer.add_event(&start(usize::MAX / 2)).unwrap_err();
-        assert!(error.contains("at most 256 blocks"), "{error}");
-        assert!(answer.blocks.capacity() <= MAX_STREAMED_BLOCKS, "nothing was allocated for it");
-        answer.add_event(&start(MAX_STREAMED_BLOCKS - 1)).unwrap();
-        assert_eq!(answer.blocks.len(), MAX_STREAMED_BLOCKS);
-        assert!(answer.add_event(&start(MAX_STREAMED_BLOCKS)).is_err());
-        // The transport turns the refusal into a server failure, retried as one.
-        let error = LlmError::BadResponse { message: error };
-        assert_eq!(error.kind(), ModelFailure::ServerError);
-        assert_eq!(error.retry_decision(), RetryDecision::Retry);
-    }
-
-    #[test]
-    fn a_stream_that_closes_before_message_stop_is_a_connection_error() {
-        use picogent_support::retry::{RetryDecision, Retryable};
-        let mut events = tool_use_events(&["{\"task_id\": \"TE-1\"}"]);
-        events.pop();
-        // Everything but `message_stop`, the stop reason included: still cut short.
-        let error = streamed(&events).into_answer().unwrap_err();
-        assert!(matches!(error, LlmError::Connection { .. }), "{error:?}");
-        assert!(error.to_string().contains("message_stop"), "{error}");
-        assert_eq!(error.retry_decision(), RetryDecision::Retry, "retried as a dropped connection");
-        // Nothing at all (a 200 whose body is no stream) is cut short too.
-        assert!(matches!(Streamed::default().into_answer(), Err(LlmError::Connection { .. })));
-    }
-
-    #[test]
-    fn errors_map_to_the_notices_causes() {
-        use picogent_support::retry::{RetryDecision, Retryable};
-        let body = |kind: &str, message: &str| {
-            json!({"type": "error", "error": {"type": kind, "message": message}}).to_string()
-        };
-        let wait = Some(Duration::from_secs(3));
-        let overloaded = classify_error(529, wait, body("overloaded_error", "Overloaded").as_bytes());
-        assert_eq!(overloaded.retry_decision(), RetryDecision::RetryAfter(Duration::from_secs(3)));
-        let limited = classify_error(429, wait, body("rate_limit_error", "slow down").as_bytes());
-        assert_eq!(limited.kind(), ModelFailure::RateLimited);
-        assert_eq!(limited.retry_decision(), RetryDecision::RetryAfter(Duration::from_secs(3)));
-        let long = classify_error(
-            400,
-            None,
-            body("invalid_request_error", "prompt is too long: 210000 tokens > 200000 maximum").as_bytes(),
-        );
-        assert_eq!(long.kind(), ModelFailure::ContextLength);
-        let field = classify_error(400, None, body("invalid_request_error", "max_tokens: Field required").as_bytes());
-        assert_eq!(field.kind(), ModelFailure::ParameterRefused { parameter: "max_tokens".into() });
-        let key = classify_error(401, None, body("authentication_error", "invalid x-api-key").as_bytes());
-        assert_eq!(key.kind(), ModelFailure::Unauthorized);
-        let credit = "Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing.";
-        let broke = classify_error(400, None, body("invalid_request_error", credit).as_bytes());
-        assert_eq!(broke.kind(), ModelFailure::Rejected);
-        assert_eq!(broke.retry_decision(), RetryDecision::Stop, "waiting does not bring credit");
-        assert!(broke.to_string().contains("credit balance"), "the reason is kept: {broke}");
-        let choice = classify_error(
-            400,
-            None,
-            body("invalid_request_error", "tool_choice.disable_parallel_tool_use: Extra inputs are not permitted")
-                .as_bytes(),
-        );
-        assert_eq!(choice.kind(), ModelFailure::ParameterRefused { parameter: "tool_choice".into() });
-        // llama.cpp's /v1/messages answers errors in OpenAI's shape.
-        let llama = br#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error"}}"#;
-        assert_eq!(classify_error(400, None, llama).kind(), ModelFailure::ContextLength);
-    }
-}
+mod tests;

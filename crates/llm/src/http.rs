@@ -125,11 +125,12 @@ impl Transport {
     /// passes without a byte. A stream that closes before `event` said it is done also returns
     /// `Ok`: whether what was read is a whole answer is the format's to judge (`stream.rs`,
     /// `anthropic.rs`), and one cut short is a connection error there. A stream that sends more
-    /// than [`MAX_ANSWER_BYTES`] in all (in events or in one endless line) is refused there.
-    pub(crate) async fn events(
+    /// than [`MAX_ANSWER_BYTES`] in all (in events or in one endless line) is refused there. An
+    /// event `event` cannot read is a protocol error: [`LlmError::BadResponse`], with its words.
+    pub(crate) async fn events<E: std::error::Error>(
         &self,
         response: reqwest::Response,
-        mut event: impl FnMut(&str) -> Result<bool, String>,
+        mut event: impl FnMut(&str) -> Result<bool, E>,
     ) -> Result<(), LlmError> {
         let mut body = response.bytes_stream();
         let mut pending: Vec<u8> = Vec::new();
@@ -156,7 +157,7 @@ impl Transport {
                 let line = String::from_utf8_lossy(&pending[line_start..line_end]);
                 (line_start, search_from) = (line_end + 1, line_end + 1);
                 let Some(data) = line.trim().strip_prefix("data:").map(str::trim) else { continue };
-                if event(data).map_err(|message| LlmError::BadResponse { message })? {
+                if event(data).map_err(|error| LlmError::BadResponse { message: error.to_string() })? {
                     return Ok(());
                 }
             }

@@ -13,6 +13,17 @@
 //!   model's text, for the loop to check and, when they are not JSON, to refuse;
 //! - one rule estimates a prompt's tokens ([`estimate_prompt_tokens`], o200k), for the budgets
 //!   and the offline model alike.
+//!
+//! Where things are: `lib.rs` (the chat types, `LlmError` and its retry decision, `chat_model`,
+//! `count_text_tokens`, `tool_tokens`, `count_tools_json_tokens`); `openai.rs` (the only importer
+//! of async-openai; `classify_error`, with llama.cpp's deterministic 5xx texts in one table,
+//! `DETERMINISTIC_SERVER_ERRORS`); `anthropic.rs` (the Messages API's wire types, the
+//! `cache_control` breakpoints: last tool, system, last block; its errors mapped to `LlmError`;
+//! a streamed answer put together in `anthropic/stream.rs`);
+//! `http.rs` (what both formats share: timeouts, the slot cap, `Retry-After`, server-sent events);
+//! `stream.rs`; `tokens.rs` (o200k from one compact table, the one token counter); `probe.rs` (the
+//! start-up tool-call probe); `config.rs` (the `llm` section, `LlmConfig`,
+//! `DEFAULT_MAX_OUTPUT_TOKENS`).
 
 pub mod anthropic;
 pub mod config;
@@ -482,7 +493,7 @@ impl<T: Clone> PerDefinition<T> {
     }
 }
 
-/// What one tool definition adds to a prompt, the same figure as [`estimate_tool_tokens`], kept
+/// What one tool definition adds to a prompt, the same figure as `estimate_tool_tokens`, kept
 /// per definition ([`PerDefinition`]).
 pub fn tool_tokens(tool: &rmcp::model::Tool) -> u64 {
     static COUNTS: std::sync::OnceLock<PerDefinition<u64>> = std::sync::OnceLock::new();
@@ -495,11 +506,7 @@ pub fn tool_tokens(tool: &rmcp::model::Tool) -> u64 {
 
 /// The tokens one offered tool costs in the prompt. Tool definitions are the same on every turn
 /// of every run, so their counts come from the memo.
-pub fn estimate_tool_tokens(
-    name: &str,
-    description: &str,
-    parameters: &serde_json::Map<String, serde_json::Value>,
-) -> u64 {
+fn estimate_tool_tokens(name: &str, description: &str, parameters: &serde_json::Map<String, serde_json::Value>) -> u64 {
     let parameters = serde_json::to_string(parameters).unwrap_or_default();
     let key = format!("{name}\u{0}{description}\u{0}{parameters}");
     if let Some(count) = memo().lock().ok().and_then(|memo| memo.get(&key).copied()) {
@@ -512,7 +519,7 @@ pub fn estimate_tool_tokens(
 
 /// The definitions as an OpenAI chat-completions `tools` array:
 /// `[{"type":"function","function":{"name","description","parameters"}}]`.
-pub fn openai_tools_json(tools: &[rmcp::model::Tool]) -> serde_json::Value {
+fn openai_tools_json(tools: &[rmcp::model::Tool]) -> serde_json::Value {
     serde_json::Value::Array(
         tools
             .iter()
@@ -530,7 +537,7 @@ pub fn openai_tools_json(tools: &[rmcp::model::Tool]) -> serde_json::Value {
     )
 }
 
-/// Tokens of the definitions as a model receives them: the compact [`openai_tools_json`] text,
+/// Tokens of the definitions as a model receives them: the compact `openai_tools_json` text,
 /// the figure `picogent tools list --tokens` shows. A little above the sum of [`tool_tokens`],
 /// which leaves out the JSON around each name, description and schema.
 pub fn count_tools_json_tokens(tools: &[rmcp::model::Tool]) -> u64 {

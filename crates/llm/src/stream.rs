@@ -74,6 +74,16 @@ struct PromptTokensDetails {
     cached_tokens: Option<u64>,
 }
 
+/// Why a streamed chunk could not be added to the answer: a protocol error, which the transport
+/// reports as [`LlmError::BadResponse`] (a server failure, retried).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ChunkError {
+    #[error("a streamed chunk is not valid: {0}")]
+    NotJson(serde_json::Error),
+    #[error("a streamed tool call has index {index}: an answer has at most {MAX_STREAMED_BLOCKS} tool calls")]
+    IndexPastCap { index: usize },
+}
+
 /// An answer being put together from its chunks.
 #[derive(Debug, Default)]
 pub(super) struct Streamed {
@@ -89,17 +99,17 @@ pub(super) struct Streamed {
 
 impl Streamed {
     /// Adds one event's `data`; `true` once the stream says it is done.
-    pub(super) fn add_event(&mut self, data: &str) -> Result<bool, String> {
+    pub(super) fn add_event(&mut self, data: &str) -> Result<bool, ChunkError> {
         if data == "[DONE]" {
             self.done = true;
             return Ok(true);
         }
-        let chunk: Chunk = serde_json::from_str(data).map_err(|e| format!("a streamed chunk is not valid: {e}"))?;
+        let chunk: Chunk = serde_json::from_str(data).map_err(ChunkError::NotJson)?;
         self.add(chunk)?;
         Ok(false)
     }
 
-    fn add(&mut self, chunk: Chunk) -> Result<(), String> {
+    fn add(&mut self, chunk: Chunk) -> Result<(), ChunkError> {
         if let Some(usage) = chunk.usage {
             let cached = usage.prompt_tokens_details.and_then(|details| details.cached_tokens).unwrap_or(0);
             self.usage = Some(Usage {
@@ -119,10 +129,7 @@ impl Streamed {
         }
         for delta in choice.delta.tool_calls {
             if delta.index >= MAX_STREAMED_BLOCKS {
-                return Err(format!(
-                    "a streamed tool call has index {}: an answer has at most {MAX_STREAMED_BLOCKS} tool calls",
-                    delta.index
-                ));
+                return Err(ChunkError::IndexPastCap { index: delta.index });
             }
             while self.tool_calls.len() <= delta.index {
                 self.tool_calls.push(ToolCall { id: String::new(), name: String::new(), arguments: String::new() });
@@ -228,7 +235,8 @@ mod tests {
             usize::MAX / 2
         );
         let error = answer.add_event(&huge).unwrap_err();
-        assert!(error.contains("at most 256 tool calls"), "{error}");
+        assert!(matches!(error, ChunkError::IndexPastCap { index } if index == usize::MAX / 2), "{error:?}");
+        assert!(error.to_string().contains("at most 256 tool calls"), "{error}");
         assert!(answer.tool_calls.capacity() <= MAX_STREAMED_BLOCKS, "nothing was allocated for it");
         let last = MAX_STREAMED_BLOCKS - 1;
         let fits = format!(

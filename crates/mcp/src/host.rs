@@ -31,10 +31,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client::{ServerConnection, ServerSnapshot, ServerStatus};
 use crate::commands::{Command, Commands, Conflict, Target, prompt_arguments};
+use crate::config::McpServerConfig;
 use crate::names::hashed_name;
 use crate::results::ArtifactStore;
 use crate::skills::Skill;
-use picogent_config::{Config, McpServerConfig};
 use picogent_prompts::{Fence, Section, clean_name, clean_text, demote_headings};
 use picogent_tools::policy::ORIGIN_META_KEY;
 use picogent_tools::{ToolContext, ToolSource};
@@ -109,11 +109,16 @@ pub struct McpHost {
 }
 
 impl McpHost {
-    /// Connects every server of `config.mcp_servers` and waits (each at most its timeout plus the
+    /// Connects every server of `servers` (the `mcp_servers` section), its artifacts kept beside
+    /// the `state` within `limits`' quotas, and waits (each at most its timeout plus the
     /// discovery allowance) until each is ready or has failed. A server that fails is retried in
     /// the background; its tools appear when it connects.
-    pub async fn start(config: &Config) -> McpHost {
-        McpHost::start_servers(config.mcp_servers.clone(), ArtifactStore::from_config(config)).await
+    pub async fn start(
+        servers: &BTreeMap<String, McpServerConfig>,
+        state: &picogent_state::StateConfig,
+        limits: &picogent_agent::Limits,
+    ) -> McpHost {
+        McpHost::start_servers(servers.clone(), ArtifactStore::from_config(state, limits)).await
     }
 
     pub async fn start_servers(servers: BTreeMap<String, McpServerConfig>, artifacts: ArtifactStore) -> McpHost {

@@ -26,12 +26,26 @@
 //! - the MCP server serves the tool source it is given (the binary gives it the registry under
 //!   the agent's permission policy), and over HTTP `/mcp` answers only to its bearer token,
 //!   compared in constant time.
+//!
+//! Where things are: `server/` (`mod.rs`: `McpServer`, `serve_stdio`; `tools.rs`, `resources.rs`,
+//! `prompts.rs`; `control.rs`: `AgentControl`, implemented by the runtime's `RuntimeControl`;
+//! `http.rs`: `http_router`, `HttpSecurity`, bearer, `Origin` and `Host` checks); `client.rs` (one
+//! connection, restart, `ServerCallError`) with `client/connect.rs` (transport and handshake,
+//! `ChildTransport`), `client/limit.rs` (`LimitedLines`: `max_result_bytes` kept while a stdio
+//! server's output is read) and `client/refresh.rs` (`Refreshes`: list-changed notifications
+//! coalesced per kind); `host.rs` (`McpHost`); `elicit.rs` (a server's elicitation asked of the
+//! person, both protocol versions); `results.rs` (`ArtifactStore` and its quotas); `config.rs`
+//! (the `mcp` and `mcp_servers` sections, `McpConfig` and `McpServerConfig`, with their defaults
+//! and checks: the config crate embeds them). `picogent mcp` itself is in the binary's `cli.rs`.
 
 pub mod client;
 pub mod commands;
+pub mod config;
 pub mod elicit;
 pub mod host;
 pub mod names;
 pub mod results;
 pub mod server;
 pub mod skills;
+
+pub use config::{McpConfig, McpServerConfig, ServerToolsConfig};

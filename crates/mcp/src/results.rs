@@ -69,7 +69,7 @@ impl ArtifactStore {
     /// `root` is the artifacts folder itself (`<state dir>/artifacts`). The quotas are those of
     /// the default `limits` until [`ArtifactStore::with_quotas`].
     pub fn new(root: PathBuf, max_inline_bytes: usize) -> ArtifactStore {
-        let limits = picogent_config::Limits::default();
+        let limits = picogent_agent::Limits::default();
         ArtifactStore {
             root,
             max_inline_bytes: max_inline_bytes.max(1),
@@ -86,10 +86,10 @@ impl ArtifactStore {
 
     /// `<parent of state.path>/artifacts`, inline limit `limits.max_tool_result_bytes`, quotas
     /// `limits.max_artifact_bytes_per_run` and `limits.max_artifact_bytes`.
-    pub fn from_config(config: &picogent_config::Config) -> ArtifactStore {
-        let state_dir = config.state.path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        ArtifactStore::new(state_dir.join("artifacts"), config.limits.max_tool_result_bytes)
-            .with_quotas(config.limits.max_artifact_bytes_per_run, config.limits.max_artifact_bytes)
+    pub fn from_config(state: &picogent_state::StateConfig, limits: &picogent_agent::Limits) -> ArtifactStore {
+        let state_dir = state.path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        ArtifactStore::new(state_dir.join("artifacts"), limits.max_tool_result_bytes)
+            .with_quotas(limits.max_artifact_bytes_per_run, limits.max_artifact_bytes)
     }
 
     pub fn root(&self) -> &Path {

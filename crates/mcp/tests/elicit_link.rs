@@ -5,12 +5,12 @@
 
 use std::time::Duration;
 
-use picogent_config::TrackerConfig;
 use picogent_mcp::elicit::{Elicitation, People};
 use picogent_support::secret::Secret;
 use picogent_tools::ToolContext;
 use picogent_tools::person::PersonAsker;
 use picogent_tracker::TrackerClient;
+use picogent_tracker::TrackerConfig;
 use picogent_tracker::model::{CreateTask, MessageOut, MessageQuery, SendMessage};
 use picogent_tracker::session::SessionKey;
 use rmcp::model::{ElicitRequestParams, ElicitationAction};

@@ -40,7 +40,7 @@ use serde_json::Value;
 use picogent_llm::{Message, ToolSpec, estimate_tools_tokens, message_tokens};
 
 /// The real APIs' minimum cacheable prompt (Anthropic's for most models, OpenAI's for all).
-pub const DEFAULT_MIN_TOKENS: u64 = 1024;
+pub(crate) const DEFAULT_MIN_TOKENS: u64 = 1024;
 
 /// At most this many prefixes are kept (a few hundred KiB); the endpoint is a long-lived test
 /// server, and the entries worth keeping are the recent ones.

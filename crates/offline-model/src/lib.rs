@@ -44,6 +44,8 @@
 //!   a request that is not the one it expects, saying how it differs, rather than answer it;
 //! - an API key it receives is kept for [`OfflineModelHandle::request_headers`] and never logged
 //!   or printed.
+//!
+//! Where things are: the scripts it replays are `fixtures/llm/*.json`.
 
 pub mod cache;
 pub mod messages;

@@ -435,12 +435,58 @@ async fn bad_messages_requests_are_refused_saying_why() {
     let bad_role = json!({"model": "m", "max_tokens": 10, "messages": [{"role": "system", "content": "x"}]});
     let bad_block =
         json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": [{"type": "nonsense"}]}]});
+    // `valid` with `field` set to `value`.
+    let with = |field: &str, value: Value| {
+        let mut request = valid.clone();
+        request[field] = value;
+        request
+    };
+    let user = |content: Value| json!([{"role": "user", "content": content}]);
+    let answered =
+        |content: Value| json!([{"role": "user", "content": "hi"}, {"role": "assistant", "content": content}]);
     let cases = [
         (no_max_tokens, "max_tokens: Field required"),
-        (unknown_result, "answers no earlier tool_use"),
-        (too_many_marks, "A maximum of 4 blocks with cache_control"),
-        (bad_role, "messages[0].role"),
-        (bad_block, "messages[0].content[0]"),
+        (with("max_tokens", json!(0)), "max_tokens: Input should be greater than or equal to 1"),
+        (json!({"model": "m", "max_tokens": 10}), "messages: Field required"),
+        (with("temperature", json!(2.0)), "temperature: Input should be between 0 and 1"),
+        (with("model", json!(5)), "the request body is not a messages request: "),
+        (
+            with("tools", json!([{"name": "t", "input_schema": "x"}])),
+            "tools[0].input_schema: Input should be an object",
+        ),
+        (
+            with("tools", json!([{"name": "t", "input_schema": {}, "cache_control": {"type": "persistent"}}])),
+            "tools[0].cache_control.type: Input should be 'ephemeral'",
+        ),
+        (
+            with("system", json!([{"type": "text", "text": "s", "cache_control": {"type": "ephemeral", "ttl": "2h"}}])),
+            "system[0].cache_control.ttl: Input should be '5m' or '1h'",
+        ),
+        (with("system", json!(5)), "system: Input should be a valid string or a list of text blocks"),
+        (
+            with("messages", user(json!(5))),
+            "messages[0].content: Input should be a valid string or a list of content blocks",
+        ),
+        (unknown_result, r#"messages[0].content[0]: tool_use_id "toolu_x" answers no earlier tool_use block"#),
+        (
+            with("messages", user(json!([{"type": "tool_result", "tool_use_id": "toolu_x", "content": 5}]))),
+            "messages[0].content[0].content: Input should be a valid string or a list of text blocks",
+        ),
+        (
+            with("messages", user(json!([{"type": "tool_use", "id": "toolu_x", "name": "t", "input": {}}]))),
+            "messages[0].content[0]: a tool_use block belongs in an assistant message",
+        ),
+        (
+            with("messages", answered(json!([{"type": "tool_result", "tool_use_id": "toolu_x"}]))),
+            "messages[1].content[0]: a tool_result block belongs in a user message",
+        ),
+        (
+            with("messages", answered(json!([{"type": "tool_use", "id": "toolu_x", "name": "t", "input": "x"}]))),
+            "messages[1].content[0].input: Input should be a valid dictionary",
+        ),
+        (too_many_marks, "A maximum of 4 blocks with cache_control may be provided. Found 5."),
+        (bad_role, r#"messages[0].role: Input should be 'user' or 'assistant', not "system""#),
+        (bad_block, "messages[0].content[0]: "),
     ];
     for (request, expected) in cases {
         let answer = post_messages(&model, &request).await;

@@ -16,6 +16,11 @@
 //! - templates are loaded and trial-rendered at start-up: a missing or broken template, or one
 //!   that uses a variable that does not exist, is a start-up error naming the file and line;
 //! - no secret is ever a template variable.
+//!
+//! Where things are: `lib.rs` (the templates of `prompts/*.md` on minijinja, loaded and
+//! trial-rendered at start, and the views `TaskView`, `MessageView`); `clean.rs` (`clean_text`, the
+//! one cleaning of untrusted text, and `clean_name`); `fence.rs` (`Fence`, the run's
+//! `<<untrusted-…>>` markers, and `split_fences`).
 
 mod clean;
 mod fence;

@@ -73,7 +73,7 @@ pub async fn work(
         Ok(outcome) if cancel.is_cancelled() => (RunStatus::Stopped, outcome.text(), None),
         Ok(outcome) => {
             let failure = outcome.report.failure().unwrap_or_default();
-            let notice = format!("I could not finish this: {failure}. Nothing was pushed.");
+            let notice = picogent_notices::run::coding_agent_failed(&failure);
             (RunStatus::Failed, outcome.text(), Some(notice))
         }
         Err(error) => (RunStatus::Failed, error.to_string(), Some(error.notice())),

@@ -1,20 +1,20 @@
-//! The long-lived agent (`picogent run`): wires the event stream ([`transport`]), the router
+//! The long-lived agent (`picogent run`): wires the event stream ([`picogent_tracker::stream`]), the router
 //! ([`router`]), the runs ([`run`], speaking [`request`]'s words), the state database, the run
-//! inspector ([`inspector`]) and the HTTP listener together, and shuts them down in order. This
+//! inspector (`picogent_inspector`) and the HTTP listener together, and shuts them down in order. This
 //! file assembles; the modules never import it, and no two of them import each other.
 //!
 //! Shutdown: one `CancellationToken`. Cancelling it stops the stream (no new events), lets
 //! running runs finish within `limits.shutdown_grace_ms`, leaves what is unfinished recorded as
 //! running (resumed at the next start), closes the database and stops the HTTP listener.
 //!
-//! Codemap, in the order an event flows: [`transport`] (the event stream and its reconnects) →
+//! Codemap, in the order an event flows: the event stream (`picogent_tracker::stream`) →
 //! [`router`] (filters, claims, the run queue) → [`run`] with [`prompt`] (what the model is told),
 //! [`guard`] (where posts land, the loop guard), [`answer`] (what a run leaves on the board) and
 //! [`record`] (what is stored with it); [`refusal`] tells a person what a cap or budget refused.
 //! Beside them: [`scheduler`] (the `schedules`: firings on time, once, queued as runs; a
 //! `stale` firing's run is [`nudge`]), [`presence`] and [`replicas`] (which copy acts), [`retention`] (pruning),
-//! [`status`], [`startup`], [`metrics`], [`http`] (`/healthz`, `/readyz`, `/metrics`),
-//! [`inspector`] (the run inspector's pages) and [`control`] (the agent as MCP sees it).
+//! [`status`], [`metrics`], [`http`] (`/healthz`, `/readyz`, `/metrics`),
+//! the run inspector (`picogent_inspector`, wired here) and [`control`] (the agent as MCP sees it).
 //!
 //! Invariants:
 //! - every event is recorded before anything acts on it, and every run goes through the state's
@@ -24,18 +24,33 @@
 //!   writes nothing more: its writes are refused, its stream stopped, and `/readyz` says why;
 //! - nothing served (`/metrics`, `/readyz`, the inspector, MCP) holds a secret, and every metric
 //!   label comes from a bounded set ([`metrics`]).
+//!
+//! Where things are: `router/` (`Router`: one closed loop over `Input`; `filter.rs`: the pure
+//! filters, `message_fate`; `runs.rs`: a run's life in the router; `reconcile.rs`: `Reconciler`,
+//! what is still open and unanswered, judged from the board; `queue.rs`: `QueueSetup`, each tick of
+//! a shared queue; `outcome.rs`); `request.rs` (`RunRequest`, `RunKind`, `Trigger`, `RunDone`: what
+//! the router and a run say to each other); `run.rs` (`execute`: acknowledge, read, render, record
+//! the start, loop, post, save; `offered_tools`); `answer.rs` (`RunPosts`, `post_answer`: the
+//! answer posted once with its spend line); `guard.rs` (`ReplyCap`, asked before every post;
+//! `Answering`); `refusal.rs` (`tell_once`); `waits.rs` (`RunSlots`, the one count of this
+//! process's slots); `direct.rs` (direct mode); `state_lock.rs` (`StateLock`: the OS lock or the
+//! agent's `PostgresLock`, kept by `LockKeeper`); `presence.rs` (`claim` at start, `Heartbeat`,
+//! `EXIT_ANOTHER_COPY`); `replicas.rs` (`StreamKeeper`: standby until it takes the stream's lease);
+//! `retention.rs` (`Pruner`: the schedule, and the artifacts of pruned runs); `metrics.rs` (every
+//! label from a bounded set, `EventName`); `http.rs`; `control.rs` (`RuntimeControl`, the agent
+//! over `/mcp`).
 
 pub mod answer;
 pub mod control;
 pub mod direct;
 pub mod guard;
 pub mod http;
-pub mod inspector;
 pub mod metrics;
 pub mod nudge;
 pub mod presence;
 pub mod prompt;
-pub mod record;
+/// What is stored with a run: written here, read by the inspector (whose it is) and MCP.
+pub use picogent_inspector::record;
 pub mod refusal;
 pub mod replicas;
 pub mod request;
@@ -43,10 +58,10 @@ pub mod retention;
 pub mod router;
 pub mod run;
 pub mod scheduler;
-pub mod startup;
 mod state_lock;
 pub mod status;
-pub mod transport;
+#[cfg(test)]
+mod tests;
 pub mod waits;
 
 use std::net::SocketAddr;
@@ -57,7 +72,6 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::router::{Input, Router};
-use crate::transport::{StreamOptions, StreamStart};
 use metrics::Metrics;
 use picogent_config::Config;
 use picogent_prompts::Prompts;
@@ -66,6 +80,7 @@ use picogent_state::lock_state;
 use picogent_support::secret::Secret;
 use picogent_tools::ToolSource;
 use picogent_tracker::TrackerClient;
+use picogent_tracker::stream::StreamOptions;
 use request::RunServices;
 use state_lock::{StandDown, StateLock, TakenLock};
 use status::StatusBoard;
@@ -99,7 +114,7 @@ pub struct AgentHandle {
     pub inputs: mpsc::Sender<Input>,
     shutdown: CancellationToken,
     router: tokio::task::JoinHandle<()>,
-    stream: tokio::task::JoinHandle<Result<(), crate::transport::StreamError>>,
+    stream: tokio::task::JoinHandle<Result<(), picogent_tracker::stream::StreamError>>,
     http: Option<tokio::task::JoinHandle<()>>,
     /// The pruning schedule of the state database; ends with the shutdown.
     retention: tokio::task::JoinHandle<()>,
@@ -145,11 +160,6 @@ impl AgentHandle {
         self.stream.is_finished() || self.router.is_finished()
     }
 
-    /// The cancellation token that stops the agent.
-    pub fn shutdown_token(&self) -> CancellationToken {
-        self.shutdown.clone()
-    }
-
     /// Resolves once a newer copy of the agent took over: on the tracker (`presence.check`), or
     /// the agent's lock in PostgreSQL while this copy's connection was down; by then this copy
     /// writes nothing more and its event stream is stopped.
@@ -160,7 +170,22 @@ impl AgentHandle {
     pub fn is_superseded(&self) -> bool {
         self.superseded.is_cancelled()
     }
+
+    /// Stops a copy a newer one took over from: it already writes nothing and hears no events.
+    /// It goes on saying why on `/readyz` for a moment, then stops without waiting out the runs'
+    /// grace period (whatever they would still do is refused).
+    pub async fn stand_down(self) {
+        let linger = self.presence.as_ref().map_or(std::time::Duration::ZERO, presence::Heartbeat::linger);
+        tokio::time::sleep(linger).await;
+        match tokio::time::timeout(SUPERSEDED_SHUTDOWN, self.shutdown()).await {
+            Ok(Ok(())) | Ok(Err(_)) => {}
+            Err(_) => tracing::warn!("runs still going as this copy exits; none of them can write to the tracker"),
+        }
+    }
 }
+
+/// How long a superseded agent gives its runs to notice that their writes are refused.
+const SUPERSEDED_SHUTDOWN: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Starts the agent: opens the state, loads the prompts, connects the stream and the model.
 pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
@@ -272,7 +297,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     check_schedule_projects(&jobs, &client).await?;
     let registry: Arc<dyn ToolSource> = Arc::new(build_tools(&config, &client)?);
     // External MCP servers join the tracker's tools; one permission policy governs them all.
-    let host = Arc::new(picogent_mcp::host::McpHost::start(&config).await);
+    let host = Arc::new(picogent_mcp::host::McpHost::start(&config.mcp_servers, &config.state, &config.limits).await);
     let model = picogent_llm::chat_model(&config.llm, llm_api_key).context("cannot build the model client")?;
     // A server's elicitation is asked of the person the run works for, in its thread; a reply in
     // plain words is fitted to the form by the model.
@@ -331,7 +356,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     let clock = clock.unwrap_or_else(|| Arc::new(picogent_schedule::SystemClock));
     let (schedules, scheduler) =
         scheduler::new(jobs, services.clone(), clock, inputs_tx.clone(), shutdown.child_token());
-    let stream_options = stream.unwrap_or_else(|| StreamOptions::from_config(&config));
+    let stream_options = stream.unwrap_or_else(|| StreamOptions::from_config(&config.tracker));
     let stream_cancel = shutdown.child_token();
     // A newer copy taking over, on the tracker or the agent's lock in PostgreSQL, stops this one.
     let superseded = CancellationToken::new();
@@ -343,7 +368,13 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     // The stream puts its items straight into the router's one input channel; a replica's only
     // while it holds the stream's lease.
     let stream = match shared {
-        false => crate::transport::spawn_into(stream_options, &client, state.clone(), inputs_tx.clone(), stream_cancel),
+        false => picogent_tracker::stream::spawn_into(
+            stream_options,
+            &client,
+            state.clone(),
+            inputs_tx.clone(),
+            stream_cancel,
+        ),
         true => {
             status.set_replica(queue.id(), config.limits.max_concurrent_runs as usize);
             let keeper = replicas::StreamKeeper {
@@ -365,7 +396,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
         Some(door) => {
             let listen: SocketAddr = config.http.listen.parse().context("http.listen is not an address")?;
             let routes = http_routes(&config, &services, mcp_token, inputs_tx.clone());
-            let routes = match crate::inspector::Access::for_listener(listen, ui_token, &config.http.ui_token_env) {
+            let routes = match picogent_inspector::Access::for_listener(listen, ui_token, &config.http.ui_token_env) {
                 Some(access) => routes.merge(inspector_routes(&services, &schedules, access)),
                 None => routes,
             };
@@ -497,14 +528,14 @@ fn http_routes(
 fn inspector_routes(
     services: &RunServices,
     schedules: &scheduler::Schedules,
-    access: crate::inspector::Access,
+    access: picogent_inspector::Access,
 ) -> axum::Router {
     let tools = services.tools.tools().into_iter().map(|tool| tool.name.to_string()).collect();
-    let mut inspector = crate::inspector::Inspector::new(
+    let mut inspector = picogent_inspector::Inspector::new(
         services.state.clone(),
         services.status.clone(),
         services.metrics.clone(),
-        services.config.clone(),
+        inspector_settings(&services.config),
         tools,
         access,
         services.shutdown.child_token(),
@@ -512,7 +543,25 @@ fn inspector_routes(
     if let Some(coding) = &services.coding {
         inspector = inspector.with_coding(coding.runs());
     }
-    crate::inspector::routes(inspector.with_schedules(schedules.clone()))
+    picogent_inspector::routes(inspector.with_schedules(Arc::new(schedules.clone())))
+}
+
+/// What the run inspector reads of `config`: its pages and `picogent runs` read no more.
+pub fn inspector_settings(config: &Config) -> picogent_inspector::Settings {
+    picogent_inspector::Settings {
+        slug: config.slug.clone(),
+        tracker_url: config.tracker.url.clone(),
+        task_pages: config.http.task_pages(&config.tracker.url),
+        message_pages: config.http.message_pages(&config.tracker.url),
+        limits: config.limits.clone(),
+        model: config.llm.model.clone(),
+        model_url: config.llm.base_url.clone(),
+        priced: config.llm.price.is_some(),
+        listen: config.http.listen.clone(),
+        allowed_hosts: config.http.allowed_hosts.clone(),
+        max_live_streams: config.http.max_live_streams,
+        sessions: config.http.sessions(),
+    }
 }
 
 /// Measures the workspaces' disk use for `/readyz` at start and every minute, off the runtime's
@@ -566,142 +615,4 @@ fn coding_tools(
 fn build_tools(config: &Config, client: &TrackerClient) -> anyhow::Result<picogent_tools::Registry> {
     picogent_tools::Registry::new(client.clone(), config.limits.max_tool_result_bytes)
         .context("cannot build the tool registry")
-}
-
-/// `picogent run`: loads the config and the secrets from the environment, starts the agent, and
-/// runs until SIGINT/SIGTERM (exit 0 after a graceful shutdown) or a fatal error (exit 1).
-/// `start`: where the event stream begins (`--from-start`: the whole log).
-pub async fn run_cli(config_path: &std::path::Path, start: StreamStart) -> anyhow::Result<std::process::ExitCode> {
-    let config = Config::load(config_path)?;
-    let tracker_token = Secret::from_env(&config.tracker.token_env)?;
-    let llm_api_key = config.llm.api_key()?;
-    let mcp_token = Secret::from_env(&config.mcp.token_env).ok();
-    let ui_token = Secret::from_env(&config.http.ui_token_env).ok();
-    let stream = StreamOptions { start, ..StreamOptions::from_config(&config) };
-    // The model probe of `picogent check`, sent at once and answered in the background: the start
-    // does not wait for it.
-    let llm = config.llm.clone();
-    let probe_key = llm_api_key.clone();
-    let probe = tokio::spawn(async move {
-        // A model the server does not list (a typo in llm.model) is said once, at start, as
-        // `picogent check` says it; a server that lists none, or cannot be reached, is left to
-        // the tool-call probe's own words.
-        if let Err(error @ picogent_llm::probe::ProbeError::ModelNotListed { .. }) =
-            picogent_llm::probe::probe(&llm, probe_key.clone()).await
-        {
-            tracing::warn!("model check: {error}; runs will fail until llm.model names a model the server serves");
-        }
-        picogent_llm::probe::check_model(&llm, probe_key).await
-    });
-    let probing = picogent_llm::probe::ModelCheck::probing(&config.llm);
-    let started = self::start(AgentOptions {
-        config,
-        tracker_token,
-        llm_api_key,
-        mcp_token,
-        ui_token,
-        stream: Some(stream),
-        serve_http: true,
-        clock: None,
-    });
-    // A signal while it starts (waiting on a tracker that does not answer, say) stops it cleanly.
-    let started = tokio::select! {
-        started = started => started,
-        _ = shutdown_signal() => {
-            tracing::info!("signal received while starting: stopping");
-            return Ok(std::process::ExitCode::SUCCESS);
-        }
-    };
-    let agent = match started {
-        Ok(agent) => agent,
-        Err(error) => match error.downcast_ref::<presence::PresenceError>() {
-            Some(refusal @ presence::PresenceError::AnotherCopy { .. }) => {
-                tracing::error!("{refusal}");
-                return Ok(std::process::ExitCode::from(presence::EXIT_ANOTHER_COPY));
-            }
-            _ => return Err(error),
-        },
-    };
-    let probe = keep_model_check(probe, probing, agent.status.clone());
-    let stopped_by_signal = tokio::select! {
-        _ = shutdown_signal() => true,
-        _ = wait_finished(&agent) => false,
-        _ = agent.superseded() => false,
-    };
-    if agent.is_superseded() {
-        probe.abort();
-        return Ok(stand_down(agent).await);
-    }
-    if stopped_by_signal {
-        tracing::info!("signal received: stopping");
-    }
-    probe.abort();
-    agent.shutdown().await?;
-    Ok(std::process::ExitCode::SUCCESS)
-}
-
-/// Shows the start-up model probe as out, then keeps what it found for `/readyz` and the notices,
-/// and logs it once: at info when the model calls tools, else one warning with the fix.
-fn keep_model_check(
-    probe: tokio::task::JoinHandle<picogent_llm::probe::ModelCheck>,
-    probing: picogent_llm::probe::ModelCheck,
-    status: Arc<StatusBoard>,
-) -> tokio::task::JoinHandle<()> {
-    status.set_model(probing);
-    tokio::spawn(async move {
-        let Ok(check) = probe.await else { return };
-        match &check.fix {
-            None => tracing::info!(verdict = check.verdict.as_str(), "model check: {}", check.detail),
-            Some(fix) => tracing::warn!(
-                verdict = check.verdict.as_str(),
-                "model check: {}; runs will fail until this is fixed: {fix}",
-                check.detail
-            ),
-        }
-        status.set_model(check);
-    })
-}
-
-/// How long a superseded agent gives its runs to notice that their writes are refused.
-const SUPERSEDED_SHUTDOWN: std::time::Duration = std::time::Duration::from_secs(3);
-
-/// A newer copy took over: this one already writes nothing and hears no events. It goes on
-/// saying why on `/readyz` for a moment, then stops without waiting out the runs' grace period
-/// (whatever they would still do is refused) and exits with [`presence::EXIT_ANOTHER_COPY`].
-async fn stand_down(agent: AgentHandle) -> std::process::ExitCode {
-    let linger = agent.presence.as_ref().map_or(std::time::Duration::ZERO, presence::Heartbeat::linger);
-    tokio::time::sleep(linger).await;
-    match tokio::time::timeout(SUPERSEDED_SHUTDOWN, agent.shutdown()).await {
-        Ok(Ok(())) | Ok(Err(_)) => {}
-        Err(_) => tracing::warn!("runs still going as this copy exits; none of them can write to the tracker"),
-    }
-    std::process::ExitCode::from(presence::EXIT_ANOTHER_COPY)
-}
-
-async fn wait_finished(agent: &AgentHandle) {
-    while !agent.is_finished() {
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
-}
-
-/// SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(term) => term,
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                return;
-            }
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }

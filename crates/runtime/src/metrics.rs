@@ -28,17 +28,9 @@ pub struct Metrics {
     recent: Mutex<std::collections::VecDeque<RecentEvent>>,
 }
 
-/// One event as the router judged it: its name, what became of it (`run`, `duplicate`,
-/// `own_message`, …) and when.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RecentEvent {
-    pub at: time::OffsetDateTime,
-    pub name: String,
-    pub fate: String,
-}
-
-/// How many recent events [`Metrics::recent_events`] keeps.
-pub const RECENT_EVENTS: usize = 200;
+/// One event as the router judged it, and how many [`Metrics::recent_events`] keeps: as many
+/// as the run inspector's events page shows.
+pub use picogent_inspector::{RECENT_EVENTS, RecentEvent};
 
 /// How many tool names get series of their own; calls of names past it count under `unknown`.
 pub const MAX_TOOL_LABELS: usize = 256;
@@ -363,6 +355,13 @@ pub fn render_replica(view: &crate::status::ReplicaView) -> String {
     let _ = writeln!(out, "# TYPE picogent_replicas_seen gauge");
     let _ = writeln!(out, "picogent_replicas_seen{{replica=\"{id}\"}} {}", view.others.len());
     out
+}
+
+/// The run inspector's events page reads the events kept here.
+impl picogent_inspector::EventLog for Metrics {
+    fn recent_events(&self) -> Vec<RecentEvent> {
+        Metrics::recent_events(self)
+    }
 }
 
 #[cfg(test)]

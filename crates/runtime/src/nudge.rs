@@ -13,7 +13,7 @@ use crate::request::RunServices;
 use picogent_prompts::StaleNudgeVars;
 use picogent_schedule::firing::StaleTask;
 use picogent_state::{FinishRun, RunStatus};
-use picogent_tools::{PostGuard, PostPlace};
+use picogent_tools::{PostGuard, PostPlace, PostRefused};
 use picogent_tracker::model::SendMessage;
 
 /// How a nudging run ended.
@@ -60,13 +60,13 @@ pub async fn post_nudges(
         n => format!("nudged {n} task{}: {}", if n == 1 { "" } else { "s" }, nudged.join(", ")),
     };
     let (status, notice) = match (&synced, failed.is_empty(), cancel.is_cancelled()) {
-        (Err(error), _, _) => (RunStatus::Failed, Some(format!("I could not nudge the stale tasks: {error}."))),
+        (Err(error), _, _) => (RunStatus::Failed, Some(picogent_notices::run::could_not_nudge_stale(error))),
         (Ok(()), _, true) => (RunStatus::Stopped, None),
         (Ok(()), true, false) => (RunStatus::Completed, None),
         (Ok(()), false, false) => {
             outcome.push_str(&format!("; could not nudge {}", failed.join(", ")));
             let status = if nudged.is_empty() { RunStatus::Failed } else { RunStatus::Completed };
-            let notice = nudged.is_empty().then(|| format!("I could not nudge {}.", failed.join(", ")));
+            let notice = nudged.is_empty().then(|| picogent_notices::run::could_not_nudge(&failed));
             (status, notice)
         }
     };
@@ -88,31 +88,36 @@ pub async fn post_nudges(
     NudgeEnd { status, notice }
 }
 
+/// Why one task was not nudged; said in the run's outcome (and its notice, when none was) after
+/// the task's key.
+#[derive(Debug, thiserror::Error)]
+enum NudgeError {
+    #[error(transparent)]
+    Prompt(#[from] picogent_prompts::PromptError),
+    #[error(transparent)]
+    Refused(#[from] PostRefused),
+    #[error(transparent)]
+    Tracker(#[from] picogent_tracker::TrackerError),
+}
+
 async fn nudge(
     services: &RunServices,
     run_id: &str,
     days: u32,
     task: &StaleTask,
     posts: &RunPosts,
-) -> Result<(), String> {
-    let text = services
-        .prompts
-        .stale_nudge(&StaleNudgeVars {
-            assignee_slug: picogent_prompts::clean_name(&task.assignee),
-            task_key: picogent_prompts::clean_name(&task.key),
-            idle_days: task.idle_days,
-            days,
-            agent_name: services.config.name.clone(),
-        })
-        .map_err(|error| error.to_string())?;
+) -> Result<(), NudgeError> {
+    let text = services.prompts.stale_nudge(&StaleNudgeVars {
+        assignee_slug: picogent_prompts::clean_name(&task.assignee),
+        task_key: picogent_prompts::clean_name(&task.key),
+        idle_days: task.idle_days,
+        days,
+        agent_name: services.config.name.clone(),
+    })?;
     let place = PostPlace::Task { task_id: task.id.clone() };
-    let reply_to = posts.before_post(&place, 0).await.map_err(|refused| refused.to_string())?;
+    let reply_to = posts.before_post(&place, 0).await?;
     let body = SendMessage { content: text, task_id: Some(task.id.clone()), reply_to, ..SendMessage::default() };
-    let message = services
-        .client
-        .send_message(&body, Some(&format!("nudge-{run_id}-{}", task.id)))
-        .await
-        .map_err(|error| error.to_string())?;
+    let message = services.client.send_message(&body, Some(&format!("nudge-{run_id}-{}", task.id))).await?;
     posts.posted(&message);
     Ok(())
 }

@@ -23,10 +23,10 @@ use tokio_util::sync::CancellationToken;
 use crate::metrics::Metrics;
 use crate::router::Input;
 use crate::status::StatusBoard;
-use crate::transport::{LinkStatus, StreamError, StreamItem, StreamOptions, StreamStart};
 use picogent_config::ReplicasConfig;
 use picogent_state::{Outage, RunQueue, State};
 use picogent_tracker::TrackerClient;
+use picogent_tracker::stream::{LinkStatus, StreamError, StreamItem, StreamOptions, StreamStart};
 
 /// The stream's lease timing, from `replicas`.
 #[derive(Debug, Clone, Copy)]
@@ -138,7 +138,7 @@ impl StreamKeeper {
                 // agent's shared position says (a second `--from-start` would replay everything).
                 let start = std::mem::replace(&mut self.options.start, StreamStart::Recorded);
                 let options = StreamOptions { start, ..self.options.clone() };
-                let task = crate::transport::spawn_into(
+                let task = picogent_tracker::stream::spawn_into(
                     options,
                     &self.client,
                     self.state.clone(),

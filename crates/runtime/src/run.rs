@@ -28,9 +28,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::answer::{
-    AskAgain, NoticeContext, OwnBudget, RunPosts, TokenBudget, answer_text, failure_notice, post_answer,
-};
+use crate::answer::{RunPosts, answer_text, ask_again, post_answer};
 use crate::guard::{Answering, Asked, Steering};
 use crate::metrics::Metrics;
 use crate::prompt::{system_prompt, user_prompt};
@@ -38,6 +36,7 @@ use crate::record::{RunStart, StoredRun};
 use picogent_agent::{RunOutcome, RunOutput, RunRecord};
 use picogent_config::Config;
 use picogent_llm::Message;
+use picogent_notices::{NoticeContext, OwnBudget, RunLimits, TokenBudget, failure_notice};
 use picogent_prompts::Fence;
 use picogent_schedule::firing::{Firing, FiringWork};
 use picogent_state::{FinishRun, FiringOutcome, RunStatus, State, StateError};
@@ -68,8 +67,7 @@ pub async fn execute(
             if let Err(error) = services.state.finish_run(&run_id, &finish).await {
                 tracing::error!(%error, "cannot record the end of the run");
             }
-            let again = AskAgain::of(&request.kind).try_again();
-            let notice = format!("I could not start on this: {error}. I will not retry on my own; {again}.");
+            let notice = picogent_notices::run::could_not_start(&error, &ask_again(&request.kind));
             Ended { status: RunStatus::Failed, notice: Some(notice), steering_consumed: 0 }
         }
     };
@@ -268,12 +266,11 @@ async fn begin(
     };
     // A resumed run repeats its first request exactly, so the same calls get the same keys.
     let stored_start = match &request.resume_run_id {
-        Some(_) => state
-            .get_run(run_id)
-            .await?
-            .and_then(|run| run.record)
-            .and_then(|record| serde_json::from_value::<RunStart>(record).ok())
-            .filter(|start| start.history_len <= history.len()),
+        // A damaged record is an error naming the run, not a fresh start.
+        Some(_) => match state.get_run(run_id).await? {
+            Some(run) => run.record_as::<RunStart>()?.filter(|start| start.history_len <= history.len()),
+            None => None,
+        },
         None => None,
     };
     let (start, history, fence) = match stored_start {
@@ -481,11 +478,15 @@ async fn finish(
         let (limits, own_budget) = run_limits(&services.config, kind);
         let context = NoticeContext {
             llm: &services.config.llm,
-            limits: &limits,
+            limits: RunLimits {
+                max_turns: limits.max_turns,
+                max_tool_calls: limits.max_tool_calls,
+                run_timeout_ms: limits.run_timeout_ms,
+            },
             token_budget,
             model_check: services.status.model(),
             own_budget,
-            ask_again: AskAgain::of(kind),
+            ask_again: ask_again(kind),
         };
         failure_notice(&record, &output.conversation, &context)
     });

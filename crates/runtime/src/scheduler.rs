@@ -31,45 +31,14 @@ use crate::router::{Input, StartRefused};
 use picogent_schedule::board::{self, StaleQuery};
 use picogent_schedule::firing::{Firing, FiringWork, NudgeRecord, ProjectPlace};
 use picogent_schedule::{Clock, Job, JobKind};
-use picogent_state::{ClaimKind, FiringOutcome, Outage, firing_claim_key};
+use picogent_state::{ClaimKind, FiringOutcome, Outage, StateError, firing_claim_key};
+use picogent_tracker::TrackerError;
 use picogent_tracker::model::{MemberKind, ProjectOut, SendMessage};
 use picogent_tracker::session::SessionKey;
 
 const DAY_MS: i64 = 24 * 3_600_000;
 
-/// What became of one firing, as the scheduler tells whoever asked for it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(tag = "outcome", rename_all = "snake_case")]
-pub enum Fired {
-    /// Queued as this run, which posts and records how it ended.
-    Queued { run_id: String },
-    /// Nothing to say: no model call, nothing posted.
-    Idle { detail: String },
-    /// Not run, on purpose.
-    Skipped { detail: String },
-    /// It could not read the board or its prompt; a notice went where it would have posted.
-    Failed { detail: String },
-    /// Handled before: by another replica, or before a restart.
-    Handled,
-    /// Not now (the agent is stopping, or the state did not answer): considered again later.
-    NotNow { detail: String },
-}
-
-impl Fired {
-    /// Whether the firing is settled, so the job's watermark may move past it.
-    fn settled(&self) -> bool {
-        !matches!(self, Fired::NotNow { .. })
-    }
-}
-
-/// Why a firing asked for now did not happen.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RunNowError {
-    #[error("there is no schedule {name:?}; the schedules are: {known}")]
-    Unknown { name: String, known: String },
-    #[error("the agent is stopping")]
-    Stopping,
-}
+pub use picogent_schedule::{Fired, RunNowError};
 
 enum Command {
     RunNow { job: String, reply: oneshot::Sender<Result<Fired, RunNowError>> },
@@ -96,10 +65,20 @@ impl Schedules {
         self.commands.send(command).await.map_err(|_| RunNowError::Stopping)?;
         answer.await.map_err(|_| RunNowError::Stopping)?
     }
+}
 
-    /// The job's next firing after now.
-    pub fn next_firing(&self, job: &Job) -> Option<i64> {
-        job.cadence.next_after(self.clock.now_ms())
+/// The run inspector's schedules page lists the jobs and asks for a firing now through this.
+impl picogent_inspector::ScheduleControl for Schedules {
+    fn jobs(&self) -> &[Job] {
+        &self.jobs
+    }
+
+    fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    fn run_now<'a>(&'a self, name: &'a str) -> futures::future::BoxFuture<'a, Result<Fired, RunNowError>> {
+        Box::pin(Schedules::run_now(self, name))
     }
 }
 
@@ -131,6 +110,30 @@ pub struct Scheduler {
     shutdown: CancellationToken,
     /// One warning per outage of the state database, not one per wake.
     outage: Outage,
+}
+
+/// Why a firing could not read what its kind reads: the reason, in words, for its record and
+/// the notice where the job would have posted.
+#[derive(Debug, thiserror::Error)]
+enum FiringError {
+    #[error("the state database did not answer: {0}")]
+    State(#[source] StateError),
+    #[error("the firing's date is out of range")]
+    DateOutOfRange,
+    #[error("cannot read project {slug}: {source}")]
+    Project { slug: String, source: TrackerError },
+    #[error("cannot read the tasks of project {project}: {source}")]
+    ProjectTasks { project: String, source: TrackerError },
+    #[error("cannot read the members: {0}")]
+    Members(#[source] TrackerError),
+    #[error("cannot read the tasks: {0}")]
+    Tasks(#[source] TrackerError),
+    #[error("cannot read which tasks were nudged: {0}")]
+    Nudged(#[source] StateError),
+    #[error("cannot read the prompt file {}: {source}", path.display())]
+    PromptFile { path: std::path::PathBuf, source: std::io::Error },
+    #[error("the prompt file {} is empty", path.display())]
+    EmptyPrompt { path: std::path::PathBuf },
 }
 
 /// What a firing found on the board.
@@ -225,7 +228,8 @@ impl Scheduler {
                 tracing::info!(schedule = %job.name, %detail, "nothing to say: no model call, nothing posted");
                 return self.settle(job, at, FiringOutcome::Idle, detail).await;
             }
-            Err(detail) => {
+            Err(error) => {
+                let detail = error.to_string();
                 tracing::warn!(schedule = %job.name, %detail, "a firing failed before its run");
                 let fired = self.settle(job, at, FiringOutcome::Failed, detail.clone()).await;
                 if matches!(fired, Fired::Failed { .. }) {
@@ -308,9 +312,8 @@ impl Scheduler {
         }
     }
 
-    /// Reads what the job's kind reads, and decides whether the firing has anything to say. An
-    /// error is the reason, in words for the record and the notice.
-    async fn read(&self, job: &Job, at: i64) -> Result<Found, String> {
+    /// Reads what the job's kind reads, and decides whether the firing has anything to say.
+    async fn read(&self, job: &Job, at: i64) -> Result<Found, FiringError> {
         let client = &self.services.client;
         let config = &self.services.config;
         let link = |id: &str| config.http.task_link(&config.tracker.url, id);
@@ -320,14 +323,12 @@ impl Scheduler {
                 // From how far the last digest read the board (the tracker's clock, so a clock
                 // apart from it changes nothing); the first one looks one day back.
                 let seen = self.services.state.schedule_seen(&job.name).await;
-                let since =
-                    seen.map_err(|error| format!("the state database did not answer: {error}"))?.unwrap_or(at - DAY_MS);
-                let today =
-                    job.cadence.local_date(at).ok_or_else(|| "the firing's date is out of range".to_string())?;
+                let since = seen.map_err(FiringError::State)?.unwrap_or(at - DAY_MS);
+                let today = job.cadence.local_date(at).ok_or(FiringError::DateOutOfRange)?;
                 let mut digest =
                     board::read_digest(client, &project, since, today, blocked_labels, *due_within_days, &link)
                         .await
-                        .map_err(|error| format!("cannot read the tasks of project {}: {error}", project.slug))?;
+                        .map_err(|source| FiringError::ProjectTasks { project: project.slug.clone(), source })?;
                 digest.since_text = job.cadence.local_time(since);
                 if digest.is_idle() {
                     return Ok(Found::Idle(format!("no task moved since {}", digest.since_text)));
@@ -336,8 +337,7 @@ impl Scheduler {
                 Ok(Found::Work { detail: work.detail(), work })
             }
             JobKind::Stale { project, days } => {
-                let members =
-                    client.list_members().await.map_err(|error| format!("cannot read the members: {error}"))?;
+                let members = client.list_members().await.map_err(FiringError::Members)?;
                 let humans: HashSet<String> = members
                     .into_iter()
                     .filter(|member| member.kind == MemberKind::Human)
@@ -353,9 +353,7 @@ impl Scheduler {
                     nudged: &nudged,
                     link: &link,
                 };
-                let tasks = board::read_stale(client, &query)
-                    .await
-                    .map_err(|error| format!("cannot read the tasks: {error}"))?;
+                let tasks = board::read_stale(client, &query).await.map_err(FiringError::Tasks)?;
                 if tasks.is_empty() {
                     return Ok(Found::Idle(format!("no task assigned to a person was untouched for {days} days")));
                 }
@@ -369,9 +367,9 @@ impl Scheduler {
             JobKind::Prompt { prompt, project, session } => {
                 let text = tokio::fs::read_to_string(prompt)
                     .await
-                    .map_err(|error| format!("cannot read the prompt file {}: {error}", prompt.display()))?;
+                    .map_err(|source| FiringError::PromptFile { path: prompt.clone(), source })?;
                 if text.trim().is_empty() {
-                    return Err(format!("the prompt file {} is empty", prompt.display()));
+                    return Err(FiringError::EmptyPrompt { path: prompt.clone() });
                 }
                 let project = match project {
                     Some(slug) => Some(place(&self.project(slug).await?)),
@@ -385,24 +383,20 @@ impl Scheduler {
         }
     }
 
-    async fn project(&self, slug: &str) -> Result<ProjectOut, String> {
-        self.services.client.get_project(slug).await.map_err(|error| format!("cannot read project {slug}: {error}"))
+    async fn project(&self, slug: &str) -> Result<ProjectOut, FiringError> {
+        let read = self.services.client.get_project(slug).await;
+        read.map_err(|source| FiringError::Project { slug: slug.to_string(), source })
     }
 
     /// The tasks the job nudged (or is about to) within `days` before `at`: left alone now. The
     /// job's firings in that window are read page by page (an often-firing job has many, most
     /// of them idle). `Err` when the state did not answer: nudging blind could nudge twice.
-    async fn nudged_within(&self, job: &Job, at: i64, days: u32) -> Result<HashSet<String>, String> {
+    async fn nudged_within(&self, job: &Job, at: i64, days: u32) -> Result<HashSet<String>, FiringError> {
         const PAGE: u32 = 1_000;
         let mut nudged = HashSet::new();
         let mut after = at - i64::from(days) * DAY_MS;
         loop {
-            let rows = self
-                .services
-                .state
-                .firings_after(&job.name, after, PAGE)
-                .await
-                .map_err(|error| format!("cannot read which tasks were nudged: {error}"))?;
+            let rows = self.services.state.firings_after(&job.name, after, PAGE).await.map_err(FiringError::Nudged)?;
             let full = rows.len() == PAGE as usize;
             for row in rows {
                 after = row.fire_at_ms;
@@ -423,13 +417,7 @@ impl Scheduler {
     async fn tell_failed(&self, job: &Job, key: &str, detail: &str) {
         let Some(slug) = job.kind.project() else { return };
         let Ok(project) = self.services.client.get_project(slug).await else { return };
-        let text = format!(
-            "The scheduled {} `{}` could not run: {detail}. The next firing runs as planned; `picogent schedules run {}` \
-             runs one now.",
-            job.kind.name(),
-            job.name,
-            job.name
-        );
+        let text = picogent_notices::run::firing_failed(job.kind.name(), &job.name, detail);
         let message = SendMessage { content: text, chat_id: Some(project.chat_id), ..SendMessage::default() };
         if let Err(error) = self.services.client.send_message(&message, Some(&format!("notice-firing-{key}"))).await {
             tracing::warn!(%error, schedule = %job.name, "could not post the notice of a failed firing");

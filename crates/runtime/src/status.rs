@@ -3,8 +3,8 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use crate::startup::StartupReport;
-use picogent_tracker::session::SessionKey;
+pub use picogent_inspector::WaitingRun;
+use picogent_inspector::startup::StartupReport;
 
 #[derive(Debug)]
 pub struct StatusBoard {
@@ -30,13 +30,6 @@ pub struct StatusBoard {
     /// The workspaces and their disk use (`workspaces`), measured every minute; `None` without
     /// a repository.
     workspaces: Mutex<Option<picogent_workspace::WorkspacesView>>,
-}
-
-/// A run waiting for a slot, as the run inspector lists it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct WaitingRun {
-    pub session: SessionKey,
-    pub trigger: String,
 }
 
 /// This replica among the agent's replicas (`replicas.enabled`), for `/readyz` and `/metrics`.
@@ -190,5 +183,40 @@ impl StatusBoard {
     /// What the start-up model probe found (or that it is still out); `None` when none was sent.
     pub fn model(&self) -> Option<picogent_llm::probe::ModelCheck> {
         self.model.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+}
+
+/// The run inspector's pages show the agent as this board has it.
+impl picogent_inspector::AgentStatus for StatusBoard {
+    fn connected(&self) -> bool {
+        StatusBoard::connected(self)
+    }
+
+    fn caught_up(&self) -> bool {
+        StatusBoard::caught_up(self)
+    }
+
+    fn superseded(&self) -> Option<&str> {
+        StatusBoard::superseded(self)
+    }
+
+    fn active_runs(&self) -> usize {
+        StatusBoard::active_runs(self)
+    }
+
+    fn awaiting_input(&self) -> usize {
+        StatusBoard::awaiting_input(self)
+    }
+
+    fn waiting(&self) -> Vec<WaitingRun> {
+        StatusBoard::waiting(self)
+    }
+
+    fn startup(&self) -> Option<StartupReport> {
+        StatusBoard::startup(self)
+    }
+
+    fn subscribe(&self) -> tokio::sync::broadcast::Receiver<()> {
+        StatusBoard::subscribe(self)
     }
 }

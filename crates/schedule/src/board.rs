@@ -35,10 +35,10 @@ const DAY_MS: i64 = 24 * 3_600_000;
 const OPEN: &str = "backlog,todo,in_progress,in_review";
 
 /// The label prefix of a due date: `due:2026-12-24`.
-pub const DUE_LABEL: &str = "due:";
+const DUE_LABEL: &str = "due:";
 
 /// Reads tasks page by page, at most [`MAX_TASKS`]; `true` when there were more.
-pub async fn read_tasks(client: &TrackerClient, query: TaskQuery) -> Result<(Vec<TaskOut>, bool), TrackerError> {
+async fn read_tasks(client: &TrackerClient, query: TaskQuery) -> Result<(Vec<TaskOut>, bool), TrackerError> {
     let mut tasks = Vec::new();
     let mut cursor = None;
     loop {
@@ -70,7 +70,7 @@ pub async fn read_digest(
 }
 
 /// [`read_digest`]'s decisions over tasks already read.
-pub fn digest_of(
+fn digest_of(
     mut tasks: Vec<TaskOut>,
     truncated: bool,
     since_ms: i64,
@@ -111,7 +111,7 @@ pub fn digest_of(
 }
 
 /// A task's due date, from its first `due:YYYY-MM-DD` label that parses.
-pub fn due_date(task: &TaskOut) -> Option<Date> {
+fn due_date(task: &TaskOut) -> Option<Date> {
     let format = time::macros::format_description!("[year]-[month]-[day]");
     task.labels
         .iter()

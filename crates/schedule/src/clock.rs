@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The longest one [`SystemClock::sleep_until`] sleeps: a timer runs on the monotonic clock, so
 /// a wall clock set forward (or back) is seen at the next wake, at most this late.
-pub const MAX_SLEEP: Duration = Duration::from_secs(60);
+pub(crate) const MAX_SLEEP: Duration = Duration::from_secs(60);
 
 /// Wall-clock time in milliseconds since the Unix epoch, and sleeping until such a time.
 pub trait Clock: Send + Sync + 'static {

@@ -94,15 +94,15 @@ impl JobKindName {
 }
 
 /// The default of `timezone`.
-pub const DEFAULT_TIMEZONE: &str = "UTC";
+const DEFAULT_TIMEZONE: &str = "UTC";
 /// The default of `catch_up_ms`: a firing missed by an hour's restart still runs.
-pub const DEFAULT_CATCH_UP_MS: u64 = 3_600_000;
+const DEFAULT_CATCH_UP_MS: u64 = 3_600_000;
 /// The most `catch_up_ms` may be: a firing missed longer ago than a week is news no one needs.
 pub const MAX_CATCH_UP_MS: u64 = 7 * 24 * 3_600_000;
 /// The default of `blocked_labels`.
-pub const DEFAULT_BLOCKED_LABEL: &str = "blocked";
+pub(crate) const DEFAULT_BLOCKED_LABEL: &str = "blocked";
 /// The default of `due_within_days`.
-pub const DEFAULT_DUE_WITHIN_DAYS: u32 = 2;
+pub(crate) const DEFAULT_DUE_WITHIN_DAYS: u32 = 2;
 
 fn default_timezone() -> String {
     DEFAULT_TIMEZONE.to_string()

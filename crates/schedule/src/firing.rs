@@ -33,11 +33,6 @@ impl Firing {
             FiringWork::Stale { project, .. } | FiringWork::Prompt { project, .. } => project.as_ref(),
         }
     }
-
-    /// Whether the run calls the model (a standup's words, a prompt); nudges need none.
-    pub fn calls_model(&self) -> bool {
-        !matches!(self.work, FiringWork::Stale { .. })
-    }
 }
 
 /// What a firing is to do.
@@ -279,7 +274,6 @@ mod tests {
             max_tokens: None,
         };
         assert_eq!(firing.chat(), Some(&project));
-        assert!(!firing.calls_model());
         let json = serde_json::to_string(&firing).unwrap();
         assert_eq!(serde_json::from_str::<Firing>(&json).unwrap(), firing);
     }

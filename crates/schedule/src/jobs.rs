@@ -10,13 +10,13 @@ use crate::config::{
 use crate::timing::{Cadence, CadenceError};
 
 /// The most jobs a configuration may hold: each is a loop, a row of state and a line of metrics.
-pub const MAX_JOBS: usize = 64;
+const MAX_JOBS: usize = 64;
 /// The longest name of a job or a session: names go into metric labels, claims and URLs.
-pub const MAX_NAME_CHARS: usize = 64;
+const MAX_NAME_CHARS: usize = 64;
 /// The most `days` a stale job may wait for: ten years, so date arithmetic never overflows.
-pub const MAX_STALE_DAYS: u32 = 3650;
+const MAX_STALE_DAYS: u32 = 3650;
 /// The most `due_within_days` may be: a year ahead is already everything.
-pub const MAX_DUE_WITHIN_DAYS: u32 = 365;
+const MAX_DUE_WITHIN_DAYS: u32 = 365;
 
 /// One scheduled job, checked.
 #[derive(Debug, Clone, PartialEq)]
@@ -180,7 +180,7 @@ fn job(name: &str, entry: &JobConfig, config_dir: &Path) -> Result<Job, JobProbl
         ));
     }
     if let JobKind::Prompt { prompt, .. } = &kind {
-        readable_prompt(name, prompt).map_err(|message| problem("prompt", message))?;
+        readable_prompt(name, prompt).map_err(|error| problem("prompt", error.to_string()))?;
     }
     Ok(Job {
         name: name.to_string(),
@@ -250,24 +250,34 @@ fn prompt(name: &str, entry: &JobConfig, config_dir: &Path) -> Result<JobKind, F
     Ok(JobKind::Prompt { prompt, project: entry.project.clone(), session })
 }
 
-/// The prompt file is a file of UTF-8 text with something in it; the message names the job and
-/// the path, since the path was resolved from the config file's folder.
-fn readable_prompt(name: &str, path: &Path) -> Result<(), String> {
-    let shown = path.display();
+/// Why a prompt job's file cannot be its prompt; the message names the job and the path, since
+/// the path was resolved from the config file's folder.
+#[derive(Debug, thiserror::Error)]
+enum PromptFileError {
+    #[error("the prompt file of job {job:?}, {}, is a folder: expected a file", .path.display())]
+    Folder { job: String, path: PathBuf },
+    #[error("the prompt file of job {job:?}, {}, is empty: write the prompt in it", .path.display())]
+    Empty { job: String, path: PathBuf },
+    #[error("the prompt file of job {job:?}, {}, is not UTF-8 text", .path.display())]
+    NotText { job: String, path: PathBuf },
+    #[error(
+        "cannot read the prompt file of job {job:?}, {}: {source} (a relative path is taken from the config file's folder)",
+        .path.display()
+    )]
+    Unreadable { job: String, path: PathBuf, source: std::io::Error },
+}
+
+/// The prompt file is a file of UTF-8 text with something in it.
+fn readable_prompt(name: &str, path: &Path) -> Result<(), PromptFileError> {
+    let (job, path) = (name.to_string(), path.to_path_buf());
     if path.is_dir() {
-        return Err(format!("the prompt file of job {name:?}, {shown}, is a folder: expected a file"));
+        return Err(PromptFileError::Folder { job, path });
     }
-    match std::fs::read_to_string(path) {
-        Ok(text) if text.trim().is_empty() => {
-            Err(format!("the prompt file of job {name:?}, {shown}, is empty: write the prompt in it"))
-        }
+    match std::fs::read_to_string(&path) {
+        Ok(text) if text.trim().is_empty() => Err(PromptFileError::Empty { job, path }),
         Ok(_) => Ok(()),
-        Err(error) if error.kind() == std::io::ErrorKind::InvalidData => {
-            Err(format!("the prompt file of job {name:?}, {shown}, is not UTF-8 text"))
-        }
-        Err(error) => Err(format!(
-            "cannot read the prompt file of job {name:?}, {shown}: {error} (a relative path is taken from the config file's folder)"
-        )),
+        Err(error) if error.kind() == std::io::ErrorKind::InvalidData => Err(PromptFileError::NotText { job, path }),
+        Err(source) => Err(PromptFileError::Unreadable { job, path, source }),
     }
 }
 

@@ -16,6 +16,7 @@
 //!   (feature `test-support`);
 //! - [`board`]: what each kind reads from the board before it decides whether a firing has
 //!   anything to say (a standup's [`firing::Digest`], the tasks a stale check nudges);
+//! - [`fired`]: what became of a firing asked for now ([`Fired`], [`RunNowError`]);
 //! - [`firing`]: a firing as its run is queued ([`firing::Firing`]), with what it read, so a
 //!   resumed run does the same work.
 //!
@@ -28,10 +29,17 @@
 //! - time is read only through a [`Clock`]; [`plan()`] and [`Cadence`] take the time as an
 //!   argument and are pure;
 //! - the work of one plan is bounded, whatever the downtime ([`plan::MAX_SEARCHES`]).
+//!
+//! Where things are: the runtime's `scheduler.rs` fires the jobs (`Scheduler`, `Schedules`) and its
+//! `nudge.rs` runs a stale firing; the durable record is the state's `firings.rs`
+//! (`ClaimKind::Firing`, the firing log, the watermarks `schedule_through` and `schedule_seen`);
+//! the page and `picogent schedules list|run` are the inspector's `schedules.rs`;
+//! docs/schedules.md.
 
 pub mod board;
 pub mod clock;
 pub mod config;
+pub mod fired;
 pub mod firing;
 pub mod jobs;
 pub mod plan;
@@ -42,6 +50,7 @@ pub mod zone;
 pub use clock::ShiftedClock;
 pub use clock::{Clock, SystemClock};
 pub use config::{JobConfig, JobKindName, SchedulesConfig};
+pub use fired::{Fired, RunNowError};
 pub use jobs::{Job, JobBudget, JobKind, JobProblem, check, jobs};
 pub use plan::{Plan, SkipReason, SkippedFiring, plan};
 pub use timing::{Cadence, CadenceError};

@@ -17,7 +17,7 @@ use crate::zone::Zone;
 use croner::parser::{CronParser, Seconds, Year};
 
 /// An example of a pattern, for the errors that ask for one.
-pub const CRON_EXAMPLE: &str = "\"0 9 * * 1-5\" (09:00 Monday to Friday)";
+const CRON_EXAMPLE: &str = "\"0 9 * * 1-5\" (09:00 Monday to Friday)";
 
 /// How many times croner is asked again when its answer is not after the instant asked about
 /// (a wall-clock time repeated by a fall-back): once a minute for two hours at most, the longest

@@ -46,40 +46,53 @@ struct StateSection {
     url: Option<String>,
 }
 
-// A String error: serde's try_from shows it as is, and no caller decides on its kind.
-impl TryFrom<StateSection> for StateConfig {
-    type Error = String;
+/// Why the `state` section cannot be read; serde's `try_from` shows it as the message of the
+/// section's error.
+#[derive(Debug, thiserror::Error)]
+enum StateSectionError {
+    #[error(
+        "`state.path` and `state.url` are both set: keep one (`state.path` for a SQLite file, `state.url` for a \
+         SQLite path or a postgres:// URL)"
+    )]
+    Both,
+    #[error("`state.url` {0}")]
+    Postgres(#[from] PostgresUrlError),
+    #[error(
+        "`state.url`: a {scheme}:// database is not one picogent keeps its state in; expected a SQLite file path, \
+         sqlite:<path>, or postgres://user@host:port/database"
+    )]
+    OtherDatabase { scheme: String },
+    #[error(
+        "`state.url`: expected the path of a SQLite file after `sqlite:` (an in-memory database would forget \
+         everything at exit)"
+    )]
+    NoFile,
+}
 
-    fn try_from(section: StateSection) -> Result<StateConfig, String> {
+impl TryFrom<StateSection> for StateConfig {
+    type Error = StateSectionError;
+
+    fn try_from(section: StateSection) -> Result<StateConfig, StateSectionError> {
         let url = match (section.path, section.url) {
-            (Some(_), Some(_)) => {
-                return Err("`state.path` and `state.url` are both set: keep one (`state.path` for a SQLite \
-                     file, `state.url` for a SQLite path or a postgres:// URL)"
-                    .to_string());
-            }
+            (Some(_), Some(_)) => return Err(StateSectionError::Both),
             (Some(path), None) => return Ok(StateConfig { path, ..StateConfig::default() }),
             (None, None) => return Ok(StateConfig::default()),
             (None, Some(url)) => url,
         };
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            check_postgres_url(&url).map_err(|error| format!("`state.url` {error}"))?;
+            check_postgres_url(&url)?;
             return Ok(StateConfig { postgres_url: Some(url), ..StateConfig::default() });
         }
         let path = match url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")) {
             Some(path) => path,
             None if url.contains("://") => {
-                let scheme = url.split("://").next().unwrap_or_default();
-                return Err(format!(
-                    "`state.url`: a {scheme}:// database is not one picogent keeps its state in; expected a SQLite \
-                     file path, sqlite:<path>, or postgres://user@host:port/database"
-                ));
+                let scheme = url.split("://").next().unwrap_or_default().to_string();
+                return Err(StateSectionError::OtherDatabase { scheme });
             }
             None => &url,
         };
         if path.is_empty() || path.starts_with(":memory:") {
-            return Err("`state.url`: expected the path of a SQLite file after `sqlite:` (an in-memory database \
-                 would forget everything at exit)"
-                .to_string());
+            return Err(StateSectionError::NoFile);
         }
         Ok(StateConfig { path: PathBuf::from(path), ..StateConfig::default() })
     }

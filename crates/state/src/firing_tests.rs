@@ -41,7 +41,6 @@ fn outcomes_are_written_and_read_as_their_words() {
     for outcome in FiringOutcome::ALL {
         assert_eq!(outcome.as_str().parse::<FiringOutcome>(), Ok(outcome));
         assert_eq!(outcome.to_string(), outcome.as_str());
-        assert_eq!(outcome.is_final(), outcome != FiringOutcome::Queued);
     }
     let error = "done".parse::<FiringOutcome>().unwrap_err();
     assert_eq!(error, UnknownFiringOutcome("done".to_string()));

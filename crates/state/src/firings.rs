@@ -80,11 +80,6 @@ impl FiringOutcome {
             FiringOutcome::Stopped => "stopped",
         }
     }
-
-    /// Whether the firing is over: every outcome but `Queued`, whose run may still post.
-    pub fn is_final(self) -> bool {
-        self != FiringOutcome::Queued
-    }
 }
 
 impl std::fmt::Display for FiringOutcome {

@@ -50,6 +50,22 @@
 //! run says so.
 //!
 //! Times are stored as Unix milliseconds in UTC.
+//!
+//! Where things are: `lib.rs` (`State`: processed events, claims (`ClaimKind`), sessions, spend,
+//! reply counts; each operation handed to its store through `on_store!`); `runs.rs` (`RunRow`,
+//! `RunStatus`); `start.rs` (the stream position, told apart from "none yet"); `store.rs` (`Store`:
+//! every operation with its guarantee; `QueueStore`; the column types `NewRun`, `RunEnd`,
+//! `RunColumns`); `sqlite/` (`SqliteStore`, one agent per file, schema in `migrations/state/`) and
+//! `postgres/` (`PostgresStore`, every row keyed by the agent's slug, schema in
+//! `migrations/state-postgres/`; `lock.rs`: `PostgresLock`), each with its queue's SQL in
+//! `queue.rs`; `queue.rs` (`RunQueue`: `enqueue`, one run per session unless queued `behind`, with
+//! its claim; `send_input`; `claim_runs`, `renew_runs`, `release_all`; the stream's lease and the
+//! heartbeats; its invariants at its top); `firings.rs` (the firing log and the schedules'
+//! watermarks); `retention.rs` (`State::prune`, `PrunePlan`: what each table may lose and why);
+//! `outage.rs` (`Outage`: one warning per database outage); `file_lock.rs` (`lock_state`, the OS
+//! lock on `<state.path>.lock`); `migrate/` (`sqlite_to_postgres`, `picogent state migrate`);
+//! `config.rs` (the `state` section, `StateConfig`, `check_postgres_url`). Tests of both stores:
+//! `tests.rs` (`on_both_stores!`), `queue_tests.rs`, `firing_tests.rs`.
 
 /// Calls `$method` of the store behind `$state` with the arguments, and awaits it. Each
 /// operation's guarantee is written on the `Store` trait (`store.rs`).
@@ -189,6 +205,10 @@ pub enum StateError {
     Sync { message: String },
     #[error("run {run_id} not found in the state database")]
     UnknownRun { run_id: String },
+    /// A run's record that is not what was stored there: read into its type, it did not fit.
+    // `cause`, not `source`: the message says it already.
+    #[error("the record of run {run_id} in the state database is damaged: {cause}")]
+    DamagedRecord { run_id: String, cause: serde_json::Error },
 }
 
 /// What was spent on one day: tokens, and money when the model has a price.

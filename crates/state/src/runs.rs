@@ -57,11 +57,6 @@ impl RunStatus {
         }
     }
 
-    /// Whether the run has ended: neither waiting in the queue nor running.
-    pub fn is_over(self) -> bool {
-        !matches!(self, RunStatus::Queued | RunStatus::Running)
-    }
-
     pub fn parse(text: &str) -> Option<RunStatus> {
         RunStatus::ALL.into_iter().find(|status| status.as_str() == text)
     }
@@ -244,6 +239,13 @@ impl RunRow {
     /// stored status.
     pub fn shown_status(&self) -> &'static str {
         if self.status == RunStatus::Running && self.waiting.is_some() { AWAITING_INPUT } else { self.status.as_str() }
+    }
+
+    /// The run's record read into its type `T`: `None` when it has none; one that does not fit
+    /// `T` is damaged, an error naming the run (never read as no record).
+    pub fn record_as<T: serde::de::DeserializeOwned>(&self) -> Result<Option<T>, StateError> {
+        let Some(record) = &self.record else { return Ok(None) };
+        T::deserialize(record).map(Some).map_err(|cause| StateError::DamagedRecord { run_id: self.id.clone(), cause })
     }
 
     /// Wall-clock time from start to finish; `None` while running.

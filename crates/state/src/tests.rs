@@ -292,6 +292,31 @@ async fn unfinished_runs_are_found_after_reopen(place: Place) {
     assert!(!state.has_finished_run_for(&key("thread:m1")).await.unwrap(), "an interrupted run is not finished work");
 }
 
+/// A run's record is read into its type; one that does not fit it is damaged, an error that
+/// names the run, never taken for no record.
+#[tokio::test]
+async fn a_record_that_does_not_fit_its_type_is_an_error_naming_the_run() {
+    #[derive(Debug, PartialEq, serde::Deserialize)]
+    struct Start {
+        history_len: usize,
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = open_in(&dir).await;
+    let fits = state.start_run(&key("task:t1"), "task.assigned TE-3").await.unwrap();
+    state.save_run_record(&fits, &json!({"history_len": 2, "transcript": []})).await.unwrap();
+    let run = state.get_run(&fits).await.unwrap().unwrap();
+    assert_eq!(run.record_as::<Start>().unwrap(), Some(Start { history_len: 2 }));
+
+    let none = state.start_run(&key("task:t2"), "task.assigned TE-4").await.unwrap();
+    assert_eq!(state.get_run(&none).await.unwrap().unwrap().record_as::<Start>().unwrap(), None);
+
+    let damaged = state.start_run(&key("task:t3"), "task.assigned TE-5").await.unwrap();
+    state.save_run_record(&damaged, &json!({"history_len": "two"})).await.unwrap();
+    let error = state.get_run(&damaged).await.unwrap().unwrap().record_as::<Start>().unwrap_err();
+    assert!(matches!(&error, StateError::DamagedRecord { run_id, .. } if *run_id == damaged), "{error:?}");
+    assert!(error.to_string().contains(&damaged), "{error}");
+}
+
 /// Every status a run can end with is stored and read back; all but `interrupted` are finished
 /// work, `did_nothing` too (reconciliation does not take its task up again at every start).
 async fn every_end_status_is_stored_and_read_back(place: Place) {

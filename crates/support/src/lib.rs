@@ -5,6 +5,15 @@
 //! mistyped one).
 //!
 //! Invariant: this crate depends on no other crate of the workspace.
+//!
+//! Where things are: `secret.rs` (`Secret`, whose `Debug` and `Display` print `***`); `retry.rs`
+//! (`with_retry`, `Retryable`, `reconnect_delay`: the one policy, its schedule in its doc, used by
+//! the tracker client and the model client); `private_files.rs` (`open_private`,
+//! `create_private_dir_all`, `PrivateFileError`: `0600` files, `0700` folders picogent makes, no
+//! link followed, a file another user made refused naming them; used by `sqlite.rs`, the state's
+//! `file_lock.rs` and the MCP crate's `results.rs`); `sqlite.rs` (WAL, `NORMAL` commits, the log
+//! checkpointed in the background off the commit path, the file made `0600` before SQLite opens
+//! it); `choice.rs` (a setting of a few words, whose error lists them); `closest.rs`; `seal.rs`.
 
 pub mod choice;
 pub mod closest;

@@ -81,6 +81,29 @@ pub fn url_credential(url: &str) -> Option<UrlCredential> {
     }
 }
 
+/// What is wrong with `url` as a setting that must be an http:// or https:// URL, or `None`
+/// when it is one. The words show the URL only as [`shown_url`] does: they are printed and logged.
+/// The one check of every configured URL (the config's own, `mcp_servers.*.url`).
+pub fn not_an_http_url(url: &str) -> Option<String> {
+    if (url.starts_with("http://") || url.starts_with("https://")) && url.len() >= 8 {
+        return None;
+    }
+    let shown = if reqwest::Url::parse(url).is_ok() { shown_url(url) } else { "something else".into() };
+    Some(format!("expected an http:// or https:// URL, got {shown:?}"))
+}
+
+/// Why a configured `url` may not carry a credential (user info `name:password@` or a password
+/// in its query), or `None` when it carries none: secrets never go in the config file, and a URL
+/// is shown (pages, `check`, logs). `instead` says where the secret goes. The secret itself is
+/// not in the words.
+pub fn credential_in_setting(url: &str, instead: &str) -> Option<String> {
+    url_credential(url)?;
+    Some(format!(
+        "holds a credential (user info `name:password@` or a password in the query), and secrets never go in the config file: remove it from the URL ({}) and {instead}",
+        shown_url(url)
+    ))
+}
+
 /// What [`url_credential`] found in a URL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UrlCredential {

@@ -23,6 +23,18 @@
 //!   reaches the source ([`policy`]);
 //! - a run's writes reach only its own task or thread unless `permissions.scope` widens them, and
 //!   a call whose reach cannot be judged is refused ([`scope`]).
+//!
+//! Where things are: `lib.rs` (`ToolSource`, `ToolContext`); `kernel.rs` (`TrackerTool`,
+//! `ToolOutput`, `ToolError`, `ToolEntry`); `registry.rs` (the list, `Catalog`, `Registry`, the
+//! presets), each group's file importing only `kernel` and `format`; `schema.rs`; `policy/`
+//! (`Policy`, globs, `PolicySource`, `governed`, `ScopeRule`; `approval.rs`: ask mode through the
+//! tracker); `scope.rs` (`Target`, `judge`: a key or id, a message's thread, a chat's project
+//! against the run's task or thread, reached through `ToolSource::reach`); what needs a yes in
+//! `ask` mode is each tool's own `TrackerTool::effect` (`tasks.rs`: closing, reassigning,
+//! rejecting, rewriting), reached through `ToolSource::effect`; `permissions.rs` (the `permissions`
+//! section, `PermissionsConfig`); `person.rs` (asking a person in the run's thread and waiting for
+//! the reply: `PersonAsker`, the `Waits` hook, `WaitClock`, `Questions`), used by approvals,
+//! elicitation and `question.rs` (`ask_person`); `combined.rs` (`CombinedSource`).
 
 pub mod combined;
 pub mod error;

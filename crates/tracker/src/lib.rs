@@ -1,4 +1,5 @@
-//! The typed REST client of the tracker. This is the only module that knows REST paths.
+//! The typed REST client of the tracker. This is the only module that knows REST paths; its
+//! event stream (the WebSocket, the tracker's other wire format) is [`stream`].
 //!
 //! Invariants:
 //! - every request goes through [`TrackerClient::send`], which applies the one retry policy;
@@ -7,6 +8,16 @@
 //! - the token is held as a [`Secret`] and never appears in logs, errors or `Debug` output;
 //! - a client with a [`WriteGate`] (the running agent's) sends no write the gate does not admit,
 //!   and keeps the gate's presence marker in the member status (see [`presence`]).
+//!
+//! Where things are: `lib.rs` (`TrackerClient`: every REST path, and `send`); `model.rs` (the wire
+//! shapes the board shares: `TaskOut`, `MessageOut`, `EventEnvelope`, `Event`, `ReceivedEvent`, the
+//! request bodies); `stream/` (the WebSocket: connect, heartbeat, reconnect with backoff, `resume`;
+//! each frame parsed once, `parse_frame` in `frame.rs`; a seq gap asked for again, then gone on
+//! without after `MAX_GAP_TRIES`; where it begins, `StreamStart` in `start.rs`); `session.rs`
+//! (`SessionKey`: a task, a chat thread, a prompt); `presence.rs` (the marker in the member status:
+//! `Marker`, `parse_status`, `compose`, and `WriteGate`); `markers.rs` (the one stripping of
+//! marker-shaped text); `config.rs` (the `tracker` section, `TrackerConfig`); `error.rs`. The
+//! contract is `docs/tracker-api.md`.
 
 pub mod config;
 pub mod error;
@@ -14,6 +25,7 @@ pub mod markers;
 pub mod model;
 pub mod presence;
 pub mod session;
+pub mod stream;
 
 use std::time::Duration;
 
@@ -85,11 +97,6 @@ impl TrackerClient {
                 }
             })?;
         Ok(TrackerClient { http, api_url, token, retry: config.retry.clone(), gate: None })
-    }
-
-    /// The same connection acting as another member (the demo plays humans with it), ungated.
-    pub fn with_token(&self, token: Secret) -> TrackerClient {
-        TrackerClient { token, gate: None, ..self.clone() }
     }
 
     /// The same connection with every write passing `gate` first (`runtime::presence`).

@@ -14,6 +14,15 @@
 //! `Retry-After`, and the page stays what it is (the script tries again later), and a closed
 //! stream gives its place and its memory back at once. The listeners' own limits (headers,
 //! connections) are [`serve`]'s; sessions and sign-ins are [`sessions`]'.
+//!
+//! Where things are: `lib.rs` (the security headers, `CONTENT_SECURITY_POLICY`, the embedded
+//! `base.html`, `live.js` and `style.css`, the template environment, live fragments over
+//! server-sent events and their cap, `LiveStreams`); `readable.rs` (the `label` and `when`
+//! filters); `hosts.rs` (`OwnHosts`, `own_hosts_only`, the loopback names the MCP endpoint shares);
+//! `sessions.rs` (`Sessions`: capped, the one used longest ago put out first, ending idle or old;
+//! `SignInRate`); `serve.rs` (`serve`, `DoorLimits`: HTTP/1.1 on hyper with tokio's timer, a header
+//! deadline, a cap on open connections with a quarter per peer, a connection's place held by its
+//! socket).
 
 pub mod hosts;
 pub mod readable;

@@ -25,6 +25,20 @@
 //!   "Threat model"): picogent's git obeys nothing the workspace holds, its own files in the
 //!   agent's reach are never written through a link, what it reads back is bounded, and a push
 //!   that carries a secret, a credential's shape, a file too large or a link out is refused.
+//!
+//! Where things are: `config/presets.rs` (the ready-made coding agent entries); `names.rs`
+//! (`TaskKey`, branch and repository names); `coding.rs` (one run: its output streamed, timed out,
+//! stopped); `child.rs` (process groups, the environment a child gets); `sandbox.rs` (bubblewrap,
+//! on by default where installed: only the system, the CLI's installation (`install_roots`), the
+//! worktree and a private home, no network but the model's address, carried by the binary's hidden
+//! `sandbox-relay` command); `git.rs` (picogent's own git, pinned to the mirror's record of a
+//! worktree, `Pinned`, every program-running setting overridden, `HARDENED`); `files.rs` (writes
+//! that never follow a link, bounded reads); `scan.rs` (`PushScan`); `tools/` (`CodingTools` in
+//! `mod.rs`, with the task's steps ticked from the CLI's to-do list; `source.rs`: the two tools as
+//! the model sees them; `runs.rs`: `CodingRuns`, each run's output and work while it runs, and a
+//! run's `CodingChoice`; `outcome.rs`: what a delegation did). The runtime offers these tools on a
+//! task with a repository (`run.rs`, `offered_tools`) and runs direct mode (`direct.rs`);
+//! docs/coding-agents.md.
 
 pub mod child;
 pub mod coding;

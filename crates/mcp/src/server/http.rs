@@ -20,7 +20,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use tokio_util::sync::CancellationToken;
 
 use super::{McpServer, McpServerError};
-use picogent_config::McpConfig;
+use crate::config::McpConfig;
 use picogent_support::secret::Secret;
 use picogent_web::hosts::{LOOPBACK_HOSTS, LOOPBACK_ORIGINS};
 

@@ -105,7 +105,9 @@ impl McpServer {
         self.rebuild(|inner| inner.agent = Some(agent))
     }
 
-    /// Sets how often long tool calls report progress (default one second).
+    /// Sets how often long tool calls report progress (default one second): the tests see
+    /// several reports without waiting seconds.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn with_progress_interval(self, interval: Duration) -> McpServer {
         self.rebuild(|inner| inner.progress_interval = interval)
     }

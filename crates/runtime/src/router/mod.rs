@@ -27,7 +27,7 @@ mod runs;
 
 pub use queue::QueueSetup;
 pub use reconcile::Reconciliation;
-pub use runs::StartRefused;
+pub use runs::{NotRecorded, StartRefused};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -40,20 +40,20 @@ use crate::guard::{Asked, Asker, Steering};
 use crate::metrics::{EventName, Metrics};
 use crate::refusal::Refusal;
 use crate::request::{RunDone, RunKind, RunRequest, RunServices, Trigger};
-use crate::startup::{ReconcileReport, StartupReport, counts_line};
 use crate::status::StatusBoard;
-use crate::transport::{LinkStatus, StreamItem};
 use filter::{MessageFacts, MessageFate};
 use outcome::{EventFate, MessageOutcome, Source, TaskOutcome};
 use picogent_config::Config;
+use picogent_inspector::startup::{ReconcileReport, StartupReport, counts_line};
 use picogent_mcp::host::SkillCall;
 use picogent_state::{ClaimKind, RunQueue, State};
 use picogent_tracker::TrackerClient;
 use picogent_tracker::model::{Event, MemberKind, MessageOut, ReceivedEvent, TaskOut};
 use picogent_tracker::session::SessionKey;
+use picogent_tracker::stream::{LinkStatus, StreamItem};
 
 /// Everything the router reacts to, in one channel: the event stream puts its items here
-/// directly ([`crate::transport::spawn_into`]), runs send their end, MCP and the CLI their
+/// directly ([`picogent_tracker::stream::spawn_into`]), runs send their end, MCP and the CLI their
 /// commands.
 #[derive(Debug)]
 pub enum Input {
@@ -586,9 +586,9 @@ fn log_startup(startup: &StartupReport, report: &ReconcileReport) {
         errors = report.errors.len(),
         "started: {}",
         match startup.mode {
-            crate::transport::StartMode::Head => "first start, at the tracker's head (past events not acted on)",
-            crate::transport::StartMode::Resume => "resumed from the recorded position",
-            crate::transport::StartMode::FromStart => "replayed the whole event log (--from-start)",
+            picogent_tracker::stream::StartMode::Head => "first start, at the tracker's head (past events not acted on)",
+            picogent_tracker::stream::StartMode::Resume => "resumed from the recorded position",
+            picogent_tracker::stream::StartMode::FromStart => "replayed the whole event log (--from-start)",
         }
     );
 }

@@ -25,7 +25,7 @@ use std::time::Duration;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::startup::ReconcileReport;
+use picogent_inspector::startup::ReconcileReport;
 use picogent_state::{ClaimKind, State};
 use picogent_tracker::model::{MessageOut, MessageQuery, TaskOut, TaskQuery};
 use picogent_tracker::session::SessionKey;

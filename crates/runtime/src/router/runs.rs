@@ -3,6 +3,7 @@
 //! too late for it, and resumed when its lease lapsed (after a restart, or its replica died).
 //! One path for a single copy and for replicas: the queue behind it is the only difference.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -15,12 +16,12 @@ use crate::guard::Steering;
 use crate::metrics::EventName;
 use crate::refusal::Refusal;
 use crate::request::{RunDone, RunKind, RunRequest, Trigger};
-use picogent_state::{ClaimKind, ClaimedRun, Enqueued, InputKind, QueuedRun, RunStatus};
+use picogent_state::{ClaimKind, ClaimedRun, Enqueued, InputKind, QueuedRun, RunStatus, StateError};
 use picogent_tracker::model::{MessageOut, SendMessage};
 use picogent_tracker::session::SessionKey;
 
 /// Why a run was not queued.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StartRefused {
     #[error("session {session} is busy with run {run_id}")]
     Busy { session: SessionKey, run_id: String },
@@ -30,8 +31,20 @@ pub enum StartRefused {
     ShuttingDown,
     #[error("it was handled already; no second run was started")]
     AlreadyHandled,
-    #[error("the run could not be recorded in the state database: {message}")]
-    State { message: String },
+    #[error("the run could not be recorded in the state database: {cause}")]
+    State { cause: NotRecorded },
+}
+
+/// Why a run could not be recorded: the state database failed, its request could not be
+/// written down, or each run the message was to steer ended before it could take it.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NotRecorded {
+    #[error(transparent)]
+    State(Arc<StateError>),
+    #[error(transparent)]
+    Unstorable(Arc<serde_json::Error>),
+    #[error("the session's runs kept ending")]
+    KeptEnding,
 }
 
 /// How many times a message is offered again when the run it was to steer ended in between.
@@ -82,7 +95,7 @@ impl Router {
             // What it was for counts as handled, as after any stopped run: reconciliation does
             // not take the task up again, and its messages were claimed when they were queued.
             if let Ok(QueuedRequest { kind, .. }) = serde_json::from_str(&request) {
-                self.run_notice(&kind, run_id, &stopped_before_start(reason)).await;
+                self.run_notice(&kind, run_id, &picogent_notices::run::stopped_before_start(reason)).await;
             }
             return true;
         }
@@ -119,14 +132,14 @@ impl Router {
         if !self.spend_allows(&request).await {
             return Err(StartRefused::DailyBudget);
         }
-        let state_error = |error: &dyn std::fmt::Display| StartRefused::State { message: error.to_string() };
         let queued = QueuedRequest {
             kind: request.kind.clone(),
             prompt: request.prompt.clone(),
             prompt_from: request.prompt_from.clone(),
             coding: request.coding.clone(),
         };
-        let json = serde_json::to_string(&queued).map_err(|error| state_error(&error))?;
+        let json = serde_json::to_string(&queued)
+            .map_err(|error| StartRefused::State { cause: NotRecorded::Unstorable(Arc::new(error)) })?;
         let inputs: Vec<(String, Option<String>)> = request
             .steering
             .iter()
@@ -151,7 +164,7 @@ impl Router {
             Ok(Enqueued::Handled) => Err(StartRefused::AlreadyHandled),
             Err(error) => {
                 tracing::error!(%error, "cannot queue a run in the state database");
-                Err(state_error(&error))
+                Err(StartRefused::State { cause: NotRecorded::State(Arc::new(error)) })
             }
         }
     }
@@ -228,7 +241,7 @@ impl Router {
                 Err(refused) => return Err(Steered::Refused(refused)),
             }
         }
-        Err(Steered::Refused(StartRefused::State { message: "the session's runs kept ending".to_string() }))
+        Err(Steered::Refused(StartRefused::State { cause: NotRecorded::KeptEnding }))
     }
 
     /// Sends `steering` to the run `run_id` through the queue (claiming its message with it), and
@@ -447,7 +460,7 @@ impl Router {
         let leftover = self.leftover_of(&done.run_id, done.steering_consumed).await;
         self.metrics.run_finished(done.status, done.duration);
         let text = match (done.status, stop_reason) {
-            (RunStatus::Stopped, Some(reason)) => Some(format!("Stopped: {reason}.")),
+            (RunStatus::Stopped, Some(reason)) => Some(picogent_notices::run::stopped(&reason)),
             (RunStatus::Failed | RunStatus::DidNothing, _) => done.notice.clone(),
             // Completed; or cut short by the shutdown, and it resumes at the next start.
             _ => None,
@@ -598,9 +611,4 @@ fn answered_message(kind: &RunKind) -> Option<&str> {
         RunKind::Message { message } => Some(&message.id),
         RunKind::Task { .. } | RunKind::Prompt { .. } | RunKind::Schedule { .. } => None,
     }
-}
-
-/// The notice of a run stopped before it started (waiting in the queue).
-fn stopped_before_start(reason: &str) -> String {
-    format!("Stopped before it started: {reason}.")
 }

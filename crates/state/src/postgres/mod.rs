@@ -8,7 +8,7 @@
 //! server's disk when it returns and `sync` has nothing left to do. The runtime holds a
 //! [`PostgresLock`] while it runs: one copy of each agent, or its replicas sharing the lock. The run
 //! queue, the stream's lease and the heartbeats are `queue.rs`'s; the scheduled firings' SQL is
-//! `firings.rs`'s.
+//! `firings.rs`'s, retention's `prune.rs`'s.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -24,6 +24,7 @@ use picogent_tracker::session::SessionKey;
 
 mod firings;
 mod lock;
+mod prune;
 mod queue;
 
 pub use lock::{LockSpec, PostgresLock};
@@ -62,12 +63,6 @@ const SAVE_SESSION: &str = "INSERT INTO sessions (agent, key, messages, updated_
      ON CONFLICT (agent, key) DO UPDATE SET messages = excluded.messages, updated_at_ms = excluded.updated_at_ms";
 
 impl PostgresStore {
-    /// Runs one pruning `DELETE` whose only parameter is the cutoff in milliseconds (`$1` is the agent, `$2` the cutoff);
-    /// how many rows went.
-    async fn delete_older(&self, sql: &'static str, before_ms: i64) -> Result<u64, StateError> {
-        Ok(sqlx::query(sql).bind(&self.agent).bind(before_ms).execute(&self.pool).await?.rows_affected())
-    }
-
     /// Connects to the database at `url` for the agent `agent`, and brings its schema up to date.
     pub(super) async fn open(url: &str, agent: &str) -> Result<PostgresStore, StateError> {
         let options = PgConnectOptions::from_str(url)
@@ -224,7 +219,7 @@ impl Store for PostgresStore {
     }
 
     async fn prune_events(&self, before_ms: i64) -> Result<u64, StateError> {
-        self.delete_older("DELETE FROM processed_events WHERE agent = $1 AND processed_at_ms < $2", before_ms).await
+        prune::events(&self.pool, &self.agent, before_ms).await
     }
 
     async fn claim(&self, kind: ClaimKind, key: &str, at_ms: i64) -> Result<bool, StateError> {
@@ -593,69 +588,16 @@ impl Store for PostgresStore {
         Ok(())
     }
 
-    // Days are compared as text in the "C" collation: byte order, which is date order for
-    // `YYYY-MM-DD` whatever the database's own collation.
-
     async fn prune_notice_claims(&self, before_ms: i64, oldest_day_asked: &str) -> Result<u64, StateError> {
-        let deleted = sqlx::query(
-            "DELETE FROM claims WHERE agent = $1 AND claimed_at_ms < $2 AND ( \
-               (kind = 'run_notice' AND key NOT IN (SELECT id FROM runs WHERE agent = $1 AND status IN ('queued', 'running'))) \
-               OR (kind IN ('spend_notice', 'limit_notice') AND key COLLATE \"C\" < $3))",
-        )
-        .bind(&self.agent)
-        .bind(before_ms)
-        .bind(oldest_day_asked)
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
-        Ok(deleted)
+        prune::notice_claims(&self.pool, &self.agent, before_ms, oldest_day_asked).await
     }
 
     async fn prune_message_claims(&self, before_ms: i64) -> Result<u64, StateError> {
-        self.delete_older("DELETE FROM claims WHERE agent = $1 AND kind = 'message' AND claimed_at_ms < $2", before_ms)
-            .await
+        prune::message_claims(&self.pool, &self.agent, before_ms).await
     }
 
     async fn prune_runs(&self, before_ms: i64) -> Result<(u64, u64), StateError> {
-        let mut transaction = self.pool.begin().await?;
-        let deleted = sqlx::query(
-            "WITH ranked AS ( \
-               SELECT id, \
-                 ROW_NUMBER() OVER (PARTITION BY session_key ORDER BY started_at_ms DESC, row_order DESC) AS newest, \
-                 ROW_NUMBER() OVER ( \
-                   PARTITION BY session_key, status IN ('completed', 'failed', 'did_nothing', 'stopped') \
-                   ORDER BY started_at_ms DESC, row_order DESC) AS newest_alike, \
-                 status IN ('completed', 'failed', 'did_nothing', 'stopped') AS finished_work \
-               FROM runs WHERE agent = $1) \
-             DELETE FROM runs WHERE agent = $1 AND status NOT IN ('queued', 'running') \
-               AND COALESCE(finished_at_ms, started_at_ms) < $2 \
-               AND id IN (SELECT id FROM ranked WHERE newest > 1 AND NOT (finished_work AND newest_alike = 1))",
-        )
-        .bind(&self.agent)
-        .bind(before_ms)
-        .execute(&mut *transaction)
-        .await?
-        .rows_affected();
-        let dropped = sqlx::query(
-            "UPDATE runs SET record = NULL WHERE agent = $1 AND status NOT IN ('queued', 'running') AND record IS NOT NULL \
-               AND COALESCE(finished_at_ms, started_at_ms) < $2",
-        )
-        .bind(&self.agent)
-        .bind(before_ms)
-        .execute(&mut *transaction)
-        .await?
-        .rows_affected();
-        // The inputs of runs that ended: read once, at the end, for a follow-up run.
-        sqlx::query(
-            "DELETE FROM run_inputs WHERE agent = $1 AND at_ms < $2 \
-               AND run_id NOT IN (SELECT id FROM runs WHERE agent = $1 AND status IN ('queued', 'running'))",
-        )
-        .bind(&self.agent)
-        .bind(before_ms)
-        .execute(&mut *transaction)
-        .await?;
-        transaction.commit().await?;
-        Ok((deleted, dropped))
+        prune::runs(&self.pool, &self.agent, before_ms).await
     }
 
     async fn prune_firing_claims(&self, before_ms: i64, watermark_prefix: &str) -> Result<u64, StateError> {
@@ -667,26 +609,15 @@ impl Store for PostgresStore {
     }
 
     async fn prune_sessions(&self, before_ms: i64) -> Result<u64, StateError> {
-        self.delete_older(
-            "DELETE FROM sessions WHERE agent = $1 AND updated_at_ms < $2 \
-               AND key NOT IN (SELECT session_key FROM runs WHERE agent = $1 AND status IN ('queued', 'running'))",
-            before_ms,
-        )
-        .await
+        prune::sessions(&self.pool, &self.agent, before_ms).await
     }
 
     async fn prune_replies(&self, before_ms: i64) -> Result<u64, StateError> {
-        self.delete_older("DELETE FROM replies WHERE agent = $1 AND at_ms < $2", before_ms).await
+        prune::replies(&self.pool, &self.agent, before_ms).await
     }
 
     async fn prune_spend(&self, before_day: &str) -> Result<u64, StateError> {
-        let deleted = sqlx::query("DELETE FROM daily_spend WHERE agent = $1 AND day COLLATE \"C\" < $2")
-            .bind(&self.agent)
-            .bind(before_day)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        Ok(deleted)
+        prune::spend(&self.pool, &self.agent, before_day).await
     }
 
     /// Nothing to do: with `synchronous_commit = on` every commit was on the server's disk when

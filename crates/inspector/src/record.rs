@@ -1,10 +1,15 @@
 //! What is stored with a run beside its counts (the `record` column of its row): its start, so
 //! a resumed run sends the model the same request, and at its end the loop's record and the
-//! transcript; and the timeline a person reads of it.
+//! transcript; and the timeline a person reads of it. The runtime's runs write it; the pages,
+//! `picogent runs` and MCP's `run://` resources read it, each through [`StoredRun::of`].
 
 use serde::{Deserialize, Serialize};
 
 use picogent_llm::Message;
+
+/// `text` on one line, whitespace folded, cut at `max_chars` with an ellipsis: the notices' way
+/// of quoting, which the timeline and the run inspector share.
+pub use picogent_notices::one_line;
 
 /// What is stored with a run from its start, so a resumed run sends the model the same request
 /// and reuses the same idempotency keys for the same calls.
@@ -142,14 +147,4 @@ pub fn timeline_lines(run: &picogent_state::RunRow) -> Vec<String> {
         ));
     }
     lines
-}
-
-/// `text` on one line, whitespace folded, cut at `max_chars` with an ellipsis.
-pub fn one_line(text: &str, max_chars: usize) -> String {
-    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() > max_chars {
-        format!("{}…", flat.chars().take(max_chars).collect::<String>())
-    } else {
-        flat
-    }
 }

@@ -1,11 +1,12 @@
 //! What the agent took up when it started: how the event stream began and what the first
-//! reconciliation found and did. Shown in `/readyz`'s body and logged once at info.
+//! reconciliation found and did. The runtime fills it in; shown in `/readyz`'s body, logged once
+//! at info, and worded for the health page (`view::startup_view`).
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::transport::StartMode;
+use picogent_tracker::stream::StartMode;
 
 /// How the agent started, filled in as it happens.
 #[derive(Debug, Clone, PartialEq, Serialize)]

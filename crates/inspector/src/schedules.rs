@@ -12,10 +12,8 @@ use axum::response::{IntoResponse, Redirect, Response};
 use serde::Serialize;
 use serde_json::json;
 
-use super::Inspector;
-use crate::scheduler::{Fired, RunNowError};
-use picogent_config::Config;
-use picogent_schedule::Job;
+use crate::Inspector;
+use picogent_schedule::{Fired, Job, RunNowError};
 use picogent_state::{FiringOutcome, FiringRow, RunStatus, State as AgentState, StateError};
 use picogent_web::view as context;
 
@@ -116,23 +114,23 @@ async fn last_firing(job: &Job, row: FiringRow, state: &AgentState) -> Result<La
 }
 
 fn rfc3339(ms: i64) -> String {
-    super::view::rfc3339_ms(ms).unwrap_or_else(|| ms.to_string())
+    crate::view::rfc3339_ms(ms).unwrap_or_else(|| ms.to_string())
 }
 
 /// `GET /schedules`.
 pub async fn schedules_page(State(inspector): State<Inspector>) -> Response {
     let Some(schedules) = &inspector.schedules else {
-        return super::pages::error_page(StatusCode::NOT_FOUND, "this agent runs no scheduler");
+        return crate::pages::error_page(StatusCode::NOT_FOUND, "this agent runs no scheduler");
     };
-    match schedule_lines(&schedules.jobs, &inspector.state, schedules.clock.now_ms()).await {
-        Ok(lines) => super::pages::render(
+    match schedule_lines(schedules.jobs(), &inspector.state, schedules.now_ms()).await {
+        Ok(lines) => crate::pages::render(
             StatusCode::OK,
             "inspector_schedules.html",
             context(json!({
-                "schedules": lines, "slug": inspector.config.slug, "sign_out": inspector.access.signs_in(),
+                "schedules": lines, "slug": inspector.settings.slug, "sign_out": inspector.access.signs_in(),
             })),
         ),
-        Err(error) => super::pages::state_failed(error),
+        Err(error) => crate::pages::state_failed(error),
     }
 }
 
@@ -140,7 +138,7 @@ pub async fn schedules_page(State(inspector): State<Inspector>) -> Response {
 /// it queued); a client that accepts JSON gets [`Fired`] (`picogent schedules run`).
 pub async fn run_now(State(inspector): State<Inspector>, Path(name): Path<String>, headers: HeaderMap) -> Response {
     let Some(schedules) = &inspector.schedules else {
-        return super::pages::error_page(StatusCode::NOT_FOUND, "this agent runs no scheduler");
+        return crate::pages::error_page(StatusCode::NOT_FOUND, "this agent runs no scheduler");
     };
     let wants_json = headers
         .get(header::ACCEPT)
@@ -158,23 +156,27 @@ pub async fn run_now(State(inspector): State<Inspector>, Path(name): Path<String
             (StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!({"error": error.to_string()}))).into_response()
         }
         (Err(error @ RunNowError::Unknown { .. }), false) => {
-            super::pages::error_page(StatusCode::NOT_FOUND, &error.to_string())
+            crate::pages::error_page(StatusCode::NOT_FOUND, &error.to_string())
         }
-        (Err(error), false) => super::pages::error_page(StatusCode::SERVICE_UNAVAILABLE, &error.to_string()),
+        (Err(error), false) => crate::pages::error_page(StatusCode::SERVICE_UNAVAILABLE, &error.to_string()),
     }
 }
 
-/// `picogent schedules list`: the config's jobs, their next firing and how the last one went,
-/// from the state database.
-pub async fn list(config_path: &std::path::Path) -> anyhow::Result<ExitCode> {
-    let config = Config::load(config_path)?;
-    let jobs = picogent_schedule::jobs(&config.schedules, std::path::Path::new("."))
+/// `picogent schedules list`: the jobs of the config at `config_path` (its `schedules`), their next
+/// firing and how the last one went, from its state database (`state`, of the agent `slug`).
+pub async fn list(
+    config_path: &std::path::Path,
+    schedules: &picogent_schedule::SchedulesConfig,
+    state: &picogent_state::StateConfig,
+    slug: &str,
+) -> anyhow::Result<ExitCode> {
+    let jobs = picogent_schedule::jobs(schedules, std::path::Path::new("."))
         .map_err(|problem| anyhow::anyhow!("field `{}`: {}", problem.field, problem.message))?;
     if jobs.is_empty() {
         println!("no schedules: add a `schedules` section to {} (docs/schedules.md)", config_path.display());
         return Ok(ExitCode::SUCCESS);
     }
-    let state = super::cli::open_state(&config).await?;
+    let state = crate::cli::open_state(state, slug).await?;
     let now = picogent_schedule::Clock::now_ms(&picogent_schedule::SystemClock);
     let lines = schedule_lines(&jobs, &state, now).await;
     state.close().await;
@@ -220,14 +222,18 @@ pub fn list_text(lines: &[ScheduleLine]) -> String {
     out
 }
 
-/// `picogent schedules run NAME`: asks the agent running with this config (at `http.listen`) for
-/// a firing of `name` now, and prints what became of it. Exit 1 when it failed or the agent
-/// does not answer.
-pub async fn run(config_path: &std::path::Path, name: &str) -> anyhow::Result<ExitCode> {
-    let config = Config::load(config_path)?;
-    let url = format!("http://{}/schedules/{name}/run", config.http.listen);
+/// `picogent schedules run NAME`: asks the agent running with the config at `config_path` (at its
+/// `http.listen`, `listen`, with the token of `http.ui_token_env`, `ui_token_env`) for a firing of
+/// `name` now, and prints what became of it. Exit 1 when it failed or the agent does not answer.
+pub async fn run(
+    config_path: &std::path::Path,
+    listen: &str,
+    ui_token_env: &str,
+    name: &str,
+) -> anyhow::Result<ExitCode> {
+    let url = format!("http://{listen}/schedules/{name}/run");
     let mut request = reqwest::Client::new().post(&url).header(header::ACCEPT.as_str(), "application/json");
-    if let Ok(token) = picogent_support::secret::Secret::from_env(&config.http.ui_token_env) {
+    if let Ok(token) = picogent_support::secret::Secret::from_env(ui_token_env) {
         request = request.bearer_auth(token.expose());
     }
     let answer = match request.send().await {
@@ -257,7 +263,7 @@ pub async fn run(config_path: &std::path::Path, name: &str) -> anyhow::Result<Ex
             format!(
                 "{name}: queued as run {run_id}; `picogent runs show {run_id} --config {}` or http://{}/runs/{run_id}",
                 config_path.display(),
-                config.http.listen
+                listen
             )
         }
         Fired::Idle { detail } => format!("{name}: nothing to say ({detail}): no model call, nothing posted"),

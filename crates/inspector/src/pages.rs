@@ -1,5 +1,5 @@
 //! The inspector's page handlers: each reads the state and the running agent's counters, builds
-//! its view ([`super::view`]) and renders a template; `…/live` streams the same fragment.
+//! its view ([`crate::view`]) and renders a template; `…/live` streams the same fragment.
 
 use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{Form, Path, Query, State};
@@ -7,8 +7,8 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde_json::json;
 
-use super::view::{self, RunFilter};
-use super::{Access, Inspector, PAGES, SESSION_COOKIE, wake};
+use crate::view::{self, RunFilter};
+use crate::{Access, Inspector, PAGES, SESSION_COOKIE, wake};
 use picogent_state::RunStatus;
 use picogent_web::view as context;
 
@@ -39,7 +39,7 @@ async fn runs_view(inspector: &Inspector, filter: &RunFilter) -> Result<minijinj
     kinds.sort();
     kinds.dedup();
     let shown: Vec<view::RunLine> =
-        runs.iter().filter(|run| filter.keeps(run)).map(|run| view::summary(run, &inspector.config)).collect();
+        runs.iter().filter(|run| filter.keeps(run)).map(|run| view::summary(run, &inspector.settings)).collect();
     let mut statuses: Vec<&str> = RunStatus::ALL.iter().map(|status| status.as_str()).collect();
     // Running, and waiting for a person: a filter of its own, after `running`.
     statuses.insert(2, picogent_state::AWAITING_INPUT);
@@ -48,7 +48,7 @@ async fn runs_view(inspector: &Inspector, filter: &RunFilter) -> Result<minijinj
         "runs": shown, "filter": filter, "statuses": statuses, "kinds": kinds, "query": query,
         "active": inspector.status.active_runs(), "connected": inspector.status.connected(),
         "waiting": inspector.status.waiting(), "awaiting_input": inspector.status.awaiting_input(),
-        "slug": inspector.config.slug, "sign_out": inspector.access.signs_in(),
+        "slug": inspector.settings.slug, "sign_out": inspector.access.signs_in(),
     })))
 }
 
@@ -81,8 +81,8 @@ fn fragment(name: &str, view: Option<minijinja::Value>) -> Option<String> {
 
 async fn run_view(inspector: &Inspector, id: &str) -> Result<Option<minijinja::Value>, picogent_state::StateError> {
     let Some(run) = inspector.state.get_run(id).await? else { return Ok(None) };
-    let detail = view::detail(&run, &inspector.config, inspector.coding.as_deref());
-    Ok(Some(context(json!({"run": detail, "slug": inspector.config.slug, "sign_out": inspector.access.signs_in()}))))
+    let detail = view::detail(&run, &inspector.settings, inspector.coding.as_deref());
+    Ok(Some(context(json!({"run": detail, "slug": inspector.settings.slug, "sign_out": inspector.access.signs_in()}))))
 }
 
 pub async fn run_page(State(inspector): State<Inspector>, Path(id): Path<String>) -> Response {
@@ -109,9 +109,9 @@ pub async fn run_live(State(inspector): State<Inspector>, Path(id): Path<String>
 }
 
 fn events_view(inspector: &Inspector) -> minijinja::Value {
-    let events: Vec<view::EventLine> = inspector.metrics.recent_events().iter().map(view::event_line).collect();
+    let events: Vec<view::EventLine> = inspector.events.recent_events().iter().map(view::event_line).collect();
     context(json!({
-        "events": events, "kept": crate::metrics::RECENT_EVENTS, "slug": inspector.config.slug,
+        "events": events, "kept": crate::RECENT_EVENTS, "slug": inspector.settings.slug,
         "sign_out": inspector.access.signs_in(),
     }))
 }
@@ -138,19 +138,19 @@ pub async fn health_page(State(inspector): State<Inspector>) -> Response {
             Err(error) => return state_failed(error),
         }
     }
-    let config = &inspector.config;
-    let (bars, budget_y) = view::spend_chart(days, config.limits.max_tokens_per_day, config.llm.price.is_some());
+    let settings = &inspector.settings;
+    let (bars, budget_y) = view::spend_chart(days, settings.limits.max_tokens_per_day, settings.priced);
     let status = &inspector.status;
-    let last_event = inspector.metrics.recent_events().first().map(|event| view::rfc3339(event.at));
+    let last_event = inspector.events.recent_events().first().map(|event| view::rfc3339(event.at));
     let startup = status.startup().map(|report| view::startup_view(&report));
     let view = context(json!({
-        "bars": bars, "budget_y": budget_y, "budget": config.limits.max_tokens_per_day,
-        "max_cost_per_day": config.limits.max_cost_per_day,
+        "bars": bars, "budget_y": budget_y, "budget": settings.limits.max_tokens_per_day,
+        "max_cost_per_day": settings.limits.max_cost_per_day,
         "connected": status.connected(), "caught_up": status.caught_up(), "superseded": status.superseded(),
         "active": status.active_runs(), "last_event": last_event,
         "startup": startup,
-        "model": config.llm.model, "model_url": picogent_support::secret::shown_url(&config.llm.base_url), "tools": *inspector.tools,
-        "tracker": picogent_support::secret::shown_url(&config.tracker.url), "slug": config.slug, "chart_width": 40 * SPEND_DAYS + 60,
+        "model": settings.model, "model_url": picogent_support::secret::shown_url(&settings.model_url), "tools": *inspector.tools,
+        "tracker": picogent_support::secret::shown_url(&settings.tracker_url), "slug": settings.slug, "chart_width": 40 * SPEND_DAYS + 60,
         "sign_out": inspector.access.signs_in(),
     }));
     render(StatusCode::OK, "inspector_health.html", view)

@@ -7,8 +7,8 @@ use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::frame::client_frame;
 use super::{StreamError, build_request};
-use picogent_tracker::TrackerClient;
-use picogent_tracker::model::{ClientFrame, ServerControl};
+use crate::TrackerClient;
+use crate::model::{ClientFrame, ServerControl};
 
 /// Why the event stream did not answer the probe's ping. Each message names the stream's `url`
 /// and says what failed.

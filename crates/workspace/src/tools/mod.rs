@@ -6,233 +6,41 @@
 //! What each run's coding agent printed and how its work ended is kept in [`CodingRuns`], by run
 //! id: the inspector and MCP's `run://{id}/logs` read the lines as they come, and the run's answer
 //! on the task names the branch and the commit.
+//!
+//! Here: [`CodingTools`], the work of one delegation (hooks, the coding agent, its steps ticked,
+//! commit and push); `runs.rs`: [`CodingRuns`]; `outcome.rs`: what a delegation did
+//! ([`CodingOutcome`], [`WorkDone`]); `source.rs`: the two tools as the model sees and calls them.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+mod outcome;
+mod runs;
+mod source;
 
-use futures::future::BoxFuture;
-use picogent_tools::scope::{Judgement, ReachError};
-use picogent_tools::{CallEffect, ToolContext, ToolError, ToolSource};
+use std::sync::Arc;
+
+use picogent_tools::ToolContext;
 use picogent_tracker::TrackerClient;
 use picogent_tracker::model::{StepOut, TaskOut};
 use picogent_tracker::session::SessionKey;
-use rmcp::model::{CallToolResult, ContentBlock, Tool, ToolAnnotations};
-use serde::Serialize;
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::coding::{self, AgentReport, Invocation};
+use crate::coding::{self, Invocation};
 use crate::hooks::{HookPoint, HookReport};
 use crate::names::TaskKey;
-use crate::workspace::{Finished, Workspace, WorkspaceStatus, Workspaces};
+use crate::workspace::{Workspace, WorkspaceStatus, Workspaces};
+
+pub use outcome::{CodingOutcome, WorkDone};
+pub use runs::{CodingChoice, CodingRecord, CodingRuns};
 
 pub const RUN_CODING_AGENT: &str = "run_coding_agent";
 pub const WORKSPACE_STATUS: &str = "workspace_status";
 /// The tools a run of a task with a repository is offered besides the tracker's.
 pub const CODING_TOOLS: [&str; 2] = [RUN_CODING_AGENT, WORKSPACE_STATUS];
 
-/// How many lines of coding agent output are kept per run for the live views.
-const LOG_LINES: usize = 2_000;
-
 /// The model a coding agent is told to use when its entry names none: picogent's own.
 #[derive(Debug, Clone)]
 pub struct ModelDefaults {
     pub base_url: String,
     pub model: String,
-}
-
-/// One run's coding work as the run's answer names it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct WorkDone {
-    pub repository: String,
-    pub branch: String,
-    pub commit: Option<String>,
-    pub pushed: bool,
-    pub diff: crate::DiffStat,
-    /// From `workspaces.links.commit` (or `.branch` when there is no commit), filled in.
-    pub link: Option<String>,
-    /// Why the coding agent ran without the sandbox, when it did.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub unsandboxed: Option<String>,
-}
-
-impl WorkDone {
-    /// "Work: branch `picogent/TE-1`, commit 1a2b3c4 (1 file(s) changed, +1 −1) <link>".
-    pub fn describe(&self) -> String {
-        let mut line = format!("Work: branch `{}`", self.branch);
-        match &self.commit {
-            Some(commit) => line.push_str(&format!(", commit {} ({})", short_sha(commit), self.diff.describe())),
-            None => line.push_str(", no commit (nothing changed)"),
-        }
-        if let Some(link) = &self.link {
-            line.push_str(&format!(" {link}"));
-        }
-        if let Some(why) = &self.unsandboxed {
-            line.push_str(&format!(". The coding agent ran without the sandbox: {why}"));
-        }
-        line
-    }
-}
-
-fn short_sha(commit: &str) -> &str {
-    commit.get(..10).unwrap_or(commit)
-}
-
-/// Every run's coding agent output and work, by run id, while the process lives.
-#[derive(Debug, Default)]
-pub struct CodingRuns {
-    runs: Mutex<HashMap<String, RunCoding>>,
-}
-
-#[derive(Debug, Default, Clone)]
-struct RunCoding {
-    lines: std::collections::VecDeque<String>,
-    dropped: u64,
-    work: Option<WorkDone>,
-    hooks: Vec<HookReport>,
-    choice: Option<CodingChoice>,
-}
-
-/// What a run was started with (MCP's `start_run`): its coding agent and its branch, instead of
-/// `workspaces.agent` and `picogent/<KEY>`. Stored with the queued run, so a resumed run keeps it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct CodingChoice {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent: Option<String>,
-    /// Always under `picogent/` ([`CodingTools::choice`] makes it so).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub branch: Option<String>,
-}
-
-impl CodingRuns {
-    fn with<T>(&self, run_id: &str, f: impl FnOnce(&mut RunCoding) -> T) -> T {
-        let mut runs = self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        f(runs.entry(run_id.to_string()).or_default())
-    }
-
-    fn push_line(&self, run_id: &str, line: &str) {
-        self.with(run_id, |run| {
-            if run.lines.len() == LOG_LINES {
-                run.lines.pop_front();
-                run.dropped += 1;
-            }
-            run.lines.push_back(line.to_string());
-        });
-    }
-
-    /// The run `run_id` works with `choice` (set before it starts).
-    pub fn choose(&self, run_id: &str, choice: CodingChoice) {
-        self.with(run_id, |run| run.choice = Some(choice));
-    }
-
-    fn choice(&self, run_id: Option<&str>) -> CodingChoice {
-        let runs = self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        run_id.and_then(|id| runs.get(id)).and_then(|run| run.choice.clone()).unwrap_or_default()
-    }
-
-    /// The coding agent's output of the run `run_id` so far, as plain text (`run://{id}/logs`).
-    pub fn log(&self, run_id: &str) -> Option<String> {
-        let runs = self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        runs.get(run_id).map(|run| self.log_of(run))
-    }
-
-    /// How the run's coding work ended, if it did any.
-    pub fn work(&self, run_id: &str) -> Option<WorkDone> {
-        let runs = self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        runs.get(run_id).and_then(|run| run.work.clone())
-    }
-
-    /// What the run `run_id` has kept so far (its output, work and hooks), while it runs.
-    pub fn record(&self, run_id: &str) -> Option<CodingRecord> {
-        let runs = self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        runs.get(run_id).map(|run| self.record_of(run))
-    }
-
-    /// Takes what the run `run_id` kept, for its stored record, and forgets it here: a run that
-    /// ended holds no memory in this process.
-    pub fn take(&self, run_id: &str) -> Option<CodingRecord> {
-        let taken = self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(run_id)?;
-        Some(self.record_of(&taken))
-    }
-
-    fn record_of(&self, run: &RunCoding) -> CodingRecord {
-        CodingRecord { log: self.log_of(run), work: run.work.clone(), hooks: run.hooks.clone() }
-    }
-
-    fn log_of(&self, run: &RunCoding) -> String {
-        let mut text = String::new();
-        if run.dropped > 0 {
-            text.push_str(&format!("[{} earlier lines not kept]\n", run.dropped));
-        }
-        for line in &run.lines {
-            text.push_str(line);
-            text.push('\n');
-        }
-        text
-    }
-}
-
-/// What a run's coding agent printed and how its work ended, as stored with the run when it ends
-/// (`run://{id}/logs`, `run://{id}/result`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct CodingRecord {
-    pub log: String,
-    pub work: Option<WorkDone>,
-    /// The workspace hooks that ran for it, with their output.
-    #[serde(default)]
-    pub hooks: Vec<HookReport>,
-}
-
-/// What one delegation did: the hooks, the coding agent's report, and the end of the work.
-#[derive(Debug, Clone, Serialize)]
-pub struct CodingOutcome {
-    pub hooks: Vec<HookReport>,
-    pub report: AgentReport,
-    /// The task's steps ticked from the coding agent's progress.
-    pub ticked: Vec<String>,
-    /// `None` when the coding agent did not finish (nothing is committed or pushed then).
-    pub finished: Option<Finished>,
-    pub work: Option<WorkDone>,
-}
-
-impl CodingOutcome {
-    /// The tool's answer, for the model.
-    pub fn text(&self) -> String {
-        let report = &self.report;
-        let mut text = match report.failure() {
-            None => format!(
-                "The coding agent {} finished ({}) in {} s.",
-                report.agent,
-                report.exit.as_deref().unwrap_or("?"),
-                report.duration_ms / 1000
-            ),
-            Some(failure) => format!("{failure}. Nothing was committed or pushed."),
-        };
-        if !report.final_message.is_empty() {
-            text.push_str(&format!("\nIts final message: {}", report.final_message));
-        }
-        if !report.progress.is_empty() {
-            text.push_str(&format!("\nSteps it took: {}", report.progress.join("; ")));
-        }
-        if !self.ticked.is_empty() {
-            text.push_str(&format!(
-                "\nSteps ticked on the task (its to-do list said done): {}",
-                self.ticked.join("; ")
-            ));
-        }
-        for hook in self.hooks.iter().filter(|hook| !hook.succeeded()) {
-            text.push_str(&format!("\n{}", hook.describe()));
-        }
-        if let Some(work) = &self.work {
-            let files = work.diff.files.join(", ");
-            text.push_str(&format!("\n{} [{files}]", work.describe()));
-            text.push_str(if work.pushed { "; pushed." } else { "; the remote had it already." });
-        }
-        if report.failure().is_some() {
-            text.push_str(&format!("\nIts last output:\n{}", crate::git::last_lines(&report.output, 12)));
-        }
-        text
-    }
 }
 
 /// The instructions, and the task's open steps when it has some.
@@ -385,7 +193,7 @@ impl CodingTools {
         let mut hooks = Vec::new();
         let outcome = self.work_keeping_hooks(task, instructions, agent, run_id, cancel, &mut hooks).await;
         if let Some(run_id) = run_id {
-            self.runs.with(run_id, |run| run.hooks.extend(hooks));
+            self.runs.add_hooks(run_id, hooks);
         }
         outcome
     }
@@ -468,7 +276,7 @@ impl CodingTools {
             unsandboxed: report.unsandboxed.clone(),
         };
         if let Some(run_id) = run_id {
-            self.runs.with(run_id, |run| run.work = Some(work.clone()));
+            self.runs.set_work(run_id, work.clone());
         }
         Ok(CodingOutcome { hooks, report, ticked, finished: Some(finished), work: Some(work) })
     }
@@ -565,138 +373,4 @@ fn commit_message(task: &TaskOut, final_message: &str) -> String {
     let said: String = if said.is_empty() { task.title.clone() } else { said.to_string() };
     let subject: String = said.chars().take(72).collect();
     format!("{}: {subject}\n\nMade by picogent for {} ({}).", task.key, task.key, task.title)
-}
-
-fn schema(value: serde_json::Value) -> Arc<serde_json::Map<String, serde_json::Value>> {
-    match value {
-        serde_json::Value::Object(map) => Arc::new(map),
-        _ => Arc::new(serde_json::Map::new()),
-    }
-}
-
-fn definitions() -> Vec<Tool> {
-    let run = Tool::new(
-        RUN_CODING_AGENT,
-        "Delegate a coding change to the coding agent, working in this task's git workspace (its own branch, \
-         picogent/<task key>). Give it complete, self-contained instructions: what to change, where, and how to \
-         check it. When it finishes, its work is committed and pushed to the task's branch; the answer gives its \
-         exit, final message, the files changed and the commit. Check the result with workspace_status.",
-        schema(json!({
-            "type": "object",
-            "properties": {
-                "instructions": {"type": "string", "description": "What the coding agent is to do, in full."},
-                "agent": {"type": "string", "description": "A configured coding agent by name; omit for the default."}
-            },
-            "required": ["instructions"],
-            "additionalProperties": false
-        })),
-    )
-    .annotate(ToolAnnotations::new().read_only(false).destructive(true).idempotent(false).open_world(true));
-    let status = Tool::new(
-        WORKSPACE_STATUS,
-        "This task's git workspace: its branch, the files changed and not committed yet, the commits beyond the \
-         base branch, and the diff stat. Reads only.",
-        schema(json!({"type": "object", "properties": {}, "additionalProperties": false})),
-    )
-    .annotate(picogent_tools::kernel::read_only());
-    vec![run, status]
-}
-
-fn text_result(text: String, structured: serde_json::Value, is_error: bool) -> CallToolResult {
-    let mut result = if is_error {
-        CallToolResult::error(vec![ContentBlock::text(text)])
-    } else {
-        CallToolResult::success(vec![ContentBlock::text(text)])
-    };
-    result.structured_content = Some(structured);
-    result
-}
-
-fn error_result(error: &CodingError) -> CallToolResult {
-    let message = error.to_string();
-    text_result(message.clone(), json!({"error": {"code": "coding", "message": message}}), true)
-}
-
-impl ToolSource for CodingTools {
-    fn tools(&self) -> Vec<Tool> {
-        definitions()
-    }
-
-    fn effect(&self, name: &str, _arguments: &serde_json::Value, _context: &ToolContext) -> Option<CallEffect> {
-        match name {
-            RUN_CODING_AGENT => Some(CallEffect::Consequential(
-                "run the coding agent in this task's workspace, then commit and push its branch".to_string(),
-            )),
-            WORKSPACE_STATUS => Some(CallEffect::Routine),
-            _ => None,
-        }
-    }
-
-    /// Both tools reach only the run's own task: its workspace and its branch.
-    fn reach<'a>(
-        &'a self,
-        name: &'a str,
-        _arguments: &'a serde_json::Value,
-        _context: &'a ToolContext,
-    ) -> BoxFuture<'a, Option<Result<Judgement, ReachError>>> {
-        Box::pin(async move { CODING_TOOLS.contains(&name).then(|| Ok(Judgement::within_run())) })
-    }
-
-    fn call<'a>(
-        &'a self,
-        name: &'a str,
-        arguments: serde_json::Value,
-        context: &'a ToolContext,
-    ) -> BoxFuture<'a, CallToolResult> {
-        Box::pin(async move {
-            match name {
-                WORKSPACE_STATUS => match self.status(context).await {
-                    Ok((workspace, status)) => {
-                        let text = format!(
-                            "Branch {} (from {}). Not committed: {}. Commits beyond {}: {}. {}.",
-                            status.branch,
-                            status.base,
-                            if status.changed.is_empty() { "nothing".to_string() } else { status.changed.join(", ") },
-                            status.base,
-                            if status.commits.is_empty() { "none".to_string() } else { status.commits.join("; ") },
-                            status.diff.describe(),
-                        );
-                        let structured = json!({"repository": workspace.repository, "status": status});
-                        text_result(text, structured, false)
-                    }
-                    Err(error) => error_result(&error),
-                },
-                RUN_CODING_AGENT => {
-                    let instructions = arguments.get("instructions").and_then(|value| value.as_str());
-                    let agent = arguments.get("agent").and_then(|value| value.as_str());
-                    let Some(instructions) = instructions.filter(|text| !text.trim().is_empty()) else {
-                        let got = match arguments.get("instructions") {
-                            None => "nothing".to_string(),
-                            Some(value) => value.to_string(),
-                        };
-                        let expected =
-                            "the coding agent's instructions in full: what to change, where, and how to check it";
-                        return ToolError::invalid("instructions", expected, got).into_result();
-                    };
-                    let task = match self.task_of(context).await {
-                        Ok(task) => task,
-                        Err(error) => return error_result(&error),
-                    };
-                    match self.work(&task, instructions, agent, context.run_id.as_deref(), &context.cancel).await {
-                        Ok(outcome) => {
-                            let failed = !outcome.report.finished();
-                            let structured = serde_json::to_value(&outcome).unwrap_or_default();
-                            text_result(outcome.text(), structured, failed)
-                        }
-                        Err(error) => error_result(&error),
-                    }
-                }
-                other => ToolError::UnknownTool {
-                    name: other.to_string(),
-                    suggestions: CODING_TOOLS.iter().map(|name| name.to_string()).collect(),
-                }
-                .into_result(),
-            }
-        })
-    }
 }

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use reqwest::StatusCode;
 use reqwest::header::{AUTHORIZATION, CONTENT_SECURITY_POLICY, COOKIE, SET_COOKIE};
 
-use super::{Access, Inspector};
+use super::{Access, AgentStatus, EventLog, Inspector, RecentEvent, Settings, WaitingRun};
 use crate::record::StoredRun;
+use crate::startup::StartupReport;
 use picogent_agent::{RunOutcome, RunRecord};
 use picogent_llm::{Message, ToolCall};
 use picogent_state::{FinishRun, RunStatus, State};
@@ -22,35 +23,93 @@ struct Served {
     _dir: tempfile::TempDir,
 }
 
-fn config(dir: &std::path::Path) -> picogent_config::Config {
-    serde_json::from_value(serde_json::json!({
-        "slug": "picogent",
-        "name": "Picogent",
-        "prompts_dir": dir.join("prompts"),
-        "tracker": {"url": "http://127.0.0.1:9"},
-        "llm": {"base_url": "http://127.0.0.1:9/v1", "model": "offline-<b>planner</b>"},
-        "state": {"path": dir.join("state.db")},
-    }))
-    .unwrap()
+/// What the runtime hands the inspector for a config with a model whose name holds markup, and
+/// every other setting at its default.
+fn settings() -> Settings {
+    Settings {
+        slug: "picogent".into(),
+        tracker_url: "http://127.0.0.1:9".into(),
+        task_pages: "http://127.0.0.1:9/tasks/{id}".into(),
+        message_pages: "http://127.0.0.1:9/messages/{id}".into(),
+        limits: picogent_agent::Limits::default(),
+        model: "offline-<b>planner</b>".into(),
+        model_url: "http://127.0.0.1:9/v1".into(),
+        priced: false,
+        listen: "127.0.0.1:9464".into(),
+        allowed_hosts: Vec::new(),
+        max_live_streams: picogent_web::LiveStreams::DEFAULT_MAX,
+        sessions: picogent_web::SessionLimits {
+            idle: Some(std::time::Duration::from_secs(8 * 60 * 60)),
+            lifetime: Some(std::time::Duration::from_secs(24 * 60 * 60)),
+            ..picogent_web::SessionLimits::default()
+        },
+    }
+}
+
+/// The running agent as a test shows it: how it started, and two events the router judged.
+struct Agent {
+    startup: Option<StartupReport>,
+    /// Never sends: held, so a live page waits on its tick.
+    changes: tokio::sync::broadcast::Sender<()>,
+}
+
+impl Default for Agent {
+    fn default() -> Agent {
+        Agent { startup: None, changes: tokio::sync::broadcast::channel(1).0 }
+    }
+}
+
+impl AgentStatus for Agent {
+    fn connected(&self) -> bool {
+        false
+    }
+    fn caught_up(&self) -> bool {
+        false
+    }
+    fn superseded(&self) -> Option<&str> {
+        None
+    }
+    fn active_runs(&self) -> usize {
+        0
+    }
+    fn awaiting_input(&self) -> usize {
+        0
+    }
+    fn waiting(&self) -> Vec<WaitingRun> {
+        Vec::new()
+    }
+    fn startup(&self) -> Option<StartupReport> {
+        self.startup.clone()
+    }
+    fn subscribe(&self) -> tokio::sync::broadcast::Receiver<()> {
+        self.changes.subscribe()
+    }
+}
+
+impl EventLog for Agent {
+    fn recent_events(&self) -> Vec<RecentEvent> {
+        let at = time::OffsetDateTime::now_utc();
+        vec![
+            RecentEvent { at, name: "task.assigned".into(), fate: "run".into() },
+            RecentEvent { at, name: "message.new".into(), fate: "own_message".into() },
+        ]
+    }
 }
 
 async fn serve(listen: &str, access: Access) -> Served {
-    serve_with(listen, access, Arc::default()).await
+    serve_with(listen, access, Agent::default()).await
 }
 
-/// [`serve`], showing what `status` says of the running agent.
-async fn serve_with(listen: &str, access: Access, status: Arc<crate::status::StatusBoard>) -> Served {
+/// [`serve`], showing what `agent` says of the running agent.
+async fn serve_with(listen: &str, access: Access, agent: Agent) -> Served {
     let dir = tempfile::tempdir().unwrap();
-    let config = config(dir.path());
-    let state = State::open(&config.state.path).await.unwrap();
-    let metrics = Arc::new(crate::metrics::Metrics::default());
-    metrics.event(crate::metrics::EventName::MessageNew, "own_message");
-    metrics.event(crate::metrics::EventName::TaskAssigned, "run");
+    let state = State::open(&dir.path().join("state.db")).await.unwrap();
+    let agent = Arc::new(agent);
     let inspector = Inspector::new(
         state.clone(),
-        status,
-        metrics,
-        Arc::new(config),
+        agent.clone(),
+        agent,
+        settings(),
         vec!["get_task".into()],
         access,
         tokio_util::sync::CancellationToken::new(),
@@ -58,7 +117,9 @@ async fn serve_with(listen: &str, access: Access, status: Arc<crate::status::Sta
     let listen: SocketAddr = listen.parse().unwrap();
     let doors = picogent_web::DoorLimits::default();
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let (addr, _server) = crate::http::serve(listen, super::routes(inspector), doors, shutdown).await.unwrap();
+    let listener = tokio::net::TcpListener::bind(listen).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(picogent_web::serve::serve(listener, super::routes(inspector), doors, shutdown, "http.listen"));
     let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
     Served { url: format!("http://127.0.0.1:{}", addr.port()), state, http, _dir: dir }
 }
@@ -217,15 +278,15 @@ fn a_listener_off_loopback_without_a_token_serves_no_inspector() {
 #[test]
 fn the_terminal_shows_the_same_run() {
     let dir = tempfile::tempdir().unwrap();
-    let config = config(dir.path());
+    let settings = settings();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let text = runtime.block_on(async {
-        let state = State::open(&config.state.path).await.unwrap();
+        let state = State::open(&dir.path().join("state.db")).await.unwrap();
         let run_id = hostile_run(&state).await;
         let run = state.get_run(&run_id).await.unwrap().unwrap();
-        let list = super::cli::list_text(&[super::view::summary(&run, &config)], time::OffsetDateTime::now_utc());
+        let list = super::cli::list_text(&[super::view::summary(&run, &settings)], time::OffsetDateTime::now_utc());
         assert!(list.contains(&run_id[..8]) && list.contains("completed") && list.contains("just now"), "{list}");
-        super::cli::show_text(&super::view::detail(&run, &config, None))
+        super::cli::show_text(&super::view::detail(&run, &settings, None))
     });
     for part in [
         "== system prompt",
@@ -245,16 +306,16 @@ fn the_terminal_shows_the_same_run() {
 #[test]
 fn a_run_links_to_its_task_where_the_config_says_the_board_shows_it() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = config(dir.path());
+    let mut settings = settings();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let run = runtime.block_on(async {
-        let state = State::open(&config.state.path).await.unwrap();
+        let state = State::open(&dir.path().join("state.db")).await.unwrap();
         let run_id = hostile_run(&state).await;
         state.get_run(&run_id).await.unwrap().unwrap()
     });
-    assert_eq!(super::view::summary(&run, &config).link.as_deref(), Some("http://127.0.0.1:9/tasks/t-1"));
-    config.http.task_link = Some("https://board.example.com/task/{id}/view".into());
-    assert_eq!(super::view::summary(&run, &config).link.as_deref(), Some("https://board.example.com/task/t-1/view"));
+    assert_eq!(super::view::summary(&run, &settings).link.as_deref(), Some("http://127.0.0.1:9/tasks/t-1"));
+    settings.task_pages = "https://board.example.com/task/{id}/view".into();
+    assert_eq!(super::view::summary(&run, &settings).link.as_deref(), Some("https://board.example.com/task/t-1/view"));
 }
 
 /// A finished chat run, answering a message whose words it stored at its start.
@@ -320,8 +381,7 @@ async fn a_chat_run_is_named_by_its_words_and_statuses_and_times_read_as_words()
 
 #[tokio::test]
 async fn the_health_page_says_how_it_started_in_a_table() {
-    use crate::startup::{ReconcileReport, StartupReport};
-    let status = Arc::new(crate::status::StatusBoard::default());
+    use crate::startup::ReconcileReport;
     let mut found = ReconcileReport::default();
     found.tasks.open = 3;
     found.tasks.worked = 1;
@@ -332,13 +392,13 @@ async fn the_health_page_says_how_it_started_in_a_table() {
     found.mentions.skip("old");
     found.mentions.skip("a_reason_added_later");
     found.errors.push("cannot read the comments of TE-9: tracker error 500".into());
-    status.set_startup(StartupReport {
-        mode: crate::transport::StartMode::Head,
+    let startup = Some(StartupReport {
+        mode: picogent_tracker::stream::StartMode::Head,
         from_seq: 41,
         skipped_events: 7,
         reconciliation: Some(found),
     });
-    let served = serve_with("127.0.0.1:0", Access::Open, status).await;
+    let served = serve_with("127.0.0.1:0", Access::Open, Agent { startup, ..Agent::default() }).await;
     let (code, html) = served.get("/health").await;
     assert_eq!(code, StatusCode::OK);
     let startup =
@@ -381,21 +441,4 @@ async fn a_page_for_another_host_name_gets_nothing() {
             served.http.get(format!("{}/runs", served.url)).header(reqwest::header::HOST, &host).send().await.unwrap();
         assert_eq!(answer.status(), StatusCode::OK, "{host}");
     }
-}
-
-#[test]
-fn http_allowed_hosts_takes_host_names_and_nothing_else() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("prompts")).unwrap();
-    let load = |hosts: serde_json::Value| {
-        let mut text = serde_json::to_value(config(dir.path())).unwrap();
-        text["http"]["allowed_hosts"] = hosts;
-        let path = dir.path().join("agent.json");
-        std::fs::write(&path, text.to_string()).unwrap();
-        picogent_config::Config::load(&path)
-    };
-    let loaded = load(serde_json::json!(["agent.example.com", "agent.example.com:8443"])).unwrap();
-    assert_eq!(loaded.http.allowed_hosts, ["agent.example.com", "agent.example.com:8443"]);
-    let error = load(serde_json::json!(["https://agent.example.com/"])).unwrap_err().to_string();
-    assert!(error.contains("http.allowed_hosts") && error.contains("is not a host name"), "{error}");
 }

@@ -5,7 +5,7 @@
 use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::{LinkStatus, MAX_GAP_TRIES, SessionEnd, StreamItem};
-use picogent_tracker::model::{ClientFrame, Event, EventEnvelope, ReceivedEvent, ServerControl};
+use crate::model::{ClientFrame, Event, EventEnvelope, ReceivedEvent, ServerControl};
 
 /// Where a session is in the log.
 #[derive(Debug)]

@@ -1,33 +1,35 @@
 //! `picogent runs list` and `picogent runs show ID`: the inspector's runs and run pages as text,
-//! read from the state database of a config, for servers without a browser.
+//! read from the state database of a config, for servers without a browser. The binary loads the
+//! config and hands over its `state` section and the inspector's [`Settings`].
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
 
-use super::view::{self, RunDetail, RunFilter, RunLine};
-use picogent_config::Config;
-use picogent_state::State;
+use crate::settings::Settings;
+use crate::view::{self, RunDetail, RunFilter, RunLine};
+use picogent_state::{State, StateConfig};
 
-/// The state database the config names, for the commands that read it.
-pub(super) async fn open_state(config: &Config) -> anyhow::Result<State> {
-    State::open_from_config(&config.state, &config.slug)
+/// The state database the config names (`state`, of the agent `slug`), for the commands that
+/// read it.
+pub(crate) async fn open_state(state: &StateConfig, slug: &str) -> anyhow::Result<State> {
+    State::open_from_config(state, slug)
         .await
         .context("cannot open the state database the config names (state.path or state.url)")
 }
 
-/// `picogent runs list`: the newest `limit` runs, newest first, filtered.
-pub async fn list(config_path: &std::path::Path, limit: u32, filter: RunFilter) -> anyhow::Result<ExitCode> {
-    let config = Config::load(config_path)?;
-    let state = open_state(&config).await?;
+/// `picogent runs list`: the newest `limit` runs, newest first, filtered, from the state
+/// database `state`.
+pub async fn list(settings: &Settings, state: &StateConfig, limit: u32, filter: RunFilter) -> anyhow::Result<ExitCode> {
+    let state = open_state(state, &settings.slug).await?;
     let runs = state.list_runs(limit).await;
     state.close().await;
     let summaries: Vec<RunLine> = runs
         .context("cannot read the runs")?
         .iter()
         .filter(|run| filter.keeps(run))
-        .map(|run| view::summary(run, &config))
+        .map(|run| view::summary(run, settings))
         .collect();
     print!("{}", list_text(&summaries, time::OffsetDateTime::now_utc()));
     Ok(ExitCode::SUCCESS)
@@ -78,16 +80,16 @@ pub fn list_text(runs: &[RunLine], now: time::OffsetDateTime) -> String {
 }
 
 /// `picogent runs show ID`: one run in full; `ID` is a run's id or its start (the 8-character
-/// short id `runs list` and the inspector show). Exit 1 when no run, or several, match.
-pub async fn show(config_path: &std::path::Path, run_id: &str) -> anyhow::Result<ExitCode> {
-    let config = Config::load(config_path)?;
-    let state = open_state(&config).await?;
+/// short id `runs list` and the inspector show), from the state database `state`. Exit 1 when no
+/// run, or several, match.
+pub async fn show(settings: &Settings, state: &StateConfig, run_id: &str) -> anyhow::Result<ExitCode> {
+    let state = open_state(state, &settings.slug).await?;
     let found = find_run(&state, run_id).await;
     let location = state.location();
     state.close().await;
     match found.context("cannot read the run")? {
         Found::One(run) => {
-            print!("{}", show_text(&view::detail(&run, &config, None)));
+            print!("{}", show_text(&view::detail(&run, settings, None)));
             Ok(ExitCode::SUCCESS)
         }
         Found::None if run_id.trim().is_empty() => {

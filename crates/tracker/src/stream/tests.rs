@@ -1,7 +1,7 @@
 use super::frame::preview;
 use super::start::Start;
 use super::*;
-use picogent_tracker::model::Event;
+use crate::model::Event;
 
 const TASK: &str = r#"{"id": "t1", "key": "TE-3", "project_slug": "team", "title": "Fix it", "status": "todo"}"#;
 
@@ -122,12 +122,14 @@ fn at_the_head_the_replay_is_counted_not_passed_on_and_never_a_gap() {
 struct Position(Option<u64>);
 
 impl ResumePosition for Position {
-    fn last_processed_seq(&self) -> BoxFuture<'_, Result<u64, StateError>> {
+    type Error = std::convert::Infallible;
+
+    fn last_processed_seq(&self) -> BoxFuture<'_, Result<u64, Self::Error>> {
         let seq = self.0.unwrap_or(0);
         Box::pin(async move { Ok(seq) })
     }
 
-    fn recorded_position(&self) -> BoxFuture<'_, Result<Option<u64>, StateError>> {
+    fn recorded_position(&self) -> BoxFuture<'_, Result<Option<u64>, Self::Error>> {
         let seq = self.0;
         Box::pin(async move { Ok(seq) })
     }

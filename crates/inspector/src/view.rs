@@ -4,9 +4,9 @@
 use serde::Serialize;
 use time::OffsetDateTime;
 
-use crate::metrics::RecentEvent;
+use crate::RecentEvent;
 use crate::record::StoredRun;
-use picogent_config::Config;
+use crate::settings::Settings;
 use picogent_llm::Message;
 use picogent_state::{RunRow, RunStatus};
 use picogent_tracker::session::SessionKey;
@@ -40,15 +40,15 @@ pub fn trigger_kind(trigger: &str) -> &str {
     trigger.split_whitespace().next().unwrap_or("")
 }
 
-pub fn summary(run: &RunRow, config: &Config) -> RunLine {
+pub fn summary(run: &RunRow, settings: &Settings) -> RunLine {
     let now = OffsetDateTime::now_utc();
     let duration = match run.duration() {
         Some(duration) => seconds(duration.as_secs_f64()),
         None => format!("{} so far", seconds((now - run.started_at).as_seconds_f64().max(0.0))),
     };
     let link = match &run.session_key {
-        SessionKey::Task(id) => Some(config.http.task_link(&config.tracker.url, id)),
-        SessionKey::Thread(id) => Some(config.http.message_link(&config.tracker.url, id)),
+        SessionKey::Task(id) => Some(settings.task_link(id)),
+        SessionKey::Thread(id) => Some(settings.message_link(id)),
         SessionKey::Prompt(_) | SessionKey::Schedule(_) => None,
     };
     let words = match run.session_key {
@@ -259,11 +259,11 @@ pub struct Budget {
 }
 
 /// The run's detail; `live` is the coding work of the runs going on in this process, if any.
-pub fn detail(run: &RunRow, config: &Config, live: Option<&picogent_workspace::CodingRuns>) -> RunDetail {
+pub fn detail(run: &RunRow, settings: &Settings, live: Option<&picogent_workspace::CodingRuns>) -> RunDetail {
     let stored = StoredRun::of(run);
     let record = stored.as_ref().and_then(|stored| stored.record.clone());
     let transcript = stored.as_ref().map(transcript).unwrap_or_default();
-    let limits = &config.limits;
+    let limits = &settings.limits;
     let wall_ms = run.duration().map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     // A running run's counts are in its last checkpoint; the row has them once it ends.
     let (turns, tool_calls, tokens) = match (&record, run.status) {
@@ -278,7 +278,7 @@ pub fn detail(run: &RunRow, config: &Config, live: Option<&picogent_workspace::C
     ];
     let failed = matches!(run.status, RunStatus::Failed | RunStatus::Stopped);
     RunDetail {
-        summary: summary(run, config),
+        summary: summary(run, settings),
         session_key: run.session_key.clone(),
         system_prompt: stored.as_ref().and_then(|stored| stored.system_prompt.clone()),
         prompt: stored.as_ref().map(|stored| stored.prompt.clone()).or_else(|| start_prompt(run)),
@@ -304,11 +304,11 @@ fn prompt_cache_line(record: &picogent_agent::RunRecord) -> Option<String> {
     let share = record.cached_tokens.saturating_mul(100).checked_div(record.prompt_tokens).unwrap_or(0);
     let mut line = format!(
         "{} of {} prompt tokens read from the cache ({share}%)",
-        crate::answer::thousands(record.cached_tokens),
-        crate::answer::thousands(record.prompt_tokens)
+        picogent_notices::thousands(record.cached_tokens),
+        picogent_notices::thousands(record.prompt_tokens)
     );
     if record.cache_write_tokens > 0 {
-        line.push_str(&format!(", {} written to it", crate::answer::thousands(record.cache_write_tokens)));
+        line.push_str(&format!(", {} written to it", picogent_notices::thousands(record.cache_write_tokens)));
     }
     Some(line)
 }
@@ -493,7 +493,7 @@ pub struct Skipped {
 }
 
 pub fn startup_view(report: &crate::startup::StartupReport) -> StartupView {
-    use crate::transport::StartMode;
+    use picogent_tracker::stream::StartMode;
     let began = match report.mode {
         StartMode::Head => match report.skipped_events {
             0 => format!("a first start: at the tracker's head (seq {}), nothing before it", report.from_seq),

@@ -16,9 +16,10 @@
 //!
 //! Invariants:
 //! - nothing is lost: a frame that parses as an event of a known name is put into the channel
-//!   before the next frame is read; the stream itself never marks anything processed (the
-//!   router does, through [`picogent_state::State::record_event`]), so a resume after a reconnect
-//!   asks again for everything not yet recorded;
+//!   before the next frame is read; the stream itself never marks anything processed (its
+//!   consumer does, and tells it through [`ResumePosition`]: the runtime's router records each
+//!   event in the state, which implements it), so a resume after a reconnect asks again for
+//!   everything not yet recorded;
 //! - the stream does not dedupe: a replay may repeat events the router already recorded, and
 //!   the router drops them by event id;
 //! - input from the network never panics the task: an unparsable frame or an unknown event is
@@ -55,10 +56,10 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_util::sync::CancellationToken;
 
-use picogent_state::{State, StateError};
+use crate::TrackerClient;
+use crate::config::TrackerConfig;
+use crate::model::{ClientFrame, ReceivedEvent, limits};
 use picogent_support::retry::reconnect_delay;
-use picogent_tracker::TrackerClient;
-use picogent_tracker::model::{ClientFrame, ReceivedEvent, limits};
 
 use frame::{Cursor, client_frame, describe_read_error, read_message};
 use start::{Opening, begin, caught_up_at, plan_start};
@@ -104,9 +105,9 @@ impl StreamOptions {
         }
     }
 
-    /// The production values, with the token variable named in `config`.
-    pub fn from_config(config: &picogent_config::Config) -> StreamOptions {
-        StreamOptions::new(config.tracker.token_env.clone())
+    /// The production values, with the token variable named in the `tracker` section.
+    pub fn from_config(tracker: &TrackerConfig) -> StreamOptions {
+        StreamOptions::new(tracker.token_env.clone())
     }
 }
 
@@ -161,46 +162,39 @@ pub enum StreamError {
     InvalidUrl { url: String, message: String },
 }
 
-/// Where the stream reads the resume point from before each `resume`.
+/// Where the stream reads the resume point from before each `resume`: the consumer's record of
+/// what it processed (the runtime's state implements it, in `picogent_state`).
 pub trait ResumePosition: Send + Sync + 'static {
+    /// Why the position could not be read or recorded; the stream logs it and tries again at the
+    /// next connection.
+    type Error: std::error::Error + Send + Sync + 'static;
+
     /// The highest seq already processed; the server replays everything after it.
-    fn last_processed_seq(&self) -> BoxFuture<'_, Result<u64, StateError>>;
+    fn last_processed_seq(&self) -> BoxFuture<'_, Result<u64, Self::Error>>;
 
     /// The resume point, or `None` when nothing was ever recorded (a first start). By default a
     /// position is always recorded.
-    fn recorded_position(&self) -> BoxFuture<'_, Result<Option<u64>, StateError>> {
+    fn recorded_position(&self) -> BoxFuture<'_, Result<Option<u64>, Self::Error>> {
         Box::pin(async move { self.last_processed_seq().await.map(Some) })
     }
 
     /// Records that a first start began at the tracker's head `seq`.
-    fn record_head(&self, seq: u64) -> BoxFuture<'_, Result<(), StateError>> {
+    fn record_head(&self, seq: u64) -> BoxFuture<'_, Result<(), Self::Error>> {
         let _ = seq;
         Box::pin(async { Ok(()) })
     }
 }
 
-impl ResumePosition for State {
-    fn last_processed_seq(&self) -> BoxFuture<'_, Result<u64, StateError>> {
-        Box::pin(self.last_seq())
-    }
-
-    fn recorded_position(&self) -> BoxFuture<'_, Result<Option<u64>, StateError>> {
-        Box::pin(self.stream_position())
-    }
-
-    fn record_head(&self, seq: u64) -> BoxFuture<'_, Result<(), StateError>> {
-        Box::pin(self.record_stream_head(seq))
-    }
-}
-
 /// A counter kept by the consumer (tools and tests that keep no database).
 impl ResumePosition for Arc<AtomicU64> {
-    fn last_processed_seq(&self) -> BoxFuture<'_, Result<u64, StateError>> {
+    type Error = std::convert::Infallible;
+
+    fn last_processed_seq(&self) -> BoxFuture<'_, Result<u64, Self::Error>> {
         let seq = self.load(Ordering::SeqCst);
         Box::pin(async move { Ok(seq) })
     }
 
-    fn record_head(&self, seq: u64) -> BoxFuture<'_, Result<(), StateError>> {
+    fn record_head(&self, seq: u64) -> BoxFuture<'_, Result<(), Self::Error>> {
         self.fetch_max(seq, Ordering::SeqCst);
         Box::pin(async { Ok(()) })
     }

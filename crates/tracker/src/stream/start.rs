@@ -3,7 +3,6 @@
 //! (`plan_start`), and the report itself (`begin`).
 
 use super::{LinkStatus, ResumePosition, StreamItem};
-use picogent_state::StateError;
 
 /// Where the stream begins the first time this process connects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -62,11 +61,11 @@ pub(super) struct Start {
 /// events not passed on) — or from 0 again with `--from-start`, which never skips. A replay cut
 /// off by a lost connection goes on from what was processed of it: the position moves only as
 /// events are recorded.
-pub(super) async fn plan_start(
+pub(super) async fn plan_start<R: ResumePosition>(
     start: StreamStart,
     first_connection: bool,
-    resume: &impl ResumePosition,
-) -> Result<Start, StateError> {
+    resume: &R,
+) -> Result<Start, R::Error> {
     let recorded = resume.recorded_position().await?;
     Ok(match (start, recorded) {
         (StreamStart::FromStart, None) => Start { mode: StartMode::FromStart, after_seq: 0 },

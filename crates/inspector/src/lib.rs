@@ -1,8 +1,24 @@
-//! The run inspector: what `picogent run` shows a person at `/` on `http.listen` — its runs
-//! (newest first, live), each run's prompts, turns, tool calls, budgets and notice, its
-//! coding agent's output (live while it works) with the branch, commit and diff it left, the recent
-//! events and what became of them, the spend per day against the budget, and its health.
-//! `picogent runs list|show` print the same from the state database ([`cli`]).
+//! The run inspector: what the agent did, as a person reads it. What `picogent run` shows at `/`
+//! on `http.listen`: its runs (newest first, live), each run's prompts, turns, tool calls,
+//! budgets and notice, its coding agent's output (live while it works) with the branch, commit
+//! and diff it left, the recent events and what became of them, the spend per day against the
+//! budget, and its health.
+//! `picogent runs list|show` print the same from the state database ([`cli`]), and
+//! `picogent schedules list|run` the schedules ([`schedules`]).
+//!
+//! Codemap: this file (the routes, [`Access`], [`Inspector`]); `pages.rs` (the handlers);
+//! [`view`] (the view models both the pages and [`cli`] print); [`schedules`] (the schedules'
+//! page and text); [`record`] (what is stored with a run: the runtime writes it, the pages, the
+//! CLI and MCP read it); [`startup`] (how the agent started, as the runtime reports it);
+//! [`live`] (what it reads of the running agent); `settings.rs` ([`Settings`]: what it reads of
+//! the configuration, handed over by the runtime or the binary); `templates/*.html`.
+//!
+//! Invariants:
+//! - it shows, and does not act: it writes no row of the state, and the one thing it asks of the
+//!   agent is a schedule's "run now", which the scheduler does ([`ScheduleControl`]);
+//! - it reads what was done from the state ([`picogent_state::State`]'s read API) and what goes
+//!   on now through the traits of [`live`], which the runtime implements: it never depends on the
+//!   runtime, nor on the config crate ([`Settings`] is all it reads of the configuration).
 //!
 //! Who may look: a loopback listener needs no login; on any other address every page and stream
 //! needs the token from `http.ui_token_env` (`Authorization: Bearer`, or a cookie set by the
@@ -16,11 +32,24 @@
 //! its name to 127.0.0.1 could read every transcript on a loopback listener.
 //! Transcripts hold tracker and model text: every page is escaped by the templates and sent with
 //! the shared Content-Security-Policy (`picogent_web`).
+//!
+//! Where things are: the runtime implements the traits of `live.rs` (`metrics.rs`: recent events
+//! and their fate; `status.rs`; `scheduler.rs`: "run now") and serves the routes on its listener; a
+//! run's coding agent output is read live from the workspace crate's `CodingRuns` while it runs and
+//! as stored after, as MCP's `run://{id}/logs` reads it; `cli.rs` finds a run by the start of its
+//! id (`State::run_ids_starting_with`) and keeps the list within 120 columns.
 
 pub mod cli;
+pub mod live;
 mod pages;
+pub mod record;
 pub mod schedules;
+mod settings;
+pub mod startup;
 pub mod view;
+
+pub use live::{AgentStatus, EventLog, RECENT_EVENTS, RecentEvent, ScheduleControl, WaitingRun};
+pub use settings::Settings;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, LazyLock};
@@ -34,9 +63,6 @@ use axum::routing::{get, post};
 use minijinja::Environment;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::Metrics;
-use crate::status::StatusBoard;
-use picogent_config::Config;
 use picogent_state::State;
 use picogent_support::secret::Secret;
 
@@ -100,9 +126,12 @@ impl Access {
 #[derive(Clone)]
 pub struct Inspector {
     pub state: State,
-    pub status: Arc<StatusBoard>,
-    pub metrics: Arc<Metrics>,
-    pub config: Arc<Config>,
+    /// The running agent's status (the runtime's status board).
+    pub status: Arc<dyn AgentStatus>,
+    /// The recent events and their fate (the runtime's metrics).
+    pub events: Arc<dyn EventLog>,
+    /// What it reads of the configuration.
+    pub settings: Arc<Settings>,
     /// The names of the tools the agent offers, for the health page.
     pub tools: Arc<Vec<String>>,
     pub access: Access,
@@ -118,28 +147,29 @@ pub struct Inspector {
     /// The coding agents' output of the runs going on now (`workspaces`), for the run page.
     pub coding: Option<Arc<picogent_workspace::CodingRuns>>,
     /// The schedules, for their page and its "run now".
-    pub schedules: Option<crate::scheduler::Schedules>,
+    pub schedules: Option<Arc<dyn ScheduleControl>>,
 }
 
 impl Inspector {
     pub fn new(
         state: State,
-        status: Arc<StatusBoard>,
-        metrics: Arc<Metrics>,
-        config: Arc<Config>,
+        status: Arc<dyn AgentStatus>,
+        events: Arc<dyn EventLog>,
+        settings: Settings,
         tools: Vec<String>,
         access: Access,
         shutdown: CancellationToken,
     ) -> Inspector {
-        let sessions = Arc::new(picogent_web::Sessions::new(config.http.sessions()));
+        let sessions = Arc::new(picogent_web::Sessions::new(settings.sessions));
         let sign_ins = Arc::new(picogent_web::SignInRate::new(picogent_web::SignInRate::DEFAULT_PER_MINUTE));
-        let live_streams = picogent_web::LiveStreams::new(config.http.max_live_streams);
+        let live_streams = picogent_web::LiveStreams::new(settings.max_live_streams);
+        let settings = Arc::new(settings);
         let tools = Arc::new(tools);
         Inspector {
             state,
             status,
-            metrics,
-            config,
+            events,
+            settings,
             tools,
             access,
             shutdown,
@@ -152,7 +182,7 @@ impl Inspector {
     }
 
     /// Shows the schedules on `/schedules`, and lets a person fire one now.
-    pub fn with_schedules(mut self, schedules: crate::scheduler::Schedules) -> Inspector {
+    pub fn with_schedules(mut self, schedules: Arc<dyn ScheduleControl>) -> Inspector {
         self.schedules = Some(schedules);
         self
     }
@@ -167,9 +197,9 @@ impl Inspector {
 /// Every page and stream of the inspector, behind its access check, all behind the check of
 /// the host names it answers to.
 pub fn routes(inspector: Inspector) -> Router {
-    let http = &inspector.config.http;
-    let listen = http.listen.parse::<SocketAddr>().map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |addr| addr.ip());
-    let hosts = Arc::new(picogent_web::hosts::OwnHosts::new(listen, &http.allowed_hosts));
+    let settings = &inspector.settings;
+    let listen = settings.listen.parse::<SocketAddr>().map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |addr| addr.ip());
+    let hosts = Arc::new(picogent_web::hosts::OwnHosts::new(listen, &settings.allowed_hosts));
     Router::new()
         .route("/", get(pages::runs_page))
         .route("/runs", get(pages::runs_page))
