@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use picogent_config::McpServerConfig;
+use picogent_mcp::McpServerConfig;
 use picogent_mcp::client::{ServerConnection, ServerStatus};
 use picogent_mcp::host::McpHost;
 use picogent_mcp::results::ArtifactStore;
@@ -24,7 +24,9 @@ use rmcp::model::{
     Implementation, ListPromptsResult, ListToolsResult, PaginatedRequestParams, Prompt, ServerCapabilities,
     ServerConfig, SubscriptionFilter, Tool,
 };
-use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext, SubscriptionSink};
+use rmcp::service::{
+    NotificationContext, RequestContext, SubscriptionContext, SubscriptionSendError, SubscriptionSink,
+};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
@@ -54,6 +56,8 @@ struct Flood {
     version: AtomicUsize,
     /// `tools/list` requests answered (or held) so far.
     tool_lists: AtomicUsize,
+    /// `subscriptions/listen` streams opened so far (more than one: picogent fell behind).
+    streams: AtomicUsize,
     /// Set once the last notification of the burst was sent.
     burst_sent: AtomicBool,
     /// `false` while `tools/list` requests are held.
@@ -68,6 +72,7 @@ impl Flood {
         Arc::new(Flood {
             version: AtomicUsize::new(0),
             tool_lists: AtomicUsize::new(0),
+            streams: AtomicUsize::new(0),
             burst_sent: AtomicBool::new(false),
             released: watch::channel(true).0,
             outlets: Mutex::default(),
@@ -80,8 +85,7 @@ impl Flood {
     }
 
     /// Sends the burst: each notification after the version it announces, then the
-    /// `prompts/list_changed` that marks its end. A notification the transport refuses (a
-    /// stream picogent let go of to open it again) is skipped: the version still moves on.
+    /// `prompts/list_changed` that marks its end.
     async fn send_burst(&self) {
         self.released.send_replace(false);
         for version in 1..=BURST {
@@ -92,18 +96,29 @@ impl Flood {
         self.notify(true).await;
     }
 
+    /// Sends one notification on the outlet picogent listens on. One the stream refuses (picogent
+    /// let go of it to open it again) is sent again on the stream opened next, as a server sends a
+    /// change on the streams open when it happens. Skipping it would lose it: rmcp acknowledges a
+    /// `subscriptions/listen` before it calls [`FloodServer::listen`], so the lists picogent reads
+    /// again on that acknowledgment can be read before a change this server sends in between,
+    /// which then reaches no stream (the burst's end among them, and the tools lists held forever).
     async fn notify(&self, prompts: bool) {
-        let (session, stream) = {
+        let mut reopened = self.outlet_ready.subscribe();
+        let (session, mut stream) = {
             let outlets = self.outlets();
             (outlets.session.clone(), outlets.stream.clone())
         };
-        if let Some(stream) = stream {
-            let _ = if prompts {
-                stream.notify_prompt_list_changed().await
-            } else {
-                stream.notify_tool_list_changed().await
-            };
-        } else if let Some(session) = session {
+        while let Some(sink) = stream {
+            let sent =
+                if prompts { sink.notify_prompt_list_changed().await } else { sink.notify_tool_list_changed().await };
+            if !matches!(sent, Err(SubscriptionSendError::SubscriptionClosed)) {
+                return;
+            }
+            let waited = tokio::time::timeout(WAIT, reopened.changed()).await;
+            waited.expect("picogent to open its list-change stream again").unwrap();
+            stream = self.outlets().stream.clone();
+        }
+        if let Some(session) = session {
             let _ = if prompts {
                 session.notify_prompt_list_changed().await
             } else {
@@ -159,6 +174,7 @@ impl ServerHandler for FloodServer {
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
         self.0.outlets().stream = Some(context.sink().clone());
+        self.0.streams.fetch_add(1, Ordering::SeqCst);
         self.0.outlet_ready.send_replace(true);
         context.cancelled().await;
         Ok(())
@@ -224,7 +240,8 @@ async fn a_flood_of_list_changed_costs_a_few_refreshes_and_keeps_the_last_list()
         let last = format!("v{BURST}");
         until(server, "the last tools list", |server| tool_names(server) == [last.as_str()]).await;
         let refreshes = flood.tool_lists.load(Ordering::SeqCst) - before;
-        println!("{protocol}: {BURST} notifications, {refreshes} tools/list");
+        let streams = flood.streams.load(Ordering::SeqCst);
+        println!("{protocol}: {BURST} notifications, {refreshes} tools/list, {streams} listen streams");
         assert!(
             (1..=MAX_REFRESHES_PER_BURST).contains(&refreshes),
             "{protocol}: {BURST} notifications cost {refreshes} tools/list"

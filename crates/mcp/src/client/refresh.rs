@@ -14,7 +14,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use rmcp::model::{ServerNotification, SubscriptionFilter};
-use rmcp::service::Subscription;
+use rmcp::service::{Subscription, SubscriptionEnd};
 use rmcp::{Peer, RoleClient, ServiceError};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -169,32 +169,41 @@ pub(super) async fn forward_list_changes(
             next = subscription.next() => next,
             _ = stop.cancelled() => return,
         };
-        match next {
+        let capacity = match next {
             Ok(Some(notification)) => {
                 if let Some(what) = Refresh::of(&notification) {
                     refreshes.mark(&server, what);
                 }
+                continue;
             }
-            Ok(None) => return,
-            Err(ServiceError::SubscriptionLagged { capacity }) => {
-                tracing::debug!(server, capacity, "mcp list-change stream fell behind; opening it again");
-                // Open first, then mark: a change after the new stream is open is heard on it,
-                // one before is read by the refreshes marked here.
-                let reopened = tokio::select! {
-                    reopened = listen_within(&peer, limit) => reopened,
-                    _ = stop.cancelled() => return,
-                };
-                refreshes.mark_all();
-                match reopened {
-                    Ok(reopened) => subscription = reopened,
-                    Err(error) => {
-                        tracing::warn!(server, %error, "cannot open the mcp list-change stream again; its lists are no longer refreshed until it reconnects");
-                        return;
-                    }
+            // rmcp ends a stream that fell behind as it ends any other, with no next
+            // notification: only its end tells the two apart.
+            Ok(None) => match subscription.end() {
+                Some(SubscriptionEnd::Lagged { capacity }) => *capacity,
+                end => {
+                    tracing::debug!(server, ?end, "mcp list-change stream ended");
+                    return;
                 }
-            }
+            },
+            Err(ServiceError::SubscriptionLagged { capacity }) => capacity,
             Err(error) => {
                 tracing::debug!(server, %error, "mcp list-change stream ended");
+                return;
+            }
+        };
+        tracing::debug!(server, capacity, "mcp list-change stream fell behind; opening it again");
+        // Open first, then mark: a change after the new stream is open is heard on it, one before
+        // is read by the refreshes marked here. (A change sent on the old stream after it fell
+        // behind still reaches the connection's handler, which marks it too.)
+        let reopened = tokio::select! {
+            reopened = listen_within(&peer, limit) => reopened,
+            _ = stop.cancelled() => return,
+        };
+        refreshes.mark_all();
+        match reopened {
+            Ok(reopened) => subscription = reopened,
+            Err(error) => {
+                tracing::warn!(server, %error, "cannot open the mcp list-change stream again; its lists are no longer refreshed until it reconnects");
                 return;
             }
         }
