@@ -230,7 +230,7 @@ async fn require_access(AxumState(inspector): AxumState<Inspector>, request: Req
         .get(header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")));
-    let by_bearer = bearer.is_some_and(|given| picogent_mcp::server::token_matches(given, token));
+    let by_bearer = bearer.is_some_and(|given| token.matches(given));
     let by_cookie =
         picogent_web::cookie(headers, SESSION_COOKIE).is_some_and(|id| inspector.sessions.find(id).is_some());
     if by_bearer || by_cookie {

@@ -191,7 +191,7 @@ pub async fn login(State(inspector): State<Inspector>, form: Result<Form<Login>,
         return page;
     }
     let Ok(Form(Login { token: given })) = form else { return login_form(StatusCode::UNAUTHORIZED, true) };
-    if !picogent_mcp::server::token_matches(given.trim(), token) {
+    if !token.matches(given.trim()) {
         tracing::warn!("refused an inspector sign-in with a wrong token");
         return login_form(StatusCode::UNAUTHORIZED, true);
     }

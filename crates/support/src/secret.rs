@@ -27,6 +27,14 @@ impl Secret {
     pub fn expose(&self) -> &str {
         &self.0
     }
+
+    /// Whether `given` (a token a client sent) is this secret, compared without stopping at the
+    /// first difference, so timing does not reveal the secret. Every door that takes a token
+    /// checks it with this.
+    pub fn matches(&self, given: &str) -> bool {
+        let (given, expected) = (given.as_bytes(), self.0.as_bytes());
+        given.len() == expected.len() && given.iter().zip(expected).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+    }
 }
 
 impl fmt::Debug for Secret {
@@ -116,6 +124,16 @@ pub enum UrlCredential {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn matches_compares_the_whole_token() {
+        let token = Secret::new("tok-1");
+        assert!(token.matches("tok-1"));
+        assert!(!token.matches("tok-2"));
+        assert!(!token.matches("tok"));
+        assert!(!token.matches(""));
+        assert!(!Secret::new("tok").matches("tok-1"));
+    }
 
     #[test]
     fn a_shown_url_has_no_user_info_query_or_fragment() {

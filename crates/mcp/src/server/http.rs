@@ -113,7 +113,7 @@ async fn require_bearer(State(token): State<Arc<Secret>>, request: Request, next
         .and_then(|value| value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")))
         .map(str::trim);
     match given {
-        Some(given) if constant_time_eq(given.as_bytes(), token.expose().as_bytes()) => next.run(request).await,
+        Some(given) if token.matches(given) => next.run(request).await,
         _ => {
             tracing::warn!(has_token = given.is_some(), "refused an MCP request without a valid bearer token");
             let mut response = (
@@ -130,30 +130,9 @@ async fn require_bearer(State(token): State<Arc<Secret>>, request: Request, next
     }
 }
 
-/// Whether `given` is `token` (also the run inspector's check), compared without stopping at
-/// the first difference, so timing does not reveal the token.
-pub fn token_matches(given: &str, token: &Secret) -> bool {
-    constant_time_eq(given.as_bytes(), token.expose().as_bytes())
-}
-
-fn constant_time_eq(given: &[u8], expected: &[u8]) -> bool {
-    if given.len() != expected.len() {
-        return false;
-    }
-    given.iter().zip(expected).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn token_comparison() {
-        assert!(constant_time_eq(b"tok-1", b"tok-1"));
-        assert!(!constant_time_eq(b"tok-1", b"tok-2"));
-        assert!(!constant_time_eq(b"tok", b"tok-1"));
-        assert!(!constant_time_eq(b"", b"tok-1"));
-    }
 
     #[test]
     fn listen_address_must_be_loopback_unless_hosts_are_configured() {

@@ -39,7 +39,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 pub use control::{AgentControl, AgentControlError, AgentStatus, RunResult, StartRun};
-pub use http::{HttpSecurity, check_listen_address, http_router, serve_http, token_matches};
+pub use http::{HttpSecurity, check_listen_address, http_router, serve_http};
 pub use picogent_state::RunSummary;
 
 use picogent_prompts::Prompts;
