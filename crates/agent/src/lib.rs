@@ -670,9 +670,9 @@ mod tests {
         let zero_turns = Limits { max_turns: 0, ..Limits::default() };
         assert_eq!(
             zero_turns.check(),
-            Err(("limits.max_turns".to_string(), "expected a number greater than 0".to_string()))
+            picogent_support::setting::problem("limits.max_turns", "expected a number greater than 0")
         );
         let free = Limits { max_cost_per_day: Some(0.0), ..Limits::default() };
-        assert_eq!(free.check().unwrap_err().0, "limits.max_cost_per_day");
+        assert_eq!(free.check().unwrap_err().field, "limits.max_cost_per_day");
     }
 }

@@ -1,6 +1,7 @@
 //! The `limits` section of `agent.json`: the budgets of one run the loop enforces, and the
 //! day's and the process's bounds beside them, with their defaults and their checks.
 
+use picogent_support::setting::{Problem, problem};
 use serde::{Deserialize, Serialize};
 
 /// The `limits` section, whole: the agent crate owns it because the loop is what it bounds, and
@@ -75,8 +76,7 @@ impl Default for Limits {
 impl Limits {
     /// Checks what types alone cannot: every budget above 0. The problem names its field
     /// (`limits.max_turns`) and what it should be.
-    pub fn check(&self) -> Result<(), (String, String)> {
-        let problem = |field: &str, message: &str| Err((field.to_string(), message.to_string()));
+    pub fn check(&self) -> Result<(), Problem> {
         if let Some(cost) = self.max_cost_per_day
             && (cost.is_nan() || cost <= 0.0)
         {

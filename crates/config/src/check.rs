@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+use picogent_support::setting::{Problem, problem};
+
 use crate::{Config, ConfigError, PRESENCE_HEARTBEAT_MS};
 
 impl Config {
@@ -23,7 +25,7 @@ impl Config {
             .and_then(|()| self.check_replicas())
             .and_then(|()| self.workspaces.check())
             .and_then(|()| picogent_schedule::check(&self.schedules, path.parent().unwrap_or(Path::new("."))))
-            .map_err(|(field, message)| ConfigError::Field { path: path.to_path_buf(), field, message })
+            .map_err(|Problem { field, message }| ConfigError::Field { path: path.to_path_buf(), field, message })
     }
 
     fn check_identity(&self) -> Result<(), Problem> {
@@ -170,7 +172,7 @@ impl Config {
         ] {
             for pattern in patterns {
                 picogent_tools::policy::check_pattern(pattern)
-                    .map_err(|message| (name.to_string(), message.to_string()))?;
+                    .map_err(|message| Problem { field: name.to_string(), message: message.to_string() })?;
             }
         }
         Ok(())
@@ -247,13 +249,6 @@ impl Config {
         }
         Ok(())
     }
-}
-
-/// A field that is wrong, and what it should be.
-type Problem = (String, String);
-
-fn problem(field: &str, message: &str) -> Result<(), Problem> {
-    Err((field.to_string(), message.to_string()))
 }
 
 fn check_url(field: &str, url: &str) -> Result<(), Problem> {

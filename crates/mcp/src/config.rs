@@ -5,10 +5,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use picogent_support::setting::{Problem, problem};
 use serde::{Deserialize, Serialize};
-
-/// A field that is wrong, and what it should be.
-type Problem = (String, String);
 
 /// Security of the MCP server's HTTP endpoint. Loopback hosts and origins are always allowed; the
 /// lists add more. The bearer token itself lives in the environment, never in the file.
@@ -175,8 +173,4 @@ impl McpServerConfig {
         }
         Ok(())
     }
-}
-
-fn problem(field: &str, message: &str) -> Result<(), Problem> {
-    Err((field.to_string(), message.to_string()))
 }

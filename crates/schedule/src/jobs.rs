@@ -89,17 +89,12 @@ pub struct JobBudget {
 
 /// A mistake in the section: the field (`schedules.standup-daily.cron`) and what is wrong with
 /// it, saying what to write instead.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct JobProblem {
-    pub field: String,
-    pub message: String,
-}
+pub use picogent_support::setting::Problem as JobProblem;
 
-/// Checks the section, for the configuration's validation: the `(field, message)` of the first
-/// mistake, like the other sections' checks.
-pub fn check(config: &SchedulesConfig, config_dir: &Path) -> Result<(), (String, String)> {
-    jobs(config, config_dir).map(|_| ()).map_err(|problem| (problem.field, problem.message))
+/// Checks the section, for the configuration's validation: its first mistake, like the other
+/// sections' checks.
+pub fn check(config: &SchedulesConfig, config_dir: &Path) -> Result<(), JobProblem> {
+    jobs(config, config_dir).map(|_| ())
 }
 
 /// The jobs of the section, in the order of their names; relative prompt files are taken from

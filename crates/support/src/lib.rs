@@ -21,4 +21,5 @@ pub mod private_files;
 pub mod retry;
 pub mod seal;
 pub mod secret;
+pub mod setting;
 pub mod sqlite;

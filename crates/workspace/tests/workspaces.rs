@@ -11,7 +11,7 @@ use std::time::Duration;
 mod git_support;
 use git_support::{git, remote};
 
-use picogent_workspace::config::{CodingAgentConfig, Hooks, Repository, WorkspacesConfig};
+use picogent_workspace::config::{CodingAgentConfig, Hooks, Problem, Repository, WorkspacesConfig};
 use picogent_workspace::{AgentEnd, Invocation, TaskKey, Workspaces, coding};
 use tokio_util::sync::CancellationToken;
 
@@ -135,14 +135,14 @@ fn hostile_names_are_refused_before_git_sees_them() {
     config.allowed_paths = vec![PathBuf::from("/srv/git")];
     assert!(config.check().is_ok());
     config.repositories.get_mut("billing").unwrap().url = "/home/other/secret.git".into();
-    let (field, message) = config.check().unwrap_err();
+    let Problem { field, message } = config.check().unwrap_err();
     assert_eq!(field, "workspaces.repositories.billing.url");
     assert!(message.contains("outside `workspaces.allowed_paths`"), "{message}");
     config.repositories.get_mut("billing").unwrap().url = "--upload-pack=sh".into();
-    assert!(config.check().unwrap_err().1.contains("git would read it as an option"));
+    assert!(config.check().unwrap_err().message.contains("git would read it as an option"));
     config.repositories.get_mut("billing").unwrap().url = "/srv/git/billing.git".into();
     config.repositories.get_mut("billing").unwrap().base = "-f".into();
-    assert_eq!(config.check().unwrap_err().0, "workspaces.repositories.billing.base");
+    assert_eq!(config.check().unwrap_err().field, "workspaces.repositories.billing.base");
 }
 
 #[test]
@@ -152,14 +152,14 @@ fn a_repository_url_holding_a_credential_is_refused_without_showing_it() {
     for url in ["https://ghp_s3cret@git.example.com/team/billing.git", "https://bot:s3cret@git.example.com/billing.git"]
     {
         config.repositories.get_mut("billing").unwrap().url = url.into();
-        let (field, message) = config.check().unwrap_err();
+        let Problem { field, message } = config.check().unwrap_err();
         assert_eq!(field, "workspaces.repositories.billing.url");
         assert!(message.contains("holds a credential"), "{message}");
         assert!(!message.contains("s3cret"), "{message}");
     }
     config.repositories.get_mut("billing").unwrap().url = "https://git.example.com/team/billing.git".into();
     config.repositories.get_mut("billing").unwrap().push = Some("https://x:s3cret@git.example.com/b.git".into());
-    let (field, message) = config.check().unwrap_err();
+    let Problem { field, message } = config.check().unwrap_err();
     assert_eq!(field, "workspaces.repositories.billing.push");
     assert!(!message.contains("s3cret"), "{message}");
     // How ssh logs in is no secret.

@@ -313,8 +313,7 @@ pub enum SourceError {
     Credential(String),
 }
 
-/// A problem with the section: the field and what is wrong with it.
-pub type Problem = (String, String);
+pub use picogent_support::setting::Problem;
 
 impl WorkspacesConfig {
     /// Whether any repository is configured (without one, no run is offered the coding tools).
@@ -356,7 +355,7 @@ impl WorkspacesConfig {
 
     /// Checks what types alone cannot; the problem names its field.
     pub fn check(&self) -> Result<(), Problem> {
-        let problem = |field: String, message: String| Err((field, message));
+        let problem = |field: String, message: String| Err(Problem { field, message });
         if !self.enabled() {
             return Ok(());
         }
