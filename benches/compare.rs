@@ -21,6 +21,7 @@ use futures::{SinkExt, StreamExt};
 use picogent::config::{ChatListen, LlmConfig};
 use picogent::llm::{OpenAiChat, count_text_tokens, count_tools_json_tokens};
 use picogent::router::filter::{MessageFacts, MessageFate, is_stop_command, message_fate};
+use picogent::tools::definition::specs;
 use picogent::tools::{CHAT_REPLY_TOOLS, Catalog, Registry, TASK_RUN_TOOLS, ToolContext};
 use picogent::tracker::model::{Event, MemberKind, ReceivedEvent};
 use picogent::transport::{StreamItem, parse_frame};
@@ -110,7 +111,7 @@ async fn bench_dispatch(sizes: &Sizes) -> Value {
 
     let ours_call = || async {
         let result = registry.call("get_task", json!({"task_id": task.id}), &context).await;
-        assert_ne!(result.is_error, Some(true), "get_task failed: {result:?}");
+        assert!(!result.is_error, "get_task failed: {result:?}");
     };
     let bare_call = || async {
         let response = bare.get(&url).bearer_auth("tok-picogent").send().await.unwrap();
@@ -358,9 +359,9 @@ fn tool_tokens() -> Value {
     let task_run = catalog.subset(TASK_RUN_TOOLS).unwrap().definitions();
     let chat_reply = catalog.subset(CHAT_REPLY_TOOLS).unwrap().definitions();
     json!({
-        "all": {"tools": all.len(), "tokens": count_tools_json_tokens(&all)},
-        "task_run": {"tools": task_run.len(), "tokens": count_tools_json_tokens(&task_run)},
-        "chat_reply": {"tools": chat_reply.len(), "tokens": count_tools_json_tokens(&chat_reply)},
+        "all": {"tools": all.len(), "tokens": count_tools_json_tokens(&specs(&all))},
+        "task_run": {"tools": task_run.len(), "tokens": count_tools_json_tokens(&specs(&task_run))},
+        "chat_reply": {"tools": chat_reply.len(), "tokens": count_tools_json_tokens(&specs(&chat_reply))},
     })
 }
 

@@ -555,7 +555,7 @@ fn turn_prompts(stored: &StoredRun, record: &RunRecord) -> TurnPrompts {
 fn tool_definitions() -> Value {
     let catalog = Catalog::new().unwrap();
     let task_run = catalog.subset(TASK_RUN_TOOLS).unwrap().definitions();
-    json!({"task_run_tools": task_run.len(), "task_run_tokens": count_tools_json_tokens(&task_run)})
+    json!({"task_run_tools": task_run.len(), "task_run_tokens": count_tools_json_tokens(&picogent::tools::definition::specs(&task_run))})
 }
 
 /// Per-turn prompt tokens of each run, and where the long task's prompt tokens come from.

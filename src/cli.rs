@@ -540,16 +540,22 @@ fn tools_list(json: bool, tokens: bool, config: Option<&std::path::Path>) -> Exi
         }
     };
     // What the policy offers, as the model would be offered it.
-    let offered = |catalog: &Catalog| -> Vec<rmcp::model::Tool> {
+    let offered = |catalog: &Catalog| -> Vec<crate::tools::ToolDefinition> {
         catalog.definitions().into_iter().filter(|tool| policy.offers(tool)).collect()
     };
     let definitions = offered(&catalog);
-    let total = count_tools_json_tokens(&definitions);
+    let total = count_tools_json_tokens(&crate::tools::definition::specs(&definitions));
     // The presets are counted under the same policy, so a denied tool is not counted.
-    let preset_tokens =
-        |names: &[&str]| catalog.subset(names).map(|c| count_tools_json_tokens(&offered(&c))).unwrap_or(0);
+    let preset_tokens = |names: &[&str]| {
+        catalog
+            .subset(names)
+            .map(|c| count_tools_json_tokens(&crate::tools::definition::specs(&offered(&c))))
+            .unwrap_or(0)
+    };
     if json {
-        let mut out = serde_json::json!({ "tools": definitions });
+        // As an MCP client lists them (`tools/list`).
+        let listed: Vec<_> = definitions.iter().map(crate::mcp::wire::tool_to_mcp).collect();
+        let mut out = serde_json::json!({ "tools": listed });
         if tokens {
             out["tokens"] = serde_json::json!({
                 "total": total,
@@ -564,11 +570,10 @@ fn tools_list(json: bool, tokens: bool, config: Option<&std::path::Path>) -> Exi
     let mut out = String::new();
     for tool in &definitions {
         let group = catalog.group_of(&tool.name).map(|g| g.as_str()).unwrap_or("-");
-        let read_only = tool.annotations.as_ref().and_then(|a| a.read_only_hint).unwrap_or(false);
-        let access = if read_only { "read" } else { "write" };
-        let description = tool.description.as_deref().unwrap_or_default();
+        let access = if tool.is_read_only() { "read" } else { "write" };
+        let description = &tool.description;
         if tokens {
-            let count = count_tools_json_tokens(std::slice::from_ref(tool));
+            let count = count_tools_json_tokens(&[tool.spec()]);
             out.push_str(&format!("{:<17} {:<9} {:<5} {:>4} tokens  {description}\n", tool.name, group, access, count));
         } else {
             out.push_str(&format!("{:<17} {:<9} {:<5} {description}\n", tool.name, group, access));
@@ -633,19 +638,15 @@ async fn tools_call(name: &str, arguments: &str, config_path: &std::path::Path, 
     let result = crate::tools::ToolSource::call(&tools, name, arguments, &context).await;
     let mut out = String::new();
     if json {
-        let structured = result.structured_content.clone().unwrap_or(serde_json::Value::Null);
+        let structured = result.structured.clone().unwrap_or(serde_json::Value::Null);
         out.push_str(&serde_json::to_string_pretty(&structured).unwrap_or_default());
         out.push('\n');
     } else {
-        for block in &result.content {
-            if let Some(text) = block.as_text() {
-                out.push_str(&text.text);
-                out.push('\n');
-            }
-        }
+        out.push_str(&result.text);
+        out.push('\n');
     }
     print_stdout(&out);
-    if result.is_error == Some(true) { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+    if result.is_error { ExitCode::FAILURE } else { ExitCode::SUCCESS }
 }
 
 /// `picogent state migrate`: one line per table copied and a last line, or the reason nothing was.

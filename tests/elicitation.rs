@@ -280,7 +280,7 @@ async fn where_nobody_can_be_asked_the_question_is_cancelled_at_once() {
         let mut context = ToolContext::new("picogent");
         context.run_id = Some("run-cli".to_string());
         let result = host.call("mcp__elicit__book_table", json!({}), &context).await;
-        let text = serde_json::to_string(&result.content).unwrap();
+        let text = &result.text;
         assert!(text.contains("the user cancelled"), "{protocol}: {text}");
         assert!(started.elapsed() < Duration::from_secs(10), "{protocol}: at once");
         host.shutdown().await;

@@ -35,11 +35,11 @@ use picogent::offline_model::{self, OfflineModelOptions};
 use picogent::retry::RetryConfig;
 use picogent::secret::Secret;
 use picogent::session::SessionKey;
-use picogent::tools::policy::{Policy, PolicySource, TrackerAsker, is_read_only};
+use picogent::tools::ToolResult;
+use picogent::tools::policy::{Policy, PolicySource, TrackerAsker};
 use picogent::tools::{CombinedSource, Registry, ToolContext, ToolSource};
 use picogent::tracker::TrackerClient;
 use picogent::tracker::model::{CreateTask, MessageQuery, ReplyMessage, SendMessage};
-use rmcp::model::CallToolResult;
 use serde_json::json;
 
 const INSTALL: &str = "python3 -m venv .venv-test && .venv-test/bin/pip install -r tests/interop/requirements.txt; \
@@ -113,8 +113,8 @@ async fn until(server: &ServerConnection, what: &str, ready: impl Fn(&ServerConn
     assert!(waited.is_ok(), "timed out waiting for {what}");
 }
 
-fn text(result: &CallToolResult) -> String {
-    result.content.iter().filter_map(|c| c.as_text().map(|t| t.text.clone())).collect::<Vec<_>>().join("\n")
+fn text(result: &ToolResult) -> String {
+    result.text.clone()
 }
 
 fn context() -> ToolContext {
@@ -142,7 +142,7 @@ async fn time_server_over_stdio_lists_prefixed_tools_and_answers_calls() {
     assert!(names.contains(&"mcp__time__convert_time"), "{names:?}");
     // Untrusted: its `readOnlyHint: true` is believed for the run's scope (get_current_time and
     // convert_time only read), but not for running beside other reads or in read_only mode.
-    assert!(tools.iter().all(|t| is_read_only(t) && !picogent::tools::policy::is_trusted_read(t)), "{tools:?}");
+    assert!(tools.iter().all(|t| t.is_read_only() && !t.is_trusted_read()), "{tools:?}");
     // The time server declares resources but lists none: no resource tools.
     assert!(!names.contains(&"list_mcp_resources"), "{names:?}");
     let schema = &tools.iter().find(|t| t.name == "mcp__time__get_current_time").unwrap().input_schema;
@@ -150,11 +150,11 @@ async fn time_server_over_stdio_lists_prefixed_tools_and_answers_calls() {
 
     let result = host.call("mcp__time__get_current_time", json!({"timezone": "Europe/Paris"}), &context()).await;
     let answer = text(&result);
-    assert_eq!(result.is_error, Some(false), "{answer}");
+    assert!(!result.is_error, "{answer}");
     assert!(answer.contains("Europe/Paris") && answer.contains("datetime"), "{answer}");
 
     let bad = host.call("mcp__time__get_current_time", json!({"timezone": "Not/AZone"}), &context()).await;
-    assert_eq!(bad.is_error, Some(true), "{}", text(&bad));
+    assert!(bad.is_error, "{}", text(&bad));
     let unknown = host.call("mcp__time__nope", json!({}), &context()).await;
     assert!(text(&unknown).contains("unknown tool"), "{}", text(&unknown));
     host.shutdown().await;
@@ -163,7 +163,7 @@ async fn time_server_over_stdio_lists_prefixed_tools_and_answers_calls() {
     let trusted = start(vec![("time", time_server(true))], dir.path(), 8192).await;
     let tools = trusted.tools();
     let current = tools.iter().find(|t| t.name == "mcp__time__get_current_time").unwrap();
-    assert!(is_read_only(current) && picogent::tools::policy::is_trusted_read(current), "{current:?}");
+    assert!(current.is_read_only() && current.is_trusted_read(), "{current:?}");
     trusted.shutdown().await;
 }
 
@@ -198,7 +198,7 @@ async fn git_server_over_stdio_with_per_server_tool_filter() {
     let log = host.call("mcp__git__git_log", json!({"repo_path": repo.display().to_string()}), &context()).await;
     assert!(text(&log).contains("first commit"), "{}", text(&log));
     let filtered = host.call("mcp__git__git_commit", json!({"repo_path": "x", "message": "m"}), &context()).await;
-    assert_eq!(filtered.is_error, Some(true));
+    assert!(filtered.is_error);
     host.shutdown().await;
 }
 
@@ -225,7 +225,7 @@ async fn everything_over_stdio_results_artifacts_resources_prompts_and_list_chan
     }
     // Trusted: the server's annotations are believed.
     let annotated = tools.iter().find(|t| t.name == "mcp__everything__gzip-file-as-resource").unwrap();
-    assert_eq!(annotated.annotations.as_ref().unwrap().destructive_hint, Some(false));
+    assert_eq!(annotated.hints.destructive, Some(false));
 
     // A small result stays inline.
     let echo = host.call("mcp__everything__echo", json!({"message": "hi there"}), &context()).await;
@@ -266,7 +266,7 @@ async fn everything_over_stdio_results_artifacts_resources_prompts_and_list_chan
         .find_map(|line| line.split_whitespace().find_map(|w| w.strip_prefix("uri=")).map(str::to_string))
         .unwrap_or_else(|| panic!("no resources listed: {}", text(&listed)));
     let read = host.call("read_mcp_resource", json!({"server": "everything", "uri": first_uri}), &context()).await;
-    assert_eq!(read.is_error, Some(false), "{}", text(&read));
+    assert!(!read.is_error, "{}", text(&read));
     assert!(text(&read).contains(&first_uri), "{}", text(&read));
 
     // Instructions.
@@ -304,7 +304,7 @@ async fn everything_over_stdio_results_artifacts_resources_prompts_and_list_chan
             &context(),
         )
         .await;
-    assert_eq!(gz.is_error, Some(false), "{}", text(&gz));
+    assert!(!gz.is_error, "{}", text(&gz));
     until(server, "the resource list to refresh", |s| {
         s.snapshot().resources.iter().any(|r| r.uri.contains("hello.txt.gz")) && s.snapshot().resources.len() > before
     })
@@ -353,7 +353,7 @@ async fn everything_over_streamable_http() {
     // A call that outlives the server's timeout is an error result (and cancelled on the server).
     let slow =
         host.call("mcp__remote__trigger-long-running-operation", json!({"duration": 30, "steps": 1}), &context()).await;
-    assert_eq!(slow.is_error, Some(true));
+    assert!(slow.is_error);
     assert!(text(&slow).contains("did not answer within 3000 ms"), "{}", text(&slow));
     // The connection is still usable afterwards.
     let again = host.call("mcp__remote__echo", json!({"message": "still here"}), &context()).await;
@@ -375,14 +375,14 @@ async fn a_killed_server_is_restarted_and_answers_errors_meanwhile() {
     until(server, "the server to be noticed gone", |s| s.status() != ServerStatus::Ready).await;
     let meanwhile = host.call("mcp__time__get_current_time", json!({"timezone": "UTC"}), &context()).await;
     if server.connections() == 1 {
-        assert_eq!(meanwhile.is_error, Some(true), "{}", text(&meanwhile));
+        assert!(meanwhile.is_error, "{}", text(&meanwhile));
         assert!(text(&meanwhile).contains("unavailable"), "{}", text(&meanwhile));
     }
 
     until(server, "the server to be restarted", |s| s.status() == ServerStatus::Ready && s.connections() == 2).await;
     assert_ne!(server.pid(), Some(pid));
     let after = host.call("mcp__time__get_current_time", json!({"timezone": "UTC"}), &context()).await;
-    assert_eq!(after.is_error, Some(false), "{}", text(&after));
+    assert!(!after.is_error, "{}", text(&after));
     host.shutdown().await;
 }
 
@@ -405,7 +405,7 @@ async fn policy_denies_by_glob_and_in_read_only_mode() {
     );
     assert!(!by_glob.tools().iter().any(|t| t.name.starts_with("mcp__time__")));
     let denied = by_glob.call("mcp__time__get_current_time", json!({"timezone": "UTC"}), &context()).await;
-    assert_eq!(denied.is_error, Some(true));
+    assert!(denied.is_error);
     assert!(text(&denied).contains("not allowed"), "{}", text(&denied));
     let allowed = by_glob.call("mcp__everything__echo", json!({"message": "ok"}), &context()).await;
     assert!(text(&allowed).contains("ok"), "{}", text(&allowed));
@@ -423,7 +423,7 @@ async fn policy_denies_by_glob_and_in_read_only_mode() {
     let refused = read_only.call("mcp__time__get_current_time", json!({"timezone": "UTC"}), &context()).await;
     assert!(text(&refused).contains("read-only mode"), "{}", text(&refused));
     let listed = read_only.call("list_mcp_resources", json!({}), &context()).await;
-    assert_eq!(listed.is_error, Some(false), "{}", text(&listed));
+    assert!(!listed.is_error, "{}", text(&listed));
 }
 
 // ---- ask mode through real threads on the reference board ----
@@ -523,7 +523,7 @@ async fn ask_mode_approved_refused_and_timed_out_through_board_threads() {
     let reply = |text: &str| ReplyMessage { content: text.to_string(), mentions: None, reply_to: None };
     alice.reply_message(&root_message.id, &reply("@picogent yes, go ahead"), None).await.unwrap();
     let approved = call.await.unwrap();
-    assert_eq!(approved.is_error, Some(false), "{}", text(&approved));
+    assert!(!approved.is_error, "{}", text(&approved));
     assert!(text(&approved).contains("Europe/Paris"), "{}", text(&approved));
 
     // Refused in a task's comments: another bot's "yes" does not count, alice's "no" does.
@@ -557,7 +557,7 @@ async fn ask_mode_approved_refused_and_timed_out_through_board_threads() {
     otherbot.send_message(&comment("yes"), None).await.unwrap();
     alice.send_message(&comment("no"), None).await.unwrap();
     let refused = call.await.unwrap();
-    assert_eq!(refused.is_error, Some(true));
+    assert!(refused.is_error);
     assert!(text(&refused).contains("alice answered no"), "{}", text(&refused));
 
     // Nobody answers: denied when the ask timeout passes.
@@ -565,7 +565,7 @@ async fn ask_mode_approved_refused_and_timed_out_through_board_threads() {
     let mut in_thread = context();
     in_thread.session = Some(SessionKey::Thread(root_message.id.clone()));
     let timed_out = short.call("mcp__time__get_current_time", json!({"timezone": "UTC"}), &in_thread).await;
-    assert_eq!(timed_out.is_error, Some(true));
+    assert!(timed_out.is_error);
     assert!(text(&timed_out).contains("nobody approved"), "{}", text(&timed_out));
 
     // No conversation to ask in: denied, with the reason.
@@ -708,12 +708,7 @@ fn bounds_stdio(extra: serde_json::Value) -> McpServerConfig {
 
 /// One call that must end (with a result or an error) within [`WAIT`], though the server's
 /// timeout is far longer.
-async fn call_at_once(
-    host: &McpHost,
-    name: &str,
-    arguments: serde_json::Value,
-    context: &ToolContext,
-) -> CallToolResult {
+async fn call_at_once(host: &McpHost, name: &str, arguments: serde_json::Value, context: &ToolContext) -> ToolResult {
     tokio::time::timeout(WAIT, host.call(name, arguments, context))
         .await
         .unwrap_or_else(|_| panic!("{name} waited for the server's timeout instead of ending at once"))
@@ -727,7 +722,7 @@ async fn a_result_over_max_result_bytes_fails_at_once_and_the_connection_stays()
     assert_eq!(server.config().max_result_bytes, 4 * 1024 * 1024, "the default");
 
     let refused = call_at_once(&host, "mcp__big__blob", json!({"mib": 50}), &context()).await;
-    assert_eq!(refused.is_error, Some(true), "{}", text(&refused));
+    assert!(refused.is_error, "{}", text(&refused));
     let message = text(&refused);
     assert!(message.contains("over its limit of 4194304 bytes"), "{message}");
     assert!(message.contains("mcp_servers.big.max_result_bytes"), "names the setting: {message}");
@@ -749,7 +744,7 @@ async fn the_limit_is_the_setting_not_the_transports_own() {
     let config = bounds_stdio(json!({"max_result_bytes": 32 * 1024 * 1024}));
     let host = start(vec![("big", config)], dir.path(), 8192).await;
     let saved = call_at_once(&host, "mcp__big__blob", json!({"mib": 20}), &context()).await;
-    assert_eq!(saved.is_error, Some(false), "{}", text(&saved));
+    assert!(!saved.is_error, "{}", text(&saved));
     assert!(text(&saved).contains("saved as artifact"), "{}", text(&saved));
     let artifact = artifact_path(&text(&saved));
     assert_eq!(std::fs::metadata(&artifact).unwrap().len(), 20 * 1024 * 1024);
@@ -770,7 +765,7 @@ async fn a_line_over_the_limit_that_answers_no_call_it_can_tell_restarts_the_ser
     let server = host.server("raw").unwrap();
     // The server answers with no `id`: before, the call waited its whole timeout.
     let failed = call_at_once(&host, "mcp__raw__unroutable", json!({"mib": 20}), &context()).await;
-    assert_eq!(failed.is_error, Some(true), "{}", text(&failed));
+    assert!(failed.is_error, "{}", text(&failed));
     let message = text(&failed);
     assert!(message.contains("over its limit of 1048576 bytes"), "{message}");
     assert!(message.contains("mcp_servers.raw.max_result_bytes"), "{message}");
@@ -811,7 +806,7 @@ async fn over_streamable_http_a_result_over_the_limit_fails_at_once_too() {
             server(json!({"url": format!("http://127.0.0.1:{port}/mcp"), "trusted": true, "timeout_ms": 600_000}));
         let host = start(vec![("remote", config)], dir.path(), 8192).await;
         let refused = call_at_once(&host, "mcp__remote__blob", json!({"mib": 50}), &context()).await;
-        assert_eq!(refused.is_error, Some(true), "{mode}: {}", text(&refused));
+        assert!(refused.is_error, "{mode}: {}", text(&refused));
         let message = text(&refused);
         assert!(message.contains("mcp_servers.remote.max_result_bytes"), "{mode}: {message}");
         assert!(message.len() < 1_000, "{mode}: none of the result reaches the model");

@@ -24,12 +24,12 @@ use picogent::prompts::Prompts;
 use picogent::retry::RetryConfig;
 use picogent::secret::Secret;
 use picogent::state::RunStatus;
-use picogent::tools::{Registry, ToolContext, ToolSource};
+use picogent::tools::{Registry, ToolContext, ToolDefinition, ToolResult, ToolSource};
 use picogent::tracker::TrackerClient;
 use picogent::tracker::model::{CreateTask, SendMessage};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ClientConfig, ClientRequest, ContentBlock, ProgressNotificationParam,
-    ProtocolVersion, ReadResourceRequestParams, ServerNotification, SubscriptionFilter, Tool,
+    CallToolRequestParams, ClientConfig, ClientRequest, ProgressNotificationParam, ProtocolVersion,
+    ReadResourceRequestParams, ServerNotification, SubscriptionFilter,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -715,25 +715,25 @@ struct WithWaitingTool {
 }
 
 impl ToolSource for WithWaitingTool {
-    fn tools(&self) -> Vec<Tool> {
+    fn tools(&self) -> Vec<ToolDefinition> {
         let mut tools = ToolSource::tools(&self.registry);
         let schema = json!({"type": "object", "properties": {}});
-        tools.push(Tool::new(
+        tools.push(ToolDefinition::new(
             "wait_until_cancelled",
             "Waits until the call is cancelled.",
-            schema.as_object().unwrap().clone(),
+            Arc::new(schema.as_object().unwrap().clone()),
         ));
         tools
     }
 
-    fn call<'a>(&'a self, name: &'a str, arguments: Value, context: &'a ToolContext) -> BoxFuture<'a, CallToolResult> {
+    fn call<'a>(&'a self, name: &'a str, arguments: Value, context: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
         if name != "wait_until_cancelled" {
             return ToolSource::call(&self.registry, name, arguments, context);
         }
         Box::pin(async move {
             context.cancel.cancelled().await;
             let _ = self.cancelled.send(());
-            CallToolResult::error(vec![ContentBlock::text("cancelled")])
+            ToolResult::error("cancelled")
         })
     }
 }

@@ -15,10 +15,10 @@ use picogent::config::Config;
 use picogent::offline_model::script::Script;
 use picogent::offline_model::{OfflineModelHandle, OfflineModelOptions};
 use picogent::session::SessionKey;
+use picogent::tools::ToolResult;
 use picogent::tools::{Registry, ToolContext, ToolSource, governed};
 use picogent::tracker::TrackerClient;
 use picogent::tracker::model::*;
-use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -60,8 +60,8 @@ async fn ask_mode_agent(
     (agent, client(board, "tok-alice"))
 }
 
-fn text(result: &CallToolResult) -> String {
-    serde_json::to_value(&result.content).unwrap().to_string()
+fn text(result: &ToolResult) -> String {
+    result.text.clone()
 }
 
 /// A call cut off by the output limit is never run, so it is never asked about either: in ask
@@ -204,11 +204,11 @@ async fn ask_tools_judge_each_call_and_an_empty_list_leaves_only_the_annotations
     // Routine: to itself, a new title, a move to in_progress; and a call the tool refuses for its
     // arguments (nothing happens, so nothing is asked).
     let mine = call("assign_task", json!({"task_id": task.key, "assignee_slug": "picogent"})).await;
-    assert_eq!(mine.is_error, Some(false), "{}", text(&mine));
+    assert!(!mine.is_error, "{}", text(&mine));
     let retitled =
         call("update_task", json!({"task_id": task.key, "title": "Tidy the backlog now", "status": "in_progress"}))
             .await;
-    assert_eq!(retitled.is_error, Some(false), "{}", text(&retitled));
+    assert!(!retitled.is_error, "{}", text(&retitled));
     let wrong = call("update_task", json!({"task_id": task.key, "status": "finished"})).await;
     assert!(text(&wrong).contains("invalid arguments"), "{}", text(&wrong));
     assert_eq!(questions(&alice, &task.id).await, Vec::<String>::new());
@@ -222,7 +222,7 @@ async fn ask_tools_judge_each_call_and_an_empty_list_leaves_only_the_annotations
     assert_eq!(alice.get_task(&task.id).await.unwrap().assignee_slug.as_deref(), Some("picogent"));
     comment(&alice, &task.id, "yes").await;
     let handed = handing.await.unwrap();
-    assert_eq!(handed.is_error, Some(false), "{}", text(&handed));
+    assert!(!handed.is_error, "{}", text(&handed));
     assert_eq!(alice.get_task(&task.id).await.unwrap().assignee_slug.as_deref(), Some("bob"));
 
     // Rewriting what the task asks for is asked about too; a no leaves the description as it was.
@@ -243,9 +243,9 @@ async fn ask_tools_judge_each_call_and_an_empty_list_leaves_only_the_annotations
     let other = create_assigned(&alice, "Rotate the keys", "Rotate them all").await;
     let in_other = on_task(&context, &other);
     let closed = bare.call("update_task", json!({"task_id": other.key, "status": "done"}), &in_other).await;
-    assert_eq!(closed.is_error, Some(false), "{}", text(&closed));
+    assert!(!closed.is_error, "{}", text(&closed));
     let given = bare.call("assign_task", json!({"task_id": other.key, "assignee_slug": "alice"}), &in_other).await;
-    assert_eq!(given.is_error, Some(false), "{}", text(&given));
+    assert!(!given.is_error, "{}", text(&given));
     assert_eq!(questions(&alice, &other.id).await, Vec::<String>::new());
     let seen = alice.get_task(&other.id).await.unwrap();
     assert_eq!((seen.status, seen.assignee_slug.as_deref()), (TaskStatus::Done, Some("alice")));

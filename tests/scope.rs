@@ -19,10 +19,10 @@ use picogent::config::Config;
 use picogent::offline_model::script::Script;
 use picogent::offline_model::{OfflineModelHandle, OfflineModelOptions};
 use picogent::session::SessionKey;
+use picogent::tools::ToolResult;
 use picogent::tools::{Registry, ToolContext, ToolSource, governed};
 use picogent::tracker::TrackerClient;
 use picogent::tracker::model::*;
-use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -251,17 +251,17 @@ fn in_session(session: SessionKey) -> ToolContext {
     ToolContext { session: Some(session), ..ToolContext::new("picogent") }
 }
 
-fn text(result: &CallToolResult) -> String {
-    result.content.iter().filter_map(|c| c.as_text().map(|t| t.text.clone())).collect::<Vec<_>>().join("\n")
+fn text(result: &ToolResult) -> String {
+    result.text.clone()
 }
 
-fn assert_refused(result: &CallToolResult, why: &str) {
-    assert_eq!(result.is_error, Some(true), "{}", text(result));
+fn assert_refused(result: &ToolResult, why: &str) {
+    assert!(result.is_error, "{}", text(result));
     assert!(text(result).contains("outside this run's scope") && text(result).contains(why), "{}", text(result));
 }
 
-fn assert_ran(result: &CallToolResult) {
-    assert_eq!(result.is_error, Some(false), "{}", text(result));
+fn assert_ran(result: &ToolResult) {
+    assert!(!result.is_error, "{}", text(result));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,9 @@
 //!    workspace dependencies exactly, the rows in floor order;
 //! 5. no relative link in README.md, ARCHITECTURE.md or docs/ that points nowhere;
 //! 6. every test ARCHITECTURE.md's invariants name exists: each `` `path.rs` `` there is a file,
-//!    and each `` `name` `` in the parentheses after it is a `fn name` in that file.
+//!    and each `` `name` `` in the parentheses after it is a `fn name` in that file;
+//! 7. each wire format has one home: the crate that speaks it (rmcp for MCP, …) is a dependency
+//!    of that one crate's product code only ([`WIRE_HOMES`]; tests may use it, as peers).
 //!
 //! Product code is every `.rs` file under `src/` and `crates/*/src/`, less what is a test: a
 //! file named `tests.rs` or `*_tests.rs`, a file in a folder named `tests`, and a
@@ -45,6 +47,19 @@ const STRING_ERRORS_ALLOWED: &[(&str, usize, &str)] = &[
 /// Product files allowed past [`MAX_LINES`], and why. An entry whose file is back under the limit
 /// fails, so the list holds only what is still over.
 const LONG_FILES_ALLOWED: &[(&str, &str)] = &[];
+
+/// Each wire format's one home: the crate that speaks it, the only crate whose product code may
+/// depend on it, and why. The binary's tests may (they are MCP clients and servers of their own).
+const WIRE_HOMES: &[(&str, &str, &str)] = &[
+    (
+        "rmcp",
+        "picogent-mcp",
+        "MCP's messages: the tools, the loop and the model client speak picogent's own `ToolDefinition` and \
+         `ToolResult`, which the MCP crate's `wire` translates",
+    ),
+    ("tokio-tungstenite", "picogent-tracker", "the tracker's event stream"),
+    ("async-openai", "picogent-llm", "the OpenAI API's messages"),
+];
 
 // ---------------------------------------------------------------------------------------------
 // The rules, on the repository.
@@ -82,6 +97,17 @@ fn architecture_table_is_cargo_metadata() {
     let crates = workspace_crates(&output.stdout);
     let text = std::fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md is readable");
     fail_on("ARCHITECTURE.md's crate table disagrees with `cargo metadata`", crate_table_problems(&text, &crates));
+}
+
+#[test]
+fn wire_formats_have_one_home_each() {
+    let output = std::process::Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .current_dir(root())
+        .output()
+        .expect("cargo metadata runs");
+    assert!(output.status.success(), "cargo metadata failed: {}", String::from_utf8_lossy(&output.stderr));
+    fail_on("a wire format's crate is a dependency outside its home", wire_problems(&output.stdout, &root()));
 }
 
 #[test]
@@ -279,6 +305,32 @@ After.
         "x".repeat(200)
     );
     assert!(crate_table_problems(&long_job, &crates[..1]).iter().any(|v| v.message.contains("one line")));
+}
+
+#[test]
+fn self_check_wire_homes() {
+    let metadata = serde_json::json!({"packages": [
+        {"name": "picogent-mcp", "manifest_path": "/nowhere/crates/mcp/Cargo.toml",
+         "dependencies": [{"name": "rmcp", "kind": null}]},
+        {"name": "picogent-tools", "manifest_path": "/nowhere/crates/tools/Cargo.toml",
+         "dependencies": [{"name": "rmcp", "kind": null}, {"name": "serde", "kind": null}]},
+        {"name": "picogent", "manifest_path": "/nowhere/Cargo.toml",
+         "dependencies": [{"name": "rmcp", "kind": "dev"}, {"name": "async-openai", "kind": "build"}]},
+    ]});
+    let problems: Vec<String> = wire_problems(metadata.to_string().as_bytes(), Path::new("/nowhere"))
+        .into_iter()
+        .map(|v| v.to_string())
+        .collect();
+    assert_eq!(
+        problems,
+        [
+            "crates/tools/Cargo.toml:0: `picogent-tools` depends on `rmcp`, whose one home is `picogent-mcp` \
+             (MCP's messages: the tools, the loop and the model client speak picogent's own `ToolDefinition` and \
+             `ToolResult`, which the MCP crate's `wire` translates)",
+            "Cargo.toml:0: `picogent` depends on `async-openai`, whose one home is `picogent-llm` (the OpenAI API's \
+             messages)",
+        ]
+    );
 }
 
 #[test]
@@ -951,6 +1003,39 @@ fn strongly_connected(graph: &[Vec<usize>]) -> Vec<Vec<usize>> {
 struct Crate {
     name: String,
     dependencies: BTreeSet<String>,
+}
+
+/// Every dependency (not a test's) of a crate on a wire format's crate outside its home, at its
+/// line in the crate's `Cargo.toml` (0 when the manifest cannot be read).
+fn wire_problems(metadata: &[u8], root: &Path) -> Vec<Violation> {
+    let metadata: serde_json::Value = serde_json::from_slice(metadata).expect("cargo metadata prints JSON");
+    let mut problems = Vec::new();
+    for package in metadata["packages"].as_array().expect("cargo metadata lists packages") {
+        let name = package["name"].as_str().unwrap_or_default();
+        let manifest = PathBuf::from(package["manifest_path"].as_str().unwrap_or_default());
+        let shown = manifest.strip_prefix(root).unwrap_or(&manifest).display().to_string();
+        let text = std::fs::read_to_string(&manifest).unwrap_or_default();
+        for dependency in package["dependencies"].as_array().into_iter().flatten() {
+            if dependency["kind"].as_str() == Some("dev") {
+                continue;
+            }
+            let dependency = dependency["name"].as_str().unwrap_or_default();
+            let Some((_, home, why)) = WIRE_HOMES.iter().find(|(wire, home, _)| *wire == dependency && *home != name)
+            else {
+                continue;
+            };
+            let line = text
+                .lines()
+                .position(|line| line.strip_prefix(dependency).is_some_and(|rest| rest.starts_with([' ', '.', '='])))
+                .map_or(0, |index| index + 1);
+            problems.push(Violation::new(
+                &shown,
+                line,
+                format!("`{name}` depends on `{dependency}`, whose one home is `{home}` ({why})"),
+            ));
+        }
+    }
+    problems
 }
 
 fn workspace_crates(metadata: &[u8]) -> Vec<Crate> {

@@ -8,9 +8,10 @@ use picogent::config::TrackerConfig;
 use picogent::llm::count_tools_json_tokens;
 use picogent::retry::RetryConfig;
 use picogent::secret::Secret;
+use picogent::tools::ToolResult;
+use picogent::tools::definition::specs;
 use picogent::tools::{CHAT_REPLY_TOOLS, Policy, PolicySource, Registry, TASK_RUN_TOOLS, ToolContext, ToolSource};
 use picogent::tracker::TrackerClient;
-use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 
 const MAX_RESULT_BYTES: usize = 8 * 1024;
@@ -67,29 +68,29 @@ async fn fixture() -> Fixture {
     }
 }
 
-fn text_of(result: &CallToolResult) -> String {
-    result.content.iter().filter_map(|c| c.as_text()).map(|t| t.text.clone()).collect::<Vec<_>>().join("\n")
+fn text_of(result: &ToolResult) -> String {
+    result.text.clone()
 }
 
 /// Checks what every result must satisfy: no token anywhere, and the structured content of a
 /// success fits the tool's output schema.
-fn check_result(registry: &dyn ToolSource, name: &str, result: &CallToolResult) {
-    let whole = serde_json::to_string(result).unwrap();
+fn check_result(registry: &dyn ToolSource, name: &str, result: &ToolResult) {
+    let whole = format!("{}\n{}", result.text, result.structured.clone().unwrap_or_default());
     assert!(!whole.contains("tok-"), "a token leaked into the result of {name}: {whole}");
-    if result.is_error == Some(true) {
+    if result.is_error {
         return;
     }
     let tool = registry.tools().into_iter().find(|t| t.name == name).unwrap();
     if let Some(schema) = &tool.output_schema {
         let schema = Value::Object(schema.as_ref().clone());
-        let structured = result.structured_content.as_ref().expect("structured content");
+        let structured = result.structured.as_ref().expect("structured content");
         let validator = jsonschema::validator_for(&schema).unwrap();
         let errors: Vec<String> = validator.iter_errors(structured).map(|e| e.to_string()).collect();
         assert!(errors.is_empty(), "{name}: structured content breaks its output schema: {errors:?}\n{structured}");
     }
 }
 
-async fn call(registry: &dyn ToolSource, context: &ToolContext, name: &str, arguments: Value) -> CallToolResult {
+async fn call(registry: &dyn ToolSource, context: &ToolContext, name: &str, arguments: Value) -> ToolResult {
     let result = registry.call(name, arguments, context).await;
     check_result(registry, name, &result);
     result
@@ -99,16 +100,16 @@ async fn call(registry: &dyn ToolSource, context: &ToolContext, name: &str, argu
 async fn ok(registry: &dyn ToolSource, context: &ToolContext, name: &str, arguments: Value) -> (String, Value) {
     let result = call(registry, context, name, arguments.clone()).await;
     let text = text_of(&result);
-    assert_ne!(result.is_error, Some(true), "{name} {arguments} failed: {text}");
-    (text, result.structured_content.unwrap())
+    assert!(!result.is_error, "{name} {arguments} failed: {text}");
+    (text, result.structured.unwrap())
 }
 
 /// A call that must fail: its text and the `error` object of its structured content.
 async fn fail(registry: &dyn ToolSource, context: &ToolContext, name: &str, arguments: Value) -> (String, Value) {
     let result = call(registry, context, name, arguments.clone()).await;
     let text = text_of(&result);
-    assert_eq!(result.is_error, Some(true), "{name} {arguments} should have failed: {text}");
-    let error = result.structured_content.unwrap()["error"].clone();
+    assert!(result.is_error, "{name} {arguments} should have failed: {text}");
+    let error = result.structured.unwrap()["error"].clone();
     (text, error)
 }
 
@@ -609,10 +610,7 @@ async fn the_cli_lists_and_calls_tools_with_exit_codes() {
     let total_line = stdout.lines().last().unwrap();
     let total: u64 = total_line.strip_prefix("total: ").unwrap().split(' ').next().unwrap().parse().unwrap();
     assert!(total <= 2_000, "{total_line}");
-    assert_eq!(
-        total,
-        picogent::llm::count_tools_json_tokens(&registry_for("http://127.0.0.1:9", "x", 8192).definitions())
-    );
+    assert_eq!(total, count_tools_json_tokens(&specs(&registry_for("http://127.0.0.1:9", "x", 8192).definitions())));
     let (code, stdout, _) = picogent(&["tools", "list", "--json", "--tokens"], None).await;
     assert_eq!(code, 0);
     let listed: Value = serde_json::from_str(&stdout).unwrap();
@@ -681,12 +679,12 @@ async fn the_cli_lists_and_calls_tools_with_exit_codes() {
 #[test]
 fn token_budgets_hold() {
     let catalog = picogent::tools::Catalog::new().unwrap();
-    let all = count_tools_json_tokens(&catalog.definitions());
-    let task_run = count_tools_json_tokens(&catalog.subset(TASK_RUN_TOOLS).unwrap().definitions());
-    let chat = count_tools_json_tokens(&catalog.subset(CHAT_REPLY_TOOLS).unwrap().definitions());
+    let all = count_tools_json_tokens(&specs(&catalog.definitions()));
+    let task_run = count_tools_json_tokens(&specs(&catalog.subset(TASK_RUN_TOOLS).unwrap().definitions()));
+    let chat = count_tools_json_tokens(&specs(&catalog.subset(CHAT_REPLY_TOOLS).unwrap().definitions()));
     println!("tokens: all {all}, task run {task_run}, chat {chat}");
     for tool in catalog.definitions() {
-        println!("{} {}", count_tools_json_tokens(std::slice::from_ref(&tool)), tool.name);
+        println!("{} {}", count_tools_json_tokens(&[tool.spec()]), tool.name);
     }
     assert!(all <= 2_000, "all 23 tools take {all} tokens");
     assert!(task_run <= 1_500, "the task-run preset takes {task_run} tokens");

@@ -11,10 +11,9 @@ use picogent::board::{BoardHandle, BoardOptions};
 use picogent::config::TrackerConfig;
 use picogent::retry::RetryConfig;
 use picogent::secret::Secret;
-use picogent::tools::{Registry, TASK_RUN_TOOLS, ToolContext, ToolSource};
+use picogent::tools::{Registry, TASK_RUN_TOOLS, ToolContext, ToolDefinition, ToolResult, ToolSource};
 use picogent::tracker::TrackerClient;
 use picogent::tracker::model::{CreateTask, MessageOut, MessageQuery, SendMessage, StepOut, TaskOut};
-use rmcp::model::{CallToolResult, Tool};
 use tokio::sync::Notify;
 
 pub const AGENT: &str = "picogent";
@@ -127,7 +126,7 @@ impl Gate {
 }
 
 impl ToolSource for Gate {
-    fn tools(&self) -> Vec<Tool> {
+    fn tools(&self) -> Vec<ToolDefinition> {
         self.inner.tools()
     }
 
@@ -136,7 +135,7 @@ impl ToolSource for Gate {
         name: &'a str,
         arguments: serde_json::Value,
         context: &'a ToolContext,
-    ) -> BoxFuture<'a, CallToolResult> {
+    ) -> BoxFuture<'a, ToolResult> {
         Box::pin(async move {
             let notified = self.open.notified();
             let all_here = {
@@ -150,9 +149,9 @@ impl ToolSource for Gate {
                 // Calls run one after the other would wait here forever; the bound makes such a
                 // failure a clear test failure instead of a hang.
                 if tokio::time::timeout(Duration::from_secs(10), notified).await.is_err() {
-                    return CallToolResult::error(vec![rmcp::model::ContentBlock::text(
+                    return ToolResult::error(
                         "gate: the other calls never arrived (the calls did not run concurrently)",
-                    )]);
+                    );
                 }
             }
             self.inner.call(name, arguments, context).await

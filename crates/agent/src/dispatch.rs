@@ -4,14 +4,12 @@
 
 use std::collections::HashSet;
 
-use rmcp::model::{CallToolResult, Tool};
 use tokio::time::Instant;
 
 use crate::record::{ToolCallOutcome, ToolCallRecord};
 use picogent_llm::{Message, TOOL_ERROR_PREFIX, ToolCall, ToolSpec};
 use picogent_prompts::Fence;
-use picogent_tools::policy::ORIGIN_META_KEY;
-use picogent_tools::{ToolContext, ToolSource};
+use picogent_tools::{ToolContext, ToolDefinition, ToolResult, ToolSource};
 
 /// The tools offered in this run, in the source's fixed order.
 pub(crate) struct OfferedTools {
@@ -29,31 +27,20 @@ impl OfferedTools {
     /// list is byte-identical across turns whatever order the caller listed names in). An
     /// external server's tool (one with an origin in `_meta`) has its description cleaned and
     /// inside `fence`, the run's: the server wrote it, so it is data like any other.
-    pub fn new(source_tools: Vec<Tool>, offered: &[String], fence: &Fence) -> OfferedTools {
+    pub fn new(source_tools: Vec<ToolDefinition>, offered: &[String], fence: &Fence) -> OfferedTools {
         let wanted: HashSet<&str> = offered.iter().map(String::as_str).collect();
-        let (mut tools, withheld): (Vec<Tool>, Vec<Tool>) =
-            source_tools.into_iter().partition(|tool| wanted.contains(tool.name.as_ref()));
-        for tool in tools.iter_mut().filter(|tool| is_external(tool)) {
-            let description = tool.description.as_deref().unwrap_or_default();
-            tool.description = Some(fence.data(description, usize::MAX).into());
+        let (mut tools, withheld): (Vec<ToolDefinition>, Vec<ToolDefinition>) =
+            source_tools.into_iter().partition(|tool| wanted.contains(tool.name.as_str()));
+        for tool in tools.iter_mut().filter(|tool| tool.origin.is_some()) {
+            tool.description = fence.data(&tool.description, usize::MAX);
         }
+        let specs: Vec<ToolSpec> = tools.iter().map(ToolDefinition::spec).collect();
         OfferedTools {
-            tokens: tools.iter().map(picogent_llm::tool_tokens).sum(),
-            withheld: withheld.iter().map(|tool| tool.name.to_string()).collect(),
-            specs: tools
-                .iter()
-                .map(|tool| ToolSpec {
-                    name: tool.name.to_string(),
-                    description: tool.description.as_deref().unwrap_or_default().to_string(),
-                    parameters: tool.input_schema.clone(),
-                })
-                .collect(),
-            names: tools.iter().map(|tool| tool.name.to_string()).collect(),
-            read_only: tools
-                .iter()
-                .filter(|tool| picogent_tools::policy::is_trusted_read(tool))
-                .map(|tool| tool.name.to_string())
-                .collect(),
+            tokens: specs.iter().map(picogent_llm::tool_tokens).sum(),
+            withheld: withheld.into_iter().map(|tool| tool.name).collect(),
+            specs,
+            names: tools.iter().map(|tool| tool.name.clone()).collect(),
+            read_only: tools.iter().filter(|tool| tool.is_trusted_read()).map(|tool| tool.name.clone()).collect(),
         }
     }
 
@@ -98,11 +85,6 @@ impl OfferedTools {
     pub fn closest(&self, name: &str) -> Vec<&str> {
         picogent_support::closest::closest(name, self.names.iter().map(String::as_str))
     }
-}
-
-/// Whether `tool` comes from an external MCP server (the host marks its tools with their origin).
-fn is_external(tool: &Tool) -> bool {
-    tool.meta.as_ref().is_some_and(|meta| meta.contains_key(ORIGIN_META_KEY))
 }
 
 /// A call checked before running: either the parsed arguments, or the error the model reads.
@@ -357,7 +339,7 @@ async fn run_one(
             tool_context.idempotency_key =
                 context.tool_context.idempotency_key.as_ref().map(|key| format!("{key}-t{}-c{index}", context.turn));
             let result = context.source.call(&call.name, arguments.clone(), &tool_context).await;
-            let outcome = if result.is_error == Some(true) { ToolCallOutcome::Error } else { ToolCallOutcome::Ok };
+            let outcome = if result.is_error { ToolCallOutcome::Error } else { ToolCallOutcome::Ok };
             // Whatever the source, its result is data: cleaned, cut, then fenced (so the cut
             // never takes the close). Refusals above are the loop's own words, not fenced.
             (outcome, context.tool_context.fence.wrap(&result_text(&result, context.max_result_bytes)))
@@ -404,16 +386,10 @@ pub(crate) fn micros_since(start: Instant) -> u64 {
 
 /// The text the model reads for a result: the text blocks (a tool's dense, model-facing form),
 /// or the structured content as JSON when there is no text; cut at `max_bytes`.
-fn result_text(result: &CallToolResult, max_bytes: usize) -> String {
-    let text = result
-        .content
-        .iter()
-        .filter_map(|block| block.as_text().map(|text| text.text.as_str()))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let text = match (&result.structured_content, text.trim().is_empty()) {
+fn result_text(result: &ToolResult, max_bytes: usize) -> String {
+    let text = match (&result.structured, result.text.trim().is_empty()) {
         (Some(value), true) => value.to_string(),
-        _ => text,
+        _ => result.text.clone(),
     };
     // Tracker text (and an external server's) reaches the model through results too: it passes
     // the same cleaning as prompts, so hidden text never reaches the model from any path.
@@ -436,7 +412,10 @@ mod tests {
     use super::*;
 
     fn offered(names: &[&str]) -> OfferedTools {
-        let tools = names.iter().map(|name| Tool::new(name.to_string(), "d", serde_json::Map::new())).collect();
+        let tools = names
+            .iter()
+            .map(|name| ToolDefinition::new(name.to_string(), "d", std::sync::Arc::new(serde_json::Map::new())))
+            .collect();
         OfferedTools::new(tools, &names.iter().map(|n| n.to_string()).collect::<Vec<_>>(), &Fence::random())
     }
 
@@ -508,7 +487,10 @@ mod tests {
 
     #[test]
     fn offered_tools_keep_the_source_order() {
-        let tools = ["a", "b", "c"].iter().map(|n| Tool::new(n.to_string(), "d", serde_json::Map::new())).collect();
+        let tools = ["a", "b", "c"]
+            .iter()
+            .map(|n| ToolDefinition::new(n.to_string(), "d", std::sync::Arc::new(serde_json::Map::new())))
+            .collect();
         let offered = OfferedTools::new(tools, &["c".to_string(), "a".to_string()], &Fence::random());
         let names: Vec<&str> = offered.specs.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["a", "c"]);

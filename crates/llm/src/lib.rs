@@ -459,7 +459,7 @@ pub(crate) struct PerDefinition<T> {
 }
 
 /// A kept value with the definition it was worked out from: schema, name, description.
-type Kept<T> = (Arc<rmcp::model::JsonObject>, String, String, T);
+type Kept<T> = (Arc<serde_json::Map<String, serde_json::Value>>, String, String, T);
 
 impl<T: Clone> PerDefinition<T> {
     pub(crate) fn new() -> PerDefinition<T> {
@@ -471,7 +471,7 @@ impl<T: Clone> PerDefinition<T> {
         &self,
         name: &str,
         description: &str,
-        schema: &Arc<rmcp::model::JsonObject>,
+        schema: &Arc<serde_json::Map<String, serde_json::Value>>,
         make: impl FnOnce() -> Result<T, E>,
     ) -> Result<T, E> {
         let key = Arc::as_ptr(schema) as usize;
@@ -495,11 +495,11 @@ impl<T: Clone> PerDefinition<T> {
 
 /// What one tool definition adds to a prompt, the same figure as `estimate_tool_tokens`, kept
 /// per definition ([`PerDefinition`]).
-pub fn tool_tokens(tool: &rmcp::model::Tool) -> u64 {
+pub fn tool_tokens(tool: &ToolSpec) -> u64 {
     static COUNTS: std::sync::OnceLock<PerDefinition<u64>> = std::sync::OnceLock::new();
-    let description = tool.description.as_deref().unwrap_or_default();
-    let Ok(count) = COUNTS.get_or_init(PerDefinition::new).get(&tool.name, description, &tool.input_schema, || {
-        Ok::<_, std::convert::Infallible>(estimate_tool_tokens(&tool.name, description, &tool.input_schema))
+    let description = &tool.description;
+    let Ok(count) = COUNTS.get_or_init(PerDefinition::new).get(&tool.name, description, &tool.parameters, || {
+        Ok::<_, std::convert::Infallible>(estimate_tool_tokens(&tool.name, description, &tool.parameters))
     });
     count
 }
@@ -519,7 +519,7 @@ fn estimate_tool_tokens(name: &str, description: &str, parameters: &serde_json::
 
 /// The definitions as an OpenAI chat-completions `tools` array:
 /// `[{"type":"function","function":{"name","description","parameters"}}]`.
-fn openai_tools_json(tools: &[rmcp::model::Tool]) -> serde_json::Value {
+fn openai_tools_json(tools: &[ToolSpec]) -> serde_json::Value {
     serde_json::Value::Array(
         tools
             .iter()
@@ -528,8 +528,8 @@ fn openai_tools_json(tools: &[rmcp::model::Tool]) -> serde_json::Value {
                     "type": "function",
                     "function": {
                         "name": tool.name,
-                        "description": tool.description.as_deref().unwrap_or_default(),
-                        "parameters": serde_json::Value::Object(tool.input_schema.as_ref().clone()),
+                        "description": tool.description,
+                        "parameters": serde_json::Value::Object(tool.parameters.as_ref().clone()),
                     }
                 })
             })
@@ -540,7 +540,7 @@ fn openai_tools_json(tools: &[rmcp::model::Tool]) -> serde_json::Value {
 /// Tokens of the definitions as a model receives them: the compact `openai_tools_json` text,
 /// the figure `picogent tools list --tokens` shows. A little above the sum of [`tool_tokens`],
 /// which leaves out the JSON around each name, description and schema.
-pub fn count_tools_json_tokens(tools: &[rmcp::model::Tool]) -> u64 {
+pub fn count_tools_json_tokens(tools: &[ToolSpec]) -> u64 {
     count_text_tokens(&openai_tools_json(tools).to_string())
 }
 
@@ -596,8 +596,7 @@ mod tests {
         }];
         let mut messages = vec![Message::system(long.clone()), Message::user("Task: TE-1")];
         let mut counter = PromptCounter::new(estimate_tools_tokens(&tools));
-        let schema = (*tools[0].parameters).clone();
-        let definition = rmcp::model::Tool::new(tools[0].name.clone(), tools[0].description.clone(), schema);
+        let definition = tools[0].clone();
         assert_eq!(tool_tokens(&definition), estimate_tools_tokens(&tools));
         assert_eq!(tool_tokens(&definition), estimate_tools_tokens(&tools), "second, from the memo");
         assert_eq!(counter.estimate(&messages), estimate_prompt_tokens(&messages, &tools));

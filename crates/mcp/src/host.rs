@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Prompt, ResourceContents, Tool, ToolAnnotations};
+use rmcp::model::{ContentBlock, JsonObject, Prompt, ResourceContents, Tool};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -36,8 +36,7 @@ use crate::names::hashed_name;
 use crate::results::ArtifactStore;
 use crate::skills::Skill;
 use picogent_prompts::{Fence, Section, clean_name, clean_text, demote_headings};
-use picogent_tools::policy::ORIGIN_META_KEY;
-use picogent_tools::{ToolContext, ToolSource};
+use picogent_tools::{ToolContext, ToolDefinition, ToolHints, ToolOrigin, ToolResult, ToolSource};
 
 pub use crate::commands::{CommandError, PromptArgumentsError};
 pub use crate::names::public_name;
@@ -213,7 +212,7 @@ impl McpHost {
     }
 
     /// The offered tools and the map routing each public name.
-    fn catalog(&self) -> (Vec<Tool>, HashMap<String, Route>) {
+    fn catalog(&self) -> (Vec<ToolDefinition>, HashMap<String, Route>) {
         let mut tools = Vec::new();
         let mut routes = HashMap::new();
         let snapshots = self.snapshots();
@@ -230,7 +229,7 @@ impl McpHost {
                     tracing::warn!(server = %server.name(), tool = %tool.name, "two mcp tools map to one public name; skipping the second");
                     continue;
                 }
-                tools.push(expose(server.name(), server.config(), &name, tool.clone()));
+                tools.push(expose(server.name(), server.config(), &name, tool));
                 routes.insert(name, Route::Tool { server: index, original: tool.name.to_string() });
             }
         }
@@ -273,7 +272,7 @@ impl McpHost {
         commands
     }
 
-    async fn call_routed(&self, name: &str, arguments: Value, context: &ToolContext) -> CallToolResult {
+    async fn call_routed(&self, name: &str, arguments: Value, context: &ToolContext) -> ToolResult {
         let (_, routes) = self.catalog();
         let Some(route) = routes.get(name).cloned() else {
             return error(format!("unknown tool `{name}`: use one of the tools listed in this conversation"));
@@ -325,7 +324,7 @@ impl McpHost {
     }
 
     /// Every skill: how it is called, its server and description.
-    fn list_skills(&self) -> CallToolResult {
+    fn list_skills(&self) -> ToolResult {
         let commands = self.commands(&self.snapshots());
         let lines: Vec<String> = commands
             .skills()
@@ -339,11 +338,11 @@ impl McpHost {
             })
             .collect();
         let text = if lines.is_empty() { "no skills".to_string() } else { lines.join("\n") };
-        CallToolResult::success(vec![ContentBlock::text(text)])
+        ToolResult::success(text)
     }
 
     /// One skill's text under its heading, with the arguments after it.
-    fn use_skill(&self, arguments: &UseSkillArguments) -> CallToolResult {
+    fn use_skill(&self, arguments: &UseSkillArguments) -> ToolResult {
         let commands = self.commands(&self.snapshots());
         let word = arguments.name.trim().trim_start_matches(['$', '/']);
         let (command, skill) = match commands.find(word) {
@@ -368,14 +367,14 @@ impl McpHost {
         if !given.is_empty() {
             text.push_str(&format!("\n\nArguments: {given}"));
         }
-        CallToolResult::success(vec![ContentBlock::text(text)])
+        ToolResult::success(text)
     }
 
     fn server_names(&self) -> String {
         self.servers.iter().map(|s| s.name().to_string()).collect::<Vec<_>>().join(", ")
     }
 
-    fn list_resources(&self, only: Option<&str>) -> CallToolResult {
+    fn list_resources(&self, only: Option<&str>) -> ToolResult {
         if let Some(server) = only
             && self.server(server).is_none()
         {
@@ -398,7 +397,7 @@ impl McpHost {
             lines.push("no resources".to_string());
         }
         let text = lines.join("\n");
-        CallToolResult::success(vec![ContentBlock::text(text)])
+        ToolResult::success(text)
     }
 
     /// A chat request that calls a command (see [`crate::commands`]): a prompt
@@ -503,56 +502,45 @@ impl Drop for McpHost {
 }
 
 impl ToolSource for McpHost {
-    fn tools(&self) -> Vec<Tool> {
+    fn tools(&self) -> Vec<ToolDefinition> {
         self.catalog().0
     }
 
-    fn call<'a>(&'a self, name: &'a str, arguments: Value, context: &'a ToolContext) -> BoxFuture<'a, CallToolResult> {
+    fn call<'a>(&'a self, name: &'a str, arguments: Value, context: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
         Box::pin(self.call_routed(name, arguments, context))
     }
 }
 
-fn error(message: String) -> CallToolResult {
-    CallToolResult::error(vec![ContentBlock::text(message)])
+fn error(message: String) -> ToolResult {
+    ToolResult::error(message)
 }
 
-/// The tool as offered: public name, annotations the policy may believe, origin in `_meta`, and
-/// its description and the descriptions and titles in its schema cleaned: no hidden text or
-/// control token of the server's reaches a model (the agent's loop also fences the description).
-fn expose(server: &str, config: &McpServerConfig, public: &str, mut tool: Tool) -> Tool {
-    let original_annotations = tool.annotations.clone();
-    let mut annotations = tool.annotations.take().unwrap_or_default();
+/// The tool as offered: public name, hints the policy may believe, its origin, and its
+/// description and the descriptions and titles in its schema cleaned: no hidden text or control
+/// token of the server's reaches a model (the agent's loop also fences the description).
+fn expose(server: &str, config: &McpServerConfig, public: &str, listed: &Tool) -> ToolDefinition {
+    let mut tool = crate::wire::tool_from_mcp(listed);
     if !config.trusted {
         // A server the operator named but did not mark trusted: its `readOnlyHint: true` is
         // believed, so a read is scoped as picogent's own reads are (docs/mcp-host.md); any other
         // tool is taken as one that may change or delete things, whatever it says. Such a
         // server's reads still run one at a time, and are not offered in `read_only` mode
-        // (`tools::policy::is_trusted_read`).
-        let read_only = annotations.read_only_hint == Some(true);
-        annotations.read_only_hint = Some(read_only);
-        annotations.destructive_hint = Some(!read_only);
+        // (`ToolDefinition::is_trusted_read`).
+        let read_only = tool.hints.read_only == Some(true);
+        tool.hints.read_only = Some(read_only);
+        tool.hints.destructive = Some(!read_only);
     }
-    tool.annotations = Some(annotations);
-    let mut meta = tool.meta.take().unwrap_or_default();
-    meta.insert(
-        ORIGIN_META_KEY.to_string(),
-        json!({
-            "server": server,
-            "tool": tool.name,
-            "trusted": config.trusted,
-            "annotations": original_annotations,
-        }),
-    );
-    tool.meta = Some(meta);
-    let description = tool.description.as_deref().map(|d| clean_text(d, MAX_DESCRIPTION_CHARS));
-    tool.description = Some(match description {
-        Some(description) if !description.trim().is_empty() => description.into(),
-        _ => format!("Tool `{}` of MCP server `{server}`.", clean_name(&tool.name)).into(),
-    });
+    tool.origin = Some(ToolOrigin { server: server.to_string(), tool: tool.name.clone(), trusted: config.trusted });
+    let description = clean_text(&tool.description, MAX_DESCRIPTION_CHARS);
+    tool.description = if description.trim().is_empty() {
+        format!("Tool `{}` of MCP server `{server}`.", clean_name(&tool.name))
+    } else {
+        description
+    };
     if let Some(schema) = clean_schema_texts(&tool.input_schema) {
         tool.input_schema = Arc::new(schema);
     }
-    tool.name = public.to_string().into();
+    tool.name = public.to_string();
     tool
 }
 
@@ -593,7 +581,7 @@ fn clean_schema_texts(schema: &JsonObject) -> Option<JsonObject> {
     }
 }
 
-fn resource_tools(servers: &[Arc<ServerConnection>]) -> Vec<Tool> {
+fn resource_tools(servers: &[Arc<ServerConnection>]) -> Vec<ToolDefinition> {
     let names: Vec<String> =
         servers.iter().filter(|s| !s.snapshot().resources.is_empty()).map(|s| s.name().to_string()).collect();
     let list = read_only_tool(
@@ -622,7 +610,7 @@ fn resource_tools(servers: &[Arc<ServerConnection>]) -> Vec<Tool> {
 }
 
 /// The two skill tools: the listing, and one skill's text. Both only read what the host holds.
-fn skill_tools() -> Vec<Tool> {
+fn skill_tools() -> Vec<ToolDefinition> {
     let list = read_only_tool(
         LIST_SKILLS_TOOL,
         "List the skills the connected MCP servers offer (how-tos for a kind of work): how each is called, its server and what it is for.",
@@ -645,15 +633,11 @@ fn skill_tools() -> Vec<Tool> {
 }
 
 /// A tool of the host's own that only reads what the host or its servers hold.
-fn read_only_tool(name: &'static str, description: &'static str, schema: Value) -> Tool {
-    let mut annotations = ToolAnnotations::new();
-    annotations.read_only_hint = Some(true);
-    annotations.destructive_hint = Some(false);
+fn read_only_tool(name: &'static str, description: &'static str, schema: Value) -> ToolDefinition {
     let schema = match schema {
         Value::Object(map) => Arc::new(map),
         _ => Arc::new(JsonObject::new()),
     };
-    let mut tool = Tool::new(name, description, schema);
-    tool.annotations = Some(annotations);
-    tool
+    let hints = ToolHints { read_only: Some(true), destructive: Some(false), ..ToolHints::default() };
+    ToolDefinition::new(name, description, schema).with_hints(hints)
 }

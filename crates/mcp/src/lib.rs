@@ -15,7 +15,9 @@
 //!   message calls one;
 //! - [`skills`]: a `skill://` resource read as a skill (frontmatter, caps, cleaning);
 //! - [`results`]: what a tool result becomes for the model (inline text or an artifact on disk,
-//!   within the artifacts' quotas).
+//!   within the artifacts' quotas);
+//! - [`wire`]: picogent's tool definitions and results to and from MCP's, the only place the two
+//!   meet.
 //!
 //! Invariants:
 //! - an external server is untrusted: what it sends is bounded (`max_result_bytes`), its words
@@ -47,5 +49,6 @@ pub mod names;
 pub mod results;
 pub mod server;
 pub mod skills;
+pub mod wire;
 
 pub use config::{McpConfig, McpServerConfig, ServerToolsConfig};

@@ -1,4 +1,4 @@
-//! What an MCP server's answer becomes for the model: one text block it can read.
+//! What an MCP server's answer becomes for the model: one text it can read, a [`ToolResult`].
 //!
 //! Invariants:
 //! - binary data (images, audio, blobs) never enters the context: it is saved as an artifact
@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use base64::Engine;
+use picogent_tools::ToolResult;
 use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
 
 use picogent_support::private_files::{self, PrivateFileError};
@@ -174,13 +175,7 @@ impl ArtifactStore {
     }
 
     /// Turns a `tools/call` result into one text block for the model.
-    pub fn shape_tool_result(
-        &self,
-        result: CallToolResult,
-        run: Option<&str>,
-        server: &str,
-        tool: &str,
-    ) -> CallToolResult {
+    pub fn shape_tool_result(&self, result: CallToolResult, run: Option<&str>, server: &str, tool: &str) -> ToolResult {
         let mut parts: Vec<String> = Vec::new();
         let mut texts: Vec<String> = Vec::new();
         for block in result.content {
@@ -218,19 +213,15 @@ impl ArtifactStore {
             parts.push(format!("structured content:\n{pretty}"));
         }
         let text = self.fit(parts.join("\n"), run, server, tool);
-        if result.is_error == Some(true) {
-            CallToolResult::error(vec![ContentBlock::text(text)])
-        } else {
-            CallToolResult::success(vec![ContentBlock::text(text)])
-        }
+        ToolResult { text, structured: None, is_error: result.is_error == Some(true) }
     }
 
     /// Turns a `resources/read` result into one text block for the model.
-    pub fn shape_resource(&self, contents: Vec<ResourceContents>, run: Option<&str>, server: &str) -> CallToolResult {
+    pub fn shape_resource(&self, contents: Vec<ResourceContents>, run: Option<&str>, server: &str) -> ToolResult {
         let parts: Vec<String> =
             contents.into_iter().map(|c| self.describe_contents(c, run, server, "read_mcp_resource")).collect();
         let text = if parts.is_empty() { "the resource is empty".to_string() } else { parts.join("\n") };
-        CallToolResult::success(vec![ContentBlock::text(self.fit(text, run, server, "read_mcp_resource"))])
+        ToolResult::success(self.fit(text, run, server, "read_mcp_resource"))
     }
 
     /// Keeps `text` inline when small; otherwise saves it and returns the preview.
@@ -357,8 +348,8 @@ fn extension(mime_type: Option<&str>) -> &'static str {
 mod tests {
     use super::*;
 
-    fn text_of(result: &CallToolResult) -> &str {
-        &result.content[0].as_text().unwrap().text
+    fn text_of(result: &ToolResult) -> &str {
+        &result.text
     }
 
     #[test]
@@ -397,7 +388,7 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains(&data));
-        assert_eq!(shaped.is_error, Some(true));
+        assert!(shaped.is_error);
     }
 
     #[test]

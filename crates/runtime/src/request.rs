@@ -59,9 +59,13 @@ pub enum RunKind {
     Schedule { firing: Box<picogent_schedule::firing::Firing> },
 }
 
-/// What started a run. Its text (`task.assigned TE-4`) is recorded with the run: the run
-/// inspector and `picogent runs list --trigger` go by its first word.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What started a run. It is kept twice with a queued run: typed in its stored request, so the
+/// run claimed again gets back the very trigger it was queued with, and as its text
+/// (`task.assigned TE-4`, [`Display`](std::fmt::Display)) in the run's row, which the run
+/// inspector, MCP's `run://` and `picogent runs list --trigger` read (they go by its first word).
+/// [`FromStr`] reads the text back, for a row written before the request kept it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Trigger {
     /// The task of key `task_key` was assigned to the agent (heard or reconciled).
     Assigned { task_key: String },
@@ -75,9 +79,10 @@ pub enum Trigger {
     FollowUp { run_id: String },
     /// A scheduled job fired (or a person asked for a firing now).
     Scheduled { job: String, fire_at_ms: i64, manual: bool },
-    /// A run claimed from the queue: its trigger as it was recorded.
-    Recorded(String),
 }
+
+/// The text's suffix of a firing a person asked for now.
+const RUN_NOW: &str = " (run now)";
 
 impl std::fmt::Display for Trigger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -88,15 +93,74 @@ impl std::fmt::Display for Trigger {
             Trigger::StartPrompt => f.write_str("start_run prompt"),
             Trigger::FollowUp { run_id } => write!(f, "follow-up of {run_id}"),
             Trigger::Scheduled { job, fire_at_ms, manual } => {
+                // A time RFC 3339 cannot write (before year 0, after 9999) is written as its
+                // milliseconds, and read back so.
                 let at = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(*fire_at_ms) * 1_000_000)
                     .ok()
                     .and_then(|at| at.format(&time::format_description::well_known::Rfc3339).ok())
                     .unwrap_or_else(|| fire_at_ms.to_string());
-                let how = if *manual { " (run now)" } else { "" };
+                let how = if *manual { RUN_NOW } else { "" };
                 write!(f, "schedule {job} {at}{how}")
             }
-            Trigger::Recorded(text) => f.write_str(text),
         }
+    }
+}
+
+/// A recorded trigger's text that names no trigger this version writes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?} names no trigger this version knows")]
+pub struct UnknownTrigger {
+    pub text: String,
+}
+
+impl std::str::FromStr for Trigger {
+    type Err = UnknownTrigger;
+
+    /// The trigger whose [`Display`](std::fmt::Display) text is `text`, and only for a text
+    /// `Display` writes: a time written another way (`+02:00`, milliseconds RFC 3339 could
+    /// write) is unknown. Keys, ids and job names are never empty, and `start_run prompt` is the
+    /// prompt's (no task key is `prompt`).
+    fn from_str(text: &str) -> Result<Trigger, UnknownTrigger> {
+        let unknown = || UnknownTrigger { text: text.to_string() };
+        let (word, rest) = text.split_once(' ').ok_or_else(unknown)?;
+        if rest.is_empty() {
+            return Err(unknown());
+        }
+        let rest = rest.to_string();
+        let trigger = match word {
+            "task.assigned" => Trigger::Assigned { task_key: rest },
+            "message.new" => Trigger::Message { message_id: rest },
+            "start_run" if rest == "prompt" => Trigger::StartPrompt,
+            "start_run" => Trigger::StartRun { task_key: rest },
+            "follow-up" => match rest.strip_prefix("of ") {
+                Some(run_id) if !run_id.is_empty() => Trigger::FollowUp { run_id: run_id.to_string() },
+                _ => return Err(unknown()),
+            },
+            "schedule" => {
+                let (at, manual) = match rest.strip_suffix(RUN_NOW) {
+                    Some(at) => (at, true),
+                    None => (rest.as_str(), false),
+                };
+                // The job's name comes first and may hold spaces; the time holds none.
+                let (job, at) = at.rsplit_once(' ').filter(|(job, _)| !job.is_empty()).ok_or_else(unknown)?;
+                let fire_at_ms = fire_at_ms(at).ok_or_else(unknown)?;
+                Trigger::Scheduled { job: job.to_string(), fire_at_ms, manual }
+            }
+            _ => return Err(unknown()),
+        };
+        if trigger.to_string() != text {
+            return Err(unknown());
+        }
+        Ok(trigger)
+    }
+}
+
+/// A firing's time as [`Trigger`]'s text writes it: RFC 3339, or milliseconds where that cannot
+/// write it.
+fn fire_at_ms(at: &str) -> Option<i64> {
+    match time::OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339) {
+        Ok(at) => i64::try_from(at.unix_timestamp_nanos() / 1_000_000).ok(),
+        Err(_) => at.parse().ok(),
     }
 }
 

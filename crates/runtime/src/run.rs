@@ -551,7 +551,12 @@ fn coding_task(services: &RunServices, kind: &RunKind) -> bool {
 
 /// The tools a run of this kind is offered: fewer for a chat reply than for a task run, and the
 /// coding tools only on a run of a task that has a repository (`coding`).
-fn offered_tools(kind: &RunKind, available: &[rmcp::model::Tool], coding: bool, ask_person: bool) -> Vec<String> {
+fn offered_tools(
+    kind: &RunKind,
+    available: &[picogent_tools::ToolDefinition],
+    coding: bool,
+    ask_person: bool,
+) -> Vec<String> {
     // The tracker tools a run of this kind is offered (`None`: all), and whether the external
     // servers' and the host's tools come with them.
     let (preset, with_servers): (Option<&[&str]>, bool) = match kind {

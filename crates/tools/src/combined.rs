@@ -5,9 +5,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use rmcp::model::{CallToolResult, ContentBlock, Tool};
 
-use crate::{CallEffect, ToolContext, ToolSource};
+use crate::{CallEffect, ToolContext, ToolDefinition, ToolResult, ToolSource};
 
 /// Several sources as one, in a fixed order. A name offered by two sources goes to the first.
 pub struct CombinedSource {
@@ -21,12 +20,12 @@ impl CombinedSource {
 }
 
 impl ToolSource for CombinedSource {
-    fn tools(&self) -> Vec<Tool> {
+    fn tools(&self) -> Vec<ToolDefinition> {
         let mut seen = BTreeSet::new();
         let mut tools = Vec::new();
         for source in &self.sources {
             for tool in source.tools() {
-                if seen.insert(tool.name.to_string()) {
+                if seen.insert(tool.name.clone()) {
                     tools.push(tool);
                 } else {
                     tracing::warn!(tool = %tool.name, "two tool sources offer the same name; the first one wins");
@@ -36,7 +35,7 @@ impl ToolSource for CombinedSource {
         tools
     }
 
-    fn tool(&self, name: &str) -> Option<Tool> {
+    fn tool(&self, name: &str) -> Option<ToolDefinition> {
         self.sources.iter().find_map(|source| source.tool(name))
     }
 
@@ -62,16 +61,14 @@ impl ToolSource for CombinedSource {
         name: &'a str,
         arguments: serde_json::Value,
         context: &'a ToolContext,
-    ) -> BoxFuture<'a, CallToolResult> {
+    ) -> BoxFuture<'a, ToolResult> {
         Box::pin(async move {
             for source in &self.sources {
                 if source.tool(name).is_some() {
                     return source.call(name, arguments, context).await;
                 }
             }
-            CallToolResult::error(vec![ContentBlock::text(format!(
-                "unknown tool `{name}`: use one of the tools listed in this conversation"
-            ))])
+            ToolResult::error(format!("unknown tool `{name}`: use one of the tools listed in this conversation"))
         })
     }
 }

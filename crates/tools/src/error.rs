@@ -1,7 +1,7 @@
 //! Why a tool call failed ([`ToolError`]), and what is wrong with its arguments
 //! ([`ArgumentProblem`]): the words the kernel, the schema checks and the policy share.
 
-use rmcp::model::{CallToolResult, ContentBlock};
+use crate::definition::ToolResult;
 use serde_json::json;
 
 use picogent_tracker::TrackerError;
@@ -136,7 +136,7 @@ impl ToolError {
     }
 
     /// The error result the caller receives; its structured content names the failure.
-    pub fn into_result(self) -> CallToolResult {
+    pub fn into_result(self) -> ToolResult {
         let mut detail = json!({"code": self.code(), "message": self.message_for_model()});
         if let ToolError::NotFound { .. } = &self {
             detail["status"] = json!(404);
@@ -155,8 +155,8 @@ impl ToolError {
         if let ToolError::UnknownTool { suggestions, .. } = &self {
             detail["suggestions"] = json!(suggestions);
         }
-        let mut result = CallToolResult::error(vec![ContentBlock::text(self.message_for_model())]);
-        result.structured_content = Some(json!({ "error": detail }));
+        let mut result = ToolResult::error(self.message_for_model());
+        result.structured = Some(json!({ "error": detail }));
         result
     }
 }

@@ -11,7 +11,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::ToolContext;
 use crate::format;
-use crate::kernel::{Target, ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write};
+use crate::kernel::{
+    Target, ToolError, ToolGroup, ToolHints, ToolOutput, TrackerTool, output_schema_for, read_only, write,
+};
 use picogent_tracker::TrackerClient;
 use picogent_tracker::model::{self, AttachmentOut, FileContent, limits};
 
@@ -45,7 +47,7 @@ impl TrackerTool for UploadFile {
     const DESCRIPTION: &'static str = "Attach a file to a message.";
     const GROUP: ToolGroup = ToolGroup::Files;
 
-    fn annotations() -> rmcp::model::ToolAnnotations {
+    fn annotations() -> ToolHints {
         write(false, false)
     }
 
@@ -94,7 +96,7 @@ impl TrackerTool for ListFiles {
     const DESCRIPTION: &'static str = "List attachments; give one of task_id, project_id, message_id.";
     const GROUP: ToolGroup = ToolGroup::Files;
 
-    fn annotations() -> rmcp::model::ToolAnnotations {
+    fn annotations() -> ToolHints {
         read_only()
     }
 
@@ -141,7 +143,7 @@ impl TrackerTool for DownloadFile {
     const GROUP: ToolGroup = ToolGroup::Files;
     const PAGING_HINT: &'static str = "the whole file is in the structured content";
 
-    fn annotations() -> rmcp::model::ToolAnnotations {
+    fn annotations() -> ToolHints {
         read_only()
     }
 

@@ -7,11 +7,11 @@
 //! Invariant: the tracker token never reaches a result. Results are built from answers and from
 //! [`TrackerError`] messages, which never carry it.
 
+pub use crate::definition::{ToolHints, ToolResult};
 pub use crate::error::{ArgumentProblem, ToolError};
 use std::future::Future;
 
 use futures::future::BoxFuture;
-use rmcp::model::{CallToolResult, ContentBlock, ToolAnnotations};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -76,10 +76,8 @@ impl ToolOutput {
 
 /// The error result of a call refused before it ran, its text exactly `message` (what the
 /// permission policy answers), its structured content shaped like every tool error's.
-pub fn refusal(message: String) -> CallToolResult {
-    let mut result = CallToolResult::error(vec![ContentBlock::text(message.clone())]);
-    result.structured_content = Some(json!({ "error": {"code": "refused", "message": message} }));
-    result
+pub fn refusal(message: String) -> ToolResult {
+    ToolResult::error(message.clone()).with_structured(json!({ "error": {"code": "refused", "message": message} }))
 }
 
 /// One tool of the tracker: its name, words, argument type and behaviour.
@@ -97,7 +95,7 @@ pub trait TrackerTool: Send + Sync + 'static {
     const NOT_FOUND_HINT: &'static str = "check the id or key: the list_* tools show them";
 
     /// The MCP hints; use [`read_only`] or [`write()`].
-    fn annotations() -> ToolAnnotations;
+    fn annotations() -> ToolHints;
 
     /// The shape of the structured content, when it is stable.
     fn output_schema() -> Option<Value> {
@@ -131,13 +129,13 @@ pub trait TrackerTool: Send + Sync + 'static {
 }
 
 /// The hints of a tool that only reads.
-pub fn read_only() -> ToolAnnotations {
-    ToolAnnotations::new().read_only(true).destructive(false).idempotent(true).open_world(false)
+pub fn read_only() -> ToolHints {
+    ToolHints::read_only()
 }
 
 /// The hints of a tool that writes.
-pub fn write(destructive: bool, idempotent: bool) -> ToolAnnotations {
-    ToolAnnotations::new().read_only(false).destructive(destructive).idempotent(idempotent).open_world(false)
+pub fn write(destructive: bool, idempotent: bool) -> ToolHints {
+    ToolHints::write(destructive, idempotent)
 }
 
 pub(super) type RunFn =
@@ -159,7 +157,7 @@ pub struct ToolEntry {
     pub(super) group: ToolGroup,
     pub(super) paging_hint: &'static str,
     pub(super) not_found_hint: &'static str,
-    pub(super) annotations: fn() -> ToolAnnotations,
+    pub(super) annotations: fn() -> ToolHints,
     pub(super) output_schema: fn() -> Option<Value>,
     pub(super) input_schema: fn() -> Value,
     pub(super) run: RunFn,

@@ -13,8 +13,9 @@
 //!   what a call changes, the scope resolves it against the run's task or thread;
 //! - [`combined`]: several sources offered as one.
 //!
-//! Tool definitions are rmcp's `Tool` and results are rmcp's `CallToolResult`: the shapes are
-//! MCP's from the start, so serving them over MCP translates nothing.
+//! Tool definitions and results are picogent's own ([`definition`]: [`ToolDefinition`],
+//! [`ToolResult`]), shaped as MCP's are; the MCP crate translates them at its edge, the only
+//! place MCP's wire types appear.
 //!
 //! Invariants:
 //! - a call never fails at the Rust level: a bad argument, a refusal or a tracker error is a
@@ -24,7 +25,8 @@
 //! - a run's writes reach only its own task or thread unless `permissions.scope` widens them, and
 //!   a call whose reach cannot be judged is refused ([`scope`]).
 //!
-//! Where things are: `lib.rs` (`ToolSource`, `ToolContext`); `kernel.rs` (`TrackerTool`,
+//! Where things are: `lib.rs` (`ToolSource`, `ToolContext`); `definition.rs` (`ToolDefinition`,
+//! `ToolHints`, `ToolOrigin`, `ToolResult`); `kernel.rs` (`TrackerTool`,
 //! `ToolOutput`, `ToolError`, `ToolEntry`); `registry.rs` (the list, `Catalog`, `Registry`, the
 //! presets), each group's file importing only `kernel` and `format`; `schema.rs`; `policy/`
 //! (`Policy`, globs, `PolicySource`, `governed`, `ScopeRule`; `approval.rs`: ask mode through the
@@ -37,6 +39,7 @@
 //! elicitation and `question.rs` (`ask_person`); `combined.rs` (`CombinedSource`).
 
 pub mod combined;
+pub mod definition;
 pub mod error;
 pub mod files;
 pub mod format;
@@ -55,13 +58,13 @@ pub mod steps;
 pub mod tasks;
 
 pub use combined::CombinedSource;
+pub use definition::{JsonObject, ToolDefinition, ToolHints, ToolOrigin, ToolResult};
 pub use kernel::{ToolError, ToolGroup};
 pub use permissions::{PermissionMode, PermissionsConfig, RunScope, default_ask_tools};
 pub use policy::{Policy, PolicySource, governed};
 pub use registry::{CHAT_REPLY_TOOLS, Catalog, Registry, RegistryError, TASK_RUN_TOOLS};
 
 use futures::future::BoxFuture;
-use rmcp::model::{CallToolResult, Tool};
 use tokio_util::sync::CancellationToken;
 
 /// The two tools the MCP host offers when any external server lists resources (`mcp::host`).
@@ -197,12 +200,12 @@ pub enum CallEffect {
 /// Anything that offers tools: the tracker registry, an external MCP server, or several combined.
 pub trait ToolSource: Send + Sync {
     /// The tools offered, in a fixed order (so prompts stay byte-identical across turns).
-    fn tools(&self) -> Vec<Tool>;
+    fn tools(&self) -> Vec<ToolDefinition>;
 
     /// The definition of one offered tool, `None` if no tool of that name is offered. The
     /// default looks through [`ToolSource::tools`]; a source that can find one tool without
     /// building every definition overrides it (it is asked on every call).
-    fn tool(&self, name: &str) -> Option<Tool> {
+    fn tool(&self, name: &str) -> Option<ToolDefinition> {
         self.tools().into_iter().find(|tool| tool.name == name)
     }
 
@@ -232,5 +235,5 @@ pub trait ToolSource: Send + Sync {
         name: &'a str,
         arguments: serde_json::Value,
         context: &'a ToolContext,
-    ) -> BoxFuture<'a, CallToolResult>;
+    ) -> BoxFuture<'a, ToolResult>;
 }

@@ -5,7 +5,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::ToolContext;
 use crate::format;
-use crate::kernel::{Target, ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write};
+use crate::kernel::{
+    Target, ToolError, ToolGroup, ToolHints, ToolOutput, TrackerTool, output_schema_for, read_only, write,
+};
 use crate::projects::NoArgs;
 use picogent_tracker::TrackerClient;
 use picogent_tracker::model::{MemberOut, StatusOut, limits};
@@ -27,7 +29,7 @@ impl TrackerTool for ListMembers {
     const DESCRIPTION: &'static str = "List members.";
     const GROUP: ToolGroup = ToolGroup::Members;
 
-    fn annotations() -> rmcp::model::ToolAnnotations {
+    fn annotations() -> ToolHints {
         read_only()
     }
 
@@ -61,7 +63,7 @@ impl TrackerTool for GetMember {
     const DESCRIPTION: &'static str = "Read one member.";
     const GROUP: ToolGroup = ToolGroup::Members;
 
-    fn annotations() -> rmcp::model::ToolAnnotations {
+    fn annotations() -> ToolHints {
         read_only()
     }
 
@@ -93,7 +95,7 @@ impl TrackerTool for UpdateMyStatus {
     const DESCRIPTION: &'static str = "Set your own status line.";
     const GROUP: ToolGroup = ToolGroup::Members;
 
-    fn annotations() -> rmcp::model::ToolAnnotations {
+    fn annotations() -> ToolHints {
         write(false, true)
     }
 

@@ -4,7 +4,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::format;
-use crate::kernel::{Target, ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write};
+use crate::kernel::{
+    Target, ToolError, ToolGroup, ToolHints, ToolOutput, TrackerTool, output_schema_for, read_only, write,
+};
 use crate::{PostPlace, ToolContext};
 use picogent_tracker::TrackerClient;
 use picogent_tracker::model::{self, MessageOut, limits};
@@ -49,7 +51,7 @@ impl TrackerTool for SendMessage {
     const DESCRIPTION: &'static str = "Post a message; give one of chat_id, task_id, parent_id.";
     const GROUP: ToolGroup = ToolGroup::Messages;
 
-    fn annotations() -> rmcp::model::ToolAnnotations {
+    fn annotations() -> ToolHints {
         write(false, false)
     }
 
@@ -135,7 +137,7 @@ impl TrackerTool for ListMessages {
     const GROUP: ToolGroup = ToolGroup::Messages;
     const PAGING_HINT: &'static str = "use a smaller limit and page with before or after";
 
-    fn annotations() -> rmcp::model::ToolAnnotations {
+    fn annotations() -> ToolHints {
         read_only()
     }
 
@@ -192,7 +194,7 @@ impl TrackerTool for ReplyMessage {
     const DESCRIPTION: &'static str = "Reply in a message's thread.";
     const GROUP: ToolGroup = ToolGroup::Messages;
 
-    fn annotations() -> rmcp::model::ToolAnnotations {
+    fn annotations() -> ToolHints {
         write(false, false)
     }
 

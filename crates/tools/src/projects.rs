@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ToolContext;
 use crate::format;
-use crate::kernel::{ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only};
+use crate::kernel::{ToolError, ToolGroup, ToolHints, ToolOutput, TrackerTool, output_schema_for, read_only};
 use picogent_tracker::TrackerClient;
 use picogent_tracker::model::ProjectOut;
 
@@ -32,7 +32,7 @@ impl TrackerTool for ListProjects {
     const DESCRIPTION: &'static str = "List projects.";
     const GROUP: ToolGroup = ToolGroup::Projects;
 
-    fn annotations() -> rmcp::model::ToolAnnotations {
+    fn annotations() -> ToolHints {
         read_only()
     }
 
@@ -66,7 +66,7 @@ impl TrackerTool for GetProject {
     const DESCRIPTION: &'static str = "Read one project.";
     const GROUP: ToolGroup = ToolGroup::Projects;
 
-    fn annotations() -> rmcp::model::ToolAnnotations {
+    fn annotations() -> ToolHints {
         read_only()
     }
 

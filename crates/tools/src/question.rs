@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use rmcp::model::{CallToolResult, ContentBlock, Tool};
+
 use serde_json::json;
 
 use crate::person::{PersonAsker, Question, Reply, WaitEnd, reply_words};
 use crate::scope::{Judgement, ReachError};
-use crate::{CallEffect, ToolContext, ToolError, ToolSource};
+use crate::{CallEffect, ToolContext, ToolDefinition, ToolError, ToolResult, ToolSource};
 use picogent_state::WaitKind;
 use picogent_tracker::TrackerClient;
 use picogent_tracker::model::MessageOut;
@@ -39,7 +39,7 @@ impl QuestionTool {
         self
     }
 
-    fn definition() -> Tool {
+    fn definition() -> ToolDefinition {
         let schema = json!({
             "type": "object",
             "properties": {
@@ -56,17 +56,17 @@ impl QuestionTool {
             serde_json::Value::Object(map) => Arc::new(map),
             _ => Arc::new(serde_json::Map::new()),
         };
-        Tool::new(
+        ToolDefinition::new(
             ASK_PERSON,
             "Ask the person you work for a clarifying question, where they asked you (the task's comments or the \
              chat thread), and wait for their reply. Use it only when you cannot go on without their answer; the \
              answer comes back as this tool's result.",
             schema,
         )
-        .annotate(crate::kernel::write(false, false))
+        .with_hints(crate::kernel::write(false, false))
     }
 
-    async fn ask(&self, arguments: &serde_json::Value, context: &ToolContext) -> CallToolResult {
+    async fn ask(&self, arguments: &serde_json::Value, context: &ToolContext) -> ToolResult {
         let Some(question) = arguments.get("question").and_then(|q| q.as_str()).filter(|q| !q.trim().is_empty()) else {
             let got = arguments.get("question").map_or_else(|| "nothing".to_string(), |value| value.to_string());
             return ToolError::invalid("question", "the question to ask, as text", got).into_result();
@@ -105,8 +105,8 @@ impl QuestionTool {
         };
         match self.asker.ask(context, &ask, read, |_| WaitEnd::Answered).await {
             Reply::Answer { value, by } => {
-                let mut result = CallToolResult::success(vec![ContentBlock::text(format!("@{by} answered: {value}"))]);
-                result.structured_content = Some(json!({"answered_by": by, "answer": value}));
+                let mut result = ToolResult::success(format!("@{by} answered: {value}"));
+                result.structured = Some(json!({"answered_by": by, "answer": value}));
                 result
             }
             Reply::TimedOut => {
@@ -115,23 +115,21 @@ impl QuestionTool {
                 if let Err(error) = self.asker.tell(context, &told, "timeout").await {
                     tracing::warn!(%error, "cannot tell the thread that a question timed out");
                 }
-                CallToolResult::error(vec![ContentBlock::text(format!(
+                ToolResult::error(format!(
                     "No answer within {} s. Go on with what you know, and say in your answer what you assumed.",
                     self.timeout.as_secs()
-                ))])
+                ))
             }
-            Reply::Stopped | Reply::Interrupted => {
-                CallToolResult::error(vec![ContentBlock::text("The run was stopped while it waited.")])
-            }
-            Reply::Unavailable { reason } => CallToolResult::error(vec![ContentBlock::text(format!(
+            Reply::Stopped | Reply::Interrupted => ToolResult::error("The run was stopped while it waited."),
+            Reply::Unavailable { reason } => ToolResult::error(format!(
                 "The question could not be asked: {reason}. Go on without it, or say in your answer what you need."
-            ))]),
+            )),
         }
     }
 }
 
 impl ToolSource for QuestionTool {
-    fn tools(&self) -> Vec<Tool> {
+    fn tools(&self) -> Vec<ToolDefinition> {
         vec![QuestionTool::definition()]
     }
 
@@ -154,10 +152,10 @@ impl ToolSource for QuestionTool {
         name: &'a str,
         arguments: serde_json::Value,
         context: &'a ToolContext,
-    ) -> BoxFuture<'a, CallToolResult> {
+    ) -> BoxFuture<'a, ToolResult> {
         Box::pin(async move {
             if name != ASK_PERSON {
-                return CallToolResult::error(vec![ContentBlock::text(format!("unknown tool `{name}`"))]);
+                return ToolResult::error(format!("unknown tool `{name}`"));
             }
             self.ask(&arguments, context).await
         })

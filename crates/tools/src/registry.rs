@@ -4,7 +4,7 @@
 //!
 //! Invariants:
 //! - every tool is one small type implementing [`TrackerTool`](crate::kernel::TrackerTool);
-//!   the catalog turns it into an rmcp [`Tool`] and a compiled argument schema once, when it is
+//!   the catalog turns it into a [`ToolDefinition`] and a compiled argument schema once, when it is
 //!   built;
 //! - arguments are checked against that schema and parsed into the typed struct exactly once, at
 //!   dispatch ([`Registry::call`]);
@@ -18,14 +18,13 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use rmcp::model::{CallToolResult, ContentBlock, Tool};
 use serde_json::Value;
 
 use crate::format;
 use crate::kernel::{EffectFn, RunFn, TargetFn, ToolEntry, ToolError, ToolGroup, ToolOutput};
 use crate::schema::ArgumentSchema;
 use crate::scope::ReachError;
-use crate::{CallEffect, ToolContext, ToolSource};
+use crate::{CallEffect, ToolContext, ToolDefinition, ToolResult, ToolSource};
 use picogent_tracker::TrackerClient;
 
 /// The tools a task run is offered: everything needed to read, plan and work a task.
@@ -105,7 +104,7 @@ pub enum RegistryError {
 
 /// A compiled tool: its definition, its argument schema and how to run it.
 struct Compiled {
-    tool: Tool,
+    tool: ToolDefinition,
     group: ToolGroup,
     paging_hint: &'static str,
     not_found_hint: &'static str,
@@ -150,12 +149,15 @@ impl Catalog {
             };
             let arguments = ArgumentSchema::compile(input_schema)
                 .map_err(|source| RegistryError::BadSchema { name: entry.name.to_string(), source })?;
-            let mut tool = Tool::new(entry.name, entry.description, Arc::new(input_object))
-                .with_title(entry.title)
-                .with_annotations((entry.annotations)());
-            if let Some(Value::Object(output)) = (entry.output_schema)() {
-                tool = tool.with_raw_output_schema(Arc::new(output));
-            }
+            let tool = ToolDefinition {
+                title: Some(entry.title.to_string()),
+                hints: (entry.annotations)(),
+                output_schema: match (entry.output_schema)() {
+                    Some(Value::Object(output)) => Some(Arc::new(output)),
+                    _ => None,
+                },
+                ..ToolDefinition::new(entry.name, entry.description, Arc::new(input_object))
+            };
             compiled.push(Compiled {
                 tool,
                 group: entry.group,
@@ -178,7 +180,7 @@ impl Catalog {
                 return Err(RegistryError::UnknownTool { name: name.to_string() });
             }
         }
-        Ok(self.offering(|compiled| names.contains(&compiled.tool.name.as_ref())))
+        Ok(self.offering(|compiled| names.contains(&compiled.tool.name.as_str())))
     }
 
     #[cfg(any(test, feature = "test-support"))]
@@ -195,7 +197,7 @@ impl Catalog {
 
     /// The names offered, in order.
     pub fn offered_names(&self) -> Vec<&str> {
-        self.offered.iter().map(|&index| self.compiled[index].tool.name.as_ref()).collect()
+        self.offered.iter().map(|&index| self.compiled[index].tool.name.as_str()).collect()
     }
 
     /// The group of a tool, if there is one by that name.
@@ -204,12 +206,12 @@ impl Catalog {
     }
 
     /// The definitions offered, in the fixed order.
-    pub fn definitions(&self) -> Vec<Tool> {
+    pub fn definitions(&self) -> Vec<ToolDefinition> {
         self.offered.iter().map(|&index| self.compiled[index].tool.clone()).collect()
     }
 
     /// The definition of an offered tool.
-    pub fn definition(&self, name: &str) -> Option<Tool> {
+    pub fn definition(&self, name: &str) -> Option<ToolDefinition> {
         let index = self.index_of(name)?;
         self.offered.contains(&index).then(|| self.compiled[index].tool.clone())
     }
@@ -220,7 +222,7 @@ impl Catalog {
 
     /// Up to three offered names closest to `name` by edit distance.
     fn closest_names(&self, name: &str) -> Vec<String> {
-        let offered = self.offered.iter().map(|&index| self.compiled[index].tool.name.as_ref());
+        let offered = self.offered.iter().map(|&index| self.compiled[index].tool.name.as_str());
         picogent_support::closest::closest(name, offered).into_iter().map(str::to_string).collect()
     }
 }
@@ -260,7 +262,7 @@ impl Registry {
     }
 
     /// The definitions offered, in the fixed order.
-    pub fn definitions(&self) -> Vec<Tool> {
+    pub fn definitions(&self) -> Vec<ToolDefinition> {
         self.catalog.definitions()
     }
 
@@ -270,13 +272,11 @@ impl Registry {
 
     /// Calls a tool: finds it, checks it is offered, validates and parses the arguments, runs it
     /// against the tracker and formats the answer. Every failure is an error result.
-    pub async fn call(&self, name: &str, arguments: Value, context: &ToolContext) -> CallToolResult {
+    pub async fn call(&self, name: &str, arguments: Value, context: &ToolContext) -> ToolResult {
         match self.call_inner(name, arguments, context).await {
             Ok((output, paging_hint)) => {
                 let text = format::cap(&output.text, self.max_result_bytes, paging_hint);
-                let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
-                result.structured_content = Some(output.structured);
-                result
+                ToolResult::success(text).with_structured(output.structured)
             }
             Err(error) => {
                 tracing::debug!(tool = name, code = error.code(), "tool call failed");
@@ -319,7 +319,7 @@ impl Registry {
             return within;
         };
         let compiled = &catalog.compiled[index];
-        if compiled.tool.annotations.as_ref().and_then(|a| a.read_only_hint) == Some(true) {
+        if compiled.tool.is_read_only() {
             return within;
         }
         let Ok(arguments) = compiled.arguments.check(arguments.clone()) else { return within };
@@ -365,11 +365,11 @@ impl Registry {
 const MIN_RESULT_BYTES: usize = 256;
 
 impl ToolSource for Registry {
-    fn tools(&self) -> Vec<Tool> {
+    fn tools(&self) -> Vec<ToolDefinition> {
         self.definitions()
     }
 
-    fn tool(&self, name: &str) -> Option<Tool> {
+    fn tool(&self, name: &str) -> Option<ToolDefinition> {
         self.catalog.definition(name)
     }
 
@@ -386,7 +386,7 @@ impl ToolSource for Registry {
         Box::pin(async move { Some(Registry::reach(self, name, arguments, context).await) })
     }
 
-    fn call<'a>(&'a self, name: &'a str, arguments: Value, context: &'a ToolContext) -> BoxFuture<'a, CallToolResult> {
+    fn call<'a>(&'a self, name: &'a str, arguments: Value, context: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
         Box::pin(Registry::call(self, name, arguments, context))
     }
 }
@@ -443,11 +443,11 @@ mod tests {
     fn every_definition_is_complete() {
         let catalog = Catalog::new().unwrap();
         for tool in catalog.definitions() {
-            let name = tool.name.as_ref();
+            let name = tool.name.as_str();
             assert!(tool.title.is_some(), "{name} has no title");
-            let annotations = tool.annotations.as_ref().unwrap();
-            assert_eq!(annotations.open_world_hint, Some(false), "{name}");
-            assert!(annotations.read_only_hint.is_some() && annotations.destructive_hint.is_some(), "{name}");
+            let hints = tool.hints;
+            assert_eq!(hints.open_world, Some(false), "{name}");
+            assert!(hints.read_only.is_some() && hints.destructive.is_some(), "{name}");
             assert_eq!(tool.input_schema.get("additionalProperties"), Some(&json!(false)), "{name}");
             assert!(tool.output_schema.is_some(), "{name} has no output schema");
             let schema = Value::Object(tool.input_schema.as_ref().clone()).to_string();

@@ -8,7 +8,7 @@
 //!   struct, and every way they break it becomes an [`ArgumentProblem`] naming the field, what it
 //!   expects and what came.
 
-use rmcp::model::JsonObject;
+use crate::definition::JsonObject;
 use schemars::JsonSchema;
 use serde_json::{Value, json};
 

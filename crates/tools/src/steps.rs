@@ -5,7 +5,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::ToolContext;
 use crate::format;
-use crate::kernel::{Target, ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write};
+use crate::kernel::{
+    Target, ToolError, ToolGroup, ToolHints, ToolOutput, TrackerTool, output_schema_for, read_only, write,
+};
 use picogent_tracker::TrackerClient;
 use picogent_tracker::model::{self, StepOut, limits};
 
@@ -34,7 +36,7 @@ impl TrackerTool for ListSteps {
     const DESCRIPTION: &'static str = "List a task's steps.";
     const GROUP: ToolGroup = ToolGroup::Steps;
 
-    fn annotations() -> rmcp::model::ToolAnnotations {
+    fn annotations() -> ToolHints {
         read_only()
     }
 
@@ -74,7 +76,7 @@ impl TrackerTool for AddStep {
     const DESCRIPTION: &'static str = "Append a step to a task.";
     const GROUP: ToolGroup = ToolGroup::Steps;
 
-    fn annotations() -> rmcp::model::ToolAnnotations {
+    fn annotations() -> ToolHints {
         write(false, false)
     }
 
@@ -113,7 +115,7 @@ impl TrackerTool for CompleteStep {
     const DESCRIPTION: &'static str = "Mark a step done.";
     const GROUP: ToolGroup = ToolGroup::Steps;
 
-    fn annotations() -> rmcp::model::ToolAnnotations {
+    fn annotations() -> ToolHints {
         write(false, true)
     }
 
@@ -155,7 +157,7 @@ impl TrackerTool for UpdateStep {
     const DESCRIPTION: &'static str = "Rename a step or set done.";
     const GROUP: ToolGroup = ToolGroup::Steps;
 
-    fn annotations() -> rmcp::model::ToolAnnotations {
+    fn annotations() -> ToolHints {
         write(false, true)
     }
 

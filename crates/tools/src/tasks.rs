@@ -11,7 +11,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer};
 
 use crate::format;
-use crate::kernel::{Target, ToolError, ToolGroup, ToolOutput, TrackerTool, output_schema_for, read_only, write};
+use crate::kernel::{
+    Target, ToolError, ToolGroup, ToolHints, ToolOutput, TrackerTool, output_schema_for, read_only, write,
+};
 use crate::{CallEffect, ToolContext};
 use picogent_tracker::TrackerClient;
 use picogent_tracker::model::{self, Priority, RejectOut, TaskOut, TaskPage, TaskStatus, TaskType, WatchOut, limits};
@@ -66,7 +68,7 @@ impl TrackerTool for ListTasks {
     const GROUP: ToolGroup = ToolGroup::Tasks;
     const PAGING_HINT: &'static str = "use a smaller limit and page with cursor";
 
-    fn annotations() -> rmcp::model::ToolAnnotations {
+    fn annotations() -> ToolHints {
         read_only()
     }
 
@@ -112,7 +114,7 @@ impl TrackerTool for GetTask {
     const GROUP: ToolGroup = ToolGroup::Tasks;
     const PAGING_HINT: &'static str = "the full description is in the structured content";
 
-    fn annotations() -> rmcp::model::ToolAnnotations {
+    fn annotations() -> ToolHints {
         read_only()
     }
 
@@ -156,7 +158,7 @@ impl TrackerTool for CreateTask {
     const DESCRIPTION: &'static str = "Create a task in a project.";
     const GROUP: ToolGroup = ToolGroup::Tasks;
 
-    fn annotations() -> rmcp::model::ToolAnnotations {
+    fn annotations() -> ToolHints {
         write(false, false)
     }
 
@@ -221,7 +223,7 @@ impl TrackerTool for UpdateTask {
     const DESCRIPTION: &'static str = "Change a task; fields left out stay as they are.";
     const GROUP: ToolGroup = ToolGroup::Tasks;
 
-    fn annotations() -> rmcp::model::ToolAnnotations {
+    fn annotations() -> ToolHints {
         write(false, true)
     }
 
@@ -292,7 +294,7 @@ impl TrackerTool for TakeTask {
     const DESCRIPTION: &'static str = "Assign a task to yourself.";
     const GROUP: ToolGroup = ToolGroup::Tasks;
 
-    fn annotations() -> rmcp::model::ToolAnnotations {
+    fn annotations() -> ToolHints {
         write(false, true)
     }
 
@@ -333,7 +335,7 @@ impl TrackerTool for RejectTask {
     const DESCRIPTION: &'static str = "Give back a task assigned to you, saying why.";
     const GROUP: ToolGroup = ToolGroup::Tasks;
 
-    fn annotations() -> rmcp::model::ToolAnnotations {
+    fn annotations() -> ToolHints {
         write(true, false)
     }
 
@@ -379,7 +381,7 @@ impl TrackerTool for AssignTask {
     const DESCRIPTION: &'static str = "Assign a task to a member.";
     const GROUP: ToolGroup = ToolGroup::Tasks;
 
-    fn annotations() -> rmcp::model::ToolAnnotations {
+    fn annotations() -> ToolHints {
         write(false, true)
     }
 
@@ -418,7 +420,7 @@ impl TrackerTool for WatchTask {
     const DESCRIPTION: &'static str = "Follow a task's updates.";
     const GROUP: ToolGroup = ToolGroup::Tasks;
 
-    fn annotations() -> rmcp::model::ToolAnnotations {
+    fn annotations() -> ToolHints {
         write(false, true)
     }
 

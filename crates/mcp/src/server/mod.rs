@@ -136,7 +136,7 @@ impl McpServer {
 
     /// Every tool offered: the source's, then the agent's.
     fn all_tools(&self) -> Vec<Tool> {
-        let mut tools = self.inner.tools.tools();
+        let mut tools: Vec<Tool> = self.inner.tools.tools().iter().map(crate::wire::tool_to_mcp).collect();
         if self.inner.agent.is_some() {
             tools.extend(agent_tools());
         }
@@ -177,7 +177,7 @@ impl ServerHandler for McpServer {
     fn get_tool(&self, name: &str) -> Option<Tool> {
         match RunTool::parse(name) {
             Some(tool) if self.inner.agent.is_some() => Some(tool.definition()),
-            _ => self.inner.tools.tool(name),
+            _ => self.inner.tools.tool(name).as_ref().map(crate::wire::tool_to_mcp),
         }
     }
 
@@ -211,7 +211,7 @@ impl ServerHandler for McpServer {
         }
         let tool_context =
             ToolContext { cancel: context.ct.clone(), ..ToolContext::new(self.inner.agent_slug.clone()) };
-        let call = self.inner.tools.call(&name, arguments, &tool_context);
+        let call = async { crate::wire::result_to_mcp(self.inner.tools.call(&name, arguments, &tool_context).await) };
         Ok(self.with_progress(&name, progress, call).await.into())
     }
 

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Router;
 use crate::guard::{Asked, Steering};
-use crate::request::RunKind;
+use crate::request::{RunKind, Trigger};
 use picogent_state::{Beat, InputKind, Outage};
 
 /// How this process uses the run queue; chosen where the agent is assembled.
@@ -35,10 +35,15 @@ pub struct QueueSetup {
     pub outage: Outage,
 }
 
-/// A queued run's request as the database keeps it (the session and trigger have columns).
+/// A queued run's request as the database keeps it (the session has a column; the trigger's
+/// text has one too, for the people and tools that read it).
 #[derive(Debug, Serialize, Deserialize)]
 pub(super) struct QueuedRequest {
     pub kind: RunKind,
+    /// What started it, as it was; absent in requests queued before it was kept, whose trigger is
+    /// read back from its text.
+    #[serde(default)]
+    pub trigger: Option<Trigger>,
     pub prompt: Option<String>,
     /// The message `prompt` came from (a follow-up's); absent in requests queued before it was kept.
     #[serde(default)]
@@ -49,7 +54,8 @@ pub(super) struct QueuedRequest {
 }
 
 /// Why a claimed run cannot be run.
-pub(super) enum NotRunnable {
+#[derive(Debug)]
+pub(crate) enum NotRunnable {
     /// Never: closed as `interrupted` with this reason.
     Gone(String),
     /// Not now (the tracker did not answer): handed back to the queue.

@@ -134,6 +134,7 @@ impl Router {
         }
         let queued = QueuedRequest {
             kind: request.kind.clone(),
+            trigger: Some(request.trigger.clone()),
             prompt: request.prompt.clone(),
             prompt_from: request.prompt_from.clone(),
             coding: request.coding.clone(),
@@ -360,16 +361,26 @@ impl Router {
         }
     }
 
-    /// The request a claimed run was queued with; for a run resumed after its holder stopped, its
-    /// task read afresh (it may have been unassigned meanwhile).
-    async fn request_of(&self, run: &ClaimedRun) -> Result<RunRequest, NotRunnable> {
+    /// The request a claimed run was queued with, its trigger as it was; for a run resumed after
+    /// its holder stopped, its task read afresh (it may have been unassigned meanwhile). A run
+    /// whose stored request or recorded trigger cannot be read is `Gone`. Open to the crate for
+    /// its tests, which claim a run themselves.
+    pub(crate) async fn request_of(&self, run: &ClaimedRun) -> Result<RunRequest, NotRunnable> {
         let session = run.session_key.clone().map_err(|unknown| NotRunnable::Gone(unknown.to_string()))?;
-        let queued = match run.request.as_deref() {
+        let mut queued = match run.request.as_deref() {
             Some(json) => Some(
                 serde_json::from_str::<QueuedRequest>(json)
                     .map_err(|error| NotRunnable::Gone(format!("its stored request is unreadable: {error}")))?,
             ),
             None => None,
+        };
+        // A run queued before its request kept the trigger, or started before the queue: its text.
+        let trigger = match queued.as_mut().and_then(|queued| queued.trigger.take()) {
+            Some(trigger) => trigger,
+            None => run
+                .trigger
+                .parse::<Trigger>()
+                .map_err(|error| NotRunnable::Gone(format!("its recorded trigger is unreadable: {error}")))?,
         };
         let coding = queued.as_ref().and_then(|queued| queued.coding.clone());
         let (kind, prompt, prompt_from) = match queued {
@@ -388,7 +399,7 @@ impl Router {
             prompt,
             prompt_from,
             coding,
-            ..RunRequest::new(session, Trigger::Recorded(run.trigger.clone()), kind)
+            ..RunRequest::new(session, trigger, kind)
         })
     }
 

@@ -9,10 +9,12 @@
 //! receive a request, or for a run's end.
 //!
 //! `router.rs`: what the router makes of events, run ends and stop requests. `run.rs`: one run,
-//! from its request to its recorded end.
+//! from its request to its recorded end. `trigger.rs`: a run's trigger, as text and typed, and
+//! what a run claimed from the queue gets back.
 
 mod router;
 mod run;
+mod trigger;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -127,6 +129,14 @@ impl World {
         self.services.slots.connect_router(move || {
             let _ = wake.try_send(Input::SlotFreed);
         });
+        let router = self.router(inputs.clone());
+        let task = tokio::spawn(router.run(received));
+        RouterUnderTest { inputs, task, status: self.services.status.clone() }
+    }
+
+    /// A router over this world's services and queue, as `runtime::start` makes it, not started:
+    /// for a test that asks it one thing.
+    fn router(&self, inputs: mpsc::Sender<Input>) -> Router {
         let setup = QueueSetup {
             run_lease: Duration::from_secs(60),
             poll: None,
@@ -136,9 +146,7 @@ impl World {
             outage: Default::default(),
         };
         let shutdown = self.services.shutdown.clone();
-        let router = Router::new(self.services.clone(), inputs.clone(), shutdown, self.queue.clone(), setup);
-        let task = tokio::spawn(router.run(received));
-        RouterUnderTest { inputs, task, status: self.services.status.clone() }
+        Router::new(self.services.clone(), inputs, shutdown, self.queue.clone(), setup)
     }
 
     fn metrics(&self) -> &Metrics {

@@ -30,12 +30,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use rmcp::model::{CallToolResult, Tool};
 
 use crate::combined::CombinedSource;
 use crate::kernel::refusal;
 use crate::scope::{Judgement, ReachError, RunPlace};
-use crate::{CallEffect, ToolContext, ToolSource};
+use crate::{CallEffect, ToolContext, ToolDefinition, ToolResult, ToolSource};
 use crate::{PermissionMode, PermissionsConfig, RunScope};
 use picogent_tracker::TrackerClient;
 use picogent_tracker::model::SendMessage;
@@ -117,34 +116,6 @@ pub enum PatternError {
     UnknownTool { pattern: String },
 }
 
-/// Where a tool comes from, as the MCP host records it in the tool's `_meta`.
-pub const ORIGIN_META_KEY: &str = "dev.picogent/origin";
-
-/// The server and original name of an MCP tool (`None` server for the tracker's own tools).
-pub fn origin_of(tool: &Tool) -> (Option<String>, String) {
-    let origin = tool.meta.as_ref().and_then(|meta| meta.get(ORIGIN_META_KEY));
-    let field = |key: &str| origin.and_then(|o| o.get(key)).and_then(|v| v.as_str()).map(str::to_string);
-    (field("server"), field("tool").unwrap_or_else(|| tool.name.to_string()))
-}
-
-pub fn is_read_only(tool: &Tool) -> bool {
-    tool.annotations.as_ref().and_then(|a| a.read_only_hint) == Some(true)
-}
-
-/// Whether `tool` is a read on trust: a read-only tool of picogent's own, or of an MCP server
-/// marked `trusted`. Only such a read runs beside other reads, and is offered in `read_only`
-/// mode; a read-only tool of a server not marked trusted is believed for the run's scope only.
-pub fn is_trusted_read(tool: &Tool) -> bool {
-    let origin = tool.meta.as_ref().and_then(|meta| meta.get(ORIGIN_META_KEY));
-    let untrusted =
-        origin.and_then(|origin| origin.get("trusted")).and_then(|trusted| trusted.as_bool()) == Some(false);
-    is_read_only(tool) && !untrusted
-}
-
-pub fn is_destructive(tool: &Tool) -> bool {
-    !is_read_only(tool) && tool.annotations.as_ref().and_then(|a| a.destructive_hint).unwrap_or(true)
-}
-
 /// The permission policy in force.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Policy {
@@ -174,8 +145,8 @@ impl Policy {
     }
 
     /// Whether `tool` is offered at all: allowed by name, and read-only in `read_only` mode.
-    pub fn offers(&self, tool: &Tool) -> bool {
-        self.allows(&tool.name) && (self.mode != PermissionMode::ReadOnly || is_trusted_read(tool))
+    pub fn offers(&self, tool: &ToolDefinition) -> bool {
+        self.allows(&tool.name) && (self.mode != PermissionMode::ReadOnly || tool.is_trusted_read())
     }
 }
 
@@ -286,7 +257,7 @@ impl PolicySource {
     async fn judge(
         &self,
         name: &str,
-        tool: &Tool,
+        tool: &ToolDefinition,
         arguments: &serde_json::Value,
         context: &ToolContext,
     ) -> Result<Judgement, ReachError> {
@@ -294,10 +265,10 @@ impl PolicySource {
             return judged;
         }
         let Some(place) = RunPlace::of(context) else { return Ok(Judgement::within_run()) };
-        if !is_destructive(tool) {
+        if !tool.is_destructive() {
             return Ok(Judgement::within_run());
         }
-        let (server, original) = origin_of(tool);
+        let (server, original) = tool.origin();
         let what = match server {
             Some(server) => {
                 format!("run `{original}` of MCP server `{server}`, a tool that may change or delete things")
@@ -339,9 +310,9 @@ impl PolicySource {
             // Unknown names go through: the inner source answers with its own "unknown tool" error.
             return Ok(());
         };
-        let (server, original) = origin_of(&tool);
-        let read_only = is_read_only(&tool);
-        let destructive = is_destructive(&tool);
+        let (server, original) = tool.origin();
+        let read_only = tool.is_read_only();
+        let destructive = tool.is_destructive();
         // One readable line at debug: `tool reply_message (writes) allowed: auto mode`, the
         // MCP server and its own name for the tool when it comes from one.
         let kind = if read_only {
@@ -381,8 +352,8 @@ impl PolicySource {
                     let request = ApprovalRequest {
                         action: Some(judgement.what.clone()),
                         public_name: name.to_string(),
-                        server: server.clone(),
-                        original_name: original.clone(),
+                        server: server.map(str::to_string),
+                        original_name: original.to_string(),
                         arguments: arguments.clone(),
                         reason: format!(
                             "this is outside what this run may change{} (it may {}); {setting} would allow it without asking",
@@ -404,7 +375,7 @@ impl PolicySource {
                 log("allowed", "auto mode");
                 Ok(())
             }
-            PermissionMode::ReadOnly if is_trusted_read(&tool) => {
+            PermissionMode::ReadOnly if tool.is_trusted_read() => {
                 log("allowed", "read-only tool in read_only mode");
                 Ok(())
             }
@@ -436,18 +407,18 @@ impl PolicySource {
                     return Err(Refusal::NoAsker { name: name.to_string() });
                 };
                 let reason = if destructive {
-                    tool.description
-                        .as_deref()
-                        .map(|d| format!("the tool may change or delete things; it is described as: {d}"))
-                        .unwrap_or_else(|| "the tool may change or delete things".to_string())
+                    match tool.description.as_str() {
+                        "" => "the tool may change or delete things".to_string(),
+                        d => format!("the tool may change or delete things; it is described as: {d}"),
+                    }
                 } else {
                     format!("I ask before this kind of change (`{name}` is in permissions.ask_tools)")
                 };
                 let request = ApprovalRequest {
                     action,
                     public_name: name.to_string(),
-                    server: server.clone(),
-                    original_name: original.clone(),
+                    server: server.map(str::to_string),
+                    original_name: original.to_string(),
                     arguments: arguments.clone(),
                     reason,
                 };
@@ -482,7 +453,7 @@ fn approval_verdict(approval: Approval, name: &str) -> Result<(), Refusal> {
 }
 
 impl ToolSource for PolicySource {
-    fn tools(&self) -> Vec<Tool> {
+    fn tools(&self) -> Vec<ToolDefinition> {
         self.inner.tools().into_iter().filter(|tool| self.policy.offers(tool)).collect()
     }
 
@@ -490,7 +461,7 @@ impl ToolSource for PolicySource {
         self.inner.effect(name, arguments, context)
     }
 
-    fn tool(&self, name: &str) -> Option<Tool> {
+    fn tool(&self, name: &str) -> Option<ToolDefinition> {
         self.inner.tool(name).filter(|tool| self.policy.offers(tool))
     }
 
@@ -508,7 +479,7 @@ impl ToolSource for PolicySource {
         name: &'a str,
         arguments: serde_json::Value,
         context: &'a ToolContext,
-    ) -> BoxFuture<'a, CallToolResult> {
+    ) -> BoxFuture<'a, ToolResult> {
         Box::pin(async move {
             match self.decide(name, &arguments, context).await {
                 Ok(()) => self.inner.call(name, arguments, context).await,

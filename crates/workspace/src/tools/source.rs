@@ -5,8 +5,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use picogent_tools::scope::{Judgement, ReachError};
-use picogent_tools::{CallEffect, ToolContext, ToolError, ToolSource};
-use rmcp::model::{CallToolResult, ContentBlock, Tool, ToolAnnotations};
+use picogent_tools::{CallEffect, ToolContext, ToolDefinition, ToolError, ToolHints, ToolResult, ToolSource};
 use serde_json::json;
 
 use super::{CODING_TOOLS, CodingError, CodingTools, RUN_CODING_AGENT, WORKSPACE_STATUS};
@@ -18,8 +17,8 @@ fn schema(value: serde_json::Value) -> Arc<serde_json::Map<String, serde_json::V
     }
 }
 
-fn definitions() -> Vec<Tool> {
-    let run = Tool::new(
+fn definitions() -> Vec<ToolDefinition> {
+    let run = ToolDefinition::new(
         RUN_CODING_AGENT,
         "Delegate a coding change to the coding agent, working in this task's git workspace (its own branch, \
          picogent/<task key>). Give it complete, self-contained instructions: what to change, where, and how to \
@@ -35,34 +34,28 @@ fn definitions() -> Vec<Tool> {
             "additionalProperties": false
         })),
     )
-    .annotate(ToolAnnotations::new().read_only(false).destructive(true).idempotent(false).open_world(true));
-    let status = Tool::new(
+    .with_hints(ToolHints { open_world: Some(true), ..ToolHints::write(true, false) });
+    let status = ToolDefinition::new(
         WORKSPACE_STATUS,
         "This task's git workspace: its branch, the files changed and not committed yet, the commits beyond the \
          base branch, and the diff stat. Reads only.",
         schema(json!({"type": "object", "properties": {}, "additionalProperties": false})),
     )
-    .annotate(picogent_tools::kernel::read_only());
+    .with_hints(ToolHints::read_only());
     vec![run, status]
 }
 
-fn text_result(text: String, structured: serde_json::Value, is_error: bool) -> CallToolResult {
-    let mut result = if is_error {
-        CallToolResult::error(vec![ContentBlock::text(text)])
-    } else {
-        CallToolResult::success(vec![ContentBlock::text(text)])
-    };
-    result.structured_content = Some(structured);
-    result
+fn text_result(text: String, structured: serde_json::Value, is_error: bool) -> ToolResult {
+    ToolResult { text, structured: Some(structured), is_error }
 }
 
-fn error_result(error: &CodingError) -> CallToolResult {
+fn error_result(error: &CodingError) -> ToolResult {
     let message = error.to_string();
     text_result(message.clone(), json!({"error": {"code": "coding", "message": message}}), true)
 }
 
 impl ToolSource for CodingTools {
-    fn tools(&self) -> Vec<Tool> {
+    fn tools(&self) -> Vec<ToolDefinition> {
         definitions()
     }
 
@@ -91,7 +84,7 @@ impl ToolSource for CodingTools {
         name: &'a str,
         arguments: serde_json::Value,
         context: &'a ToolContext,
-    ) -> BoxFuture<'a, CallToolResult> {
+    ) -> BoxFuture<'a, ToolResult> {
         Box::pin(async move {
             match name {
                 WORKSPACE_STATUS => match self.status(context).await {
