@@ -322,7 +322,7 @@ mod floor {
     use super::*;
 
     /// The floor servers as participants, started from this same binary.
-    pub fn specs() -> Vec<ServerSpec> {
+    pub(crate) fn specs() -> Vec<ServerSpec> {
         let exe = std::env::current_exe().expect("the bench binary's path");
         ["std", "tokio"]
             .into_iter()
@@ -375,7 +375,7 @@ mod floor {
         line
     }
 
-    pub fn serve(kind: &str) {
+    pub(crate) fn serve(kind: &str) {
         let spec: BoardSpec =
             serde_json::from_str(&std::env::var("BENCH_MCP_BOARD").expect("BENCH_MCP_BOARD is set")).unwrap();
         match kind {

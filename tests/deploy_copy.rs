@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use agent_support::*;
-use picogent::offline_model::OfflineModelHandle;
 use picogent::tracker::TrackerClient;
 use picogent::tracker::model::*;
 use picogent::tracker::presence::{Beat, Marker, parse_status};
@@ -102,6 +101,12 @@ impl AgentCopy {
     async fn readyz(&self) -> Option<(u16, String)> {
         let answer = reqwest::get(format!("http://{}/readyz", self.http)).await.ok()?;
         Some((answer.status().as_u16(), answer.text().await.ok()?))
+    }
+
+    /// The writes the copy holds at its presence gate now, as its `/metrics` says.
+    async fn writes_held(&self) -> Option<u64> {
+        let text = reqwest::get(format!("http://{}/metrics", self.http)).await.ok()?.text().await.ok()?;
+        text.lines().find_map(|line| line.strip_prefix("picogent_tracker_writes_held ")?.parse().ok())
     }
 
     async fn wait_ready(&mut self) {
@@ -257,23 +262,6 @@ async fn live_copy(alice: &TrackerClient) -> String {
     })
     .await;
     first.copy_id
-}
-
-/// Waits until the model has had no request for 2 s: whatever a copy that shows nothing of what
-/// it holds would still do, it would have started.
-async fn quiet(model: &OfflineModelHandle) {
-    let mut last = model.request_count();
-    let mut since = Instant::now();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while since.elapsed() < Duration::from_millis(2_000) {
-        assert!(Instant::now() < deadline, "the model never went quiet");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let now = model.request_count();
-        if now != last {
-            last = now;
-            since = Instant::now();
-        }
-    }
 }
 
 /// Waits until `running`, the one copy still running (the others exited), has handled every
@@ -585,9 +573,11 @@ async fn a_copy_that_cannot_confirm_its_presence_holds_its_writes_and_stops_when
         (cut_model.request_count() > asked).then_some(())
     })
     .await;
-    // Time, not an event: a write held at the cut-off copy's gate looks from outside like one not
-    // made yet.
-    quiet(&cut_model).await;
+    // Its answer is held at its presence gate: its `/metrics` shows the write held.
+    eventually(Duration::from_secs(30), "the cut-off copy holding a write", || async {
+        (cut_off.writes_held().await? > 0).then_some(())
+    })
+    .await;
     let replies = thread(&alice, &question.id).await.into_iter().filter(|m| m.author_slug == "picogent").count();
     assert_eq!(replies, 1, "the cut-off copy's answer waited");
 

@@ -334,13 +334,18 @@ async fn an_approval_and_a_link_in_one_call_are_two_questions_and_only_the_reque
         approval.content
     );
     assert_eq!(waiting_for(&agent, &session).await.person.as_deref(), Some("alice"));
-    comment(&bob, &task.id, "yes").await;
-    // Time, not an event: the run reads the replies to its question from the board every 500 ms
-    // (`PersonAsker`) and shows nothing when it reads one and passes it over, so this gives it
-    // about four reads of bob's `yes`.
-    tokio::time::sleep(Duration::from_millis(2_000)).await;
-    let waiting = waiting_for(&agent, &session).await;
+    let bobs_yes = comment(&bob, &task.id, "yes").await;
+    // The run read bob's `yes` and passed it over: its waiting record says so.
+    let waiting = eventually(WAIT, "bob's yes read and passed over", || async {
+        runs_for(&agent, &session)
+            .await
+            .into_iter()
+            .find_map(|run| run.waiting)
+            .filter(|w| w.passed_over.as_ref().is_some_and(|passed| passed.last_message_id == bobs_yes.id))
+    })
+    .await;
     assert_eq!(waiting.kind, picogent::state::WaitKind::Approval, "bob's yes approves nothing");
+    assert_eq!(waiting.passed_over.as_ref().map(|passed| (passed.count, passed.last_by.as_str())), Some((1, "bob")));
     assert_eq!(said(&alice, &task.id).await.len(), 1, "nothing but the approval yet");
 
     comment(&alice, &task.id, "yes").await;
@@ -623,11 +628,14 @@ async fn calls_of_one_2025_11_25_server_take_turns_and_each_is_asked() {
         }
     })
     .await;
-    // Both runs called; the second call waits for the first to end, unasked and not cancelled.
-    eventually(WAIT, "both runs started", || async { (model.request_count() >= 2).then_some(()) }).await;
-    // Time, not an event: the second call waits inside the MCP host for the first to end, which
-    // nothing outside the host shows; a second call that did not wait would ask within this.
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    // Both runs called; the second call waits for the first to end, unasked and not cancelled:
+    // `/metrics` shows it waiting for its turn on the server.
+    let metrics = format!("http://{}/metrics", agent.http_addr.unwrap());
+    eventually(WAIT, "the second call waiting for its turn", || async {
+        let text = reqwest::get(&metrics).await.ok()?.text().await.ok()?;
+        text.contains(r#"picogent_mcp_calls_waiting{server="elicit"} 1"#).then_some(())
+    })
+    .await;
     assert!(!asked(second.clone()).await, "one call at a time");
     comment(&alice, &first, "party_size: 2\nname: Ada\ntime: 18:00").await;
     nth_post(&alice, &second, "asks, for the call `book_table`", 1).await;

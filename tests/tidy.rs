@@ -11,7 +11,10 @@
 //! 6. every test ARCHITECTURE.md's invariants name exists: each `` `path.rs` `` there is a file,
 //!    and each `` `name` `` in the parentheses after it is a `fn name` in that file;
 //! 7. each wire format has one home: the crate that speaks it (rmcp for MCP, …) is a dependency
-//!    of that one crate's product code only ([`WIRE_HOMES`]; tests may use it, as peers).
+//!    of that one crate's product code only ([`WIRE_HOMES`]; tests may use it, as peers);
+//! 8. the lints rustc holds for the house are on: the workspace's `[workspace.lints.rust]` denies
+//!    `unreachable_pub` (a `pub` item no other crate can reach is `pub(crate)`, so what a crate
+//!    offers is what it exports), and every crate's `Cargo.toml` takes the workspace's lints.
 //!
 //! Product code is every `.rs` file under `src/` and `crates/*/src/`, less what is a test: a
 //! file named `tests.rs` or `*_tests.rs`, a file in a folder named `tests`, and a
@@ -108,6 +111,21 @@ fn wire_formats_have_one_home_each() {
         .expect("cargo metadata runs");
     assert!(output.status.success(), "cargo metadata failed: {}", String::from_utf8_lossy(&output.stderr));
     fail_on("a wire format's crate is a dependency outside its home", wire_problems(&output.stdout, &root()));
+}
+
+#[test]
+fn the_house_lints_are_on_everywhere() {
+    let root = root();
+    let read = |path: &Path| std::fs::read_to_string(path).expect("a Cargo.toml is readable");
+    let mut manifests = vec![("Cargo.toml".to_string(), read(&root.join("Cargo.toml")))];
+    for folder in crate_sources(&root).into_iter().filter_map(|src| src.parent().map(Path::to_path_buf)) {
+        if folder != root {
+            let path = folder.join("Cargo.toml");
+            let shown = path.strip_prefix(&root).unwrap_or(&path).display().to_string();
+            manifests.push((shown, read(&path)));
+        }
+    }
+    fail_on("the house's lints are not on", lint_problems(&manifests));
 }
 
 #[test]
@@ -329,6 +347,28 @@ fn self_check_wire_homes() {
              `ToolResult`, which the MCP crate's `wire` translates)",
             "Cargo.toml:0: `picogent` depends on `async-openai`, whose one home is `picogent-llm` (the OpenAI API's \
              messages)",
+        ]
+    );
+}
+
+#[test]
+fn self_check_lints() {
+    let good_root =
+        "[workspace]\n\n[workspace.lints.rust]\nunreachable_pub = \"deny\"\n\n[package]\n\n[lints]\nworkspace = true\n";
+    let good_crate = "[package]\nname = \"x\"\n\n[lints]\nworkspace = true\n\n[dependencies]\n";
+    let manifests =
+        [("Cargo.toml".to_string(), good_root.to_string()), ("crates/x/Cargo.toml".into(), good_crate.into())];
+    assert!(lint_problems(&manifests).is_empty(), "{:?}", lint_problems(&manifests));
+    let manifests = [
+        ("Cargo.toml".to_string(), good_root.replace("\"deny\"", "\"warn\"")),
+        ("crates/x/Cargo.toml".into(), good_crate.replace("workspace = true", "workspace = false")),
+    ];
+    let problems: Vec<String> = lint_problems(&manifests).into_iter().map(|v| v.to_string()).collect();
+    assert_eq!(
+        problems,
+        [
+            "Cargo.toml:0: `[workspace.lints.rust]` does not hold `unreachable_pub = \"deny\"`",
+            "crates/x/Cargo.toml:0: no `[lints]` table with `workspace = true`: the crate does not take the house's lints",
         ]
     );
 }
@@ -1003,6 +1043,39 @@ fn strongly_connected(graph: &[Vec<usize>]) -> Vec<Vec<usize>> {
 struct Crate {
     name: String,
     dependencies: BTreeSet<String>,
+}
+
+/// What keeps the house's lints from holding: the root's `[workspace.lints.rust]` not denying
+/// `unreachable_pub`, or a manifest (the first is the root's) without `[lints] workspace = true`.
+fn lint_problems(manifests: &[(String, String)]) -> Vec<Violation> {
+    // The lines of `table` in `text`, up to the next table.
+    fn table<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
+        let mut lines = text.lines().skip_while(|line| line.trim() != name);
+        if lines.next().is_none() {
+            return Vec::new();
+        }
+        lines.take_while(|line| !line.trim_start().starts_with('[')).map(str::trim).collect()
+    }
+    let mut problems = Vec::new();
+    if let Some((path, text)) = manifests.first()
+        && !table(text, "[workspace.lints.rust]").contains(&"unreachable_pub = \"deny\"")
+    {
+        problems.push(Violation::new(
+            path,
+            0,
+            "`[workspace.lints.rust]` does not hold `unreachable_pub = \"deny\"`".into(),
+        ));
+    }
+    for (path, text) in manifests {
+        if !table(text, "[lints]").contains(&"workspace = true") {
+            problems.push(Violation::new(
+                path,
+                0,
+                "no `[lints]` table with `workspace = true`: the crate does not take the house's lints".into(),
+            ));
+        }
+    }
+    problems
 }
 
 /// Every dependency (not a test's) of a crate on a wire format's crate outside its home, at its

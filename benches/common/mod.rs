@@ -1,6 +1,7 @@
 //! Shared set-up of the benchmarks: the reference board, the offline model endpoint and the agent
 //! on 127.0.0.1:0, as the end-to-end tests start them, plus small statistics helpers.
-#![allow(dead_code)] // each bench binary uses a different part
+// Each bench binary uses a different part; `pub` here is for the benches, not an API.
+#![allow(dead_code, unreachable_pub)]
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

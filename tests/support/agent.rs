@@ -1,4 +1,4 @@
-#![allow(dead_code)] // each test binary uses a different part of this module
+#![allow(dead_code, unreachable_pub)] // each test binary uses a different part; `pub` is for them
 //! The long-lived agent under test, over real sockets: the reference board, the offline model
 //! endpoint and `picogent run` in process or as a child, all on 127.0.0.1:0, with helpers that
 //! read the board as a person would.

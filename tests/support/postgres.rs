@@ -1,4 +1,5 @@
-#![allow(dead_code)] // the state's unit tests and tests/postgres.rs each use a different part
+// The state's unit tests and tests/postgres.rs each use a different part; `pub` is for them.
+#![allow(dead_code, unreachable_pub)]
 //! The test PostgreSQL: the machine's own server on 127.0.0.1:5432, trust authentication,
 //! database `test` (`POSTGRES_TEST_URL` names another). Each test gets its own schema, so tests
 //! running side by side never see each other's tables, and drops it at the end, pass or fail.

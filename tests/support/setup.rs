@@ -1,4 +1,4 @@
-#![allow(dead_code)] // each test binary uses a different part of this module
+#![allow(dead_code, unreachable_pub)] // each test binary uses a different part; `pub` is for them
 //! The outside programs the tests drive, installed on first use so that `cargo test` sets itself
 //! up on a fresh machine. Each function runs one install script of the repository (idempotent,
 //! and quick when everything is already there) at most once per test binary and keeps its outcome:

@@ -1,4 +1,4 @@
-#![allow(dead_code)] // each test binary uses a different part of this module
+#![allow(dead_code, unreachable_pub)] // each test binary uses a different part; `pub` is for them
 //! The work two humans give the agent in a soak, and what the board must show afterwards: each
 //! `Soak task …` in review with each of its steps once and ticked and one comment of the agent's,
 //! each `@picogent question …` answered once, no agent message twice. Shared by `tests/soak.rs`

@@ -27,7 +27,7 @@ impl OfferedTools {
     /// list is byte-identical across turns whatever order the caller listed names in). An
     /// external server's tool (one with an origin in `_meta`) has its description cleaned and
     /// inside `fence`, the run's: the server wrote it, so it is data like any other.
-    pub fn new(source_tools: Vec<ToolDefinition>, offered: &[String], fence: &Fence) -> OfferedTools {
+    pub(crate) fn new(source_tools: Vec<ToolDefinition>, offered: &[String], fence: &Fence) -> OfferedTools {
         let wanted: HashSet<&str> = offered.iter().map(String::as_str).collect();
         let (mut tools, withheld): (Vec<ToolDefinition>, Vec<ToolDefinition>) =
             source_tools.into_iter().partition(|tool| wanted.contains(tool.name.as_str()));
@@ -45,7 +45,7 @@ impl OfferedTools {
     }
 
     /// What a tool's arguments look like, in words for an error: its required and other fields.
-    pub fn expected_arguments(&self, name: &str) -> String {
+    pub(crate) fn expected_arguments(&self, name: &str) -> String {
         let Some(spec) = self.specs.iter().find(|spec| spec.name == name) else {
             return "matching the tool's schema".to_string();
         };
@@ -82,7 +82,7 @@ impl OfferedTools {
     }
 
     /// Up to three offered names nearest to `name` by edit distance.
-    pub fn closest(&self, name: &str) -> Vec<&str> {
+    pub(crate) fn closest(&self, name: &str) -> Vec<&str> {
         picogent_support::closest::closest(name, self.names.iter().map(String::as_str))
     }
 }
@@ -111,7 +111,7 @@ pub(crate) struct PreparedCall {
 
 impl PreparedCall {
     /// Reads the arguments, repairing a fenced object or one followed by stray text.
-    pub fn new(call: ToolCall, offered: &OfferedTools) -> PreparedCall {
+    pub(crate) fn new(call: ToolCall, offered: &OfferedTools) -> PreparedCall {
         // Some models send an empty string for a call without arguments.
         let text = if call.arguments.trim().is_empty() { "{}" } else { call.arguments.trim() };
         let (arguments, canonical) = match read_arguments(text) {
@@ -144,12 +144,12 @@ impl PreparedCall {
     }
 
     /// The parsed arguments, when they can be used.
-    pub fn arguments(&self) -> Option<&serde_json::Value> {
+    pub(crate) fn arguments(&self) -> Option<&serde_json::Value> {
         self.arguments.as_ref().ok()
     }
 
     /// Marks the call as not to be run, saying why.
-    pub fn refuse(&mut self, why: String) {
+    pub(crate) fn refuse(&mut self, why: String) {
         self.refusal.get_or_insert(why);
     }
 }

@@ -16,7 +16,7 @@ pub const API_PREFIX: &str = "/api";
 
 /// Every route of the contract under [`API_PREFIX`]. The REST routes need a member's token and
 /// honour `Idempotency-Key`; the WebSocket authenticates itself (it also takes `?token=`).
-pub fn router(state: BoardState) -> Router {
+pub(crate) fn router(state: BoardState) -> Router {
     let api = Router::new()
         .route("/projects", get(list_projects))
         .route("/projects/{project}", get(get_project))

@@ -18,7 +18,7 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/board");
 
 /// Opens (creating if missing, `0600` in a `0700` folder) the database ([`picogent_support::sqlite::open`])
 /// and runs the embedded migrations.
-pub async fn open(path: &Path) -> anyhow::Result<SqlitePool> {
+pub(crate) async fn open(path: &Path) -> anyhow::Result<SqlitePool> {
     picogent_support::sqlite::open(path, 8, &MIGRATOR).await.map_err(|error| match error {
         // The board's database holds every member's token: only its user may read it.
         picogent_support::sqlite::OpenError::Private(source) => {
@@ -34,17 +34,17 @@ pub async fn open(path: &Path) -> anyhow::Result<SqlitePool> {
 }
 
 /// Starts a write transaction that holds SQLite's write lock from its first statement.
-pub async fn begin_write(pool: &SqlitePool) -> Result<Transaction<'static, sqlx::Sqlite>, BoardError> {
+pub(crate) async fn begin_write(pool: &SqlitePool) -> Result<Transaction<'static, sqlx::Sqlite>, BoardError> {
     Ok(pool.begin_with("BEGIN IMMEDIATE").await?)
 }
 
 /// The current time as RFC 3339 in UTC, the contract's timestamp format.
-pub fn now() -> String {
+pub(crate) fn now() -> String {
     let now = time::OffsetDateTime::now_utc();
     now.format(&time::format_description::well_known::Rfc3339).unwrap_or_else(|_| now.unix_timestamp().to_string())
 }
 
-pub fn new_id() -> String {
+pub(crate) fn new_id() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
@@ -81,7 +81,7 @@ impl From<ProjectRow> for ProjectOut {
     }
 }
 
-pub async fn list_projects(conn: &mut SqliteConnection) -> Result<Vec<ProjectOut>, BoardError> {
+pub(crate) async fn list_projects(conn: &mut SqliteConnection) -> Result<Vec<ProjectOut>, BoardError> {
     let rows: Vec<ProjectRow> =
         sqlx::query_as("SELECT id, slug, key, name, chat_id, active FROM projects ORDER BY slug")
             .fetch_all(conn)
@@ -90,7 +90,7 @@ pub async fn list_projects(conn: &mut SqliteConnection) -> Result<Vec<ProjectOut
 }
 
 /// A project by slug or id.
-pub async fn find_project(conn: &mut SqliteConnection, slug_or_id: &str) -> Result<ProjectOut, BoardError> {
+pub(crate) async fn find_project(conn: &mut SqliteConnection, slug_or_id: &str) -> Result<ProjectOut, BoardError> {
     let row: Option<ProjectRow> =
         sqlx::query_as("SELECT id, slug, key, name, chat_id, active FROM projects WHERE slug = ?1 OR id = ?1")
             .bind(slug_or_id)
@@ -100,7 +100,7 @@ pub async fn find_project(conn: &mut SqliteConnection, slug_or_id: &str) -> Resu
 }
 
 /// The project whose chat has this id.
-pub async fn project_of_chat(conn: &mut SqliteConnection, chat_id: &str) -> Result<ProjectOut, BoardError> {
+pub(crate) async fn project_of_chat(conn: &mut SqliteConnection, chat_id: &str) -> Result<ProjectOut, BoardError> {
     let row: Option<ProjectRow> =
         sqlx::query_as("SELECT id, slug, key, name, chat_id, active FROM projects WHERE chat_id = ?1")
             .bind(chat_id)
@@ -131,13 +131,13 @@ impl TryFrom<MemberRow> for MemberOut {
     }
 }
 
-pub async fn list_members(conn: &mut SqliteConnection) -> Result<Vec<MemberOut>, BoardError> {
+pub(crate) async fn list_members(conn: &mut SqliteConnection) -> Result<Vec<MemberOut>, BoardError> {
     let rows: Vec<MemberRow> =
         sqlx::query_as("SELECT slug, name, kind, status FROM members ORDER BY slug").fetch_all(conn).await?;
     rows.into_iter().map(MemberOut::try_from).collect()
 }
 
-pub async fn find_member(conn: &mut SqliteConnection, slug: &str) -> Result<MemberOut, BoardError> {
+pub(crate) async fn find_member(conn: &mut SqliteConnection, slug: &str) -> Result<MemberOut, BoardError> {
     let row: Option<MemberRow> = sqlx::query_as("SELECT slug, name, kind, status FROM members WHERE slug = ?1")
         .bind(slug)
         .fetch_optional(conn)
@@ -145,7 +145,7 @@ pub async fn find_member(conn: &mut SqliteConnection, slug: &str) -> Result<Memb
     row.map(MemberOut::try_from).transpose()?.ok_or_else(|| BoardError::not_found("member", slug))
 }
 
-pub async fn member_slugs(conn: &mut SqliteConnection) -> Result<Vec<String>, BoardError> {
+pub(crate) async fn member_slugs(conn: &mut SqliteConnection) -> Result<Vec<String>, BoardError> {
     Ok(sqlx::query_scalar("SELECT slug FROM members ORDER BY slug").fetch_all(conn).await?)
 }
 
@@ -153,7 +153,7 @@ pub async fn member_slugs(conn: &mut SqliteConnection) -> Result<Vec<String>, Bo
 
 /// A task as stored, plus its insertion `row` (the list cursor).
 #[derive(Debug, sqlx::FromRow)]
-pub struct TaskRow {
+pub(crate) struct TaskRow {
     pub row: i64,
     pub id: String,
     pub key: String,
@@ -187,7 +187,7 @@ macro_rules! task_select {
 pub(crate) use task_select;
 
 /// A task by id or key (`TE-15`).
-pub async fn find_task_row(conn: &mut SqliteConnection, id_or_key: &str) -> Result<TaskRow, BoardError> {
+pub(crate) async fn find_task_row(conn: &mut SqliteConnection, id_or_key: &str) -> Result<TaskRow, BoardError> {
     let row: Option<TaskRow> = sqlx::query_as(concat!(task_select!(), " WHERE t.id = ?1 OR t.key = ?1"))
         .bind(id_or_key)
         .fetch_optional(conn)
@@ -195,11 +195,11 @@ pub async fn find_task_row(conn: &mut SqliteConnection, id_or_key: &str) -> Resu
     row.ok_or_else(|| BoardError::not_found("task", id_or_key))
 }
 
-pub async fn find_task(conn: &mut SqliteConnection, id_or_key: &str) -> Result<TaskOut, BoardError> {
+pub(crate) async fn find_task(conn: &mut SqliteConnection, id_or_key: &str) -> Result<TaskOut, BoardError> {
     task_out(find_task_row(conn, id_or_key).await?)
 }
 
-pub async fn watchers(conn: &mut SqliteConnection, task_id: &str) -> Result<Vec<String>, BoardError> {
+pub(crate) async fn watchers(conn: &mut SqliteConnection, task_id: &str) -> Result<Vec<String>, BoardError> {
     Ok(sqlx::query_scalar("SELECT member_slug FROM task_watchers WHERE task_id = ?1 ORDER BY row")
         .bind(task_id)
         .fetch_all(conn)
@@ -207,7 +207,7 @@ pub async fn watchers(conn: &mut SqliteConnection, task_id: &str) -> Result<Vec<
 }
 
 /// Builds the answer for a stored task.
-pub fn task_out(row: TaskRow) -> Result<TaskOut, BoardError> {
+pub(crate) fn task_out(row: TaskRow) -> Result<TaskOut, BoardError> {
     Ok(TaskOut {
         task_type: TaskType::parse(&row.task_type).ok_or_else(|| corrupt("task type", &row.task_type))?,
         status: TaskStatus::parse(&row.status).ok_or_else(|| corrupt("task status", &row.status))?,
@@ -243,7 +243,7 @@ impl From<StepRow> for StepOut {
     }
 }
 
-pub async fn list_steps(conn: &mut SqliteConnection, task_id: &str) -> Result<Vec<StepOut>, BoardError> {
+pub(crate) async fn list_steps(conn: &mut SqliteConnection, task_id: &str) -> Result<Vec<StepOut>, BoardError> {
     let rows: Vec<StepRow> =
         sqlx::query_as("SELECT id, task_id, title, done, position FROM steps WHERE task_id = ?1 ORDER BY position")
             .bind(task_id)
@@ -252,7 +252,11 @@ pub async fn list_steps(conn: &mut SqliteConnection, task_id: &str) -> Result<Ve
     Ok(rows.into_iter().map(StepOut::from).collect())
 }
 
-pub async fn find_step(conn: &mut SqliteConnection, task_id: &str, step_id: &str) -> Result<StepOut, BoardError> {
+pub(crate) async fn find_step(
+    conn: &mut SqliteConnection,
+    task_id: &str,
+    step_id: &str,
+) -> Result<StepOut, BoardError> {
     let row: Option<StepRow> =
         sqlx::query_as("SELECT id, task_id, title, done, position FROM steps WHERE task_id = ?1 AND id = ?2")
             .bind(task_id)
@@ -302,7 +306,7 @@ macro_rules! message_select {
 }
 pub(crate) use message_select;
 
-pub async fn find_message_row(conn: &mut SqliteConnection, id: &str) -> Result<MessageRow, BoardError> {
+pub(crate) async fn find_message_row(conn: &mut SqliteConnection, id: &str) -> Result<MessageRow, BoardError> {
     let row: Option<MessageRow> =
         sqlx::query_as(concat!(message_select!(), " WHERE id = ?1")).bind(id).fetch_optional(conn).await?;
     row.ok_or_else(|| BoardError::not_found("message", id))

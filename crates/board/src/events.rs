@@ -28,19 +28,19 @@ use picogent_tracker::model::{ClientFrame, EventEnvelope, ServerControl, limits}
 
 /// Wakes the connections of members who have new events.
 #[derive(Debug, Default)]
-pub struct Hub {
+pub(crate) struct Hub {
     senders: Mutex<HashMap<String, watch::Sender<()>>>,
 }
 
 impl Hub {
     /// A receiver that changes whenever `member` gets a new event.
-    pub fn subscribe(&self, member: &str) -> watch::Receiver<()> {
+    pub(crate) fn subscribe(&self, member: &str) -> watch::Receiver<()> {
         let mut senders = self.senders.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         senders.entry(member.to_string()).or_insert_with(|| watch::channel(()).0).subscribe()
     }
 
     /// Tells the connections of these members to read their log.
-    pub fn poke<'a>(&self, members: impl IntoIterator<Item = &'a String>) {
+    pub(crate) fn poke<'a>(&self, members: impl IntoIterator<Item = &'a String>) {
         let senders = self.senders.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         for member in members {
             if let Some(sender) = senders.get(member) {
@@ -52,13 +52,13 @@ impl Hub {
 
 /// The members who got events in a transaction, to poke once it has committed.
 #[derive(Debug, Default)]
-pub struct Outbox {
+pub(crate) struct Outbox {
     pub members: Vec<String>,
 }
 
 impl Outbox {
     /// Appends one event to `member`'s log, inside the caller's transaction.
-    pub async fn log(
+    pub(crate) async fn log(
         &mut self,
         conn: &mut SqliteConnection,
         member: &str,
@@ -83,7 +83,7 @@ impl Outbox {
     }
 
     /// Logs the same event for each member, once each, in the order given.
-    pub async fn log_to_all(
+    pub(crate) async fn log_to_all(
         &mut self,
         conn: &mut SqliteConnection,
         members: &[String],
@@ -109,7 +109,7 @@ async fn max_seq(pool: &SqlitePool, member: &str) -> Result<i64, BoardError> {
 }
 
 /// `GET {prefix}/ws`: authenticates by header or `?token=`, then upgrades.
-pub async fn ws_handler(
+pub(crate) async fn ws_handler(
     State(state): State<BoardState>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,

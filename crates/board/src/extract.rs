@@ -18,7 +18,7 @@ use picogent_tracker::model::{MemberKind, limits};
 
 /// The member a request acts as, put in the request's extensions by [`require_member`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Caller {
+pub(crate) struct Caller {
     pub slug: String,
     pub kind: MemberKind,
 }
@@ -34,7 +34,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
 }
 
 /// The bearer token of the `Authorization` header, if there is one.
-pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+pub(crate) fn bearer_token(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.trim().split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
@@ -44,12 +44,12 @@ pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
 /// the set cannot change while the board runs, and a request needs no database read to say who
 /// sent it.
 #[derive(Debug, Default)]
-pub struct Members {
+pub(crate) struct Members {
     by_token: std::collections::HashMap<String, Caller>,
 }
 
 impl Members {
-    pub async fn load(pool: &sqlx::SqlitePool) -> Result<Members, sqlx::Error> {
+    pub(crate) async fn load(pool: &sqlx::SqlitePool) -> Result<Members, sqlx::Error> {
         let rows: Vec<(String, String, String)> =
             sqlx::query_as("SELECT token, slug, kind FROM members").fetch_all(pool).await?;
         let by_token = rows
@@ -67,7 +67,7 @@ impl Members {
 }
 
 /// Finds the member a token belongs to.
-pub fn authenticate(state: &BoardState, token: Option<&str>) -> Result<Caller, BoardError> {
+pub(crate) fn authenticate(state: &BoardState, token: Option<&str>) -> Result<Caller, BoardError> {
     let Some(token) = token else {
         return Err(BoardError::Unauthorized {
             message: "no bearer token: send Authorization: Bearer <token>".to_string(),
@@ -82,7 +82,7 @@ pub fn authenticate(state: &BoardState, token: Option<&str>) -> Result<Caller, B
 }
 
 /// Middleware: refuses requests without a known bearer token, and records the caller.
-pub async fn require_member(State(state): State<BoardState>, mut request: Request, next: Next) -> Response {
+pub(crate) async fn require_member(State(state): State<BoardState>, mut request: Request, next: Next) -> Response {
     match authenticate(&state, bearer_token(request.headers())) {
         Ok(caller) => {
             request.extensions_mut().insert(caller);
@@ -94,7 +94,7 @@ pub async fn require_member(State(state): State<BoardState>, mut request: Reques
 
 /// A JSON body parsed into `T`, with the contract's error answers for every way it can be wrong.
 #[derive(Debug)]
-pub struct JsonBody<T>(pub T);
+pub(crate) struct JsonBody<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = BoardError;
@@ -114,7 +114,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
 }
 
 /// Parses a JSON body, naming the offending field on failure.
-pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, BoardError> {
+pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, BoardError> {
     // serde would read a struct from an array by position; the contract's bodies are objects.
     if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(BoardError::invalid("body", "a JSON object", "the body must be a JSON object"));
@@ -137,7 +137,7 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, BoardError> {
 
 /// A query string parsed into `T`, with the contract's error answers.
 #[derive(Debug)]
-pub struct QueryParams<T>(pub T);
+pub(crate) struct QueryParams<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryParams<T> {
     type Rejection = BoardError;
@@ -184,7 +184,7 @@ fn data_error(path: &str, message: &str) -> BoardError {
 }
 
 /// Checks a string field against its length limit in characters.
-pub fn check_length(field: &str, value: &str, max: usize) -> Result<(), BoardError> {
+pub(crate) fn check_length(field: &str, value: &str, max: usize) -> Result<(), BoardError> {
     let length = value.chars().count();
     if length > max {
         return Err(BoardError::invalid(
@@ -197,7 +197,7 @@ pub fn check_length(field: &str, value: &str, max: usize) -> Result<(), BoardErr
 }
 
 /// Checks a string that must not be blank (titles, content) and its length.
-pub fn check_text(field: &str, value: &str, max: usize) -> Result<(), BoardError> {
+pub(crate) fn check_text(field: &str, value: &str, max: usize) -> Result<(), BoardError> {
     if value.trim().is_empty() {
         return Err(BoardError::invalid(field, format!("1 to {max} characters"), format!("{field} must not be empty")));
     }
@@ -205,7 +205,7 @@ pub fn check_text(field: &str, value: &str, max: usize) -> Result<(), BoardError
 }
 
 /// Checks a list of labels: how many, and how long each is.
-pub fn check_labels(labels: &[String]) -> Result<(), BoardError> {
+pub(crate) fn check_labels(labels: &[String]) -> Result<(), BoardError> {
     if labels.len() > limits::LABELS {
         return Err(BoardError::invalid(
             "labels",
@@ -228,7 +228,7 @@ const DEFAULT_LIMIT: u32 = 50;
 const MAX_LIMIT: u32 = 200;
 
 /// Checks `limit` of a list query against 1..=200.
-pub fn page_limit(limit: Option<u32>) -> Result<u32, BoardError> {
+pub(crate) fn page_limit(limit: Option<u32>) -> Result<u32, BoardError> {
     let limit = limit.unwrap_or(DEFAULT_LIMIT);
     if !(1..=MAX_LIMIT).contains(&limit) {
         return Err(BoardError::invalid(

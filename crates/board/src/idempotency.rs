@@ -20,7 +20,7 @@ use crate::error::BoardError;
 use crate::extract::Caller;
 use picogent_tracker::model::limits;
 
-pub const HEADER: &str = "idempotency-key";
+pub(crate) const HEADER: &str = "idempotency-key";
 /// How long a key is remembered.
 const KEY_LIFETIME_SECONDS: i64 = 24 * 60 * 60;
 /// How long a duplicate waits for the first request's answer before giving up.
@@ -48,7 +48,7 @@ fn check_key(value: &HeaderValue) -> Result<String, BoardError> {
 }
 
 /// Middleware for the authenticated routes: passes everything but keyed POSTs straight through.
-pub async fn idempotent_posts(State(state): State<BoardState>, request: Request, next: Next) -> Response {
+pub(crate) async fn idempotent_posts(State(state): State<BoardState>, request: Request, next: Next) -> Response {
     if request.method() != Method::POST {
         return next.run(request).await;
     }
@@ -203,7 +203,7 @@ fn replay(status: u16, body: String) -> Response {
 
 /// Forgets answered keys past their lifetime; returns how many. Pending keys belong to requests
 /// in flight and stay (those a crash left pending go at the next start, in [`clean_up`]).
-pub async fn prune_expired(pool: &sqlx::SqlitePool) -> Result<u64, sqlx::Error> {
+pub(crate) async fn prune_expired(pool: &sqlx::SqlitePool) -> Result<u64, sqlx::Error> {
     let deleted = sqlx::query("DELETE FROM idempotency WHERE status IS NOT NULL AND created_at < ?1")
         .bind(unix_now() - KEY_LIFETIME_SECONDS)
         .execute(pool)
@@ -213,7 +213,7 @@ pub async fn prune_expired(pool: &sqlx::SqlitePool) -> Result<u64, sqlx::Error> 
 }
 
 /// At start: forgets keys left pending by a crash and keys past their lifetime.
-pub async fn clean_up(pool: &sqlx::SqlitePool) -> Result<(), sqlx::Error> {
+pub(crate) async fn clean_up(pool: &sqlx::SqlitePool) -> Result<(), sqlx::Error> {
     sqlx::query("DELETE FROM idempotency WHERE status IS NULL OR created_at < ?1")
         .bind(unix_now() - KEY_LIFETIME_SECONDS)
         .execute(pool)

@@ -26,7 +26,7 @@ use picogent_tracker::model::{
 
 /// A message ready to store: where it goes has been resolved to ids that exist.
 #[derive(Debug)]
-pub struct NewMessage {
+pub(crate) struct NewMessage {
     pub content: String,
     pub chat_id: Option<String>,
     /// The task's id (not its key).
@@ -40,7 +40,7 @@ pub struct NewMessage {
 }
 
 /// The `@slug`s in `content` that name one of `members`, as whole words.
-pub fn mentions_in(content: &str, members: &[String]) -> Vec<String> {
+pub(crate) fn mentions_in(content: &str, members: &[String]) -> Vec<String> {
     let is_slug_char = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
     let mut found: Vec<String> = Vec::new();
     let mut previous: Option<char> = None;
@@ -61,7 +61,7 @@ pub fn mentions_in(content: &str, members: &[String]) -> Vec<String> {
 }
 
 /// Stores a message and logs its `message.new` events, inside the caller's transaction.
-pub async fn store_message(
+pub(crate) async fn store_message(
     conn: &mut SqliteConnection,
     outbox: &mut Outbox,
     author: &str,
@@ -152,7 +152,7 @@ fn check_mentions(mentions: &Option<Vec<String>>) -> Result<Vec<String>, BoardEr
     Ok(mentions)
 }
 
-pub async fn send_message(
+pub(crate) async fn send_message(
     State(state): State<BoardState>,
     caller: Caller,
     JsonBody(body): JsonBody<SendMessage>,
@@ -212,7 +212,7 @@ async fn thread_root(conn: &mut SqliteConnection, message_id: &str) -> Result<Me
     }
 }
 
-pub async fn reply_message(
+pub(crate) async fn reply_message(
     State(state): State<BoardState>,
     caller: Caller,
     Path(parent_id): Path<String>,
@@ -237,7 +237,7 @@ pub async fn reply_message(
     Ok((StatusCode::CREATED, Json(message)))
 }
 
-pub async fn get_message(
+pub(crate) async fn get_message(
     State(state): State<BoardState>,
     _caller: Caller,
     Path(id): Path<String>,
@@ -267,7 +267,7 @@ macro_rules! message_filter {
     };
 }
 
-pub async fn list_messages(
+pub(crate) async fn list_messages(
     State(state): State<BoardState>,
     _caller: Caller,
     QueryParams(query): QueryParams<MessageQuery>,
@@ -331,7 +331,7 @@ pub async fn list_messages(
     Ok(Json(rows.into_iter().map(MessageOut::try_from).collect::<Result<_, _>>()?))
 }
 
-pub async fn upload_file(
+pub(crate) async fn upload_file(
     State(state): State<BoardState>,
     _caller: Caller,
     Path(message_id): Path<String>,
@@ -367,7 +367,7 @@ pub async fn upload_file(
     Ok((StatusCode::CREATED, Json(attachment)))
 }
 
-pub async fn list_files(
+pub(crate) async fn list_files(
     State(state): State<BoardState>,
     _caller: Caller,
     QueryParams(query): QueryParams<FileQuery>,
@@ -414,7 +414,7 @@ pub async fn list_files(
     Ok(Json(rows.into_iter().map(AttachmentOut::from).collect()))
 }
 
-pub async fn download_file(
+pub(crate) async fn download_file(
     State(state): State<BoardState>,
     _caller: Caller,
     Path(id): Path<String>,

@@ -139,7 +139,7 @@ impl Seed {
 }
 
 /// Applies the seed to a database that has no members yet. Returns whether it was applied.
-pub async fn apply(pool: &SqlitePool, seed: &Seed) -> Result<bool, sqlx::Error> {
+pub(crate) async fn apply(pool: &SqlitePool, seed: &Seed) -> Result<bool, sqlx::Error> {
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
     let members: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM members").fetch_one(&mut *tx).await?;
     if members > 0 {

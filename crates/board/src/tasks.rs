@@ -43,7 +43,7 @@ fn json_text(list: &[String]) -> String {
     serde_json::Value::from(list.to_vec()).to_string()
 }
 
-pub async fn list_tasks(
+pub(crate) async fn list_tasks(
     State(state): State<BoardState>,
     _caller: Caller,
     QueryParams(query): QueryParams<TaskQuery>,
@@ -108,7 +108,7 @@ pub async fn list_tasks(
     Ok(Json(TaskPage { items, next_cursor }))
 }
 
-pub async fn get_task(
+pub(crate) async fn get_task(
     State(state): State<BoardState>,
     _caller: Caller,
     Path(task): Path<String>,
@@ -117,7 +117,7 @@ pub async fn get_task(
     Ok(Json(db::find_task(&mut conn, &task).await?))
 }
 
-pub async fn create_task(
+pub(crate) async fn create_task(
     State(state): State<BoardState>,
     caller: Caller,
     JsonBody(body): JsonBody<CreateTask>,
@@ -172,7 +172,7 @@ pub async fn create_task(
     Ok((StatusCode::CREATED, Json(task)))
 }
 
-pub async fn update_task(
+pub(crate) async fn update_task(
     State(state): State<BoardState>,
     caller: Caller,
     Path(task): Path<String>,
@@ -232,7 +232,7 @@ pub async fn update_task(
     Ok(Json(after))
 }
 
-pub async fn take_task(
+pub(crate) async fn take_task(
     State(state): State<BoardState>,
     caller: Caller,
     Path(task): Path<String>,
@@ -277,7 +277,7 @@ pub async fn take_task(
     Ok(Json(after))
 }
 
-pub async fn reject_task(
+pub(crate) async fn reject_task(
     State(state): State<BoardState>,
     caller: Caller,
     Path(task): Path<String>,
@@ -315,7 +315,7 @@ pub async fn reject_task(
     Ok(Json(RejectOut { ok: true, reason: body.reason }))
 }
 
-pub async fn assign_task(
+pub(crate) async fn assign_task(
     State(state): State<BoardState>,
     caller: Caller,
     Path(task): Path<String>,
@@ -341,7 +341,7 @@ pub async fn assign_task(
     Ok(Json(after))
 }
 
-pub async fn watch_task(
+pub(crate) async fn watch_task(
     State(state): State<BoardState>,
     caller: Caller,
     Path(task): Path<String>,

@@ -52,7 +52,7 @@ async fn runs_view(inspector: &Inspector, filter: &RunFilter) -> Result<minijinj
     })))
 }
 
-pub async fn runs_page(
+pub(crate) async fn runs_page(
     State(inspector): State<Inspector>,
     filter: Result<Query<RunFilter>, QueryRejection>,
 ) -> Response {
@@ -63,7 +63,7 @@ pub async fn runs_page(
     }
 }
 
-pub async fn runs_live(
+pub(crate) async fn runs_live(
     State(inspector): State<Inspector>,
     filter: Result<Query<RunFilter>, QueryRejection>,
 ) -> Response {
@@ -85,7 +85,7 @@ async fn run_view(inspector: &Inspector, id: &str) -> Result<Option<minijinja::V
     Ok(Some(context(json!({"run": detail, "slug": inspector.settings.slug, "sign_out": inspector.access.signs_in()}))))
 }
 
-pub async fn run_page(State(inspector): State<Inspector>, Path(id): Path<String>) -> Response {
+pub(crate) async fn run_page(State(inspector): State<Inspector>, Path(id): Path<String>) -> Response {
     match run_view(&inspector, &id).await {
         Ok(Some(view)) => render(StatusCode::OK, "inspector_run.html", view),
         Ok(None) => {
@@ -95,7 +95,7 @@ pub async fn run_page(State(inspector): State<Inspector>, Path(id): Path<String>
     }
 }
 
-pub async fn run_live(State(inspector): State<Inspector>, Path(id): Path<String>) -> Response {
+pub(crate) async fn run_live(State(inspector): State<Inspector>, Path(id): Path<String>) -> Response {
     match inspector.state.get_run(&id).await {
         Ok(Some(_)) => {}
         Ok(None) => return error_page(StatusCode::NOT_FOUND, &format!("no run {id}")),
@@ -116,11 +116,11 @@ fn events_view(inspector: &Inspector) -> minijinja::Value {
     }))
 }
 
-pub async fn events_page(State(inspector): State<Inspector>) -> Response {
+pub(crate) async fn events_page(State(inspector): State<Inspector>) -> Response {
     render(StatusCode::OK, "inspector_events.html", events_view(&inspector))
 }
 
-pub async fn events_live(State(inspector): State<Inspector>) -> Response {
+pub(crate) async fn events_live(State(inspector): State<Inspector>) -> Response {
     let shared = inspector.clone();
     picogent_web::live(&inspector.live_streams, wake(&inspector), move || {
         let inspector = shared.clone();
@@ -128,7 +128,7 @@ pub async fn events_live(State(inspector): State<Inspector>) -> Response {
     })
 }
 
-pub async fn health_page(State(inspector): State<Inspector>) -> Response {
+pub(crate) async fn health_page(State(inspector): State<Inspector>) -> Response {
     let today = time::OffsetDateTime::now_utc().date();
     let mut days = Vec::new();
     for back in (0..SPEND_DAYS).rev() {
@@ -157,11 +157,11 @@ pub async fn health_page(State(inspector): State<Inspector>) -> Response {
 }
 
 /// The token form, answered with `status` (401 for a refused request).
-pub fn login_form(status: StatusCode, wrong: bool) -> Response {
+pub(crate) fn login_form(status: StatusCode, wrong: bool) -> Response {
     render(status, "inspector_login.html", context(json!({"wrong": wrong})))
 }
 
-pub async fn login_page(State(inspector): State<Inspector>) -> Response {
+pub(crate) async fn login_page(State(inspector): State<Inspector>) -> Response {
     match inspector.access {
         Access::Open => Redirect::to("/").into_response(),
         Access::Token(_) => login_form(StatusCode::OK, false),
@@ -169,12 +169,12 @@ pub async fn login_page(State(inspector): State<Inspector>) -> Response {
 }
 
 #[derive(Debug, serde::Deserialize)]
-pub struct Login {
+pub(crate) struct Login {
     token: String,
 }
 
 /// Checks the token of the form and keeps a session for the browser in an `HttpOnly` cookie.
-pub async fn login(State(inspector): State<Inspector>, form: Result<Form<Login>, FormRejection>) -> Response {
+pub(crate) async fn login(State(inspector): State<Inspector>, form: Result<Form<Login>, FormRejection>) -> Response {
     let Access::Token(token) = &inspector.access else { return Redirect::to("/").into_response() };
     // Counted before the token is looked at: right or wrong, no more than the rate.
     if let Err(wait) = inspector.sign_ins.take() {
@@ -201,7 +201,7 @@ pub async fn login(State(inspector): State<Inspector>, form: Result<Form<Login>,
 
 /// Signs the browser out: its session ends on the server (its cookie, replayed, opens nothing)
 /// and the cookie is cleared.
-pub async fn logout(State(inspector): State<Inspector>, headers: axum::http::HeaderMap) -> Response {
+pub(crate) async fn logout(State(inspector): State<Inspector>, headers: axum::http::HeaderMap) -> Response {
     if let Some(id) = picogent_web::cookie(&headers, SESSION_COOKIE) {
         inspector.sessions.close(id);
     }

@@ -442,3 +442,23 @@ async fn a_page_for_another_host_name_gets_nothing() {
         assert_eq!(answer.status(), StatusCode::OK, "{host}");
     }
 }
+
+#[test]
+fn a_waiting_run_says_what_it_read_and_passed_over() {
+    use picogent_state::{PassedOver, WaitKind, Waiting};
+    let mut waiting = Waiting {
+        kind: WaitKind::Approval,
+        what: "may I run `book_table`?".to_string(),
+        person: Some("alice".to_string()),
+        asked_message_id: Some("m1".to_string()),
+        since_ms: 0,
+        until_ms: 1,
+        passed_over: None,
+    };
+    assert_eq!(crate::view::waiting_line(&waiting), "waits for @alice (approval): may I run `book_table`?");
+    waiting.passed_over = Some(PassedOver { count: 2, last_message_id: "m3".to_string(), last_by: "bob".to_string() });
+    assert_eq!(
+        crate::view::waiting_line(&waiting),
+        "waits for @alice (approval; passed over 2 replies, the last by @bob): may I run `book_table`?"
+    );
+}

@@ -84,10 +84,16 @@ pub fn summary(run: &RunRow, settings: &Settings) -> RunLine {
     }
 }
 
-/// What a run waits for, in a line: "waits for @alice (question): which colour?".
+/// What a run waits for, in a line: "waits for @alice (question): which colour?"; with the
+/// replies it read and passed over, if any: "waits for @alice (approval; passed over 1 reply,
+/// the last by @bob): may I …".
 pub fn waiting_line(waiting: &picogent_state::Waiting) -> String {
     let who = waiting.person.as_ref().map_or_else(|| "a person".to_string(), |person| format!("@{person}"));
-    format!("waits for {who} ({}): {}", waiting.kind.as_str(), waiting.what)
+    let passed = waiting.passed_over.as_ref().map_or_else(String::new, |passed| {
+        let replies = if passed.count == 1 { "reply" } else { "replies" };
+        format!("; passed over {} {replies}, the last by @{}", passed.count, passed.last_by)
+    });
+    format!("waits for {who} ({}{passed}): {}", waiting.kind.as_str(), waiting.what)
 }
 
 /// The words of the message a chat run answers, as its start recorded them (the record is

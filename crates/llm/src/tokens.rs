@@ -60,7 +60,7 @@ fn o200k() -> &'static O200k {
 }
 
 /// Tokens of `text` in the o200k encoding, special tokens counted as one each.
-pub fn count(text: &str) -> u64 {
+pub(crate) fn count(text: &str) -> u64 {
     let table = o200k();
     let mut total = 0;
     let mut rest = text;

@@ -165,6 +165,8 @@ pub struct ServerConnection {
     elicitation: Arc<Elicitation>,
     /// The calls in flight: a 2025-11-25 elicitation is the one call's.
     in_flight: Arc<InFlight>,
+    /// The calls waiting now for their turn on a connection that takes one at a time.
+    waiting_turn: picogent_support::gauge::Gauge,
     state: RwLock<State>,
     progress: Arc<Mutex<VecDeque<ProgressRecord>>>,
     /// Bumped whenever anything in `state` changes, so waiters need no polling.
@@ -185,6 +187,7 @@ impl ServerConnection {
             config,
             elicitation,
             in_flight: Arc::default(),
+            waiting_turn: Default::default(),
             state: RwLock::new(State {
                 link: None,
                 status: ServerStatus::Connecting,
@@ -223,6 +226,12 @@ impl ServerConnection {
     /// How many times the server has been connected (1 = never restarted).
     pub fn connections(&self) -> u32 {
         self.read().connections
+    }
+
+    /// How many tool calls wait now for the call in flight to end, on a connection that speaks
+    /// 2025-11-25 (one call at a time); always 0 on one that speaks 2026-07-28.
+    pub fn calls_waiting(&self) -> usize {
+        self.waiting_turn.get()
     }
 
     pub fn progress(&self) -> Vec<ProgressRecord> {

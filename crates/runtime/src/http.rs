@@ -20,14 +20,24 @@ use crate::status::StatusBoard;
 struct HttpState {
     metrics: Arc<Metrics>,
     status: Arc<StatusBoard>,
+    /// What waits now, for `/metrics`: the writes the agent's tracker connection holds at its
+    /// presence gate, and the calls waiting for their turn on each external MCP server.
+    live: Live,
 }
 
-pub fn routes(metrics: Arc<Metrics>, status: Arc<StatusBoard>) -> Router {
+/// Where `/metrics` reads what waits now.
+#[derive(Clone)]
+pub struct Live {
+    pub client: picogent_tracker::TrackerClient,
+    pub host: Arc<picogent_mcp::host::McpHost>,
+}
+
+pub fn routes(metrics: Arc<Metrics>, status: Arc<StatusBoard>, live: Live) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
-        .with_state(HttpState { metrics, status })
+        .with_state(HttpState { metrics, status, live })
 }
 
 /// The status code says whether the agent is ready; the JSON body says so in words, with how
@@ -68,6 +78,9 @@ async fn readyz(State(state): State<HttpState>) -> impl IntoResponse {
 async fn metrics_text(State(state): State<HttpState>) -> impl IntoResponse {
     let mut body = state.metrics.render(state.status.active_runs(), state.status.connected(), state.status.caught_up());
     body.push_str(&crate::metrics::render_awaiting_input(state.status.awaiting_input()));
+    let servers: Vec<(&str, usize)> =
+        state.live.host.servers().iter().map(|server| (server.name(), server.calls_waiting())).collect();
+    body.push_str(&crate::metrics::render_held(state.live.client.writes_held(), &servers));
     if let Some(view) = state.status.replica() {
         body.push_str(&crate::metrics::render_replica(&view));
     }

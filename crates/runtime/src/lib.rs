@@ -488,7 +488,8 @@ fn http_routes(
     mcp_token: Option<Secret>,
     inputs: mpsc::Sender<Input>,
 ) -> axum::Router {
-    let routes = http::routes(services.metrics.clone(), services.status.clone());
+    let live = http::Live { client: services.client.clone(), host: services.host.clone() };
+    let routes = http::routes(services.metrics.clone(), services.status.clone(), live);
     let Some(token) = mcp_token else {
         // Said only to whoever asked for MCP (an `mcp` section other than the defaults): to
         // everyone else, /mcp being off is what they expect.

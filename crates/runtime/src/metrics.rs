@@ -9,7 +9,8 @@
 //!   [`MAX_TOOL_LABELS`] names (a server listing thousands of tools) new names do too;
 //! - the replica's id is this process's own;
 //! - a schedule's name is one of `schedules` in agent.json (at most 64, checked at start), and a
-//!   firing's outcome a word of the state's `FiringOutcome`.
+//!   firing's outcome a word of the state's `FiringOutcome`;
+//! - an MCP server's name is one of `mcp_servers` in agent.json.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -339,6 +340,28 @@ pub fn render_awaiting_input(waiting: usize) -> String {
     )
 }
 
+/// The gauges of what is held now: the writes to the tracker held at this copy's presence gate
+/// (it cannot confirm that it is the one active copy of the agent), and on each external MCP
+/// server (named in `mcp_servers`) the tool calls waiting for the call in flight to end.
+pub fn render_held(writes_held: usize, mcp_servers: &[(&str, usize)]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# HELP picogent_tracker_writes_held Writes to the tracker held now at this copy's presence gate, until it confirms that it is the one active copy."
+    );
+    let _ = writeln!(out, "# TYPE picogent_tracker_writes_held gauge");
+    let _ = writeln!(out, "picogent_tracker_writes_held {writes_held}");
+    let _ = writeln!(
+        out,
+        "# HELP picogent_mcp_calls_waiting Tool calls waiting now for their turn on an MCP server that takes one call at a time (2025-11-25)."
+    );
+    let _ = writeln!(out, "# TYPE picogent_mcp_calls_waiting gauge");
+    for (server, waiting) in mcp_servers {
+        let _ = writeln!(out, "picogent_mcp_calls_waiting{{server=\"{}\"}} {waiting}", label(server));
+    }
+    out
+}
+
 /// The per-replica gauges, labelled with the replica's id (which is made of hex digits and a
 /// host name cleaned by [`label`]).
 pub fn render_replica(view: &crate::status::ReplicaView) -> String {
@@ -416,6 +439,14 @@ mod tests {
             .collect::<std::collections::BTreeSet<_>>();
         assert_eq!(named.len(), MAX_TOOL_LABELS, "{text}");
         assert!(named.contains("get_task"), "names counted before stay");
+    }
+
+    #[test]
+    fn what_is_held_now_is_shown_for_the_gate_and_each_mcp_server() {
+        let text = render_held(2, &[("elicit", 1), ("files", 0)]);
+        assert!(text.contains("picogent_tracker_writes_held 2\n"), "{text}");
+        assert!(text.contains("picogent_mcp_calls_waiting{server=\"elicit\"} 1\n"), "{text}");
+        assert!(text.contains("picogent_mcp_calls_waiting{server=\"files\"} 0\n"), "{text}");
     }
 
     #[test]

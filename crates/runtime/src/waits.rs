@@ -220,6 +220,25 @@ impl Waits for RunSlots {
         })
     }
 
+    fn passed_over<'a>(&'a self, run_id: &'a str, waiting: &'a Waiting) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            if let Some(passed) = &waiting.passed_over {
+                tracing::info!(
+                    run_id,
+                    by = %passed.last_by,
+                    message_id = %passed.last_message_id,
+                    "the run read a reply that does not answer its question, and waits on"
+                );
+            }
+            // A wait that ended meanwhile is not recorded again.
+            if self.is_waiting(run_id)
+                && let Err(error) = self.state.set_waiting(run_id, Some(waiting)).await
+            {
+                tracing::warn!(%error, run_id, "cannot record the replies the run passed over");
+            }
+        })
+    }
+
     fn answered(&self, run_id: &str, message_id: &str) {
         self.with(|inner| inner.answers.entry(run_id.to_string()).or_default().insert(message_id.to_string()));
     }
@@ -247,6 +266,7 @@ mod tests {
             asked_message_id: Some("m1".to_string()),
             since_ms: 0,
             until_ms: 1,
+            passed_over: None,
         }
     }
 

@@ -123,7 +123,7 @@ pub use outage::Outage;
 pub use postgres::{LockSpec, PostgresLock};
 pub use queue::{Beat, ClaimedRun, Enqueued, InputKind, QueuedRun, QueuedView, ReplicaSeen, RunQueue, SentInput};
 pub use retention::{PrunePlan, Pruned};
-pub use runs::{AWAITING_INPUT, FinishRun, RunRow, RunStatus, RunSummary, WaitKind, Waiting};
+pub use runs::{AWAITING_INPUT, FinishRun, PassedOver, RunRow, RunStatus, RunSummary, WaitKind, Waiting};
 
 /// What a claim in [`State::claim`] is for; its key says which one. The words are what the
 /// database stores, so they never change.

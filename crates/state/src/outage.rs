@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::StateError;
 
 /// How often a continuing outage is logged at warn again.
-pub const REMIND_EVERY: Duration = Duration::from_secs(60);
+pub(crate) const REMIND_EVERY: Duration = Duration::from_secs(60);
 
 /// The state database's answers as one poller saw them.
 #[derive(Debug)]

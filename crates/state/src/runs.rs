@@ -150,6 +150,19 @@ pub struct Waiting {
     pub since_ms: i64,
     /// Until when it waits (Unix ms); past it the wait ends as timed out.
     pub until_ms: i64,
+    /// The people's replies read since the question that did not answer it (another person's,
+    /// a stop, words that do not answer): how many, and the last of them. `None` until one was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passed_over: Option<PassedOver>,
+}
+
+/// The replies a waiting run read and passed over ([`Waiting::passed_over`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct PassedOver {
+    pub count: u32,
+    /// The last one's message on the tracker, and its author's slug.
+    pub last_message_id: String,
+    pub last_by: String,
 }
 
 /// One stored run.

@@ -1,8 +1,9 @@
 //! What every floor of picogent shares, and nothing above it: [`secret`] (tokens and keys that
 //! never print), [`retry`] (the one retry policy, on backon), [`private_files`] (files only the
 //! user running picogent may read), [`sqlite`] (a SQLite file opened alike for the board and the
-//! state), [`seal`] (picogent's process unreadable to what it starts), [`choice`] (settings that take one of a few words) and [`closest`] (the names nearest to a
-//! mistyped one).
+//! state), [`seal`] (picogent's process unreadable to what it starts), [`choice`] (settings that
+//! take one of a few words), [`closest`] (the names nearest to a mistyped one) and [`gauge`] (how
+//! many of something are under way, for `/metrics`).
 //!
 //! Invariant: this crate depends on no other crate of the workspace.
 //!
@@ -13,10 +14,11 @@
 //! link followed, a file another user made refused naming them; used by `sqlite.rs`, the state's
 //! `file_lock.rs` and the MCP crate's `results.rs`); `sqlite.rs` (WAL, `NORMAL` commits, the log
 //! checkpointed in the background off the commit path, the file made `0600` before SQLite opens
-//! it); `choice.rs` (a setting of a few words, whose error lists them); `closest.rs`; `seal.rs`.
+//! it); `choice.rs` (a setting of a few words, whose error lists them); `closest.rs`; `seal.rs`; `gauge.rs` (`Gauge`, counted by a guard).
 
 pub mod choice;
 pub mod closest;
+pub mod gauge;
 pub mod private_files;
 pub mod retry;
 pub mod seal;

@@ -16,9 +16,11 @@
 //! a link, two forms, two rounds) are two messages, each answered by a reply of its own.
 //!
 //! The reply taken as the answer is told to the run's [`Waits`] (`answered`), so the run does not
-//! take it in a second time as steering. A stop of the run ends the wait at once
-//! ([`Reply::Stopped`]); a shutdown ends it too, but the run resumes at the next start and asks
-//! again ([`Reply::Interrupted`]).
+//! take it in a second time as steering. People's replies read and not taken (another person's,
+//! a stop, words that do not answer) are counted in the run's waiting record (`passed_over`), so
+//! whoever looks at the run sees that they were read and why it still waits. A stop of the run
+//! ends the wait at once ([`Reply::Stopped`]); a shutdown ends it too, but the run resumes at the
+//! next start and asks again ([`Reply::Interrupted`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -27,7 +29,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use crate::ToolContext;
-use picogent_state::{WaitKind, Waiting};
+use picogent_state::{PassedOver, WaitKind, Waiting};
 use picogent_tracker::TrackerClient;
 use picogent_tracker::model::{MemberKind, MessageOut, MessageQuery, SendMessage};
 use picogent_tracker::session::SessionKey;
@@ -78,6 +80,12 @@ impl WaitEnd {
 pub trait Waits: Send + Sync + std::fmt::Debug {
     fn begin<'a>(&'a self, run_id: &'a str, waiting: &'a Waiting) -> BoxFuture<'a, ()>;
     fn end<'a>(&'a self, run_id: &'a str, kind: WaitKind, end: WaitEnd) -> BoxFuture<'a, ()>;
+
+    /// The run `run_id` read people's replies to its question and passed them over: `waiting`
+    /// is its wait as it stands now, with [`Waiting::passed_over`] counting them.
+    fn passed_over<'a>(&'a self, _run_id: &'a str, _waiting: &'a Waiting) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
 
     /// The message `message_id` was taken as the answer of a question of the run `run_id` (told
     /// before [`Waits::end`]): it is not steering for the run.
@@ -248,13 +256,14 @@ impl PersonAsker {
         // Counted from the question's time: a run resumed after a restart waits only what is left.
         let asked_at = parse_time(&asked.created_at).unwrap_or_else(now_ms);
         let until_ms = asked_at.saturating_add(i64::try_from(question.timeout.as_millis()).unwrap_or(i64::MAX));
-        let waiting = Waiting {
+        let mut waiting = Waiting {
             kind: question.kind,
             what: question.what.clone(),
             person: person.clone(),
             asked_message_id: Some(asked.id.clone()),
             since_ms: asked_at,
             until_ms,
+            passed_over: None,
         };
         let run_id = context.run_id.as_deref().unwrap_or("");
         context.wait_clock.pause();
@@ -263,7 +272,7 @@ impl PersonAsker {
         }
         let listen =
             Listen { query: &query, asked_id: &asked.id, until_ms, humans: &humans, person: person.as_deref() };
-        let (reply, answer_id) = self.read_replies(context, &listen, &mut read).await;
+        let (reply, answer_id) = self.read_replies(context, &listen, &mut waiting, &mut read).await;
         context.wait_clock.resume();
         let end = match &reply {
             Reply::Answer { value, .. } => ended(value),
@@ -296,11 +305,13 @@ impl PersonAsker {
     }
 
     /// Reads the replies after the question until `read` takes one (the answer, with its
-    /// message's id), the timeout passes or the run is cancelled.
+    /// message's id), the timeout passes or the run is cancelled. People's replies it passes
+    /// over are counted in `waiting`, and the run's [`Waits`] hear of them.
     async fn read_replies<T>(
         &self,
         context: &ToolContext,
         listen: &Listen<'_>,
+        waiting: &mut Waiting,
         read: &mut impl FnMut(&MessageOut) -> Option<T>,
     ) -> (Reply<T>, Option<String>) {
         let mut after = listen.asked_id.to_string();
@@ -308,17 +319,31 @@ impl PersonAsker {
             let page = MessageQuery { after: Some(after.clone()), limit: Some(200), ..listen.query.clone() };
             match self.client.list_messages(&page).await {
                 Ok(messages) => {
+                    let passed_before = waiting.passed_over.clone();
                     for message in &messages {
-                        let counts = listen.humans.contains(&message.author_slug)
-                            && listen.person.is_none_or(|person| person == message.author_slug);
+                        let human = listen.humans.contains(&message.author_slug);
+                        let counts = human && listen.person.is_none_or(|person| person == message.author_slug);
                         // A stop is the router's to obey: the wait ends with the run.
-                        if !counts || is_stop(&message.content) {
-                            continue;
-                        }
-                        if let Some(value) = read(message) {
+                        if counts
+                            && !is_stop(&message.content)
+                            && let Some(value) = read(message)
+                        {
                             let answer = Reply::Answer { value, by: message.author_slug.clone() };
                             return (answer, Some(message.id.clone()));
                         }
+                        if human {
+                            let count = waiting.passed_over.as_ref().map_or(0, |passed| passed.count);
+                            waiting.passed_over = Some(PassedOver {
+                                count: count.saturating_add(1),
+                                last_message_id: message.id.clone(),
+                                last_by: message.author_slug.clone(),
+                            });
+                        }
+                    }
+                    if waiting.passed_over != passed_before
+                        && let Some(waits) = &context.waits
+                    {
+                        waits.passed_over(context.run_id.as_deref().unwrap_or(""), waiting).await;
                     }
                     if let Some(last) = messages.last() {
                         after = last.id.clone();

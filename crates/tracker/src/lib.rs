@@ -104,6 +104,11 @@ impl TrackerClient {
         TrackerClient { gate: Some(gate), ..self.clone() }
     }
 
+    /// How many writes of this client its [`WriteGate`] holds now (0 without a gate).
+    pub fn writes_held(&self) -> usize {
+        self.gate.as_ref().map_or(0, |gate| gate.held())
+    }
+
     /// `{api_base}{path}` as a URL; `path` starts with `/` and has its segments encoded.
     fn url(&self, path: &str) -> reqwest::Url {
         let mut url = self.api_url.clone();

@@ -17,7 +17,8 @@
 //!   it read a moment before;
 //! - every write of a gated client (any method but GET) passes [`WriteGate::admit`] before each
 //!   attempt: at once while the lease is valid, after a wait while it is being renewed, and never
-//!   once another copy has taken over.
+//!   once another copy has taken over; the writes waiting so are counted ([`WriteGate::held`],
+//!   `picogent_tracker_writes_held` on `/metrics`).
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -137,6 +138,8 @@ pub struct WriteGate {
     max_wait: Duration,
     /// Status texts to set, carried out by the heartbeat in its next beat (at once).
     status_changes: mpsc::Sender<StatusChange>,
+    /// The writes [`WriteGate::admit`] holds now, waiting for a renewal.
+    held: picogent_support::gauge::Gauge,
 }
 
 /// A new status text asked for by `update_my_status`; the heartbeat writes it with this copy's
@@ -152,7 +155,8 @@ impl WriteGate {
     /// end of its status changes, for the heartbeat.
     pub fn new(max_wait: Duration) -> (WriteGate, mpsc::Receiver<StatusChange>) {
         let (status_changes, changes) = mpsc::channel(16);
-        (WriteGate { lease: watch::Sender::new(Lease::Until(Instant::now())), max_wait, status_changes }, changes)
+        let lease = watch::Sender::new(Lease::Until(Instant::now()));
+        (WriteGate { lease, max_wait, status_changes, held: Default::default() }, changes)
     }
 
     /// Lets writes through until `until`, unless another copy took over.
@@ -179,6 +183,11 @@ impl WriteGate {
         }
     }
 
+    /// How many writes wait now for this copy to confirm that it is the one active copy.
+    pub fn held(&self) -> usize {
+        self.held.get()
+    }
+
     /// Has the heartbeat set the status text to `text` (with this copy's marker after it).
     pub(super) async fn change_status(&self, text: String) -> Result<StatusOut, TrackerError> {
         let refused = |gate: &WriteGate| match gate.superseded() {
@@ -203,6 +212,8 @@ impl WriteGate {
     pub(super) async fn admit(&self) -> Result<(), TrackerError> {
         let mut lease = self.lease.subscribe();
         let deadline = Instant::now() + self.max_wait;
+        // Counted in `held` from its first wait for a renewal until it goes out or fails.
+        let mut holding = None;
         loop {
             let current = lease.borrow_and_update().clone();
             match current {
@@ -210,6 +221,7 @@ impl WriteGate {
                 Lease::Superseded(reason) => return Err(TrackerError::Superseded { message: reason.to_string() }),
                 Lease::Until(_) => {}
             }
+            holding.get_or_insert_with(|| self.held.enter());
             // The sender lives in `self`, so `changed` ends only with a new lease or the deadline.
             if tokio::time::timeout_at(deadline, lease.changed()).await.is_err() {
                 return Err(TrackerError::Transport {
@@ -305,14 +317,17 @@ mod tests {
         });
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(!waiting.is_finished());
+        assert_eq!(gate.held(), 1, "the held write is counted");
         gate.renew(Instant::now() + Duration::from_secs(2));
         assert_eq!(waiting.await.unwrap(), Ok(()));
+        assert_eq!(gate.held(), 0, "and counted no more once let through");
         assert_eq!(gate.admit().await, Ok(()));
         // A lease that ran out holds writes again, and a write nobody renews for gives up.
         tokio::time::sleep(Duration::from_secs(3)).await;
         let started = Instant::now();
         assert!(matches!(gate.admit().await, Err(TrackerError::Transport { .. })));
         assert_eq!(started.elapsed(), Duration::from_secs(5));
+        assert_eq!(gate.held(), 0, "nor once given up");
         // Superseded: refused at once, and no renewal opens it again.
         gate.supersede("copy 000000000000 took over");
         gate.renew(Instant::now() + Duration::from_secs(60));

@@ -47,10 +47,10 @@ static PAGES: LazyLock<Environment<'static>> = LazyLock::new(|| {
 });
 
 /// Signed-in pages: session id → the member it acts as.
-pub type Sessions = picogent_web::Sessions<Caller>;
+pub(crate) type Sessions = picogent_web::Sessions<Caller>;
 
 /// The page's routes, and its assets, behind the check of the host names it answers to.
-pub fn routes(state: &BoardState) -> Router<BoardState> {
+pub(crate) fn routes(state: &BoardState) -> Router<BoardState> {
     Router::new()
         .route("/", get(pages::home))
         .route("/signin", get(pages::signin_page).post(pages::signin))

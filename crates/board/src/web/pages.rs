@@ -27,7 +27,7 @@ const COLUMNS: [TaskStatus; 5] =
 /// How many tasks a board shows, and messages a task or chat shows (the newest).
 const PAGE: u32 = 200;
 
-pub async fn home(State(state): State<BoardState>, headers: HeaderMap) -> Response {
+pub(super) async fn home(State(state): State<BoardState>, headers: HeaderMap) -> Response {
     if signed_in(&state, &headers).is_err() {
         return Redirect::to("/signin").into_response();
     }
@@ -44,7 +44,7 @@ pub async fn home(State(state): State<BoardState>, headers: HeaderMap) -> Respon
     }
 }
 
-pub async fn signin_page(State(state): State<BoardState>) -> Response {
+pub(super) async fn signin_page(State(state): State<BoardState>) -> Response {
     match humans(&state).await {
         Ok(members) => render("board_signin.html", view(json!({"members": members, "me": null}))),
         Err(error) => error_page(error, None),
@@ -57,13 +57,13 @@ async fn humans(state: &BoardState) -> Result<Vec<MemberOut>, BoardError> {
 }
 
 #[derive(Debug, Deserialize)]
-pub struct SignIn {
+pub(super) struct SignIn {
     member: String,
 }
 
 /// Signs the page in as a seeded human member: a session id in the cookie, the token stays on
 /// the board.
-pub async fn signin(State(state): State<BoardState>, form: Result<Form<SignIn>, FormRejection>) -> Response {
+pub(super) async fn signin(State(state): State<BoardState>, form: Result<Form<SignIn>, FormRejection>) -> Response {
     // Counted before anything else: a flood of attempts, good or bad, makes no sessions past it.
     if let Err(wait) = state.sign_ins.take() {
         let seconds = picogent_web::sessions::retry_after_secs(wait);
@@ -89,7 +89,7 @@ pub async fn signin(State(state): State<BoardState>, form: Result<Form<SignIn>, 
     ([(header::SET_COOKIE, session_cookie(&session))], Redirect::to("/")).into_response()
 }
 
-pub async fn signout(State(state): State<BoardState>, headers: HeaderMap) -> Response {
+pub(super) async fn signout(State(state): State<BoardState>, headers: HeaderMap) -> Response {
     if let Some(id) = session_id(&headers) {
         state.web_sessions.close(id);
     }
@@ -128,7 +128,7 @@ async fn all_projects(state: &BoardState) -> Result<Vec<ProjectOut>, BoardError>
     db::list_projects(&mut conn).await
 }
 
-pub async fn project_page(
+pub(super) async fn project_page(
     State(state): State<BoardState>,
     headers: HeaderMap,
     Path(project): Path<String>,
@@ -143,7 +143,7 @@ pub async fn project_page(
     }
 }
 
-pub async fn project_live(
+pub(super) async fn project_live(
     State(state): State<BoardState>,
     headers: HeaderMap,
     Path(project): Path<String>,
@@ -172,7 +172,7 @@ fn fragment(name: &str, view: Result<minijinja::Value, BoardError>) -> Option<St
 }
 
 #[derive(Debug, Deserialize)]
-pub struct NewTask {
+pub(super) struct NewTask {
     title: String,
     #[serde(default)]
     description: String,
@@ -180,7 +180,7 @@ pub struct NewTask {
     assignee: String,
 }
 
-pub async fn create_task(
+pub(super) async fn create_task(
     State(state): State<BoardState>,
     headers: HeaderMap,
     Path(project): Path<String>,
@@ -223,7 +223,11 @@ async fn task_view(state: &BoardState, caller: &Caller, task: &str) -> Result<mi
     ))
 }
 
-pub async fn task_page(State(state): State<BoardState>, headers: HeaderMap, Path(task): Path<String>) -> Response {
+pub(super) async fn task_page(
+    State(state): State<BoardState>,
+    headers: HeaderMap,
+    Path(task): Path<String>,
+) -> Response {
     let caller = match signed_in(&state, &headers) {
         Ok(caller) => caller,
         Err(response) => return response.into_response(),
@@ -234,7 +238,11 @@ pub async fn task_page(State(state): State<BoardState>, headers: HeaderMap, Path
     }
 }
 
-pub async fn task_live(State(state): State<BoardState>, headers: HeaderMap, Path(task): Path<String>) -> Response {
+pub(super) async fn task_live(
+    State(state): State<BoardState>,
+    headers: HeaderMap,
+    Path(task): Path<String>,
+) -> Response {
     let caller = match live_caller(&state, &headers) {
         Ok(caller) => caller,
         Err(response) => return *response,
@@ -247,11 +255,11 @@ pub async fn task_live(State(state): State<BoardState>, headers: HeaderMap, Path
 }
 
 #[derive(Debug, Deserialize)]
-pub struct Assign {
+pub(super) struct Assign {
     assignee: String,
 }
 
-pub async fn assign(
+pub(super) async fn assign(
     State(state): State<BoardState>,
     headers: HeaderMap,
     Path(task): Path<String>,
@@ -272,11 +280,11 @@ pub async fn assign(
 }
 
 #[derive(Debug, Deserialize)]
-pub struct Comment {
+pub(super) struct Comment {
     content: String,
 }
 
-pub async fn comment(
+pub(super) async fn comment(
     State(state): State<BoardState>,
     headers: HeaderMap,
     Path(task): Path<String>,
@@ -335,7 +343,11 @@ async fn chat_view(state: &BoardState, caller: &Caller, project: &str) -> Result
     Ok(view(json!({"project": project, "projects": projects, "messages": messages, "me": caller.slug})))
 }
 
-pub async fn chat_page(State(state): State<BoardState>, headers: HeaderMap, Path(project): Path<String>) -> Response {
+pub(super) async fn chat_page(
+    State(state): State<BoardState>,
+    headers: HeaderMap,
+    Path(project): Path<String>,
+) -> Response {
     let caller = match signed_in(&state, &headers) {
         Ok(caller) => caller,
         Err(response) => return response.into_response(),
@@ -346,7 +358,11 @@ pub async fn chat_page(State(state): State<BoardState>, headers: HeaderMap, Path
     }
 }
 
-pub async fn chat_live(State(state): State<BoardState>, headers: HeaderMap, Path(project): Path<String>) -> Response {
+pub(super) async fn chat_live(
+    State(state): State<BoardState>,
+    headers: HeaderMap,
+    Path(project): Path<String>,
+) -> Response {
     let caller = match live_caller(&state, &headers) {
         Ok(caller) => caller,
         Err(response) => return *response,
@@ -358,7 +374,7 @@ pub async fn chat_live(State(state): State<BoardState>, headers: HeaderMap, Path
     })
 }
 
-pub async fn post_chat(
+pub(super) async fn post_chat(
     State(state): State<BoardState>,
     headers: HeaderMap,
     Path(project): Path<String>,
@@ -381,7 +397,7 @@ pub async fn post_chat(
 }
 
 /// A message's place: its task's page, or its project's chat, at the message.
-pub async fn message(State(state): State<BoardState>, headers: HeaderMap, Path(id): Path<String>) -> Response {
+pub(super) async fn message(State(state): State<BoardState>, headers: HeaderMap, Path(id): Path<String>) -> Response {
     let caller = match signed_in(&state, &headers) {
         Ok(caller) => caller,
         Err(response) => return response.into_response(),

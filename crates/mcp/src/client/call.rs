@@ -54,6 +54,8 @@ impl ServerConnection {
         arguments: JsonObject,
         context: &ToolContext,
     ) -> Result<rmcp::model::CallToolResult, ServerCallError> {
+        // Counted in `calls_waiting` until it is its turn, or it ends without one.
+        let waiting = link.one_at_a_time.as_ref().map(|_| self.waiting_turn.enter());
         let _turn = match &link.one_at_a_time {
             Some(turn) => Some(tokio::select! {
                 permit = turn.acquire() => permit.map_err(|_| ServerCallError::Unavailable {
@@ -64,6 +66,7 @@ impl ServerConnection {
             }),
             None => None,
         };
+        drop(waiting);
         let (call, asked) = self.in_flight.enter(tool, context);
         let outcome = self.call_tool_rounds(link, tool, arguments, context, &asked).await;
         self.in_flight.leave(call);

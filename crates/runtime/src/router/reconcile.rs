@@ -34,9 +34,9 @@ use picogent_tracker::{TrackerClient, TrackerError};
 /// The tracker's largest page.
 const PAGE: u32 = 200;
 /// Mentions in the window read at most: this many pages.
-pub const MAX_MENTION_PAGES: usize = 10;
+pub(super) const MAX_MENTION_PAGES: usize = 10;
 /// Messages after a mention read at most, looking for the agent's answer: this many pages.
-pub const MAX_THREAD_PAGES: usize = 5;
+pub(super) const MAX_THREAD_PAGES: usize = 5;
 
 /// What reconciliation hands the router: what to take up, and what it left and why.
 #[derive(Debug)]
@@ -60,7 +60,7 @@ pub(super) struct Reconciler<'a> {
 }
 
 impl Reconciler<'_> {
-    pub async fn run(&self) -> Reconciliation {
+    pub(super) async fn run(&self) -> Reconciliation {
         let mut report = ReconcileReport::default();
         let tasks = self.open_tasks(&mut report).await;
         let messages = self.recent_mentions(&mut report).await;
