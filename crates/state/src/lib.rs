@@ -53,8 +53,9 @@
 //!
 //! Where things are: `lib.rs` (`State`: processed events, claims (`ClaimKind`), sessions, spend,
 //! reply counts; each operation handed to its store through `on_store!`); `runs.rs` (`RunRow`,
-//! `RunStatus`); `start.rs` (the stream position, told apart from "none yet"); `store.rs` (`Store`:
-//! every operation with its guarantee; `QueueStore`; the column types `NewRun`, `RunEnd`,
+//! `RunStatus`); `trigger.rs` (`Trigger`: what started a run, typed and as text); `start.rs` (the
+//! stream position, told apart from "none yet"); `store.rs` (`Store`: every operation with its
+//! guarantee; `QueueStore`; the column types `NewRun`, `RunEnd`,
 //! `RunColumns`); `sqlite/` (`SqliteStore`, one agent per file, schema in `migrations/state/`) and
 //! `postgres/` (`PostgresStore`, every row keyed by the agent's slug, schema in
 //! `migrations/state-postgres/`; `lock.rs`: `PostgresLock`), each with its queue's SQL in
@@ -108,6 +109,7 @@ mod runs;
 mod sqlite;
 mod start;
 mod store;
+mod trigger;
 mod values;
 
 use std::path::{Path, PathBuf};
@@ -124,6 +126,7 @@ pub use postgres::{LockSpec, PostgresLock};
 pub use queue::{Beat, ClaimedRun, Enqueued, InputKind, QueuedRun, QueuedView, ReplicaSeen, RunQueue, SentInput};
 pub use retention::{PrunePlan, Pruned};
 pub use runs::{AWAITING_INPUT, FinishRun, PassedOver, RunRow, RunStatus, RunSummary, WaitKind, Waiting};
+pub use trigger::{Trigger, UnknownTrigger};
 
 /// What a claim in [`State::claim`] is for; its key says which one. The words are what the
 /// database stores, so they never change.

@@ -170,7 +170,7 @@ pub struct PassedOver {
 pub struct RunRow {
     pub id: String,
     pub session_key: SessionKey,
-    /// What started the run (`runtime::request::Trigger` as text), e.g. `task.assigned TE-3`.
+    /// What started the run ([`Trigger`](crate::Trigger) as text), e.g. `task.assigned TE-3`.
     pub trigger: String,
     pub status: RunStatus,
     pub turns: u32,
