@@ -2,6 +2,10 @@
 //! which session does it belong to. Pure functions, so they are cheap (the hot path of every
 //! message the agent hears) and tested by tables.
 
+// `pub` for the benches, which reach this module with the `test-support` feature; without it
+// the module is private and its items the router's alone.
+#![cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
+
 use picogent_config::{ChatListen, TaskListen};
 use picogent_tracker::model::{MemberKind, MessageOut, TaskOut};
 
