@@ -60,6 +60,7 @@ pub async fn run_cli(config_path: &Path) -> anyhow::Result<ExitCode> {
     });
     lines.push(check_state_folder(&config));
     lines.extend(check_sandbox(&config));
+    lines.extend(check_coding_agents(&config).await);
     lines.extend(check_git(&config));
     lines.push(Line { warn: false, ok: true, what: "run scope".into(), detail: scope_words(&config.permissions) });
     let token = match Secret::from_env(&config.tracker.token_env) {
@@ -405,6 +406,92 @@ fn check_sandbox(config: &Config) -> Vec<Line> {
         lines.push(Line { warn, ok, what: "sandbox".into(), detail });
     }
     lines
+}
+
+/// How long `<program> --version` may take before the check gives up on it.
+const VERSION_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// One line per coding agent: its program is installed (on `PATH`, or at the path its command
+/// names) and which version it says it is, and the model endpoint it will be pointed at speaks
+/// what its preset speaks. A program that is missing, or a preset pointed at `llm.base_url` when
+/// that speaks Anthropic's Messages API, fails: its first run would.
+async fn check_coding_agents(config: &Config) -> Vec<Line> {
+    use crate::config::Api;
+    if !config.workspaces.enabled() {
+        return Vec::new();
+    }
+    let mut lines = Vec::new();
+    for name in config.workspaces.agents.keys() {
+        let what = "coding agent".to_string();
+        let agent = match config.workspaces.coding_agent(Some(name)) {
+            Ok(agent) => agent,
+            Err(error) => {
+                lines.push(Line { warn: false, ok: false, what, detail: format!("`{name}`: {error}") });
+                continue;
+            }
+        };
+        if let Some(preset) = agent.preset
+            && agent.base_url.is_none()
+            && config.llm.api == Api::Anthropic
+        {
+            let detail = format!(
+                "`{name}` ({}) speaks {}, and would be pointed at llm.base_url, which speaks Anthropic's Messages \
+                 API (llm.api): set workspaces.agents.{name}.base_url to an endpoint that speaks {} \
+                 (docs/coding-agents.md)",
+                preset.name(),
+                preset.speaks(),
+                preset.speaks()
+            );
+            lines.push(Line { warn: false, ok: false, what, detail });
+            continue;
+        }
+        let program = agent.command.first().cloned().unwrap_or_default();
+        lines.push(match program_version(&program).await {
+            Ok((path, version)) => {
+                Line { warn: false, ok: true, what, detail: format!("`{name}`: {version} ({})", path.display()) }
+            }
+            Err(why) => Line { warn: false, ok: false, what, detail: format!("`{name}`: {why}") },
+        });
+    }
+    lines
+}
+
+/// Where `program` is and the first line of what `<program> --version` prints (or why it says
+/// nothing), run with nothing of picogent's environment but `PATH`; `Err` when it is not
+/// installed.
+async fn program_version(program: &str) -> Result<(std::path::PathBuf, String), String> {
+    let found = if program.contains('/') {
+        Some(std::path::PathBuf::from(program)).filter(|path| path.is_file())
+    } else {
+        std::env::var_os("PATH")
+            .map(|paths| std::env::split_paths(&paths).map(|folder| folder.join(program)).collect::<Vec<_>>())
+            .unwrap_or_default()
+            .into_iter()
+            .find(|path| path.is_file())
+    };
+    let Some(path) = found else {
+        return Err(format!(
+            "its program `{program}` is not installed (not on PATH): install it (docs/coding-agents.md)"
+        ));
+    };
+    let mut command = tokio::process::Command::new(&path);
+    command.arg("--version").env_clear().stdin(std::process::Stdio::null()).kill_on_drop(true);
+    if let Some(paths) = std::env::var_os("PATH") {
+        command.env("PATH", paths);
+    }
+    let version = match tokio::time::timeout(VERSION_TIMEOUT, command.output()).await {
+        Ok(Ok(output)) => {
+            let text = [output.stdout, output.stderr].concat();
+            let text = String::from_utf8_lossy(&text);
+            match text.lines().map(str::trim).find(|line| !line.is_empty()) {
+                Some(line) => crate::prompts::clean_text(line, 120),
+                None => format!("`{program} --version` printed nothing"),
+            }
+        }
+        Ok(Err(error)) => format!("`{program} --version` did not run: {error}"),
+        Err(_) => format!("`{program} --version` did not answer within {} s", VERSION_TIMEOUT.as_secs()),
+    };
+    Ok((path, version))
 }
 
 /// With workspaces on: git is there, and new enough to ignore the attributes a coding agent writes

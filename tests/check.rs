@@ -215,3 +215,78 @@ async fn check_warns_of_a_git_too_old_for_the_workspaces() {
     model.shutdown().await;
     board.shutdown().await.unwrap();
 }
+
+/// With workspaces on, `check` says for each coding agent whether its program is installed and
+/// which version it says it is, and refuses a preset pointed at a model endpoint that speaks an
+/// API the CLI does not (a Qwen Code told to use an Anthropic Messages endpoint).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_names_each_coding_agents_version_and_refuses_a_model_api_it_cannot_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let fake = dir.path().join("fake-cli");
+    std::fs::write(&fake, "#!/bin/sh\n[ \"$1\" = --version ] && echo 'fake-cli 1.2.3' && exit 0\nexit 1\n").unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let coding_lines = |report: &str| -> Vec<String> {
+        report
+            .lines()
+            .filter(|l| l.get(4..).unwrap_or_default().trim_start().starts_with("coding agent"))
+            .map(str::to_string)
+            .collect()
+    };
+    let workspaces = |llm: serde_json::Value, agents: serde_json::Value, default: &str| {
+        json!({"llm": llm, "workspaces": {
+            "root": dir.path().join("workspaces"),
+            "repositories": {"app": {"url": dir.path().join("remote.git"), "base": "main", "projects": ["team"]}},
+            "agents": agents,
+            "agent": default,
+        }})
+    };
+
+    let agents = json!({
+        "fake": {"command": [fake, "{instructions}"]},
+        "missing": {"command": ["no-such-coding-cli", "{instructions}"]},
+    });
+    let config =
+        agent_config(dir.path(), &board.url(), &model.url(), "picogent", workspaces(json!({}), agents, "fake"));
+    let (code, report) = check_with_env(&write_config(dir.path(), &config), &[]).await;
+    assert_ne!(code, Some(0), "a coding agent that is not installed fails the check: {report}");
+    let lines = coding_lines(&report);
+    assert_eq!(lines.len(), 2, "{report}");
+    assert!(
+        lines[0].starts_with("ok") && lines[0].contains(&format!("`fake`: fake-cli 1.2.3 ({})", fake.display())),
+        "{report}"
+    );
+    assert!(
+        lines[1].starts_with("FAIL")
+            && lines[1].contains("`missing`: its program `no-such-coding-cli` is not installed"),
+        "{report}"
+    );
+
+    // Qwen Code speaks OpenAI's chat completions; picogent's own model here speaks Anthropic's
+    // Messages API, so Qwen Code cannot be pointed at it, and `check` says what to set.
+    let messages = json!({"api": "anthropic"});
+    let config = agent_config(
+        dir.path(),
+        &board.url(),
+        &model.url(),
+        "picogent",
+        workspaces(messages.clone(), json!({"qwen": {"preset": "qwen-code"}}), "qwen"),
+    );
+    let (code, report) = check_with_env(&write_config(dir.path(), &config), &[]).await;
+    assert_ne!(code, Some(0), "{report}");
+    let lines = coding_lines(&report);
+    assert!(
+        lines[0].starts_with("FAIL")
+            && lines[0].contains("`qwen` (qwen-code) speaks OpenAI's chat completions")
+            && lines[0].contains("set workspaces.agents.qwen.base_url"),
+        "{report}"
+    );
+    // Given an endpoint of its own, the API is the operator's to choose: no refusal for it.
+    let own = json!({"qwen": {"preset": "qwen-code", "base_url": format!("{}/v1", model.url())}});
+    let config = agent_config(dir.path(), &board.url(), &model.url(), "picogent", workspaces(messages, own, "qwen"));
+    let (_, report) = check_with_env(&write_config(dir.path(), &config), &[]).await;
+    assert!(!coding_lines(&report)[0].contains("Messages API"), "{report}");
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}

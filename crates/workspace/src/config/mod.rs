@@ -198,6 +198,8 @@ pub struct ResultFile {
 #[derive(Debug, Clone, PartialEq)]
 pub struct CodingAgent {
     pub name: String,
+    /// The preset it is made from, if any.
+    pub preset: Option<Preset>,
     pub command: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub output: OutputFormat,
@@ -255,6 +257,7 @@ impl CodingAgentConfig {
         }
         Ok(CodingAgent {
             name: name.to_string(),
+            preset,
             command,
             env,
             output: self.output.or(preset.map(Preset::output)).unwrap_or_default(),

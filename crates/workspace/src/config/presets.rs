@@ -33,6 +33,22 @@ const KEY: &str = "${CODING_AGENT_API_KEY:-not-needed}";
 impl Preset {
     pub const NAMES: [&'static str; 2] = ["\"qwen-code\"", "\"mini-swe-agent\""];
 
+    /// Its name in `agent.json`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::QwenCode => "qwen-code",
+            Preset::MiniSweAgent => "mini-swe-agent",
+        }
+    }
+
+    /// The model API it speaks, in words: both presets call OpenAI's chat completions at
+    /// `{base_url}` (`picogent check` refuses one pointed at an endpoint that speaks another).
+    pub fn speaks(self) -> &'static str {
+        match self {
+            Preset::QwenCode | Preset::MiniSweAgent => "OpenAI's chat completions",
+        }
+    }
+
     pub fn named(word: &str) -> Option<Preset> {
         match word {
             "qwen-code" => Some(Preset::QwenCode),
