@@ -447,19 +447,27 @@ async fn check_coding_agents(config: &Config) -> Vec<Line> {
         }
         let program = agent.command.first().cloned().unwrap_or_default();
         lines.push(match program_version(&program).await {
-            Ok((path, version)) => {
+            Some((path, version)) => {
                 Line { warn: false, ok: true, what, detail: format!("`{name}`: {version} ({})", path.display()) }
             }
-            Err(why) => Line { warn: false, ok: false, what, detail: format!("`{name}`: {why}") },
+            None => Line {
+                warn: false,
+                ok: false,
+                what,
+                detail: format!(
+                    "`{name}`: its program `{program}` is not installed (not on PATH): install it \
+                     (docs/coding-agents.md)"
+                ),
+            },
         });
     }
     lines
 }
 
 /// Where `program` is and the first line of what `<program> --version` prints (or why it says
-/// nothing), run with nothing of picogent's environment but `PATH`; `Err` when it is not
+/// nothing), run with nothing of picogent's environment but `PATH`; `None` when it is not
 /// installed.
-async fn program_version(program: &str) -> Result<(std::path::PathBuf, String), String> {
+async fn program_version(program: &str) -> Option<(std::path::PathBuf, String)> {
     let found = if program.contains('/') {
         Some(std::path::PathBuf::from(program)).filter(|path| path.is_file())
     } else {
@@ -469,11 +477,7 @@ async fn program_version(program: &str) -> Result<(std::path::PathBuf, String), 
             .into_iter()
             .find(|path| path.is_file())
     };
-    let Some(path) = found else {
-        return Err(format!(
-            "its program `{program}` is not installed (not on PATH): install it (docs/coding-agents.md)"
-        ));
-    };
+    let path = found?;
     let mut command = tokio::process::Command::new(&path);
     command.arg("--version").env_clear().stdin(std::process::Stdio::null()).kill_on_drop(true);
     if let Some(paths) = std::env::var_os("PATH") {
@@ -491,7 +495,7 @@ async fn program_version(program: &str) -> Result<(std::path::PathBuf, String), 
         Ok(Err(error)) => format!("`{program} --version` did not run: {error}"),
         Err(_) => format!("`{program} --version` did not answer within {} s", VERSION_TIMEOUT.as_secs()),
     };
-    Ok((path, version))
+    Some((path, version))
 }
 
 /// With workspaces on: git is there, and new enough to ignore the attributes a coding agent writes
