@@ -414,9 +414,10 @@ const VERSION_TIMEOUT: Duration = Duration::from_secs(15);
 /// One line per coding agent: its program is installed (on `PATH`, or at the path its command
 /// names) and which version it says it is, and the model endpoint it will be pointed at speaks
 /// what its preset speaks. A program that is missing, or a preset pointed at `llm.base_url` when
-/// that speaks Anthropic's Messages API, fails: its first run would.
+/// that speaks the other API, fails: its first run would.
 async fn check_coding_agents(config: &Config) -> Vec<Line> {
     use crate::config::Api;
+    use crate::workspace::config::presets::ModelApi;
     if !config.workspaces.enabled() {
         return Vec::new();
     }
@@ -430,17 +431,21 @@ async fn check_coding_agents(config: &Config) -> Vec<Line> {
                 continue;
             }
         };
+        let own = match config.llm.api {
+            Api::Openai => ModelApi::OpenAiChat,
+            Api::Anthropic => ModelApi::AnthropicMessages,
+        };
         if let Some(preset) = agent.preset
             && agent.base_url.is_none()
-            && config.llm.api == Api::Anthropic
+            && preset.speaks() != own
         {
             let detail = format!(
-                "`{name}` ({}) speaks {}, and would be pointed at llm.base_url, which speaks Anthropic's Messages \
-                 API (llm.api): set workspaces.agents.{name}.base_url to an endpoint that speaks {} \
-                 (docs/coding-agents.md)",
+                "`{name}` ({}) speaks {}, and would be pointed at llm.base_url, which speaks {} (llm.api): set \
+                 workspaces.agents.{name}.base_url to an endpoint that speaks {} (docs/coding-agents.md)",
                 preset.name(),
-                preset.speaks(),
-                preset.speaks()
+                preset.speaks().words(),
+                own.words(),
+                preset.speaks().words()
             );
             lines.push(Line { warn: false, ok: false, what, detail });
             continue;

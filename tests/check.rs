@@ -282,6 +282,19 @@ async fn check_names_each_coding_agents_version_and_refuses_a_model_api_it_canno
             && lines[0].contains("set workspaces.agents.qwen.base_url"),
         "{report}"
     );
+    // And the other way: Claude Code speaks the Messages API, picogent's own model here OpenAI's.
+    let claude = json!({"claude": {"preset": "claude-code"}});
+    let config =
+        agent_config(dir.path(), &board.url(), &model.url(), "picogent", workspaces(json!({}), claude, "claude"));
+    let (code, report) = check_with_env(&write_config(dir.path(), &config), &[]).await;
+    assert_ne!(code, Some(0), "{report}");
+    let lines = coding_lines(&report);
+    assert!(
+        lines[0].starts_with("FAIL")
+            && lines[0].contains("`claude` (claude-code) speaks Anthropic's Messages API")
+            && lines[0].contains("which speaks OpenAI's chat completions"),
+        "{report}"
+    );
     // Given an endpoint of its own, the API is the operator's to choose: no refusal for it.
     let own = json!({"qwen": {"preset": "qwen-code", "base_url": format!("{}/v1", model.url())}});
     let config = agent_config(dir.path(), &board.url(), &model.url(), "picogent", workspaces(messages, own, "qwen"));

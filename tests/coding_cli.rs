@@ -1,5 +1,6 @@
-//! Real coding agent CLIs in a task's workspace: Qwen Code (`@qwen-code/qwen-code` from npm) and
-//! mini-swe-agent (`mini-swe-agent` from PyPI), installed on first use by
+//! Real coding agent CLIs in a task's workspace: Qwen Code (`@qwen-code/qwen-code` from npm),
+//! Claude Code (`@anthropic-ai/claude-code` from npm, on the Messages API) and mini-swe-agent
+//! (`mini-swe-agent` from PyPI), installed on first use by
 //! `tests/coding-agents/install.sh`, run through their presets and driven by the offline model
 //! endpoint replaying a script (a stand-in for a model, not an LLM). The agent itself works the
 //! task with the offline planner, which delegates it. Checked as a person would: the branch on
@@ -25,6 +26,7 @@ use serde_json::json;
 
 const QWEN_VERSION: &str = "0.15.10";
 const MSWEA_VERSION: &str = "2.4.6";
+const CLAUDE_VERSION: &str = "2.1.197";
 
 /// A folder of the install script's cache holding `program`.
 fn installed(folder: &str, program: &str) -> PathBuf {
@@ -50,7 +52,14 @@ fn put_clis_on_path() {
         setup::ensure_coding_clis();
         let qwen = installed(&format!("qwen-{QWEN_VERSION}/node_modules/.bin"), "qwen");
         let mini = installed(&format!("mswea-{MSWEA_VERSION}/bin"), "mini");
-        let path = format!("{}:{}:{}", qwen.display(), mini.display(), std::env::var("PATH").unwrap_or_default());
+        let claude = installed(&format!("claude-code-{CLAUDE_VERSION}/node_modules/.bin"), "claude");
+        let path = format!(
+            "{}:{}:{}:{}",
+            qwen.display(),
+            mini.display(),
+            claude.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
         // SAFETY: the tests of this binary call this first thing, before they start any thread
         // that reads the environment; `OnceLock` makes the others wait until it is set.
         unsafe { std::env::set_var("PATH", path) };
@@ -181,6 +190,81 @@ async fn mini_swe_agent_edits_the_file_with_bash_and_its_submission_is_pushed_on
     assert!(git(&remote, &["log", "-1", "--format=%s", &branch]).starts_with(&format!("{}: ", task.key)));
     assert_eq!(git(&remote, &["rev-parse", "main"]), main_before, "the base branch is untouched");
     let commit = git(&remote, &["rev-parse", &branch]);
+    let answers: Vec<_> =
+        comments(&alice, &task.id).await.into_iter().filter(|m| m.author_slug == "picogent").collect();
+    assert_eq!(answers.len(), 1, "{answers:#?}");
+    assert!(
+        answers[0].content.contains(&format!("Work: branch `{branch}`, commit {}", &commit[..10])),
+        "{}",
+        answers[0].content
+    );
+    let requests = serde_json::to_string(&coding_model.requests()).unwrap();
+    for secret in ["tok-picogent", MCP_TOKEN] {
+        assert!(!requests.contains(secret), "{secret} reached the coding agent");
+    }
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    coding_model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_writes_the_file_on_the_messages_api_and_picogent_pushes_its_commit() {
+    put_clis_on_path();
+    let dir = tempfile::tempdir().unwrap();
+    let (remote, main_before) = remote(dir.path());
+
+    // Claude Code's tools are its own (`Read`, `Edit`, `Write`, `Bash`, …); it asks the model on
+    // the Messages API at `{api_root}/v1/messages`.
+    let file = dir.path().join("workspaces/app/TE-1/src/date.py");
+    let file = file.to_str().unwrap();
+    let script: Script = serde_json::from_value(json!({
+        "description": "Claude Code reads src/date.py, edits one line with its Edit tool, and says so",
+        "turns": [
+            {"expect": {"tools_include": ["Read", "Edit", "Write", "Bash"]},
+             "reply": {"content": "Reading it first.", "tool_calls": [{"name": "Read", "arguments": {"file_path": file}}]}},
+            {"expect": {"last_tool_result_contains": "2020-01-01"},
+             "reply": {"tool_calls": [{"name": "Edit", "arguments": {
+                "file_path": file, "old_string": "    return \"2020-01-01\"", "new_string": "    return \"2024-06-01\""}}]}},
+            {"expect": {"last_tool_result_contains": "date.py"},
+             "reply": {"content": "Updated src/date.py: the default is 2024-06-01."}}
+        ]
+    }))
+    .unwrap();
+    let coding_model = picogent::offline_model::start(OfflineModelOptions::script(script)).await.unwrap();
+
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let extra = json!({"workspaces": {
+        "root": dir.path().join("workspaces"),
+        "repositories": {"app": {"url": remote, "base": "main", "projects": ["team"]}},
+        "agents": {"claude": {"preset": "claude-code", "base_url": coding_model.url(), "model": "scripted",
+                              "timeout_ms": 180_000}},
+    }});
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+    let task = create_assigned(&alice, "Fix the date parser", "src/date.py returns an old default date.").await;
+    assert_eq!(task.key, "TE-1");
+    eventually(std::time::Duration::from_secs(180), "the task in review", || async {
+        let task = alice.get_task(&task.id).await.ok()?;
+        (task.status == TaskStatus::InReview && agent.status.active_runs() == 0).then_some(())
+    })
+    .await;
+
+    assert_eq!(coding_model.mismatches(), Vec::<String>::new(), "Claude Code asked what the script expected");
+    assert_eq!(coding_model.script_position(), 3, "every turn of the script was asked for");
+    assert!(
+        coding_model.request_paths().iter().all(|path| path == "/v1/messages"),
+        "{:?}",
+        coding_model.request_paths()
+    );
+    let branch = "picogent/TE-1";
+    let on_branch = git(&remote, &["show", &format!("{branch}:src/date.py")]);
+    assert!(on_branch.contains("2024-06-01"), "{on_branch}");
+    assert!(git(&remote, &["log", "-1", "--format=%s", branch]).starts_with("TE-1: Updated src/date.py"));
+    assert_eq!(git(&remote, &["rev-parse", "main"]), main_before, "the base branch is untouched");
+    let commit = git(&remote, &["rev-parse", branch]);
     let answers: Vec<_> =
         comments(&alice, &task.id).await.into_iter().filter(|m| m.author_slug == "picogent").collect();
     assert_eq!(answers.len(), 1, "{answers:#?}");

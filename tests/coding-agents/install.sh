@@ -4,11 +4,13 @@
 # seconds once cached. The test runs this on first use (tests/support/setup.rs), and so does
 # tests/setup.sh; the test fails, not skips, when it fails.
 #
-# Qwen Code 0.15.10 is the last release that runs on Node 20 (later ones need Node 22).
+# Qwen Code 0.15.10 is the last release that runs on Node 20 (later ones need Node 22); Claude Code
+# 2.1.197 is a native binary the npm package carries.
 # mini-swe-agent goes into a virtual environment of its own (it pulls in litellm).
 set -euo pipefail
 QWEN_VERSION=0.15.10
 MSWEA_VERSION=2.4.6
+CLAUDE_VERSION=2.1.197
 cache="${PICOGENT_CLI_CACHE:-$HOME/.cache/picogent/cli}"
 prefix="$cache/qwen-$QWEN_VERSION"
 if [ ! -x "$prefix/node_modules/.bin/qwen" ]; then
@@ -16,6 +18,14 @@ if [ ! -x "$prefix/node_modules/.bin/qwen" ]; then
   npm install --prefix "$prefix" --no-fund --no-audit --loglevel=error "@qwen-code/qwen-code@$QWEN_VERSION"
 fi
 echo "qwen $("$prefix/node_modules/.bin/qwen" --version) at $prefix/node_modules/.bin/qwen"
+
+# Claude Code: its npm package brings a native binary for the platform (about 250 MB).
+prefix="$cache/claude-code-$CLAUDE_VERSION"
+if [ ! -x "$prefix/node_modules/.bin/claude" ]; then
+  mkdir -p "$prefix"
+  npm install --prefix "$prefix" --no-fund --no-audit --loglevel=error "@anthropic-ai/claude-code@$CLAUDE_VERSION"
+fi
+echo "claude $("$prefix/node_modules/.bin/claude" --version) at $prefix/node_modules/.bin/claude"
 
 venv="$cache/mswea-$MSWEA_VERSION"
 if [ ! -x "$venv/bin/mini" ]; then

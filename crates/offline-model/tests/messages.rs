@@ -432,7 +432,7 @@ async fn bad_messages_requests_are_refused_saying_why() {
     too_many_marks["messages"] = json!([{"role": "user", "content": (0..5)
         .map(|n| json!({"type": "text", "text": format!("part {n}"), "cache_control": {"type": "ephemeral"}}))
         .collect::<Vec<_>>()}]);
-    let bad_role = json!({"model": "m", "max_tokens": 10, "messages": [{"role": "system", "content": "x"}]});
+    let bad_role = json!({"model": "m", "max_tokens": 10, "messages": [{"role": "developer", "content": "x"}]});
     let bad_block =
         json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": [{"type": "nonsense"}]}]});
     // `valid` with `field` set to `value`.
@@ -485,7 +485,7 @@ async fn bad_messages_requests_are_refused_saying_why() {
             "messages[1].content[0].input: Input should be a valid dictionary",
         ),
         (too_many_marks, "A maximum of 4 blocks with cache_control may be provided. Found 5."),
-        (bad_role, r#"messages[0].role: Input should be 'user' or 'assistant', not "system""#),
+        (bad_role, r#"messages[0].role: Input should be 'user', 'assistant' or 'system', not "developer""#),
         (bad_block, "messages[0].content[0]: "),
     ];
     for (request, expected) in cases {

@@ -260,6 +260,9 @@ fn prepare(invocation: &Invocation<'_>) -> Result<Prepared, PrepareError> {
         true => Some(crate::sandbox::Sandbox::new(workspace, invocation.base_url, agent)?),
         false => None,
     };
+    // The endpoint as the agent reaches it (the sandbox's relay), and its root without `/v1`
+    // (`{api_root}`: a client that adds `/v1/…` itself).
+    let base_url = sandbox.as_ref().map_or(invocation.base_url, |sandbox| sandbox.base_url());
     let vars = BTreeMap::from([
         ("workspace", workspace.path.to_string_lossy().into_owned()),
         ("home", workspace.home.to_string_lossy().into_owned()),
@@ -267,7 +270,8 @@ fn prepare(invocation: &Invocation<'_>) -> Result<Prepared, PrepareError> {
         ("instructions_file", instructions_file.to_string_lossy().into_owned()),
         ("task_key", workspace.key.to_string()),
         ("model", invocation.model.to_string()),
-        ("base_url", sandbox.as_ref().map_or(invocation.base_url, |sandbox| sandbox.base_url()).to_string()),
+        ("base_url", base_url.to_string()),
+        ("api_root", api_root(base_url).to_string()),
     ]);
     // An outcome an earlier run left is not this run's.
     if let Some(result) = &agent.result {
@@ -498,6 +502,13 @@ fn short(text: &str) -> String {
     }
 }
 
+/// An endpoint's root: `base_url` without a last `/v1` (a client that adds `/v1/messages` itself
+/// is given this).
+fn api_root(base_url: &str) -> &str {
+    let trimmed = base_url.strip_suffix('/').unwrap_or(base_url);
+    trimmed.strip_suffix("/v1").unwrap_or(trimmed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -523,6 +534,9 @@ mod tests {
             BTreeMap::from([("instructions", "{model} $(rm -rf /); `id`".to_string()), ("model", "m".to_string())]);
         assert_eq!(fill("-p={instructions}", &vars), "-p={model} $(rm -rf /); `id`");
         assert_eq!(fill("{unknown} {model}", &vars), "{unknown} m");
+        assert_eq!(api_root("http://127.0.0.1:8080/v1"), "http://127.0.0.1:8080");
+        assert_eq!(api_root("http://127.0.0.1:8080/v1/"), "http://127.0.0.1:8080");
+        assert_eq!(api_root("https://models.example/api"), "https://models.example/api");
         assert_eq!(fill("{", &vars), "{");
     }
 

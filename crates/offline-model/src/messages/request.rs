@@ -138,7 +138,7 @@ pub(super) enum Problem {
     NotTextBlocks,
     #[error("Input should be a valid string or a list of content blocks")]
     NotContentBlocks,
-    #[error("Input should be 'user' or 'assistant', not {0:?}")]
+    #[error("Input should be 'user', 'assistant' or 'system', not {0:?}")]
     UnknownRole(String),
     #[error("tool_use_id {0:?} answers no earlier tool_use block")]
     AnswersNoToolUse(String),
@@ -309,8 +309,22 @@ fn read_message(reader: &mut Reader, index: usize, raw: &Value) -> Result<(), Ma
     match message.role.as_str() {
         "user" => read_user_blocks(reader, &at, &place, blocks),
         "assistant" => read_assistant_blocks(reader, &at, &place, blocks),
+        "system" => read_system_blocks(reader, &at, &place, blocks),
         other => Err(Problem::UnknownRole(other.to_string()).at(format!("{at}.role"))),
     }
+}
+
+/// A system message among the others (Claude Code 2.1 sends its context so, after the first
+/// user message): each text block a system message, where the client put it.
+fn read_system_blocks(reader: &mut Reader, at: &str, place: &str, blocks: &[Value]) -> Result<(), Malformed> {
+    for (index, raw) in blocks.iter().enumerate() {
+        let at = format!("{at}.content[{index}]");
+        let WireTextBlock::Text { text, cache_control } = read_as(&at, raw)?;
+        let markers = usize::from(check_cache_control(&at, cache_control.as_ref())?);
+        reader.unit(place, raw, reader.next_message(), markers);
+        reader.messages.push(Message::System { content: text });
+    }
+    Ok(())
 }
 
 /// A user message's blocks: each tool result a tool message, each text block a user message (a

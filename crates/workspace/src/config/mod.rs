@@ -152,10 +152,12 @@ pub enum OutputFormat {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CodingAgentConfig {
-    /// A ready-made entry (`qwen-code`, `mini-swe-agent`), whose fields this entry may replace.
+    /// A ready-made entry (`qwen-code`, `mini-swe-agent`, `claude-code`), whose fields this entry
+    /// may replace.
     pub preset: Option<String>,
     /// The command line, one argument each; placeholders are filled per argument (no shell):
-    /// `{workspace}`, `{instructions}`, `{instructions_file}`, `{task_key}`, `{model}`, `{base_url}`.
+    /// `{workspace}`, `{instructions}`, `{instructions_file}`, `{task_key}`, `{model}`, `{base_url}`,
+    /// `{api_root}` (`{base_url}` without its `/v1`).
     pub command: Option<Vec<String>>,
     /// Its environment, besides `PATH`, `HOME` and `LANG`: nothing else of picogent's reaches it.
     /// A value may hold the placeholders above and `${NAME}`, a variable of picogent's own

@@ -5,14 +5,18 @@
 //!   output as stream-json lines; telemetry and its memory extraction turned off in the settings
 //!   file written into its home;
 //! - `mini-swe-agent`: mini-swe-agent (`mini-swe-agent` from PyPI), its only tool `bash`, the
-//!   outcome read from the trajectory file it writes.
+//!   outcome read from the trajectory file it writes;
+//! - `claude-code`: Claude Code (`@anthropic-ai/claude-code` from npm), headless (`-p`) with its
+//!   permission prompts off, its output as stream-json lines, told the endpoint's root
+//!   (`{api_root}`: it calls `/v1/messages` under it) and no traffic but the model's.
 //!
-//! Task text is never an argument of its own: it is joined to its option (`--prompt=…`,
-//! `--task=…`), so text that starts with `-` is still the task, never an option.
+//! Task text is never an option: it is joined to its option (`--prompt=…`, `--task=…`), or comes
+//! after `--`, so text that starts with `-` is still the task.
 //!
-//! Both are told the model's endpoint and name (`{base_url}`, `{model}`), and get a key only from
-//! `${CODING_AGENT_API_KEY}` in picogent's environment (a placeholder when it is unset: a local
-//! server takes any).
+//! Each is told the model's endpoint and name (`{base_url}` or `{api_root}`, `{model}`), and gets
+//! a key only from `${CODING_AGENT_API_KEY}` in picogent's environment (a placeholder when it is
+//! unset: a local server takes any). Each speaks one model API ([`ModelApi`]); `picogent check`
+//! fails one pointed at picogent's own endpoint when that speaks the other.
 
 use std::collections::BTreeMap;
 
@@ -22,6 +26,25 @@ use super::{OutputFormat, ResultFile};
 pub enum Preset {
     QwenCode,
     MiniSweAgent,
+    ClaudeCode,
+}
+
+/// The model API a preset's CLI calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelApi {
+    /// `{base_url}/chat/completions`.
+    OpenAiChat,
+    /// `{api_root}/v1/messages`.
+    AnthropicMessages,
+}
+
+impl ModelApi {
+    pub fn words(self) -> &'static str {
+        match self {
+            ModelApi::OpenAiChat => "OpenAI's chat completions",
+            ModelApi::AnthropicMessages => "Anthropic's Messages API",
+        }
+    }
 }
 
 /// Qwen Code's settings: no usage statistics or telemetry (it would look up a host at start),
@@ -31,21 +54,23 @@ const QWEN_SETTINGS: &str = r#"{"privacy":{"usageStatisticsEnabled":false},"tele
 const KEY: &str = "${CODING_AGENT_API_KEY:-not-needed}";
 
 impl Preset {
-    pub const NAMES: [&'static str; 2] = ["\"qwen-code\"", "\"mini-swe-agent\""];
+    pub const NAMES: [&'static str; 3] = ["\"qwen-code\"", "\"mini-swe-agent\"", "\"claude-code\""];
 
     /// Its name in `agent.json`.
     pub fn name(self) -> &'static str {
         match self {
             Preset::QwenCode => "qwen-code",
             Preset::MiniSweAgent => "mini-swe-agent",
+            Preset::ClaudeCode => "claude-code",
         }
     }
 
-    /// The model API it speaks, in words: both presets call OpenAI's chat completions at
-    /// `{base_url}` (`picogent check` refuses one pointed at an endpoint that speaks another).
-    pub fn speaks(self) -> &'static str {
+    /// The model API it calls (`picogent check` refuses one pointed at an endpoint that speaks
+    /// the other).
+    pub fn speaks(self) -> ModelApi {
         match self {
-            Preset::QwenCode | Preset::MiniSweAgent => "OpenAI's chat completions",
+            Preset::QwenCode | Preset::MiniSweAgent => ModelApi::OpenAiChat,
+            Preset::ClaudeCode => ModelApi::AnthropicMessages,
         }
     }
 
@@ -53,6 +78,7 @@ impl Preset {
         match word {
             "qwen-code" => Some(Preset::QwenCode),
             "mini-swe-agent" => Some(Preset::MiniSweAgent),
+            "claude-code" => Some(Preset::ClaudeCode),
             _ => None,
         }
     }
@@ -78,6 +104,22 @@ impl Preset {
                 "model.model_kwargs.api_base={base_url}",
                 "--task={instructions}",
             ],
+            // The task after `--`: Claude Code takes its prompt as the one positional argument.
+            // Its permission prompts are off (`--dangerously-skip-permissions`, which it allows
+            // as root only with `IS_SANDBOX=1`): what it may reach is the workspace's boundary's
+            // to decide, not a prompt nobody answers.
+            Preset::ClaudeCode => &[
+                "claude",
+                "-p",
+                "--output-format",
+                "stream-json",
+                "--verbose",
+                "--dangerously-skip-permissions",
+                "--model",
+                "{model}",
+                "--",
+                "{instructions}",
+            ],
         };
         words.iter().map(|word| word.to_string()).collect()
     }
@@ -99,6 +141,18 @@ impl Preset {
                 ("MSWEA_GLOBAL_CONFIG_DIR", "{home}/mini-swe-agent"),
                 ("LITELLM_LOCAL_MODEL_COST_MAP", "True"),
             ],
+            Preset::ClaudeCode => &[
+                ("ANTHROPIC_BASE_URL", "{api_root}"),
+                ("ANTHROPIC_API_KEY", KEY),
+                // Its small model's requests, if it makes any, go to the same model.
+                ("ANTHROPIC_SMALL_FAST_MODEL", "{model}"),
+                ("ANTHROPIC_DEFAULT_HAIKU_MODEL", "{model}"),
+                ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+                ("DISABLE_AUTOUPDATER", "1"),
+                ("DISABLE_TELEMETRY", "1"),
+                ("DISABLE_ERROR_REPORTING", "1"),
+                ("IS_SANDBOX", "1"),
+            ],
         };
         pairs.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect()
     }
@@ -106,13 +160,13 @@ impl Preset {
     pub fn files(self) -> BTreeMap<String, String> {
         match self {
             Preset::QwenCode => BTreeMap::from([("qwen-settings.json".to_string(), QWEN_SETTINGS.to_string())]),
-            Preset::MiniSweAgent => BTreeMap::new(),
+            Preset::MiniSweAgent | Preset::ClaudeCode => BTreeMap::new(),
         }
     }
 
     pub fn output(self) -> OutputFormat {
         match self {
-            Preset::QwenCode => OutputFormat::Jsonl,
+            Preset::QwenCode | Preset::ClaudeCode => OutputFormat::Jsonl,
             Preset::MiniSweAgent => OutputFormat::Text,
         }
     }
@@ -121,7 +175,7 @@ impl Preset {
     /// past its step limit too): the file, the JSON pointer in it, and the values that mean done.
     pub fn result(self) -> Option<ResultFile> {
         match self {
-            Preset::QwenCode => None,
+            Preset::QwenCode | Preset::ClaudeCode => None,
             Preset::MiniSweAgent => Some(ResultFile {
                 path: "{home}/trajectory.json".to_string(),
                 pointer: "/info/exit_status".to_string(),
