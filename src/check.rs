@@ -470,8 +470,8 @@ async fn check_coding_agents(config: &Config) -> Vec<Line> {
 }
 
 /// Where `program` is and the first line of what `<program> --version` prints (or why it says
-/// nothing), run with nothing of picogent's environment but `PATH`; `None` when it is not
-/// installed.
+/// nothing), run with nothing of picogent's environment but `PATH`, in a home of its own; `None`
+/// when it is not installed.
 async fn program_version(program: &str) -> Option<(std::path::PathBuf, String)> {
     let found = if program.contains('/') {
         Some(std::path::PathBuf::from(program)).filter(|path| path.is_file())
@@ -487,6 +487,12 @@ async fn program_version(program: &str) -> Option<(std::path::PathBuf, String)> 
     command.arg("--version").env_clear().stdin(std::process::Stdio::null()).kill_on_drop(true);
     if let Some(paths) = std::env::var_os("PATH") {
         command.env("PATH", paths);
+    }
+    // A home of its own, gone after: a CLI that writes its settings at start writes nothing into
+    // the operator's.
+    let home = tempfile::tempdir().ok();
+    if let Some(home) = &home {
+        command.env("HOME", home.path());
     }
     let version = match tokio::time::timeout(VERSION_TIMEOUT, command.output()).await {
         Ok(Ok(output)) => {
