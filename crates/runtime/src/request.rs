@@ -61,6 +61,18 @@ pub enum RunKind {
 
 pub use picogent_state::{Trigger, UnknownTrigger};
 
+/// The trigger a run of `kind` would have been started by, for a run whose own cannot be read.
+pub fn trigger_of(kind: &RunKind) -> Trigger {
+    match kind {
+        RunKind::Task { task, .. } => Trigger::Assigned { task_key: task.key.clone() },
+        RunKind::Message { message } => Trigger::Message { message_id: message.id.clone() },
+        RunKind::Prompt { .. } => Trigger::StartPrompt,
+        RunKind::Schedule { firing } => {
+            Trigger::Scheduled { job: firing.job.clone(), fire_at_ms: firing.fire_at_ms, manual: firing.manual }
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct RunRequest {
     pub session: SessionKey,

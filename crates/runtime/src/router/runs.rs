@@ -15,7 +15,7 @@ use super::{ActiveRun, Input, Router};
 use crate::guard::Steering;
 use crate::metrics::EventName;
 use crate::refusal::Refusal;
-use crate::request::{RunDone, RunKind, RunRequest, Trigger};
+use crate::request::{RunDone, RunKind, RunRequest, Trigger, trigger_of};
 use picogent_state::{ClaimKind, ClaimedRun, Enqueued, InputKind, QueuedRun, RunStatus, StateError};
 use picogent_tracker::model::{MessageOut, SendMessage};
 use picogent_tracker::session::SessionKey;
@@ -363,8 +363,9 @@ impl Router {
 
     /// The request a claimed run was queued with, its trigger as it was; for a run resumed after
     /// its holder stopped, its task read afresh (it may have been unassigned meanwhile). A run
-    /// whose stored request or recorded trigger cannot be read is `Gone`. Open to the crate for
-    /// its tests, which claim a run themselves.
+    /// whose stored request cannot be read is `Gone`; one whose trigger cannot be read still runs,
+    /// its trigger told by what it is for. Open to the crate for its tests, which claim a run
+    /// themselves.
     pub(crate) async fn request_of(&self, run: &ClaimedRun) -> Result<RunRequest, NotRunnable> {
         let session = run.session_key.clone().map_err(|unknown| NotRunnable::Gone(unknown.to_string()))?;
         let mut queued = match run.request.as_deref() {
@@ -374,14 +375,7 @@ impl Router {
             ),
             None => None,
         };
-        // A run queued before its request kept the trigger, or started before the queue: its text.
-        let trigger = match queued.as_mut().and_then(|queued| queued.trigger.take()) {
-            Some(trigger) => trigger,
-            None => run
-                .trigger
-                .parse::<Trigger>()
-                .map_err(|error| NotRunnable::Gone(format!("its recorded trigger is unreadable: {error}")))?,
-        };
+        let kept = queued.as_mut().and_then(|queued| queued.trigger.take());
         let coding = queued.as_ref().and_then(|queued| queued.coding.clone());
         let (kind, prompt, prompt_from) = match queued {
             Some(QueuedRequest { kind: RunKind::Prompt { .. }, .. }) if run.attempts > 1 => {
@@ -393,6 +387,15 @@ impl Router {
             }
             Some(QueuedRequest { kind, prompt, prompt_from, .. }) => (kind, prompt, prompt_from),
             None => (self.resumable_kind(&session).await?, None, None),
+        };
+        // A run queued before its request kept the trigger, or started before the queue: its
+        // text; a text no version wrote is only a label, so the run is not lost for it.
+        let trigger = match kept {
+            Some(trigger) => trigger,
+            None => run.trigger.parse::<Trigger>().unwrap_or_else(|error| {
+                tracing::warn!(run_id = %run.id, %error, "a claimed run's trigger is unreadable; told by its kind");
+                trigger_of(&kind)
+            }),
         };
         Ok(RunRequest {
             resume_run_id: Some(run.id.clone()),
