@@ -532,7 +532,7 @@ struct TurnPrompts {
 }
 
 fn turn_prompts(stored: &StoredRun, record: &RunRecord) -> TurnPrompts {
-    let mut sent = vec![Message::System { content: stored.system_prompt.clone().unwrap_or_default() }];
+    let mut sent = vec![Message::System { content: stored.start.system_prompt.clone().unwrap_or_default() }];
     let mut messages_per_turn = Vec::new();
     for message in &stored.conversation {
         if matches!(message, Message::Assistant { .. }) {
@@ -573,8 +573,8 @@ fn print_prompt_parts(measured: &[Measured]) {
     }
     let Some(m) = measured.iter().find(|m| m.row.task == Task::Long.id()) else { return };
     let turns = turn_prompts(&m.stored, &m.record);
-    let system = count(&m.stored.system_prompt.clone().unwrap_or_default());
-    let prompt = m.stored.conversation.get(m.stored.history_len).map(message_tokens).unwrap_or(0);
+    let system = count(&m.stored.start.system_prompt.clone().unwrap_or_default());
+    let prompt = m.stored.conversation.get(m.stored.start.history_len).map(message_tokens).unwrap_or(0);
     println!(
         "what one turn of the long task ({}) resends: tool definitions and request overhead {} (the {} task-run tools \
          alone: {} by `picogent tools list --tokens`), system prompt {}, task prompt {}, and every earlier turn:",

@@ -13,7 +13,7 @@ pub use picogent_notices::one_line;
 
 /// What is stored with a run from its start, so a resumed run sends the model the same request
 /// and reuses the same idempotency keys for the same calls.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RunStart {
     pub prompt: String,
     /// How many messages of the session's stored conversation came before the prompt.
@@ -34,17 +34,9 @@ pub struct RunStart {
 /// What is stored with a run when it ends: its start, the loop's record and the transcript.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StoredRun {
-    pub prompt: String,
-    pub history_len: usize,
-    /// The system prompt the run was sent (runs stored before it was kept have none).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub system_prompt: Option<String>,
-    /// The run's fence (see [`RunStart::fence`]): kept here too, since this replaces the start.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fence: Option<picogent_prompts::Fence>,
-    /// As in [`RunStart`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message_words: Option<String>,
+    /// Its start, kept (its fields beside the others, as before): this replaces the start.
+    #[serde(flatten)]
+    pub start: RunStart,
     #[serde(default)]
     pub record: Option<picogent_agent::RunRecord>,
     #[serde(default)]
@@ -58,16 +50,7 @@ impl StoredRun {
     /// What is stored with a run that had no model loop (direct mode's coding agent, a stale
     /// firing's nudges): what it was asked, and its coding work if any.
     pub fn without_loop(prompt: String, coding: Option<picogent_workspace::CodingRecord>) -> StoredRun {
-        StoredRun {
-            prompt,
-            history_len: 0,
-            system_prompt: None,
-            fence: None,
-            message_words: None,
-            record: None,
-            conversation: Vec::new(),
-            coding,
-        }
+        StoredRun { start: RunStart { prompt, ..RunStart::default() }, record: None, conversation: Vec::new(), coding }
     }
 }
 
@@ -117,7 +100,7 @@ pub fn timeline_lines(run: &picogent_state::RunRow) -> Vec<String> {
     };
     let mut lines = Vec::new();
     let mut names = std::collections::HashMap::new();
-    for message in stored.conversation.iter().skip(stored.history_len + 1) {
+    for message in stored.conversation.iter().skip(stored.start.history_len + 1) {
         match message {
             Message::Assistant { tool_calls, .. } => {
                 for call in tool_calls {

@@ -8,7 +8,7 @@ use reqwest::StatusCode;
 use reqwest::header::{AUTHORIZATION, CONTENT_SECURITY_POLICY, COOKIE, SET_COOKIE};
 
 use super::{Access, AgentStatus, EventLog, Inspector, RecentEvent, Settings, WaitingRun};
-use crate::record::StoredRun;
+use crate::record::{RunStart, StoredRun};
 use crate::startup::StartupReport;
 use picogent_agent::{RunOutcome, RunRecord};
 use picogent_llm::{Message, ToolCall};
@@ -134,11 +134,11 @@ async fn hostile_run(state: &State) -> String {
     record.prompt_tokens = 10_749;
     record.cached_tokens = 9_000;
     let stored = StoredRun {
-        prompt: "Task: <script>alert('prompt')</script>".into(),
-        history_len: 0,
-        system_prompt: Some("You are <b>picogent</b>.".into()),
-        fence: None,
-        message_words: None,
+        start: RunStart {
+            prompt: "Task: <script>alert('prompt')</script>".into(),
+            system_prompt: Some("You are <b>picogent</b>.".into()),
+            ..RunStart::default()
+        },
         record: Some(record),
         conversation: vec![
             Message::user("Task: <script>alert('prompt')</script>"),
@@ -326,11 +326,11 @@ async fn chat_run(state: &State) -> String {
         .await
         .unwrap();
     let stored = StoredRun {
-        prompt: "Message id: …".into(),
-        history_len: 0,
-        system_prompt: None,
-        fence: None,
-        message_words: Some("what is on the board for the <b>release</b>?".into()),
+        start: RunStart {
+            prompt: "Message id: …".into(),
+            message_words: Some("what is on the board for the <b>release</b>?".into()),
+            ..RunStart::default()
+        },
         record: Some(RunRecord::new()),
         conversation: Vec::new(),
         coding: None,
@@ -461,4 +461,18 @@ fn a_waiting_run_says_what_it_read_and_passed_over() {
         crate::view::waiting_line(&waiting),
         "waits for @alice (approval; passed over 2 replies, the last by @bob): may I run `book_table`?"
     );
+}
+
+/// A stored run keeps its start's fields beside its own, as before the start was one field: a
+/// resumed run reads its start from it, and records stored earlier read as before.
+#[test]
+fn a_stored_run_keeps_its_starts_fields_at_the_top() {
+    let stored = StoredRun::without_loop("Task: TE-1".into(), None);
+    let value = serde_json::to_value(&stored).unwrap();
+    assert_eq!((value["prompt"].as_str(), value["history_len"].as_u64()), (Some("Task: TE-1"), Some(0)), "{value}");
+    let start: RunStart = serde_json::from_value(value.clone()).unwrap();
+    assert_eq!(start.prompt, "Task: TE-1");
+    let earlier = serde_json::json!({"prompt": "p", "history_len": 2, "conversation": []});
+    let read: StoredRun = serde_json::from_value(earlier).unwrap();
+    assert_eq!((read.start.prompt.as_str(), read.start.history_len), ("p", 2));
 }

@@ -286,9 +286,9 @@ pub fn detail(run: &RunRow, settings: &Settings, live: Option<&picogent_workspac
     RunDetail {
         summary: summary(run, settings),
         session_key: run.session_key.clone(),
-        system_prompt: stored.as_ref().and_then(|stored| stored.system_prompt.clone()),
-        prompt: stored.as_ref().map(|stored| stored.prompt.clone()).or_else(|| start_prompt(run)),
-        earlier_messages: stored.as_ref().map_or(0, |stored| stored.history_len),
+        system_prompt: stored.as_ref().and_then(|stored| stored.start.system_prompt.clone()),
+        prompt: stored.as_ref().map(|stored| stored.start.prompt.clone()).or_else(|| start_prompt(run)),
+        earlier_messages: stored.as_ref().map_or(0, |stored| stored.start.history_len),
         transcript,
         final_message: record.as_ref().map(|r| r.final_message.clone()).filter(|text| !text.is_empty()),
         detail: record.as_ref().and_then(|r| r.detail.clone()),
@@ -341,7 +341,7 @@ fn transcript(stored: &StoredRun) -> Vec<Entry> {
         .collect();
     let mut entries: Vec<Entry> = Vec::new();
     let mut turns = 0;
-    for message in stored.conversation.iter().skip(stored.history_len + 1) {
+    for message in stored.conversation.iter().skip(stored.start.history_len + 1) {
         match message {
             Message::Assistant { content, tool_calls, refusal } => {
                 turns += 1;

@@ -103,7 +103,7 @@ impl AgentControl for RuntimeControl {
             let run = self.run(run_id).await?;
             let mut text = format!("run {} ({})\ntrigger: {}\n", run.id, run.status.as_str(), run.trigger);
             if let Some(stored) = StoredRun::of(&run) {
-                text.push_str(&format!("request:\n{}\n\n", stored.prompt));
+                text.push_str(&format!("request:\n{}\n\n", stored.start.prompt));
             }
             for line in timeline_lines(&run) {
                 text.push_str(&line);

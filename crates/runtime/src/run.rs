@@ -415,11 +415,7 @@ fn spawn_checkpoints(
         while receiver.changed().await.is_ok() {
             let Some(output) = receiver.borrow_and_update().clone() else { continue };
             let stored = StoredRun {
-                prompt: start.prompt.clone(),
-                history_len: start.history_len,
-                system_prompt: start.system_prompt.clone(),
-                fence: start.fence.clone(),
-                message_words: start.message_words.clone(),
+                start: start.clone(),
                 record: Some(output.record),
                 conversation: output.conversation,
                 coding: None,
@@ -505,11 +501,7 @@ async fn finish(
     };
     // The record moves into what is stored with the run, after the counts were taken from it.
     let stored = StoredRun {
-        prompt: start.prompt,
-        history_len: start.history_len,
-        system_prompt: start.system_prompt,
-        fence: start.fence,
-        message_words: start.message_words,
+        start,
         record: Some(record),
         conversation: output.conversation,
         coding: services.coding.as_ref().and_then(|coding| coding.runs().take(run_id)),

@@ -75,7 +75,11 @@ async fn a_task_run_is_acknowledged_worked_and_recorded_from_start_to_end() {
     assert_eq!(run.status, RunStatus::Completed, "{run:?}");
     assert!(run.finished_at.is_some() && run.turns >= 2 && run.tool_calls >= 4, "{run:?}");
     let stored = run.record_as::<StoredRun>().unwrap().expect("the run's record");
-    assert!(stored.prompt.contains(&task.title) && stored.system_prompt.is_some() && stored.fence.is_some());
+    assert!(
+        stored.start.prompt.contains(&task.title)
+            && stored.start.system_prompt.is_some()
+            && stored.start.fence.is_some()
+    );
     assert!(stored.record.is_some_and(|record| record.total_tokens() > 0));
     let session = world.state.load_session(&SessionKey::Task(task.id.clone())).await.unwrap();
     assert!(session.is_some(), "the conversation is kept for the task's next run");
