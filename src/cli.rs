@@ -36,22 +36,28 @@ pub enum LogFormat {
     Json,
 }
 
+/// Why a flag's value was refused: clap prints it under the flag's name.
+#[derive(Debug, thiserror::Error)]
+enum BadFlagValue {
+    #[error("expected milliseconds, a whole number greater than 0 (7 days is 604800000)")]
+    Milliseconds,
+    #[error("expected a whole number greater than 0")]
+    Count,
+    #[error(
+        "expected a host name or address, with a port or not, like board.example.com or board.example.com:8700 \
+         (no scheme, no path)"
+    )]
+    HostName,
+}
+
 /// A duration flag in milliseconds: a whole number greater than 0.
-// A String error: clap's value_parser shows it as is, and no caller decides on its kind.
-fn positive_ms(text: &str) -> Result<u64, String> {
-    match text.parse::<u64>() {
-        Ok(ms) if ms > 0 => Ok(ms),
-        _ => Err("expected milliseconds, a whole number greater than 0 (7 days is 604800000)".to_string()),
-    }
+fn positive_ms(text: &str) -> Result<u64, BadFlagValue> {
+    text.parse::<u64>().ok().filter(|ms| *ms > 0).ok_or(BadFlagValue::Milliseconds)
 }
 
 /// A count of at least 1 (`--max-connections` and the like).
-// A String error: clap's value_parser shows it as is, and no caller decides on its kind.
-fn positive_count(text: &str) -> Result<usize, String> {
-    match text.parse::<usize>() {
-        Ok(count) if count > 0 => Ok(count),
-        _ => Err("expected a whole number greater than 0".to_string()),
-    }
+fn positive_count(text: &str) -> Result<usize, BadFlagValue> {
+    text.parse::<usize>().ok().filter(|count| *count > 0).ok_or(BadFlagValue::Count)
 }
 
 /// The limits of `picogent board`'s door, each with the agent's default for `http.listen`.
@@ -77,15 +83,8 @@ pub struct BoardLimits {
 }
 
 /// A `--allowed-host` value: a host name or address, with a port or not.
-// A String error: clap's value_parser shows it as is, and no caller decides on its kind.
-fn host_name(text: &str) -> Result<String, String> {
-    if crate::web::hosts::is_host_name(text) {
-        Ok(text.to_string())
-    } else {
-        Err("expected a host name or address, with a port or not, like board.example.com or board.example.com:8700 \
-             (no scheme, no path)"
-            .to_string())
-    }
+fn host_name(text: &str) -> Result<String, BadFlagValue> {
+    if crate::web::hosts::is_host_name(text) { Ok(text.to_string()) } else { Err(BadFlagValue::HostName) }
 }
 
 #[derive(Debug, Subcommand)]

@@ -634,10 +634,7 @@ fn skill_tools() -> Vec<ToolDefinition> {
 
 /// A tool of the host's own that only reads what the host or its servers hold.
 fn read_only_tool(name: &'static str, description: &'static str, schema: Value) -> ToolDefinition {
-    let schema = match schema {
-        Value::Object(map) => Arc::new(map),
-        _ => Arc::new(JsonObject::new()),
-    };
+    let schema = picogent_tools::definition::object_schema(schema);
     let hints = ToolHints { read_only: Some(true), destructive: Some(false), ..ToolHints::default() };
     ToolDefinition::new(name, description, schema).with_hints(hints)
 }

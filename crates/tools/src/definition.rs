@@ -133,6 +133,15 @@ impl ToolDefinition {
     }
 }
 
+/// A schema written with `json!` as the shared object a definition holds; anything but an object
+/// (a mistake of the code that wrote it) is the empty schema.
+pub fn object_schema(schema: Value) -> Arc<JsonObject> {
+    match schema {
+        Value::Object(map) => Arc::new(map),
+        _ => Arc::new(JsonObject::new()),
+    }
+}
+
 /// What the model is offered of `definitions`, in their order.
 pub fn specs(definitions: &[ToolDefinition]) -> Vec<picogent_llm::ToolSpec> {
     definitions.iter().map(ToolDefinition::spec).collect()

@@ -1,7 +1,6 @@
 //! `ask_person`: the model's clarifying question, asked in the run's task or thread of the
 //! person it works for, the run `awaiting_input` until they reply ([`crate::person`]).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -52,10 +51,7 @@ impl QuestionTool {
             "required": ["question"],
             "additionalProperties": false
         });
-        let schema = match schema {
-            serde_json::Value::Object(map) => Arc::new(map),
-            _ => Arc::new(serde_json::Map::new()),
-        };
+        let schema = crate::definition::object_schema(schema);
         ToolDefinition::new(
             ASK_PERSON,
             "Ask the person you work for a clarifying question, where they asked you (the task's comments or the \

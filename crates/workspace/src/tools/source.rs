@@ -1,21 +1,13 @@
 //! The two tools as the model sees them: their definitions, what each call may change, and the
 //! call itself turned into a tool result.
 
-use std::sync::Arc;
-
 use futures::future::BoxFuture;
+use picogent_tools::definition::object_schema;
 use picogent_tools::scope::{Judgement, ReachError};
 use picogent_tools::{CallEffect, ToolContext, ToolDefinition, ToolError, ToolHints, ToolResult, ToolSource};
 use serde_json::json;
 
 use super::{CODING_TOOLS, CodingError, CodingTools, RUN_CODING_AGENT, WORKSPACE_STATUS};
-
-fn schema(value: serde_json::Value) -> Arc<serde_json::Map<String, serde_json::Value>> {
-    match value {
-        serde_json::Value::Object(map) => Arc::new(map),
-        _ => Arc::new(serde_json::Map::new()),
-    }
-}
 
 fn definitions() -> Vec<ToolDefinition> {
     let run = ToolDefinition::new(
@@ -24,7 +16,7 @@ fn definitions() -> Vec<ToolDefinition> {
          picogent/<task key>). Give it complete, self-contained instructions: what to change, where, and how to \
          check it. When it finishes, its work is committed and pushed to the task's branch; the answer gives its \
          exit, final message, the files changed and the commit. Check the result with workspace_status.",
-        schema(json!({
+        object_schema(json!({
             "type": "object",
             "properties": {
                 "instructions": {"type": "string", "description": "What the coding agent is to do, in full."},
@@ -39,7 +31,7 @@ fn definitions() -> Vec<ToolDefinition> {
         WORKSPACE_STATUS,
         "This task's git workspace: its branch, the files changed and not committed yet, the commits beyond the \
          base branch, and the diff stat. Reads only.",
-        schema(json!({"type": "object", "properties": {}, "additionalProperties": false})),
+        object_schema(json!({"type": "object", "properties": {}, "additionalProperties": false})),
     )
     .with_hints(ToolHints::read_only());
     vec![run, status]
