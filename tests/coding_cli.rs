@@ -73,6 +73,40 @@ fn remote(dir: &Path) -> (PathBuf, String) {
     (remote, main)
 }
 
+/// What a person sees of the coding agent's work: the commit on the task's branch of the remote,
+/// its subject starting `subject`, `src/date.py` changed; the base branch untouched; one answer on
+/// the task naming the commit.
+async fn work_pushed(
+    alice: &picogent::tracker::TrackerClient,
+    task: &TaskOut,
+    remote: &Path,
+    main_before: &str,
+    subject: &str,
+) {
+    let branch = format!("picogent/{}", task.key);
+    let on_branch = git(remote, &["show", &format!("{branch}:src/date.py")]);
+    assert!(on_branch.contains("2024-06-01"), "{on_branch}");
+    let said = git(remote, &["log", "-1", "--format=%s", &branch]);
+    assert!(said.starts_with(subject), "{said}");
+    assert_eq!(git(remote, &["rev-parse", "main"]), main_before, "the base branch is untouched");
+    let commit = git(remote, &["rev-parse", &branch]);
+    let answers: Vec<_> = comments(alice, &task.id).await.into_iter().filter(|m| m.author_slug == "picogent").collect();
+    assert_eq!(answers.len(), 1, "{answers:#?}");
+    assert!(
+        answers[0].content.contains(&format!("Work: branch `{branch}`, commit {}", &commit[..10])),
+        "{}",
+        answers[0].content
+    );
+}
+
+/// None of picogent's tokens (the tracker's, the MCP one) in what the coding agent sent its model.
+fn no_token_sent(coding_model: &picogent::offline_model::OfflineModelHandle) {
+    let requests = serde_json::to_string(&coding_model.requests()).unwrap();
+    for secret in ["tok-picogent", MCP_TOKEN] {
+        assert!(!requests.contains(secret), "{secret} reached the coding agent");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn qwen_code_edits_the_file_and_picogent_pushes_its_commit_on_the_tasks_branch() {
     put_clis_on_path();
@@ -116,26 +150,10 @@ async fn qwen_code_edits_the_file_and_picogent_pushes_its_commit_on_the_tasks_br
 
     assert_eq!(coding_model.mismatches(), Vec::<String>::new(), "Qwen Code asked what the script expected");
     assert_eq!(coding_model.script_position(), 3, "every turn of the script was asked for");
-    let branch = "picogent/TE-1";
-    let on_branch = git(&remote, &["show", &format!("{branch}:src/date.py")]);
-    assert!(on_branch.contains("2024-06-01"), "{on_branch}");
-    assert!(git(&remote, &["log", "-1", "--format=%s", branch]).starts_with("TE-1: Updated src/date.py"));
-    assert_eq!(git(&remote, &["rev-parse", "main"]), main_before, "the base branch is untouched");
-    let commit = git(&remote, &["rev-parse", branch]);
-    let answers: Vec<_> =
-        comments(&alice, &task.id).await.into_iter().filter(|m| m.author_slug == "picogent").collect();
-    assert_eq!(answers.len(), 1, "{answers:#?}");
-    assert!(
-        answers[0].content.contains(&format!("Work: branch `{branch}`, commit {}", &commit[..10])),
-        "{}",
-        answers[0].content
-    );
+    work_pushed(&alice, &task, &remote, &main_before, "TE-1: Updated src/date.py").await;
 
     // What Qwen Code sent the model: none of picogent's tokens (the tracker's, the MCP one).
-    let requests = serde_json::to_string(&coding_model.requests()).unwrap();
-    for secret in ["tok-picogent", MCP_TOKEN] {
-        assert!(!requests.contains(secret), "{secret} reached the coding agent");
-    }
+    no_token_sent(&coding_model);
     agent.shutdown().await.unwrap();
     model.shutdown().await;
     coding_model.shutdown().await;
@@ -184,24 +202,8 @@ async fn mini_swe_agent_edits_the_file_with_bash_and_its_submission_is_pushed_on
 
     assert_eq!(coding_model.mismatches(), Vec::<String>::new(), "mini-swe-agent asked what the script expected");
     assert_eq!(coding_model.script_position(), 2, "every turn of the script was asked for");
-    let branch = format!("picogent/{}", task.key);
-    let on_branch = git(&remote, &["show", &format!("{branch}:src/date.py")]);
-    assert!(on_branch.contains("2024-06-01"), "{on_branch}");
-    assert!(git(&remote, &["log", "-1", "--format=%s", &branch]).starts_with(&format!("{}: ", task.key)));
-    assert_eq!(git(&remote, &["rev-parse", "main"]), main_before, "the base branch is untouched");
-    let commit = git(&remote, &["rev-parse", &branch]);
-    let answers: Vec<_> =
-        comments(&alice, &task.id).await.into_iter().filter(|m| m.author_slug == "picogent").collect();
-    assert_eq!(answers.len(), 1, "{answers:#?}");
-    assert!(
-        answers[0].content.contains(&format!("Work: branch `{branch}`, commit {}", &commit[..10])),
-        "{}",
-        answers[0].content
-    );
-    let requests = serde_json::to_string(&coding_model.requests()).unwrap();
-    for secret in ["tok-picogent", MCP_TOKEN] {
-        assert!(!requests.contains(secret), "{secret} reached the coding agent");
-    }
+    work_pushed(&alice, &task, &remote, &main_before, &format!("{}: ", task.key)).await;
+    no_token_sent(&coding_model);
     agent.shutdown().await.unwrap();
     model.shutdown().await;
     coding_model.shutdown().await;
@@ -259,24 +261,8 @@ async fn claude_code_writes_the_file_on_the_messages_api_and_picogent_pushes_its
         "{:?}",
         coding_model.request_paths()
     );
-    let branch = "picogent/TE-1";
-    let on_branch = git(&remote, &["show", &format!("{branch}:src/date.py")]);
-    assert!(on_branch.contains("2024-06-01"), "{on_branch}");
-    assert!(git(&remote, &["log", "-1", "--format=%s", branch]).starts_with("TE-1: Updated src/date.py"));
-    assert_eq!(git(&remote, &["rev-parse", "main"]), main_before, "the base branch is untouched");
-    let commit = git(&remote, &["rev-parse", branch]);
-    let answers: Vec<_> =
-        comments(&alice, &task.id).await.into_iter().filter(|m| m.author_slug == "picogent").collect();
-    assert_eq!(answers.len(), 1, "{answers:#?}");
-    assert!(
-        answers[0].content.contains(&format!("Work: branch `{branch}`, commit {}", &commit[..10])),
-        "{}",
-        answers[0].content
-    );
-    let requests = serde_json::to_string(&coding_model.requests()).unwrap();
-    for secret in ["tok-picogent", MCP_TOKEN] {
-        assert!(!requests.contains(secret), "{secret} reached the coding agent");
-    }
+    work_pushed(&alice, &task, &remote, &main_before, "TE-1: Updated src/date.py").await;
+    no_token_sent(&coding_model);
     agent.shutdown().await.unwrap();
     model.shutdown().await;
     coding_model.shutdown().await;
