@@ -157,10 +157,11 @@ pub const PROBE_TOOL: &str = "report_status";
 
 /// Sends one small request with one tool, with the parameters `config` sends. A parameter the
 /// server refuses is reported and left out for the next try, so every refused one is named.
+/// Each request waits `llm.timeout_ms`, as a run's would: a server slow enough to fail the check
+/// is one the runs would give up on too, and one the runs wait for passes it.
 pub async fn probe_tool_call(config: &LlmConfig, api_key: Option<Secret>) -> Result<ToolProbe, crate::LlmError> {
     use crate::{ChatRequest, LlmError, Message};
     let mut config = LlmConfig {
-        timeout_ms: config.timeout_ms.min(60_000),
         retry: picogent_support::retry::RetryConfig { max_attempts: 1, ..config.retry.clone() },
         ..config.clone()
     };
@@ -220,11 +221,11 @@ impl CacheProbe {
 
 /// Sends one request twice, with a prefix long enough to be cached (over 1,024 tokens, the
 /// least any of the APIs caches) and the check's one tool, so the offline model treats it as a
-/// check. The second answer's usage says whether the prefix was read from the cache.
+/// check. The second answer's usage says whether the prefix was read from the cache. Each
+/// request waits `llm.timeout_ms`, as for the tool-call probe.
 pub async fn probe_cache(config: &LlmConfig, api_key: Option<Secret>) -> Result<CacheProbe, crate::LlmError> {
     use crate::{ChatRequest, Message};
     let config = LlmConfig {
-        timeout_ms: config.timeout_ms.min(60_000),
         retry: picogent_support::retry::RetryConfig { max_attempts: 1, ..config.retry.clone() },
         ..config.clone()
     };
