@@ -225,7 +225,7 @@ async fn start_run_over_mcp_names_the_coding_agent_and_the_branch() {
         assert_eq!(refused.is_error, Some(true), "{branch}: {}", text(&refused));
     }
     let refused = call(json!({"prompt": "hello", "branch": "x"})).await;
-    assert!(text(&refused).contains("go with `task_key`"), "{}", text(&refused));
+    assert!(text(&refused).contains("go with a task"), "{}", text(&refused));
     assert!(runs_for(&agent, &format!("task:{}", task.id)).await.is_empty());
 
     let started = call(json!({"task_key": task.key, "coding_agent": "careful", "branch": "fix-dates"})).await;
@@ -241,6 +241,162 @@ async fn start_run_over_mcp_names_the_coding_agent_and_the_branch() {
     let branches = git(&remote, &["branch", "--format=%(refname:short)"]);
     assert_eq!(branches.lines().collect::<Vec<_>>(), ["main", "picogent/fix-dates"], "no picogent/{} made", task.key);
     assert_eq!(git(&remote, &["rev-parse", "main"]), main_before);
+    mcp.cancel().await.unwrap();
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+/// An MCP client of the tasks extension (rmcp's, on 2026-07-28), as seed 000's `create_task` was
+/// used: `start_run` creates a task with a coding agent and a branch and is answered at once with
+/// a task; the client follows it with `tasks/get` to its end and reads `run://{id}/logs` and
+/// `run://{id}/result`; a second, hanging run is cancelled midway with `tasks/cancel`. The board
+/// shows the same runs: one each (the created task's own assignment starts none), its answer
+/// naming the branch, and one notice for the stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_client_follows_a_coding_run_as_a_task_and_cancels_another() {
+    use rmcp::model::{
+        CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientCapabilities, ClientConfig, GetTaskParams,
+        Implementation, ProtocolVersion, ReadResourceRequestParams, ResourceContents, TaskPayload,
+        TaskStatus as McpTaskStatus,
+    };
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    use rmcp::{ClientLifecycleMode, ClientServiceExt};
+
+    let dir = tempfile::tempdir().unwrap();
+    let remote = remote(dir.path());
+    let main_before = git(&remote, &["rev-parse", "main"]);
+    let pidfile = dir.path().join("hanging.pid");
+    let hang = format!("sleep 300 & echo $! > {}; wait", pidfile.display());
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let mut extra = workspaces(dir.path(), &remote, stand_in(), true);
+    // Without the sandbox on purpose: the test follows the process by its host pid.
+    extra["workspaces"]["agents"]["hanging"] =
+        json!({"command": ["sh", "-c", hang, "coding-agent", "{instructions}"], "sandbox": false});
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+
+    let url = format!("http://{}/mcp", agent.http_addr.unwrap());
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(url).auth_header(MCP_TOKEN),
+    );
+    let info = ClientConfig::new(
+        ClientCapabilities::builder().enable_tasks().build(),
+        Implementation::new("tasks-client", "1.0.0"),
+    );
+    let mcp = info
+        .serve_with_lifecycle(
+            transport,
+            ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] },
+        )
+        .await
+        .unwrap();
+    let start = |args: Value| {
+        let mcp = &mcp;
+        async move {
+            let params = CallToolRequestParams::new("start_run").with_arguments(args.as_object().unwrap().clone());
+            match mcp.call_tool_once(params).await.unwrap() {
+                CallToolResponse::Task(created) => created.task,
+                other => panic!("start_run answered without a task: {other:?}"),
+            }
+        }
+    };
+    let state = |id: String| {
+        let mcp = &mcp;
+        async move { mcp.get_task(GetTaskParams::new(id)).await.unwrap().task }
+    };
+    let read = |uri: String| {
+        let mcp = &mcp;
+        async move {
+            let result = mcp.read_resource(ReadResourceRequestParams::new(uri)).await.unwrap();
+            match &result.contents[0] {
+                ResourceContents::TextResourceContents { text, .. } => text.clone(),
+                other => panic!("unexpected contents {other:?}"),
+            }
+        }
+    };
+
+    // A refusal is a tool result, not a task, and makes no task on the board.
+    let refused = mcp
+        .call_tool_once(CallToolRequestParams::new("start_run").with_arguments(
+            json!({"project": "team", "title": "x", "coding_agent": "sloppy"}).as_object().unwrap().clone(),
+        ))
+        .await
+        .unwrap();
+    assert!(matches!(&refused, CallToolResponse::Complete(r) if r.is_error == Some(true)), "{refused:?}");
+
+    let created = start(json!({"project": "team", "title": "Fix the date parser", "description": FIX,
+                               "coding_agent": "stand-in", "branch": "fix-dates"}))
+    .await;
+    assert_eq!(created.status, McpTaskStatus::Working);
+    let run_id = created.task_id.clone();
+    let done = eventually(Duration::from_secs(60), "the task at its end", || async {
+        let task = state(run_id.clone()).await;
+        task.status().is_terminal().then_some(task)
+    })
+    .await;
+    let TaskPayload::Completed { result } = &done.payload else { panic!("{done:?}") };
+    assert_ne!(result.get("isError"), Some(&json!(true)), "{result:?}");
+    let work = &result["structuredContent"]["result"]["work"];
+    let commit = git(&remote, &["rev-parse", "picogent/fix-dates"]);
+    assert_eq!(work["branch"], json!("picogent/fix-dates"), "{result:?}");
+    assert_eq!(work["commit"], json!(commit), "{result:?}");
+    assert_eq!(git(&remote, &["rev-parse", "main"]), main_before, "the base untouched");
+    let logs = read(format!("run://{run_id}/logs")).await;
+    assert!(logs.contains("Replaced"), "{logs}");
+    let stored: Value = serde_json::from_str(&read(format!("run://{run_id}/result")).await).unwrap();
+    assert_eq!(stored["work"]["commit"], json!(commit), "{stored:#}");
+
+    // The board: the task made, assigned to the agent, worked by this run only, answered once.
+    let session = result["structuredContent"]["run"]["session"].as_str().unwrap().to_string();
+    let task = alice.get_task(session.strip_prefix("task:").unwrap()).await.unwrap();
+    assert_eq!((task.title.as_str(), task.assignee_slug.as_deref()), ("Fix the date parser", Some("picogent")));
+    wait_idle(&agent).await;
+    let runs = runs_for(&agent, &session).await;
+    assert_eq!(runs.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), [run_id.as_str()], "one run");
+    let answers = comments(&alice, &task.id).await;
+    let answers = agent_comments(&answers);
+    assert_eq!(answers.len(), 1, "{answers:#?}");
+    assert!(answers[0].content.contains("Work: branch `picogent/fix-dates`"), "{}", answers[0].content);
+
+    // A second run that hangs, cancelled midway: its process group killed, one notice, cancelled.
+    let hanging = start(json!({"project": "team", "title": "Rework src/date.py",
+                               "description": "Make src/date.py faster.", "coding_agent": "hanging"}))
+    .await;
+    let session = agent.state.get_run(&hanging.task_id).await.unwrap().unwrap().session_key.to_string();
+    let other = alice.get_task(session.strip_prefix("task:").unwrap()).await.unwrap();
+    let sleeper: i32 = eventually(Duration::from_secs(30), "the coding agent started", || async {
+        std::fs::read_to_string(&pidfile).ok().and_then(|text| text.trim().parse().ok())
+    })
+    .await;
+    assert_eq!(state(hanging.task_id.clone()).await.status(), McpTaskStatus::Working);
+    mcp.cancel_task(CancelTaskParams::new(hanging.task_id.clone())).await.unwrap();
+    let cancelled = eventually(Duration::from_secs(30), "the task cancelled", || async {
+        let task = state(hanging.task_id.clone()).await;
+        task.status().is_terminal().then_some(task)
+    })
+    .await;
+    assert_eq!(cancelled.status(), McpTaskStatus::Cancelled, "{cancelled:?}");
+    eventually(Duration::from_secs(15), "the coding agent's process group killed", || async {
+        (!alive(sleeper)).then_some(())
+    })
+    .await;
+    // The stop's notice is posted as the run ends; waited for, then counted once all is idle.
+    eventually(Duration::from_secs(15), "the stop notice", || async {
+        (!agent_comments(&comments(&alice, &other.id).await).is_empty()).then_some(())
+    })
+    .await;
+    wait_idle(&agent).await;
+    let notices = comments(&alice, &other.id).await;
+    let notices = agent_comments(&notices);
+    assert_eq!(notices.len(), 1, "{notices:#?}");
+    assert!(notices[0].content.starts_with("Stopped"), "{}", notices[0].content);
+    let unknown = mcp.get_task(GetTaskParams::new("run-nope")).await;
+    assert!(unknown.is_err(), "an unknown task is an error: {unknown:?}");
+
     mcp.cancel().await.unwrap();
     agent.shutdown().await.unwrap();
     model.shutdown().await;

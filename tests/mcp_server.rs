@@ -678,6 +678,7 @@ impl AgentControl for TestAgent {
     fn start_run(&self, request: StartRun) -> BoxFuture<'_, Result<String, AgentControlError>> {
         let trigger = match request {
             StartRun::Task { task_key, .. } => format!("task {task_key}"),
+            StartRun::NewTask { title, .. } => format!("new task {title}"),
             StartRun::Prompt { prompt } => format!("prompt {prompt}"),
         };
         let mut runs = self.runs.lock().unwrap();

@@ -8,7 +8,7 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::record::{StoredRun, coding_of, timeline_lines};
 use crate::request::{RunKind, RunRequest, Trigger};
-use crate::router::Input;
+use crate::router::{CreateRefused, Input};
 use crate::status::StatusBoard;
 use picogent_mcp::server::{AgentControl, AgentControlError, AgentStatus, RunResult, RunSummary, StartRun};
 use picogent_state::State;
@@ -56,20 +56,67 @@ impl RuntimeControl {
         agent: Option<String>,
         branch: Option<String>,
     ) -> Result<picogent_workspace::CodingChoice, AgentControlError> {
+        self.choice_for(&task.key, &task.project_slug, &task.labels, agent, branch)
+    }
+
+    /// The same check for a task of `project` (named `what` when refused), made or to be made.
+    fn choice_for(
+        &self,
+        what: &str,
+        project: &str,
+        labels: &[String],
+        agent: Option<String>,
+        branch: Option<String>,
+    ) -> Result<picogent_workspace::CodingChoice, AgentControlError> {
         let invalid = |message: String| AgentControlError::Invalid { message };
         let Some(coding) = self.coding.as_deref() else {
             return Err(invalid(
                 "`coding_agent` and `branch` need a `workspaces` section; this agent has none".to_string(),
             ));
         };
-        if !coding.serves(task) {
+        if !coding.serves_project(project, labels) {
             return Err(invalid(format!(
-                "task {} has no repository (no entry of `workspaces.repositories` serves project {:?} or its \
-                 labels), so `coding_agent` and `branch` do not apply",
-                task.key, task.project_slug
+                "{what} has no repository (no entry of `workspaces.repositories` serves project {project:?} or its \
+                 labels), so `coding_agent` and `branch` do not apply"
             )));
         }
         coding.choice(agent, branch).map_err(|error| invalid(error.to_string()))
+    }
+
+    /// `start_run` with a project and a title: the choice is checked before anything is made,
+    /// then the router creates the task and starts on it.
+    async fn create_and_start(
+        &self,
+        project: String,
+        title: String,
+        description: Option<String>,
+        coding_agent: Option<String>,
+        branch: Option<String>,
+    ) -> Result<String, AgentControlError> {
+        let coding = if coding_agent.is_some() || branch.is_some() {
+            Some(self.choice_for(&format!("a task of project {project:?}"), &project, &[], coding_agent, branch)?)
+        } else {
+            None
+        };
+        let task = picogent_tracker::model::CreateTask {
+            project_slug: project,
+            title,
+            description,
+            ..picogent_tracker::model::CreateTask::default()
+        };
+        let (reply, answer) = oneshot::channel();
+        self.inputs
+            .send(Input::CreateAndStart { task: Box::new(task), coding, reply })
+            .await
+            .map_err(|_| AgentControlError::Refused { message: "the agent is shutting down".into() })?;
+        match answer.await {
+            Ok(Ok(run_id)) => Ok(run_id),
+            Ok(Err(CreateRefused::Tracker(error))) => {
+                Err(AgentControlError::Invalid { message: format!("the task could not be created: {error}") })
+            }
+            Ok(Err(refused)) => Err(AgentControlError::Refused { message: refused.to_string() }),
+            Err(_) => Err(AgentControlError::Refused { message: "the agent is shutting down".into() }),
+        }
     }
 }
 
@@ -162,6 +209,9 @@ impl AgentControl for RuntimeControl {
                     let trigger = Trigger::StartRun { task_key: task.key.clone() };
                     let assigned_by = task.created_by.clone();
                     (SessionKey::Task(task.id.clone()), RunKind::Task { task: Box::new(task), assigned_by }, trigger)
+                }
+                StartRun::NewTask { project, title, description, coding_agent, branch } => {
+                    return self.create_and_start(project, title, description, coding_agent, branch).await;
                 }
                 StartRun::Prompt { prompt } => {
                     (SessionKey::new_prompt(), RunKind::Prompt { text: prompt }, Trigger::StartPrompt)

@@ -74,6 +74,15 @@ pub enum StartRun {
     /// Work a task, as if it had just been assigned to the agent.
     /// A coding agent and branch (`picogent/…`) for its coding work, instead of the defaults.
     Task { task_key: String, coding_agent: Option<String>, branch: Option<String> },
+    /// Create a task in `project`, assigned to the agent, and work it as [`StartRun::Task`] does:
+    /// seed 000's `create_task`.
+    NewTask {
+        project: String,
+        title: String,
+        description: Option<String>,
+        coding_agent: Option<String>,
+        branch: Option<String>,
+    },
     /// Follow a free-form instruction.
     Prompt { prompt: String },
 }

@@ -4,7 +4,8 @@
 //!
 //! This file holds [`McpServer`] and its rmcp handler, which answers each request by delegating
 //! to the file for it: `tools.rs` (progress, the agent's tools), `resources.rs`, `prompts.rs`,
-//! `control.rs` (the running agent, [`AgentControl`]) and `http.rs` (Streamable HTTP and its auth).
+//! `control.rs` (the running agent, [`AgentControl`]), `tasks.rs` (the tasks extension: a run
+//! followed as an MCP task) and `http.rs` (Streamable HTTP and its auth).
 //!
 //! Invariants:
 //! - tools are the [`ToolSource`]'s own definitions and results, passed through unchanged; a tool
@@ -19,6 +20,7 @@ mod control;
 mod http;
 mod prompts;
 mod resources;
+mod tasks;
 mod tools;
 
 use std::borrow::Cow;
@@ -27,10 +29,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, GetPromptRequestParams, GetPromptResponse, Implementation,
-    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
-    SubscriptionFilter, Tool,
+    CacheScope, CallToolRequestParams, CallToolResponse, CancelTaskParams, GetPromptRequestParams, GetPromptResponse,
+    GetTaskParams, GetTaskResult, Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerConfig, SubscriptionFilter, Tool, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler, ServiceExt};
@@ -152,6 +154,7 @@ impl ServerHandler for McpServer {
                 .enable_resources()
                 .enable_resources_list_changed()
                 .enable_prompts()
+                .enable_tasks()
                 .build()
         } else {
             ServerCapabilities::builder().enable_tools().enable_resources().enable_prompts().build()
@@ -199,6 +202,18 @@ impl ServerHandler for McpServer {
         let name = request.name.to_string();
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         let progress = context.meta.get_progress_token().map(|token| (context.peer.clone(), token));
+        if let (Some(agent), Some(RunTool::Start)) = (&self.inner.agent, RunTool::parse(&name))
+            && tasks::wants_task(&context)
+        {
+            // A client of the tasks extension gets the run as a task at once, or the refusal.
+            return Ok(match tools::start_request(arguments) {
+                Ok(request) => match agent.start_run(request).await {
+                    Ok(run_id) => tasks::started(&run_id).into(),
+                    Err(error) => tools::error_result(error.to_string()).into(),
+                },
+                Err(refused) => refused.into(),
+            });
+        }
         if self.inner.agent.is_some() && RunTool::parse(&name).is_some() {
             let call = self.call_agent_tool(&name, arguments);
             return Ok(self.with_progress(&name, progress, call).await.into());
@@ -213,6 +228,30 @@ impl ServerHandler for McpServer {
             ToolContext { cancel: context.ct.clone(), ..ToolContext::new(self.inner.agent_slug.clone()) };
         let call = async { crate::wire::result_to_mcp(self.inner.tools.call(&name, arguments, &tool_context).await) };
         Ok(self.with_progress(&name, progress, call).await.into())
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        self.task_state(request).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.cancel(request).await
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.update(request)
     }
 
     async fn list_resources(

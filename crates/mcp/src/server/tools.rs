@@ -62,8 +62,8 @@ impl McpServer {
         };
         let agent = agent.as_ref();
         match tool {
-            RunTool::Start => match parse_arguments(arguments) {
-                Ok(args) => start_run(agent, args).await,
+            RunTool::Start => match start_request(arguments) {
+                Ok(request) => start_run(agent, request).await,
                 Err(result) => result,
             },
             RunTool::Stop => match parse_arguments(arguments) {
@@ -78,18 +78,36 @@ impl McpServer {
     }
 }
 
-async fn start_run(agent: &dyn AgentControl, args: StartRunArgs) -> CallToolResult {
+/// What `start_run`'s arguments ask for, checked; a result with `isError: true` when they ask
+/// for nothing, or for two things.
+pub(super) fn start_request(arguments: Value) -> Result<StartRun, CallToolResult> {
+    let args: StartRunArgs = parse_arguments(arguments)?;
     let coding = args.coding_agent.is_some() || args.branch.is_some();
-    let request = match (args.task_key, args.prompt) {
-        (Some(task_key), None) if !task_key.trim().is_empty() => {
-            StartRun::Task { task_key, coding_agent: args.coding_agent, branch: args.branch }
+    let given = |text: &Option<String>| text.as_deref().is_some_and(|text| !text.trim().is_empty());
+    let new_task = args.project.is_some() || args.title.is_some() || args.description.is_some();
+    match (args.task_key, args.prompt, new_task) {
+        (Some(task_key), None, false) if !task_key.trim().is_empty() => {
+            Ok(StartRun::Task { task_key, coding_agent: args.coding_agent, branch: args.branch })
         }
-        (None, Some(_)) if coding => {
-            return error_result("`coding_agent` and `branch` go with `task_key`: a prompt run has no workspace");
+        (None, None, true) if given(&args.project) && given(&args.title) => Ok(StartRun::NewTask {
+            project: args.project.unwrap_or_default(),
+            title: args.title.unwrap_or_default(),
+            description: args.description,
+            coding_agent: args.coding_agent,
+            branch: args.branch,
+        }),
+        (None, None, true) => Err(error_result("a new task needs both `project` and `title`")),
+        (None, Some(_), false) if coding => {
+            Err(error_result("`coding_agent` and `branch` go with a task: a prompt run has no workspace"))
         }
-        (None, Some(prompt)) if !prompt.trim().is_empty() => StartRun::Prompt { prompt },
-        _ => return error_result("give exactly one of `task_key` or `prompt`, not empty"),
-    };
+        (None, Some(prompt), false) if !prompt.trim().is_empty() => Ok(StartRun::Prompt { prompt }),
+        _ => Err(error_result(
+            "give exactly one of `task_key`, `prompt`, or `project` and `title` (a new task), not empty",
+        )),
+    }
+}
+
+async fn start_run(agent: &dyn AgentControl, request: StartRun) -> CallToolResult {
     match agent.start_run(request).await {
         Ok(run_id) => {
             json_result(format!("started run {run_id}; read run://{run_id} for its state"), json!({ "run_id": run_id }))
@@ -152,9 +170,11 @@ impl RunTool {
         match self {
             RunTool::Start => Tool::new(
                 self.name(),
-                "Start a run of the agent: work a task (task_key) or follow an instruction (prompt). \
-                 A task with a repository may name the coding agent and the branch. Answers the run id; \
-                 run://{id} shows its state, run://{id}/logs the coding agent's output.",
+                "Start a run of the agent: work a task (task_key), create a task and work it (project, \
+                 title, description), or follow an instruction (prompt). A task with a repository may name \
+                 the coding agent and the branch. Answers the run id, or, to a client of the tasks \
+                 extension, a task to follow with tasks/get; run://{id} shows its state, run://{id}/logs \
+                 the coding agent's output.",
                 rmcp::handler::server::common::schema_for_type::<StartRunArgs>(),
             )
             .with_annotations(ToolAnnotations::new().read_only(false).destructive(false).idempotent(false)),
@@ -187,11 +207,21 @@ struct StartRunArgs {
     /// An instruction for the agent to follow. Give this or `task_key`.
     #[serde(default)]
     prompt: Option<String>,
-    /// With `task_key`: the configured coding agent (`workspaces.agents`) its coding work uses,
+    /// A new task's project, by slug: with `title` (and `description`), the task is created,
+    /// assigned to the agent, and worked. Give these or `task_key` or `prompt`.
+    #[serde(default)]
+    project: Option<String>,
+    /// A new task's title.
+    #[serde(default)]
+    title: Option<String>,
+    /// A new task's description: what to do.
+    #[serde(default)]
+    description: Option<String>,
+    /// With a task: the configured coding agent (`workspaces.agents`) its coding work uses,
     /// instead of `workspaces.agent`.
     #[serde(default)]
     coding_agent: Option<String>,
-    /// With `task_key`: the branch its work goes on, instead of `picogent/<KEY>`; always under
+    /// With a task: the branch its work goes on, instead of `picogent/<KEY>`; always under
     /// `picogent/` (added when missing). Never the base branch.
     #[serde(default)]
     branch: Option<String>,
@@ -208,7 +238,7 @@ fn parse_arguments<T: serde::de::DeserializeOwned>(arguments: Value) -> Result<T
     serde_json::from_value(arguments).map_err(|e| error_result(format!("invalid arguments: {e}")))
 }
 
-fn error_result(message: impl Into<String>) -> CallToolResult {
+pub(super) fn error_result(message: impl Into<String>) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(message.into())])
 }
 

@@ -27,7 +27,7 @@ mod runs;
 
 pub use queue::QueueSetup;
 pub use reconcile::Reconciliation;
-pub use runs::{NotRecorded, StartRefused};
+pub use runs::{CreateRefused, NotRecorded, StartRefused};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -66,6 +66,14 @@ pub enum Input {
     StartRun {
         request: Box<RunRequest>,
         reply: tokio::sync::oneshot::Sender<Result<String, StartRefused>>,
+    },
+    /// Create a task assigned to the agent and start a run on it (`start_run` with a project and
+    /// a title). Here, not in the caller, so the task's own `task.assigned` event, which can only
+    /// be read after this input, finds the run and starts no second one.
+    CreateAndStart {
+        task: Box<picogent_tracker::model::CreateTask>,
+        coding: Option<picogent_workspace::CodingChoice>,
+        reply: tokio::sync::oneshot::Sender<Result<String, runs::CreateRefused>>,
     },
     /// Stop the run of a session, or a run by id.
     StopRun {
@@ -225,6 +233,9 @@ impl Router {
             Input::Reconciled(found) => self.on_reconciled(*found).await,
             Input::StartRun { request, reply } => {
                 let _ = reply.send(self.start_now(*request).await);
+            }
+            Input::CreateAndStart { task, coding, reply } => {
+                let _ = reply.send(self.create_and_start(*task, coding).await);
             }
             Input::StopRun { run_id, reply } => {
                 let stopped = match self.state.get_run(&run_id).await {

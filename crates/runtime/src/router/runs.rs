@@ -35,6 +35,15 @@ pub enum StartRefused {
     State { cause: NotRecorded },
 }
 
+/// Why `start_run` could not create its task, or, once created, start on it.
+#[derive(Debug, thiserror::Error)]
+pub enum CreateRefused {
+    #[error("the task could not be created: {0}")]
+    Tracker(#[from] picogent_tracker::TrackerError),
+    #[error("task {task_key} was created, but no run started: {refused}")]
+    NotStarted { task_key: String, refused: StartRefused },
+}
+
 /// Why a run could not be recorded: the state database failed, its request could not be
 /// written down, or each run the message was to steer ended before it could take it.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -112,6 +121,30 @@ impl Router {
     /// once when a slot is free, else when one frees; `Busy` when its session has a run.
     pub(super) async fn start_now(&mut self, request: RunRequest) -> Result<String, StartRefused> {
         self.start_or_queue(request).await
+    }
+
+    /// Creates the task, assigned to the agent, and queues a run on it before the next input (its
+    /// `task.assigned` event among them) is read. The create carries an idempotency key, so the
+    /// REST client's retries make one task.
+    pub(super) async fn create_and_start(
+        &mut self,
+        mut create: picogent_tracker::model::CreateTask,
+        coding: Option<picogent_workspace::CodingChoice>,
+    ) -> Result<String, CreateRefused> {
+        if self.shutdown.is_cancelled() {
+            return Err(CreateRefused::NotStarted { task_key: String::new(), refused: StartRefused::ShuttingDown });
+        }
+        create.assignee_slug = Some(self.config.slug.clone());
+        let key = format!("start-run-{}", uuid::Uuid::new_v4().simple());
+        let task = self.client.create_task(&create, Some(&key)).await?;
+        tracing::info!(task = %task.key, "created a task for start_run");
+        let session = SessionKey::Task(task.id.clone());
+        let trigger = Trigger::StartRun { task_key: task.key.clone() };
+        let task_key = task.key.clone();
+        let assigned_by = task.created_by.clone();
+        let kind = RunKind::Task { task: Box::new(task), assigned_by };
+        let request = RunRequest { coding, ..RunRequest::new(session, trigger, kind) };
+        self.start_or_queue(request).await.map_err(|refused| CreateRefused::NotStarted { task_key, refused })
     }
 
     /// Queues the run, after the daily budget allows it, and starts it now if a slot is free.

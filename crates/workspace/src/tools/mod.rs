@@ -160,7 +160,12 @@ impl CodingTools {
 
     /// Whether `task` has a repository: its runs are offered the coding tools.
     pub fn serves(&self, task: &TaskOut) -> bool {
-        self.workspaces.config().repository_for(&task.project_slug, &task.labels).is_some()
+        self.serves_project(&task.project_slug, &task.labels)
+    }
+
+    /// Whether a task of `project` with `labels` has a repository (a task not yet created).
+    pub fn serves_project(&self, project: &str, labels: &[String]) -> bool {
+        self.workspaces.config().repository_for(project, labels).is_some()
     }
 
     /// The task's workspace, made if missing (with the hooks that ran), on `branch` when the run
