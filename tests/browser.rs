@@ -8,6 +8,8 @@
 
 #[path = "support/agent.rs"]
 mod agent_support;
+#[path = "support/git.rs"]
+mod git_support;
 #[path = "support/setup.rs"]
 mod setup;
 
@@ -15,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use picogent::secret::Secret;
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 /// The token of the inspector served off loopback.
@@ -107,6 +110,70 @@ async fn a_person_sees_the_agent_work_in_the_browser() {
         "board-escaped-title.png",
         "inspector-token-needed.png",
     ] {
+        assert!(shots.join(shot).exists(), "no screenshot {shot} in {}", shots.display());
+    }
+}
+
+/// A coding run watched in the inspector in Chromium (`tests/browser/coding_live.mjs`): the run
+/// page shows the coding agent's output so far, its next lines arrive through the page's live
+/// updates while it works (the same lines `run://{id}/logs` serves), escaped as text, and when it
+/// ends the page names the branch and the pushed commit. The coding agent waits for a file before
+/// each step; the browser script writes it once it has seen the step before, so nothing is timed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_watches_a_coding_run_live_in_the_browser() {
+    use agent_support::*;
+    setup::ensure_browser();
+    let chromium = chromium();
+    let dir = tempfile::tempdir().unwrap();
+    let remote = git_support::remote(dir.path());
+    // In its home, which the sandbox shows it (the seeded board's first task is TE-1).
+    let home = dir.path().join("workspaces/.homes/app/TE-1");
+    let script = "echo 'reading the date parser'; while [ ! -f \"$HOME/go-1\" ]; do sleep 0.1; done; \
+         sed -i 's/2020-01-01/2024-06-01/' src/date.py; echo 'edited the date parser <b>bold</b>'; \
+         while [ ! -f \"$HOME/go-2\" ]; do sleep 0.1; done; echo 'all done'";
+    let extra = json!({"workspaces": {
+        "root": dir.path().join("workspaces"),
+        "repositories": {"app": {"url": remote, "base": "main", "projects": ["team"]}},
+        "agents": {"watched": {"command": ["sh", "-c", script, "coding-agent", "{instructions}"]}},
+        "agent": "watched",
+        "direct": true,
+    }});
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+    let task = create_assigned(&alice, "Fix the date parser", "In src/date.py the default date is old.").await;
+    assert_eq!(task.key, "TE-1");
+    let run = eventually(Duration::from_secs(20), "the task's run", || async {
+        runs_for(&agent, &format!("task:{}", task.id)).await.into_iter().next()
+    })
+    .await;
+    let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/browser-screenshots-coding");
+    let watch = tokio::process::Command::new("node")
+        .arg("coding_live.mjs")
+        .current_dir(browser_dir())
+        .env("RUN_URL", format!("http://{}/runs/{}", agent.http_addr.unwrap(), run.id))
+        .env("GO_1", home.join("go-1"))
+        .env("GO_2", home.join("go-2"))
+        .env("SCREENSHOTS", &shots)
+        .env("CHROMIUM", &chromium)
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(180), watch)
+        .await
+        .expect("the browser script finishes within 3 minutes")
+        .expect("node runs (install Node.js)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!("{stdout}");
+    eprintln!("{stderr}");
+    wait_idle(&agent).await;
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+    assert!(output.status.success() && stdout.contains("ok coding run live"), "{stdout}\n{stderr}");
+    for shot in ["inspector-coding-live-1.png", "inspector-coding-live-2.png", "inspector-coding-done.png"] {
         assert!(shots.join(shot).exists(), "no screenshot {shot} in {}", shots.display());
     }
 }
