@@ -5,7 +5,9 @@
 //! endpoint replaying a script (a stand-in for a model, not an LLM). The agent itself works the
 //! task with the offline planner, which delegates it. Checked as a person would: the branch on
 //! the remote (a local bare repository) has the commit, the task's answer names it, the base
-//! branch is untouched, and the CLI saw no token of picogent's.
+//! branch is untouched, and the CLI saw no token of picogent's. For each CLI too: an error it
+//! reports (the model refuses its request) fails the run with one notice naming it, and a stop
+//! kills it, with the long command it was running, and leaves one notice.
 
 #[path = "support/agent.rs"]
 mod agent_support;
@@ -267,4 +269,138 @@ async fn claude_code_writes_the_file_on_the_messages_api_and_picogent_pushes_its
     model.shutdown().await;
     coding_model.shutdown().await;
     board.shutdown().await.unwrap();
+}
+
+/// Whether a process whose command line starts `timeout <seconds>` is alive on the machine: the
+/// long command the scripted model had the CLI run (`timeout N tail -f /dev/null`: Qwen Code
+/// refuses a plain `sleep`). Read from `/proc`, so it is seen inside
+/// the sandbox's own pid namespace too; a zombie is not alive.
+fn long_command_running(seconds: &str) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return false };
+    entries.flatten().any(|entry| {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let is_it = cmdline.starts_with(format!("timeout\0{seconds}\0").as_bytes());
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        is_it && !stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'))
+    })
+}
+
+/// An error the CLI reports, and a stop, as a person sees them, with the real CLI of `preset`:
+/// - the scripted model refuses the CLI's first request (HTTP `refusal`, one the CLI does not try again, with words of its own): the run
+///   (direct: the task goes straight to the CLI) fails with one notice naming those words;
+/// - on a second task the model has the CLI run a long command (`shell_call`, the CLI's own shell
+///   tool running `timeout <seconds> tail -f /dev/null`); once that command runs, `@picogent stop` kills the CLI's
+///   process group (the command with it), and the task gets one notice, "Stopped".
+async fn a_reported_error_fails_the_run_naming_it_and_a_stop_kills_the_cli(
+    preset: &str,
+    refusal: u16,
+    shell_call: serde_json::Value,
+    seconds: &str,
+) {
+    put_clis_on_path();
+    let dir = tempfile::tempdir().unwrap();
+    let (remote, main_before) = remote(dir.path());
+    let script: Script = serde_json::from_value(json!({
+        "description": "the model refuses the first request; on the next task it runs a long command",
+        "turns": [
+            {"fault": {"status": refusal, "message": "no model named scripted is served here (refusal 4711)"}},
+            {"reply": {"content": "Running the long check.", "tool_calls": [shell_call]}}
+        ]
+    }))
+    .unwrap();
+    let coding_model = picogent::offline_model::start(OfflineModelOptions::script(script)).await.unwrap();
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let extra = json!({"workspaces": {
+        "root": dir.path().join("workspaces"),
+        "repositories": {"app": {"url": remote, "base": "main", "projects": ["team"]}},
+        "agents": {"cli": {"preset": preset, "base_url": coding_model.url(), "model": "scripted",
+                           "timeout_ms": 180_000}},
+        // The task goes straight to the CLI: its failure is the run's.
+        "direct": true,
+    }});
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+    let said = |task: TaskOut| {
+        let alice = &alice;
+        async move {
+            comments(alice, &task.id).await.into_iter().filter(|m| m.author_slug == "picogent").collect::<Vec<_>>()
+        }
+    };
+
+    let refused = create_assigned(&alice, "Fix the date parser", "src/date.py returns an old default date.").await;
+    eventually(std::time::Duration::from_secs(180), "the failure notice", || async {
+        (!said(refused.clone()).await.is_empty()).then_some(())
+    })
+    .await;
+    wait_idle(&agent).await;
+    let notices = said(refused.clone()).await;
+    assert_eq!(notices.len(), 1, "one notice: {notices:#?}");
+    assert!(
+        notices[0].content.contains("refusal 4711"),
+        "{preset}: the notice names the error: {}",
+        notices[0].content
+    );
+    let runs = runs_for(&agent, &format!("task:{}", refused.id)).await;
+    assert_eq!(runs[0].status, picogent::state::RunStatus::Failed, "{preset}: {:?}", runs[0].error);
+    assert_eq!(coding_model.script_position(), 1, "{preset}: the refused request was not tried again");
+
+    let long = create_assigned(&alice, "Check the date parser", "Run the long check on src/date.py.").await;
+    let running = tokio::time::timeout(
+        std::time::Duration::from_secs(180),
+        eventually(std::time::Duration::from_secs(200), "the CLI's long command running", || async {
+            long_command_running(seconds).then_some(())
+        }),
+    )
+    .await;
+    if running.is_err() {
+        // Said with what the CLI last told its model: a CLI that refuses the command says why.
+        let requests = coding_model.requests();
+        let last = requests.last().map(|request| request["messages"].to_string()).unwrap_or_default();
+        let tail: String = last.chars().skip(last.chars().count().saturating_sub(1500)).collect();
+        panic!("{preset} never ran the long command; the end of its last request: {tail}");
+    }
+    comment(&alice, &long.id, "@picogent stop").await;
+    eventually(std::time::Duration::from_secs(30), "the long command killed with the CLI", || async {
+        (!long_command_running(seconds)).then_some(())
+    })
+    .await;
+    eventually(std::time::Duration::from_secs(30), "the stop notice", || async {
+        (!said(long.clone()).await.is_empty()).then_some(())
+    })
+    .await;
+    wait_idle(&agent).await;
+    let notices = said(long.clone()).await;
+    assert_eq!(notices.len(), 1, "one notice: {notices:#?}");
+    assert!(notices[0].content.starts_with("Stopped"), "{preset}: {}", notices[0].content);
+    let runs = runs_for(&agent, &format!("task:{}", long.id)).await;
+    assert_eq!(runs[0].status, picogent::state::RunStatus::Stopped);
+    assert_eq!(coding_model.mismatches(), Vec::<String>::new(), "{preset} asked what the script expected");
+    let branches = git(&remote, &["branch", "--format=%(refname:short)"]);
+    assert_eq!(branches.trim(), "main", "{preset}: nothing pushed");
+    assert_eq!(git(&remote, &["rev-parse", "main"]), main_before);
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    coding_model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn qwen_code_reports_a_refused_request_as_a_failure_and_is_killed_by_a_stop() {
+    let call = json!({"name": "run_shell_command",
+                      "arguments": {"command": "timeout 3011 tail -f /dev/null; echo checked", "is_background": false, "description": "the long check"}});
+    a_reported_error_fails_the_run_naming_it_and_a_stop_kills_the_cli("qwen-code", 400, call, "3011").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mini_swe_agent_reports_a_refused_request_as_a_failure_and_is_killed_by_a_stop() {
+    let call = json!({"name": "bash", "arguments": {"command": "timeout 3012 tail -f /dev/null; echo checked"}});
+    a_reported_error_fails_the_run_naming_it_and_a_stop_kills_the_cli("mini-swe-agent", 404, call, "3012").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_reports_a_refused_request_as_a_failure_and_is_killed_by_a_stop() {
+    let call = json!({"name": "Bash", "arguments": {"command": "timeout 3013 tail -f /dev/null; echo checked", "description": "the long check"}});
+    a_reported_error_fails_the_run_naming_it_and_a_stop_kills_the_cli("claude-code", 400, call, "3013").await;
 }
