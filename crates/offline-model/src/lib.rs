@@ -1,11 +1,13 @@
-//! The offline model endpoint: the two model APIs picogent speaks, served on loopback by
-//! picogent itself, so the demo and the tests exercise the very same HTTP path as production with
-//! no network:
+//! The offline model endpoint: the two model APIs picogent speaks, and Google's Gemini API a
+//! coding agent may speak, served on loopback by picogent itself, so the demo and the tests
+//! exercise the very same HTTP path as production with no network:
 //!
 //! - OpenAI's `POST /v1/chat/completions` (and `GET /v1/models`), in [`openai`];
-//! - Anthropic's Messages API, `POST /v1/messages` (version 2023-06-01), in [`messages`].
+//! - Anthropic's Messages API, `POST /v1/messages` (version 2023-06-01), in [`messages`];
+//! - Google's Gemini API, `POST /v1beta/models/{model}:generateContent` (and
+//!   `:streamGenerateContent`, `:countTokens`), in [`google`].
 //!
-//! It is not an LLM: both answer with either
+//! It is not an LLM: each answers with either
 //!
 //! - the *planner* ([`planner`]): a deterministic, rule-based stand-in that works a task or
 //!   answers a mention from what the request says, or
@@ -34,6 +36,7 @@
 //!   planner's or the script's turn, the output cap;
 //! - [`openai`]: chat completions (`openai/stream.rs`: its server-sent events);
 //! - [`messages`]: the Messages API (`messages/stream.rs`: its server-sent events);
+//! - [`google`]: the Gemini API (`google/stream.rs`: its streamed chunks);
 //! - [`cache`]: the prompt-cache simulation;
 //! - [`planner`], [`script`]: what answers.
 //!
@@ -48,6 +51,7 @@
 //! Where things are: the scripts it replays are `fixtures/llm/*.json`.
 
 pub mod cache;
+pub mod google;
 pub mod messages;
 pub mod openai;
 pub mod planner;
@@ -155,9 +159,10 @@ impl OfflineModelOptions {
 /// logged, and `Debug` shows only whether it is there.
 #[derive(Clone, PartialEq, Eq)]
 pub struct RequestHeaders {
-    /// The request's path: `/v1/chat/completions` or `/v1/messages`.
+    /// The request's path: `/v1/chat/completions`, `/v1/messages`, or the Gemini API's
+    /// `/v1beta/models/{model}:{method}` (without its query).
     pub path: String,
-    /// The `x-api-key` header's value, if any.
+    /// The `x-api-key` header's value (the Gemini API's `x-goog-api-key` or `key`), if any.
     pub api_key: Option<String>,
     /// The `anthropic-version` header's value, if any.
     pub anthropic_version: Option<String>,
@@ -307,6 +312,7 @@ pub async fn start(options: OfflineModelOptions) -> anyhow::Result<OfflineModelH
     let router = Router::new()
         .route(openai::PATH, post(openai::chat_completions))
         .route(messages::PATH, post(messages::messages))
+        .route(&format!("{}/{{action}}", google::PATH), post(google::models))
         .route("/v1/models", get(models))
         .layer(DefaultBodyLimit::max(64 * 1024 * 1024))
         .with_state(state.clone());
@@ -334,6 +340,7 @@ pub async fn run_cli(listen: SocketAddr, script: Option<PathBuf>, delay_ms: u64)
     println!("offline model endpoint (rule-based, not an LLM) at {}", handle.url());
     println!("  OpenAI chat completions: {}/chat/completions", handle.url());
     println!("  Anthropic Messages API:  {}", handle.messages_url());
+    println!("  Gemini API:              http://{}{}/MODEL:generateContent", handle.address(), google::PATH);
     tokio::signal::ctrl_c().await.context("cannot wait for Ctrl-C")?;
     handle.shutdown().await;
     Ok(ExitCode::SUCCESS)
@@ -353,13 +360,21 @@ fn parse_body(body: &Bytes) -> Result<Value, serde_json::Error> {
 }
 
 /// Records a request on arrival: its body (as JSON, or as text when it is not JSON), its path and
-/// the headers tests look at.
-fn record_request(state: &ServerState, path: &str, headers: &HeaderMap, body: &Bytes, parsed: Option<&Value>) {
+/// the headers tests look at; the key is `x-api-key`, else the Gemini API's `x-goog-api-key` or
+/// `key` (`query_key`).
+fn record_request(
+    state: &ServerState,
+    path: &str,
+    headers: &HeaderMap,
+    body: &Bytes,
+    parsed: Option<&Value>,
+    query_key: Option<String>,
+) {
     let text = |name: &str| headers.get(name).map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
     let body = parsed.cloned().unwrap_or_else(|| Value::String(String::from_utf8_lossy(body).into_owned()));
     let headers = RequestHeaders {
         path: path.to_string(),
-        api_key: text("x-api-key"),
+        api_key: text("x-api-key").or_else(|| text("x-goog-api-key")).or(query_key),
         anthropic_version: text("anthropic-version"),
     };
     lock(&state.requests).push(RecordedRequest { body, headers });
