@@ -253,7 +253,13 @@ fn prepare(invocation: &Invocation<'_>) -> Result<Prepared, PrepareError> {
     crate::files::write_fresh(&workspace.home, "instructions.md", invocation.instructions.as_bytes())
         .map_err(PrepareError::Instructions)?;
     for (name, content) in &agent.files {
-        crate::files::write_fresh(&workspace.home, name, content.as_bytes())
+        // `folder/name` (checked with the entry): the folder made in the home, never through a link.
+        let (folder, file) = match name.split_once('/') {
+            Some((folder, file)) => (workspace.home.join(folder), file),
+            None => (workspace.home.clone(), name.as_str()),
+        };
+        crate::files::ensure_dir(&folder)
+            .and_then(|()| crate::files::write_fresh(&folder, file, content.as_bytes()))
             .map_err(|source| PrepareError::File { name: name.clone(), source })?;
     }
     let sandbox = match crate::sandbox::wanted(agent.sandbox) {

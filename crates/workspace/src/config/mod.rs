@@ -179,7 +179,8 @@ pub struct CodingAgentConfig {
     /// Folders (or files) the sandbox shows the agent read-only besides the system's and the
     /// CLI's own installation, which are found from its program.
     pub sandbox_read: Option<Vec<PathBuf>>,
-    /// Files written into its home (`{home}`) before each run, by name: settings a CLI reads.
+    /// Files written into its home (`{home}`) before each run, by name (`name`, or `folder/name`
+    /// in a folder of the home): settings a CLI reads.
     pub files: Option<BTreeMap<String, String>>,
     /// Where it writes its outcome, when its exit code does not tell.
     pub result: Option<ResultFile>,
@@ -254,7 +255,7 @@ impl CodingAgentConfig {
         }
         let mut files = preset.map(Preset::files).unwrap_or_default();
         files.extend(self.files.clone().unwrap_or_default());
-        if let Some(file) = files.keys().find(|file| !crate::names::repository_name_ok(&file.replace('.', "_"))) {
+        if let Some(file) = files.keys().find(|file| !home_file_name_ok(file)) {
             return Err(AgentError::BadFileName(file.clone()));
         }
         Ok(CodingAgent {
@@ -279,6 +280,24 @@ impl CodingAgentConfig {
     }
 }
 
+/// A name of a file written into an agent's home: a file's name, or a folder's and a file's
+/// (`.gemini/settings.json`), each letters, digits, `.`, `-` and `_`, neither `.` nor `..`, not
+/// starting with `-`.
+fn home_file_name_ok(name: &str) -> bool {
+    let part_ok = |part: &str| {
+        !part.is_empty()
+            && part.len() <= 64
+            && part != "."
+            && part != ".."
+            && !part.starts_with('-')
+            && part.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+    };
+    match name.split_once('/') {
+        Some((folder, file)) => part_ok(folder) && part_ok(file),
+        None => part_ok(name),
+    }
+}
+
 /// What is wrong with a coding agent's entry, or with the name of one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AgentError {
@@ -290,7 +309,10 @@ pub enum AgentError {
     NoProgram,
     #[error("{0:?} is not an environment variable name")]
     BadVariable(String),
-    #[error("{0:?} is not a plain file name (files are written into the agent's home)")]
+    #[error(
+        "{0:?} is not a file name, or a folder's and a file's (`.gemini/settings.json`): files are written into the \
+         agent's home"
+    )]
     BadFileName(String),
     #[error("no coding agent named and no `workspaces.agent` set; the agents are {known}")]
     NoneNamed { known: String },
@@ -450,5 +472,22 @@ impl WorkspacesConfig {
             return Err(SourceError::NotAllowed(url.to_string()));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::home_file_name_ok;
+
+    #[test]
+    fn a_home_file_is_a_name_or_a_folders_and_a_name_never_a_way_out() {
+        for name in ["qwen-settings.json", ".gemini/settings.json", "mini.yaml", "a_b/c-d.e"] {
+            assert!(home_file_name_ok(name), "{name}");
+        }
+        for name in
+            ["", "..", ".", "../x", "a/../b", "/etc/passwd", "a/b/c", "a/", "/a", "-x", "a/-x", "a b", "a\\b", "é"]
+        {
+            assert!(!home_file_name_ok(name), "{name}");
+        }
     }
 }
