@@ -4,8 +4,8 @@
 //! and a stop that kills its process group.
 //!
 //! How it ended is judged from what the CLI says, not only its exit code: a stream-json `result`
-//! line (Qwen Code, Claude Code) with `is_error` or an `[API Error…]` result is a failure though
-//! the CLI exits 0, and so is a result file whose status is not one of its `done` values
+//! line (Qwen Code, Claude Code) with `is_error` or an `[API Error…]` result, or with a `status`
+//! other than `success` (Gemini CLI), is a failure though the CLI exits 0, and so is a result file whose status is not one of its `done` values
 //! (mini-swe-agent past its step limit).
 
 use std::collections::BTreeMap;
@@ -385,6 +385,11 @@ struct Reading {
     error: Option<String>,
     progress: Vec<String>,
     stderr_tail: String,
+    /// The last line of `last_lines` is an answer's text still coming in pieces (Gemini CLI's
+    /// `delta` messages).
+    delta_open: bool,
+    /// The last `error` event's message (Gemini CLI's), for a `result` that fails without one.
+    error_event: Option<String>,
 }
 
 impl Reading {
@@ -396,6 +401,8 @@ impl Reading {
             error: None,
             progress: Vec::new(),
             stderr_tail: String::new(),
+            delta_open: false,
+            error_event: None,
         }
     }
 
@@ -426,22 +433,40 @@ impl Reading {
     }
 
     /// One stream-json event: an assistant message's tool calls are its progress; the `result`
-    /// event is its final message, and tells whether it failed.
+    /// event is its final message, and tells whether it failed. Gemini CLI's events are flatter:
+    /// `message` (its text, in `delta` pieces), `tool_use`, `error`, and a `result` with a
+    /// `status` but no text.
     fn event(&mut self, event: &serde_json::Value) {
-        match event.get("type").and_then(|kind| kind.as_str()) {
+        let kind = event.get("type").and_then(|kind| kind.as_str());
+        if kind != Some("message") {
+            self.delta_open = false;
+        }
+        match kind {
+            Some("message") if event.get("role").and_then(|role| role.as_str()) == Some("assistant") => {
+                let text = event.get("content").and_then(|text| text.as_str()).unwrap_or("");
+                let delta = event.get("delta").and_then(|delta| delta.as_bool()) == Some(true);
+                match self.last_lines.last_mut() {
+                    Some(last) if delta && self.delta_open => push_capped(last, text),
+                    _ => self.last_lines = vec![text.to_string()],
+                }
+                self.delta_open = delta;
+            }
+            Some("tool_use") => {
+                let name = event.get("tool_name").and_then(|name| name.as_str()).unwrap_or("tool");
+                self.progress.push(progress_line(name, event.get("parameters")));
+            }
+            Some("error") => {
+                if let Some(message) = event.get("message").and_then(|message| message.as_str()) {
+                    self.error_event = Some(short(message));
+                }
+            }
             Some("assistant") => {
                 let parts = event.pointer("/message/content").and_then(|content| content.as_array());
                 for part in parts.into_iter().flatten() {
                     match part.get("type").and_then(|kind| kind.as_str()) {
                         Some("tool_use") => {
                             let name = part.get("name").and_then(|name| name.as_str()).unwrap_or("tool");
-                            let target = ["file_path", "path", "command"]
-                                .iter()
-                                .find_map(|key| part.pointer(&format!("/input/{key}")).and_then(|v| v.as_str()));
-                            self.progress.push(match target {
-                                Some(target) => format!("{name} {}", short(target)),
-                                None => name.to_string(),
-                            });
+                            self.progress.push(progress_line(name, part.get("input")));
                         }
                         Some("text") => {
                             if let Some(text) = part.get("text").and_then(|text| text.as_str()) {
@@ -456,8 +481,13 @@ impl Reading {
                 let result = event.get("result").and_then(|result| result.as_str()).unwrap_or("").to_string();
                 let is_error = event.get("is_error").and_then(|flag| flag.as_bool()).unwrap_or(false);
                 let subtype = event.get("subtype").and_then(|subtype| subtype.as_str()).unwrap_or("success");
+                let status = event.get("status").and_then(|status| status.as_str()).unwrap_or("success");
                 if is_error || subtype != "success" || result.starts_with("[API Error") {
                     let said = if result.is_empty() { subtype.to_string() } else { short(&result) };
+                    self.error = Some(format!("it reported an error: {said}"));
+                } else if status != "success" {
+                    let message = event.pointer("/error/message").and_then(|message| message.as_str()).map(short);
+                    let said = message.or_else(|| self.error_event.clone()).unwrap_or_else(|| short(status));
                     self.error = Some(format!("it reported an error: {said}"));
                 }
                 self.result = Some(result);
@@ -474,21 +504,51 @@ impl Reading {
     }
 }
 
+/// A tool call as progress: its name and what it works on (a file's path, a command).
+fn progress_line(name: &str, arguments: Option<&serde_json::Value>) -> String {
+    let target = ["file_path", "path", "command"]
+        .iter()
+        .find_map(|key| arguments.and_then(|arguments| arguments.get(*key)).and_then(|v| v.as_str()));
+    match target {
+        Some(target) => format!("{name} {}", short(target)),
+        None => name.to_string(),
+    }
+}
+
+/// Appends a piece of an answer's text, keeping at most 64 KiB of it.
+fn push_capped(text: &mut String, piece: &str) {
+    const MAX: usize = 64 * 1024;
+    for character in piece.chars() {
+        if text.len() + character.len_utf8() > MAX {
+            return;
+        }
+        text.push(character);
+    }
+}
+
 /// The to-do items a stream-json line reports completed: the CLI's to-do tool (Qwen Code's and
 /// Claude Code's `todo_write`/`TodoWrite`, Gemini CLI's `write_todos`) called with items whose
 /// `status` is `completed`. Anything else, or a line that is not JSON, reports none.
 pub fn completed_todos(line: &str) -> Vec<String> {
     const TODO_TOOLS: [&str; 3] = ["todo_write", "TodoWrite", "write_todos"];
     let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else { return Vec::new() };
-    if event.get("type").and_then(|kind| kind.as_str()) != Some("assistant") {
-        return Vec::new();
-    }
-    let parts = event.pointer("/message/content").and_then(|content| content.as_array());
-    let calls = parts.into_iter().flatten().filter(|part| {
-        part.get("type").and_then(|kind| kind.as_str()) == Some("tool_use")
-            && part.get("name").and_then(|name| name.as_str()).is_some_and(|name| TODO_TOOLS.contains(&name))
-    });
-    let items = calls.filter_map(|call| call.pointer("/input/todos").and_then(|todos| todos.as_array())).flatten();
+    let is_todo_tool =
+        |name: Option<&serde_json::Value>| name.and_then(|n| n.as_str()).is_some_and(|n| TODO_TOOLS.contains(&n));
+    let lists: Vec<&serde_json::Value> = match event.get("type").and_then(|kind| kind.as_str()) {
+        Some("assistant") => {
+            let parts = event.pointer("/message/content").and_then(|content| content.as_array());
+            let calls = parts.into_iter().flatten().filter(|part| {
+                part.get("type").and_then(|kind| kind.as_str()) == Some("tool_use") && is_todo_tool(part.get("name"))
+            });
+            calls.filter_map(|call| call.pointer("/input/todos")).collect()
+        }
+        // Gemini CLI's: `{"type":"tool_use","tool_name":"write_todos","parameters":{"todos":[…]}}`.
+        Some("tool_use") if is_todo_tool(event.get("tool_name")) => {
+            event.pointer("/parameters/todos").into_iter().collect()
+        }
+        _ => return Vec::new(),
+    };
+    let items = lists.into_iter().filter_map(|todos| todos.as_array()).flatten();
     items
         .filter(|item| item.get("status").and_then(|status| status.as_str()) == Some("completed"))
         .filter_map(|item| {
@@ -566,5 +626,28 @@ mod tests {
         let mut fine = Reading::new(OutputFormat::Jsonl);
         fine.stdout(r#"{"type":"result","subtype":"success","result":"Updated src/date.py."}"#);
         assert_eq!((fine.error.clone(), fine.final_message()), (None, "Updated src/date.py.".to_string()));
+    }
+
+    #[test]
+    fn gemini_clis_stream_is_read_its_text_joined_and_a_result_with_an_error_status_is_a_failure() {
+        let mut reading = Reading::new(OutputFormat::Jsonl);
+        reading.stdout(r#"{"type":"message","role":"assistant","content":"Reading ","delta":true}"#);
+        reading.stdout(
+            r#"{"type":"tool_use","tool_name":"read_file","tool_id":"c1","parameters":{"file_path":"/w/src/date.py"}}"#,
+        );
+        reading.stdout(r#"{"type":"message","role":"assistant","content":"Updated ","delta":true}"#);
+        reading.stdout(r#"{"type":"message","role":"assistant","content":"src/date.py.","delta":true}"#);
+        reading.stdout(r#"{"type":"result","status":"success","stats":{}}"#);
+        assert_eq!(reading.progress, ["read_file /w/src/date.py"]);
+        assert_eq!((reading.error.clone(), reading.final_message()), (None, "Updated src/date.py.".to_string()));
+        let mut failed = Reading::new(OutputFormat::Jsonl);
+        failed.stdout(r#"{"type":"result","status":"error","error":{"type":"Error","message":"[API Error: quota]"}}"#);
+        assert_eq!(failed.error.as_deref(), Some("it reported an error: [API Error: quota]"));
+        let mut empty = Reading::new(OutputFormat::Jsonl);
+        empty.stdout(r#"{"type":"error","severity":"error","message":"Model stream ended with empty response."}"#);
+        empty.stdout(r#"{"type":"result","status":"error"}"#);
+        assert_eq!(empty.error.as_deref(), Some("it reported an error: Model stream ended with empty response."));
+        let todos = r#"{"type":"tool_use","tool_name":"write_todos","parameters":{"todos":[{"description":"Fix it","status":"completed"},{"description":"Test","status":"pending"}]}}"#;
+        assert_eq!(completed_todos(todos), ["Fix it"]);
     }
 }
