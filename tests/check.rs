@@ -295,6 +295,23 @@ async fn check_names_each_coding_agents_version_and_refuses_a_model_api_it_canno
             && lines[0].contains("which speaks OpenAI's chat completions"),
         "{report}"
     );
+    // Gemini CLI speaks Google's Gemini API, which picogent's own model speaks on neither setting.
+    for (llm, speaks) in [(json!({}), "OpenAI's chat completions"), (messages.clone(), "Anthropic's Messages API")] {
+        let gemini = json!({"gemini": {"preset": "gemini-cli"}});
+        let config =
+            agent_config(dir.path(), &board.url(), &model.url(), "picogent", workspaces(llm, gemini, "gemini"));
+        let (code, report) = check_with_env(&write_config(dir.path(), &config), &[]).await;
+        assert_ne!(code, Some(0), "{report}");
+        let lines = coding_lines(&report);
+        assert!(
+            lines[0].starts_with("FAIL")
+                && lines[0].contains("`gemini` (gemini-cli) speaks Google's Gemini API")
+                && lines[0].contains(&format!("which speaks {speaks}"))
+                && lines[0]
+                    .contains("set workspaces.agents.gemini.base_url to an endpoint that speaks Google's Gemini API"),
+            "{report}"
+        );
+    }
     // Given an endpoint of its own, the API is the operator's to choose: no refusal for it.
     let own = json!({"qwen": {"preset": "qwen-code", "base_url": format!("{}/v1", model.url())}});
     let config = agent_config(dir.path(), &board.url(), &model.url(), "picogent", workspaces(messages, own, "qwen"));

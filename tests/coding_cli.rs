@@ -1,6 +1,7 @@
 //! Real coding agent CLIs in a task's workspace: Qwen Code (`@qwen-code/qwen-code` from npm),
-//! Claude Code (`@anthropic-ai/claude-code` from npm, on the Messages API) and mini-swe-agent
-//! (`mini-swe-agent` from PyPI), installed on first use by
+//! Claude Code (`@anthropic-ai/claude-code` from npm, on the Messages API), Gemini CLI
+//! (`@google/gemini-cli` from npm, on Google's Gemini API) and mini-swe-agent (`mini-swe-agent`
+//! from PyPI), installed on first use by
 //! `tests/coding-agents/install.sh`, run through their presets and driven by the offline model
 //! endpoint replaying a script (a stand-in for a model, not an LLM). The agent itself works the
 //! task with the offline planner, which delegates it. Checked as a person would: the branch on
@@ -29,6 +30,7 @@ use serde_json::json;
 const QWEN_VERSION: &str = "0.15.10";
 const MSWEA_VERSION: &str = "2.4.6";
 const CLAUDE_VERSION: &str = "2.1.197";
+const GEMINI_VERSION: &str = "0.61.0";
 
 /// A folder of the install script's cache holding `program`.
 fn installed(folder: &str, program: &str) -> PathBuf {
@@ -44,7 +46,7 @@ fn installed(folder: &str, program: &str) -> PathBuf {
     bin
 }
 
-/// Both CLIs installed (the first call runs the install script) and on PATH: a coding agent gets
+/// The CLIs installed (the first call runs the install script) and on PATH: a coding agent gets
 /// picogent's PATH (and nothing else of its environment). Set once for the whole binary, before
 /// any agent starts. A `OnceLock`, not a `Once`: when the install fails, the cell stays empty and
 /// every test fails with the script's first cause (kept by `setup`), not with "poisoned".
@@ -55,11 +57,13 @@ fn put_clis_on_path() {
         let qwen = installed(&format!("qwen-{QWEN_VERSION}/node_modules/.bin"), "qwen");
         let mini = installed(&format!("mswea-{MSWEA_VERSION}/bin"), "mini");
         let claude = installed(&format!("claude-code-{CLAUDE_VERSION}/node_modules/.bin"), "claude");
+        let gemini = installed(&format!("gemini-cli-{GEMINI_VERSION}/node_modules/.bin"), "gemini");
         let path = format!(
-            "{}:{}:{}:{}",
+            "{}:{}:{}:{}:{}",
             qwen.display(),
             mini.display(),
             claude.display(),
+            gemini.display(),
             std::env::var("PATH").unwrap_or_default()
         );
         // SAFETY: the tests of this binary call this first thing, before they start any thread
@@ -403,4 +407,116 @@ async fn mini_swe_agent_reports_a_refused_request_as_a_failure_and_is_killed_by_
 async fn claude_code_reports_a_refused_request_as_a_failure_and_is_killed_by_a_stop() {
     let call = json!({"name": "Bash", "arguments": {"command": "timeout 3013 tail -f /dev/null; echo checked", "description": "the long check"}});
     a_reported_error_fails_the_run_naming_it_and_a_stop_kills_the_cli("claude-code", 400, call, "3013").await;
+}
+
+/// Gemini CLI's paths on the Gemini API: `{api_root}/v1beta/models/{model}:streamGenerateContent`.
+fn all_gemini_paths(coding_model: &picogent::offline_model::OfflineModelHandle) {
+    let paths = coding_model.request_paths();
+    assert!(
+        !paths.is_empty() && paths.iter().all(|path| path == "/v1beta/models/scripted:streamGenerateContent"),
+        "{paths:?}"
+    );
+}
+
+/// Gemini CLI run through its preset against `coding_model`: the board, picogent's own model,
+/// the agent, ready.
+async fn start_gemini(
+    dir: &Path,
+    remote: &Path,
+    coding_model: &picogent::offline_model::OfflineModelHandle,
+) -> (picogent::board::BoardHandle, picogent::offline_model::OfflineModelHandle, picogent::runtime::AgentHandle) {
+    let board = start_board(dir).await;
+    let model = start_model(0).await;
+    let extra = json!({"workspaces": {
+        "root": dir.join("workspaces"),
+        "repositories": {"app": {"url": remote, "base": "main", "projects": ["team"]}},
+        "agents": {"gemini": {"preset": "gemini-cli", "base_url": coding_model.url(), "model": "scripted",
+                              "timeout_ms": 180_000}},
+    }});
+    let agent = start_agent(agent_config(dir, &board.url(), &model.url(), "picogent", extra)).await;
+    wait_ready(&agent).await;
+    (board, model, agent)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_cli_replaces_the_line_on_the_gemini_api_and_picogent_pushes_its_commit() {
+    put_clis_on_path();
+    let dir = tempfile::tempdir().unwrap();
+    let (remote, main_before) = remote(dir.path());
+
+    // Gemini CLI's tools are its own (`read_file`, `replace`, `write_file`, `run_shell_command`,
+    // …); it streams from `{api_root}/v1beta/models/{model}:streamGenerateContent`.
+    let file = dir.path().join("workspaces/app/TE-1/src/date.py");
+    let file = file.to_str().unwrap();
+    let script: Script = serde_json::from_value(json!({
+        "description": "Gemini CLI reads src/date.py, replaces one line, and says so",
+        "turns": [
+            {"expect": {"tools_include": ["read_file", "replace", "write_file", "run_shell_command"]},
+             "reply": {"content": "Reading it first.", "tool_calls": [{"name": "read_file", "arguments": {"file_path": file}}]}},
+            {"expect": {"last_tool_result_contains": "2020-01-01"},
+             "reply": {"tool_calls": [{"name": "replace", "arguments": {
+                "file_path": file, "instruction": "Make the default date 2024-06-01.",
+                "old_string": "    return \"2020-01-01\"", "new_string": "    return \"2024-06-01\""}}]}},
+            {"expect": {"last_tool_result_contains": "date.py", "last_tool_result_is_error": false},
+             "reply": {"content": "Updated src/date.py: the default is 2024-06-01."}}
+        ]
+    }))
+    .unwrap();
+    let coding_model = picogent::offline_model::start(OfflineModelOptions::script(script)).await.unwrap();
+    let (board, model, agent) = start_gemini(dir.path(), &remote, &coding_model).await;
+    let alice = client(&board, "tok-alice");
+    let task = create_assigned(&alice, "Fix the date parser", "src/date.py returns an old default date.").await;
+    assert_eq!(task.key, "TE-1");
+    eventually(std::time::Duration::from_secs(180), "the task in review", || async {
+        let task = alice.get_task(&task.id).await.ok()?;
+        (task.status == TaskStatus::InReview && agent.status.active_runs() == 0).then_some(())
+    })
+    .await;
+
+    assert_eq!(coding_model.mismatches(), Vec::<String>::new(), "Gemini CLI asked what the script expected");
+    assert_eq!(coding_model.script_position(), 3, "every turn of the script was asked for");
+    all_gemini_paths(&coding_model);
+    work_pushed(&alice, &task, &remote, &main_before, "TE-1: Updated src/date.py").await;
+    no_token_sent(&coding_model);
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    coding_model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_gemini_cli_reports_ends_its_run_as_a_failure_naming_it_on_the_task() {
+    put_clis_on_path();
+    let dir = tempfile::tempdir().unwrap();
+    let (remote, _) = remote(dir.path());
+
+    // A 400 is not retried: Gemini CLI reports it and gives up.
+    let script: Script = serde_json::from_value(json!({
+        "description": "the Gemini API refuses Gemini CLI's first request",
+        "turns": [{"fault": {"status": 400, "message": "API key not valid (offline fault)"}}]
+    }))
+    .unwrap();
+    let coding_model = picogent::offline_model::start(OfflineModelOptions::script(script)).await.unwrap();
+    let (board, model, agent) = start_gemini(dir.path(), &remote, &coding_model).await;
+    let alice = client(&board, "tok-alice");
+    let task = create_assigned(&alice, "Fix the date parser", "src/date.py returns an old default date.").await;
+    let notice = eventually(std::time::Duration::from_secs(180), "the failure notice", || async {
+        comments(&alice, &task.id).await.into_iter().find(|m| m.author_slug == "picogent")
+    })
+    .await;
+    wait_idle(&agent).await;
+    assert!(
+        notice.content.contains("the coding agent gemini failed")
+            && notice.content.contains("API key not valid (offline fault)"),
+        "{}",
+        notice.content
+    );
+    assert_eq!(coding_model.script_position(), 1, "the fault was asked for, once");
+    all_gemini_paths(&coding_model);
+    let branch = format!("refs/heads/picogent/{}", task.key);
+    assert_eq!(git(&remote, &["for-each-ref", &branch]), "", "nothing pushed for a failed run");
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    coding_model.shutdown().await;
+    board.shutdown().await.unwrap();
 }

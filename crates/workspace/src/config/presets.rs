@@ -8,7 +8,12 @@
 //!   outcome read from the trajectory file it writes;
 //! - `claude-code`: Claude Code (`@anthropic-ai/claude-code` from npm), headless (`-p`) with its
 //!   permission prompts off, its output as stream-json lines, told the endpoint's root
-//!   (`{api_root}`: it calls `/v1/messages` under it) and no traffic but the model's.
+//!   (`{api_root}`: it calls `/v1/messages` under it) and no traffic but the model's;
+//! - `gemini-cli`: Gemini CLI (`@google/gemini-cli` from npm), headless (`--prompt=…`) with
+//!   `--approval-mode=yolo`, its output as stream-json lines, told the endpoint's root
+//!   (`{api_root}`: it calls `/v1beta/models/{model}:streamGenerateContent` under it), its
+//!   settings (the API key's auth, no telemetry, usage statistics or updates) written into its
+//!   home's `.gemini/settings.json`.
 //!
 //! Task text is never an option: it is joined to its option (`--prompt=…`, `--task=…`), or comes
 //! after `--`, so text that starts with `-` is still the task.
@@ -27,6 +32,7 @@ pub enum Preset {
     QwenCode,
     MiniSweAgent,
     ClaudeCode,
+    GeminiCli,
 }
 
 /// The model API a preset's CLI calls.
@@ -36,6 +42,8 @@ pub enum ModelApi {
     OpenAiChat,
     /// `{api_root}/v1/messages`.
     AnthropicMessages,
+    /// `{api_root}/v1beta/models/{model}:generateContent`.
+    GoogleGenerateContent,
 }
 
 impl ModelApi {
@@ -43,6 +51,7 @@ impl ModelApi {
         match self {
             ModelApi::OpenAiChat => "OpenAI's chat completions",
             ModelApi::AnthropicMessages => "Anthropic's Messages API",
+            ModelApi::GoogleGenerateContent => "Google's Gemini API",
         }
     }
 }
@@ -51,10 +60,17 @@ impl ModelApi {
 /// no memory extraction (a second model request after every answer).
 const QWEN_SETTINGS: &str = r#"{"privacy":{"usageStatisticsEnabled":false},"telemetry":{"enabled":false},"memory":{"enableManagedAutoMemory":false}}"#;
 
+/// Gemini CLI's settings: the API key's auth (with `GOOGLE_GEMINI_BASE_URL` set it would pick its
+/// `gateway` auth, which it refuses headless), folder trust off (the workspace is the task's),
+/// no telemetry, usage statistics or update checks. It reads them from its home's
+/// `.gemini/settings.json`: a system settings file (`GEMINI_CLI_SYSTEM_SETTINGS_PATH`) it skips
+/// when a folder above it is writable by others, as `/tmp` is.
+const GEMINI_SETTINGS: &str = r#"{"security":{"auth":{"selectedType":"gemini-api-key"},"folderTrust":{"enabled":false}},"privacy":{"usageStatisticsEnabled":false},"telemetry":{"enabled":false},"general":{"enableAutoUpdate":false,"enableAutoUpdateNotification":false}}"#;
+
 const KEY: &str = "${CODING_AGENT_API_KEY:-not-needed}";
 
 impl Preset {
-    pub const NAMES: [&'static str; 3] = ["\"qwen-code\"", "\"mini-swe-agent\"", "\"claude-code\""];
+    pub const NAMES: [&'static str; 4] = ["\"qwen-code\"", "\"mini-swe-agent\"", "\"claude-code\"", "\"gemini-cli\""];
 
     /// Its name in `agent.json`.
     pub fn name(self) -> &'static str {
@@ -62,6 +78,7 @@ impl Preset {
             Preset::QwenCode => "qwen-code",
             Preset::MiniSweAgent => "mini-swe-agent",
             Preset::ClaudeCode => "claude-code",
+            Preset::GeminiCli => "gemini-cli",
         }
     }
 
@@ -71,6 +88,7 @@ impl Preset {
         match self {
             Preset::QwenCode | Preset::MiniSweAgent => ModelApi::OpenAiChat,
             Preset::ClaudeCode => ModelApi::AnthropicMessages,
+            Preset::GeminiCli => ModelApi::GoogleGenerateContent,
         }
     }
 
@@ -79,6 +97,7 @@ impl Preset {
             "qwen-code" => Some(Preset::QwenCode),
             "mini-swe-agent" => Some(Preset::MiniSweAgent),
             "claude-code" => Some(Preset::ClaudeCode),
+            "gemini-cli" => Some(Preset::GeminiCli),
             _ => None,
         }
     }
@@ -120,6 +139,18 @@ impl Preset {
                 "--",
                 "{instructions}",
             ],
+            // `--prompt=` in one argument, as for Qwen Code: text starting with `-` stays the
+            // prompt. Its approval prompts are off (`yolo`): what it may reach is the workspace's
+            // boundary's to decide.
+            Preset::GeminiCli => &[
+                "gemini",
+                "--approval-mode=yolo",
+                "--output-format",
+                "stream-json",
+                "--model",
+                "{model}",
+                "--prompt={instructions}",
+            ],
         };
         words.iter().map(|word| word.to_string()).collect()
     }
@@ -153,6 +184,16 @@ impl Preset {
                 ("DISABLE_ERROR_REPORTING", "1"),
                 ("IS_SANDBOX", "1"),
             ],
+            Preset::GeminiCli => &[
+                ("GOOGLE_GEMINI_BASE_URL", "{api_root}"),
+                ("GEMINI_API_KEY", KEY),
+                // Its settings and sessions in the home picogent made for it.
+                ("GEMINI_CLI_HOME", "{home}"),
+                ("GEMINI_CLI_TRUST_WORKSPACE", "true"),
+                ("GEMINI_TELEMETRY_ENABLED", "false"),
+                // One process: no second Node started with a larger heap.
+                ("GEMINI_CLI_NO_RELAUNCH", "true"),
+            ],
         };
         pairs.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect()
     }
@@ -160,13 +201,14 @@ impl Preset {
     pub fn files(self) -> BTreeMap<String, String> {
         match self {
             Preset::QwenCode => BTreeMap::from([("qwen-settings.json".to_string(), QWEN_SETTINGS.to_string())]),
+            Preset::GeminiCli => BTreeMap::from([(".gemini/settings.json".to_string(), GEMINI_SETTINGS.to_string())]),
             Preset::MiniSweAgent | Preset::ClaudeCode => BTreeMap::new(),
         }
     }
 
     pub fn output(self) -> OutputFormat {
         match self {
-            Preset::QwenCode | Preset::ClaudeCode => OutputFormat::Jsonl,
+            Preset::QwenCode | Preset::ClaudeCode | Preset::GeminiCli => OutputFormat::Jsonl,
             Preset::MiniSweAgent => OutputFormat::Text,
         }
     }
@@ -175,7 +217,7 @@ impl Preset {
     /// past its step limit too): the file, the JSON pointer in it, and the values that mean done.
     pub fn result(self) -> Option<ResultFile> {
         match self {
-            Preset::QwenCode | Preset::ClaudeCode => None,
+            Preset::QwenCode | Preset::ClaudeCode | Preset::GeminiCli => None,
             Preset::MiniSweAgent => Some(ResultFile {
                 path: "{home}/trajectory.json".to_string(),
                 pointer: "/info/exit_status".to_string(),
