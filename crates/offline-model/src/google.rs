@@ -11,7 +11,8 @@
 //! - a function call whose arguments are not a JSON object (the `invalid_arguments` fault, a
 //!   script's `raw_arguments`) cannot be `functionCall.args`, which is always an object: it sends
 //!   `{"__raw_arguments": "<the text>"}`, so the call still fails at dispatch;
-//! - each function call carries an `id` (`call_<answer>_<index>`), as the API's newer models send;
+//! - each function call carries an `id` (`call_<answer>_<index>`), which the real API may leave
+//!   out; a request's calls and responses are tied by it, or else by name (`google/request.rs`);
 //! - a refusal is its text with `finishReason: "SAFETY"`;
 //! - the key (`x-goog-api-key`, or `?key=`) is recorded, not checked.
 
