@@ -485,38 +485,8 @@ async fn gemini_cli_replaces_the_line_on_the_gemini_api_and_picogent_pushes_its_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_error_gemini_cli_reports_ends_its_run_as_a_failure_naming_it_on_the_task() {
-    put_clis_on_path();
-    let dir = tempfile::tempdir().unwrap();
-    let (remote, _) = remote(dir.path());
-
-    // A 400 is not retried: Gemini CLI reports it and gives up.
-    let script: Script = serde_json::from_value(json!({
-        "description": "the Gemini API refuses Gemini CLI's first request",
-        "turns": [{"fault": {"status": 400, "message": "API key not valid (offline fault)"}}]
-    }))
-    .unwrap();
-    let coding_model = picogent::offline_model::start(OfflineModelOptions::script(script)).await.unwrap();
-    let (board, model, agent) = start_gemini(dir.path(), &remote, &coding_model).await;
-    let alice = client(&board, "tok-alice");
-    let task = create_assigned(&alice, "Fix the date parser", "src/date.py returns an old default date.").await;
-    let notice = eventually(std::time::Duration::from_secs(180), "the failure notice", || async {
-        comments(&alice, &task.id).await.into_iter().find(|m| m.author_slug == "picogent")
-    })
-    .await;
-    wait_idle(&agent).await;
-    assert!(
-        notice.content.contains("the coding agent gemini failed")
-            && notice.content.contains("API key not valid (offline fault)"),
-        "{}",
-        notice.content
-    );
-    assert_eq!(coding_model.script_position(), 1, "the fault was asked for, once");
-    all_gemini_paths(&coding_model);
-    let branch = format!("refs/heads/picogent/{}", task.key);
-    assert_eq!(git(&remote, &["for-each-ref", &branch]), "", "nothing pushed for a failed run");
-    agent.shutdown().await.unwrap();
-    model.shutdown().await;
-    coding_model.shutdown().await;
-    board.shutdown().await.unwrap();
+async fn gemini_cli_reports_a_refused_request_as_a_failure_and_is_killed_by_a_stop() {
+    let call = json!({"name": "run_shell_command",
+                      "arguments": {"command": "timeout 3014 tail -f /dev/null; echo checked", "description": "the long check"}});
+    a_reported_error_fails_the_run_naming_it_and_a_stop_kills_the_cli("gemini-cli", 400, call, "3014").await;
 }
