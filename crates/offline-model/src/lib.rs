@@ -5,7 +5,8 @@
 //! - OpenAI's `POST /v1/chat/completions` (and `GET /v1/models`), in [`openai`];
 //! - Anthropic's Messages API, `POST /v1/messages` (version 2023-06-01), in [`messages`];
 //! - Google's Gemini API, `POST /v1beta/models/{model}:generateContent` (and
-//!   `:streamGenerateContent`, `:countTokens`), in [`google`].
+//!   `:streamGenerateContent`, `:countTokens`), in [`google`];
+//! - OpenAI's Responses API, `POST /v1/responses` (as Codex CLI calls it), in [`responses`].
 //!
 //! It is not an LLM: each answers with either
 //!
@@ -20,7 +21,7 @@
 //!
 //! Answers carry usage, counted with o200k by the same rule as
 //! [`picogent_llm::estimate_prompt_tokens`], so the loop's estimate and the server's count agree.
-//! A prompt cache is simulated for both APIs ([`cache`]): the Messages API's explicit
+//! A prompt cache is simulated for each API ([`cache`]): the Messages API's explicit
 //! `cache_control` breakpoints (`cache_read_input_tokens`, `cache_creation_input_tokens`) and
 //! OpenAI's automatic prefix caching (`prompt_tokens_details.cached_tokens`), so cache accounting
 //! can be exercised offline. Faults can be switched on by [`Faults`] (429 bursts with
@@ -32,11 +33,12 @@
 //! separate implementation of each format, and the client's types stay inside `picogent-llm`.
 //!
 //! Codemap:
-//! - `lib.rs`: options, the handle, the shared state, and what both APIs share: the faults, the
+//! - `lib.rs`: options, the handle, the shared state, and what the APIs share: the faults, the
 //!   planner's or the script's turn, the output cap;
 //! - [`openai`]: chat completions (`openai/stream.rs`: its server-sent events);
 //! - [`messages`]: the Messages API (`messages/stream.rs`: its server-sent events);
 //! - [`google`]: the Gemini API (`google/stream.rs`: its streamed chunks);
+//! - [`responses`]: the Responses API (`responses/stream.rs`: its server-sent events);
 //! - [`cache`]: the prompt-cache simulation;
 //! - [`planner`], [`script`]: what answers.
 //!
@@ -55,6 +57,7 @@ pub mod google;
 pub mod messages;
 pub mod openai;
 pub mod planner;
+pub mod responses;
 pub mod script;
 
 use std::net::SocketAddr;
@@ -90,7 +93,7 @@ pub enum Mode {
 }
 
 /// Faults to inject, for tests of the loop's misbehaviour handling. Bursts apply to the first
-/// requests (of both APIs, counted together), in this order: 429s, then overloaded answers, then
+/// requests (of every API, counted together), in this order: 429s, then overloaded answers, then
 /// 500s, then truncated bodies.
 #[derive(Debug, Clone, Default)]
 pub struct Faults {
@@ -159,8 +162,8 @@ impl OfflineModelOptions {
 /// logged, and `Debug` shows only whether it is there.
 #[derive(Clone, PartialEq, Eq)]
 pub struct RequestHeaders {
-    /// The request's path: `/v1/chat/completions`, `/v1/messages`, or the Gemini API's
-    /// `/v1beta/models/{model}:{method}` (without its query).
+    /// The request's path: `/v1/chat/completions`, `/v1/messages`, `/v1/responses`, or the
+    /// Gemini API's `/v1beta/models/{model}:{method}` (without its query).
     pub path: String,
     /// The `x-api-key` header's value (the Gemini API's `x-goog-api-key` or `key`), if any.
     pub api_key: Option<String>,
@@ -202,7 +205,7 @@ impl OfflineModelHandle {
         self.address
     }
 
-    /// Every model request body received so far (both APIs), in order (faulted ones included).
+    /// Every model request body received so far (every API), in order (faulted ones included).
     pub fn requests(&self) -> Vec<Value> {
         lock(&self.state.requests).iter().map(|request| request.body.clone()).collect()
     }
@@ -313,6 +316,7 @@ pub async fn start(options: OfflineModelOptions) -> anyhow::Result<OfflineModelH
         .route(openai::PATH, post(openai::chat_completions))
         .route(messages::PATH, post(messages::messages))
         .route(&format!("{}/{{action}}", google::PATH), post(google::models))
+        .route(responses::PATH, post(responses::responses))
         .route("/v1/models", get(models))
         .layer(DefaultBodyLimit::max(64 * 1024 * 1024))
         .with_state(state.clone());
@@ -341,6 +345,7 @@ pub async fn run_cli(listen: SocketAddr, script: Option<PathBuf>, delay_ms: u64)
     println!("  OpenAI chat completions: {}/chat/completions", handle.url());
     println!("  Anthropic Messages API:  {}", handle.messages_url());
     println!("  Gemini API:              http://{}{}/MODEL:generateContent", handle.address(), google::PATH);
+    println!("  OpenAI Responses API:    {}/responses", handle.url());
     tokio::signal::ctrl_c().await.context("cannot wait for Ctrl-C")?;
     handle.shutdown().await;
     Ok(ExitCode::SUCCESS)

@@ -236,8 +236,8 @@ fn cache_units(body: &Value, messages: &[Message], tools: &[ToolSpec]) -> Vec<Un
         .collect()
 }
 
-/// A fault in OpenAI's error shape.
-fn fault_response(fault: &Fault) -> Response {
+/// A fault in OpenAI's error shape (the Responses API's too).
+pub(crate) fn fault_response(fault: &Fault) -> Response {
     match fault {
         Fault::RateLimited { retry_after_secs } => crate::with_retry_after(
             error_response(
