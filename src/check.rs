@@ -414,8 +414,9 @@ const VERSION_TIMEOUT: Duration = Duration::from_secs(15);
 /// One line per coding agent: its program is installed (on `PATH`, or at the path its command
 /// names) and which version it says it is, and the model endpoint it will be pointed at speaks
 /// what its preset speaks. A program that is missing, or a preset pointed at `llm.base_url` when
-/// that speaks another API, fails: its first run would. (picogent speaks no Gemini API, so a
-/// `gemini-cli` entry always needs a `base_url` of its own.)
+/// that speaks another API, fails: its first run would. (picogent's own client speaks chat
+/// completions or the Messages API, never Google's Gemini API nor OpenAI's Responses API: a
+/// `gemini-cli` or `codex` entry needs a `base_url` of its own.)
 async fn check_coding_agents(config: &Config) -> Vec<Line> {
     use crate::config::Api;
     use crate::workspace::config::presets::ModelApi;

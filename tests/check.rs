@@ -312,6 +312,22 @@ async fn check_names_each_coding_agents_version_and_refuses_a_model_api_it_canno
             "{report}"
         );
     }
+    // Codex speaks only the Responses API, which picogent's own client (chat completions here)
+    // does not: refused too, until it has an endpoint of its own.
+    let codex = json!({"codex": {"preset": "codex"}});
+    let config =
+        agent_config(dir.path(), &board.url(), &model.url(), "picogent", workspaces(json!({}), codex, "codex"));
+    let (code, report) = check_with_env(&write_config(dir.path(), &config), &[]).await;
+    assert_ne!(code, Some(0), "{report}");
+    let lines = coding_lines(&report);
+    assert!(
+        lines[0].starts_with("FAIL")
+            && lines[0].contains("`codex` (codex) speaks OpenAI's Responses API")
+            && lines[0].contains("which speaks OpenAI's chat completions")
+            && lines[0]
+                .contains("set workspaces.agents.codex.base_url to an endpoint that speaks OpenAI's Responses API"),
+        "{report}"
+    );
     // Given an endpoint of its own, the API is the operator's to choose: no refusal for it.
     let own = json!({"qwen": {"preset": "qwen-code", "base_url": format!("{}/v1", model.url())}});
     let config = agent_config(dir.path(), &board.url(), &model.url(), "picogent", workspaces(messages, own, "qwen"));

@@ -5,8 +5,9 @@
 //!
 //! How it ended is judged from what the CLI says, not only its exit code: a stream-json `result`
 //! line (Qwen Code, Claude Code) with `is_error` or an `[API Error…]` result, or with a `status`
-//! other than `success` (Gemini CLI), is a failure though the CLI exits 0, and so is a result file whose status is not one of its `done` values
-//! (mini-swe-agent past its step limit).
+//! other than `success` (Gemini CLI), is a failure though the CLI exits 0, and so is Codex CLI's
+//! `turn.failed` (or an `error` no `turn.completed` follows), and a result file whose status is
+//! not one of its `done` values (mini-swe-agent past its step limit).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -201,9 +202,9 @@ pub async fn run(
         Err(error) => (format!("unknown ({error})"), false),
     };
     let end = if !success {
-        let said = reading.error.clone().unwrap_or_else(|| crate::git::last_lines(&reading.stderr_tail, 3));
+        let said = reading.failure().unwrap_or_else(|| crate::git::last_lines(&reading.stderr_tail, 3));
         AgentEnd::Failed { reason: if said.is_empty() { exit.clone() } else { format!("{exit}: {said}") } }
-    } else if let Some(error) = reading.error.clone() {
+    } else if let Some(error) = reading.failure() {
         AgentEnd::Failed { reason: error }
     } else if let Some(reason) = result_file_failure(invocation) {
         AgentEnd::Failed { reason }
@@ -383,6 +384,9 @@ struct Reading {
     last_lines: Vec<String>,
     result: Option<String>,
     error: Option<String>,
+    /// An error event no end of the turn has followed yet (Codex CLI's `error`, which a retry
+    /// that succeeds follows with `turn.completed`).
+    unresolved: Option<String>,
     progress: Vec<String>,
     stderr_tail: String,
     /// The last line of `last_lines` is an answer's text still coming in pieces (Gemini CLI's
@@ -399,6 +403,7 @@ impl Reading {
             last_lines: Vec::new(),
             result: None,
             error: None,
+            unresolved: None,
             progress: Vec::new(),
             stderr_tail: String::new(),
             delta_open: false,
@@ -455,10 +460,12 @@ impl Reading {
                 let name = event.get("tool_name").and_then(|name| name.as_str()).unwrap_or("tool");
                 self.progress.push(progress_line(name, event.get("parameters")));
             }
+            // Gemini CLI's `error` (its `result` follows and decides), and Codex CLI's (a failure
+            // unless `turn.completed` follows, as after a retry that worked).
             Some("error") => {
-                if let Some(message) = event.get("message").and_then(|message| message.as_str()) {
-                    self.error_event = Some(short(message));
-                }
+                let said = event.get("message").and_then(|message| message.as_str());
+                self.error_event = said.map(short);
+                self.unresolved = Some(format!("it reported an error: {}", short(said.unwrap_or("an error"))));
             }
             Some("assistant") => {
                 let parts = event.pointer("/message/content").and_then(|content| content.as_array());
@@ -491,9 +498,43 @@ impl Reading {
                     self.error = Some(format!("it reported an error: {said}"));
                 }
                 self.result = Some(result);
+                self.unresolved = None;
+            }
+            // Codex CLI's `exec --json` events.
+            Some("item.completed") => self.codex_item(event.get("item").unwrap_or(&serde_json::Value::Null)),
+            Some("turn.failed") => {
+                let said = event.pointer("/error/message").and_then(|message| message.as_str());
+                self.error = Some(format!("it reported an error: {}", short(said.unwrap_or("the turn failed"))));
+            }
+            Some("turn.completed") => self.unresolved = None,
+            _ => {}
+        }
+    }
+
+    /// One finished item of Codex CLI's: its commands, file changes and tool calls are its
+    /// progress, its last message its final one. (An `error` item is a warning: the turn goes on.)
+    fn codex_item(&mut self, item: &serde_json::Value) {
+        let text = |key: &str| item.get(key).and_then(|value| value.as_str());
+        match text("type") {
+            Some("agent_message") => self.result = text("text").map(str::to_string),
+            Some("command_execution") => {
+                self.progress.push(format!("command {}", short(text("command").unwrap_or(""))))
+            }
+            Some("file_change") => {
+                let changes = item.get("changes").and_then(|changes| changes.as_array());
+                let paths = changes.into_iter().flatten().filter_map(|change| change.get("path")?.as_str());
+                self.progress.push(format!("edit {}", short(&paths.collect::<Vec<_>>().join(" "))));
+            }
+            Some("mcp_tool_call") => {
+                self.progress.push(format!("{} {}", text("server").unwrap_or("mcp"), text("tool").unwrap_or("")))
             }
             _ => {}
         }
+    }
+
+    /// What it reported that makes the run a failure, if anything.
+    fn failure(&self) -> Option<String> {
+        self.error.clone().or_else(|| self.unresolved.clone())
     }
 
     fn final_message(&self) -> String {
@@ -649,5 +690,25 @@ mod tests {
         assert_eq!(empty.error.as_deref(), Some("it reported an error: Model stream ended with empty response."));
         let todos = r#"{"type":"tool_use","tool_name":"write_todos","parameters":{"todos":[{"description":"Fix it","status":"completed"},{"description":"Test","status":"pending"}]}}"#;
         assert_eq!(completed_todos(todos), ["Fix it"]);
+    }
+
+    #[test]
+    fn codex_events_give_the_progress_and_the_final_message_and_a_failed_turn_is_a_failure() {
+        let mut reading = Reading::new(OutputFormat::Jsonl);
+        reading.stdout(
+            r#"{"type":"item.completed","item":{"id":"item_0","type":"error","message":"Model metadata not found"}}"#,
+        );
+        reading.stdout(r#"{"type":"item.completed","item":{"type":"command_execution","command":"sed -i s/a/b/ src/date.py","exit_code":0}}"#);
+        reading.stdout(r#"{"type":"item.completed","item":{"type":"file_change","changes":[{"path":"src/date.py","kind":"update"}]}}"#);
+        reading.stdout(r#"{"type":"error","message":"Reconnecting... 1/5"}"#);
+        reading.stdout(r#"{"type":"item.completed","item":{"type":"agent_message","text":"Updated src/date.py."}}"#);
+        reading.stdout(r#"{"type":"turn.completed","usage":{"input_tokens":1,"output_tokens":1}}"#);
+        assert_eq!(reading.progress, ["command sed -i s/a/b/ src/date.py", "edit src/date.py"]);
+        assert_eq!((reading.failure(), reading.final_message()), (None, "Updated src/date.py.".to_string()));
+        let mut failed = Reading::new(OutputFormat::Jsonl);
+        failed.stdout(r#"{"type":"error","message":"unexpected status 401"}"#);
+        assert_eq!(failed.failure().as_deref(), Some("it reported an error: unexpected status 401"));
+        failed.stdout(r#"{"type":"turn.failed","error":{"message":"stream disconnected before completion"}}"#);
+        assert_eq!(failed.failure().as_deref(), Some("it reported an error: stream disconnected before completion"));
     }
 }

@@ -14,6 +14,9 @@
 //!   (`{api_root}`: it calls `/v1beta/models/{model}:streamGenerateContent` under it), its
 //!   settings (the API key's auth, no telemetry, usage statistics or updates) written into its
 //!   home's `.gemini/settings.json`.
+//! - `codex`: Codex CLI (`@openai/codex` from npm), `codex exec` with its events as JSON lines,
+//!   its approvals and its own sandbox off, told the endpoint (`{base_url}`, on the Responses API)
+//!   as a model provider of its own through `-c` overrides, its home (`CODEX_HOME`) the agent's.
 //!
 //! Task text is never an option: it is joined to its option (`--prompt=…`, `--task=…`), or comes
 //! after `--`, so text that starts with `-` is still the task.
@@ -21,7 +24,7 @@
 //! Each is told the model's endpoint and name (`{base_url}` or `{api_root}`, `{model}`), and gets
 //! a key only from `${CODING_AGENT_API_KEY}` in picogent's environment (a placeholder when it is
 //! unset: a local server takes any). Each speaks one model API ([`ModelApi`]); `picogent check`
-//! fails one pointed at picogent's own endpoint when that speaks the other.
+//! fails one pointed at picogent's own endpoint when that speaks another.
 
 use std::collections::BTreeMap;
 
@@ -33,6 +36,7 @@ pub enum Preset {
     MiniSweAgent,
     ClaudeCode,
     GeminiCli,
+    Codex,
 }
 
 /// The model API a preset's CLI calls.
@@ -44,6 +48,9 @@ pub enum ModelApi {
     AnthropicMessages,
     /// `{api_root}/v1beta/models/{model}:generateContent`.
     GoogleGenerateContent,
+    /// `{base_url}/responses`: OpenAI's Responses API, which picogent's own client does not
+    /// speak (an endpoint that serves it may serve chat completions too, or not).
+    OpenAiResponses,
 }
 
 impl ModelApi {
@@ -52,6 +59,7 @@ impl ModelApi {
             ModelApi::OpenAiChat => "OpenAI's chat completions",
             ModelApi::AnthropicMessages => "Anthropic's Messages API",
             ModelApi::GoogleGenerateContent => "Google's Gemini API",
+            ModelApi::OpenAiResponses => "OpenAI's Responses API",
         }
     }
 }
@@ -70,7 +78,8 @@ const GEMINI_SETTINGS: &str = r#"{"security":{"auth":{"selectedType":"gemini-api
 const KEY: &str = "${CODING_AGENT_API_KEY:-not-needed}";
 
 impl Preset {
-    pub const NAMES: [&'static str; 4] = ["\"qwen-code\"", "\"mini-swe-agent\"", "\"claude-code\"", "\"gemini-cli\""];
+    pub const NAMES: [&'static str; 5] =
+        ["\"qwen-code\"", "\"mini-swe-agent\"", "\"claude-code\"", "\"gemini-cli\"", "\"codex\""];
 
     /// Its name in `agent.json`.
     pub fn name(self) -> &'static str {
@@ -79,16 +88,18 @@ impl Preset {
             Preset::MiniSweAgent => "mini-swe-agent",
             Preset::ClaudeCode => "claude-code",
             Preset::GeminiCli => "gemini-cli",
+            Preset::Codex => "codex",
         }
     }
 
     /// The model API it calls (`picogent check` refuses one pointed at an endpoint that speaks
-    /// the other).
+    /// another).
     pub fn speaks(self) -> ModelApi {
         match self {
             Preset::QwenCode | Preset::MiniSweAgent => ModelApi::OpenAiChat,
             Preset::ClaudeCode => ModelApi::AnthropicMessages,
             Preset::GeminiCli => ModelApi::GoogleGenerateContent,
+            Preset::Codex => ModelApi::OpenAiResponses,
         }
     }
 
@@ -98,6 +109,7 @@ impl Preset {
             "mini-swe-agent" => Some(Preset::MiniSweAgent),
             "claude-code" => Some(Preset::ClaudeCode),
             "gemini-cli" => Some(Preset::GeminiCli),
+            "codex" => Some(Preset::Codex),
             _ => None,
         }
     }
@@ -151,6 +163,46 @@ impl Preset {
                 "{model}",
                 "--prompt={instructions}",
             ],
+            // The task after `--`: `codex exec` takes its prompt as the one positional argument.
+            // The endpoint is a model provider of its own (Codex 0.171 speaks only the Responses
+            // API to it, `wire_api = "responses"`), its key read from `OPENAI_API_KEY`. Analytics,
+            // feedback and the update check are off, and so are plugins and apps (otherwise it
+            // runs `git ls-remote` on its plugin marketplace at start). Its approvals and its own
+            // sandbox are off (`--dangerously-bypass-approvals-and-sandbox`): picogent's sandbox is
+            // the boundary, and Codex's own cannot start inside it (docs/coding-agents.md).
+            Preset::Codex => &[
+                "codex",
+                "exec",
+                "--json",
+                "--skip-git-repo-check",
+                "--dangerously-bypass-approvals-and-sandbox",
+                "--model",
+                "{model}",
+                "-c",
+                "model_provider=\"picogent\"",
+                "-c",
+                "model_providers.picogent.name=\"picogent\"",
+                "-c",
+                "model_providers.picogent.base_url=\"{base_url}\"",
+                "-c",
+                "model_providers.picogent.wire_api=\"responses\"",
+                "-c",
+                "model_providers.picogent.env_key=\"OPENAI_API_KEY\"",
+                "-c",
+                "analytics.enabled=false",
+                "-c",
+                "feedback.enabled=false",
+                "-c",
+                "check_for_update_on_startup=false",
+                "-c",
+                "features.plugins=false",
+                "-c",
+                "features.remote_plugin=false",
+                "-c",
+                "features.apps=false",
+                "--",
+                "{instructions}",
+            ],
         };
         words.iter().map(|word| word.to_string()).collect()
     }
@@ -194,6 +246,8 @@ impl Preset {
                 // One process: no second Node started with a larger heap.
                 ("GEMINI_CLI_NO_RELAUNCH", "true"),
             ],
+            // Its home (settings, sessions, logs) is the agent's, never the operator's `~/.codex`.
+            Preset::Codex => &[("CODEX_HOME", "{home}"), ("OPENAI_API_KEY", KEY)],
         };
         pairs.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect()
     }
@@ -202,13 +256,13 @@ impl Preset {
         match self {
             Preset::QwenCode => BTreeMap::from([("qwen-settings.json".to_string(), QWEN_SETTINGS.to_string())]),
             Preset::GeminiCli => BTreeMap::from([(".gemini/settings.json".to_string(), GEMINI_SETTINGS.to_string())]),
-            Preset::MiniSweAgent | Preset::ClaudeCode => BTreeMap::new(),
+            Preset::MiniSweAgent | Preset::ClaudeCode | Preset::Codex => BTreeMap::new(),
         }
     }
 
     pub fn output(self) -> OutputFormat {
         match self {
-            Preset::QwenCode | Preset::ClaudeCode | Preset::GeminiCli => OutputFormat::Jsonl,
+            Preset::QwenCode | Preset::ClaudeCode | Preset::GeminiCli | Preset::Codex => OutputFormat::Jsonl,
             Preset::MiniSweAgent => OutputFormat::Text,
         }
     }
@@ -217,7 +271,7 @@ impl Preset {
     /// past its step limit too): the file, the JSON pointer in it, and the values that mean done.
     pub fn result(self) -> Option<ResultFile> {
         match self {
-            Preset::QwenCode | Preset::ClaudeCode | Preset::GeminiCli => None,
+            Preset::QwenCode | Preset::ClaudeCode | Preset::GeminiCli | Preset::Codex => None,
             Preset::MiniSweAgent => Some(ResultFile {
                 path: "{home}/trajectory.json".to_string(),
                 pointer: "/info/exit_status".to_string(),
