@@ -5,14 +5,15 @@
 # tests/setup.sh; the test fails, not skips, when it fails.
 #
 # Qwen Code 0.15.10 is the last release that runs on Node 20 (later ones need Node 22); Claude Code
-# 2.1.197 is a native binary the npm package carries; Gemini CLI 0.61.0 runs on Node 20 (its
-# engines field asks for >=20).
+# 2.1.197 and Codex 0.171.0 are native binaries their npm packages carry; Gemini CLI 0.61.0 runs on
+# Node 20 (its engines field asks for >=20).
 # mini-swe-agent goes into a virtual environment of its own (it pulls in litellm).
 set -euo pipefail
 QWEN_VERSION=0.15.10
 MSWEA_VERSION=2.4.6
 CLAUDE_VERSION=2.1.197
 GEMINI_VERSION=0.61.0
+CODEX_VERSION=0.171.0
 cache="${PICOGENT_CLI_CACHE:-$HOME/.cache/picogent/cli}"
 prefix="$cache/qwen-$QWEN_VERSION"
 if [ ! -x "$prefix/node_modules/.bin/qwen" ]; then
@@ -36,6 +37,15 @@ if [ ! -x "$prefix/node_modules/.bin/gemini" ]; then
   npm install --prefix "$prefix" --no-fund --no-audit --loglevel=error "@google/gemini-cli@$GEMINI_VERSION"
 fi
 echo "gemini $("$prefix/node_modules/.bin/gemini" --version) at $prefix/node_modules/.bin/gemini"
+
+# Codex CLI: its npm package brings the native binary for the platform as an optional dependency
+# (about 420 MB installed).
+prefix="$cache/codex-$CODEX_VERSION"
+if [ ! -x "$prefix/node_modules/.bin/codex" ]; then
+  mkdir -p "$prefix"
+  npm install --prefix "$prefix" --no-fund --no-audit --loglevel=error "@openai/codex@$CODEX_VERSION"
+fi
+echo "codex $("$prefix/node_modules/.bin/codex" --version) at $prefix/node_modules/.bin/codex"
 
 venv="$cache/mswea-$MSWEA_VERSION"
 if [ ! -x "$venv/bin/mini" ]; then
