@@ -521,15 +521,18 @@ async fn a_workspace_that_cannot_be_prepared_is_named_as_picogents_step() {
 
 #[test]
 fn task_text_starting_with_dashes_is_never_an_option_of_a_presets_cli() {
-    for preset in ["qwen-code", "mini-swe-agent", "gemini-cli"] {
+    for preset in ["qwen-code", "mini-swe-agent", "claude-code", "gemini-cli", "codex"] {
         let entry: CodingAgentConfig = serde_json::from_value(json!({"preset": preset})).unwrap();
         let agent = entry.resolve(preset).unwrap();
         let words: Vec<&String> = agent.command.iter().filter(|word| word.contains("{instructions}")).collect();
         assert_eq!(words.len(), 1, "{preset}: {words:?}");
         let word = words[0];
+        // Joined to its option, or the last argument, after the `--` that ends the options.
+        let after_dashes = agent.command.ends_with(&["--".to_string(), "{instructions}".to_string()]);
         assert!(
-            word.starts_with("--") && word.contains("={instructions}"),
-            "{preset}: the task's text is joined to its option, never an argument of its own: {word}"
+            (word.starts_with("--") && word.contains("={instructions}")) || after_dashes,
+            "{preset}: the task's text is joined to its option or comes after `--`, never an option: {:?}",
+            agent.command
         );
     }
 }
