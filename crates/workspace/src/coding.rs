@@ -465,7 +465,7 @@ impl Reading {
             Some("error") => {
                 let said = event.get("message").and_then(|message| message.as_str());
                 self.error_event = said.map(short);
-                self.unresolved = Some(format!("it reported an error: {}", short(said.unwrap_or("an error"))));
+                self.unresolved = Some(format!("it reported an error: {}", codex_said(said.unwrap_or("an error"))));
             }
             Some("assistant") => {
                 let parts = event.pointer("/message/content").and_then(|content| content.as_array());
@@ -504,7 +504,7 @@ impl Reading {
             Some("item.completed") => self.codex_item(event.get("item").unwrap_or(&serde_json::Value::Null)),
             Some("turn.failed") => {
                 let said = event.pointer("/error/message").and_then(|message| message.as_str());
-                self.error = Some(format!("it reported an error: {}", short(said.unwrap_or("the turn failed"))));
+                self.error = Some(format!("it reported an error: {}", codex_said(said.unwrap_or("the turn failed"))));
             }
             Some("turn.completed") => self.unresolved = None,
             _ => {}
@@ -598,6 +598,14 @@ pub fn completed_todos(line: &str) -> Vec<String> {
         .map(|text| text.trim().to_string())
         .filter(|text| !text.is_empty())
         .collect()
+}
+
+/// What Codex CLI said of an error, shortened: the endpoint's `error.message` when it passes on
+/// the endpoint's error body whole.
+fn codex_said(said: &str) -> String {
+    let body = serde_json::from_str::<serde_json::Value>(said).ok();
+    let message = body.as_ref().and_then(|body| body.pointer("/error/message")).and_then(|message| message.as_str());
+    short(message.unwrap_or(said))
 }
 
 /// At most 200 characters of `text`, on one line.
@@ -710,5 +718,9 @@ mod tests {
         assert_eq!(failed.failure().as_deref(), Some("it reported an error: unexpected status 401"));
         failed.stdout(r#"{"type":"turn.failed","error":{"message":"stream disconnected before completion"}}"#);
         assert_eq!(failed.failure().as_deref(), Some("it reported an error: stream disconnected before completion"));
+        // The endpoint's error body, passed on whole, is told by its message.
+        let mut refused = Reading::new(OutputFormat::Jsonl);
+        refused.stdout(r#"{"type":"turn.failed","error":{"message":"{\"error\":{\"message\":\"model not found\",\"type\":\"invalid_request_error\"}}"}}"#);
+        assert_eq!(refused.failure().as_deref(), Some("it reported an error: model not found"));
     }
 }
