@@ -173,7 +173,7 @@ struct Decided {
 
 pub(crate) async fn responses(State(state): State<Arc<ServerState>>, headers: HeaderMap, body: Bytes) -> Response {
     let parsed = crate::parse_body(&body);
-    crate::record_request(&state, PATH, &headers, &body, parsed.as_ref().ok());
+    crate::record_request(&state, PATH, &headers, &body, parsed.as_ref().ok(), None);
     let stream = parsed.as_ref().ok().and_then(|request| request.get("stream")).and_then(Value::as_bool) == Some(true);
     let in_flight = InFlight::new(state.clone());
     let decided = decide(&state, parsed);
