@@ -116,6 +116,9 @@ impl CodingError {
 }
 
 /// The coding tools, over every task's workspace.
+/// The least time between two steps ticked from a coding agent's progress.
+const STEP_PACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 pub struct CodingTools {
     workspaces: Arc<Workspaces>,
     client: TrackerClient,
@@ -287,7 +290,9 @@ impl CodingTools {
     }
 
     /// Ticks the open step each to-do item the coding agent reports completed names (by title,
-    /// case and spaces aside), once each, until its output ends; answers the titles ticked.
+    /// case and spaces aside), once each, until its output ends; answers the titles ticked. At
+    /// most one tick every [`STEP_PACE`]: a CLI that reports its whole list at once does not send
+    /// the board a burst.
     async fn tick_steps(
         &self,
         task: &TaskOut,
@@ -296,11 +301,14 @@ impl CodingTools {
         mut done: tokio::sync::mpsc::UnboundedReceiver<String>,
     ) -> Vec<String> {
         let mut ticked: Vec<String> = Vec::new();
+        let mut next = tokio::time::Instant::now();
         while let Some(todo) = done.recv().await {
             let Some(step) = open.iter().find(|step| same_title(&step.title, &todo)) else { continue };
             if ticked.contains(&step.title) {
                 continue;
             }
+            tokio::time::sleep_until(next).await;
+            next = tokio::time::Instant::now() + STEP_PACE;
             let key = run_id.map(|run| format!("{run}:coding-step:{}", step.id));
             match self.client.complete_step(&task.id, &step.id, key.as_deref()).await {
                 Ok(_) => ticked.push(step.title.clone()),
