@@ -250,9 +250,9 @@ async fn start_run_over_mcp_names_the_coding_agent_and_the_branch() {
 /// An MCP client of the tasks extension (rmcp's, on 2026-07-28), as seed 000's `create_task` was
 /// used: `start_run` creates a task with a coding agent and a branch and is answered at once with
 /// a task; the client follows it with `tasks/get` to its end and reads `run://{id}/logs` and
-/// `run://{id}/result`; a second, hanging run is cancelled midway with `tasks/cancel`. The board
-/// shows the same runs: one each (the created task's own assignment starts none), its answer
-/// naming the branch, and one notice for the stop.
+/// `run://{id}/result`; a second, hanging run is cancelled midway with `tasks/cancel`, and a
+/// third is stopped from the board. The board shows the same runs: one each (the created task's
+/// own assignment starts none), its answer naming the branch, and one notice for the stop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mcp_client_follows_a_coding_run_as_a_task_and_cancels_another() {
     use rmcp::model::{
@@ -394,6 +394,24 @@ async fn an_mcp_client_follows_a_coding_run_as_a_task_and_cancels_another() {
     let notices = agent_comments(&notices);
     assert_eq!(notices.len(), 1, "{notices:#?}");
     assert!(notices[0].content.starts_with("Stopped"), "{}", notices[0].content);
+
+    // A third, stopped from the board by a person: the client sees it cancelled too.
+    std::fs::remove_file(&pidfile).unwrap();
+    let third = start(json!({"project": "team", "title": "Profile src/date.py", "coding_agent": "hanging"})).await;
+    let session = agent.state.get_run(&third.task_id).await.unwrap().unwrap().session_key.to_string();
+    let profiled = session.strip_prefix("task:").unwrap().to_string();
+    let sleeper: i32 = eventually(Duration::from_secs(30), "the third coding agent started", || async {
+        std::fs::read_to_string(&pidfile).ok().and_then(|text| text.trim().parse().ok())
+    })
+    .await;
+    comment(&alice, &profiled, "@picogent stop").await;
+    let stopped = eventually(Duration::from_secs(30), "the task cancelled from the board", || async {
+        let task = state(third.task_id.clone()).await;
+        task.status().is_terminal().then_some(task)
+    })
+    .await;
+    assert_eq!(stopped.status(), McpTaskStatus::Cancelled, "{stopped:?}");
+    eventually(Duration::from_secs(15), "its process group killed", || async { (!alive(sleeper)).then_some(()) }).await;
     let unknown = mcp.get_task(GetTaskParams::new("run-nope")).await;
     assert!(unknown.is_err(), "an unknown task is an error: {unknown:?}");
 
