@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 
 use crate::cache::{self, CacheUse, Unit};
 use crate::script::ScriptFault;
-use crate::{Capped, Fault, Finish, InFlight, MODEL_NAME, Reply, ServerState};
+use crate::{Capped, Fault, Finish, MODEL_NAME, Reply, ServerState};
 use picogent_llm::{Message, ToolSpec, count_text_tokens, estimate_prompt_tokens};
 use request::{Malformed, read_request};
 
@@ -64,9 +64,7 @@ pub(crate) async fn models(
     body: Bytes,
 ) -> Response {
     let path = format!("{PATH}/{action}");
-    let parsed = crate::parse_body(&body);
-    let key = query.get("key").cloned();
-    crate::record_request(&state, &path, &headers, &body, parsed.as_ref().ok(), key);
+    let parsed = crate::received(&state, &path, &headers, &body, query.get("key").cloned());
     let (model, method) = action.rsplit_once(':').unwrap_or((action.as_str(), ""));
     let method = match method {
         "generateContent" => Method::Generate,
@@ -82,23 +80,22 @@ pub(crate) async fn models(
     }
     let stream = matches!(method, Method::Stream);
     let sse = query.get("alt").map(String::as_str) == Some("sse");
-    let in_flight = InFlight::new(state.clone());
-    let decided = decide(&state, model, parsed);
-    crate::delay_whole_answer(&state, stream).await;
-    let response = match decided {
-        Err(fault) => fault_response(&fault),
-        Ok(decided) => {
+    crate::answer(
+        &state,
+        stream,
+        || decide(&state, model, parsed),
+        fault_response,
+        |decided, in_flight| {
             let answer = render(&state, decided);
             match (stream, sse) {
                 // In flight until its last chunk is out.
-                (true, true) => return stream::sse(&answer, state.options.delay, in_flight),
+                (true, true) => stream::sse(&answer, state.options.delay, in_flight),
                 (true, false) => axum::Json(Value::Array(stream::chunks(&answer))).into_response(),
                 (false, _) => axum::Json(answer.to_json()).into_response(),
             }
-        }
-    };
-    drop(in_flight);
-    response
+        },
+    )
+    .await
 }
 
 /// `:countTokens`: the prompt's tokens, counted as answers count them.

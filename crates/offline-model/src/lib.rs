@@ -466,6 +466,45 @@ async fn delay_whole_answer(state: &ServerState, stream: bool) {
     }
 }
 
+/// A request of any of the APIs as it arrives: recorded (see [`record_request`]), and its body
+/// as JSON.
+fn received(
+    state: &ServerState,
+    path: &str,
+    headers: &HeaderMap,
+    body: &Bytes,
+    query_key: Option<String>,
+) -> Result<Value, serde_json::Error> {
+    let parsed = parse_body(body);
+    record_request(state, path, headers, body, parsed.as_ref().ok(), query_key);
+    parsed
+}
+
+/// Whether the request asks for its answer streamed (`"stream": true`).
+fn wants_stream(parsed: &Result<Value, serde_json::Error>) -> bool {
+    parsed.as_ref().ok().and_then(|request| request.get("stream")).and_then(Value::as_bool) == Some(true)
+}
+
+/// What every API's handler shares once the request is read: it counts in flight from now, its
+/// answer is decided before the delay (a whole answer waits the delay out, a stream spreads it
+/// over its pieces), then `fault` shapes a refusal in the API's words and `respond` the answer,
+/// given the in-flight count to hold until a stream's last piece is out.
+async fn answer<D>(
+    state: &Arc<ServerState>,
+    stream: bool,
+    decide: impl FnOnce() -> Result<D, Fault>,
+    fault: fn(&Fault) -> Response,
+    respond: impl FnOnce(D, InFlight) -> Response,
+) -> Response {
+    let in_flight = InFlight::new(state.clone());
+    let decided = decide();
+    delay_whole_answer(state, stream).await;
+    match decided {
+        Err(refused) => fault(&refused),
+        Ok(decided) => respond(decided, in_flight),
+    }
+}
+
 /// The next of the configured bursts of faults (rate limits, overloads, server errors, cut
 /// bodies), if any is left.
 fn injected_fault(state: &ServerState) -> Option<Fault> {

@@ -29,7 +29,7 @@ use serde_json::{Value, json};
 
 use crate::cache::{self, CacheUse};
 use crate::script::ScriptFault;
-use crate::{Capped, Fault, Finish, InFlight, MODEL_NAME, Reply, ServerState};
+use crate::{Capped, Fault, Finish, MODEL_NAME, Reply, ServerState};
 use picogent_llm::estimate_prompt_tokens;
 use request::{Malformed, read_request};
 
@@ -50,25 +50,23 @@ struct Decided {
 }
 
 pub(crate) async fn messages(State(state): State<Arc<ServerState>>, headers: HeaderMap, body: Bytes) -> Response {
-    let parsed = crate::parse_body(&body);
-    crate::record_request(&state, PATH, &headers, &body, parsed.as_ref().ok(), None);
-    let stream = parsed.as_ref().ok().and_then(|request| request.get("stream")).and_then(Value::as_bool) == Some(true);
-    let in_flight = InFlight::new(state.clone());
-    let decided = decide(&state, &headers, parsed);
-    crate::delay_whole_answer(&state, stream).await;
-    let response = match decided {
-        Err(fault) => fault_response(&fault),
-        Ok(decided) => {
+    let parsed = crate::received(&state, PATH, &headers, &body, None);
+    let stream = crate::wants_stream(&parsed);
+    crate::answer(
+        &state,
+        stream,
+        || decide(&state, &headers, parsed),
+        fault_response,
+        |decided, in_flight| {
             let answer = render(&state, decided);
             if stream {
                 // In flight until its last event is out.
                 return stream::sse(&answer, state.options.delay, in_flight);
             }
             axum::Json(answer.to_json()).into_response()
-        }
-    };
-    drop(in_flight);
-    response
+        },
+    )
+    .await
 }
 
 fn decide(

@@ -23,7 +23,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::cache::{self, CacheUse, Unit};
-use crate::{Capped, Fault, Finish, InFlight, MODEL_NAME, Reply, ServerState};
+use crate::{Capped, Fault, Finish, MODEL_NAME, Reply, ServerState};
 use picogent_llm::{Message, TOOL_ERROR_PREFIX, ToolCall, ToolSpec, estimate_prompt_tokens};
 
 /// Where responses are served.
@@ -172,25 +172,23 @@ struct Decided {
 }
 
 pub(crate) async fn responses(State(state): State<Arc<ServerState>>, headers: HeaderMap, body: Bytes) -> Response {
-    let parsed = crate::parse_body(&body);
-    crate::record_request(&state, PATH, &headers, &body, parsed.as_ref().ok(), None);
-    let stream = parsed.as_ref().ok().and_then(|request| request.get("stream")).and_then(Value::as_bool) == Some(true);
-    let in_flight = InFlight::new(state.clone());
-    let decided = decide(&state, parsed);
-    crate::delay_whole_answer(&state, stream).await;
-    let response = match decided {
-        Err(fault) => crate::openai::fault_response(&fault),
-        Ok(decided) => {
+    let parsed = crate::received(&state, PATH, &headers, &body, None);
+    let stream = crate::wants_stream(&parsed);
+    crate::answer(
+        &state,
+        stream,
+        || decide(&state, parsed),
+        crate::openai::fault_response,
+        |decided, in_flight| {
             let body = render(&state, decided);
             if stream {
                 // In flight until its last event is out.
                 return stream::sse(body, state.options.delay, in_flight);
             }
             axum::Json(body).into_response()
-        }
-    };
-    drop(in_flight);
-    response
+        },
+    )
+    .await
 }
 
 fn decide(state: &ServerState, parsed: Result<Value, serde_json::Error>) -> Result<Decided, Fault> {
