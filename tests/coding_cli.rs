@@ -117,35 +117,32 @@ fn no_token_sent(coding_model: &picogent::offline_model::OfflineModelHandle) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn qwen_code_edits_the_file_and_picogent_pushes_its_commit_on_the_tasks_branch() {
+/// A CLI of `preset` works the board's first task (TE-1, "Fix the date parser") through its
+/// preset, the offline endpoint replaying `script` (given the absolute path of the task's
+/// `src/date.py`): the task ends in review; every turn of the script was asked for, as it
+/// expected, and every request went to `path`; the work is pushed as a person sees it
+/// ([`work_pushed`], the commit's subject starting `subject`), and no token of picogent's went to
+/// the model.
+async fn the_cli_edits_the_file_and_its_commit_is_pushed(
+    preset: &str,
+    script: impl FnOnce(&str) -> serde_json::Value,
+    path: &str,
+    subject: &str,
+) {
     put_clis_on_path();
     let dir = tempfile::tempdir().unwrap();
     let (remote, main_before) = remote(dir.path());
-
-    // The first task of the seeded board is TE-1: its workspace, and the file Qwen Code edits.
     let file = dir.path().join("workspaces/app/TE-1/src/date.py");
-    let file = file.to_str().unwrap();
-    let script: Script = serde_json::from_value(json!({
-        "description": "Qwen Code reads src/date.py, edits one line, and says so",
-        "turns": [
-            {"reply": {"content": "Reading it first.", "tool_calls": [{"name": "read_file", "arguments": {"file_path": file}}]}},
-            {"expect": {"tools_include": ["edit", "read_file"], "last_tool_result_contains": "2020-01-01"},
-             "reply": {"tool_calls": [{"name": "edit", "arguments": {
-                "file_path": file, "old_string": "    return \"2020-01-01\"", "new_string": "    return \"2024-06-01\""}}]}},
-            {"reply": {"content": "Updated src/date.py: the default is 2024-06-01."}}
-        ]
-    }))
-    .unwrap();
+    let script: Script = serde_json::from_value(script(file.to_str().unwrap())).unwrap();
+    let turns = script.turns.len();
     let coding_model = picogent::offline_model::start(OfflineModelOptions::script(script)).await.unwrap();
-
     let board = start_board(dir.path()).await;
     let model = start_model(0).await;
     let extra = json!({"workspaces": {
         "root": dir.path().join("workspaces"),
         "repositories": {"app": {"url": remote, "base": "main", "projects": ["team"]}},
-        "agents": {"qwen": {"preset": "qwen-code", "base_url": coding_model.url(), "model": "scripted",
-                            "timeout_ms": 180_000}},
+        "agents": {"cli": {"preset": preset, "base_url": coding_model.url(), "model": "scripted",
+                           "timeout_ms": 180_000}},
     }});
     let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
     wait_ready(&agent).await;
@@ -158,125 +155,83 @@ async fn qwen_code_edits_the_file_and_picogent_pushes_its_commit_on_the_tasks_br
     })
     .await;
 
-    assert_eq!(coding_model.mismatches(), Vec::<String>::new(), "Qwen Code asked what the script expected");
-    assert_eq!(coding_model.script_position(), 3, "every turn of the script was asked for");
-    work_pushed(&alice, &task, &remote, &main_before, "TE-1: Updated src/date.py").await;
-
-    // What Qwen Code sent the model: none of picogent's tokens (the tracker's, the MCP one).
+    assert_eq!(coding_model.mismatches(), Vec::<String>::new(), "{preset} asked what the script expected");
+    assert_eq!(coding_model.script_position(), turns, "{preset}: every turn of the script was asked for");
+    let paths = coding_model.request_paths();
+    assert!(paths.iter().all(|asked| asked == path), "{preset}: {paths:?}");
+    work_pushed(&alice, &task, &remote, &main_before, subject).await;
     no_token_sent(&coding_model);
     agent.shutdown().await.unwrap();
     model.shutdown().await;
     coding_model.shutdown().await;
     board.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn qwen_code_edits_the_file_and_picogent_pushes_its_commit_on_the_tasks_branch() {
+    // Qwen Code's tools are its own (`read_file`, `edit`, `run_shell_command`, …); it asks the
+    // model on chat completions at `{base_url}/chat/completions`.
+    let script = |file: &str| {
+        json!({
+            "description": "Qwen Code reads src/date.py, edits one line, and says so",
+            "turns": [
+                {"reply": {"content": "Reading it first.", "tool_calls": [{"name": "read_file", "arguments": {"file_path": file}}]}},
+                {"expect": {"tools_include": ["edit", "read_file"], "last_tool_result_contains": "2020-01-01"},
+                 "reply": {"tool_calls": [{"name": "edit", "arguments": {
+                    "file_path": file, "old_string": "    return \"2020-01-01\"", "new_string": "    return \"2024-06-01\""}}]}},
+                {"reply": {"content": "Updated src/date.py: the default is 2024-06-01."}}
+            ]
+        })
+    };
+    the_cli_edits_the_file_and_its_commit_is_pushed(
+        "qwen-code",
+        script,
+        "/v1/chat/completions",
+        "TE-1: Updated src/date.py",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mini_swe_agent_edits_the_file_with_bash_and_its_submission_is_pushed_on_the_tasks_branch() {
-    put_clis_on_path();
-    let dir = tempfile::tempdir().unwrap();
-    let (remote, main_before) = remote(dir.path());
-
     // mini-swe-agent's one tool is `bash`, run in the workspace (its working directory); it ends
     // when the model runs the submit command alone.
-    let script: Script = serde_json::from_value(json!({
-        "description": "mini-swe-agent edits src/date.py with sed, checks it, and submits",
-        "turns": [
-            {"expect": {"tools_include": ["bash"]},
-             "reply": {"content": "Replacing the old default.", "tool_calls": [{"name": "bash", "arguments": {
-                "command": "sed -i 's/2020-01-01/2024-06-01/' src/date.py && cat src/date.py"}}]}},
-            {"expect": {"last_tool_result_contains": "2024-06-01"},
-             "reply": {"content": "Done: src/date.py returns 2024-06-01.", "tool_calls": [{"name": "bash", "arguments": {
-                "command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}}]}}
-        ]
-    }))
-    .unwrap();
-    let coding_model = picogent::offline_model::start(OfflineModelOptions::script(script)).await.unwrap();
-
-    let board = start_board(dir.path()).await;
-    let model = start_model(0).await;
-    let extra = json!({"workspaces": {
-        "root": dir.path().join("workspaces"),
-        "repositories": {"app": {"url": remote, "base": "main", "projects": ["team"]}},
-        "agents": {"mini": {"preset": "mini-swe-agent", "base_url": coding_model.url(), "model": "scripted",
-                            "timeout_ms": 180_000}},
-    }});
-    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
-    wait_ready(&agent).await;
-    let alice = client(&board, "tok-alice");
-    let task = create_assigned(&alice, "Fix the date parser", "src/date.py returns an old default date.").await;
-    eventually(std::time::Duration::from_secs(180), "the task in review", || async {
-        let task = alice.get_task(&task.id).await.ok()?;
-        (task.status == TaskStatus::InReview && agent.status.active_runs() == 0).then_some(())
-    })
-    .await;
-
-    assert_eq!(coding_model.mismatches(), Vec::<String>::new(), "mini-swe-agent asked what the script expected");
-    assert_eq!(coding_model.script_position(), 2, "every turn of the script was asked for");
-    work_pushed(&alice, &task, &remote, &main_before, &format!("{}: ", task.key)).await;
-    no_token_sent(&coding_model);
-    agent.shutdown().await.unwrap();
-    model.shutdown().await;
-    coding_model.shutdown().await;
-    board.shutdown().await.unwrap();
+    let script = |_file: &str| {
+        json!({
+            "description": "mini-swe-agent edits src/date.py with sed, checks it, and submits",
+            "turns": [
+                {"expect": {"tools_include": ["bash"]},
+                 "reply": {"content": "Replacing the old default.", "tool_calls": [{"name": "bash", "arguments": {
+                    "command": "sed -i 's/2020-01-01/2024-06-01/' src/date.py && cat src/date.py"}}]}},
+                {"expect": {"last_tool_result_contains": "2024-06-01"},
+                 "reply": {"content": "Done: src/date.py returns 2024-06-01.", "tool_calls": [{"name": "bash", "arguments": {
+                    "command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}}]}}
+            ]
+        })
+    };
+    the_cli_edits_the_file_and_its_commit_is_pushed("mini-swe-agent", script, "/v1/chat/completions", "TE-1: ").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_code_writes_the_file_on_the_messages_api_and_picogent_pushes_its_commit() {
-    put_clis_on_path();
-    let dir = tempfile::tempdir().unwrap();
-    let (remote, main_before) = remote(dir.path());
-
     // Claude Code's tools are its own (`Read`, `Edit`, `Write`, `Bash`, …); it asks the model on
     // the Messages API at `{api_root}/v1/messages`.
-    let file = dir.path().join("workspaces/app/TE-1/src/date.py");
-    let file = file.to_str().unwrap();
-    let script: Script = serde_json::from_value(json!({
-        "description": "Claude Code reads src/date.py, edits one line with its Edit tool, and says so",
-        "turns": [
-            {"expect": {"tools_include": ["Read", "Edit", "Write", "Bash"]},
-             "reply": {"content": "Reading it first.", "tool_calls": [{"name": "Read", "arguments": {"file_path": file}}]}},
-            {"expect": {"last_tool_result_contains": "2020-01-01"},
-             "reply": {"tool_calls": [{"name": "Edit", "arguments": {
-                "file_path": file, "old_string": "    return \"2020-01-01\"", "new_string": "    return \"2024-06-01\""}}]}},
-            {"expect": {"last_tool_result_contains": "date.py"},
-             "reply": {"content": "Updated src/date.py: the default is 2024-06-01."}}
-        ]
-    }))
-    .unwrap();
-    let coding_model = picogent::offline_model::start(OfflineModelOptions::script(script)).await.unwrap();
-
-    let board = start_board(dir.path()).await;
-    let model = start_model(0).await;
-    let extra = json!({"workspaces": {
-        "root": dir.path().join("workspaces"),
-        "repositories": {"app": {"url": remote, "base": "main", "projects": ["team"]}},
-        "agents": {"claude": {"preset": "claude-code", "base_url": coding_model.url(), "model": "scripted",
-                              "timeout_ms": 180_000}},
-    }});
-    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
-    wait_ready(&agent).await;
-    let alice = client(&board, "tok-alice");
-    let task = create_assigned(&alice, "Fix the date parser", "src/date.py returns an old default date.").await;
-    assert_eq!(task.key, "TE-1");
-    eventually(std::time::Duration::from_secs(180), "the task in review", || async {
-        let task = alice.get_task(&task.id).await.ok()?;
-        (task.status == TaskStatus::InReview && agent.status.active_runs() == 0).then_some(())
-    })
-    .await;
-
-    assert_eq!(coding_model.mismatches(), Vec::<String>::new(), "Claude Code asked what the script expected");
-    assert_eq!(coding_model.script_position(), 3, "every turn of the script was asked for");
-    assert!(
-        coding_model.request_paths().iter().all(|path| path == "/v1/messages"),
-        "{:?}",
-        coding_model.request_paths()
-    );
-    work_pushed(&alice, &task, &remote, &main_before, "TE-1: Updated src/date.py").await;
-    no_token_sent(&coding_model);
-    agent.shutdown().await.unwrap();
-    model.shutdown().await;
-    coding_model.shutdown().await;
-    board.shutdown().await.unwrap();
+    let script = |file: &str| {
+        json!({
+            "description": "Claude Code reads src/date.py, edits one line with its Edit tool, and says so",
+            "turns": [
+                {"expect": {"tools_include": ["Read", "Edit", "Write", "Bash"]},
+                 "reply": {"content": "Reading it first.", "tool_calls": [{"name": "Read", "arguments": {"file_path": file}}]}},
+                {"expect": {"last_tool_result_contains": "2020-01-01"},
+                 "reply": {"tool_calls": [{"name": "Edit", "arguments": {
+                    "file_path": file, "old_string": "    return \"2020-01-01\"", "new_string": "    return \"2024-06-01\""}}]}},
+                {"expect": {"last_tool_result_contains": "date.py"},
+                 "reply": {"content": "Updated src/date.py: the default is 2024-06-01."}}
+            ]
+        })
+    };
+    the_cli_edits_the_file_and_its_commit_is_pushed("claude-code", script, "/v1/messages", "TE-1: Updated src/date.py")
+        .await;
 }
 
 /// Whether a process whose command line starts `timeout <seconds>` is alive on the machine: the
@@ -413,79 +368,32 @@ async fn claude_code_reports_a_refused_request_as_a_failure_and_is_killed_by_a_s
     a_reported_error_fails_the_run_naming_it_and_a_stop_kills_the_cli("claude-code", 400, call, "3013").await;
 }
 
-/// Gemini CLI's paths on the Gemini API: `{api_root}/v1beta/models/{model}:streamGenerateContent`.
-fn all_gemini_paths(coding_model: &picogent::offline_model::OfflineModelHandle) {
-    let paths = coding_model.request_paths();
-    assert!(
-        !paths.is_empty() && paths.iter().all(|path| path == "/v1beta/models/scripted:streamGenerateContent"),
-        "{paths:?}"
-    );
-}
-
-/// Gemini CLI run through its preset against `coding_model`: the board, picogent's own model,
-/// the agent, ready.
-async fn start_gemini(
-    dir: &Path,
-    remote: &Path,
-    coding_model: &picogent::offline_model::OfflineModelHandle,
-) -> (picogent::board::BoardHandle, picogent::offline_model::OfflineModelHandle, picogent::runtime::AgentHandle) {
-    let board = start_board(dir).await;
-    let model = start_model(0).await;
-    let extra = json!({"workspaces": {
-        "root": dir.join("workspaces"),
-        "repositories": {"app": {"url": remote, "base": "main", "projects": ["team"]}},
-        "agents": {"gemini": {"preset": "gemini-cli", "base_url": coding_model.url(), "model": "scripted",
-                              "timeout_ms": 180_000}},
-    }});
-    let agent = start_agent(agent_config(dir, &board.url(), &model.url(), "picogent", extra)).await;
-    wait_ready(&agent).await;
-    (board, model, agent)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gemini_cli_replaces_the_line_on_the_gemini_api_and_picogent_pushes_its_commit() {
-    put_clis_on_path();
-    let dir = tempfile::tempdir().unwrap();
-    let (remote, main_before) = remote(dir.path());
-
     // Gemini CLI's tools are its own (`read_file`, `replace`, `write_file`, `run_shell_command`,
     // …); it streams from `{api_root}/v1beta/models/{model}:streamGenerateContent`.
-    let file = dir.path().join("workspaces/app/TE-1/src/date.py");
-    let file = file.to_str().unwrap();
-    let script: Script = serde_json::from_value(json!({
-        "description": "Gemini CLI reads src/date.py, replaces one line, and says so",
-        "turns": [
-            {"expect": {"tools_include": ["read_file", "replace", "write_file", "run_shell_command"]},
-             "reply": {"content": "Reading it first.", "tool_calls": [{"name": "read_file", "arguments": {"file_path": file}}]}},
-            {"expect": {"last_tool_result_contains": "2020-01-01"},
-             "reply": {"tool_calls": [{"name": "replace", "arguments": {
-                "file_path": file, "instruction": "Make the default date 2024-06-01.",
-                "old_string": "    return \"2020-01-01\"", "new_string": "    return \"2024-06-01\""}}]}},
-            {"expect": {"last_tool_result_contains": "date.py", "last_tool_result_is_error": false},
-             "reply": {"content": "Updated src/date.py: the default is 2024-06-01."}}
-        ]
-    }))
-    .unwrap();
-    let coding_model = picogent::offline_model::start(OfflineModelOptions::script(script)).await.unwrap();
-    let (board, model, agent) = start_gemini(dir.path(), &remote, &coding_model).await;
-    let alice = client(&board, "tok-alice");
-    let task = create_assigned(&alice, "Fix the date parser", "src/date.py returns an old default date.").await;
-    assert_eq!(task.key, "TE-1");
-    eventually(std::time::Duration::from_secs(180), "the task in review", || async {
-        let task = alice.get_task(&task.id).await.ok()?;
-        (task.status == TaskStatus::InReview && agent.status.active_runs() == 0).then_some(())
-    })
+    let script = |file: &str| {
+        json!({
+            "description": "Gemini CLI reads src/date.py, replaces one line, and says so",
+            "turns": [
+                {"expect": {"tools_include": ["read_file", "replace", "write_file", "run_shell_command"]},
+                 "reply": {"content": "Reading it first.", "tool_calls": [{"name": "read_file", "arguments": {"file_path": file}}]}},
+                {"expect": {"last_tool_result_contains": "2020-01-01"},
+                 "reply": {"tool_calls": [{"name": "replace", "arguments": {
+                    "file_path": file, "instruction": "Make the default date 2024-06-01.",
+                    "old_string": "    return \"2020-01-01\"", "new_string": "    return \"2024-06-01\""}}]}},
+                {"expect": {"last_tool_result_contains": "date.py", "last_tool_result_is_error": false},
+                 "reply": {"content": "Updated src/date.py: the default is 2024-06-01."}}
+            ]
+        })
+    };
+    the_cli_edits_the_file_and_its_commit_is_pushed(
+        "gemini-cli",
+        script,
+        "/v1beta/models/scripted:streamGenerateContent",
+        "TE-1: Updated src/date.py",
+    )
     .await;
-
-    assert_eq!(coding_model.mismatches(), Vec::<String>::new(), "Gemini CLI asked what the script expected");
-    assert_eq!(coding_model.script_position(), 3, "every turn of the script was asked for");
-    all_gemini_paths(&coding_model);
-    work_pushed(&alice, &task, &remote, &main_before, "TE-1: Updated src/date.py").await;
-    no_token_sent(&coding_model);
-    agent.shutdown().await.unwrap();
-    model.shutdown().await;
-    coding_model.shutdown().await;
-    board.shutdown().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -497,60 +405,25 @@ async fn gemini_cli_reports_a_refused_request_as_a_failure_and_is_killed_by_a_st
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_edits_the_file_with_its_shell_on_the_responses_api_and_picogent_pushes_its_commit() {
-    put_clis_on_path();
-    let dir = tempfile::tempdir().unwrap();
-    let (remote, main_before) = remote(dir.path());
-
     // Codex's tools are its own: `exec_command` runs a shell command (`cmd`) in the workspace. It
     // asks the model on the Responses API at `{base_url}/responses`.
-    let script: Script = serde_json::from_value(json!({
-        "description": "Codex reads src/date.py with its shell, edits one line with sed, and says so",
-        "turns": [
-            {"expect": {"tools_include": ["exec_command"], "messages_contain": "src/date.py"},
-             "reply": {"content": "Reading it first.", "tool_calls": [{"name": "exec_command", "arguments": {
-                "cmd": "cat src/date.py"}}]}},
-            {"expect": {"last_tool_result_contains": "2020-01-01"},
-             "reply": {"tool_calls": [{"name": "exec_command", "arguments": {
-                "cmd": "sed -i 's/2020-01-01/2024-06-01/' src/date.py && grep -n 2024 src/date.py"}}]}},
-            {"expect": {"last_tool_result_contains": "2024-06-01"},
-             "reply": {"content": "Updated src/date.py: the default is 2024-06-01."}}
-        ]
-    }))
-    .unwrap();
-    let coding_model = picogent::offline_model::start(OfflineModelOptions::script(script)).await.unwrap();
-
-    let board = start_board(dir.path()).await;
-    let model = start_model(0).await;
-    let extra = json!({"workspaces": {
-        "root": dir.path().join("workspaces"),
-        "repositories": {"app": {"url": remote, "base": "main", "projects": ["team"]}},
-        "agents": {"codex": {"preset": "codex", "base_url": coding_model.url(), "model": "scripted",
-                             "timeout_ms": 180_000}},
-    }});
-    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
-    wait_ready(&agent).await;
-    let alice = client(&board, "tok-alice");
-    let task = create_assigned(&alice, "Fix the date parser", "src/date.py returns an old default date.").await;
-    assert_eq!(task.key, "TE-1");
-    eventually(std::time::Duration::from_secs(180), "the task in review", || async {
-        let task = alice.get_task(&task.id).await.ok()?;
-        (task.status == TaskStatus::InReview && agent.status.active_runs() == 0).then_some(())
-    })
-    .await;
-
-    assert_eq!(coding_model.mismatches(), Vec::<String>::new(), "Codex asked what the script expected");
-    assert_eq!(coding_model.script_position(), 3, "every turn of the script was asked for");
-    assert!(
-        coding_model.request_paths().iter().all(|path| path == "/v1/responses"),
-        "{:?}",
-        coding_model.request_paths()
-    );
-    work_pushed(&alice, &task, &remote, &main_before, "TE-1: Updated src/date.py").await;
-    no_token_sent(&coding_model);
-    agent.shutdown().await.unwrap();
-    model.shutdown().await;
-    coding_model.shutdown().await;
-    board.shutdown().await.unwrap();
+    let script = |_file: &str| {
+        json!({
+            "description": "Codex reads src/date.py with its shell, edits one line with sed, and says so",
+            "turns": [
+                {"expect": {"tools_include": ["exec_command"], "messages_contain": "src/date.py"},
+                 "reply": {"content": "Reading it first.", "tool_calls": [{"name": "exec_command", "arguments": {
+                    "cmd": "cat src/date.py"}}]}},
+                {"expect": {"last_tool_result_contains": "2020-01-01"},
+                 "reply": {"tool_calls": [{"name": "exec_command", "arguments": {
+                    "cmd": "sed -i 's/2020-01-01/2024-06-01/' src/date.py && grep -n 2024 src/date.py"}}]}},
+                {"expect": {"last_tool_result_contains": "2024-06-01"},
+                 "reply": {"content": "Updated src/date.py: the default is 2024-06-01."}}
+            ]
+        })
+    };
+    the_cli_edits_the_file_and_its_commit_is_pushed("codex", script, "/v1/responses", "TE-1: Updated src/date.py")
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
