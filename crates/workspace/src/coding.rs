@@ -6,8 +6,8 @@
 //! How it ended is judged from what the CLI says, not only its exit code: a stream-json `result`
 //! line (Qwen Code, Claude Code) with `is_error` or an `[API Error…]` result, or with a `status`
 //! other than `success` (Gemini CLI), is a failure though the CLI exits 0, and so is Codex CLI's
-//! `turn.failed` (or an `error` no `turn.completed` follows), and a result file whose status is
-//! not one of its `done` values (mini-swe-agent past its step limit).
+//! `turn.failed` (or an `error` no `turn.completed` follows), OpenCode's `error`, and a result
+//! file whose status is not one of its `done` values (mini-swe-agent past its step limit).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -456,14 +456,25 @@ impl Reading {
                 }
                 self.delta_open = delta;
             }
+            // Gemini CLI's (`tool_name`, `parameters`), or OpenCode's (`part.tool`, its input).
             Some("tool_use") => {
-                let name = event.get("tool_name").and_then(|name| name.as_str()).unwrap_or("tool");
-                self.progress.push(progress_line(name, event.get("parameters")));
+                let name = event.get("tool_name").or_else(|| event.pointer("/part/tool"));
+                let name = name.and_then(|name| name.as_str()).unwrap_or("tool");
+                let arguments = event.get("parameters").or_else(|| event.pointer("/part/state/input"));
+                self.progress.push(progress_line(name, arguments));
             }
-            // Gemini CLI's `error` (its `result` follows and decides), and Codex CLI's (a failure
-            // unless `turn.completed` follows, as after a retry that worked).
+            // OpenCode's text, one whole part each.
+            Some("text") => {
+                if let Some(text) = event.pointer("/part/text").and_then(|text| text.as_str()) {
+                    self.last_lines = vec![text.to_string()];
+                }
+            }
+            // Gemini CLI's `error` (its `result` follows and decides), Codex CLI's (a failure
+            // unless `turn.completed` follows, as after a retry that worked), and OpenCode's (its
+            // words in `error.data.message`; nothing follows it).
             Some("error") => {
-                let said = event.get("message").and_then(|message| message.as_str());
+                let said = event.get("message").or_else(|| event.pointer("/error/data/message"));
+                let said = said.or_else(|| event.pointer("/error/name")).and_then(|message| message.as_str());
                 self.error_event = said.map(short);
                 self.unresolved = Some(format!("it reported an error: {}", codex_said(said.unwrap_or("an error"))));
             }
@@ -547,7 +558,7 @@ impl Reading {
 
 /// A tool call as progress: its name and what it works on (a file's path, a command).
 fn progress_line(name: &str, arguments: Option<&serde_json::Value>) -> String {
-    let target = ["file_path", "path", "command"]
+    let target = ["file_path", "filePath", "path", "command"]
         .iter()
         .find_map(|key| arguments.and_then(|arguments| arguments.get(*key)).and_then(|v| v.as_str()));
     match target {
@@ -568,10 +579,11 @@ fn push_capped(text: &mut String, piece: &str) {
 }
 
 /// The to-do items a stream-json line reports completed: the CLI's to-do tool (Qwen Code's and
-/// Claude Code's `todo_write`/`TodoWrite`, Gemini CLI's `write_todos`) called with items whose
-/// `status` is `completed`. Anything else, or a line that is not JSON, reports none.
+/// Claude Code's `todo_write`/`TodoWrite`, Gemini CLI's `write_todos`, OpenCode's `todowrite`)
+/// called with items whose `status` is `completed`. Anything else, or a line that is not JSON,
+/// reports none.
 pub fn completed_todos(line: &str) -> Vec<String> {
-    const TODO_TOOLS: [&str; 3] = ["todo_write", "TodoWrite", "write_todos"];
+    const TODO_TOOLS: [&str; 4] = ["todo_write", "TodoWrite", "write_todos", "todowrite"];
     let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else { return Vec::new() };
     let is_todo_tool =
         |name: Option<&serde_json::Value>| name.and_then(|n| n.as_str()).is_some_and(|n| TODO_TOOLS.contains(&n));
@@ -586,6 +598,10 @@ pub fn completed_todos(line: &str) -> Vec<String> {
         // Gemini CLI's: `{"type":"tool_use","tool_name":"write_todos","parameters":{"todos":[…]}}`.
         Some("tool_use") if is_todo_tool(event.get("tool_name")) => {
             event.pointer("/parameters/todos").into_iter().collect()
+        }
+        // OpenCode's: `{"type":"tool_use","part":{"tool":"todowrite","state":{"input":{"todos":[…]}}}}`.
+        Some("tool_use") if is_todo_tool(event.pointer("/part/tool")) => {
+            event.pointer("/part/state/input/todos").into_iter().collect()
         }
         _ => return Vec::new(),
     };
@@ -722,5 +738,27 @@ mod tests {
         let mut refused = Reading::new(OutputFormat::Jsonl);
         refused.stdout(r#"{"type":"turn.failed","error":{"message":"{\"error\":{\"message\":\"model not found\",\"type\":\"invalid_request_error\"}}"}}"#);
         assert_eq!(refused.failure().as_deref(), Some("it reported an error: model not found"));
+    }
+
+    #[test]
+    fn opencode_events_give_the_progress_and_the_final_message_and_an_error_is_a_failure() {
+        let mut reading = Reading::new(OutputFormat::Jsonl);
+        reading.stdout(r#"{"type":"step_start","part":{"type":"step-start"}}"#);
+        reading.stdout(r#"{"type":"text","part":{"type":"text","text":"Reading it first."}}"#);
+        reading.stdout(r#"{"type":"tool_use","part":{"type":"tool","tool":"read","callID":"c1","state":{"status":"completed","input":{"filePath":"/w/src/date.py"},"output":"1: x"}}}"#);
+        reading.stdout(r#"{"type":"tool_use","part":{"type":"tool","tool":"bash","state":{"status":"completed","input":{"command":"cat src/date.py","description":"show it"}}}}"#);
+        reading.stdout(r#"{"type":"step_finish","part":{"type":"step-finish","reason":"tool-calls"}}"#);
+        reading.stdout(r#"{"type":"text","part":{"type":"text","text":"Updated src/date.py."}}"#);
+        reading.stdout(r#"{"type":"step_finish","part":{"type":"step-finish","reason":"stop"}}"#);
+        assert_eq!(reading.progress, ["read /w/src/date.py", "bash cat src/date.py"]);
+        let todos = r#"{"type":"tool_use","part":{"type":"tool","tool":"todowrite","state":{"status":"completed","input":{"todos":[{"content":"Fix it","status":"completed","priority":"high"},{"content":"Test","status":"pending"}]}}}}"#;
+        assert_eq!(completed_todos(todos), ["Fix it"]);
+        assert_eq!((reading.failure(), reading.final_message()), (None, "Updated src/date.py.".to_string()));
+        let mut failed = Reading::new(OutputFormat::Jsonl);
+        failed.stdout(r#"{"type":"error","error":{"name":"APIError","data":{"message":"no model named m","statusCode":404,"isRetryable":false}}}"#);
+        assert_eq!(failed.failure().as_deref(), Some("it reported an error: no model named m"));
+        let mut unnamed = Reading::new(OutputFormat::Jsonl);
+        unnamed.stdout(r#"{"type":"error","error":{"name":"UnknownError","data":{}}}"#);
+        assert_eq!(unnamed.failure().as_deref(), Some("it reported an error: UnknownError"));
     }
 }

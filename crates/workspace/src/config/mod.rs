@@ -152,8 +152,8 @@ pub enum OutputFormat {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CodingAgentConfig {
-    /// A ready-made entry (`qwen-code`, `mini-swe-agent`, `claude-code`, `gemini-cli`, `codex`),
-    /// whose fields this entry may replace.
+    /// A ready-made entry (`qwen-code`, `mini-swe-agent`, `claude-code`, `gemini-cli`, `codex`,
+    /// `opencode`), whose fields this entry may replace.
     pub preset: Option<String>,
     /// The command line, one argument each; placeholders are filled per argument (no shell):
     /// `{workspace}`, `{instructions}`, `{instructions_file}`, `{task_key}`, `{model}`, `{base_url}`,

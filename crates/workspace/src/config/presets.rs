@@ -17,6 +17,10 @@
 //! - `codex`: Codex CLI (`@openai/codex` from npm), `codex exec` with its events as JSON lines,
 //!   its approvals and its own sandbox off, told the endpoint (`{base_url}`, on the Responses API)
 //!   as a model provider of its own through `-c` overrides, its home (`CODEX_HOME`) the agent's.
+//! - `opencode`: OpenCode (`opencode-ai` from npm), `opencode run` with its events as JSON lines,
+//!   told the endpoint (`{base_url}`, on chat completions) as a provider of its own in the
+//!   configuration it is given inline (`OPENCODE_CONFIG_CONTENT`), every permission allowed, its
+//!   configuration, data, cache and state in the agent's home, and nothing fetched at start.
 //!
 //! Task text is never an option: it is joined to its option (`--prompt=…`, `--task=…`), or comes
 //! after `--`, so text that starts with `-` is still the task.
@@ -37,6 +41,7 @@ pub enum Preset {
     ClaudeCode,
     GeminiCli,
     Codex,
+    OpenCode,
 }
 
 /// The model API a preset's CLI calls.
@@ -75,11 +80,19 @@ const QWEN_SETTINGS: &str = r#"{"privacy":{"usageStatisticsEnabled":false},"tele
 /// when a folder above it is writable by others, as `/tmp` is.
 const GEMINI_SETTINGS: &str = r#"{"security":{"auth":{"selectedType":"gemini-api-key"},"folderTrust":{"enabled":false}},"privacy":{"usageStatisticsEnabled":false},"telemetry":{"enabled":false},"general":{"enableAutoUpdate":false,"enableAutoUpdateNotification":false}}"#;
 
+/// OpenCode's configuration, given inline: the endpoint a provider of its own (`picogent`, through
+/// the `@ai-sdk/openai-compatible` provider its binary carries: nothing is installed at start),
+/// its key read from `OPENAI_API_KEY` by OpenCode's own `{env:…}` (never written into the text),
+/// the model its small model too (no other provider's), every permission allowed (what it may
+/// reach is the workspace's boundary's to decide, not a prompt nobody answers), no sharing, auto
+/// update, snapshots (picogent commits the work), language servers or formatters.
+const OPENCODE_CONFIG: &str = r#"{"provider":{"picogent":{"npm":"@ai-sdk/openai-compatible","name":"picogent","options":{"baseURL":"{base_url}","apiKey":"{env:OPENAI_API_KEY}"},"models":{"{model}":{"name":"{model}"}}}},"enabled_providers":["picogent"],"model":"picogent/{model}","small_model":"picogent/{model}","permission":"allow","share":"disabled","autoupdate":false,"snapshot":false,"lsp":false,"formatter":false}"#;
+
 const KEY: &str = "${CODING_AGENT_API_KEY:-not-needed}";
 
 impl Preset {
-    pub const NAMES: [&'static str; 5] =
-        ["\"qwen-code\"", "\"mini-swe-agent\"", "\"claude-code\"", "\"gemini-cli\"", "\"codex\""];
+    pub const NAMES: [&'static str; 6] =
+        ["\"qwen-code\"", "\"mini-swe-agent\"", "\"claude-code\"", "\"gemini-cli\"", "\"codex\"", "\"opencode\""];
 
     /// Its name in `agent.json`.
     pub fn name(self) -> &'static str {
@@ -89,6 +102,7 @@ impl Preset {
             Preset::ClaudeCode => "claude-code",
             Preset::GeminiCli => "gemini-cli",
             Preset::Codex => "codex",
+            Preset::OpenCode => "opencode",
         }
     }
 
@@ -96,7 +110,7 @@ impl Preset {
     /// another).
     pub fn speaks(self) -> ModelApi {
         match self {
-            Preset::QwenCode | Preset::MiniSweAgent => ModelApi::OpenAiChat,
+            Preset::QwenCode | Preset::MiniSweAgent | Preset::OpenCode => ModelApi::OpenAiChat,
             Preset::ClaudeCode => ModelApi::AnthropicMessages,
             Preset::GeminiCli => ModelApi::GoogleGenerateContent,
             Preset::Codex => ModelApi::OpenAiResponses,
@@ -110,6 +124,7 @@ impl Preset {
             "claude-code" => Some(Preset::ClaudeCode),
             "gemini-cli" => Some(Preset::GeminiCli),
             "codex" => Some(Preset::Codex),
+            "opencode" => Some(Preset::OpenCode),
             _ => None,
         }
     }
@@ -203,6 +218,20 @@ impl Preset {
                 "--",
                 "{instructions}",
             ],
+            // The task after `--`: `opencode run` takes its message as its positional arguments
+            // (it quotes one that holds a space). The session's title given (the task's key), so
+            // it asks the model for none: one request less per run.
+            Preset::OpenCode => &[
+                "opencode",
+                "run",
+                "--format",
+                "json",
+                "--model",
+                "picogent/{model}",
+                "--title={task_key}",
+                "--",
+                "{instructions}",
+            ],
         };
         words.iter().map(|word| word.to_string()).collect()
     }
@@ -248,6 +277,26 @@ impl Preset {
             ],
             // Its home (settings, sessions, logs) is the agent's, never the operator's `~/.codex`.
             Preset::Codex => &[("CODEX_HOME", "{home}"), ("OPENAI_API_KEY", KEY)],
+            Preset::OpenCode => &[
+                ("OPENCODE_CONFIG_CONTENT", OPENCODE_CONFIG),
+                ("OPENAI_API_KEY", KEY),
+                // Its configuration, sessions, logs and cache in the agent's home, never the
+                // operator's `~/.config/opencode` or `~/.local/share/opencode`.
+                ("XDG_CONFIG_HOME", "{home}/.config"),
+                ("XDG_DATA_HOME", "{home}/.local/share"),
+                ("XDG_CACHE_HOME", "{home}/.cache"),
+                ("XDG_STATE_HOME", "{home}/.local/state"),
+                // Nothing fetched at start: no models.dev catalogue, update, language servers or
+                // default plugins; no sharing.
+                ("OPENCODE_DISABLE_MODELS_FETCH", "1"),
+                ("OPENCODE_DISABLE_AUTOUPDATE", "1"),
+                ("OPENCODE_DISABLE_LSP_DOWNLOAD", "1"),
+                ("OPENCODE_DISABLE_DEFAULT_PLUGINS", "1"),
+                ("OPENCODE_DISABLE_SHARE", "1"),
+                // The task's repository is not its configuration: an `opencode.json` in it cannot
+                // point OpenCode at another model or add plugins.
+                ("OPENCODE_DISABLE_PROJECT_CONFIG", "1"),
+            ],
         };
         pairs.iter().map(|(key, value)| (key.to_string(), value.to_string())).collect()
     }
@@ -256,13 +305,15 @@ impl Preset {
         match self {
             Preset::QwenCode => BTreeMap::from([("qwen-settings.json".to_string(), QWEN_SETTINGS.to_string())]),
             Preset::GeminiCli => BTreeMap::from([(".gemini/settings.json".to_string(), GEMINI_SETTINGS.to_string())]),
-            Preset::MiniSweAgent | Preset::ClaudeCode | Preset::Codex => BTreeMap::new(),
+            Preset::MiniSweAgent | Preset::ClaudeCode | Preset::Codex | Preset::OpenCode => BTreeMap::new(),
         }
     }
 
     pub fn output(self) -> OutputFormat {
         match self {
-            Preset::QwenCode | Preset::ClaudeCode | Preset::GeminiCli | Preset::Codex => OutputFormat::Jsonl,
+            Preset::QwenCode | Preset::ClaudeCode | Preset::GeminiCli | Preset::Codex | Preset::OpenCode => {
+                OutputFormat::Jsonl
+            }
             Preset::MiniSweAgent => OutputFormat::Text,
         }
     }
@@ -271,7 +322,7 @@ impl Preset {
     /// past its step limit too): the file, the JSON pointer in it, and the values that mean done.
     pub fn result(self) -> Option<ResultFile> {
         match self {
-            Preset::QwenCode | Preset::ClaudeCode | Preset::GeminiCli | Preset::Codex => None,
+            Preset::QwenCode | Preset::ClaudeCode | Preset::GeminiCli | Preset::Codex | Preset::OpenCode => None,
             Preset::MiniSweAgent => Some(ResultFile {
                 path: "{home}/trajectory.json".to_string(),
                 pointer: "/info/exit_status".to_string(),
