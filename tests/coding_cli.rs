@@ -1,8 +1,8 @@
 //! Real coding agent CLIs in a task's workspace: Qwen Code (`@qwen-code/qwen-code` from npm),
 //! Claude Code (`@anthropic-ai/claude-code` from npm, on the Messages API), Gemini CLI
 //! (`@google/gemini-cli` from npm, on Google's Gemini API), Codex CLI (`@openai/codex` from npm,
-//! on the Responses API) and mini-swe-agent (`mini-swe-agent` from PyPI), installed on first use
-//! by
+//! on the Responses API), OpenCode (`opencode-ai` from npm, on chat completions) and
+//! mini-swe-agent (`mini-swe-agent` from PyPI), installed on first use by
 //! `tests/coding-agents/install.sh`, run through their presets and driven by the offline model
 //! endpoint replaying a script (a stand-in for a model, not an LLM). The agent itself works the
 //! task with the offline planner, which delegates it. Checked as a person would: the branch on
@@ -33,6 +33,7 @@ const MSWEA_VERSION: &str = "2.4.6";
 const CLAUDE_VERSION: &str = "2.1.197";
 const GEMINI_VERSION: &str = "0.61.0";
 const CODEX_VERSION: &str = "0.171.0";
+const OPENCODE_VERSION: &str = "1.18.33";
 
 /// A folder of the install script's cache holding `program`.
 fn installed(folder: &str, program: &str) -> PathBuf {
@@ -61,13 +62,15 @@ fn put_clis_on_path() {
         let claude = installed(&format!("claude-code-{CLAUDE_VERSION}/node_modules/.bin"), "claude");
         let gemini = installed(&format!("gemini-cli-{GEMINI_VERSION}/node_modules/.bin"), "gemini");
         let codex = installed(&format!("codex-{CODEX_VERSION}/node_modules/.bin"), "codex");
+        let opencode = installed(&format!("opencode-{OPENCODE_VERSION}/node_modules/.bin"), "opencode");
         let path = format!(
-            "{}:{}:{}:{}:{}:{}",
+            "{}:{}:{}:{}:{}:{}:{}",
             qwen.display(),
             mini.display(),
             claude.display(),
             gemini.display(),
             codex.display(),
+            opencode.display(),
             std::env::var("PATH").unwrap_or_default()
         );
         // SAFETY: the tests of this binary call this first thing, before they start any thread
@@ -431,4 +434,76 @@ async fn codex_reports_a_refused_request_as_a_failure_and_is_killed_by_a_stop() 
     let call = json!({"name": "exec_command",
                       "arguments": {"cmd": "timeout 3015 tail -f /dev/null; echo checked", "yield_time_ms": 300_000}});
     a_reported_error_fails_the_run_naming_it_and_a_stop_kills_the_cli("codex", 400, call, "3015").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opencode_reads_and_edits_the_file_with_its_own_tools_on_chat_completions_and_picogent_pushes_its_commit() {
+    put_clis_on_path();
+    let dir = tempfile::tempdir().unwrap();
+    let (remote, main_before) = remote(dir.path());
+
+    // OpenCode's tools are its own: `read` and `edit` take a `filePath` (`edit` an `oldString` and
+    // a `newString`), `bash` a `command` (and a `timeout`, a `workdir`). It streams chat completions from
+    // `{base_url}/chat/completions`, and asks for no session title (the preset gives it one).
+    let file = dir.path().join("workspaces/app/TE-1/src/date.py");
+    let file = file.to_str().unwrap();
+    let script: Script = serde_json::from_value(json!({
+        "description": "OpenCode reads src/date.py, edits one line, checks it with its shell, and says so",
+        "turns": [
+            {"expect": {"tools_include": ["read", "edit", "bash"], "messages_contain": "src/date.py"},
+             "reply": {"content": "Reading it first.", "tool_calls": [{"name": "read", "arguments": {"filePath": file}}]}},
+            {"expect": {"last_tool_result_contains": "2020-01-01"},
+             "reply": {"tool_calls": [{"name": "edit", "arguments": {
+                "filePath": file, "oldString": "    return \"2020-01-01\"", "newString": "    return \"2024-06-01\""}}]}},
+            {"expect": {"last_tool_result_contains": "Edit applied", "last_tool_result_is_error": false},
+             "reply": {"tool_calls": [{"name": "bash", "arguments": {
+                "command": "grep -n 2024 src/date.py"}}]}},
+            {"expect": {"last_tool_result_contains": "2024-06-01"},
+             "reply": {"content": "Updated src/date.py: the default is 2024-06-01."}}
+        ]
+    }))
+    .unwrap();
+    let coding_model = picogent::offline_model::start(OfflineModelOptions::script(script)).await.unwrap();
+
+    let board = start_board(dir.path()).await;
+    let model = start_model(0).await;
+    let extra = json!({"workspaces": {
+        "root": dir.path().join("workspaces"),
+        "repositories": {"app": {"url": remote, "base": "main", "projects": ["team"]}},
+        "agents": {"opencode": {"preset": "opencode", "base_url": coding_model.url(), "model": "scripted",
+                                "timeout_ms": 180_000}},
+    }});
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+    let task = create_assigned(&alice, "Fix the date parser", "src/date.py returns an old default date.").await;
+    assert_eq!(task.key, "TE-1");
+    eventually(std::time::Duration::from_secs(180), "the task in review", || async {
+        let task = alice.get_task(&task.id).await.ok()?;
+        (task.status == TaskStatus::InReview && agent.status.active_runs() == 0).then_some(())
+    })
+    .await;
+
+    assert_eq!(coding_model.mismatches(), Vec::<String>::new(), "OpenCode asked what the script expected");
+    assert_eq!(coding_model.script_position(), 4, "every turn of the script was asked for, and nothing else");
+    assert!(
+        coding_model.request_paths().iter().all(|path| path == "/v1/chat/completions"),
+        "{:?}",
+        coding_model.request_paths()
+    );
+    work_pushed(&alice, &task, &remote, &main_before, "TE-1: Updated src/date.py").await;
+    no_token_sent(&coding_model);
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    coding_model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+/// OpenCode does not try a 400 again (its error says `isRetryable: false`) and exits 1 after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opencode_reports_a_refused_request_as_a_failure_and_is_killed_by_a_stop() {
+    // Its `bash` tool's own timeout (two minutes unless told) is set past the test's.
+    let call = json!({"name": "bash", "arguments": {"command": "timeout 3016 tail -f /dev/null; echo checked",
+                                                    "timeout": 600_000}});
+    a_reported_error_fails_the_run_naming_it_and_a_stop_kills_the_cli("opencode", 400, call, "3016").await;
 }

@@ -13,8 +13,8 @@ cd "$(dirname "$0")/.."
 echo "== interop packages"
 bash tests/interop/install.sh
 
-# Real coding agent CLIs for tests/coding_cli.rs: Qwen Code, Claude Code and Gemini CLI from npm and
-# mini-swe-agent from PyPI (in a virtual environment), cached outside the clone
+# Real coding agent CLIs for tests/coding_cli.rs: Qwen Code, Claude Code, Gemini CLI, Codex and
+# OpenCode from npm and mini-swe-agent from PyPI (in a virtual environment), cached outside the clone
 # (~/.cache/picogent/cli).
 echo "== coding agent CLIs"
 bash tests/coding-agents/install.sh

@@ -6,7 +6,8 @@
 #
 # Qwen Code 0.15.10 is the last release that runs on Node 20 (later ones need Node 22); Claude Code
 # 2.1.197 and Codex 0.171.0 are native binaries their npm packages carry; Gemini CLI 0.61.0 runs on
-# Node 20 (its engines field asks for >=20).
+# Node 20 (its engines field asks for >=20); OpenCode 1.18.33 is a native binary (Bun) its npm
+# package carries, with the provider for chat completions inside it (nothing installed at its start).
 # mini-swe-agent goes into a virtual environment of its own (it pulls in litellm).
 set -euo pipefail
 QWEN_VERSION=0.15.10
@@ -14,6 +15,7 @@ MSWEA_VERSION=2.4.6
 CLAUDE_VERSION=2.1.197
 GEMINI_VERSION=0.61.0
 CODEX_VERSION=0.171.0
+OPENCODE_VERSION=1.18.33
 cache="${PICOGENT_CLI_CACHE:-$HOME/.cache/picogent/cli}"
 prefix="$cache/qwen-$QWEN_VERSION"
 if [ ! -x "$prefix/node_modules/.bin/qwen" ]; then
@@ -46,6 +48,20 @@ if [ ! -x "$prefix/node_modules/.bin/codex" ]; then
   npm install --prefix "$prefix" --no-fund --no-audit --loglevel=error "@openai/codex@$CODEX_VERSION"
 fi
 echo "codex $("$prefix/node_modules/.bin/codex" --version) at $prefix/node_modules/.bin/codex"
+
+# OpenCode: its npm package brings the native binary for the platform as an optional dependency,
+# and its postinstall links it in place of the launcher (about 350 MB installed).
+prefix="$cache/opencode-$OPENCODE_VERSION"
+if [ ! -x "$prefix/node_modules/.bin/opencode" ]; then
+  mkdir -p "$prefix"
+  npm install --prefix "$prefix" --no-fund --no-audit --loglevel=error "opencode-ai@$OPENCODE_VERSION"
+fi
+# (Even --version makes its folders under the XDG ones: a throwaway home's, not the operator's.)
+scratch="$(mktemp -d)"
+opencode_version="$(HOME="$scratch" XDG_CONFIG_HOME="$scratch" XDG_DATA_HOME="$scratch" XDG_CACHE_HOME="$scratch" \
+  XDG_STATE_HOME="$scratch" "$prefix/node_modules/.bin/opencode" --version)"
+rm -rf "$scratch"
+echo "opencode $opencode_version at $prefix/node_modules/.bin/opencode"
 
 venv="$cache/mswea-$MSWEA_VERSION"
 if [ ! -x "$venv/bin/mini" ]; then

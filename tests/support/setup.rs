@@ -28,7 +28,7 @@ pub fn ensure_bwrap() {
     ensure("tests/coding-agents/install_bwrap.sh");
 }
 
-/// Qwen Code, Claude Code, Gemini CLI and mini-swe-agent in `~/.cache/picogent/cli` (or
+/// Qwen Code, Claude Code, Gemini CLI, Codex, OpenCode and mini-swe-agent in `~/.cache/picogent/cli` (or
 /// `$PICOGENT_CLI_CACHE`), for `tests/coding_cli.rs`.
 #[track_caller]
 pub fn ensure_coding_clis() {
