@@ -263,25 +263,27 @@ async fn check_names_each_coding_agents_version_and_refuses_a_model_api_it_canno
         "{report}"
     );
 
-    // Qwen Code speaks OpenAI's chat completions; picogent's own model here speaks Anthropic's
-    // Messages API, so Qwen Code cannot be pointed at it, and `check` says what to set.
+    // Qwen Code and OpenCode speak OpenAI's chat completions; picogent's own model here speaks
+    // Anthropic's Messages API, so neither can be pointed at it, and `check` says what to set.
     let messages = json!({"api": "anthropic"});
-    let config = agent_config(
-        dir.path(),
-        &board.url(),
-        &model.url(),
-        "picogent",
-        workspaces(messages.clone(), json!({"qwen": {"preset": "qwen-code"}}), "qwen"),
-    );
-    let (code, report) = check_with_env(&write_config(dir.path(), &config), &[]).await;
-    assert_ne!(code, Some(0), "{report}");
-    let lines = coding_lines(&report);
-    assert!(
-        lines[0].starts_with("FAIL")
-            && lines[0].contains("`qwen` (qwen-code) speaks OpenAI's chat completions")
-            && lines[0].contains("set workspaces.agents.qwen.base_url"),
-        "{report}"
-    );
+    for (name, preset) in [("qwen", "qwen-code"), ("opencode", "opencode")] {
+        let config = agent_config(
+            dir.path(),
+            &board.url(),
+            &model.url(),
+            "picogent",
+            workspaces(messages.clone(), json!({name: {"preset": preset}}), name),
+        );
+        let (code, report) = check_with_env(&write_config(dir.path(), &config), &[]).await;
+        assert_ne!(code, Some(0), "{report}");
+        let lines = coding_lines(&report);
+        assert!(
+            lines[0].starts_with("FAIL")
+                && lines[0].contains(&format!("`{name}` ({preset}) speaks OpenAI's chat completions"))
+                && lines[0].contains(&format!("set workspaces.agents.{name}.base_url")),
+            "{report}"
+        );
+    }
     // And the other way: Claude Code speaks the Messages API, picogent's own model here OpenAI's.
     let claude = json!({"claude": {"preset": "claude-code"}});
     let config =

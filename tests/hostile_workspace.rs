@@ -521,7 +521,7 @@ async fn a_workspace_that_cannot_be_prepared_is_named_as_picogents_step() {
 
 #[test]
 fn task_text_starting_with_dashes_is_never_an_option_of_a_presets_cli() {
-    for preset in ["qwen-code", "mini-swe-agent", "claude-code", "gemini-cli", "codex"] {
+    for preset in ["qwen-code", "mini-swe-agent", "claude-code", "gemini-cli", "codex", "opencode"] {
         let entry: CodingAgentConfig = serde_json::from_value(json!({"preset": preset})).unwrap();
         let agent = entry.resolve(preset).unwrap();
         let words: Vec<&String> = agent.command.iter().filter(|word| word.contains("{instructions}")).collect();
