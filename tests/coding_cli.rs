@@ -438,65 +438,34 @@ async fn codex_reports_a_refused_request_as_a_failure_and_is_killed_by_a_stop() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opencode_reads_and_edits_the_file_with_its_own_tools_on_chat_completions_and_picogent_pushes_its_commit() {
-    put_clis_on_path();
-    let dir = tempfile::tempdir().unwrap();
-    let (remote, main_before) = remote(dir.path());
-
     // OpenCode's tools are its own: `read` and `edit` take a `filePath` (`edit` an `oldString` and
-    // a `newString`), `bash` a `command` (and a `timeout`, a `workdir`). It streams chat completions from
-    // `{base_url}/chat/completions`, and asks for no session title (the preset gives it one).
-    let file = dir.path().join("workspaces/app/TE-1/src/date.py");
-    let file = file.to_str().unwrap();
-    let script: Script = serde_json::from_value(json!({
-        "description": "OpenCode reads src/date.py, edits one line, checks it with its shell, and says so",
-        "turns": [
-            {"expect": {"tools_include": ["read", "edit", "bash"], "messages_contain": "src/date.py"},
-             "reply": {"content": "Reading it first.", "tool_calls": [{"name": "read", "arguments": {"filePath": file}}]}},
-            {"expect": {"last_tool_result_contains": "2020-01-01"},
-             "reply": {"tool_calls": [{"name": "edit", "arguments": {
-                "filePath": file, "oldString": "    return \"2020-01-01\"", "newString": "    return \"2024-06-01\""}}]}},
-            {"expect": {"last_tool_result_contains": "Edit applied", "last_tool_result_is_error": false},
-             "reply": {"tool_calls": [{"name": "bash", "arguments": {
-                "command": "grep -n 2024 src/date.py"}}]}},
-            {"expect": {"last_tool_result_contains": "2024-06-01"},
-             "reply": {"content": "Updated src/date.py: the default is 2024-06-01."}}
-        ]
-    }))
-    .unwrap();
-    let coding_model = picogent::offline_model::start(OfflineModelOptions::script(script)).await.unwrap();
-
-    let board = start_board(dir.path()).await;
-    let model = start_model(0).await;
-    let extra = json!({"workspaces": {
-        "root": dir.path().join("workspaces"),
-        "repositories": {"app": {"url": remote, "base": "main", "projects": ["team"]}},
-        "agents": {"opencode": {"preset": "opencode", "base_url": coding_model.url(), "model": "scripted",
-                                "timeout_ms": 180_000}},
-    }});
-    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
-    wait_ready(&agent).await;
-    let alice = client(&board, "tok-alice");
-    let task = create_assigned(&alice, "Fix the date parser", "src/date.py returns an old default date.").await;
-    assert_eq!(task.key, "TE-1");
-    eventually(std::time::Duration::from_secs(180), "the task in review", || async {
-        let task = alice.get_task(&task.id).await.ok()?;
-        (task.status == TaskStatus::InReview && agent.status.active_runs() == 0).then_some(())
-    })
+    // a `newString`), `bash` a `command` (and a `timeout`, a `workdir`). It streams chat
+    // completions from `{base_url}/chat/completions`, and asks for no session title (the preset
+    // gives it one): four turns, and nothing else.
+    let script = |file: &str| {
+        json!({
+            "description": "OpenCode reads src/date.py, edits one line, checks it with its shell, and says so",
+            "turns": [
+                {"expect": {"tools_include": ["read", "edit", "bash"], "messages_contain": "src/date.py"},
+                 "reply": {"content": "Reading it first.", "tool_calls": [{"name": "read", "arguments": {"filePath": file}}]}},
+                {"expect": {"last_tool_result_contains": "2020-01-01"},
+                 "reply": {"tool_calls": [{"name": "edit", "arguments": {
+                    "filePath": file, "oldString": "    return \"2020-01-01\"", "newString": "    return \"2024-06-01\""}}]}},
+                {"expect": {"last_tool_result_contains": "Edit applied", "last_tool_result_is_error": false},
+                 "reply": {"tool_calls": [{"name": "bash", "arguments": {
+                    "command": "grep -n 2024 src/date.py"}}]}},
+                {"expect": {"last_tool_result_contains": "2024-06-01"},
+                 "reply": {"content": "Updated src/date.py: the default is 2024-06-01."}}
+            ]
+        })
+    };
+    the_cli_edits_the_file_and_its_commit_is_pushed(
+        "opencode",
+        script,
+        "/v1/chat/completions",
+        "TE-1: Updated src/date.py",
+    )
     .await;
-
-    assert_eq!(coding_model.mismatches(), Vec::<String>::new(), "OpenCode asked what the script expected");
-    assert_eq!(coding_model.script_position(), 4, "every turn of the script was asked for, and nothing else");
-    assert!(
-        coding_model.request_paths().iter().all(|path| path == "/v1/chat/completions"),
-        "{:?}",
-        coding_model.request_paths()
-    );
-    work_pushed(&alice, &task, &remote, &main_before, "TE-1: Updated src/date.py").await;
-    no_token_sent(&coding_model);
-    agent.shutdown().await.unwrap();
-    model.shutdown().await;
-    coding_model.shutdown().await;
-    board.shutdown().await.unwrap();
 }
 
 /// OpenCode does not try a 400 again (its error says `isRetryable: false`) and exits 1 after it.
