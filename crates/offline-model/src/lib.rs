@@ -39,6 +39,8 @@
 //! - [`messages`]: the Messages API (`messages/stream.rs`: its server-sent events);
 //! - [`google`]: the Gemini API (`google/stream.rs`: its streamed chunks);
 //! - [`responses`]: the Responses API (`responses/stream.rs`: its server-sent events);
+//! - `arrival.rs`: what every API's handler shares (the request recorded, counted in flight,
+//!   decided before the delay);
 //! - [`cache`]: the prompt-cache simulation;
 //! - [`planner`], [`script`]: what answers.
 //!
@@ -52,6 +54,7 @@
 //!
 //! Where things are: the scripts it replays are `fixtures/llm/*.json`.
 
+mod arrival;
 pub mod cache;
 pub mod google;
 pub mod messages;
@@ -76,6 +79,7 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use arrival::{answer, received, wants_stream};
 use picogent_llm::{Message, ToolSpec, count_text_tokens};
 use planner::PlannedTurn;
 use script::Script;
@@ -436,73 +440,6 @@ enum Fault {
     ScriptMismatch { message: String },
     /// The request cannot be read; the message says why.
     BadRequest { message: String },
-}
-
-/// A request being answered: counted from its arrival until its answer is out.
-struct InFlight(Arc<ServerState>);
-
-impl InFlight {
-    fn new(state: Arc<ServerState>) -> InFlight {
-        {
-            let mut counters = lock(&state.counters);
-            counters.in_flight += 1;
-            counters.max_in_flight = counters.max_in_flight.max(counters.in_flight);
-        }
-        InFlight(state)
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        lock(&self.0.counters).in_flight -= 1;
-    }
-}
-
-/// Waits the endpoint's delay before a whole answer; a streamed one spreads it over its events
-/// instead, so its bytes keep coming.
-async fn delay_whole_answer(state: &ServerState, stream: bool) {
-    if !state.options.delay.is_zero() && !stream {
-        tokio::time::sleep(state.options.delay).await;
-    }
-}
-
-/// A request of any of the APIs as it arrives: recorded (see [`record_request`]), and its body
-/// as JSON.
-fn received(
-    state: &ServerState,
-    path: &str,
-    headers: &HeaderMap,
-    body: &Bytes,
-    query_key: Option<String>,
-) -> Result<Value, serde_json::Error> {
-    let parsed = parse_body(body);
-    record_request(state, path, headers, body, parsed.as_ref().ok(), query_key);
-    parsed
-}
-
-/// Whether the request asks for its answer streamed (`"stream": true`).
-fn wants_stream(parsed: &Result<Value, serde_json::Error>) -> bool {
-    parsed.as_ref().ok().and_then(|request| request.get("stream")).and_then(Value::as_bool) == Some(true)
-}
-
-/// What every API's handler shares once the request is read: it counts in flight from now, its
-/// answer is decided before the delay (a whole answer waits the delay out, a stream spreads it
-/// over its pieces), then `fault` shapes a refusal in the API's words and `respond` the answer,
-/// given the in-flight count to hold until a stream's last piece is out.
-async fn answer<D>(
-    state: &Arc<ServerState>,
-    stream: bool,
-    decide: impl FnOnce() -> Result<D, Fault>,
-    fault: fn(&Fault) -> Response,
-    respond: impl FnOnce(D, InFlight) -> Response,
-) -> Response {
-    let in_flight = InFlight::new(state.clone());
-    let decided = decide();
-    delay_whole_answer(state, stream).await;
-    match decided {
-        Err(refused) => fault(&refused),
-        Ok(decided) => respond(decided, in_flight),
-    }
 }
 
 /// The next of the configured bursts of faults (rate limits, overloads, server errors, cut

@@ -15,7 +15,7 @@ use super::GoogleAnswer;
 
 /// `answer` as server-sent events, `delay` spread between them; `in_flight` is held until the
 /// last event is out.
-pub(super) fn sse(answer: &GoogleAnswer, delay: Duration, in_flight: crate::InFlight) -> Response {
+pub(super) fn sse(answer: &GoogleAnswer, delay: Duration, in_flight: crate::arrival::InFlight) -> Response {
     let chunks = chunks(answer);
     let gap = delay / u32::try_from(chunks.len()).unwrap_or(u32::MAX).max(1);
     let events = futures::stream::unfold((chunks.into_iter(), in_flight), move |(mut rest, in_flight)| async move {

@@ -17,7 +17,7 @@ use super::MessageAnswer;
 
 /// `answer` as a stream of events, `delay` spread between them; `in_flight` is held until the
 /// last event is out.
-pub(super) fn sse(answer: &MessageAnswer, delay: Duration, in_flight: crate::InFlight) -> Response {
+pub(super) fn sse(answer: &MessageAnswer, delay: Duration, in_flight: crate::arrival::InFlight) -> Response {
     let events = events(answer);
     let gap = delay / u32::try_from(events.len()).unwrap_or(u32::MAX).max(1);
     let events = futures::stream::unfold((events.into_iter(), in_flight), move |(mut rest, in_flight)| async move {

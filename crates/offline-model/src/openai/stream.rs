@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 /// `answer` (a whole chat completion) as a stream of chunks, `delay` spread between them;
 /// `in_flight` is held until the last chunk is out.
-pub(super) fn sse(answer: Value, delay: Duration, in_flight: crate::InFlight) -> Response {
+pub(super) fn sse(answer: Value, delay: Duration, in_flight: crate::arrival::InFlight) -> Response {
     let chunks = chunks(&answer);
     let gap = delay / u32::try_from(chunks.len()).unwrap_or(u32::MAX).max(1);
     let events = futures::stream::unfold((chunks.into_iter(), in_flight), move |(mut rest, in_flight)| async move {
