@@ -252,7 +252,8 @@ async fn start_run_over_mcp_names_the_coding_agent_and_the_branch() {
 /// a task; the client follows it with `tasks/get` to its end and reads `run://{id}/logs` and
 /// `run://{id}/result`; a second, hanging run is cancelled midway with `tasks/cancel`, and a
 /// third is stopped from the board. The board shows the same runs: one each (the created task's
-/// own assignment starts none), its answer naming the branch, and one notice for the stop.
+/// own assignment starts none), its answer naming the branch, and one notice for the stop. A
+/// 2025-11-25 client gets the run id as before, though it declares the extension.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mcp_client_follows_a_coding_run_as_a_task_and_cancels_another() {
     use rmcp::model::{
@@ -262,7 +263,7 @@ async fn an_mcp_client_follows_a_coding_run_as_a_task_and_cancels_another() {
     };
     use rmcp::transport::StreamableHttpClientTransport;
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-    use rmcp::{ClientLifecycleMode, ClientServiceExt};
+    use rmcp::{ClientLifecycleMode, ClientServiceExt, ServiceExt};
 
     let dir = tempfile::tempdir().unwrap();
     let remote = remote(dir.path());
@@ -414,8 +415,29 @@ async fn an_mcp_client_follows_a_coding_run_as_a_task_and_cancels_another() {
     eventually(Duration::from_secs(15), "its process group killed", || async { (!alive(sleeper)).then_some(()) }).await;
     let unknown = mcp.get_task(GetTaskParams::new("run-nope")).await;
     assert!(unknown.is_err(), "an unknown task is an error: {unknown:?}");
-
     mcp.cancel().await.unwrap();
+
+    // A 2025-11-25 client that declares the extension all the same gets the run id, as before.
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(format!("http://{}/mcp", agent.http_addr.unwrap()))
+            .auth_header(MCP_TOKEN),
+    );
+    let legacy = ClientConfig::new(
+        ClientCapabilities::builder().enable_tasks().build(),
+        Implementation::new("tasks-client", "1.0.0"),
+    )
+    .with_protocol_version(ProtocolVersion::V_2025_11_25)
+    .serve(transport)
+    .await
+    .unwrap();
+    assert_eq!(legacy.peer_info().unwrap().protocol_version, ProtocolVersion::V_2025_11_25);
+    let args = json!({"project": "team", "title": "Tidy src/date.py", "description": FIX});
+    let params = CallToolRequestParams::new("start_run").with_arguments(args.as_object().unwrap().clone());
+    let started = legacy.call_tool(params).await.unwrap();
+    assert_ne!(started.is_error, Some(true), "{started:?}");
+    assert!(started.structured_content.as_ref().is_some_and(|s| s["run_id"].is_string()), "{started:?}");
+    wait_idle(&agent).await;
+    legacy.cancel().await.unwrap();
     agent.shutdown().await.unwrap();
     model.shutdown().await;
     board.shutdown().await.unwrap();
