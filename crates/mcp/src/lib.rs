@@ -1,8 +1,8 @@
 //! MCP both ways; the only module that imports rmcp's server and client machinery.
 //!
 //! As a server, picogent offers the tracker's tools, tasks as resources and its prompt templates
-//! to any MCP host over rmcp's own transports, and `picogent run` adds the running agent
-//! ([`server`]). As a host, picogent connects external MCP servers (`mcp_servers` in agent.json)
+//! to any MCP host over rmcp's own transports, and `picogent run` adds the running agent, its
+//! runs followed as MCP tasks by a client of the tasks extension ([`server`]). As a host, picogent connects external MCP servers (`mcp_servers` in agent.json)
 //! and offers their tools to the model beside the tracker's, under the one permission policy of
 //! [`picogent_tools::policy`]:
 //!
