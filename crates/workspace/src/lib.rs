@@ -28,7 +28,7 @@
 //!
 //! Where things are: `config/presets.rs` (the ready-made coding agent entries); `names.rs`
 //! (`TaskKey`, branch and repository names); `coding.rs` (one run: its output streamed, timed out,
-//! stopped); `child.rs` (process groups, the environment a child gets); `sandbox.rs` (bubblewrap,
+//! stopped; `coding/reading.rs` reads each CLI's own output for its progress, answer and failure); `child.rs` (process groups, the environment a child gets); `sandbox.rs` (bubblewrap,
 //! on by default where installed: only the system, the CLI's installation (`install_roots`), the
 //! worktree and a private home, no network but the model's address, carried by the binary's hidden
 //! `sandbox-relay` command); `git.rs` (picogent's own git, pinned to the mirror's record of a
