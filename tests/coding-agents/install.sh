@@ -17,51 +17,34 @@ GEMINI_VERSION=0.61.0
 CODEX_VERSION=0.171.0
 OPENCODE_VERSION=1.18.33
 cache="${PICOGENT_CLI_CACHE:-$HOME/.cache/picogent/cli}"
-prefix="$cache/qwen-$QWEN_VERSION"
-if [ ! -x "$prefix/node_modules/.bin/qwen" ]; then
-  mkdir -p "$prefix"
-  npm install --prefix "$prefix" --no-fund --no-audit --loglevel=error "@qwen-code/qwen-code@$QWEN_VERSION"
-fi
-echo "qwen $("$prefix/node_modules/.bin/qwen" --version) at $prefix/node_modules/.bin/qwen"
+# npm_cli FOLDER PACKAGE@VERSION PROGRAM: installs the package into $cache/FOLDER unless PROGRAM is
+# there, then says its version and path. `--version` runs in a throwaway home (OpenCode makes its
+# folders under the XDG ones even for that), never the operator's.
+npm_cli() {
+  local prefix="$cache/$1" program="$cache/$1/node_modules/.bin/$3"
+  if [ ! -x "$program" ]; then
+    mkdir -p "$prefix"
+    npm install --prefix "$prefix" --no-fund --no-audit --loglevel=error "$2"
+  fi
+  local scratch version
+  scratch="$(mktemp -d "$cache/.home-XXXXXX")"
+  version="$(HOME="$scratch" XDG_CONFIG_HOME="$scratch" XDG_DATA_HOME="$scratch" XDG_CACHE_HOME="$scratch" \
+    XDG_STATE_HOME="$scratch" "$program" --version)"
+  rm -rf "$scratch"
+  echo "$3 $version at $program"
+}
 
+npm_cli "qwen-$QWEN_VERSION" "@qwen-code/qwen-code@$QWEN_VERSION" qwen
 # Claude Code: its npm package brings a native binary for the platform (about 250 MB).
-prefix="$cache/claude-code-$CLAUDE_VERSION"
-if [ ! -x "$prefix/node_modules/.bin/claude" ]; then
-  mkdir -p "$prefix"
-  npm install --prefix "$prefix" --no-fund --no-audit --loglevel=error "@anthropic-ai/claude-code@$CLAUDE_VERSION"
-fi
-echo "claude $("$prefix/node_modules/.bin/claude" --version) at $prefix/node_modules/.bin/claude"
-
+npm_cli "claude-code-$CLAUDE_VERSION" "@anthropic-ai/claude-code@$CLAUDE_VERSION" claude
 # Gemini CLI: one bundled script and node-pty (about 100 MB).
-prefix="$cache/gemini-cli-$GEMINI_VERSION"
-if [ ! -x "$prefix/node_modules/.bin/gemini" ]; then
-  mkdir -p "$prefix"
-  npm install --prefix "$prefix" --no-fund --no-audit --loglevel=error "@google/gemini-cli@$GEMINI_VERSION"
-fi
-echo "gemini $("$prefix/node_modules/.bin/gemini" --version) at $prefix/node_modules/.bin/gemini"
-
+npm_cli "gemini-cli-$GEMINI_VERSION" "@google/gemini-cli@$GEMINI_VERSION" gemini
 # Codex CLI: its npm package brings the native binary for the platform as an optional dependency
 # (about 420 MB installed).
-prefix="$cache/codex-$CODEX_VERSION"
-if [ ! -x "$prefix/node_modules/.bin/codex" ]; then
-  mkdir -p "$prefix"
-  npm install --prefix "$prefix" --no-fund --no-audit --loglevel=error "@openai/codex@$CODEX_VERSION"
-fi
-echo "codex $("$prefix/node_modules/.bin/codex" --version) at $prefix/node_modules/.bin/codex"
-
+npm_cli "codex-$CODEX_VERSION" "@openai/codex@$CODEX_VERSION" codex
 # OpenCode: its npm package brings the native binary for the platform as an optional dependency,
 # and its postinstall links it in place of the launcher (about 350 MB installed).
-prefix="$cache/opencode-$OPENCODE_VERSION"
-if [ ! -x "$prefix/node_modules/.bin/opencode" ]; then
-  mkdir -p "$prefix"
-  npm install --prefix "$prefix" --no-fund --no-audit --loglevel=error "opencode-ai@$OPENCODE_VERSION"
-fi
-# (Even --version makes its folders under the XDG ones: a throwaway home's, not the operator's.)
-scratch="$(mktemp -d)"
-opencode_version="$(HOME="$scratch" XDG_CONFIG_HOME="$scratch" XDG_DATA_HOME="$scratch" XDG_CACHE_HOME="$scratch" \
-  XDG_STATE_HOME="$scratch" "$prefix/node_modules/.bin/opencode" --version)"
-rm -rf "$scratch"
-echo "opencode $opencode_version at $prefix/node_modules/.bin/opencode"
+npm_cli "opencode-$OPENCODE_VERSION" "opencode-ai@$OPENCODE_VERSION" opencode
 
 venv="$cache/mswea-$MSWEA_VERSION"
 if [ ! -x "$venv/bin/mini" ]; then
