@@ -241,10 +241,7 @@ struct FunctionCall {
 impl FunctionCall {
     /// `args`: the arguments object, or the text under `__raw_arguments` when it is none.
     fn args(&self) -> Value {
-        match serde_json::from_str::<Value>(&self.arguments) {
-            Ok(object @ Value::Object(_)) => object,
-            _ => json!({"__raw_arguments": self.arguments}),
-        }
+        crate::arguments_object(&self.arguments)
     }
 
     fn part(&self) -> Value {

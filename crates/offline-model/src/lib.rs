@@ -363,6 +363,16 @@ async fn models() -> Response {
     .into_response()
 }
 
+/// A tool call's arguments as the APIs that send an object (Messages' `input`, Gemini's `args`)
+/// send them: the object the planner or the script wrote, or, when its text is no object (a
+/// script's `raw_arguments`), that text under `__raw_arguments`.
+fn arguments_object(arguments: &str) -> Value {
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(object @ Value::Object(_)) => object,
+        _ => json!({"__raw_arguments": arguments}),
+    }
+}
+
 /// The body as JSON.
 fn parse_body(body: &Bytes) -> Result<Value, serde_json::Error> {
     serde_json::from_slice(body)

@@ -177,10 +177,7 @@ impl ToolUse {
     /// `input`: the arguments object, or the text under `__raw_arguments` when it is none (see
     /// the module's header).
     fn input(&self) -> Value {
-        match serde_json::from_str::<Value>(&self.arguments) {
-            Ok(object @ Value::Object(_)) => object,
-            _ => json!({"__raw_arguments": self.arguments}),
-        }
+        crate::arguments_object(&self.arguments)
     }
 }
 
