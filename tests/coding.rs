@@ -128,7 +128,6 @@ async fn in_direct_mode_the_task_goes_to_the_coding_agent_without_a_model() {
 
     // Over MCP: the coding agent's output as plain text, and the result with the branch and commit.
     use rmcp::ServiceExt;
-    use rmcp::model::{ReadResourceRequestParams, ResourceContents};
     use rmcp::transport::StreamableHttpClientTransport;
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
     let url = format!("http://{}/mcp", agent.http_addr.unwrap());
@@ -138,13 +137,7 @@ async fn in_direct_mode_the_task_goes_to_the_coding_agent_without_a_model() {
     let mcp = ().serve(transport).await.unwrap();
     let read = |uri: String| {
         let mcp = &mcp;
-        async move {
-            let result = mcp.read_resource(ReadResourceRequestParams::new(uri)).await.unwrap();
-            match &result.contents[0] {
-                ResourceContents::TextResourceContents { text, .. } => text.clone(),
-                other => panic!("unexpected contents {other:?}"),
-            }
-        }
+        async move { resource_text(mcp.peer(), &uri).await }
     };
     let logs = read(format!("run://{}/logs", runs[0].id)).await;
     assert!(logs.contains(r#""type":"result""#) && logs.contains("Replaced"), "{logs}");
@@ -258,8 +251,7 @@ async fn start_run_over_mcp_names_the_coding_agent_and_the_branch() {
 async fn an_mcp_client_follows_a_coding_run_as_a_task_and_cancels_another() {
     use rmcp::model::{
         CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientCapabilities, ClientConfig, GetTaskParams,
-        Implementation, ProtocolVersion, ReadResourceRequestParams, ResourceContents, TaskPayload,
-        TaskStatus as McpTaskStatus,
+        Implementation, ProtocolVersion, TaskPayload, TaskStatus as McpTaskStatus,
     };
     use rmcp::transport::StreamableHttpClientTransport;
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -311,13 +303,7 @@ async fn an_mcp_client_follows_a_coding_run_as_a_task_and_cancels_another() {
     };
     let read = |uri: String| {
         let mcp = &mcp;
-        async move {
-            let result = mcp.read_resource(ReadResourceRequestParams::new(uri)).await.unwrap();
-            match &result.contents[0] {
-                ResourceContents::TextResourceContents { text, .. } => text.clone(),
-                other => panic!("unexpected contents {other:?}"),
-            }
-        }
+        async move { resource_text(mcp.peer(), &uri).await }
     };
 
     // A refusal is a tool result, not a task, and makes no task on the board.

@@ -583,7 +583,7 @@ fn demo_runs_to_completion() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_agent_is_driven_over_mcp() {
     use rmcp::ServiceExt;
-    use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams, ResourceContents};
+    use rmcp::model::CallToolRequestParams;
     use rmcp::transport::StreamableHttpClientTransport;
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 
@@ -642,13 +642,7 @@ async fn a_running_agent_is_driven_over_mcp() {
 
     let read = |uri: String| {
         let mcp = &mcp;
-        async move {
-            let result = mcp.read_resource(ReadResourceRequestParams::new(uri)).await.unwrap();
-            match &result.contents[0] {
-                ResourceContents::TextResourceContents { text, .. } => text.clone(),
-                other => panic!("unexpected contents {other:?}"),
-            }
-        }
+        async move { resource_text(mcp.peer(), &uri).await }
     };
     let run: Value = eventually(Duration::from_secs(30), "the run finished", || async {
         let run: Value = serde_json::from_str(&read(format!("run://{run_id}")).await).ok()?;

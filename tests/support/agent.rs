@@ -314,3 +314,13 @@ pub async fn startup_report(http: std::net::SocketAddr) -> Value {
     })
     .await
 }
+
+/// The text of an MCP resource (`run://{id}/logs`, `run://{id}/result`, …) as a client reads it.
+pub async fn resource_text(mcp: &rmcp::Peer<rmcp::RoleClient>, uri: &str) -> String {
+    use rmcp::model::{ReadResourceRequestParams, ResourceContents};
+    let result = mcp.read_resource(ReadResourceRequestParams::new(uri)).await.unwrap();
+    match &result.contents[0] {
+        ResourceContents::TextResourceContents { text, .. } => text.clone(),
+        other => panic!("unexpected contents of {uri}: {other:?}"),
+    }
+}
