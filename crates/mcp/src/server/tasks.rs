@@ -20,7 +20,7 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
-use serde_json::{Value, json};
+use serde_json::Value;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
@@ -123,7 +123,7 @@ fn ended(run: &RunSummary, result: &RunResult) -> JsonObject {
     } else {
         CallToolResult::error(vec![ContentBlock::text(text)])
     };
-    call.structured_content = Some(json!({ "run": run, "result": result }));
+    call.structured_content = Some(super::tools::run_report(run, result));
     match serde_json::to_value(call) {
         Ok(Value::Object(object)) => object,
         _ => JsonObject::new(),

@@ -138,9 +138,15 @@ async fn report_run(agent: &dyn AgentControl, args: RunIdArgs) -> CallToolResult
         Ok(result) => result,
         Err(error) => return error_result(error.to_string()),
     };
-    let report = json!({ "run": run, "result": result });
+    let report = run_report(&run, &result);
     let text = serde_json::to_string_pretty(&report).unwrap_or_else(|_| report.to_string());
     json_result(text, report)
+}
+
+/// What `report_run` answers, and a task of the tasks extension holds once its run has ended: the
+/// run's record and its result.
+pub(super) fn run_report(run: &super::RunSummary, result: &super::RunResult) -> Value {
+    json!({ "run": run, "result": result })
 }
 
 /// The agent's own tools, served only when an [`AgentControl`] is given.
