@@ -240,6 +240,74 @@ async fn start_run_over_mcp_names_the_coding_agent_and_the_branch() {
     board.shutdown().await.unwrap();
 }
 
+/// A 2026-07-28 client of the agent's `/mcp` that declares the tasks extension (rmcp's).
+async fn tasks_client(
+    agent: &picogent::runtime::AgentHandle,
+) -> rmcp::service::RunningService<rmcp::RoleClient, rmcp::model::ClientConfig> {
+    use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion};
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    use rmcp::{ClientLifecycleMode, ClientServiceExt};
+    let url = format!("http://{}/mcp", agent.http_addr.unwrap());
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(url).auth_header(MCP_TOKEN),
+    );
+    let info = ClientConfig::new(
+        ClientCapabilities::builder().enable_tasks().build(),
+        Implementation::new("tasks-client", "1.0.0"),
+    );
+    let lifecycle = ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] };
+    info.serve_with_lifecycle(transport, lifecycle).await.unwrap()
+}
+
+/// A model that answers a task in plain text and calls no tool (as small models do): the run
+/// did nothing, the task gets one notice saying so, and the MCP client that started it sees the
+/// task `completed` with `isError`, never `working` for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_run_that_did_nothing_is_an_error_result_of_its_mcp_task_and_one_notice() {
+    use picogent::offline_model::OfflineModelOptions;
+    use picogent::offline_model::script::Script;
+    use rmcp::model::{CallToolRequestParams, CallToolResponse, GetTaskParams, TaskPayload};
+    let dir = tempfile::tempdir().unwrap();
+    let script: Script = serde_json::from_value(json!({
+        "description": "the model writes about the task and calls no tool",
+        "turns": [{"reply": {"content": "I would fix the parser by changing the default date."}}]
+    }))
+    .unwrap();
+    let model = picogent::offline_model::start(OfflineModelOptions::script(script)).await.unwrap();
+    let board = start_board(dir.path()).await;
+    let agent = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", json!({}))).await;
+    wait_ready(&agent).await;
+    let alice = client(&board, "tok-alice");
+    let mcp = tasks_client(&agent).await;
+    let args = json!({"project": "team", "title": "Fix the date parser", "description": FIX});
+    let params = CallToolRequestParams::new("start_run").with_arguments(args.as_object().unwrap().clone());
+    let CallToolResponse::Task(created) = mcp.call_tool_once(params).await.unwrap() else {
+        panic!("start_run answered without a task")
+    };
+    let done = eventually(Duration::from_secs(30), "the task at its end", || async {
+        let task = mcp.get_task(GetTaskParams::new(created.task.task_id.clone())).await.unwrap().task;
+        task.status().is_terminal().then_some(task)
+    })
+    .await;
+    let TaskPayload::Completed { result } = &done.payload else { panic!("{done:?}") };
+    assert_eq!(result.get("isError"), Some(&json!(true)), "{result:?}");
+    assert_eq!(result["structuredContent"]["run"]["status"], json!("did_nothing"), "{result:?}");
+    let session = result["structuredContent"]["run"]["session"].as_str().unwrap().to_string();
+    let task_id = session.strip_prefix("task:").unwrap().to_string();
+    eventually(Duration::from_secs(15), "the notice", || async {
+        (!agent_comments(&comments(&alice, &task_id).await).is_empty()).then_some(())
+    })
+    .await;
+    wait_idle(&agent).await;
+    let notices = comments(&alice, &task_id).await;
+    assert_eq!(agent_comments(&notices).len(), 1, "{notices:#?}");
+    mcp.cancel().await.unwrap();
+    agent.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
 /// An MCP client of the tasks extension (rmcp's, on 2026-07-28), as seed 000's `create_task` was
 /// used: `start_run` creates a task with a coding agent and a branch and is answered at once with
 /// a task; the client follows it with `tasks/get` to its end and reads `run://{id}/logs` and
@@ -255,7 +323,7 @@ async fn an_mcp_client_follows_a_coding_run_as_a_task_and_cancels_another() {
     };
     use rmcp::transport::StreamableHttpClientTransport;
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-    use rmcp::{ClientLifecycleMode, ClientServiceExt, ServiceExt};
+    use rmcp::ServiceExt;
 
     let dir = tempfile::tempdir().unwrap();
     let remote = remote(dir.path());
@@ -272,21 +340,7 @@ async fn an_mcp_client_follows_a_coding_run_as_a_task_and_cancels_another() {
     wait_ready(&agent).await;
     let alice = client(&board, "tok-alice");
 
-    let url = format!("http://{}/mcp", agent.http_addr.unwrap());
-    let transport = StreamableHttpClientTransport::from_config(
-        StreamableHttpClientTransportConfig::with_uri(url).auth_header(MCP_TOKEN),
-    );
-    let info = ClientConfig::new(
-        ClientCapabilities::builder().enable_tasks().build(),
-        Implementation::new("tasks-client", "1.0.0"),
-    );
-    let mcp = info
-        .serve_with_lifecycle(
-            transport,
-            ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] },
-        )
-        .await
-        .unwrap();
+    let mcp = tasks_client(&agent).await;
     let start = |args: Value| {
         let mcp = &mcp;
         async move {
