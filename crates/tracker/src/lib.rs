@@ -16,7 +16,8 @@
 //! without after `MAX_GAP_TRIES`; where it begins, `StreamStart` in `start.rs`); `session.rs`
 //! (`SessionKey`: a task, a chat thread, a prompt); `presence.rs` (the marker in the member status:
 //! `Marker`, `parse_status`, `compose`, and `WriteGate`); `markers.rs` (the one stripping of
-//! marker-shaped text); `config.rs` (the `tracker` section, `TrackerConfig`); `error.rs`. The
+//! marker-shaped text); `config.rs` (the `tracker` section, `TrackerConfig`); `tree.rs` (a task tree as labels:
+//! `parent:KEY`, `blocked_by:KEY`); `error.rs`. The
 //! contract is `docs/tracker-api.md`.
 
 pub mod config;
@@ -26,6 +27,7 @@ pub mod model;
 pub mod presence;
 pub mod session;
 pub mod stream;
+pub mod tree;
 
 use std::time::Duration;
 
