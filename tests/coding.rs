@@ -317,13 +317,13 @@ async fn a_task_run_that_did_nothing_is_an_error_result_of_its_mcp_task_and_one_
 /// 2025-11-25 client gets the run id as before, though it declares the extension.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mcp_client_follows_a_coding_run_as_a_task_and_cancels_another() {
+    use rmcp::ServiceExt;
     use rmcp::model::{
         CallToolRequestParams, CallToolResponse, CancelTaskParams, ClientCapabilities, ClientConfig, GetTaskParams,
         Implementation, ProtocolVersion, TaskPayload, TaskStatus as McpTaskStatus,
     };
     use rmcp::transport::StreamableHttpClientTransport;
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-    use rmcp::ServiceExt;
 
     let dir = tempfile::tempdir().unwrap();
     let remote = remote(dir.path());

@@ -23,7 +23,7 @@ use sqlx::Connection;
 use sqlx::postgres::PgConnection;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 use support::fault_harness::AgentProcess;
-use support::work_check::{check_board, check_runs, human, human_traffic, outcome};
+use support::work_check::{Progress, check_board, check_runs, human, human_traffic, outcome};
 
 macro_rules! report_line {
     ($($arg:tt)*) => {{
@@ -37,8 +37,12 @@ const MENTIONS: usize = 100;
 const REPLICAS: usize = 3;
 /// How long the humans take to send everything.
 const SENDING: Duration = Duration::from_secs(40);
-/// The whole scenario must be over by then.
+/// A bound on each wait of the scenario besides the work (a replica ready, the stream held, all
+/// caught up), each counted from its own start.
 const DEADLINE: Duration = Duration::from_secs(300);
+/// The work fails when the board shows no progress for this long (a stall, not a slow machine:
+/// the longest pause the scenario makes on purpose is a few seconds).
+const STALL: Duration = Duration::from_secs(120);
 /// The stream's lease; a standby takes over within about this plus a poll.
 const STREAM_LEASE_MS: u64 = 3_000;
 /// The bound the issue sets on a takeover (the default lease, 6 s, keeps within it too).
@@ -78,7 +82,8 @@ async fn readyz(http: SocketAddr) -> Option<(bool, Value)> {
 }
 
 /// Waits until the replica answers `/readyz` with 200; its replica id.
-async fn ready_id(replica: &Replica, started: Instant) -> String {
+async fn ready_id(replica: &Replica) -> String {
+    let started = Instant::now();
     loop {
         if let Some((true, body)) = readyz(replica.http).await
             && let Some(id) = body["replica"]["id"].as_str()
@@ -103,12 +108,8 @@ async fn observer(schema: &test_postgres::TestSchema) -> RunQueue {
 
 /// SIGKILLs the replica holding the stream; returns how long until another held it, and how many
 /// runs the killed one held.
-async fn kill_the_holder(
-    replicas: &mut [Replica],
-    pg: &mut PgConnection,
-    observer: &RunQueue,
-    started: Instant,
-) -> (Duration, i64) {
+async fn kill_the_holder(replicas: &mut [Replica], pg: &mut PgConnection, observer: &RunQueue) -> (Duration, i64) {
+    let started = Instant::now();
     let holder = loop {
         if let Some(holder) = stream_holder(observer).await {
             break holder;
@@ -187,7 +188,7 @@ async fn soak(schema: test_postgres::TestSchema, faults: Faults) {
         })
         .collect();
     for replica in &replicas {
-        ready_id(replica, started).await;
+        ready_id(replica).await;
     }
     let mut pg = schema.connection().await;
     let observer = observer(&schema).await;
@@ -205,7 +206,7 @@ async fn soak(schema: test_postgres::TestSchema, faults: Faults) {
     let mut killed_with_runs = Vec::new();
     for at in [10, 22] {
         tokio::time::sleep_until((sending + Duration::from_secs(at)).into()).await;
-        let (took, runs) = kill_the_holder(&mut replicas, &mut pg, &observer, started).await;
+        let (took, runs) = kill_the_holder(&mut replicas, &mut pg, &observer).await;
         takeovers.push(took);
         killed_with_runs.push(runs);
     }
@@ -217,13 +218,14 @@ async fn soak(schema: test_postgres::TestSchema, faults: Faults) {
         if exit.is_some_and(|status| status.success()) {
             graceful_exits += 1;
         }
-        ready_id(replica, started).await;
+        ready_id(replica).await;
     }
     for sender in senders {
         sender.await.unwrap();
     }
 
     let board_pool = open_read_only(&board.db).await;
+    let mut progress = Progress::new();
     loop {
         let now = outcome(&board_pool).await;
         if now.finished(TASKS, MENTIONS) {
@@ -232,12 +234,14 @@ async fn soak(schema: test_postgres::TestSchema, faults: Faults) {
         for replica in &mut replicas {
             assert!(replica.process.is_running(), "a replica exited");
         }
-        if started.elapsed() > DEADLINE {
+        if progress.still_for(&now) > STALL {
             let _ = dir.keep();
-            panic!("work not finished in time: {now:?}");
+            panic!("the work stopped moving for {STALL:?}: {now:?}");
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    // What follows the work has a deadline of its own, counted from here.
+    let settling = Instant::now();
     // Caught up: every event the board logged for the agent was handled, and nothing is left
     // queued or running (what a repeat would need).
     loop {
@@ -259,7 +263,7 @@ async fn soak(schema: test_postgres::TestSchema, faults: Faults) {
             break;
         }
         assert!(
-            started.elapsed() < DEADLINE,
+            settling.elapsed() < DEADLINE,
             "not caught up: board seq {board_last}, agent {agent_last}, {open} runs still open"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;

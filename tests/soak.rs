@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 use support::fault_harness::{AgentProcess, FaultHarness, FaultKind, FaultRates, RestartableBoard};
-use support::work_check::{self, human, human_traffic, outcome};
+use support::work_check::{self, Progress, human, human_traffic, outcome};
 
 /// Writes a line of the soak's report straight to the process's stderr: the test harness captures
 /// `println!` of passing tests, and the counts must show in CI's log.
@@ -33,8 +33,11 @@ const TASKS: usize = 100;
 const MENTIONS: usize = 300;
 /// How long the humans take to send everything.
 const SENDING: Duration = Duration::from_secs(60);
-/// The whole scenario must be over by then.
+/// A bound on each wait after the work (caught up, ready, pruned), counted from the work's end.
 const DEADLINE: Duration = Duration::from_secs(270);
+/// The work fails when the board shows no progress for this long (a stall, not a slow machine:
+/// the longest pause the scenario makes on purpose is a few seconds).
+const STALL: Duration = Duration::from_secs(120);
 /// How long the board keeps events in its log (each member's newest stays), and how often it
 /// prunes: short enough that nearly the whole log goes during the run, longer than the agent is
 /// down for a restart. (At 0.5 s, gaps come often, and one lost mentions: see "Known limits" in
@@ -149,18 +152,21 @@ async fn soak(model_options: picogent::offline_model::OfflineModelOptions) {
     }
 
     let state_db = dir.path().join("picogent.db");
+    let mut progress = Progress::new();
     loop {
         let now = outcome(&board_pool).await;
         if now.finished(TASKS, MENTIONS) {
             break;
         }
         assert!(agent.is_running(), "the agent exited; its log: {}", std::fs::read_to_string(&log).unwrap_or_default());
-        if started.elapsed() > DEADLINE {
+        if progress.still_for(&now) > STALL {
             let _ = dir.keep();
-            panic!("work not finished in time: {now:?}");
+            panic!("the work stopped moving for {STALL:?}: {now:?}");
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    // What follows the work has a deadline of its own, counted from here.
+    let settling = Instant::now();
     // Caught up: every event the board logged for the agent was processed, and no run is open.
     let state_pool = open_read_only(&state_db).await;
     loop {
@@ -179,7 +185,7 @@ async fn soak(model_options: picogent::offline_model::OfflineModelOptions) {
             break;
         }
         assert!(
-            started.elapsed() < DEADLINE,
+            settling.elapsed() < DEADLINE,
             "agent not caught up: board seq {board_last}, agent {agent_last}, {running} running"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -191,7 +197,7 @@ async fn soak(model_options: picogent::offline_model::OfflineModelOptions) {
         if ready {
             break;
         }
-        assert!(started.elapsed() < DEADLINE, "the agent never reported ready");
+        assert!(settling.elapsed() < DEADLINE, "the agent never reported ready");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // The instance running now prunes too (the earlier ones' counts went with them): its first
@@ -208,7 +214,7 @@ async fn soak(model_options: picogent::offline_model::OfflineModelOptions) {
         if passes > 0 && pruned > 0 {
             break (passes, pruned);
         }
-        assert!(started.elapsed() < DEADLINE, "the last agent instance never pruned");
+        assert!(settling.elapsed() < DEADLINE, "the last agent instance never pruned");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let exit = agent.terminate();

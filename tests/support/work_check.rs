@@ -101,6 +101,30 @@ impl Outcome {
     }
 }
 
+/// Whether the work still moves: a soak fails when nothing on the board moved for a while, not
+/// when a loaded machine makes the whole of it slow. `moved` takes each new reading.
+#[derive(Debug)]
+pub struct Progress {
+    last: (i64, i64, i64, i64),
+    since: std::time::Instant,
+}
+
+impl Progress {
+    pub fn new() -> Progress {
+        Progress { last: (-1, -1, -1, -1), since: std::time::Instant::now() }
+    }
+
+    /// Takes a reading; how long the board has shown the same work.
+    pub fn still_for(&mut self, now: &Outcome) -> std::time::Duration {
+        let reading = (now.tasks, now.tasks_done, now.mentions, now.mentions_answered);
+        if reading != self.last {
+            self.last = reading;
+            self.since = std::time::Instant::now();
+        }
+        self.since.elapsed()
+    }
+}
+
 /// How far the work is, from the board's database.
 pub async fn outcome(board: &SqlitePool) -> Outcome {
     let tasks: i64 = sqlx::query_scalar("SELECT count(*) FROM tasks WHERE title LIKE 'Soak task %'")
