@@ -27,6 +27,9 @@ pub struct Limits {
     pub run_timeout_ms: u64,
     /// Prompt + completion tokens across all runs in one UTC day.
     pub max_tokens_per_day: u64,
+    /// Prompt + completion tokens across the runs of one tree of tasks (a parent and the
+    /// sub-tasks of its plan, `parent:KEY`): a sub-task's run gets at most what is left of it.
+    pub max_tokens_per_tree: u64,
     /// Replies to bots the agent may post in one thread in an hour: the loop guard (people are
     /// always answered).
     pub max_replies_per_thread_per_hour: u32,
@@ -60,6 +63,7 @@ impl Default for Limits {
             max_tokens_per_run: 60_000,
             run_timeout_ms: 300_000,
             max_tokens_per_day: 2_000_000,
+            max_tokens_per_tree: 400_000,
             max_replies_per_thread_per_hour: 6,
             max_concurrent_runs: 4,
             max_tool_result_bytes: 8 * 1024,
@@ -88,6 +92,7 @@ impl Limits {
             ("limits.max_tokens_per_run", self.max_tokens_per_run),
             ("limits.run_timeout_ms", self.run_timeout_ms),
             ("limits.max_tokens_per_day", self.max_tokens_per_day),
+            ("limits.max_tokens_per_tree", self.max_tokens_per_tree),
             ("limits.max_concurrent_runs", u64::from(self.max_concurrent_runs)),
             ("limits.max_tool_result_bytes", self.max_tool_result_bytes as u64),
             ("limits.max_artifact_bytes_per_run", self.max_artifact_bytes_per_run),

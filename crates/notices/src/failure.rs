@@ -81,7 +81,7 @@ pub fn failure_notice(record: &RunRecord, conversation: &[Message], context: &No
             if continues { ask.carry_on() } else { "Ask an admin to raise limits.max_tool_calls.".to_string() },
         ),
         RunOutcome::BudgetTokens => {
-            let budget = context.token_budget;
+            let budget = &context.token_budget;
             match record.cut_off {
                 Some(at) => (
                     format!(

@@ -337,6 +337,7 @@ async fn model_loop(
         (config.limits.max_tokens_per_day.saturating_sub(spent_today.tokens), config.limits.max_tokens_per_day),
         config.limits.max_cost_per_day.map(|max| (tokens_left_by_cost(config, spent_today.cost), max)),
     );
+    let token_budget = tree_budget(services, &request.kind, token_budget).await;
     limits.max_tokens_per_run = token_budget.tokens();
     let (checkpoint, saver) = spawn_checkpoints(services, run_id, &begun.start);
     let mut tool_context = picogent_tools::ToolContext::new(config.slug.clone());
@@ -538,6 +539,34 @@ fn coding_task(services: &RunServices, kind: &RunKind) -> bool {
     match (kind, &services.coding) {
         (RunKind::Task { task, .. }, Some(coding)) => coding.serves(task),
         _ => false,
+    }
+}
+
+/// A sub-task's run (`parent:KEY`) gets at most what its tree has left of
+/// `limits.max_tokens_per_tree`: the runs of the parent and of each of its sub-tasks, as this
+/// agent's state keeps them. A tree the board cannot show now is not counted (the run's own and
+/// the day's budgets still hold), and the log says so.
+async fn tree_budget(services: &RunServices, kind: &RunKind, budget: TokenBudget) -> TokenBudget {
+    let RunKind::Task { task, .. } = kind else {
+        return budget;
+    };
+    let Some(parent) = picogent_tracker::tree::parent_of(task) else {
+        return budget;
+    };
+    let per_tree = services.config.limits.max_tokens_per_tree;
+    let spent = async {
+        let root = services.client.get_task(parent).await?;
+        let mut sessions = vec![SessionKey::Task(root.id)];
+        let subtasks = picogent_tracker::tree::subtasks(&services.client, &root.project_slug, &root.key).await?;
+        sessions.extend(subtasks.into_iter().map(|subtask| SessionKey::Task(subtask.id)));
+        Ok::<_, anyhow::Error>(services.state.spend_of(&sessions).await?)
+    };
+    match spent.await {
+        Ok(spent) => budget.within_tree(per_tree.saturating_sub(spent.tokens), per_tree, parent),
+        Err(error) => {
+            tracing::warn!(%error, task = %task.key, parent, "cannot count the tree's spend; its budget is not applied to this run");
+            budget
+        }
     }
 }
 

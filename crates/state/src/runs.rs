@@ -10,7 +10,7 @@ use time::OffsetDateTime;
 #[cfg(any(test, feature = "test-support"))]
 use crate::store::NewRun;
 use crate::store::{RunColumns, RunEnd};
-use crate::{State, StateError, from_ms, now_ms, to_i64, to_ms, to_u64};
+use crate::{Spend, State, StateError, from_ms, now_ms, to_i64, to_ms, to_u64};
 
 /// Where a run is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -383,6 +383,18 @@ impl State {
     /// `stopped` (an interrupted run does not count: its work may be unfinished).
     pub async fn has_finished_run_for(&self, session_key: &SessionKey) -> Result<bool, StateError> {
         on_store!(self, has_finished_run_for(session_key))
+    }
+
+    /// What the runs of these sessions spent together (a tree of tasks' budget,
+    /// `limits.max_tokens_per_tree`); a session with no runs adds nothing.
+    pub async fn spend_of(&self, sessions: &[SessionKey]) -> Result<Spend, StateError> {
+        let mut total = Spend::default();
+        for session in sessions {
+            let (tokens, cost) = on_store!(self, spend_of_session(session))?;
+            total.tokens += to_u64("runs.prompt_tokens", tokens)?;
+            total.cost += cost;
+        }
+        Ok(total)
     }
 
     /// Whether a run of `session_key` started at or after `since`: such a run already covers

@@ -206,6 +206,8 @@ pub(super) trait Store {
     async fn has_finished_run_for(&self, session_key: &SessionKey) -> Result<bool, StateError>;
     /// Whether a run of the session started at or after `since_ms`.
     async fn has_run_since(&self, session_key: &SessionKey, since_ms: i64) -> Result<bool, StateError>;
+    /// The tokens (prompt and completion) and the cost of every run of the session.
+    async fn spend_of_session(&self, session_key: &SessionKey) -> Result<(i64, f64), StateError>;
 
     // ---- named values ----
 

@@ -94,6 +94,7 @@ on_both_stores!(
     has_run_since_and_finished_runs_are_per_session,
     spend_adds_up_per_day,
     spend_and_run_costs_add_up,
+    spend_of_sessions_adds_their_runs_only,
     concurrent_spend_from_two_handles_adds_up,
     replies_are_counted_per_thread_within_the_hour,
     a_claimed_run_starts_once_and_is_found_unfinished_after_a_crash,
@@ -466,6 +467,26 @@ async fn spend_and_run_costs_add_up(place: Place) {
     assert_eq!(state.get_run(&run_id).await.unwrap().unwrap().cost, None);
     state.finish_run(&run_id, &FinishRun { cost: Some(0.125), ..FinishRun::new(RunStatus::Completed) }).await.unwrap();
     assert_eq!(state.get_run(&run_id).await.unwrap().unwrap().cost, Some(0.125));
+}
+
+async fn spend_of_sessions_adds_their_runs_only(place: Place) {
+    let state = place.open().await;
+    let tree = [key("task:parent"), key("task:sub1"), key("task:sub2")];
+    assert_eq!(state.spend_of(&tree).await.unwrap(), Spend::default(), "no runs yet");
+    for (session, tokens, cost) in
+        [("task:parent", 1_000, 0.5), ("task:sub1", 300, 0.25), ("task:sub1", 200, 0.0), ("task:other", 9_000, 4.0)]
+    {
+        let run_id = state.start_run(&key(session), "manual").await.unwrap();
+        let finish = FinishRun {
+            prompt_tokens: tokens - 50,
+            completion_tokens: 50,
+            cost: (cost > 0.0).then_some(cost),
+            ..FinishRun::new(RunStatus::Completed)
+        };
+        state.finish_run(&run_id, &finish).await.unwrap();
+    }
+    assert_eq!(state.spend_of(&tree).await.unwrap(), Spend { tokens: 1_500, cost: 0.75 });
+    assert_eq!(state.spend_of(&[]).await.unwrap(), Spend::default());
 }
 
 async fn concurrent_spend_from_two_handles_adds_up(place: Place) {

@@ -6,7 +6,8 @@
 //! Only keys are read from labels, and a key is checked for its shape (`PROJECT-123`): a label a
 //! person wrote by hand that does not fit is not part of any tree.
 
-use crate::model::TaskOut;
+use crate::model::{TaskOut, TaskQuery};
+use crate::{TrackerClient, TrackerError};
 
 /// The label naming the task a sub-task is part of.
 pub const PARENT_PREFIX: &str = "parent:";
@@ -53,6 +54,34 @@ pub fn is_task_key(key: &str) -> bool {
         && !number.is_empty()
         && number.len() <= 9
         && number.chars().all(|c| c.is_ascii_digit())
+}
+
+/// The most sub-tasks read of one parent: a plan has at most `delegation.max_subtasks` (at most 50),
+/// so more is labels people wrote by hand, and is not read past this.
+pub const MAX_SUBTASKS_READ: usize = 1_000;
+
+/// Every task labelled `parent:{parent_key}` in `project`, oldest first as the tracker lists them,
+/// at most [`MAX_SUBTASKS_READ`].
+pub async fn subtasks(client: &TrackerClient, project: &str, parent_key: &str) -> Result<Vec<TaskOut>, TrackerError> {
+    let mut found = Vec::new();
+    let mut cursor = None;
+    loop {
+        let query = TaskQuery {
+            project_id: Some(project.to_string()),
+            labels: Some(parent_label(parent_key)),
+            limit: Some(200),
+            cursor,
+            ..TaskQuery::default()
+        };
+        let page = client.list_tasks(&query).await?;
+        found.extend(page.items.into_iter().filter(|task| parent_of(task) == Some(parent_key)));
+        match page.next_cursor {
+            Some(next) if found.len() < MAX_SUBTASKS_READ => cursor = Some(next),
+            _ => break,
+        }
+    }
+    found.truncate(MAX_SUBTASKS_READ);
+    Ok(found)
 }
 
 fn keys_after<'a>(labels: &'a [String], prefix: &'a str) -> impl Iterator<Item = &'a str> + 'a {

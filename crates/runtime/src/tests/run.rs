@@ -110,6 +110,54 @@ async fn a_run_that_cannot_fit_its_first_request_fails_with_a_notice_for_the_rou
     world.shut_down(None).await;
 }
 
+/// A sub-task's run gets what its tree has left of `limits.max_tokens_per_tree`: with the parent's
+/// earlier run and a sibling's having spent nearly all of it, the run cannot fit its first request,
+/// asks the model nothing, and its notice names the tree's setting and its parent; a task outside
+/// the tree is not held by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_task_run_past_its_tree_budget_fails_with_a_notice_naming_the_setting() {
+    let world = World::start_with(Model::Open, json!({"limits": {"max_tokens_per_tree": 9_000}})).await;
+    let parent = world.assigned_task("Add CSV export").await;
+    let subtask = |title: &str, labels: Vec<String>| picogent_tracker::model::CreateTask {
+        project_slug: "team".into(),
+        title: title.into(),
+        description: Some(format!("Part of {}", parent.key)),
+        assignee_slug: Some("picogent".into()),
+        labels: Some(labels),
+        ..Default::default()
+    };
+    let parent_label = picogent_tracker::tree::parent_label(&parent.key);
+    let sibling = world.alice.create_task(&subtask("Backend", vec![parent_label.clone()]), None).await.unwrap();
+    let task = world.alice.create_task(&subtask("Docs page", vec![parent_label, "docs".into()]), None).await.unwrap();
+    // What the tree spent before: 5,000 tokens on the parent, 3,800 on the sibling.
+    for (task, tokens) in [(&parent, 5_000), (&sibling, 3_800)] {
+        let run_id = claimed(&world, &task_request(task)).await;
+        let finish = picogent_state::FinishRun {
+            prompt_tokens: tokens - 100,
+            completion_tokens: 100,
+            ..picogent_state::FinishRun::new(RunStatus::Completed)
+        };
+        assert!(world.state.finish_run(&run_id, &finish).await.unwrap());
+    }
+
+    let request = task_request(&task);
+    let run_id = claimed(&world, &request).await;
+    let done = execute(&world, &run_id, request, CancellationToken::new()).await;
+
+    assert_eq!(done.status, RunStatus::Failed);
+    let notice = done.notice.expect("a notice");
+    assert!(notice.contains("limits.max_tokens_per_tree"), "names the setting: {notice}");
+    assert!(notice.contains(&parent.key) && notice.contains("200 tokens were left"), "names the tree: {notice}");
+    assert_eq!(world.model.request_count(), 0, "no model request");
+
+    // The parent itself is not a sub-task: its run is held by its own budget only.
+    let request = task_request(&parent);
+    let run_id = claimed(&world, &request).await;
+    let done = execute(&world, &run_id, request, CancellationToken::new()).await;
+    assert_eq!((done.status, done.notice), (RunStatus::Completed, None));
+    world.shut_down(None).await;
+}
+
 /// A run cancelled by a person ends `stopped`; one cut short by the agent's shutdown ends
 /// `interrupted` and stays `running` in the state, to resume from the same request at the next
 /// start. Neither says anything itself.

@@ -516,6 +516,17 @@ impl Store for PostgresStore {
         .await?)
     }
 
+    async fn spend_of_session(&self, session_key: &SessionKey) -> Result<(i64, f64), StateError> {
+        Ok(sqlx::query_as(
+            "SELECT coalesce(sum(prompt_tokens + completion_tokens), 0)::BIGINT, \
+             coalesce(sum(cost), 0)::DOUBLE PRECISION FROM runs WHERE agent = $1 AND session_key = $2",
+        )
+        .bind(&self.agent)
+        .bind(session_key.as_string())
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
     async fn get_value(&self, name: &str) -> Result<Option<String>, StateError> {
         Ok(sqlx::query_scalar("SELECT value FROM named_values WHERE agent = $1 AND name = $2")
             .bind(&self.agent)

@@ -379,6 +379,16 @@ impl Store for SqliteStore {
         Ok(found.is_some())
     }
 
+    async fn spend_of_session(&self, session_key: &SessionKey) -> Result<(i64, f64), StateError> {
+        Ok(sqlx::query_as(
+            "SELECT coalesce(sum(prompt_tokens + completion_tokens), 0), coalesce(sum(cost), 0.0) \
+             FROM runs WHERE session_key = ?",
+        )
+        .bind(session_key.as_string())
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
     async fn get_value(&self, name: &str) -> Result<Option<String>, StateError> {
         Ok(sqlx::query_scalar("SELECT value FROM named_values WHERE name = ?")
             .bind(name)
