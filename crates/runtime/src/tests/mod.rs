@@ -1,20 +1,23 @@
-//! The router, a run and the scheduler at their own level, faster than the end-to-end tests of
-//! `tests/`: the real state (SQLite, a file in a temporary folder), the reference board and the
-//! offline model in process on 127.0.0.1:0, and no event stream, no HTTP, no presence. The router
-//! is fed typed inputs on its channel, as the stream would feed it; a run is executed as the
-//! router would spawn it; the scheduler reads a clock the test sets. What a person sees is read
-//! off the board; what is kept, off the state.
+//! The router, a run, the scheduler and presence at their own level, faster than the end-to-end
+//! tests of `tests/`: the real state (SQLite, a file in a temporary folder), the reference board
+//! and the offline model in process on 127.0.0.1:0, and no event stream, no HTTP, no presence
+//! unless a test claims it. The router is fed typed inputs on its channel, as the stream would
+//! feed it; a run is executed as the router would spawn it; the scheduler reads a clock the test
+//! sets. What a person sees is read off the board; what is kept, off the state.
 //!
 //! Nothing waits for a fixed time: a test waits for the router's answer to a barrier (it takes
 //! its inputs one at a time, in order), for the count of active runs to change, for the model to
-//! receive a request, for a run's end, or for a scheduler's wake to end.
+//! receive a request, for a run's end, for a scheduler's wake to end, or for a presence claim to
+//! end (which waits as long as the protocol says, and no more).
 //!
 //! `router.rs`: what the router makes of events, run ends and stop requests. `run.rs`: one run,
 //! from its request to its recorded end. `trigger.rs`: a run's trigger, as text and typed, and
 //! what a run claimed from the queue gets back. `scheduler.rs`: the scheduler through its own
 //! API, over a clock the test sets: a due firing acts once, an idle one calls no model, what came
-//! due while away is caught up once, "run now".
+//! due while away is caught up once, "run now". `presence.rs`: `claim` and the heartbeat against
+//! the board, with short beats: a fresh copy, a restart, a second copy refused, a copy taken over.
 
+mod presence;
 mod router;
 mod run;
 mod scheduler;
