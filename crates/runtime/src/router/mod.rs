@@ -430,7 +430,7 @@ impl Router {
         let session = SessionKey::of_message(&message);
         // Stop comes first: it is obeyed even when the message would not start a run.
         if filter::is_stop_command(&message.content, &self.config.slug) && message.author_slug != self.config.slug {
-            let stopped = self.stop(&session, &format!("@{} asked me to stop", message.author_slug)).await;
+            let stopped = self.stop_tree(&session, &format!("@{} asked me to stop", message.author_slug)).await;
             let outcome = if stopped { MessageOutcome::Stop } else { MessageOutcome::StopIdle };
             self.metrics.event(EVENT, outcome.as_str());
             return outcome;

@@ -62,6 +62,39 @@ const STEER_ATTEMPTS: usize = 3;
 impl Router {
     /// Stops every run of `session`, queued or running, here or on another replica, remembering
     /// why so it is said once when each ends.
+    /// A person's stop: the session's runs, and when it is a task, the runs of every sub-task
+    /// of it (`parent:KEY`) this agent works; none of those sub-tasks starts afterwards
+    /// ([`ClaimKind::TreeStop`]). Each stopped run says so once, on its own task.
+    pub(super) async fn stop_tree(&mut self, session: &SessionKey, reason: &str) -> bool {
+        let mut stopped = self.stop(session, reason).await;
+        let SessionKey::Task(task_id) = session else {
+            return stopped;
+        };
+        let subtasks = async {
+            let parent = self.client.get_task(task_id).await?;
+            let subtasks = picogent_tracker::tree::subtasks(&self.client, &parent.project_slug, &parent.key).await?;
+            Ok::<_, picogent_tracker::TrackerError>((parent.key, subtasks))
+        };
+        let (parent, subtasks) = match subtasks.await {
+            Ok(found) => found,
+            Err(error) => {
+                tracing::warn!(%error, %session, "cannot read the sub-tasks of a stopped task; only its own runs stop");
+                return stopped;
+            }
+        };
+        if subtasks.is_empty() {
+            return stopped;
+        }
+        if let Err(error) = self.state.claim(ClaimKind::TreeStop, task_id).await {
+            tracing::error!(%error, %session, "cannot record the stop of a tree; its waiting sub-tasks may start later");
+        }
+        let reason = format!("{reason} on {parent}, which this task is part of");
+        for subtask in subtasks {
+            stopped |= self.stop(&SessionKey::Task(subtask.id), &reason).await;
+        }
+        stopped
+    }
+
     pub(super) async fn stop(&mut self, session: &SessionKey, reason: &str) -> bool {
         let mut stopped = false;
         if let Some(run) = self.active.get_mut(session) {

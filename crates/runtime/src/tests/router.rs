@@ -6,8 +6,8 @@ use serde_json::json;
 
 use picogent_state::{ClaimKind, RunStatus};
 use picogent_tracker::model::{
-    EVENT_MESSAGE_NEW, EVENT_TASK_ASSIGNED, EVENT_TASK_UNASSIGNED, Event, MessageNewData, MessageOut, ReceivedEvent,
-    SendMessage, TaskAssignedData, TaskOut, TaskStatus, TaskUnassignedData, UpdateTask,
+    CreateTask, EVENT_MESSAGE_NEW, EVENT_TASK_ASSIGNED, EVENT_TASK_UNASSIGNED, Event, MessageNewData, MessageOut,
+    ReceivedEvent, SendMessage, TaskAssignedData, TaskOut, TaskStatus, TaskUnassignedData, UpdateTask,
 };
 use picogent_tracker::session::SessionKey;
 use picogent_tracker::stream::StreamItem;
@@ -243,6 +243,61 @@ async fn a_stop_command_and_an_unassignment_stop_the_run_with_one_notice_each() 
     }
     assert_eq!(world.metrics().event_count("message.new", "stop"), 1);
     assert_eq!(world.metrics().event_count("task.unassigned", "stop"), 1);
+    world.shut_down(Some(router)).await;
+}
+
+/// A person's stop on a parent stops the run of every sub-task of it (`parent:KEY`), each with one
+/// notice on its own task, and records the tree stopped; a run outside the tree goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_on_a_parent_stops_every_sub_task_run_and_nothing_else() {
+    let world = World::start(Model::Held).await;
+    let router = world.start_router();
+    let parent = CreateTask { project_slug: "team".into(), title: "Add CSV export".into(), ..CreateTask::default() };
+    let parent = world.alice.create_task(&parent, None).await.unwrap();
+    let mut subtasks = Vec::new();
+    for title in ["Backend", "Frontend"] {
+        let subtask = CreateTask {
+            project_slug: "team".into(),
+            title: title.into(),
+            assignee_slug: Some("picogent".into()),
+            labels: Some(vec![picogent_tracker::tree::parent_label(&parent.key)]),
+            ..CreateTask::default()
+        };
+        subtasks.push(world.alice.create_task(&subtask, None).await.unwrap());
+    }
+    let outside = world.assigned_task("Not part of it").await;
+    for (n, task) in subtasks.iter().chain([&outside]).enumerate() {
+        router.send(task_assigned(&format!("ev-{n}"), n as u64 + 1, task)).await;
+    }
+    world.model_received(3).await;
+
+    let stop =
+        SendMessage { content: "@picogent stop".into(), task_id: Some(parent.id.clone()), ..SendMessage::default() };
+    let stop = world.alice.send_message(&stop, None).await.unwrap();
+    router.send(message_new("ev-stop", 9, &stop)).await;
+    // The sub-tasks' runs end; the one outside the tree is still held at its model request.
+    router.handled().await;
+    let status = &world.services.status;
+    let mut changes = status.subscribe();
+    while status.active_runs() > 1 {
+        assert!(tokio::time::timeout(super::WAIT, changes.recv()).await.is_ok(), "the sub-tasks' runs never ended");
+    }
+    router.handled().await;
+
+    let notice = format!("Stopped: @alice asked me to stop on {}, which this task is part of.", parent.key);
+    for task in &subtasks {
+        let runs = world.runs_of(&SessionKey::Task(task.id.clone())).await;
+        assert_eq!(runs.iter().map(|run| run.status).collect::<Vec<_>>(), [RunStatus::Stopped], "{}", task.title);
+        let said: Vec<_> = agents(world.comments(&task.id).await).into_iter().map(|message| message.content).collect();
+        assert_eq!(said, [notice.clone()], "{}", task.title);
+    }
+    assert!(world.state.is_claimed(ClaimKind::TreeStop, &parent.id).await.unwrap(), "the tree is recorded stopped");
+    assert!(agents(world.comments(&parent.id).await).is_empty(), "the parent had no run: nothing said there");
+    assert_eq!(world.metrics().event_count("message.new", "stop"), 1);
+    world.open_model();
+    router.settled().await;
+    let outside_runs = world.runs_of(&SessionKey::Task(outside.id.clone())).await;
+    assert_eq!(outside_runs.iter().map(|run| run.status).collect::<Vec<_>>(), [RunStatus::Completed], "went on");
     world.shut_down(Some(router)).await;
 }
 
