@@ -289,7 +289,7 @@ async fn a_stop_on_a_parent_stops_every_sub_task_run_and_nothing_else() {
         let runs = world.runs_of(&SessionKey::Task(task.id.clone())).await;
         assert_eq!(runs.iter().map(|run| run.status).collect::<Vec<_>>(), [RunStatus::Stopped], "{}", task.title);
         let said: Vec<_> = agents(world.comments(&task.id).await).into_iter().map(|message| message.content).collect();
-        assert_eq!(said, [notice.clone()], "{}", task.title);
+        assert_eq!(said, std::slice::from_ref(&notice), "{}", task.title);
     }
     assert!(world.state.is_claimed(ClaimKind::TreeStop, &parent.id).await.unwrap(), "the tree is recorded stopped");
     assert!(agents(world.comments(&parent.id).await).is_empty(), "the parent had no run: nothing said there");
