@@ -1,7 +1,8 @@
 //! The words people read from the agent when it did not do what they asked: a failed run's
 //! notice ([`failure_notice`]), the refusals of a cap, a budget or a setting ([`Refusal`]), the
 //! short notices of a run that could not start, was stopped or could not nudge, and of a firing
-//! that failed ([`run`]); and the spend line under an answer ([`spend_line`]).
+//! that failed ([`run`]); the words of a task tree: what a sub-task waits for, the roll-up on its
+//! parent ([`tree`]); and the spend line under an answer ([`spend_line`]).
 //!
 //! Why a crate of its own, not a module of the runtime: the wording reads only values (the run's
 //! record, the model's settings, the budget that held the run, a session), never the runtime's
@@ -13,7 +14,7 @@
 //! ([`AskAgain`]: how a person asks for a run again), `model.rs` (a failure of the model service:
 //! its cause, its fix, the setting behind a refused parameter), `budget.rs` ([`TokenBudget`]:
 //! which budget held a run's tokens), `refusal.rs` ([`Refusal`]), [`run`] (the short notices),
-//! `words.rs` (numbers and text on one line, as people read them).
+//! [`tree`] (a sub-task's wait, a parent's roll-up), `words.rs` (numbers and text on one line, as people read them).
 //!
 //! Invariants:
 //! - every notice names what held the run by its setting in agent.json, with its value now, and
@@ -25,7 +26,8 @@
 //!   all when they only repeat the request back (which may carry hostile text).
 //!
 //! Where things are: posting them is the runtime's: `answer.rs` (`RunPosts`, `post_answer`) and
-//! `refusal.rs` (`tell_once`: one notice per thread and window, claimed).
+//! `refusal.rs` (`tell_once`: one notice per thread and window, claimed); a tree's notices are
+//! posted by the router (`router/tree.rs`).
 
 mod again;
 mod budget;
@@ -33,6 +35,7 @@ mod failure;
 mod model;
 mod refusal;
 pub mod run;
+pub mod tree;
 mod words;
 
 pub use again::AskAgain;

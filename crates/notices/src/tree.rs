@@ -1,0 +1,129 @@
+//! The words of a task tree on the board (`parent:KEY`, `blocked_by:KEY` labels): what a sub-task
+//! waits for before it starts, and the roll-up on the parent once every sub-task is done.
+//!
+//! Titles are people's text: each is put on one line, bounded, and with its `@` made harmless, so
+//! a summary never mentions (and wakes) a member a title names.
+
+use picogent_tracker::model::TaskStatus;
+
+use crate::words::one_line;
+
+/// How long a sub-task's title may be in a roll-up, in characters.
+const MAX_TITLE_CHARS: usize = 120;
+
+/// A task a sub-task waits for, as the agent found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Blocker<'a> {
+    pub key: &'a str,
+    pub standing: Standing,
+}
+
+/// Where a blocker stands: its status, or nowhere (no task has its key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    Status(TaskStatus),
+    NotFound,
+}
+
+/// `Waiting for TE-2 (in_progress) and TE-3 (todo) before starting; I start when they are done.`
+/// `waiting` holds the blockers that are not done, in label order; a key no task has is named as
+/// such, with what lets the task start without it.
+pub fn waiting_for(waiting: &[Blocker<'_>]) -> String {
+    let named: Vec<String> = waiting
+        .iter()
+        .map(|blocker| match blocker.standing {
+            Standing::Status(status) => format!("{} ({status})", blocker.key),
+            Standing::NotFound => format!("{} (not found)", blocker.key),
+        })
+        .collect();
+    let when = if waiting.len() == 1 { "it is done" } else { "they are done" };
+    let mut notice = format!("Waiting for {} before starting; I start when {when}.", and_list(&named));
+    let missing: Vec<&str> =
+        waiting.iter().filter(|blocker| blocker.standing == Standing::NotFound).map(|blocker| blocker.key).collect();
+    match missing.as_slice() {
+        [] => {}
+        [key] => notice.push_str(&format!(
+            " {key} does not exist: remove the label blocked_by:{key} and reassign me to start without it."
+        )),
+        _ => notice.push_str(&format!(
+            " {} do not exist: remove the labels {} and reassign me to start without them.",
+            and_list(&missing.iter().map(|key| key.to_string()).collect::<Vec<_>>()),
+            missing.iter().map(|key| format!("blocked_by:{key}")).collect::<Vec<_>>().join(", ")
+        )),
+    }
+    notice
+}
+
+/// One sub-task as the roll-up lists it. (Its branch, its review and its spend join it here when
+/// the tree has them.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubTaskLine<'a> {
+    pub key: &'a str,
+    pub title: &'a str,
+    pub assignee: Option<&'a str>,
+    pub status: TaskStatus,
+}
+
+/// The one summary on the parent `parent_key` when every sub-task is done: a line per sub-task
+/// with its key, title, assignee and status, and where the parent goes now.
+pub fn roll_up(parent_key: &str, sub_tasks: &[SubTaskLine<'_>]) -> String {
+    let count =
+        if sub_tasks.len() == 1 { "The sub-task".to_string() } else { format!("All {} sub-tasks", sub_tasks.len()) };
+    let verb = if sub_tasks.len() == 1 { "is" } else { "are" };
+    let mut summary = format!("{count} of {parent_key} {verb} done; {parent_key} moves to in_review.\n");
+    for sub_task in sub_tasks {
+        // Without `@`, a title cannot mention anyone; the assignee is named without one for the same reason.
+        let title = one_line(sub_task.title, MAX_TITLE_CHARS).replace('@', "＠");
+        let assignee = sub_task.assignee.unwrap_or("nobody");
+        summary.push_str(&format!("\n- {}: {title} (assigned to {assignee}, {})", sub_task.key, sub_task.status));
+    }
+    summary
+}
+
+/// `a`, `a and b`, `a, b and c`.
+fn and_list(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_waiting_notice_names_each_blocker_and_where_it_stands() {
+        let todo = |key| Blocker { key, standing: Standing::Status(TaskStatus::Todo) };
+        let cases = [
+            (vec![todo("TE-2")], "Waiting for TE-2 (todo) before starting; I start when it is done."),
+            (
+                vec![Blocker { key: "TE-2", standing: Standing::Status(TaskStatus::InProgress) }, todo("TE-3")],
+                "Waiting for TE-2 (in_progress) and TE-3 (todo) before starting; I start when they are done.",
+            ),
+            (
+                vec![todo("TE-2"), todo("TE-3"), Blocker { key: "TE-9", standing: Standing::NotFound }],
+                "Waiting for TE-2 (todo), TE-3 (todo) and TE-9 (not found) before starting; I start when they are \
+                 done. TE-9 does not exist: remove the label blocked_by:TE-9 and reassign me to start without it.",
+            ),
+        ];
+        for (blockers, expected) in cases {
+            assert_eq!(waiting_for(&blockers), expected);
+        }
+    }
+
+    #[test]
+    fn a_roll_up_lists_every_sub_task_and_mentions_nobody() {
+        let lines = [
+            SubTaskLine { key: "TE-2", title: "Backend\nchange", assignee: Some("picogent"), status: TaskStatus::Done },
+            SubTaskLine { key: "TE-3", title: "Ask @bob", assignee: None, status: TaskStatus::Done },
+        ];
+        assert_eq!(
+            roll_up("TE-1", &lines),
+            "All 2 sub-tasks of TE-1 are done; TE-1 moves to in_review.\n\n\
+             - TE-2: Backend change (assigned to picogent, done)\n\
+             - TE-3: Ask ＠bob (assigned to nobody, done)"
+        );
+    }
+}
