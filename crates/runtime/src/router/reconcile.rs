@@ -96,7 +96,7 @@ impl Reconciler<'_> {
                 // The run queue resumes it, from where it was, once its lease lapsed.
                 Some("unfinished_run")
             } else {
-                match self.summarised(&task).await {
+                match commented_since_change(self.client, self.slug, &task).await {
                     Ok(true) => Some("summarised"),
                     Ok(false) => None,
                     Err(error) => {
@@ -137,23 +137,6 @@ impl Reconciler<'_> {
                 None => return Ok(tasks),
             }
         }
-    }
-
-    /// Whether the board shows the agent's own comment on `task` at or after its last change.
-    /// Without a readable time on the task, any comment of the agent's counts: silence is the
-    /// safer mistake than a second summary.
-    async fn summarised(&self, task: &TaskOut) -> Result<bool, TrackerError> {
-        let changed = parse_time(&task.updated_at).or_else(|| parse_time(&task.created_at));
-        // The newest page: a summary is among the latest comments.
-        let query = MessageQuery { task_id: Some(task.id.clone()), limit: Some(PAGE), ..MessageQuery::default() };
-        let comments = self.client.list_messages(&query).await?;
-        Ok(comments.iter().any(|comment| {
-            comment.author_slug == self.slug
-                && match (changed, parse_time(&comment.created_at)) {
-                    (Some(changed), Some(at)) => at >= changed,
-                    _ => true,
-                }
-        }))
     }
 
     /// Mentions of the agent inside the window that are not answered yet, oldest first.
@@ -259,6 +242,27 @@ impl Reconciler<'_> {
         }
         Ok(false)
     }
+}
+
+/// Whether the board shows the comment of the agent `slug` on `task` at or after its last change.
+/// Without a readable time on the task, any comment of the agent's counts: silence is the safer
+/// mistake than a second summary.
+pub(super) async fn commented_since_change(
+    client: &TrackerClient,
+    slug: &str,
+    task: &TaskOut,
+) -> Result<bool, TrackerError> {
+    let changed = parse_time(&task.updated_at).or_else(|| parse_time(&task.created_at));
+    // The newest page: a summary is among the latest comments.
+    let query = MessageQuery { task_id: Some(task.id.clone()), limit: Some(PAGE), ..MessageQuery::default() };
+    let comments = client.list_messages(&query).await?;
+    Ok(comments.iter().any(|comment| {
+        comment.author_slug == slug
+            && match (changed, parse_time(&comment.created_at)) {
+                (Some(changed), Some(at)) => at >= changed,
+                _ => true,
+            }
+    }))
 }
 
 /// Whether `reply` answers the message `asked`: it names it as `reply_to`, or names nothing and
