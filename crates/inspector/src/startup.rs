@@ -40,7 +40,8 @@ pub struct TaskCounts {
     pub worked: u64,
     /// The rest, by reason: `summarised` (the board shows the agent's comment after the task's
     /// last change), `finished_run`, `unfinished_run` (resumed from the state file instead),
-    /// `running`, `board_error`, `state_error`, or `refused` (the spend guard, a shutdown).
+    /// `running`, `board_error`, `state_error`, `refused` (the spend guard, a shutdown), or
+    /// `blocked` (it waits for tasks not done yet, its `blocked_by:` labels).
     pub skipped: BTreeMap<String, u64>,
 }
 

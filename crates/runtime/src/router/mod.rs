@@ -13,7 +13,9 @@
 //!   store, whether to poll, who else may hold a lease) is chosen where the agent is assembled;
 //! - at most `limits.max_concurrent_runs` runs in this process; the rest wait in the queue, in order;
 //! - every failed or stopped run leaves exactly one short notice where it was asked, never a stack
-//!   trace (claimed by run id before it is posted).
+//!   trace (claimed by run id before it is posted);
+//! - a task that waits for others (`blocked_by:` labels) starts only once they are all done, and a
+//!   parent of the agent's is rolled up as its sub-tasks finish (`tree.rs`).
 
 // Public only to the benches, which time the filters on their own.
 #[cfg(any(test, feature = "test-support"))]
@@ -24,6 +26,7 @@ mod outcome;
 mod queue;
 mod reconcile;
 mod runs;
+mod tree;
 
 pub use queue::QueueSetup;
 pub use reconcile::Reconciliation;
@@ -301,6 +304,8 @@ impl Router {
                     // Reconciliation saw this assignment first (its event was slow to arrive) and
                     // started a run for it after it happened: that run covers it.
                     self.metrics.event(name, EventFate::AlreadyWorked.as_str());
+                } else if self.held_by_blockers(&data.task).await {
+                    self.metrics.event(name, EventFate::Blocked.as_str());
                 } else {
                     self.metrics.event(name, EventFate::Run.as_str());
                     self.on_assignment(data.task, data.assigned_by, Source::Event).await;
@@ -314,7 +319,10 @@ impl Router {
             Event::MessageNew(data) => {
                 self.on_message(data.message, Source::Event).await;
             }
-            Event::TaskUpdated(_) => self.metrics.event(name, EventFate::Ignored.as_str()),
+            Event::TaskUpdated(data) => {
+                let fate = self.on_task_updated(data.task).await;
+                self.metrics.event(name, fate.as_str());
+            }
             // The stream passes on known events only; an unknown one is ignored all the same.
             Event::Unknown(_) => self.metrics.event(name, EventFate::Ignored.as_str()),
         }
@@ -407,6 +415,10 @@ impl Router {
                 tracing::warn!(%error, "cannot check runs of a reconciled task");
                 return TaskOutcome::StateError;
             }
+        }
+        if self.held_by_blockers(&task).await {
+            self.metrics.event(EventName::TaskAssigned, EventFate::Blocked.as_str());
+            return TaskOutcome::Blocked;
         }
         self.metrics.event(EventName::TaskAssigned, EventFate::Reconciled.as_str());
         let assigned_by = task.created_by.clone();

@@ -11,6 +11,8 @@ pub(super) enum Source {
     Event,
     /// A REST reconciliation after a (re)connect: asked while nobody heard it.
     Reconciled,
+    /// The end of the last task an assigned task waited for (`router/tree.rs`).
+    Unblocked,
 }
 
 impl Source {
@@ -18,6 +20,7 @@ impl Source {
         match self {
             Source::Event => "event",
             Source::Reconciled => "reconciled",
+            Source::Unblocked => "unblocked",
         }
     }
 }
@@ -80,6 +83,8 @@ pub(super) enum TaskOutcome {
     Refused,
     /// `task_listen` says assignments are not worked.
     NotListening,
+    /// It waits for other tasks that are not done (`blocked_by:` labels).
+    Blocked,
 }
 
 impl TaskOutcome {
@@ -91,6 +96,7 @@ impl TaskOutcome {
             TaskOutcome::StateError => "state_error",
             TaskOutcome::Refused => "refused",
             TaskOutcome::NotListening => "not_listening",
+            TaskOutcome::Blocked => "blocked",
         }
     }
 }
@@ -115,6 +121,12 @@ pub(super) enum EventFate {
     Reconciled,
     /// A run the daily spend guard refused.
     SpendGuard,
+    /// An assignment of a task that waits for other tasks not done yet: no run.
+    Blocked,
+    /// A task now done whose end started a task it held.
+    Unblocked,
+    /// A sub-task now done, rolled up on its parent (a step ticked, the summary once all are).
+    RolledUp,
 }
 
 impl EventFate {
@@ -128,6 +140,9 @@ impl EventFate {
             EventFate::Stop => "stop",
             EventFate::Reconciled => "reconciled",
             EventFate::SpendGuard => "spend_guard",
+            EventFate::Blocked => "blocked",
+            EventFate::Unblocked => "unblocked",
+            EventFate::RolledUp => "rolled_up",
         }
     }
 }

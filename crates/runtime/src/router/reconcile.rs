@@ -7,7 +7,10 @@
 //! - tasks: open (`todo`, `in_progress`) and assigned to the agent, not running, with no finished
 //!   or unfinished run in the state file, and not already summarised on the board — the agent's
 //!   own comment at or after the task's last change (`updated_at`; an assignment is a change,
-//!   so a comment after it is a comment after the assignment);
+//!   so a comment after it is a comment after the assignment). A task still `todo` that waits
+//!   for others (`blocked_by:` labels) was never started (a run's first act moves its task to
+//!   `in_progress`), so the agent's comment on it is what it waits for, not a summary: it goes to
+//!   the router, which starts it once its blockers are done (`tree.rs`);
 //! - mentions: no older than `startup.answer_mentions_since`, and not already answered on the
 //!   board — an answer is judged by what the agent's messages name, not by when they came: a
 //!   mention is answered iff a message of the agent after it, where it answers (the task's
@@ -27,8 +30,9 @@ use time::format_description::well_known::Rfc3339;
 
 use picogent_inspector::startup::ReconcileReport;
 use picogent_state::{ClaimKind, State};
-use picogent_tracker::model::{MessageOut, MessageQuery, TaskOut, TaskQuery};
+use picogent_tracker::model::{MessageOut, MessageQuery, TaskOut, TaskQuery, TaskStatus};
 use picogent_tracker::session::SessionKey;
+use picogent_tracker::tree::blockers_of;
 use picogent_tracker::{TrackerClient, TrackerError};
 
 /// The tracker's largest page.
@@ -95,6 +99,9 @@ impl Reconciler<'_> {
             } else if unfinished.contains(&session) {
                 // The run queue resumes it, from where it was, once its lease lapsed.
                 Some("unfinished_run")
+            } else if task.status == TaskStatus::Todo && !blockers_of(&task).is_empty() {
+                // Never started, so not summarised: the router reads its blockers.
+                None
             } else {
                 match commented_since_change(self.client, self.slug, &task).await {
                     Ok(true) => Some("summarised"),

@@ -21,6 +21,7 @@ mod presence;
 mod router;
 mod run;
 mod scheduler;
+mod tree;
 mod trigger;
 
 use std::path::Path;

@@ -1,0 +1,321 @@
+//! The task tree in the router, read from the board's labels (`parent:KEY`, `blocked_by:KEY`,
+//! `picogent_tracker::tree`): a sub-task that waits for others starts only once they are all
+//! done, and a parent assigned to the agent is rolled up as its sub-tasks finish. Nothing here
+//! asks the model; what people read is worded by `picogent_notices::tree`.
+//!
+//! Invariants:
+//! - a task whose blockers are not all `done` gets no run, whether its assignment came as an
+//!   event, from a reconciliation or from the end of another blocker; a key no task has counts
+//!   as not done. The agent watches each open blocker (before reading it again, so the
+//!   `task.updated` that makes it `done` cannot slip between the two), and the task says what it
+//!   waits for once: the post's idempotency key is made of the task and its blockers, and no
+//!   notice is posted where the agent has commented since the task's last change;
+//! - a blocker's `task.updated` to `done` starts, through the assignment's own path, each task of
+//!   the agent's it held that has no run and whose blockers are now all done; a reconciliation
+//!   reaches the same decision from the board (`reconcile.rs` hands a never started, waiting task
+//!   to [`Router::held_by_blockers`] however the agent commented on it);
+//! - a sub-task's `done` ticks its step (`KEY: title`) on a parent assigned to the agent; once
+//!   every sub-task of the parent is done, the parent gets one summary (idempotency key
+//!   `rollup:{parent id}`) and moves to `in_review`. Every write is idempotent, so a duplicate
+//!   event, a restart or a second replica changes nothing more.
+
+use picogent_notices::tree::{Blocker, Standing, SubTaskLine, roll_up, waiting_for};
+use picogent_tracker::TrackerError;
+use picogent_tracker::model::{SendMessage, StepOut, TaskOut, TaskQuery, TaskStatus, UpdateTask};
+use picogent_tracker::session::SessionKey;
+use picogent_tracker::tree::{blocked_by_label, blockers_of, parent_label, parent_of};
+
+use super::outcome::{EventFate, Source};
+use super::{Router, filter, reconcile};
+
+/// The tracker's largest page.
+const PAGE: u32 = 200;
+/// The sub-tasks of one parent, or the tasks one blocker holds, read at most: this many pages.
+const MAX_PAGES: usize = 10;
+
+impl Router {
+    /// Whether `task` must wait for others before a run starts on it: a blocker is not done, or
+    /// could not be read (it is read again at the next assignment, blocker's end or
+    /// reconciliation). When it waits, the agent watches its open blockers and the task says,
+    /// once, what it waits for.
+    pub(super) async fn held_by_blockers(&self, task: &TaskOut) -> bool {
+        // A run already going (started over MCP, say) is not held back: the assignment finds it.
+        if blockers_of(task).is_empty() || self.session_busy(&SessionKey::Task(task.id.clone())).await {
+            return false;
+        }
+        // The event's copy may be older than the board: the labels and the last change are the
+        // board's now.
+        let task = match self.client.get_task(&task.id).await {
+            Ok(fresh) => fresh,
+            Err(error) => {
+                tracing::warn!(%error, task = %task.key, "cannot read a task that waits for others; going by the event's copy");
+                task.clone()
+            }
+        };
+        let keys = blockers_of(&task);
+        let mut waiting: Vec<Blocker<'_>> = Vec::new();
+        let mut unread = false;
+        for &key in &keys {
+            match self.standing_of(key).await {
+                Ok(Standing::Status(TaskStatus::Done)) => {}
+                Ok(Standing::Status(_)) => match self.watch_and_read(key).await {
+                    Ok(Standing::Status(TaskStatus::Done)) => {}
+                    Ok(standing) => waiting.push(Blocker { key, standing }),
+                    Err(error) => {
+                        tracing::warn!(%error, task = %task.key, blocker = key, "cannot watch or read a blocker");
+                        unread = true;
+                    }
+                },
+                Ok(Standing::NotFound) => waiting.push(Blocker { key, standing: Standing::NotFound }),
+                Err(error) => {
+                    tracing::warn!(%error, task = %task.key, blocker = key, "cannot read a blocker");
+                    unread = true;
+                }
+            }
+        }
+        if waiting.is_empty() && !unread {
+            return false;
+        }
+        tracing::info!(task = %task.key, waiting = waiting.len(), unread, "task waits for others: not started");
+        // A notice naming some blockers and not the unread ones would be wrong for good (its key
+        // keeps its first words): it waits for a full reading.
+        if !unread {
+            self.say_waiting(&task, &keys, &waiting).await;
+        }
+        true
+    }
+
+    /// What a `task.updated` changes in a tree: a task now `done` may free the tasks it held and
+    /// tick its parent. Returns the event's fate.
+    pub(super) async fn on_task_updated(&mut self, task: TaskOut) -> EventFate {
+        // Only a `done` moves a tree on; the rest of a task's changes are its run's business.
+        if task.status != TaskStatus::Done {
+            return EventFate::Ignored;
+        }
+        let started = self.start_unblocked(&task.key).await;
+        let rolled_up = match parent_of(&task) {
+            Some(parent) => self.roll_up(parent, &task).await,
+            None => false,
+        };
+        match (started, rolled_up) {
+            (0, false) => EventFate::Ignored,
+            (0, true) => EventFate::RolledUp,
+            _ => EventFate::Unblocked,
+        }
+    }
+
+    /// Starts each task of the agent's that `done_key` held, has no run and waits for nothing
+    /// else now; how many started.
+    async fn start_unblocked(&mut self, done_key: &str) -> usize {
+        let query = TaskQuery {
+            assignee: Some(self.config.slug.clone()),
+            labels: Some(blocked_by_label(done_key)),
+            status: Some("backlog,todo,in_progress".into()),
+            ..TaskQuery::default()
+        };
+        let held = match self.all_tasks(query).await {
+            Ok(held) => held,
+            Err(error) => {
+                // Found again by the next reconciliation.
+                tracing::warn!(%error, blocker = done_key, "cannot list the tasks a blocker held");
+                return 0;
+            }
+        };
+        let mut started = 0;
+        for task in held {
+            if !filter::works_assignment(&task, &self.config.slug, self.config.task_listen) {
+                continue;
+            }
+            let session = SessionKey::Task(task.id.clone());
+            if self.session_busy(&session).await || self.state.has_finished_run_for(&session).await.unwrap_or(true) {
+                continue;
+            }
+            if self.held_by_blockers(&task).await {
+                continue;
+            }
+            tracing::info!(task = %task.key, blocker = done_key, "its last blocker is done: starting");
+            let assigned_by = task.created_by.clone();
+            if self.on_assignment(task, assigned_by, Source::Unblocked).await {
+                started += 1;
+            }
+        }
+        started
+    }
+
+    /// Rolls `sub_task` up on its parent `parent_key`, if the agent holds the parent: ticks its
+    /// step once it is done, and once every sub-task is, posts the summary and moves the parent
+    /// to `in_review`. Whether the parent is the agent's.
+    async fn roll_up(&self, parent_key: &str, sub_task: &TaskOut) -> bool {
+        let parent = match self.client.get_task(parent_key).await {
+            Ok(parent) => parent,
+            Err(TrackerError::NotFound { .. }) => return false,
+            Err(error) => {
+                tracing::warn!(%error, parent = parent_key, "cannot read a sub-task's parent; not rolled up");
+                return false;
+            }
+        };
+        if parent.assignee_slug.as_deref() != Some(self.config.slug.as_str()) {
+            return false;
+        }
+        let query = TaskQuery { labels: Some(parent_label(&parent.key)), ..TaskQuery::default() };
+        let sub_tasks = match self.all_tasks(query).await {
+            Ok(sub_tasks) => sub_tasks,
+            Err(error) => {
+                tracing::warn!(%error, parent = %parent.key, "cannot list a parent's sub-tasks; not rolled up");
+                return true;
+            }
+        };
+        // The board's status now, not the event's: a late event of a task since reopened ticks nothing.
+        let done_now = sub_tasks.iter().find(|listed| listed.id == sub_task.id).is_none_or(is_done);
+        if done_now {
+            self.tick_step(&parent, &sub_task.key).await;
+        }
+        if !sub_tasks.is_empty() && sub_tasks.iter().all(is_done) && parent.status != TaskStatus::Done {
+            self.post_roll_up(&parent, &sub_tasks).await;
+        }
+        true
+    }
+
+    /// Completes the parent's open step titled `{sub_key}: …` (completing is idempotent).
+    async fn tick_step(&self, parent: &TaskOut, sub_key: &str) {
+        let steps = match self.client.list_steps(&parent.id).await {
+            Ok(steps) => steps,
+            Err(error) => {
+                tracing::warn!(%error, parent = %parent.key, "cannot read a parent's steps");
+                return;
+            }
+        };
+        for step in steps.iter().filter(|step| !step.done && is_step_of(step, sub_key)) {
+            if let Err(error) = self.client.complete_step(&parent.id, &step.id, None).await {
+                tracing::warn!(%error, parent = %parent.key, step = %step.title, "cannot tick a parent's step");
+            }
+        }
+    }
+
+    /// The one summary on `parent`, then its move to `in_review` (only once the summary is on the
+    /// board, so a failed post is retried by the next sub-task's event with the same key).
+    ///
+    /// Later parts of the tree (branches, reviews, spend) add to each [`SubTaskLine`] here.
+    async fn post_roll_up(&self, parent: &TaskOut, sub_tasks: &[TaskOut]) {
+        let lines: Vec<SubTaskLine<'_>> = sub_tasks
+            .iter()
+            .map(|sub_task| SubTaskLine {
+                key: &sub_task.key,
+                title: &sub_task.title,
+                assignee: sub_task.assignee_slug.as_deref(),
+                status: sub_task.status,
+            })
+            .collect();
+        let body = SendMessage {
+            content: roll_up(&parent.key, &lines),
+            task_id: Some(parent.id.clone()),
+            ..SendMessage::default()
+        };
+        if let Err(error) = self.client.send_message(&body, Some(&format!("rollup:{}", parent.id))).await {
+            tracing::warn!(%error, parent = %parent.key, "cannot post a parent's roll-up");
+            return;
+        }
+        tracing::info!(parent = %parent.key, sub_tasks = sub_tasks.len(), "every sub-task done: parent rolled up");
+        if parent.status != TaskStatus::InReview {
+            let update = UpdateTask { status: Some(TaskStatus::InReview), ..UpdateTask::default() };
+            if let Err(error) = self.client.update_task(&parent.id, &update).await {
+                tracing::warn!(%error, parent = %parent.key, "cannot move a rolled-up parent to in_review");
+            }
+        }
+    }
+
+    /// Says on `task`, once, what it waits for (`waiting`, of its blockers `keys`).
+    async fn say_waiting(&self, task: &TaskOut, keys: &[&str], waiting: &[Blocker<'_>]) {
+        match reconcile::commented_since_change(&self.client, &self.config.slug, task).await {
+            Ok(false) => {}
+            Ok(true) => return,
+            Err(error) => {
+                tracing::warn!(%error, task = %task.key, "cannot read a waiting task's comments; not saying what it waits for");
+                return;
+            }
+        }
+        let body =
+            SendMessage { content: waiting_for(waiting), task_id: Some(task.id.clone()), ..SendMessage::default() };
+        let key = format!("waiting:{}:{:016x}", task.id, fnv1a(&keys.join(",")));
+        if let Err(error) = self.client.send_message(&body, Some(&key)).await {
+            tracing::warn!(%error, task = %task.key, "cannot say what a task waits for");
+        }
+    }
+
+    /// The agent watches the blocker `key` (watching twice is watching once), then reads where
+    /// it stands.
+    async fn watch_and_read(&self, key: &str) -> Result<Standing, TrackerError> {
+        match self.client.watch_task(key, &self.config.slug, None).await {
+            Ok(_) => self.standing_of(key).await,
+            Err(TrackerError::NotFound { .. }) => Ok(Standing::NotFound),
+            Err(error) => Err(error),
+        }
+    }
+
+    async fn standing_of(&self, key: &str) -> Result<Standing, TrackerError> {
+        match self.client.get_task(key).await {
+            Ok(blocker) => Ok(Standing::Status(blocker.status)),
+            Err(TrackerError::NotFound { .. }) => Ok(Standing::NotFound),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Every task `query` lists, page by page (at most [`MAX_PAGES`]).
+    async fn all_tasks(&self, mut query: TaskQuery) -> Result<Vec<TaskOut>, TrackerError> {
+        query.limit = Some(PAGE);
+        let mut tasks = Vec::new();
+        for _ in 0..MAX_PAGES {
+            let page = self.client.list_tasks(&query).await?;
+            tasks.extend(page.items);
+            match page.next_cursor {
+                Some(next) => query.cursor = Some(next),
+                None => return Ok(tasks),
+            }
+        }
+        tracing::warn!(pages = MAX_PAGES, "more tasks in a tree than are read; the rest are left");
+        Ok(tasks)
+    }
+}
+
+fn is_done(task: &TaskOut) -> bool {
+    task.status == TaskStatus::Done
+}
+
+/// Whether `step` is the parent's step of the sub-task `sub_key`: titled `{sub_key}: …` (the
+/// colon keeps `TE-2` from matching `TE-20`).
+fn is_step_of(step: &StepOut, sub_key: &str) -> bool {
+    step.title.strip_prefix(sub_key).is_some_and(|rest| rest.starts_with(':'))
+}
+
+/// FNV-1a, 64 bits: a short name for a list of blocker keys in an idempotency key, the same in
+/// every process and release (std's hasher promises neither).
+fn fnv1a(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_belongs_to_the_sub_task_its_title_names_before_the_colon() {
+        let step = |title: &str| StepOut {
+            id: "s".into(),
+            task_id: "t".into(),
+            title: title.into(),
+            done: false,
+            position: 0,
+        };
+        assert!(is_step_of(&step("TE-2: Backend"), "TE-2"));
+        assert!(!is_step_of(&step("TE-20: Backend"), "TE-2"));
+        assert!(!is_step_of(&step("Review TE-2: Backend"), "TE-2"));
+        assert!(!is_step_of(&step("TE-2 Backend"), "TE-2"));
+    }
+
+    #[test]
+    fn the_blockers_name_is_the_same_everywhere() {
+        assert_eq!(fnv1a(""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a("a"), 0xaf63_dc4c_8601_ec8c);
+        assert_ne!(fnv1a("TE-2,TE-3"), fnv1a("TE-3,TE-2"));
+    }
+}

@@ -1,0 +1,239 @@
+//! A task tree as the router sees it (`router/tree.rs`): sub-tasks made on the board with
+//! `parent:KEY` and `blocked_by:KEY` labels, as a person or a plan makes them, and the events
+//! the board would send about them fed to the router. A waiting task is not started and says so
+//! once; it starts when its last blocker is done, from an event or a reconciliation; a parent of
+//! the agent's is ticked and rolled up once.
+
+use picogent_tracker::TrackerClient;
+use picogent_tracker::model::{
+    CreateTask, EVENT_TASK_ASSIGNED, EVENT_TASK_UPDATED, Event, MessageOut, ReceivedEvent, TaskAssignedData, TaskOut,
+    TaskStatus, TaskUpdatedData, UpdateTask,
+};
+use picogent_tracker::session::SessionKey;
+use picogent_tracker::stream::StreamItem;
+use picogent_tracker::tree::{blocked_by_label, parent_label};
+
+use super::{Model, World, tracker_client};
+use crate::router::Input;
+
+/// `task.assigned` of `task` by alice, as the stream hands it to the router.
+fn task_assigned(id: &str, seq: u64, task: &TaskOut) -> Input {
+    let event = Event::TaskAssigned(TaskAssignedData { task: task.clone(), assigned_by: "alice".to_string() });
+    received(id, seq, EVENT_TASK_ASSIGNED, event)
+}
+
+/// `task.updated` of `task` (its status changed) by bob.
+fn task_updated(id: &str, seq: u64, task: &TaskOut) -> Input {
+    let data = TaskUpdatedData { task: task.clone(), changed: vec!["status".into()], updated_by: "bob".into() };
+    received(id, seq, EVENT_TASK_UPDATED, Event::TaskUpdated(data))
+}
+
+fn received(id: &str, seq: u64, name: &str, event: Event) -> Input {
+    let ts = time::OffsetDateTime::now_utc().format(&time::format_description::well_known::Rfc3339).unwrap();
+    Input::from(StreamItem::Event(ReceivedEvent { id: id.to_string(), seq, name: name.to_string(), ts, event }))
+}
+
+/// A task `who` creates in the team's project, assigned to `assignee`, with `labels`.
+async fn task(who: &TrackerClient, title: &str, assignee: Option<&str>, labels: Vec<String>) -> TaskOut {
+    let body = CreateTask {
+        project_slug: "team".into(),
+        title: title.into(),
+        assignee_slug: assignee.map(str::to_string),
+        labels: Some(labels),
+        ..CreateTask::default()
+    };
+    who.create_task(&body, None).await.unwrap()
+}
+
+/// `task` moved to `status` by `who`, as the board answers it.
+async fn moved(who: &TrackerClient, task: &TaskOut, status: TaskStatus) -> TaskOut {
+    who.update_task(&task.id, &UpdateTask { status: Some(status), ..UpdateTask::default() }).await.unwrap()
+}
+
+/// What the agent said on the task `task_id`, oldest first.
+async fn agent_said(world: &World, task_id: &str) -> Vec<String> {
+    let said: Vec<MessageOut> = world.comments(task_id).await;
+    said.into_iter().filter(|message| message.author_slug == "picogent").map(|message| message.content).collect()
+}
+
+/// A task waiting for two others is not started, says what it waits for once however often its
+/// assignment comes, and watches both; the first blocker's end starts nothing, the last one's
+/// starts it, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_task_says_so_once_and_starts_when_its_last_blocker_is_done() {
+    let world = World::start(Model::Open).await;
+    let router = world.start_router();
+    let bob = tracker_client(&world.board, "tok-bob");
+    let parent = task(&world.alice, "Add CSV export", Some("alice"), vec![]).await;
+    let backend = task(&world.alice, "Backend", Some("bob"), vec![parent_label(&parent.key)]).await;
+    let frontend = task(&world.alice, "Frontend", Some("bob"), vec![parent_label(&parent.key)]).await;
+    let labels = vec![parent_label(&parent.key), blocked_by_label(&backend.key), blocked_by_label(&frontend.key)];
+    let docs = task(&world.alice, "Docs page", Some("picogent"), labels).await;
+    let session = SessionKey::Task(docs.id.clone());
+
+    router.send(task_assigned("ev-1", 1, &docs)).await;
+    router.send(task_assigned("ev-1", 1, &docs)).await;
+    // The same assignment under another id: what a second look at it brings.
+    router.send(task_assigned("ev-2", 2, &docs)).await;
+    router.settled().await;
+
+    assert!(world.runs_of(&session).await.is_empty(), "no run while it waits");
+    let waiting = format!(
+        "Waiting for {} (todo) and {} (todo) before starting; I start when they are done.",
+        backend.key, frontend.key
+    );
+    assert_eq!(agent_said(&world, &docs.id).await, [waiting.as_str()]);
+    for blocker in [&backend, &frontend] {
+        let watchers = world.alice.get_task(&blocker.id).await.unwrap().watchers;
+        assert!(watchers.contains(&"picogent".to_string()), "{}: {watchers:?}", blocker.key);
+    }
+    assert_eq!(world.metrics().event_count("task.assigned", "blocked"), 2);
+    assert_eq!(world.metrics().event_count("task.assigned", "duplicate"), 1);
+
+    let backend_done = moved(&bob, &backend, TaskStatus::Done).await;
+    router.send(task_updated("ev-3", 3, &backend_done)).await;
+    router.settled().await;
+    assert!(world.runs_of(&session).await.is_empty(), "one blocker is still open");
+    assert_eq!(agent_said(&world, &docs.id).await, [waiting.as_str()], "nothing more said");
+    assert_eq!(world.model.request_count(), 0, "nothing asked of the model");
+
+    let frontend_done = moved(&bob, &frontend, TaskStatus::Done).await;
+    router.send(task_updated("ev-4", 4, &frontend_done)).await;
+    router.settled().await;
+    // The last blocker's end again, under another id: the task has its run.
+    router.send(task_updated("ev-5", 5, &frontend_done)).await;
+    router.settled().await;
+
+    let runs = world.runs_of(&session).await;
+    assert_eq!(runs.len(), 1, "{runs:#?}");
+    assert_eq!(runs[0].trigger, format!("task.assigned {}", docs.key));
+    assert_eq!(world.alice.get_task(&docs.id).await.unwrap().status, TaskStatus::InReview);
+    let said = agent_said(&world, &docs.id).await;
+    assert_eq!(said.len(), 2, "the notice and the run's summary: {said:#?}");
+    assert_eq!(said[0], waiting);
+    assert_eq!(world.metrics().event_count("task.updated", "unblocked"), 1);
+    world.shut_down(Some(router)).await;
+}
+
+/// A reconciliation decides as the events would: a waiting task is left (said once, however
+/// often the stream reconnects), a task whose blockers are all done is worked, a blocker that
+/// does not exist is named; once the blocker is done, the next reconciliation starts its task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconciliation_leaves_a_waiting_task_and_works_an_unblocked_one() {
+    let world = World::start(Model::Open).await;
+    let bob = tracker_client(&world.board, "tok-bob");
+    let schema = task(&world.alice, "Schema", Some("bob"), vec![]).await;
+    let migration = task(&world.alice, "Migration", Some("picogent"), vec![blocked_by_label(&schema.key)]).await;
+    let orphan = task(&world.alice, "Orphan", Some("picogent"), vec![blocked_by_label("TE-99")]).await;
+    let spec = moved(&bob, &task(&world.alice, "Spec", Some("bob"), vec![]).await, TaskStatus::Done).await;
+    let free = task(&world.alice, "Free to go", Some("picogent"), vec![blocked_by_label(&spec.key)]).await;
+    let router = world.start_router();
+
+    let found = router.catch_up().await;
+    router.settled().await;
+    assert_eq!(found.tasks.worked, 1, "{found:?}");
+    assert_eq!(found.tasks.skipped.get("blocked"), Some(&2), "{found:?}");
+    assert_eq!(world.runs_of(&SessionKey::Task(free.id.clone())).await.len(), 1);
+    assert_eq!(world.alice.get_task(&free.id).await.unwrap().status, TaskStatus::InReview);
+    let waiting = format!("Waiting for {} (todo) before starting; I start when it is done.", schema.key);
+    assert_eq!(agent_said(&world, &migration.id).await, [waiting.as_str()]);
+    assert_eq!(
+        agent_said(&world, &orphan.id).await,
+        ["Waiting for TE-99 (not found) before starting; I start when it is done. TE-99 does not exist: remove the \
+          label blocked_by:TE-99 and reassign me to start without it."]
+    );
+
+    let again = router.catch_up().await;
+    router.settled().await;
+    assert_eq!(again.tasks.worked, 0, "{again:?}");
+    assert_eq!(again.tasks.skipped.get("blocked"), Some(&2), "{again:?}");
+    assert_eq!(agent_said(&world, &migration.id).await, [waiting.as_str()], "said once");
+    assert_eq!(agent_said(&world, &orphan.id).await.len(), 1, "said once");
+
+    // The blocker's end happened while the agent was away: the next reconciliation finds it.
+    moved(&bob, &schema, TaskStatus::Done).await;
+    let after = router.catch_up().await;
+    router.settled().await;
+    assert_eq!(after.tasks.worked, 1, "{after:?}");
+    assert_eq!(after.tasks.skipped.get("blocked"), Some(&1), "{after:?}");
+    assert_eq!(world.runs_of(&SessionKey::Task(migration.id.clone())).await.len(), 1);
+    assert_eq!(world.alice.get_task(&migration.id).await.unwrap().status, TaskStatus::InReview);
+    assert!(world.runs_of(&SessionKey::Task(orphan.id.clone())).await.is_empty());
+    world.shut_down(Some(router)).await;
+}
+
+/// Each sub-task's end ticks its step on a parent of the agent's; the last one's posts one
+/// summary and moves the parent to review, and the same end again (another id, another router
+/// over the same board, as after a restart) posts nothing more. A parent of someone else's is
+/// left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_of_the_agents_is_ticked_and_rolled_up_once() {
+    let world = World::start(Model::Open).await;
+    let router = world.start_router();
+    let bob = tracker_client(&world.board, "tok-bob");
+    let agent = tracker_client(&world.board, "tok-picogent");
+    let parent = moved(
+        &world.alice,
+        &task(&world.alice, "Add CSV export", Some("picogent"), vec![]).await,
+        TaskStatus::InProgress,
+    )
+    .await;
+    let backend = task(&world.alice, "Backend", Some("bob"), vec![parent_label(&parent.key)]).await;
+    let frontend = task(&world.alice, "Frontend @otherbot", None, vec![parent_label(&parent.key)]).await;
+    for sub_task in [&backend, &frontend] {
+        agent.add_step(&parent.id, &format!("{}: {}", sub_task.key, sub_task.title), None).await.unwrap();
+    }
+    let steps_done = || async {
+        let steps = world.alice.list_steps(&parent.id).await.unwrap();
+        steps.iter().map(|step| step.done).collect::<Vec<_>>()
+    };
+
+    let backend_done = moved(&bob, &backend, TaskStatus::Done).await;
+    router.send(task_updated("ev-1", 1, &backend_done)).await;
+    router.settled().await;
+    assert_eq!(steps_done().await, [true, false]);
+    assert!(agent_said(&world, &parent.id).await.is_empty(), "no summary while a sub-task is open");
+    assert_eq!(world.alice.get_task(&parent.id).await.unwrap().status, TaskStatus::InProgress);
+    assert_eq!(world.metrics().event_count("task.updated", "rolled_up"), 1);
+
+    let frontend_done = moved(&world.alice, &frontend, TaskStatus::Done).await;
+    router.send(task_updated("ev-2", 2, &frontend_done)).await;
+    router.send(task_updated("ev-3", 3, &frontend_done)).await;
+    router.settled().await;
+
+    assert_eq!(steps_done().await, [true, true]);
+    let summary = format!(
+        "All 2 sub-tasks of {p} are done; {p} moves to in_review.\n\n- {}: Backend (assigned to bob, done)\n- {}: \
+         Frontend ＠otherbot (assigned to nobody, done)",
+        backend.key,
+        frontend.key,
+        p = parent.key
+    );
+    assert_eq!(agent_said(&world, &parent.id).await, [summary.as_str()]);
+    assert_eq!(world.alice.get_task(&parent.id).await.unwrap().status, TaskStatus::InReview);
+    assert_eq!(world.model.request_count(), 0, "nothing asked of the model");
+
+    // Another router over the same board and state, as after a restart, hears the end again.
+    let (inputs, received_inputs) = tokio::sync::mpsc::channel(16);
+    let second = tokio::spawn(world.router(inputs.clone()).run(received_inputs));
+    inputs.send(task_updated("ev-4", 4, &frontend_done)).await.unwrap();
+    let (reply, answered) = tokio::sync::oneshot::channel();
+    inputs.send(Input::StopRun { run_id: "no-such-run: a barrier".into(), reply }).await.unwrap();
+    assert!(!tokio::time::timeout(super::WAIT, answered).await.expect("the second router answered").unwrap());
+    second.abort();
+    router.send(task_updated("ev-5", 5, &frontend_done)).await;
+    router.settled().await;
+    assert_eq!(agent_said(&world, &parent.id).await, [summary], "one summary");
+
+    // Someone else's parent: nothing of the agent's.
+    let theirs = task(&world.alice, "Alice's epic", Some("alice"), vec![]).await;
+    agent.add_step(&theirs.id, "TE-99: placeholder", None).await.unwrap();
+    let part = task(&world.alice, "Part", Some("bob"), vec![parent_label(&theirs.key)]).await;
+    let part_done = moved(&bob, &part, TaskStatus::Done).await;
+    router.send(task_updated("ev-6", 6, &part_done)).await;
+    router.settled().await;
+    assert!(agent_said(&world, &theirs.id).await.is_empty());
+    assert_eq!(world.alice.get_task(&theirs.id).await.unwrap().status, TaskStatus::Todo);
+    assert_eq!(world.metrics().event_count("task.updated", "ignored"), 1);
+    world.shut_down(Some(router)).await;
+}
