@@ -23,14 +23,14 @@ use picogent_notices::tree::{Blocker, Standing, SubTaskLine, roll_up, waiting_fo
 use picogent_tracker::TrackerError;
 use picogent_tracker::model::{SendMessage, StepOut, TaskOut, TaskQuery, TaskStatus, UpdateTask};
 use picogent_tracker::session::SessionKey;
-use picogent_tracker::tree::{blocked_by_label, blockers_of, parent_label, parent_of};
+use picogent_tracker::tree::{blocked_by_label, blockers_of, parent_of, subtasks};
 
 use super::outcome::{EventFate, Source};
 use super::{Router, filter, reconcile};
 
 /// The tracker's largest page.
 const PAGE: u32 = 200;
-/// The sub-tasks of one parent, or the tasks one blocker holds, read at most: this many pages.
+/// The tasks one blocker holds, read at most: this many pages.
 const MAX_PAGES: usize = 10;
 
 impl Router {
@@ -157,8 +157,7 @@ impl Router {
         if parent.assignee_slug.as_deref() != Some(self.config.slug.as_str()) {
             return false;
         }
-        let query = TaskQuery { labels: Some(parent_label(&parent.key)), ..TaskQuery::default() };
-        let sub_tasks = match self.all_tasks(query).await {
+        let sub_tasks = match subtasks(&self.client, &parent.project_slug, &parent.key).await {
             Ok(sub_tasks) => sub_tasks,
             Err(error) => {
                 tracing::warn!(%error, parent = %parent.key, "cannot list a parent's sub-tasks; not rolled up");
@@ -272,7 +271,7 @@ impl Router {
                 None => return Ok(tasks),
             }
         }
-        tracing::warn!(pages = MAX_PAGES, "more tasks in a tree than are read; the rest are left");
+        tracing::warn!(pages = MAX_PAGES, "more tasks wait for one blocker than are read; the rest are left");
         Ok(tasks)
     }
 }
