@@ -149,7 +149,7 @@ pub enum ClaimKind {
     /// job's watermark ([`State::schedule_through`]) has reached the firing: the scheduler never
     /// considers a time at or before it again, and the watermark is never pruned.
     Firing,
-    /// Key: a parent task's id. A person stopped the tree under it: none of its sub-tasks
+    /// Key: a parent task's key. A person stopped the tree under it: none of its sub-tasks
     /// starts afterwards (a blocked one whose blockers end, one assigned later).
     TreeStop,
 }

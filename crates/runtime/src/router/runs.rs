@@ -85,7 +85,7 @@ impl Router {
         if subtasks.is_empty() {
             return stopped;
         }
-        if let Err(error) = self.state.claim(ClaimKind::TreeStop, task_id).await {
+        if let Err(error) = self.state.claim(ClaimKind::TreeStop, &parent).await {
             tracing::error!(%error, %session, "cannot record the stop of a tree; its waiting sub-tasks may start later");
         }
         let reason = format!("{reason} on {parent}, which this task is part of");

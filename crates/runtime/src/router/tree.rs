@@ -20,6 +20,7 @@
 //!   event, a restart or a second replica changes nothing more.
 
 use picogent_notices::tree::{Blocker, Standing, SubTaskLine, roll_up, waiting_for};
+use picogent_state::ClaimKind;
 use picogent_tracker::TrackerError;
 use picogent_tracker::model::{SendMessage, StepOut, TaskOut, TaskQuery, TaskStatus, UpdateTask};
 use picogent_tracker::session::SessionKey;
@@ -38,7 +39,16 @@ impl Router {
     /// could not be read (it is read again at the next assignment, blocker's end or
     /// reconciliation). When it waits, the agent watches its open blockers and the task says,
     /// once, what it waits for.
+    ///
+    /// A sub-task of a tree a person stopped (`@picogent stop` on its parent) is held for good,
+    /// saying nothing: the stop was said on each run it ended.
     pub(super) async fn held_by_blockers(&self, task: &TaskOut) -> bool {
+        if let Some(parent) = parent_of(task)
+            && self.state.is_claimed(ClaimKind::TreeStop, parent).await.unwrap_or(false)
+        {
+            tracing::info!(task = %task.key, parent, "its tree was stopped: not started");
+            return true;
+        }
         // A run already going (started over MCP, say) is not held back: the assignment finds it.
         if blockers_of(task).is_empty() || self.session_busy(&SessionKey::Task(task.id.clone())).await {
             return false;

@@ -291,7 +291,19 @@ async fn a_stop_on_a_parent_stops_every_sub_task_run_and_nothing_else() {
         let said: Vec<_> = agents(world.comments(&task.id).await).into_iter().map(|message| message.content).collect();
         assert_eq!(said, std::slice::from_ref(&notice), "{}", task.title);
     }
-    assert!(world.state.is_claimed(ClaimKind::TreeStop, &parent.id).await.unwrap(), "the tree is recorded stopped");
+    assert!(world.state.is_claimed(ClaimKind::TreeStop, &parent.key).await.unwrap(), "the tree is recorded stopped");
+    // A sub-task assigned after the stop does not start.
+    let late = CreateTask {
+        project_slug: "team".into(),
+        title: "Docs page".into(),
+        assignee_slug: Some("picogent".into()),
+        labels: Some(vec![picogent_tracker::tree::parent_label(&parent.key)]),
+        ..CreateTask::default()
+    };
+    let late = world.alice.create_task(&late, None).await.unwrap();
+    router.send(task_assigned("ev-late", 10, &late)).await;
+    router.handled().await;
+    assert!(world.runs_of(&SessionKey::Task(late.id.clone())).await.is_empty(), "a stopped tree starts nothing");
     assert!(agents(world.comments(&parent.id).await).is_empty(), "the parent had no run: nothing said there");
     assert_eq!(world.metrics().event_count("message.new", "stop"), 1);
     world.open_model();
