@@ -156,6 +156,10 @@ async fn sub_tasks_start_in_order_and_the_parent_is_rolled_up_once() {
     ] {
         assert!(text.contains(line), "{text}");
     }
+    // The sub-tasks' runs were the agent's: the summary says what the tree spent of its budget.
+    let spent = text.split("The tree's runs here spent ").nth(1).unwrap_or_else(|| panic!("a spend line: {text}"));
+    let tokens: u64 = spent.split(' ').next().unwrap().replace(',', "").parse().unwrap();
+    assert!(tokens > 0 && spent.contains("tokens of 400,000 (`limits.max_tokens_per_tree`)"), "{text}");
     assert!(alice.list_steps(&parent.id).await.unwrap().iter().all(|step| step.done));
 
     // The last end again under another id, and a reconciliation: no second summary, no run.

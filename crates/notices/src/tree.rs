@@ -64,9 +64,20 @@ pub struct SubTaskLine<'a> {
     pub status: TaskStatus,
 }
 
+/// What the runs of a tree spent, as the agent's state counts them, against its budget.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TreeSpend {
+    pub tokens: u64,
+    /// When the model has a price.
+    pub cost: Option<f64>,
+    /// `limits.max_tokens_per_tree`.
+    pub per_tree: u64,
+}
+
 /// The one summary on the parent `parent_key` when every sub-task is done: a line per sub-task
-/// with its key, title, assignee and status, and where the parent goes now.
-pub fn roll_up(parent_key: &str, sub_tasks: &[SubTaskLine<'_>]) -> String {
+/// with its key, title, assignee and status, where the parent goes now, and what the tree's runs
+/// here spent (left out when they spent nothing: people or other agents did the work).
+pub fn roll_up(parent_key: &str, sub_tasks: &[SubTaskLine<'_>], spend: Option<TreeSpend>) -> String {
     let count =
         if sub_tasks.len() == 1 { "The sub-task".to_string() } else { format!("All {} sub-tasks", sub_tasks.len()) };
     let verb = if sub_tasks.len() == 1 { "is" } else { "are" };
@@ -76,6 +87,17 @@ pub fn roll_up(parent_key: &str, sub_tasks: &[SubTaskLine<'_>]) -> String {
         let title = one_line(sub_task.title, MAX_TITLE_CHARS).replace('@', "＠");
         let assignee = sub_task.assignee.unwrap_or("nobody");
         summary.push_str(&format!("\n- {}: {title} (assigned to {assignee}, {})", sub_task.key, sub_task.status));
+    }
+    if let Some(spend) = spend.filter(|spend| spend.tokens > 0) {
+        summary.push_str(&format!(
+            "\n\nThe tree's runs here spent {} tokens of {} (`limits.max_tokens_per_tree`)",
+            crate::thousands(spend.tokens),
+            crate::thousands(spend.per_tree)
+        ));
+        if let Some(cost) = spend.cost {
+            summary.push_str(&format!(" · cost {cost:.4}"));
+        }
+        summary.push('.');
     }
     summary
 }
@@ -120,10 +142,19 @@ mod tests {
             SubTaskLine { key: "TE-3", title: "Ask @bob", assignee: None, status: TaskStatus::Done },
         ];
         assert_eq!(
-            roll_up("TE-1", &lines),
+            roll_up("TE-1", &lines, None),
             "All 2 sub-tasks of TE-1 are done; TE-1 moves to in_review.\n\n\
              - TE-2: Backend change (assigned to picogent, done)\n\
              - TE-3: Ask ＠bob (assigned to nobody, done)"
+        );
+        let spend = TreeSpend { tokens: 12_345, cost: Some(0.5), per_tree: 400_000 };
+        assert!(
+            roll_up("TE-1", &lines[..1], Some(spend)).ends_with(
+                "(assigned to picogent, done)\n\nThe tree's runs here spent 12,345 tokens of 400,000 \
+                 (`limits.max_tokens_per_tree`) · cost 0.5000."
+            ),
+            "{}",
+            roll_up("TE-1", &lines[..1], Some(spend))
         );
     }
 }

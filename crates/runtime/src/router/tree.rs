@@ -19,7 +19,7 @@
 //!   `rollup:{parent id}`) and moves to `in_review`. Every write is idempotent, so a duplicate
 //!   event, a restart or a second replica changes nothing more.
 
-use picogent_notices::tree::{Blocker, Standing, SubTaskLine, roll_up, waiting_for};
+use picogent_notices::tree::{Blocker, Standing, SubTaskLine, TreeSpend, roll_up, waiting_for};
 use picogent_state::ClaimKind;
 use picogent_tracker::TrackerError;
 use picogent_tracker::model::{SendMessage, StepOut, TaskOut, TaskQuery, TaskStatus, UpdateTask};
@@ -204,7 +204,7 @@ impl Router {
     /// The one summary on `parent`, then its move to `in_review` (only once the summary is on the
     /// board, so a failed post is retried by the next sub-task's event with the same key).
     ///
-    /// Later parts of the tree (branches, reviews, spend) add to each [`SubTaskLine`] here.
+    /// Later parts of the tree (branches, reviews) add to each [`SubTaskLine`] here.
     async fn post_roll_up(&self, parent: &TaskOut, sub_tasks: &[TaskOut]) {
         let lines: Vec<SubTaskLine<'_>> = sub_tasks
             .iter()
@@ -215,8 +215,21 @@ impl Router {
                 status: sub_task.status,
             })
             .collect();
+        let mut sessions = vec![SessionKey::Task(parent.id.clone())];
+        sessions.extend(sub_tasks.iter().map(|sub_task| SessionKey::Task(sub_task.id.clone())));
+        let spend = match self.state.spend_of(&sessions).await {
+            Ok(spent) => Some(TreeSpend {
+                tokens: spent.tokens,
+                cost: self.config.llm.price.is_some().then_some(spent.cost),
+                per_tree: self.config.limits.max_tokens_per_tree,
+            }),
+            Err(error) => {
+                tracing::warn!(%error, parent = %parent.key, "cannot count a tree's spend; the roll-up leaves it out");
+                None
+            }
+        };
         let body = SendMessage {
-            content: roll_up(&parent.key, &lines),
+            content: roll_up(&parent.key, &lines, spend),
             task_id: Some(parent.id.clone()),
             ..SendMessage::default()
         };
