@@ -1,5 +1,6 @@
 //! The words of a task tree on the board (`parent:KEY`, `blocked_by:KEY` labels): what a sub-task
-//! waits for before it starts, and the roll-up on the parent once every sub-task is done.
+//! waits for before it starts, what the parent hears of a sub-task that failed or was handed back,
+//! and the roll-up on the parent once every sub-task is done.
 //!
 //! Titles are people's text: each is put on one line, bounded, and with its `@` made harmless, so
 //! a summary never mentions (and wakes) a member a title names.
@@ -102,6 +103,34 @@ pub fn roll_up(parent_key: &str, sub_tasks: &[SubTaskLine<'_>], spend: Option<Tr
     summary
 }
 
+/// How long the reason quoted from a sub-task's notice or rejection may be, in characters.
+const MAX_REASON_CHARS: usize = 300;
+
+/// Said once on the parent when the agent's run of a sub-task failed: which one, why (the first
+/// line of the notice on the sub-task), and what starts it again.
+pub fn sub_task_failed(key: &str, title: &str, notice: &str) -> String {
+    let title = one_line(title, MAX_TITLE_CHARS).replace('@', "＠");
+    let why = one_line(notice.lines().next().unwrap_or_default(), MAX_REASON_CHARS).replace('@', "＠");
+    format!(
+        "Sub-task {key} ({title}) failed: {why} It starts again when it is assigned to me again or I am mentioned \
+         on it; until then this task waits for it."
+    )
+}
+
+/// Said once on the parent when a sub-task was handed back (rejected) by its assignee: who, why,
+/// and that it needs someone to take it.
+pub fn sub_task_rejected(key: &str, title: &str, by: &str, reason: Option<&str>) -> String {
+    let title = one_line(title, MAX_TITLE_CHARS).replace('@', "＠");
+    let by = one_line(by, 60).replace('@', "＠");
+    let reason = match reason {
+        Some(reason) => format!(": {}", one_line(reason, MAX_REASON_CHARS).replace('@', "＠")),
+        None => String::new(),
+    };
+    format!(
+        "Sub-task {key} ({title}) was handed back by {by}{reason}. It needs someone to take it before this task can be done."
+    )
+}
+
 /// `a`, `a and b`, `a, b and c`.
 fn and_list(items: &[String]) -> String {
     match items {
@@ -133,6 +162,24 @@ mod tests {
         for (blockers, expected) in cases {
             assert_eq!(waiting_for(&blockers), expected);
         }
+    }
+
+    #[test]
+    fn a_failed_or_handed_back_sub_task_is_named_on_its_parent_and_mentions_nobody() {
+        assert_eq!(
+            sub_task_failed("TE-4", "Docs @bob", "I could not finish: the model server refused (HTTP 400).\nMore."),
+            "Sub-task TE-4 (Docs ＠bob) failed: I could not finish: the model server refused (HTTP 400). It starts \
+             again when it is assigned to me again or I am mentioned on it; until then this task waits for it."
+        );
+        assert_eq!(
+            sub_task_rejected("TE-3", "Export", "bob", Some("not my area, ask @carol")),
+            "Sub-task TE-3 (Export) was handed back by bob: not my area, ask ＠carol. It needs someone to take it \
+             before this task can be done."
+        );
+        assert!(
+            sub_task_rejected("TE-3", "Export", "bob", None)
+                .starts_with("Sub-task TE-3 (Export) was handed back by bob. ")
+        );
     }
 
     #[test]

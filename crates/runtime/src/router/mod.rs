@@ -320,7 +320,7 @@ impl Router {
                 self.on_message(data.message, Source::Event).await;
             }
             Event::TaskUpdated(data) => {
-                let fate = self.on_task_updated(data.task).await;
+                let fate = self.on_task_updated(data).await;
                 self.metrics.event(name, fate.as_str());
             }
             // The stream passes on known events only; an unknown one is ignored all the same.

@@ -127,6 +127,8 @@ pub(super) enum EventFate {
     Unblocked,
     /// A sub-task now done, rolled up on its parent (a step ticked, the summary once all are).
     RolledUp,
+    /// A sub-task handed back by its assignee (rejected), said on its parent.
+    HandedBack,
 }
 
 impl EventFate {
@@ -143,6 +145,7 @@ impl EventFate {
             EventFate::Blocked => "blocked",
             EventFate::Unblocked => "unblocked",
             EventFate::RolledUp => "rolled_up",
+            EventFate::HandedBack => "handed_back",
         }
     }
 }

@@ -62,39 +62,6 @@ const STEER_ATTEMPTS: usize = 3;
 impl Router {
     /// Stops every run of `session`, queued or running, here or on another replica, remembering
     /// why so it is said once when each ends.
-    /// A person's stop: the session's runs, and when it is a task, the runs of every sub-task
-    /// of it (`parent:KEY`) this agent works; none of those sub-tasks starts afterwards
-    /// ([`ClaimKind::TreeStop`]). Each stopped run says so once, on its own task.
-    pub(super) async fn stop_tree(&mut self, session: &SessionKey, reason: &str) -> bool {
-        let mut stopped = self.stop(session, reason).await;
-        let SessionKey::Task(task_id) = session else {
-            return stopped;
-        };
-        let subtasks = async {
-            let parent = self.client.get_task(task_id).await?;
-            let subtasks = picogent_tracker::tree::subtasks(&self.client, &parent.project_slug, &parent.key).await?;
-            Ok::<_, picogent_tracker::TrackerError>((parent.key, subtasks))
-        };
-        let (parent, subtasks) = match subtasks.await {
-            Ok(found) => found,
-            Err(error) => {
-                tracing::warn!(%error, %session, "cannot read the sub-tasks of a stopped task; only its own runs stop");
-                return stopped;
-            }
-        };
-        if subtasks.is_empty() {
-            return stopped;
-        }
-        if let Err(error) = self.state.claim(ClaimKind::TreeStop, &parent).await {
-            tracing::error!(%error, %session, "cannot record the stop of a tree; its waiting sub-tasks may start later");
-        }
-        let reason = format!("{reason} on {parent}, which this task is part of");
-        for subtask in subtasks {
-            stopped |= self.stop(&SessionKey::Task(subtask.id), &reason).await;
-        }
-        stopped
-    }
-
     pub(super) async fn stop(&mut self, session: &SessionKey, reason: &str) -> bool {
         let mut stopped = false;
         if let Some(run) = self.active.get_mut(session) {
@@ -137,7 +104,7 @@ impl Router {
             // What it was for counts as handled, as after any stopped run: reconciliation does
             // not take the task up again, and its messages were claimed when they were queued.
             if let Ok(QueuedRequest { kind, .. }) = serde_json::from_str(&request) {
-                self.run_notice(&kind, run_id, &picogent_notices::run::stopped_before_start(reason)).await;
+                let _ = self.run_notice(&kind, run_id, &picogent_notices::run::stopped_before_start(reason)).await;
             }
             return true;
         }
@@ -361,10 +328,13 @@ impl Router {
     }
 
     /// The one notice of the run `run_id`, posted where it was asked once its claim is taken.
-    pub(super) async fn run_notice(&self, kind: &RunKind, run_id: &str, text: &str) {
-        if self.claim(ClaimKind::RunNotice, run_id).await {
+    /// Whether this call took the claim (and posted, or tried to).
+    pub(super) async fn run_notice(&self, kind: &RunKind, run_id: &str, text: &str) -> bool {
+        let claimed = self.claim(ClaimKind::RunNotice, run_id).await;
+        if claimed {
             self.post_notice(kind, text, &format!("notice-{run_id}")).await;
         }
+        claimed
     }
 
     /// Claims queued runs (and runs whose holder is gone) while slots are free, and starts them.
@@ -545,8 +515,11 @@ impl Router {
             // Completed; or cut short by the shutdown, and it resumes at the next start.
             _ => None,
         };
-        if let Some(text) = text {
-            self.run_notice(&done.kind, &done.run_id, &text).await;
+        if let Some(text) = text
+            && self.run_notice(&done.kind, &done.run_id, &text).await
+            && matches!(done.status, RunStatus::Failed | RunStatus::DidNothing)
+        {
+            self.tell_parent_of_failure(&done.kind, &done.run_id, &text).await;
         }
         // Input that arrived after the run's last turn boundary starts a follow-up run.
         if !leftover.is_empty() && done.status == RunStatus::Completed {

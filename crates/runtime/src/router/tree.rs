@@ -22,12 +22,15 @@
 use picogent_notices::tree::{Blocker, Standing, SubTaskLine, TreeSpend, roll_up, waiting_for};
 use picogent_state::ClaimKind;
 use picogent_tracker::TrackerError;
-use picogent_tracker::model::{SendMessage, StepOut, TaskOut, TaskQuery, TaskStatus, UpdateTask};
+use picogent_tracker::model::{
+    MessageQuery, SendMessage, StepOut, TaskOut, TaskQuery, TaskStatus, TaskUpdatedData, UpdateTask,
+};
 use picogent_tracker::session::SessionKey;
 use picogent_tracker::tree::{blocked_by_label, blockers_of, parent_of, subtasks};
 
 use super::outcome::{EventFate, Source};
 use super::{Router, filter, reconcile};
+use crate::request::RunKind;
 
 /// The tracker's largest page.
 const PAGE: u32 = 200;
@@ -95,11 +98,111 @@ impl Router {
         true
     }
 
+    /// A person's stop: the session's runs, and when it is a task, the runs of every sub-task
+    /// of it (`parent:KEY`) this agent works; none of those sub-tasks starts afterwards
+    /// ([`ClaimKind::TreeStop`]). Each stopped run says so once, on its own task.
+    pub(super) async fn stop_tree(&mut self, session: &SessionKey, reason: &str) -> bool {
+        let mut stopped = self.stop(session, reason).await;
+        let SessionKey::Task(task_id) = session else {
+            return stopped;
+        };
+        let subtasks = async {
+            let parent = self.client.get_task(task_id).await?;
+            let subtasks = picogent_tracker::tree::subtasks(&self.client, &parent.project_slug, &parent.key).await?;
+            Ok::<_, picogent_tracker::TrackerError>((parent.key, subtasks))
+        };
+        let (parent, subtasks) = match subtasks.await {
+            Ok(found) => found,
+            Err(error) => {
+                tracing::warn!(%error, %session, "cannot read the sub-tasks of a stopped task; only its own runs stop");
+                return stopped;
+            }
+        };
+        if subtasks.is_empty() {
+            return stopped;
+        }
+        if let Err(error) = self.state.claim(ClaimKind::TreeStop, &parent).await {
+            tracing::error!(%error, %session, "cannot record the stop of a tree; its waiting sub-tasks may start later");
+        }
+        let reason = format!("{reason} on {parent}, which this task is part of");
+        for subtask in subtasks {
+            stopped |= self.stop(&SessionKey::Task(subtask.id), &reason).await;
+        }
+        stopped
+    }
+
+    /// Says once on the parent of a sub-task whose run (`run_id`, of `kind`) failed, naming it and
+    /// why (`notice`, what the sub-task itself was told).
+    pub(super) async fn tell_parent_of_failure(&self, kind: &RunKind, run_id: &str, notice: &str) {
+        let RunKind::Task { task, .. } = kind else {
+            return;
+        };
+        let Some(parent) = parent_of(task) else {
+            return;
+        };
+        let text = picogent_notices::tree::sub_task_failed(&task.key, &task.title, notice);
+        self.post_on_parent(parent, &task.key, text, &format!("subtask-failed:{run_id}")).await;
+    }
+
+    /// Says once on the parent of `task`, when the agent holds it, that `by` handed `task` back
+    /// (the reason is their `rejected: …` comment, the board's words for it); whether it was the
+    /// agent's to say.
+    async fn tell_parent_handed_back(&self, task: &TaskOut, by: &str) -> bool {
+        let Some(parent_key) = parent_of(task) else {
+            return false;
+        };
+        // The parent's holder says it, and no one else: two agents watching would say it twice.
+        match self.client.get_task(parent_key).await {
+            Ok(parent) if parent.assignee_slug.as_deref() == Some(self.config.slug.as_str()) => {}
+            Ok(_) => return false,
+            Err(error) => {
+                tracing::warn!(%error, parent = parent_key, "cannot read a handed-back sub-task's parent");
+                return false;
+            }
+        }
+        let query = MessageQuery { task_id: Some(task.id.clone()), limit: Some(20), ..MessageQuery::default() };
+        let reason = match self.client.list_messages(&query).await {
+            Ok(comments) => comments
+                .into_iter()
+                .rev()
+                .find(|comment| comment.author_slug == by && comment.content.starts_with("rejected: "))
+                .map(|comment| comment.content["rejected: ".len()..].to_string()),
+            Err(error) => {
+                tracing::warn!(%error, task = %task.key, "cannot read why a sub-task was handed back");
+                None
+            }
+        };
+        let text = picogent_notices::tree::sub_task_rejected(&task.key, &task.title, by, reason.as_deref());
+        let key = format!("subtask-handed-back:{}:{}", task.id, task.updated_at);
+        self.post_on_parent(parent_key, &task.key, text, &key).await;
+        true
+    }
+
+    /// Posts `text` on the parent `parent_key` of the sub-task `sub_key`, with the idempotency `key`.
+    async fn post_on_parent(&self, parent_key: &str, sub_key: &str, text: String, key: &str) {
+        let parent = match self.client.get_task(parent_key).await {
+            Ok(parent) => parent,
+            Err(error) => {
+                tracing::warn!(%error, parent = parent_key, sub_task = sub_key, "cannot read a sub-task's parent to tell it");
+                return;
+            }
+        };
+        let body = SendMessage { content: text, task_id: Some(parent.id), ..SendMessage::default() };
+        if let Err(error) = self.client.send_message(&body, Some(key)).await {
+            tracing::warn!(%error, parent = parent_key, sub_task = sub_key, "cannot tell a parent about its sub-task");
+        }
+    }
+
     /// What a `task.updated` changes in a tree: a task now `done` may free the tasks it held and
     /// tick its parent. Returns the event's fate.
-    pub(super) async fn on_task_updated(&mut self, task: TaskOut) -> EventFate {
-        // Only a `done` moves a tree on; the rest of a task's changes are its run's business.
+    pub(super) async fn on_task_updated(&mut self, update: TaskUpdatedData) -> EventFate {
+        let TaskUpdatedData { task, changed, updated_by } = update;
         if task.status != TaskStatus::Done {
+            // A sub-task handed back; the rest of a task's changes are its run's business.
+            let unassigned = changed.iter().any(|field| field == "assignee_slug") && task.assignee_slug.is_none();
+            if unassigned && updated_by != self.config.slug && self.tell_parent_handed_back(&task, &updated_by).await {
+                return EventFate::HandedBack;
+            }
             return EventFate::Ignored;
         }
         let started = self.start_unblocked(&task.key).await;

@@ -237,3 +237,59 @@ async fn a_parent_of_the_agents_is_ticked_and_rolled_up_once() {
     assert_eq!(world.metrics().event_count("task.updated", "ignored"), 1);
     world.shut_down(Some(router)).await;
 }
+
+/// A sub-task whose run fails is named once on its parent, with the first line of its own notice;
+/// one handed back by its assignee is named once on a parent of the agent's, with their reason,
+/// however often the event comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_or_handed_back_sub_task_is_said_once_on_its_parent() {
+    let world = World::start_with(Model::Open, serde_json::json!({"limits": {"max_tokens_per_run": 100}})).await;
+    let router = world.start_router();
+    let bob = tracker_client(&world.board, "tok-bob");
+    let parent = task(&world.alice, "Add CSV export", Some("picogent"), vec![]).await;
+    // The parent's own assignment is not fed to the router: the test is about its sub-tasks.
+    let failing = task(&world.alice, "Docs page", Some("picogent"), vec![parent_label(&parent.key)]).await;
+    router.send(task_assigned("ev-1", 1, &failing)).await;
+    router.settled().await;
+
+    let on_failing = agent_said(&world, &failing.id).await;
+    assert_eq!(on_failing.len(), 1, "the run's own notice: {on_failing:#?}");
+    let first_line = on_failing[0].lines().next().unwrap();
+    let on_parent = agent_said(&world, &parent.id).await;
+    assert_eq!(on_parent.len(), 1, "{on_parent:#?}");
+    assert!(
+        on_parent[0].starts_with(&format!("Sub-task {} (Docs page) failed: ", failing.key))
+            && on_parent[0].contains(first_line),
+        "{on_parent:#?}"
+    );
+
+    let handed = task(&world.alice, "Export button", Some("bob"), vec![parent_label(&parent.key)]).await;
+    bob.reject_task(&handed.id, "not my area, ask @carol", None).await.unwrap();
+    let now = world.alice.get_task(&handed.id).await.unwrap();
+    let data =
+        TaskUpdatedData { task: now, changed: vec!["assignee_slug".into(), "status".into()], updated_by: "bob".into() };
+    for (n, id) in ["ev-2", "ev-3"].into_iter().enumerate() {
+        router.send(received(id, 2 + n as u64, EVENT_TASK_UPDATED, Event::TaskUpdated(data.clone()))).await;
+    }
+    router.settled().await;
+    let on_parent = agent_said(&world, &parent.id).await;
+    let expected = format!(
+        "Sub-task {} (Export button) was handed back by bob: not my area, ask ＠carol. It needs someone to take it \
+         before this task can be done.",
+        handed.key
+    );
+    assert_eq!(on_parent.iter().filter(|said| **said == expected).count(), 1, "{on_parent:#?}");
+    assert_eq!(on_parent.len(), 2, "{on_parent:#?}");
+    assert_eq!(world.metrics().event_count("task.updated", "handed_back"), 2);
+
+    // A parent that is not the agent's hears nothing from it.
+    let theirs = task(&world.alice, "Alice's epic", Some("alice"), vec![]).await;
+    let other = task(&world.alice, "Part of it", Some("bob"), vec![parent_label(&theirs.key)]).await;
+    bob.reject_task(&other.id, "no", None).await.unwrap();
+    let now = world.alice.get_task(&other.id).await.unwrap();
+    let data = TaskUpdatedData { task: now, changed: vec!["assignee_slug".into()], updated_by: "bob".into() };
+    router.send(received("ev-4", 4, EVENT_TASK_UPDATED, Event::TaskUpdated(data))).await;
+    router.settled().await;
+    assert!(agent_said(&world, &theirs.id).await.is_empty());
+    world.shut_down(Some(router)).await;
+}
