@@ -131,6 +131,20 @@ pub fn sub_task_rejected(key: &str, title: &str, by: &str, reason: Option<&str>)
     )
 }
 
+/// Said once on the parent when a sub-task in progress went quiet for `minutes`: who holds it and
+/// what would move it.
+pub fn sub_task_stalled(key: &str, title: &str, assignee: Option<&str>, minutes: u64) -> String {
+    let title = one_line(title, MAX_TITLE_CHARS).replace('@', "＠");
+    let (held, ask) = match assignee {
+        Some(slug) => {
+            let slug = one_line(slug, 60).replace('@', "＠");
+            (format!(", assigned to {slug},"), format!("Ask {slug} how it stands, or reassign it."))
+        }
+        None => (String::new(), "Assign it to someone to move it on.".to_string()),
+    };
+    format!("Sub-task {key} ({title}){held} has had no activity for {minutes} min. {ask}")
+}
+
 /// `a`, `a and b`, `a, b and c`.
 fn and_list(items: &[String]) -> String {
     match items {
@@ -179,6 +193,14 @@ mod tests {
         assert!(
             sub_task_rejected("TE-3", "Export", "bob", None)
                 .starts_with("Sub-task TE-3 (Export) was handed back by bob. ")
+        );
+        assert_eq!(
+            sub_task_stalled("TE-5", "Tests", Some("bob"), 7),
+            "Sub-task TE-5 (Tests), assigned to bob, has had no activity for 7 min. Ask bob how it stands, or reassign it."
+        );
+        assert_eq!(
+            sub_task_stalled("TE-5", "Tests", None, 7),
+            "Sub-task TE-5 (Tests) has had no activity for 7 min. Assign it to someone to move it on."
         );
     }
 

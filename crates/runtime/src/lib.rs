@@ -63,6 +63,7 @@ pub mod status;
 #[cfg(test)]
 mod tests;
 pub mod waits;
+mod watchdog;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -416,6 +417,8 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
         started_at_ms: time::OffsetDateTime::now_utc().unix_timestamp() * 1000,
         outage: Default::default(),
     };
+    // A sub-task that went quiet is said on its parent (`watchdog`), here and on each replica.
+    watchdog::spawn(services.client.clone(), config.slug.clone(), watchdog::STALL, shutdown.clone());
     let router = Router::new(services, inputs_tx.clone(), shutdown.clone(), queue, setup);
     let router = tokio::spawn(router.run(inputs_rx));
     let scheduler = tokio::spawn(scheduler.run());

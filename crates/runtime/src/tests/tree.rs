@@ -293,3 +293,59 @@ async fn a_failed_or_handed_back_sub_task_is_said_once_on_its_parent() {
     assert!(agent_said(&world, &theirs.id).await.is_empty());
     world.shut_down(Some(router)).await;
 }
+
+/// The watchdog says a sub-task in progress that went quiet on a parent of the agent's, once per
+/// silence however many passes see it; activity (a comment) ends the silence, and the next one is
+/// said again. A sub-task not in progress, or quiet for less than the bound, is not said.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_sub_task_is_said_once_per_silence_on_its_parent() {
+    use std::time::Duration;
+    use time::OffsetDateTime;
+    use time::format_description::well_known::Rfc3339;
+
+    let world = World::start(Model::Open).await;
+    let agent = tracker_client(&world.board, "tok-picogent");
+    let bob = tracker_client(&world.board, "tok-bob");
+    let stall = Duration::from_secs(300);
+    let parent = task(&world.alice, "Add CSV export", Some("picogent"), vec![]).await;
+    let quiet = task(&world.alice, "Tests", Some("bob"), vec![parent_label(&parent.key)]).await;
+    let quiet = moved(&bob, &quiet, TaskStatus::InProgress).await;
+    task(&world.alice, "Not started", Some("bob"), vec![parent_label(&parent.key)]).await;
+    let changed = OffsetDateTime::parse(&quiet.updated_at, &Rfc3339).unwrap();
+
+    let pass = |now: OffsetDateTime| crate::watchdog::pass(&agent, "picogent", stall, now);
+    assert_eq!(pass(changed + time::Duration::minutes(4)).await.unwrap(), 0, "quiet for less than the bound");
+    let later = changed + time::Duration::minutes(7);
+    assert_eq!(pass(later).await.unwrap(), 1);
+    assert_eq!(pass(later + time::Duration::minutes(3)).await.unwrap(), 1, "the same silence, seen again");
+    let stalled =
+        |said: &Vec<String>| said.iter().filter(|text| text.starts_with(&format!("Sub-task {}", quiet.key))).count();
+    let said = agent_said(&world, &parent.id).await;
+    assert_eq!(said.len(), 1, "{said:#?}");
+    assert!(
+        said[0].ends_with(
+            "(Tests), assigned to bob, has had no activity for 7 min. Ask bob how it stands, or reassign it."
+        ),
+        "{said:#?}"
+    );
+
+    // bob says something: a new silence begins, and is said when it is long enough.
+    let comment = picogent_tracker::model::SendMessage {
+        content: "still on it".into(),
+        task_id: Some(quiet.id.clone()),
+        ..Default::default()
+    };
+    let comment = bob.send_message(&comment, None).await.unwrap();
+    let spoke = OffsetDateTime::parse(&comment.created_at, &Rfc3339).unwrap();
+    assert_eq!(pass(spoke + time::Duration::minutes(2)).await.unwrap(), 0);
+    assert_eq!(pass(spoke + time::Duration::minutes(6)).await.unwrap(), 1);
+    assert_eq!(stalled(&agent_said(&world, &parent.id).await), 2);
+
+    // A parent of someone else's: nothing.
+    let theirs = task(&world.alice, "Alice's epic", Some("alice"), vec![]).await;
+    let other = task(&world.alice, "Part of it", Some("bob"), vec![parent_label(&theirs.key)]).await;
+    moved(&bob, &other, TaskStatus::InProgress).await;
+    assert_eq!(pass(spoke + time::Duration::days(1)).await.unwrap(), 1, "the agent's parent's one quiet sub-task only");
+    assert!(agent_said(&world, &theirs.id).await.is_empty());
+    world.shut_down(None).await;
+}
