@@ -1,7 +1,7 @@
 //! The tree's watchdog: a sub-task that went quiet is said on its parent, once per silence.
 //!
 //! Every quarter of `stall` (at least a second), the agent reads the parents it holds (tasks
-//! assigned to it, not done) and their sub-tasks (`parent:KEY`). A sub-task `in_progress` whose
+//! assigned to it and in progress, at most [`MAX_PARENTS`]) and their sub-tasks (`parent:KEY`). A sub-task `in_progress` whose
 //! last activity (its last change, or its newest comment) is older than `stall` is stalled; its
 //! parent gets one line naming it, its assignee and how long it has been quiet. The line's
 //! idempotency key carries the time of that last activity, so the same silence is said once
@@ -22,8 +22,8 @@ use picogent_tracker::{TrackerClient, TrackerError};
 /// How long a sub-task in progress may stay quiet (the anchors' watchdog: 5 minutes of silence).
 pub(crate) const STALL: Duration = Duration::from_secs(300);
 
-/// The most parents one pass reads.
-const MAX_PARENTS: u32 = 200;
+/// The most parents one pass reads: each costs a listing of its sub-tasks.
+const MAX_PARENTS: u32 = 50;
 
 /// Runs passes until `shutdown`.
 pub(crate) fn spawn(client: TrackerClient, slug: String, stall: Duration, shutdown: CancellationToken) {
@@ -51,7 +51,8 @@ pub(crate) async fn pass(
 ) -> Result<usize, TrackerError> {
     let query = TaskQuery {
         assignee: Some(slug.to_string()),
-        status: Some("todo,in_progress,in_review".into()),
+        // A parent whose plan is being worked is in progress; one in review or done is over.
+        status: Some("in_progress".into()),
         limit: Some(MAX_PARENTS),
         ..TaskQuery::default()
     };

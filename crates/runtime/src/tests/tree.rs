@@ -307,7 +307,12 @@ async fn a_quiet_sub_task_is_said_once_per_silence_on_its_parent() {
     let agent = tracker_client(&world.board, "tok-picogent");
     let bob = tracker_client(&world.board, "tok-bob");
     let stall = Duration::from_secs(300);
-    let parent = task(&world.alice, "Add CSV export", Some("picogent"), vec![]).await;
+    let parent = moved(
+        &world.alice,
+        &task(&world.alice, "Add CSV export", Some("picogent"), vec![]).await,
+        TaskStatus::InProgress,
+    )
+    .await;
     let quiet = task(&world.alice, "Tests", Some("bob"), vec![parent_label(&parent.key)]).await;
     let quiet = moved(&bob, &quiet, TaskStatus::InProgress).await;
     task(&world.alice, "Not started", Some("bob"), vec![parent_label(&parent.key)]).await;
