@@ -28,7 +28,8 @@
 //! Where things are: `router/` (`Router`: one closed loop over `Input`; `filter.rs`: the pure
 //! filters, `message_fate`; `runs.rs`: a run's life in the router; `reconcile.rs`: `Reconciler`,
 //! what is still open and unanswered, judged from the board; `queue.rs`: `QueueSetup`, each tick of
-//! a shared queue; `outcome.rs`); `request.rs` (`RunRequest`, `RunKind`, `Trigger`, `RunDone`: what
+//! a shared queue; `tree.rs`: a task tree's order, roll-up, stop and what its parent hears;
+//! `outcome.rs`); `watchdog.rs` (a quiet sub-task said on its parent); `request.rs` (`RunRequest`, `RunKind`, `Trigger`, `RunDone`: what
 //! the router and a run say to each other); `run.rs` (`execute`: acknowledge, read, render, record
 //! the start, loop, post, save; `offered_tools`); `answer.rs` (`RunPosts`, `post_answer`: the
 //! answer posted once with its spend line); `guard.rs` (`ReplyCap`, asked before every post;
