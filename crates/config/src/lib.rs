@@ -114,6 +114,10 @@ pub struct Config {
     /// pattern in a time zone (`picogent_schedule`, docs/schedules.md).
     #[serde(default)]
     pub schedules: picogent_schedule::SchedulesConfig,
+    /// Review handed to another agent: who reviews this agent's pushed branches, for how many
+    /// rounds, and where an approved task goes (`picogent_workspace::review`).
+    #[serde(default)]
+    pub review: picogent_workspace::ReviewConfig,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -44,6 +44,11 @@ pub const STANDUP: &str = "standup.md";
 pub const STANDUP_DIGEST: &str = "standup_digest.md";
 /// A scheduled nudge on a task untouched for days (`schedules`, kind `stale`): no model writes it.
 pub const STALE_NUDGE: &str = "stale_nudge.md";
+/// A reviewer's run of a task handed to it for review (`review-round:N`): optional in
+/// `prompts_dir`, the shipped one used where it is missing.
+pub const REVIEW: &str = "review.md";
+/// The shipped `review.md`.
+const SHIPPED_REVIEW: &str = include_str!("../../../prompts/review.md");
 pub const TEMPLATES: [&str; 6] = [SYSTEM, TASK_ASSIGNED, MESSAGE_NEW, STANDUP, STANDUP_DIGEST, STALE_NUDGE];
 
 /// Longest cleaned text of one field (a description, a message) in a prompt, in characters.
@@ -252,6 +257,9 @@ impl Prompts {
                 std::fs::read_to_string(&path).map_err(|source| PromptError::Missing { path: path.clone(), source })?;
             env.add_template_owned(name.to_string(), source).map_err(|e| broken(&path, &e))?;
         }
+        let path = dir.join(REVIEW);
+        let source = std::fs::read_to_string(&path).unwrap_or_else(|_| SHIPPED_REVIEW.to_string());
+        env.add_template_owned(REVIEW.to_string(), source).map_err(|e| broken(&path, &e))?;
         let prompts = Prompts { env, dir: dir.to_path_buf() };
         prompts.trial_render()?;
         Ok(prompts)
@@ -263,6 +271,11 @@ impl Prompts {
 
     pub fn task_assigned(&self, vars: &TaskAssignedVars) -> Result<String, PromptError> {
         self.render(TASK_ASSIGNED, vars)
+    }
+
+    /// A review run's request: the task, its comments (the review request among them).
+    pub fn review(&self, vars: &TaskAssignedVars) -> Result<String, PromptError> {
+        self.render(REVIEW, vars)
     }
 
     pub fn message_new(&self, vars: &MessageNewVars) -> Result<String, PromptError> {
@@ -321,6 +334,11 @@ impl Prompts {
             extra_sections: vec![Section { title: "t".into(), body: "b".into() }],
         })?;
         self.task_assigned(&TaskAssignedVars {
+            task: task.clone(),
+            assigned_by: "alice".into(),
+            comments: vec![message.clone()],
+        })?;
+        self.review(&TaskAssignedVars {
             task: task.clone(),
             assigned_by: "alice".into(),
             comments: vec![message.clone()],

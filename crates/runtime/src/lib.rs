@@ -56,6 +56,7 @@ pub mod refusal;
 pub mod replicas;
 pub mod request;
 pub mod retention;
+pub mod review;
 pub mod router;
 pub mod run;
 pub mod scheduler;
@@ -317,6 +318,11 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     );
     let mut sources = vec![registry, host.clone() as Arc<dyn ToolSource>, Arc::new(question) as Arc<dyn ToolSource>];
     sources.extend(coding.clone().map(|coding| coding as Arc<dyn ToolSource>));
+    if let Some(coding) = coding.as_ref().filter(|_| config.capabilities.iter().any(|c| c == "review")) {
+        let review =
+            picogent_workspace::ReviewTools::new(coding.workspaces().clone(), client.clone(), config.review.clone());
+        sources.push(Arc::new(review));
+    }
     let tools: Arc<dyn ToolSource> = Arc::new(picogent_tools::governed(sources, &config.permissions, &client));
     let metrics = Arc::new(Metrics::default());
     let status = Arc::new(StatusBoard::default());

@@ -84,7 +84,7 @@ async fn task_prompt(
     // A read that fails leaves its part of the prompt empty; the model can read it with a tool.
     let (steps, comments) = tokio::join!(client.list_steps(&task.id), client.list_messages(&comments_query));
     let (steps, comments) = (steps.unwrap_or_default(), comments.unwrap_or_default());
-    Ok(services.prompts.task_assigned(&TaskAssignedVars {
+    let vars = TaskAssignedVars {
         task: TaskView::new(task, &steps, fence),
         assigned_by: clean_name(assigned_by),
         comments: comments
@@ -92,7 +92,12 @@ async fn task_prompt(
             .filter(|m| !steered.contains(&m.id))
             .map(|message| MessageView::new(message, fence))
             .collect(),
-    })?)
+    };
+    // A task handed to this agent for review gets the review's request (`prompts/review.md`).
+    Ok(match picogent_workspace::review::is_review(&services.config.capabilities, task) {
+        true => services.prompts.review(&vars)?,
+        false => services.prompts.task_assigned(&vars)?,
+    })
 }
 
 /// A chat run's request: the message, its thread and the task it is about, if any.

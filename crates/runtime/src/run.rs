@@ -161,6 +161,7 @@ async fn drive(
         let text = answer_text(&output.record, &services.config.limits, services.config.llm.price.as_ref(), own);
         let steering_taken = output.record.steering_inputs;
         post_answer(&services.client, &posts, &request.session, run_id, &request.kind, text, steering_taken).await;
+        crate::review::hand_off_work(services, run_id, &request.kind, posts.as_ref()).await;
     }
     let ended = finish(services, run_id, &request.session, &request.kind, begun.start, output, token_budget).await;
     // The replies taken as answers were sent as steering too: taken in, so none starts a follow-up.
@@ -355,11 +356,14 @@ async fn model_loop(
     let setup = picogent_agent::RunSetup {
         model: services.model.as_ref(),
         tools: services.tools.as_ref(),
-        offered_tools: offered_tools(
-            &request.kind,
-            &services.tools.tools(),
-            coding_task(services, &request.kind),
-            config.elicitation.ask_person,
+        offered_tools: picogent_workspace::review::offered(
+            crate::review::is_review_run(services, &request.kind),
+            offered_tools(
+                &request.kind,
+                &services.tools.tools(),
+                coding_task(services, &request.kind),
+                config.elicitation.ask_person,
+            ),
         ),
         limits,
         tool_context,

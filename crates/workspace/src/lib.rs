@@ -10,7 +10,9 @@
 //!   of their own; [`git`]: picogent's own git commands; [`files`]: files in the agent's reach,
 //!   written and read safely; [`scan`]: what a push may not carry; [`sandbox`]: bubblewrap;
 //! - [`tools`]: `run_coding_agent` and `workspace_status`, offered on a run of a task with a
-//!   repository, and [`tools::CodingRuns`], each run's coding agent output and work.
+//!   repository, and [`tools::CodingRuns`], each run's coding agent output and work;
+//! - [`review`]: review handed to another agent: the `review` section, the worker's hand-off of
+//!   its pushed branch, and the reviewer's `review_diff` and `review_verdict`.
 //!
 //! Invariants:
 //! - nothing from a task reaches a shell: the task key is checked ([`names::TaskKey`]), every
@@ -47,6 +49,7 @@ pub mod files;
 pub mod git;
 pub mod hooks;
 pub mod names;
+pub mod review;
 pub mod sandbox;
 pub mod scan;
 pub mod tools;
@@ -55,5 +58,6 @@ pub mod workspace;
 pub use coding::{AgentEnd, AgentReport, Invocation};
 pub use config::{CodingAgent, CodingAgentConfig, Repository, WorkspacesConfig};
 pub use names::TaskKey;
+pub use review::{ReviewConfig, ReviewTools};
 pub use tools::{CODING_TOOLS, CodingChoice, CodingError, CodingRecord, CodingRuns, CodingTools, WorkDone};
 pub use workspace::{DiffStat, Finished, Workspace, WorkspaceError, WorkspaceStatus, Workspaces, WorkspacesView};

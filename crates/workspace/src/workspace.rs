@@ -189,7 +189,7 @@ impl Workspaces {
         &self.config
     }
 
-    fn repository(&self, name: &str) -> Result<&Repository, WorkspaceError> {
+    pub(crate) fn repository(&self, name: &str) -> Result<&Repository, WorkspaceError> {
         self.config.repositories.get(name).ok_or_else(|| WorkspaceError::UnknownRepository(name.to_string()))
     }
 
@@ -296,7 +296,7 @@ impl Workspaces {
 
     /// The mirror of `repository`, cloned if missing, fetched: its `refs/remotes/origin/*` are the
     /// repository's branches now.
-    async fn fetch_mirror(&self, name: &str, repo: &Repository) -> Result<PathBuf, WorkspaceError> {
+    pub(crate) async fn fetch_mirror(&self, name: &str, repo: &Repository) -> Result<PathBuf, WorkspaceError> {
         let mirror = self.mirror(name);
         let parent = mirror.parent().unwrap_or(&self.config.root).to_path_buf();
         make_dir(&parent)?;
@@ -386,7 +386,7 @@ impl Workspaces {
         locks.entry(workspace.path.clone()).or_default().clone()
     }
 
-    fn mirror_lock(&self, repository: &str) -> Arc<tokio::sync::Mutex<()>> {
+    pub(crate) fn mirror_lock(&self, repository: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut mirrors = self.mirrors.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         mirrors.entry(repository.to_string()).or_default().clone()
     }

@@ -311,6 +311,11 @@ impl Router {
                     self.on_assignment(data.task, data.assigned_by, Source::Event).await;
                 }
             }
+            // The agent handed its task on itself (a review's hand-off or verdict): its run ends
+            // on its own.
+            Event::TaskUnassigned(data) if data.unassigned_by == self.config.slug => {
+                self.metrics.event(name, EventFate::Ignored.as_str());
+            }
             Event::TaskUnassigned(data) => {
                 let session = SessionKey::Task(data.task.id.clone());
                 let stopped = self.stop(&session, &format!("the task was unassigned by @{}", data.unassigned_by)).await;

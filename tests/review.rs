@@ -1,0 +1,216 @@
+//! Review handed to another agent, end to end over loopback: two agents on the reference board,
+//! each with its own slug, state and scripted offline model, and the same repositories (a local
+//! bare git repository): the worker `picogent` (the stand-in coding agent) pushes its branch and
+//! hands the task to the reviewer `reviewer` (`capabilities: ["review"]`), which reads the diff
+//! and sends it back or approves. What a person sees is checked: each step one comment, nothing
+//! posted twice, the task's end state, and the round limit that stops two agents bouncing a task.
+
+#[path = "support/agent.rs"]
+mod agent_support;
+#[path = "support/git.rs"]
+mod git_support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agent_support::*;
+use git_support::{git, remote};
+use picogent::board::{BoardHandle, BoardOptions};
+use picogent::offline_model::script::Script;
+use picogent::offline_model::{OfflineModelHandle, OfflineModelOptions};
+use picogent::tracker::model::*;
+use serde_json::{Value, json};
+
+const STAND_IN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/coding-agent/stand-in.sh");
+const FIX: &str = "In src/date.py replace \"2020-01-01\" with \"2024-06-01\".";
+const FOLLOW_UP: &str = "In src/date.py replace \"2024-06-01\" with \"2024-06-02\".";
+
+/// The seed's board with one more agent member, `reviewer`.
+async fn start_team_board(dir: &Path) -> BoardHandle {
+    let mut seed: Value = serde_json::from_str(&std::fs::read_to_string(SEED).unwrap()).unwrap();
+    seed["members"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"slug": "reviewer", "name": "Reviewer", "kind": "agent", "token": "tok-reviewer"}));
+    let path = dir.join("team-seed.json");
+    std::fs::write(&path, seed.to_string()).unwrap();
+    let options = BoardOptions::new("127.0.0.1:0".parse().unwrap(), dir.join("board.db"), Some(path));
+    picogent::board::start(options).await.unwrap()
+}
+
+async fn scripted(turns: Value) -> OfflineModelHandle {
+    let script = Script::from_json(&json!({"turns": turns}).to_string()).unwrap();
+    picogent::offline_model::start(OfflineModelOptions::script(script)).await.unwrap()
+}
+
+/// An agent's `workspaces` (a root of its own, the shared remote) and `review` sections.
+fn sections(root: PathBuf, remote: &Path, capabilities: &[&str], review: Value) -> Value {
+    json!({
+        "capabilities": capabilities,
+        "workspaces": {
+            "root": root,
+            "repositories": {"app": {"url": remote, "base": "main", "projects": ["team"]}},
+            "agents": {"stand-in": {"command": ["sh", STAND_IN, "{instructions}"], "output": "jsonl"}},
+            "agent": "stand-in",
+        },
+        "review": review,
+    })
+}
+
+fn coding_turn(instructions: &str, expect: Value) -> Value {
+    json!({"expect": expect, "reply": {"tool_calls": [{"name": "run_coding_agent", "arguments": {"instructions": instructions}}]}})
+}
+
+fn verdict_turns(verdict: &str, findings: Value, diff_contains: &str) -> Vec<Value> {
+    vec![
+        json!({"expect": {"tools_include": ["review_diff", "review_verdict"], "tools_exclude": ["run_coding_agent"]},
+               "reply": {"tool_calls": [{"name": "review_diff", "arguments": {}}]}}),
+        json!({"expect": {"last_tool_result_contains": diff_contains, "last_tool_result_is_error": false},
+               "reply": {"tool_calls": [{"name": "review_verdict", "arguments": {"verdict": verdict, "findings": findings}}]}}),
+        json!({"expect": {"last_tool_result_is_error": false}, "reply": {"content": "Reviewed."}}),
+    ]
+}
+
+struct Team {
+    dir: tempfile::TempDir,
+    remote: PathBuf,
+    board: BoardHandle,
+    worker_model: OfflineModelHandle,
+    reviewer_model: OfflineModelHandle,
+    worker: picogent::runtime::AgentHandle,
+    reviewer: picogent::runtime::AgentHandle,
+}
+
+async fn start_team(worker_turns: Vec<Value>, reviewer_turns: Vec<Value>, max_rounds: u32) -> Team {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = remote(dir.path());
+    let board = start_team_board(dir.path()).await;
+    let worker_model = scripted(Value::Array(worker_turns)).await;
+    let reviewer_model = scripted(Value::Array(reviewer_turns)).await;
+    let review = json!({"reviewers": ["reviewer"], "max_review_rounds": max_rounds});
+    let extra = sections(dir.path().join("worker-workspaces"), &remote, &["coding"], review.clone());
+    let worker = start_agent(agent_config(dir.path(), &board.url(), &worker_model.url(), "picogent", extra)).await;
+    let extra = sections(dir.path().join("reviewer-workspaces"), &remote, &["review"], review);
+    let reviewer = start_agent(agent_config(dir.path(), &board.url(), &reviewer_model.url(), "reviewer", extra)).await;
+    wait_ready(&worker).await;
+    wait_ready(&reviewer).await;
+    Team { dir, remote, board, worker_model, reviewer_model, worker, reviewer }
+}
+
+impl Team {
+    /// Waits until `count` comments are on the task, then until both agents have handled every
+    /// event the board logged for them and their runs ended: nothing more is coming.
+    async fn settle_at(&self, alice: &TrackerClient, task_id: &str, count: usize) -> Vec<MessageOut> {
+        eventually(Duration::from_secs(60), &format!("{count} comments on the task"), || async {
+            (comments(alice, task_id).await.len() >= count).then_some(())
+        })
+        .await;
+        let db = self.dir.path().join("board.db");
+        caught_up_with_board(&self.worker, &db, "picogent").await;
+        caught_up_with_board(&self.reviewer, &db, "reviewer").await;
+        caught_up_with_board(&self.worker, &db, "picogent").await;
+        comments(alice, task_id).await
+    }
+
+    async fn shutdown(self) {
+        assert!(self.worker_model.mismatches().is_empty(), "{:?}", self.worker_model.mismatches());
+        assert!(self.reviewer_model.mismatches().is_empty(), "{:?}", self.reviewer_model.mismatches());
+        self.worker.shutdown().await.unwrap();
+        self.reviewer.shutdown().await.unwrap();
+        self.worker_model.shutdown().await;
+        self.reviewer_model.shutdown().await;
+        self.board.shutdown().await.unwrap();
+    }
+}
+
+use picogent::tracker::TrackerClient;
+
+fn by(comments: &[MessageOut], author: &str, starts: &str) -> usize {
+    comments.iter().filter(|m| m.author_slug == author && m.content.starts_with(starts)).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_review_sent_back_is_resolved_on_the_same_branch_and_approved_in_round_two() {
+    let worker_turns = vec![
+        coding_turn(FIX, json!({"tools_include": ["run_coding_agent"], "tools_exclude": ["review_verdict"]})),
+        json!({"reply": {"content": "Set the date to 2024-06-01."}}),
+        // The task comes back: its prompt shows the finding, and the work goes on the same branch.
+        coding_turn(FOLLOW_UP, json!({"messages_contain": "src/date.py:2 — Use 2024-06-02"})),
+        json!({"reply": {"content": "Done as the review asked: src/date.py:2 now says 2024-06-02."}}),
+    ];
+    let mut reviewer_turns = verdict_turns(
+        "changes_requested",
+        json!([{"file": "src/date.py", "line": 2, "text": "Use 2024-06-02, the release date."}]),
+        "2024-06-01",
+    );
+    reviewer_turns.extend(verdict_turns("approve", json!([]), "2024-06-02"));
+    let team = start_team(worker_turns, reviewer_turns, 2).await;
+    let alice = client(&team.board, "tok-alice");
+
+    let task = create_assigned(&alice, "Fix the date parser", FIX).await;
+    let all = team.settle_at(&alice, &task.id, 6).await;
+    let shown: Vec<(&str, &str)> = all.iter().map(|m| (m.author_slug.as_str(), m.content.as_str())).collect();
+    assert_eq!(all.len(), 6, "each step one comment: {shown:#?}");
+    let branch = format!("picogent/{}", task.key);
+    let request =
+        format!("Review request (round 1 of 2) for @reviewer: branch `{branch}` against `main` — Fix the date parser");
+    assert_eq!(all[1].content, request, "{shown:#?}");
+    assert_eq!(all[1].author_slug, "picogent");
+    assert_eq!(all[1].mentions, vec!["reviewer".to_string()]);
+    assert!(all[2].content.starts_with("Changes requested (round 1 of 2)"), "{shown:#?}");
+    assert!(all[2].content.contains("- src/date.py:2 — Use 2024-06-02, the release date."), "{shown:#?}");
+    assert_eq!(all[2].author_slug, "reviewer");
+    assert!(all[3].content.starts_with("Done as the review asked"), "{shown:#?}");
+    assert!(all[4].content.starts_with("Review request (round 2 of 2) for @reviewer"), "{shown:#?}");
+    assert!(all[5].content.starts_with("Approved (round 2 of 2)"), "{shown:#?}");
+    assert_eq!(by(&all, "picogent", "Review request"), 2);
+    assert_eq!(by(&all, "reviewer", "Changes requested"), 1);
+    assert_eq!(by(&all, "reviewer", "Approved"), 1);
+
+    // Both commits on the one branch; the base untouched.
+    assert_eq!(git(&team.remote, &["rev-list", "--count", &format!("main..{branch}")]), "2");
+    let file = git(&team.remote, &["show", &format!("{branch}:src/date.py")]);
+    assert!(file.contains("2024-06-02"), "{file}");
+
+    let task = alice.get_task(&task.id).await.unwrap();
+    assert_eq!(task.status, TaskStatus::InReview);
+    assert_eq!(task.labels, vec!["review-round:2".to_string()]);
+    assert_eq!(task.assignee_slug.as_deref(), Some("reviewer"), "approved and left for a person");
+    team.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_round_limit_the_task_stops_bouncing_and_a_person_is_asked_once() {
+    let worker_turns = vec![
+        coding_turn(FIX, json!({"tools_include": ["run_coding_agent"]})),
+        json!({"reply": {"content": "Set the date to 2024-06-01."}}),
+        coding_turn(FOLLOW_UP, json!({"messages_contain": "Changes requested"})),
+        json!({"reply": {"content": "Changed it again."}}),
+    ];
+    // A reviewer that always sends the work back; it is asked once only.
+    let reviewer_turns = verdict_turns(
+        "changes_requested",
+        json!([{"file": "src/date.py", "line": 2, "text": "Not yet."}]),
+        "2024-06-01",
+    );
+    let team = start_team(worker_turns, reviewer_turns, 1).await;
+    let alice = client(&team.board, "tok-alice");
+
+    let task = create_assigned(&alice, "Fix the date parser", FIX).await;
+    let all = team.settle_at(&alice, &task.id, 5).await;
+    let shown: Vec<(&str, &str)> = all.iter().map(|m| (m.author_slug.as_str(), m.content.as_str())).collect();
+    assert_eq!(all.len(), 5, "{shown:#?}");
+    assert_eq!(by(&all, "picogent", "Review request (round 1 of 1)"), 1, "{shown:#?}");
+    assert_eq!(by(&all, "picogent", "Review request"), 1, "handed once: {shown:#?}");
+    assert_eq!(by(&all, "reviewer", "Changes requested"), 1, "{shown:#?}");
+    let asked: Vec<&MessageOut> = all.iter().filter(|m| m.content.contains("review.max_review_rounds")).collect();
+    assert_eq!(asked.len(), 1, "a person asked once: {shown:#?}");
+    assert!(asked[0].content.starts_with("@alice "), "{}", asked[0].content);
+    assert_eq!(asked[0].mentions, vec!["alice".to_string()]);
+
+    let task = alice.get_task(&task.id).await.unwrap();
+    assert_eq!(task.status, TaskStatus::InReview);
+    assert_eq!(task.assignee_slug.as_deref(), Some("picogent"), "not handed to the reviewer again");
+    assert_eq!(task.labels, vec!["review-round:1".to_string()]);
+    team.shutdown().await;
+}
