@@ -187,12 +187,23 @@ async fn past_the_round_limit_the_task_stops_bouncing_and_a_person_is_asked_once
         coding_turn(FOLLOW_UP, json!({"messages_contain": "Changes requested"})),
         json!({"reply": {"content": "Changed it again."}}),
     ];
-    // A reviewer that always sends the work back; it is asked once only.
-    let reviewer_turns = verdict_turns(
+    // A reviewer that always sends the work back; it is asked once only. Its first verdicts name
+    // a file outside the diff and a line 0: each is refused, and nothing is posted for them.
+    let mut reviewer_turns = verdict_turns(
         "changes_requested",
-        json!([{"file": "src/date.py", "line": 2, "text": "Not yet."}]),
+        json!([{"file": "src/other.py", "line": 2, "text": "Not here."}]),
         "2024-06-01",
     );
+    reviewer_turns.truncate(2);
+    reviewer_turns.extend([
+        json!({"expect": {"last_tool_result_is_error": true, "last_tool_result_contains": "a file of the diff: src/date.py"},
+               "reply": {"tool_calls": [{"name": "review_verdict", "arguments": {"verdict": "changes_requested",
+                 "findings": [{"file": "src/date.py", "line": 0, "text": "Not yet."}]}}]}}),
+        json!({"expect": {"last_tool_result_is_error": true, "last_tool_result_contains": "a line number"},
+               "reply": {"tool_calls": [{"name": "review_verdict", "arguments": {"verdict": "changes_requested",
+                 "findings": [{"file": "src/date.py", "line": 2, "text": "Not yet."}]}}]}}),
+        json!({"expect": {"last_tool_result_is_error": false}, "reply": {"content": "Reviewed."}}),
+    ]);
     let team = start_team(worker_turns, reviewer_turns, 1).await;
     let alice = client(&team.board, "tok-alice");
 
@@ -203,6 +214,7 @@ async fn past_the_round_limit_the_task_stops_bouncing_and_a_person_is_asked_once
     assert_eq!(by(&all, "picogent", "Review request (round 1 of 1)"), 1, "{shown:#?}");
     assert_eq!(by(&all, "picogent", "Review request"), 1, "handed once: {shown:#?}");
     assert_eq!(by(&all, "reviewer", "Changes requested"), 1, "{shown:#?}");
+    assert!(all.iter().all(|m| !m.content.contains("Not here.")), "a refused verdict posts nothing: {shown:#?}");
     let asked: Vec<&MessageOut> = all.iter().filter(|m| m.content.contains("review.max_review_rounds")).collect();
     assert_eq!(asked.len(), 1, "a person asked once: {shown:#?}");
     assert!(asked[0].content.starts_with("@alice "), "{}", asked[0].content);

@@ -32,7 +32,8 @@
 //! `outcome.rs`); `watchdog.rs` (a quiet sub-task said on its parent); `request.rs` (`RunRequest`, `RunKind`, `Trigger`, `RunDone`: what
 //! the router and a run say to each other); `run.rs` (`execute`: acknowledge, read, render, record
 //! the start, loop, post, save; `offered_tools`); `answer.rs` (`RunPosts`, `post_answer`: the
-//! answer posted once with its spend line); `guard.rs` (`ReplyCap`, asked before every post;
+//! answer posted once with its spend line); `review.rs` (a run's side of review handed to another
+//! agent: the hand-off of pushed work, the review tools on a review run); `guard.rs` (`ReplyCap`, asked before every post;
 //! `Answering`); `refusal.rs` (`tell_once`); `waits.rs` (`RunSlots`, the one count of this
 //! process's slots); `direct.rs` (direct mode); `state_lock.rs` (`StateLock`: the OS lock or the
 //! agent's `PostgresLock`, kept by `LockKeeper`); `presence.rs` (`claim` at start, `Heartbeat`,

@@ -314,3 +314,6 @@ impl ReviewTools {
         ReviewTools { workspaces, client, config }
     }
 }
+
+#[cfg(test)]
+mod tests;
