@@ -7,9 +7,12 @@ use picogent_tools::PostGuard;
 
 use crate::request::{RunKind, RunServices};
 
-/// Whether this run is a review: this agent reviews (`capabilities` holds `review`) and the task
-/// is in a review round.
+/// Whether this run is a review: this agent reviews (`capabilities` holds `review`, and it has
+/// the repositories the review tools read) and the task is in a review round.
 pub fn is_review_run(services: &RunServices, kind: &RunKind) -> bool {
+    if services.coding.is_none() {
+        return false;
+    }
     match kind {
         RunKind::Task { task, .. } => picogent_workspace::review::is_review(&services.config.capabilities, task),
         RunKind::Message { .. } | RunKind::Prompt { .. } | RunKind::Schedule { .. } => false,
