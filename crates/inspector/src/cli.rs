@@ -157,6 +157,7 @@ pub fn show_text(run: &RunDetail) -> String {
         context_trims,
         coding: _,
         waiting,
+        tree,
     } = run;
     let mut out = String::new();
     let _ = writeln!(out, "run      {}  {}", summary.id, picogent_web::readable::status_label(summary.status));
@@ -181,6 +182,9 @@ pub fn show_text(run: &RunDetail) -> String {
         summary.tokens,
         summary.cost.as_ref().map(|c| format!("  cost {c}")).unwrap_or_default()
     );
+    if let Some(parent) = tree {
+        let _ = writeln!(out, "tree     a sub-task of {parent}  (the inspector's /tree/{parent})");
+    }
     if let Some(cache) = prompt_cache {
         let _ = writeln!(out, "cache    {cache}");
     }

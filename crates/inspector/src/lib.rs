@@ -2,13 +2,14 @@
 //! on `http.listen`: its runs (newest first, live), each run's prompts, turns, tool calls,
 //! budgets and notice, its coding agent's output (live while it works) with the branch, commit
 //! and diff it left, the recent events and what became of them, the spend per day against the
-//! budget, and its health.
+//! budget, its health, and a task tree (`/tree/{key}`: each sub-task's state, assignee, branch,
+//! review round and spend).
 //! `picogent runs list|show` print the same from the state database ([`cli`]), and
 //! `picogent schedules list|run` the schedules ([`schedules`]).
 //!
 //! Codemap: this file (the routes, [`Access`], [`Inspector`]); `pages.rs` (the handlers);
 //! [`view`] (the view models both the pages and [`cli`] print); [`schedules`] (the schedules'
-//! page and text); [`record`] (what is stored with a run: the runtime writes it, the pages, the
+//! page and text); [`tree`] (a task tree's page); [`record`] (what is stored with a run: the runtime writes it, the pages, the
 //! CLI and MCP read it); [`startup`] (how the agent started, as the runtime reports it);
 //! [`live`] (what it reads of the running agent); `settings.rs` ([`Settings`]: what it reads of
 //! the configuration, handed over by the runtime or the binary); `templates/*.html`.
@@ -34,7 +35,7 @@
 //! the shared Content-Security-Policy (`picogent_web`).
 //!
 //! Where things are: the runtime implements the traits of `live.rs` (`metrics.rs`: recent events
-//! and their fate; `status.rs`; `scheduler.rs`: "run now") and serves the routes on its listener; a
+//! and their fate; `status.rs`; `scheduler.rs`: "run now"; `tree_view.rs`: a task tree) and serves the routes on its listener; a
 //! run's coding agent output is read live from the workspace crate's `CodingRuns` while it runs and
 //! as stored after, as MCP's `run://{id}/logs` reads it; `cli.rs` finds a run by the start of its
 //! id (`State::run_ids_starting_with`) and keeps the list within 120 columns.
@@ -46,9 +47,13 @@ pub mod record;
 pub mod schedules;
 mod settings;
 pub mod startup;
+pub mod tree;
 pub mod view;
 
-pub use live::{AgentStatus, EventLog, RECENT_EVENTS, RecentEvent, ScheduleControl, WaitingRun};
+pub use live::{
+    AgentStatus, EventLog, RECENT_EVENTS, RecentEvent, ScheduleControl, SubTask, TaskTree, TreeError, TreeSource,
+    TreeTask, WaitingRun,
+};
 pub use settings::Settings;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -84,6 +89,7 @@ static PAGES: LazyLock<Environment<'static>> = LazyLock::new(|| {
         ("inspector_login.html", include_str!("templates/inspector_login.html")),
         ("inspector_error.html", include_str!("templates/inspector_error.html")),
         ("inspector_schedules.html", include_str!("templates/inspector_schedules.html")),
+        ("inspector_tree.html", include_str!("templates/inspector_tree.html")),
     ])
 });
 
@@ -148,6 +154,8 @@ pub struct Inspector {
     pub coding: Option<Arc<picogent_workspace::CodingRuns>>,
     /// The schedules, for their page and its "run now".
     pub schedules: Option<Arc<dyn ScheduleControl>>,
+    /// Task trees as the board and the runs show them, for `/tree/{key}`.
+    pub trees: Option<Arc<dyn TreeSource>>,
 }
 
 impl Inspector {
@@ -178,12 +186,19 @@ impl Inspector {
             live_streams,
             coding: None,
             schedules: None,
+            trees: None,
         }
     }
 
     /// Shows the schedules on `/schedules`, and lets a person fire one now.
     pub fn with_schedules(mut self, schedules: Arc<dyn ScheduleControl>) -> Inspector {
         self.schedules = Some(schedules);
+        self
+    }
+
+    /// Shows task trees on `/tree/{key}`, and links a sub-task's run page to its tree.
+    pub fn with_trees(mut self, trees: Arc<dyn TreeSource>) -> Inspector {
+        self.trees = Some(trees);
         self
     }
 
@@ -211,6 +226,7 @@ pub fn routes(inspector: Inspector) -> Router {
         .route("/health", get(pages::health_page))
         .route("/schedules", get(schedules::schedules_page))
         .route("/schedules/{name}/run", post(schedules::run_now))
+        .route("/tree/{key}", get(tree::tree_page))
         .layer(axum::middleware::from_fn_with_state(inspector.clone(), require_access))
         // Signing out needs no valid session: an ended one is cleared all the same.
         .route("/logout", post(pages::logout))

@@ -29,6 +29,10 @@ pub struct RunStart {
     /// A chat run's message, its first words: what the run inspector names the run by.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_words: Option<String>,
+    /// A sub-task's run: the key of the task its task is part of (its `parent:KEY` label), so
+    /// the run's page links to the tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
 }
 
 /// What is stored with a run when it ends: its start, the loop's record and the transcript.

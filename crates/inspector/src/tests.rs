@@ -7,13 +7,17 @@ use std::sync::Arc;
 use reqwest::StatusCode;
 use reqwest::header::{AUTHORIZATION, CONTENT_SECURITY_POLICY, COOKIE, SET_COOKIE};
 
-use super::{Access, AgentStatus, EventLog, Inspector, RecentEvent, Settings, WaitingRun};
+use super::{
+    Access, AgentStatus, EventLog, Inspector, RecentEvent, Settings, SubTask, TaskTree, TreeError, TreeSource,
+    TreeTask, WaitingRun,
+};
 use crate::record::{RunStart, StoredRun};
 use crate::startup::StartupReport;
 use picogent_agent::{RunOutcome, RunRecord};
 use picogent_llm::{Message, ToolCall};
 use picogent_state::{FinishRun, RunStatus, State};
 use picogent_support::secret::Secret;
+use picogent_tracker::model::TaskStatus;
 use picogent_tracker::session::SessionKey;
 
 struct Served {
@@ -96,6 +100,41 @@ impl EventLog for Agent {
     }
 }
 
+/// One tree, TE-1, whose sub-task left a branch whose name holds markup; TE-7's board fails.
+impl TreeSource for Agent {
+    fn tree<'a>(&'a self, key: &'a str) -> futures::future::BoxFuture<'a, Result<TaskTree, TreeError>> {
+        let task = |key: &str, title: &str, status| TreeTask {
+            key: key.into(),
+            id: format!("id-{key}"),
+            title: title.into(),
+            status,
+            assignee: Some("picogent".into()),
+        };
+        let tree = match key {
+            "TE-1" => Ok(TaskTree {
+                parent: task("TE-1", "Export <b>all</b>", TaskStatus::InProgress),
+                part_of: Some("TE-0".into()),
+                sub_tasks: vec![SubTask {
+                    task: task("TE-2", "CSV endpoint", TaskStatus::InReview),
+                    blockers: vec!["TE-3".into()],
+                    review_round: Some(2),
+                    branch: Some("picogent/te-2-<i>csv</i>".into()),
+                    spent: picogent_state::Spend { tokens: 12_345, cost: 0.5 },
+                    latest_run: Some("run-of-te-2".into()),
+                }],
+                spent: picogent_state::Spend { tokens: 100_000, cost: 0.5 },
+            }),
+            "TE-7" => Err(TreeError::Board(picogent_tracker::TrackerError::Server {
+                status: 503,
+                retry_after: None,
+                message: "down".into(),
+            })),
+            other => Err(TreeError::NotFound { key: other.into() }),
+        };
+        Box::pin(async move { tree })
+    }
+}
+
 async fn serve(listen: &str, access: Access) -> Served {
     serve_with(listen, access, Agent::default()).await
 }
@@ -108,12 +147,13 @@ async fn serve_with(listen: &str, access: Access, agent: Agent) -> Served {
     let inspector = Inspector::new(
         state.clone(),
         agent.clone(),
-        agent,
+        agent.clone(),
         settings(),
         vec!["get_task".into()],
         access,
         tokio_util::sync::CancellationToken::new(),
-    );
+    )
+    .with_trees(agent);
     let listen: SocketAddr = listen.parse().unwrap();
     let doors = picogent_web::DoorLimits::default();
     let shutdown = tokio_util::sync::CancellationToken::new();
@@ -137,6 +177,7 @@ async fn hostile_run(state: &State) -> String {
         start: RunStart {
             prompt: "Task: <script>alert('prompt')</script>".into(),
             system_prompt: Some("You are <b>picogent</b>.".into()),
+            parent: Some("TE-9".into()),
             ..RunStart::default()
         },
         record: Some(record),
@@ -208,6 +249,7 @@ async fn every_page_answers_and_shows_stored_markup_as_text() {
     assert!(!html.contains("<script>alert") && !html.contains("<img src=x"), "{html}");
     assert!(html.contains("You are &lt;b&gt;picogent&lt;&#x2f;b&gt;."), "{html}");
     assert!(html.contains("data-tool=\"get_task\""), "{html}");
+    assert!(html.contains("<a href=\"/tree/TE-9\">TE-9</a>"), "a sub-task's run links to its tree: {html}");
     for path in ["/runs?status=completed&trigger=task.assigned", "/events", "/health", "/assets/style.css"] {
         let (status, html) = served.get(path).await;
         assert_eq!(status, StatusCode::OK, "{path}");
@@ -475,4 +517,40 @@ fn a_stored_run_keeps_its_starts_fields_at_the_top() {
     let earlier = serde_json::json!({"prompt": "p", "history_len": 2, "conversation": []});
     let read: StoredRun = serde_json::from_value(earlier).unwrap();
     assert_eq!((read.start.prompt.as_str(), read.start.history_len), ("p", 2));
+}
+
+/// A tree's page: the parent, a row per sub-task with what its source said, the tree's spend
+/// against `limits.max_tokens_per_tree`, every text escaped; 404 for what is not a key or names
+/// no task, 502 when the board fails.
+#[tokio::test]
+async fn a_tree_page_shows_its_sub_tasks_and_answers_404_for_no_tree() {
+    let served = serve("127.0.0.1:0", Access::Open).await;
+    let (status, html) = served.get("/tree/TE-1").await;
+    assert_eq!(status, StatusCode::OK, "{html}");
+    assert!(html.contains("Export &lt;b&gt;all&lt;&#x2f;b&gt;") && !html.contains("<b>all"), "{html}");
+    assert!(html.contains("part of <a href=\"/tree/TE-0\">TE-0</a>"), "{html}");
+    assert!(html.contains("100,000 of 400,000") && html.contains("value=\"25\""), "the tree's spend: {html}");
+    for cell in [
+        "<td class=\"blockers\">TE-3</td>",
+        "<code>picogent&#x2f;te-2-&lt;i&gt;csv&lt;&#x2f;i&gt;</code>",
+        "<td class=\"round\">2</td>",
+        "<td class=\"tokens\">12,345</td>",
+        "<a href=\"/runs/run-of-te-2\">run-of-t</a>",
+        "data-status=\"in_review\"",
+    ] {
+        assert!(html.contains(cell), "{cell}: {html}");
+    }
+    assert!(!html.contains("0.5000"), "no money without llm.price: {html}");
+    for (path, status) in [
+        ("/tree/not-a-key", StatusCode::NOT_FOUND),
+        ("/tree/%3Cscript%3E-1", StatusCode::NOT_FOUND),
+        ("/tree/TE-99", StatusCode::NOT_FOUND),
+        ("/tree/TE-7", StatusCode::BAD_GATEWAY),
+    ] {
+        let (answered, html) = served.get(path).await;
+        assert_eq!(answered, status, "{path}: {html}");
+        assert!(!html.contains("<script>"), "{path}: {html}");
+    }
+    let (_, html) = served.get("/tree/TE-99").await;
+    assert!(html.contains("no task TE-99 on the board"), "{html}");
 }

@@ -168,6 +168,8 @@ pub struct RunDetail {
     pub coding: Option<CodingView>,
     /// What it waits for from a person, while it waits.
     pub waiting: Option<WaitingView>,
+    /// A sub-task's run: the key of its tree's parent, for a link to `/tree/{key}`.
+    pub tree: Option<String>,
 }
 
 /// What a waiting run waits for, for its page.
@@ -299,6 +301,8 @@ pub fn detail(run: &RunRow, settings: &Settings, live: Option<&picogent_workspac
         context_trims: record.map(|r| r.context_trims).unwrap_or_default(),
         coding: crate::record::coding_of(live, run).map(CodingView::new),
         waiting: run.waiting.as_ref().and_then(WaitingView::new),
+        // A start alone reads as a stored run too (its other fields default).
+        tree: stored.as_ref().and_then(|stored| stored.start.parent.clone()),
     }
 }
 

@@ -282,6 +282,8 @@ async fn begin(
         }
         None => {
             let fence = Fence::random();
+            // A sub-task's run names its tree's parent, for the inspector's link.
+            let parent = task.as_ref().and_then(picogent_tracker::tree::parent_of).map(str::to_string);
             let prompt = match &request.prompt {
                 // Steering that came too late for the run before: its fence takes this run's token.
                 Some(prompt) => fence.settle(prompt),
@@ -294,7 +296,7 @@ async fn begin(
                 RunKind::Task { .. } | RunKind::Prompt { .. } | RunKind::Schedule { .. } => None,
             };
             (
-                RunStart { prompt, history_len: history.len(), system_prompt: None, fence: None, message_words },
+                RunStart { prompt, history_len: history.len(), message_words, parent, ..RunStart::default() },
                 history,
                 fence,
             )
