@@ -365,6 +365,11 @@ impl State {
         on_store!(self, list_runs(i64::from(limit)))?.into_iter().map(run_from_columns).collect()
     }
 
+    /// The latest `limit` runs of `session_key`, newest first (a task's runs, for its tree's page).
+    pub async fn runs_of(&self, session_key: &SessionKey, limit: u32) -> Result<Vec<RunRow>, StateError> {
+        on_store!(self, runs_of_session(session_key, i64::from(limit)))?.into_iter().map(run_from_columns).collect()
+    }
+
     /// The ids of at most `limit` runs whose id begins with `prefix` (`picogent runs show` with a
     /// short id), sorted.
     pub async fn run_ids_starting_with(&self, prefix: &str, limit: u32) -> Result<Vec<String>, StateError> {

@@ -197,6 +197,8 @@ pub(super) trait Store {
     async fn get_run(&self, run_id: &str) -> Result<Option<RunColumns>, StateError>;
     /// The latest `limit` runs, newest first (ties in start time: the later inserted first).
     async fn list_runs(&self, limit: i64) -> Result<Vec<RunColumns>, StateError>;
+    /// The latest `limit` runs of the session, newest first (ties as `list_runs`).
+    async fn runs_of_session(&self, session_key: &SessionKey, limit: i64) -> Result<Vec<RunColumns>, StateError>;
     /// The ids of at most `limit` runs whose id begins with `prefix` (compared as text: no
     /// character of it is a wildcard), in no set order.
     async fn run_ids_starting_with(&self, prefix: &str, limit: i64) -> Result<Vec<String>, StateError>;

@@ -342,6 +342,13 @@ async fn list_runs_is_newest_first_and_limited(place: Place) {
     let listed: Vec<String> = state.list_runs(3).await.unwrap().into_iter().map(|run| run.id).collect();
     let expected: Vec<String> = ids.iter().rev().take(3).cloned().collect();
     assert_eq!(listed, expected);
+    // A session's own runs, newest first, and no other session's.
+    let again = state.start_run(&key("task:t1"), "manual").await.unwrap();
+    let of_t1: Vec<String> = state.runs_of(&key("task:t1"), 5).await.unwrap().into_iter().map(|run| run.id).collect();
+    assert_eq!(of_t1, [again.clone(), ids[1].clone()]);
+    let newest: Vec<String> = state.runs_of(&key("task:t1"), 1).await.unwrap().into_iter().map(|run| run.id).collect();
+    assert_eq!(newest, [again]);
+    assert!(state.runs_of(&key("task:none"), 5).await.unwrap().is_empty());
 }
 
 async fn runs_are_found_by_the_start_of_their_id(place: Place) {

@@ -474,6 +474,19 @@ impl Store for PostgresStore {
         .await?)
     }
 
+    async fn runs_of_session(&self, session_key: &SessionKey, limit: i64) -> Result<Vec<RunColumns>, StateError> {
+        Ok(sqlx::query_as(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE agent = $1 AND session_key = $2 ORDER BY started_at_ms DESC, row_order DESC LIMIT $3"
+        ))
+        .bind(&self.agent)
+        .bind(session_key.as_string())
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     async fn run_ids_starting_with(&self, prefix: &str, limit: i64) -> Result<Vec<String>, StateError> {
         Ok(sqlx::query_scalar("SELECT id FROM runs WHERE agent = $1 AND left(id, char_length($2)) = $2 LIMIT $3")
             .bind(&self.agent)

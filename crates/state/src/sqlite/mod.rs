@@ -340,6 +340,18 @@ impl Store for SqliteStore {
         .await?)
     }
 
+    async fn runs_of_session(&self, session_key: &SessionKey, limit: i64) -> Result<Vec<RunColumns>, StateError> {
+        Ok(sqlx::query_as(concat!(
+            "SELECT ",
+            run_columns!(),
+            " FROM runs WHERE session_key = ? ORDER BY started_at_ms DESC, rowid DESC LIMIT ?"
+        ))
+        .bind(session_key.as_string())
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     async fn run_ids_starting_with(&self, prefix: &str, limit: i64) -> Result<Vec<String>, StateError> {
         Ok(sqlx::query_scalar("SELECT id FROM runs WHERE substr(id, 1, length(?1)) = ?1 LIMIT ?2")
             .bind(prefix)
