@@ -40,7 +40,7 @@
 //! `EXIT_ANOTHER_COPY`); `replicas.rs` (`StreamKeeper`: standby until it takes the stream's lease);
 //! `retention.rs` (`Pruner`: the schedule, and the artifacts of pruned runs); `metrics.rs` (every
 //! label from a bounded set, `EventName`); `http.rs`; `control.rs` (`RuntimeControl`, the agent
-//! over `/mcp`).
+//! over `/mcp`); `tree_view.rs` (`TreeView`: a task tree for the inspector's `/tree/{key}`).
 
 pub mod answer;
 pub mod control;
@@ -65,6 +65,7 @@ mod state_lock;
 pub mod status;
 #[cfg(test)]
 mod tests;
+mod tree_view;
 pub mod waits;
 mod watchdog;
 
@@ -555,7 +556,8 @@ fn inspector_routes(
     if let Some(coding) = &services.coding {
         inspector = inspector.with_coding(coding.runs());
     }
-    picogent_inspector::routes(inspector.with_schedules(Arc::new(schedules.clone())))
+    let trees = tree_view::TreeView { client: services.client.clone(), state: services.state.clone() };
+    picogent_inspector::routes(inspector.with_schedules(Arc::new(schedules.clone())).with_trees(Arc::new(trees)))
 }
 
 /// What the run inspector reads of `config`: its pages and `picogent runs` read no more.

@@ -354,3 +354,59 @@ async fn a_quiet_sub_task_is_said_once_per_silence_on_its_parent() {
     assert!(agent_said(&world, &theirs.id).await.is_empty());
     world.shut_down(None).await;
 }
+
+/// The inspector's view of a tree (`tree_view.rs`): each sub-task's review round from its label,
+/// its latest run, the branch of the latest run that left one, and what its runs spent, under
+/// the tree's spend (the parent's runs with them); a key of no task is not found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tree_view_reads_rounds_runs_branches_and_spend() {
+    use picogent_inspector::{TreeError, TreeSource};
+    let world = World::start(Model::Open).await;
+    let parent = task(&world.alice, "Add CSV export", None, Vec::new()).await;
+    let labels = vec![parent_label(&parent.key), "review-round:2".to_string(), blocked_by_label("TE-9")];
+    let sub_task = task(&world.alice, "CSV endpoint", Some("bob"), labels).await;
+    // A coding run left a branch; a later run of the same task left none; the parent ran once.
+    let session = SessionKey::Task(sub_task.id.clone());
+    let mut run_ids = Vec::new();
+    for (session, tokens, branch) in [
+        (&session, 300, Some("picogent/TE-2")),
+        (&session, 200, None),
+        (&SessionKey::Task(parent.id.clone()), 1_000, None),
+    ] {
+        // Queued and claimed, as the router starts a run: this state finishes its own runs only.
+        let run = picogent_state::QueuedRun {
+            session_key: session,
+            trigger: "task.assigned",
+            request: "{}",
+            claim: None,
+            inputs: &[],
+            behind: false,
+        };
+        let picogent_state::Enqueued::Queued(run_id) = world.queue.enqueue(&run).await.unwrap() else { panic!() };
+        world.queue.claim_runs(1, std::time::Duration::from_secs(60)).await.unwrap();
+        let work = branch.map(|branch| {
+            serde_json::json!({"repository": "app", "branch": branch, "commit": null, "pushed": false,
+                   "diff": {"files": [], "insertions": 0, "deletions": 0}, "link": null})
+        });
+        let record = serde_json::json!({"prompt": "go", "history_len": 0, "coding": {"log": "", "work": work}});
+        world.state.save_run_record(&run_id, &record).await.unwrap();
+        let finish = picogent_state::FinishRun {
+            prompt_tokens: tokens,
+            ..picogent_state::FinishRun::new(picogent_state::RunStatus::Completed)
+        };
+        assert!(world.state.finish_run(&run_id, &finish).await.unwrap(), "{run_id} finished");
+        run_ids.push(run_id);
+    }
+    let view = crate::tree_view::TreeView { client: world.services.client.clone(), state: world.state.clone() };
+    let tree = view.tree(&parent.key).await.unwrap();
+    assert_eq!((tree.parent.key.as_str(), tree.part_of.as_deref()), ("TE-1", None));
+    assert_eq!(tree.spent.tokens, 1_500, "the parent's runs and the sub-task's: {tree:#?}");
+    let [row] = tree.sub_tasks.as_slice() else { panic!("{tree:#?}") };
+    assert_eq!((row.task.key.as_str(), row.task.assignee.as_deref()), ("TE-2", Some("bob")));
+    assert_eq!((row.review_round, row.blockers.clone()), (Some(2), vec!["TE-9".to_string()]));
+    assert_eq!(row.branch.as_deref(), Some("picogent/TE-2"), "the latest run that left a branch");
+    assert_eq!(row.latest_run.as_deref(), Some(run_ids[1].as_str()));
+    assert_eq!(row.spent.tokens, 500);
+    assert!(matches!(view.tree("TE-99").await, Err(TreeError::NotFound { key }) if key == "TE-99"));
+    world.shut_down(None).await;
+}
