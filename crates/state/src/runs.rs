@@ -120,16 +120,19 @@ pub enum WaitKind {
     Elicitation,
     /// The model asks a clarifying question.
     Question,
+    /// The model proposes a plan of sub-tasks, made only on a yes.
+    Plan,
 }
 
 impl WaitKind {
-    pub const ALL: [WaitKind; 3] = [WaitKind::Approval, WaitKind::Elicitation, WaitKind::Question];
+    pub const ALL: [WaitKind; 4] = [WaitKind::Approval, WaitKind::Elicitation, WaitKind::Question, WaitKind::Plan];
 
     pub fn as_str(self) -> &'static str {
         match self {
             WaitKind::Approval => "approval",
             WaitKind::Elicitation => "elicitation",
             WaitKind::Question => "question",
+            WaitKind::Plan => "plan",
         }
     }
 }
