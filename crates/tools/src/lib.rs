@@ -36,10 +36,12 @@
 //! rejecting, rewriting), reached through `ToolSource::effect`; `permissions.rs` (the `permissions`
 //! section, `PermissionsConfig`); `person.rs` (asking a person in the run's thread and waiting for
 //! the reply: `PersonAsker`, the `Waits` hook, `WaitClock`, `Questions`), used by approvals,
-//! elicitation and `question.rs` (`ask_person`); `combined.rs` (`CombinedSource`).
+//! elicitation and `question.rs` (`ask_person`); `delegation.rs` (the `delegation` section,
+//! `DelegationConfig`); `combined.rs` (`CombinedSource`).
 
 pub mod combined;
 pub mod definition;
+pub mod delegation;
 pub mod error;
 pub mod files;
 pub mod format;
@@ -59,6 +61,7 @@ pub mod tasks;
 
 pub use combined::CombinedSource;
 pub use definition::{JsonObject, ToolDefinition, ToolHints, ToolOrigin, ToolResult};
+pub use delegation::DelegationConfig;
 pub use kernel::{ToolError, ToolGroup};
 pub use permissions::{PermissionMode, PermissionsConfig, RunScope, default_ask_tools};
 pub use policy::{Policy, PolicySource, governed};
