@@ -12,6 +12,9 @@
 //!   itself, or to no one; a chat run may reply in its own thread. Everything else that writes
 //!   is out of the `run` scope: another task, another thread or chat, a new task, an assignment
 //!   to anyone else, a tool that cannot say what it touches;
+//! - a task run's own task grows by exactly its sub-tasks: a task labelled `parent:{its key}`
+//!   that the agent itself created (`plan_subtasks` makes them) is within the `run` scope as
+//!   its own task is; a label alone, which anyone can write, widens nothing;
 //! - reads are never judged; a context without a run (`session` unset, or a prompt given by a
 //!   person over MCP or the command line) is not scoped;
 //! - a target the tracker does not know is in scope: the call does nothing, and the tool's own
@@ -167,6 +170,15 @@ impl Own {
         self.task.as_ref().is_some_and(|own| own.id == task.id)
     }
 
+    /// Whether `task` is the run's own task or one of its sub-tasks: labelled `parent:{own
+    /// key}` and created by the agent (`agent_slug`), as `plan_subtasks` makes them.
+    fn is_own_tree(&self, task: &TaskOut, agent_slug: &str) -> bool {
+        self.is_own_task(task)
+            || self.task.as_ref().is_some_and(|own| {
+                task.created_by == agent_slug && task.labels.contains(&picogent_tracker::tree::parent_label(&own.key))
+            })
+    }
+
     fn same_project(&self, project: Option<&str>) -> bool {
         project.is_some() && self.project.as_deref() == project
     }
@@ -201,9 +213,9 @@ pub async fn judge(target: &Target, context: &ToolContext, client: &TrackerClien
         Target::NewTask { project } => {
             Ok(own.beyond(Some(project), format!("create a new task in project `{project}`")))
         }
-        Target::Post(PostPlace::Task { task_id }) => found(judge_task_post(&own, task_id, client).await),
+        Target::Post(PostPlace::Task { task_id }) => found(judge_task_post(&own, task_id, context, client).await),
         Target::Post(PostPlace::Reply { parent_id }) | Target::Message { message_id: parent_id } => {
-            found(judge_reply(&own, parent_id, client).await)
+            found(judge_reply(&own, parent_id, context, client).await)
         }
         Target::Post(PostPlace::Chat { chat_id }) => {
             let project = project_of_chat(chat_id, client).await?;
@@ -224,7 +236,7 @@ async fn judge_task(
     client: &TrackerClient,
 ) -> Result<Judgement, TrackerError> {
     let task = client.get_task(task).await?;
-    if !own.is_own_task(&task) {
+    if !own.is_own_tree(&task, &context.agent_slug) {
         return Ok(
             own.beyond(Some(&task.project_slug), format!("change task {} (project `{}`)", task.key, task.project_slug))
         );
@@ -251,20 +263,32 @@ async fn judge_task(
     }
 }
 
-async fn judge_task_post(own: &Own, task: &str, client: &TrackerClient) -> Result<Judgement, TrackerError> {
+async fn judge_task_post(
+    own: &Own,
+    task: &str,
+    context: &ToolContext,
+    client: &TrackerClient,
+) -> Result<Judgement, TrackerError> {
     let task = client.get_task(task).await?;
-    if own.is_own_task(&task) {
+    if own.is_own_tree(&task, &context.agent_slug) {
         return Ok(Judgement::within_run());
     }
     Ok(own.beyond(Some(&task.project_slug), format!("post on task {} (project `{}`)", task.key, task.project_slug)))
 }
 
-async fn judge_reply(own: &Own, message_id: &str, client: &TrackerClient) -> Result<Judgement, TrackerError> {
+async fn judge_reply(
+    own: &Own,
+    message_id: &str,
+    context: &ToolContext,
+    client: &TrackerClient,
+) -> Result<Judgement, TrackerError> {
     let message = client.get_message(message_id).await?;
-    let within = match (&own.place, &own.task) {
-        (RunPlace::Thread(root), _) => message.thread_root() == root || message.id == *root,
-        (RunPlace::Task(_), Some(task)) => message.task_id.as_deref().is_some_and(|t| t == task.id || t == task.key),
-        (RunPlace::Task(_), None) => false,
+    let within = match (&own.place, &own.task, &message.task_id) {
+        (RunPlace::Thread(root), _, _) => message.thread_root() == root || message.id == *root,
+        (RunPlace::Task(_), Some(task), Some(on)) if *on == task.id || *on == task.key => true,
+        // A reply on a sub-task of the run's task.
+        (RunPlace::Task(_), Some(_), Some(on)) => own.is_own_tree(&client.get_task(on).await?, &context.agent_slug),
+        (RunPlace::Task(_), _, _) => false,
     };
     if within {
         return Ok(Judgement::within_run());
