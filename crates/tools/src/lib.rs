@@ -36,7 +36,8 @@
 //! rejecting, rewriting), reached through `ToolSource::effect`; `permissions.rs` (the `permissions`
 //! section, `PermissionsConfig`); `person.rs` (asking a person in the run's thread and waiting for
 //! the reply: `PersonAsker`, the `Waits` hook, `WaitClock`, `Questions`), used by approvals,
-//! elicitation and `question.rs` (`ask_person`); `delegation.rs` (the `delegation` section,
+//! elicitation, `question.rs` (`ask_person`) and `plan.rs` (`plan_subtasks`: a breakdown of the
+//! run's task into sub-tasks, made on a person's yes); `delegation.rs` (the `delegation` section,
 //! `DelegationConfig`); `combined.rs` (`CombinedSource`).
 
 pub mod combined;
@@ -50,6 +51,7 @@ pub mod members;
 pub mod messages;
 pub mod permissions;
 pub mod person;
+pub mod plan;
 pub mod policy;
 pub mod projects;
 pub mod question;

@@ -1,13 +1,19 @@
 //! A run's own tree on the reference board: the write scope of a task run grows by exactly the
-//! sub-tasks the agent made for its task.
+//! sub-tasks the agent made for its task, and `plan_subtasks` asks once and makes each sub-task
+//! once, also when its call is made again with the same key (a run resumed after a crash).
+
+use std::time::{Duration, Instant};
 
 use picogent_support::secret::Secret;
+use picogent_tools::plan::{PLAN_SUBTASKS, PlanTool};
 use picogent_tools::scope::{Target, judge};
-use picogent_tools::{PostPlace, RunScope, ToolContext};
-use picogent_tracker::model::{CreateTask, MessageOut, SendMessage, TaskOut};
+use picogent_tools::{DelegationConfig, PostPlace, RunScope, ToolContext, ToolSource};
+use picogent_tracker::model::{CreateTask, MessageOut, MessageQuery, SendMessage, TaskOut, TaskQuery};
 use picogent_tracker::session::SessionKey;
 use picogent_tracker::{TrackerClient, TrackerConfig};
 use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(20);
 
 fn client(board: &picogent_board::BoardHandle, token: &str) -> TrackerClient {
     let config: TrackerConfig = serde_json::from_value(json!({"url": board.url()})).unwrap();
@@ -77,5 +83,83 @@ async fn a_runs_scope_grows_by_exactly_the_subtasks_the_agent_made_for_its_task(
     assert_eq!(reach(&context, &picogent, reassign).await, RunScope::Project);
     // From the sub-task's own run, its parent is another task.
     assert_eq!(reach(&run_of(&subtask), &picogent, change(&own)).await, RunScope::Project);
+    board.shutdown().await.unwrap();
+}
+
+async fn subtasks_of(alice: &TrackerClient, key: &str) -> Vec<TaskOut> {
+    let query = TaskQuery { labels: Some(format!("parent:{key}")), limit: Some(200), ..TaskQuery::default() };
+    alice.list_tasks(&query).await.unwrap().items
+}
+
+async fn posts(alice: &TrackerClient, task: &TaskOut) -> Vec<MessageOut> {
+    let query = MessageQuery { task_id: Some(task.id.clone()), limit: Some(200), ..MessageQuery::default() };
+    alice.list_messages(&query).await.unwrap().into_iter().filter(|m| m.author_slug == "picogent").collect()
+}
+
+fn plan() -> serde_json::Value {
+    json!({"summary": "backend, page, docs", "subtasks": [
+        {"title": "Backend endpoint", "description": "Serve the report as CSV."},
+        {"title": "Export button", "description": "A button on the page.", "assignee": "bob"},
+        {"title": "Docs page", "description": "Say how to export.", "assignee": "alice", "waits_for": [1]}
+    ]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_is_asked_once_and_made_once_when_its_call_is_made_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = picogent_board::start_seeded(dir.path()).await.unwrap();
+    let (alice, picogent) = (client(&board, "tok-alice"), client(&board, "tok-picogent"));
+    let own = create(&alice, "Add CSV export", &["epic"], Some("picogent")).await;
+    let tool = PlanTool::new(picogent.clone(), DelegationConfig::default(), WAIT)
+        .with_poll_interval(Duration::from_millis(50));
+    let mut context = run_of(&own);
+    context.idempotency_key = Some("run-1-h0-t0-c0".to_string());
+
+    let asking = {
+        let (tool, context) = (tool.clone(), context.clone());
+        tokio::spawn(async move { tool.call(PLAN_SUBTASKS, plan(), &context).await })
+    };
+    let deadline = Instant::now() + WAIT;
+    let question = loop {
+        if let Some(question) = posts(&alice, &own).await.into_iter().next() {
+            break question;
+        }
+        assert!(Instant::now() < deadline, "no plan question on {}", own.key);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(question.content.starts_with("@alice Plan for TE-1, in 3 sub-tasks: backend, page, docs\n"));
+    assert!(question.content.contains("3. Docs page (for alice, waits for 1)"), "{}", question.content);
+    comment(&alice, &own, "yes").await;
+    let made = asking.await.unwrap();
+    assert!(!made.is_error, "{}", made.text);
+    assert_eq!(made.structured.as_ref().unwrap()["subtasks"], json!(["TE-2", "TE-3", "TE-4"]), "{}", made.text);
+
+    let check_board = || async {
+        let mut tasks = subtasks_of(&alice, &own.key).await;
+        tasks.sort_by(|a, b| a.key.cmp(&b.key));
+        let assignees: Vec<_> = tasks.iter().map(|t| t.assignee_slug.clone().unwrap()).collect();
+        assert_eq!(assignees, ["picogent", "bob", "alice"]);
+        assert!(tasks.iter().all(|t| t.description.as_deref().unwrap().starts_with("Part of TE-1\n")));
+        assert!(tasks.iter().all(|t| t.watchers.contains(&"picogent".to_string())), "{tasks:#?}");
+        assert_eq!(tasks[2].labels, ["parent:TE-1", "blocked_by:TE-2"]);
+        let steps: Vec<String> = alice.list_steps(&own.id).await.unwrap().into_iter().map(|s| s.title).collect();
+        assert_eq!(steps, ["TE-2: Backend endpoint", "TE-3: Export button", "TE-4: Docs page"]);
+        assert_eq!(posts(&alice, &own).await.len(), 1, "one question");
+    };
+    check_board().await;
+
+    // The same call again, from a fresh start (a run resumed after a crash): found, not made or
+    // asked again.
+    let mut resumed = run_of(&own);
+    resumed.idempotency_key = context.idempotency_key.clone();
+    let again = tool.call(PLAN_SUBTASKS, plan(), &resumed).await;
+    assert!(!again.is_error && again.text.contains("were created earlier"), "{}", again.text);
+    check_board().await;
+
+    // Another plan for the same task: a task is broken down once.
+    let other = json!({"subtasks": [{"title": "All at once", "description": "Everything."}]});
+    let refused = tool.call(PLAN_SUBTASKS, other, &run_of(&own)).await;
+    assert!(refused.is_error && refused.text.contains("TE-1 already has sub-tasks: TE-2"), "{}", refused.text);
+    check_board().await;
     board.shutdown().await.unwrap();
 }
