@@ -10,7 +10,7 @@ use crate::{Config, ConfigError, PRESENCE_HEARTBEAT_MS};
 impl Config {
     /// Checks what types alone cannot: values in range, URLs that parse, names that are sane.
     /// The sections of the crates below check themselves (`limits`, `mcp`, `mcp_servers`,
-    /// `workspaces`, `schedules`); this checks the agent's own and how the sections fit together.
+    /// `delegation`, `workspaces`, `schedules`); this checks the agent's own and how the sections fit together.
     pub fn validate(&self, path: &Path) -> Result<(), ConfigError> {
         self.check_identity()
             .and_then(|()| self.mcp.check())
@@ -20,6 +20,7 @@ impl Config {
             .and_then(|()| self.check_numbers())
             .and_then(|()| picogent_mcp::config::check_servers(&self.mcp_servers))
             .and_then(|()| self.check_permissions())
+            .and_then(|()| self.delegation.check())
             .and_then(|()| self.check_retention())
             .and_then(|()| self.check_presence())
             .and_then(|()| self.check_replicas())

@@ -23,7 +23,7 @@
 //! `state.path` replacing the file's other); `sections.rs` (the agent's own sections:
 //! `http`, `replicas`, …); `check.rs` (`Config::validate`); `overrides.rs` (list overrides).
 //! The sections the crates below read are theirs: `TrackerConfig` (tracker), `StateConfig` (state),
-//! `PermissionsConfig` (tools), `LlmConfig` (llm), `Limits` (agent), `McpConfig` and
+//! `PermissionsConfig` and `DelegationConfig` (tools), `LlmConfig` (llm), `Limits` (agent), `McpConfig` and
 //! `McpServerConfig` (mcp), the `workspaces` and `schedules` sections.
 
 use std::collections::BTreeMap;
@@ -41,7 +41,7 @@ pub use picogent_agent::Limits;
 pub use picogent_llm::config::{Api, DEFAULT_MAX_OUTPUT_TOKENS, LlmConfig, MaxTokensField, Price};
 pub use picogent_mcp::config::{McpConfig, McpServerConfig, ServerToolsConfig};
 pub use picogent_state::StateConfig;
-pub use picogent_tools::{PermissionMode, PermissionsConfig, RunScope, default_ask_tools};
+pub use picogent_tools::{DelegationConfig, PermissionMode, PermissionsConfig, RunScope, default_ask_tools};
 pub use picogent_tracker::TrackerConfig;
 pub use sections::{
     ElicitationConfig, HttpConfig, PRESENCE_HEARTBEAT_MS, PresenceConfig, ReplicasConfig, RetentionConfig,
@@ -98,6 +98,10 @@ pub struct Config {
     /// How long a question to a person (an MCP elicitation, the model's `ask_person`) waits.
     #[serde(default)]
     pub elicitation: ElicitationConfig,
+    /// Whether a task run may break its task into sub-tasks (`plan_subtasks`), and the bounds of
+    /// a plan (`picogent_tools::delegation`).
+    #[serde(default)]
+    pub delegation: DelegationConfig,
     /// One active copy per agent identity across machines: the marker `picogent run` keeps in
     /// its member status on the tracker (`runtime::presence`).
     #[serde(default)]

@@ -4,7 +4,7 @@
 use crate::ENV_PREFIX;
 
 /// The fields that hold lists; their `PICOGENT_*` overrides take a comma list or a JSON array.
-pub(super) const LIST_FIELDS: [&str; 9] = [
+pub(super) const LIST_FIELDS: [&str; 10] = [
     "capabilities",
     "allowed_bots",
     "http.allowed_hosts",
@@ -14,6 +14,7 @@ pub(super) const LIST_FIELDS: [&str; 9] = [
     "permissions.disallowed_tools",
     "permissions.ask_tools",
     "permissions.cross_scope_tools",
+    "delegation.labels",
 ];
 
 /// What a list field's override is told to be.

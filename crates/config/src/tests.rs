@@ -197,6 +197,24 @@ fn ask_tools_default_to_reassign_reject_and_close_and_can_be_emptied() {
 }
 
 #[test]
+fn delegation_loads_with_defaults_and_a_bad_bound_names_its_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::load_with_env(&write(dir.path(), MINIMAL), []).unwrap();
+    assert_eq!(config.delegation, DelegationConfig::default());
+    assert!(config.delegation.enabled && config.delegation.max_subtasks == 8 && config.delegation.max_depth == 1);
+    let with = |delegation: &str| MINIMAL.replace("\"slug\"", &format!(r#""delegation": {delegation}, "slug""#));
+    let config = Config::load_with_env(&write(dir.path(), &with(r#"{"max_subtasks": 3}"#)), []).unwrap();
+    assert_eq!((config.delegation.max_subtasks, config.delegation.labels.clone()), (3, vec!["epic".to_string()]));
+    let error = Config::load_with_env(&write(dir.path(), &with(r#"{"max_subtasks": 500}"#)), []).unwrap_err();
+    assert!(error.to_string().contains("`delegation.max_subtasks`: expected a number of sub-tasks from 1 to 50"));
+    let error = Config::load_with_env(&write(dir.path(), &with(r#"{"max_sub_tasks": 3}"#)), []).unwrap_err();
+    assert!(error.to_string().contains("max_sub_tasks"), "{error}");
+    let vars = [("PICOGENT_DELEGATION__LABELS".to_string(), "epic,breakdown".to_string())];
+    let config = Config::load_with_env(&write(dir.path(), MINIMAL), vars).unwrap();
+    assert_eq!(config.delegation.labels, ["epic", "breakdown"]);
+}
+
+#[test]
 fn a_bad_glob_or_shape_in_the_tool_lists_is_an_error_saying_what_is_wrong() {
     let dir = tempfile::tempdir().unwrap();
     let with = |permissions: &str| MINIMAL.replace("\"slug\"", &format!(r#""permissions": {permissions}, "slug""#));
