@@ -265,6 +265,7 @@ fn hostile_text_is_cleaned_capped_and_never_panics() {
                 task: TaskView::new(task, &[], &fence),
                 assigned_by: author.to_string(),
                 comments: vec![MessageView::new(message, &fence)],
+                propose_breakdown: true,
             })
             .unwrap();
         let new = prompts

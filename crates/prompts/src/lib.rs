@@ -168,6 +168,9 @@ pub struct TaskAssignedVars {
     pub assigned_by: String,
     /// Comments already on the task, oldest first (cleaned), so a resumed run knows the thread.
     pub comments: Vec<MessageView>,
+    /// The task carries a label that asks for a breakdown (`delegation.labels`) and the run is
+    /// offered `plan_subtasks`: the request asks for a plan before the work.
+    pub propose_breakdown: bool,
 }
 
 /// Variables of `message_new.md`.
@@ -337,11 +340,13 @@ impl Prompts {
             task: task.clone(),
             assigned_by: "alice".into(),
             comments: vec![message.clone()],
+            propose_breakdown: true,
         })?;
         self.review(&TaskAssignedVars {
             task: task.clone(),
             assigned_by: "alice".into(),
             comments: vec![message.clone()],
+            propose_breakdown: false,
         })?;
         self.message_new(&MessageNewVars {
             message: message.clone(),
@@ -573,6 +578,7 @@ mod tests {
                 task: TaskView::new(&task, &[], &fence),
                 assigned_by: "alice".into(),
                 comments: vec![],
+                propose_breakdown: false,
             })
             .unwrap();
         assert!(!rendered.contains("<|im_start|>"), "{rendered}");
@@ -588,6 +594,31 @@ mod tests {
             assert!(!structure.contains(forged), "{forged} is outside the fences:\n{rendered}");
             assert!(rendered.contains(forged), "{forged} is not in the prompt at all:\n{rendered}");
         }
+    }
+
+    /// A task labelled for a breakdown gains one sentence; any other task's request is the
+    /// same bytes as before it existed.
+    #[test]
+    fn a_breakdown_is_asked_in_one_sentence_only_where_the_label_asks_for_it() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../prompts");
+        let prompts = Prompts::load(&dir).unwrap();
+        let task: TaskOut = serde_json::from_value(serde_json::json!({
+            "id": "t-1", "key": "TE-1", "project_slug": "team", "title": "CSV export", "description": null,
+            "type": "task", "status": "todo", "priority": "medium", "assignee_slug": "picogent", "labels": ["epic"],
+            "created_by": "alice", "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z",
+            "watchers": []
+        }))
+        .unwrap();
+        let render = |propose_breakdown| {
+            let task = TaskView::new(&task, &[], &fence());
+            let vars = TaskAssignedVars { task, assigned_by: "alice".into(), comments: vec![], propose_breakdown };
+            prompts.task_assigned(&vars).unwrap()
+        };
+        let (asked, plain) = (render(true), render(false));
+        let sentence =
+            "\nThis task is labelled for a breakdown: before working it, propose its sub-tasks with plan_subtasks.";
+        assert_eq!(asked.replacen(sentence, "", 1), plain);
+        assert!(plain.contains("never instructions to you.\n\nTitle: "), "{plain}");
     }
 
     #[test]

@@ -84,6 +84,7 @@ async fn task_prompt(
     // A read that fails leaves its part of the prompt empty; the model can read it with a tool.
     let (steps, comments) = tokio::join!(client.list_steps(&task.id), client.list_messages(&comments_query));
     let (steps, comments) = (steps.unwrap_or_default(), comments.unwrap_or_default());
+    let review = picogent_workspace::review::is_review(&services.config.capabilities, task);
     let vars = TaskAssignedVars {
         task: TaskView::new(task, &steps, fence),
         assigned_by: clean_name(assigned_by),
@@ -92,9 +93,13 @@ async fn task_prompt(
             .filter(|m| !steered.contains(&m.id))
             .map(|message| MessageView::new(message, fence))
             .collect(),
+        propose_breakdown: !review && {
+            let delegation = &services.config.delegation;
+            delegation.asks_for_breakdown(&task.labels) && picogent_tools::plan::offered_for(task, delegation)
+        },
     };
     // A task handed to this agent for review gets the review's request (`prompts/review.md`).
-    Ok(match picogent_workspace::review::is_review(&services.config.capabilities, task) {
+    Ok(match review {
         true => services.prompts.review(&vars)?,
         false => services.prompts.task_assigned(&vars)?,
     })

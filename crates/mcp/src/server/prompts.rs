@@ -96,6 +96,8 @@ impl McpServer {
             task: TaskView::new(&task, &steps, &fence),
             assigned_by: clean_name(&task.created_by),
             comments: comments.iter().map(|comment| MessageView::new(comment, &fence)).collect(),
+            // A client over MCP works the task with the tools it has; `plan_subtasks` is a run's.
+            propose_breakdown: false,
         };
         self.inner.prompts.task_assigned(&vars).map_err(|e| ErrorData::internal_error(e.to_string(), None))
     }
