@@ -318,7 +318,18 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
         client.clone(),
         std::time::Duration::from_millis(config.elicitation.timeout_ms),
     );
-    let mut sources = vec![registry, host.clone() as Arc<dyn ToolSource>, Arc::new(question) as Arc<dyn ToolSource>];
+    // A breakdown of a task run's task into sub-tasks, asked as the question is (`tools::plan`).
+    let plan = picogent_tools::plan::PlanTool::new(
+        client.clone(),
+        config.delegation.clone(),
+        std::time::Duration::from_millis(config.elicitation.timeout_ms),
+    );
+    let mut sources = vec![
+        registry,
+        host.clone() as Arc<dyn ToolSource>,
+        Arc::new(question) as Arc<dyn ToolSource>,
+        Arc::new(plan) as Arc<dyn ToolSource>,
+    ];
     sources.extend(coding.clone().map(|coding| coding as Arc<dyn ToolSource>));
     if let Some(coding) = coding.as_ref().filter(|_| config.capabilities.iter().any(|c| c == "review")) {
         let review =

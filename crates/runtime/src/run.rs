@@ -365,6 +365,7 @@ async fn model_loop(
                 &services.tools.tools(),
                 coding_task(services, &request.kind),
                 config.elicitation.ask_person,
+                &config.delegation,
             ),
         ),
         limits,
@@ -576,13 +577,15 @@ async fn tree_budget(services: &RunServices, kind: &RunKind, budget: TokenBudget
     }
 }
 
-/// The tools a run of this kind is offered: fewer for a chat reply than for a task run, and the
-/// coding tools only on a run of a task that has a repository (`coding`).
+/// The tools a run of this kind is offered: fewer for a chat reply than for a task run, the
+/// coding tools only on a run of a task that has a repository (`coding`), and `plan_subtasks`
+/// only on a task run, while `delegation` lets its task be broken down.
 fn offered_tools(
     kind: &RunKind,
     available: &[picogent_tools::ToolDefinition],
     coding: bool,
     ask_person: bool,
+    delegation: &picogent_tools::DelegationConfig,
 ) -> Vec<String> {
     // The tracker tools a run of this kind is offered (`None`: all), and whether the external
     // servers' and the host's tools come with them.
@@ -613,6 +616,9 @@ fn offered_tools(
             // Off by default: its definition costs tokens on every turn of every run.
             if name == picogent_tools::question::ASK_PERSON {
                 return ask_person && !matches!(kind, RunKind::Prompt { .. } | RunKind::Schedule { .. });
+            }
+            if name == picogent_tools::plan::PLAN_SUBTASKS {
+                return matches!(kind, RunKind::Task { task, .. } if picogent_tools::plan::offered_for(task, delegation));
             }
             let from_servers = name.starts_with("mcp__") || picogent_tools::HOST_TOOLS.contains(&name.as_str());
             preset.is_none_or(|preset| preset.contains(&name.as_str()) || (with_servers && from_servers))
