@@ -6,7 +6,9 @@
 //!   reset before it reaches the board, reset after the board acted on it (the answer is lost, so
 //!   only the client's idempotency key keeps a retry from doing the work twice), held past the
 //!   client's timeout, or passed through. Every answer closes its connection, so each call
-//!   meets a fault of its own.
+//!   meets a fault of its own. Apart from the random schedule, a test may hold the calls of one
+//!   method and path before they reach the board (`hold`), to see the agent midway through a
+//!   series of writes, then let them on or drop them (`release`).
 //! - a WebSocket upgrade is relayed byte for byte; frames from the board are parsed (server
 //!   frames are not masked), and a text frame may be delayed, duplicated, held back and sent
 //!   after the next one (reordered), or the whole connection dropped at that frame.
@@ -19,7 +21,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,6 +29,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use picogent::board::{BoardHandle, BoardOptions, Retention};
@@ -126,6 +129,30 @@ struct Shared {
     counts: Mutex<BTreeMap<FaultKind, u64>>,
     rest_calls: Mutex<u64>,
     frames: Mutex<u64>,
+    /// REST calls held before they reach the board ([`FaultHarness::hold`]), and how many were.
+    hold: Mutex<Option<HoldRule>>,
+    held: AtomicUsize,
+    /// `None` while calls are held; then what becomes of them.
+    release: watch::Sender<Option<Release>>,
+}
+
+/// Which REST calls are held: `method path` (the path without its query), after the first
+/// `pass` of them.
+struct HoldRule {
+    method: String,
+    path: String,
+    pass: usize,
+    matched: usize,
+}
+
+/// What becomes of the calls held when the holding ends ([`FaultHarness::release`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// They go on to the board, which acts on them; their answers go back to whoever is still
+    /// there to read them.
+    Forward,
+    /// They never reach the board: their connections are reset.
+    Drop,
 }
 
 impl Shared {
@@ -170,6 +197,37 @@ impl Shared {
             RestFault::ResetAfter => self.count(FaultKind::ResetAfterBoard),
         }
         fault
+    }
+
+    /// Holds a call matching the hold rule until the holding ends, and says what becomes of it;
+    /// `None` for a call not held.
+    async fn held(&self, request_line: &str) -> Option<Release> {
+        let mut parts = request_line.split(' ');
+        let (method, target) = (parts.next()?, parts.next()?);
+        let path = target.split('?').next().unwrap_or(target);
+        let hold = {
+            let mut rule = self.hold.lock().unwrap();
+            match rule.as_mut() {
+                Some(rule) if rule.method == method && rule.path == path => {
+                    rule.matched += 1;
+                    rule.matched > rule.pass
+                }
+                _ => false,
+            }
+        };
+        if !hold {
+            return None;
+        }
+        let mut release = self.release.subscribe();
+        self.held.fetch_add(1, Ordering::SeqCst);
+        loop {
+            if let Some(release) = *release.borrow_and_update() {
+                return Some(release);
+            }
+            if release.changed().await.is_err() {
+                return Some(Release::Drop);
+            }
+        }
     }
 
     fn frame_fault(&self) -> FrameFault {
@@ -223,6 +281,9 @@ impl FaultHarness {
             counts: Mutex::new(BTreeMap::new()),
             rest_calls: Mutex::new(0),
             frames: Mutex::new(0),
+            hold: Mutex::new(None),
+            held: AtomicUsize::new(0),
+            release: watch::channel(None).0,
         });
         let stop = CancellationToken::new();
         let (accept_shared, accept_stop) = (shared.clone(), stop.clone());
@@ -267,6 +328,27 @@ impl FaultHarness {
     /// REST calls and WebSocket text frames seen so far.
     pub fn traffic(&self) -> (u64, u64) {
         (*self.shared.rest_calls.lock().unwrap(), *self.shared.frames.lock().unwrap())
+    }
+
+    /// Holds the REST calls `method path` (the path without its query) before they reach the
+    /// board, every one after the first `pass` of them, until [`FaultHarness::release`]: a test
+    /// sees the agent midway through a series of writes and can kill it there.
+    pub fn hold(&self, method: &str, path: &str, pass: usize) {
+        let rule = HoldRule { method: method.to_string(), path: path.to_string(), pass, matched: 0 };
+        self.shared.release.send_replace(None);
+        *self.shared.hold.lock().unwrap() = Some(rule);
+    }
+
+    /// How many calls have been held so far.
+    pub fn held(&self) -> usize {
+        self.shared.held.load(Ordering::SeqCst)
+    }
+
+    /// Ends the holding: the calls held go on to the board or are dropped, as `release` says, and
+    /// later calls pass.
+    pub fn release(&self, release: Release) {
+        *self.shared.hold.lock().unwrap() = None;
+        self.shared.release.send_replace(Some(release));
     }
 }
 
@@ -340,6 +422,19 @@ async fn relay_rest(mut client: TcpStream, buffer: Vec<u8>, head_end: usize, sha
     let mut request = forwarded.into_bytes();
     request.extend_from_slice(&body);
 
+    if let Some(release) = shared.held(request_line).await {
+        match release {
+            // The board acts on it; whoever sent it may be gone by now.
+            Release::Forward => {
+                if let Some(answer) = forward(shared.upstream, &request).await {
+                    let _ = client.write_all(&answer).await;
+                }
+                let _ = client.shutdown().await;
+            }
+            Release::Drop => reset(client),
+        }
+        return;
+    }
     match shared.rest_fault() {
         RestFault::Pass => {
             if let Some(answer) = forward(shared.upstream, &request).await {
