@@ -19,10 +19,12 @@
 //!   call says which ones it has;
 //! - each write of a call carries a key of its own, `{call}-subtask{n}`, `{call}-watch{n}`,
 //!   `{call}-step{n}` (the question: [`crate::person`]'s `{call}-plan{n}`), so a retry or a run
-//!   resumed after a crash, which makes the same call with the same key, gets the same tasks
-//!   back from the tracker. A call that finds the first sub-tasks of its own plan already made
-//!   (made by the agent, with the plan's titles, in its order: made on a yes, by a call cut short)
-//!   does not ask again and makes only the rest, so nothing is made or asked twice.
+//!   resumed after a crash, which makes the same call with the same key, gets the same question
+//!   and tasks back from the tracker. A call that finds the first sub-tasks of its plan already
+//!   made (by the agent, with the plan's titles, in its order: on a yes, by a call cut short)
+//!   asks with its own key and makes only the rest on a yes: a resumed call finds its question
+//!   and the yes to it, so nothing is asked or made twice, and a new call that extends a plan
+//!   made earlier asks anew. A plan found made whole is not asked again.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -168,13 +170,13 @@ impl PlanTool {
         }
         match self.checked_plan(args, &task_id, context).await {
             Ok(Checked::Refused(result)) => result,
+            // Made whole earlier, on a yes to this plan: nothing new to ask about (the watches and
+            // steps a call cut short left out are made).
+            Ok(Checked::Plan { parent, subtasks, made, .. }) if made.len() == subtasks.len() => {
+                self.make(&parent, &subtasks, made, context).await
+            }
             Ok(Checked::Plan { parent, subtasks, summary, made }) => {
-                if made.is_empty() {
-                    self.ask_and_make(&parent, &subtasks, &summary, context).await
-                } else {
-                    // Made on a yes by this plan's call, cut short: the rest is made, unasked.
-                    self.make(&parent, &subtasks, made, context).await
-                }
+                self.ask_and_make(&parent, &subtasks, &summary, made, context).await
             }
             Err(error) => ToolError::Tracker(error).into_result(),
         }
@@ -262,12 +264,15 @@ impl PlanTool {
         Ok(tasks)
     }
 
-    /// Posts the plan as a question and acts on the answer.
+    /// Posts the plan as a question and acts on the answer; `made` are its first sub-tasks, made
+    /// before (a resumed call gets its question and the yes to it back: the question's key is
+    /// the call's).
     async fn ask_and_make(
         &self,
         parent: &TaskOut,
         subtasks: &[Subtask],
         summary: &str,
+        made: Vec<TaskOut>,
         context: &ToolContext,
     ) -> ToolResult {
         let minutes = self.timeout.as_secs().div_ceil(60);
@@ -283,7 +288,7 @@ impl PlanTool {
             Verdict::Yes | Verdict::Changes(_) => WaitEnd::Answered,
         };
         match self.asker.ask(context, &question, |message: &MessageOut| verdict(&message.content), ended).await {
-            Reply::Answer { value: Verdict::Yes, .. } => self.make(parent, subtasks, Vec::new(), context).await,
+            Reply::Answer { value: Verdict::Yes, .. } => self.make(parent, subtasks, made, context).await,
             Reply::Answer { value: Verdict::No, by } => ToolResult::success(format!(
                 "@{by} declined the plan: no sub-task was created. Work {} as it is, without a breakdown.",
                 parent.key
@@ -384,9 +389,13 @@ impl PlanTool {
                 listed.join("; ")
             )
         } else {
+            let before = match already {
+                0 => String::new(),
+                n => format!(" ({n} of them before this call)"),
+            };
             format!(
-                "Created {} sub-tasks of {}, each watched by you and a step on {}: {}. Go on with your own part; \
-                 the others are worked by their assignees.",
+                "Created {} sub-tasks of {}{before}, each watched by you and a step on {}: {}. Go on with your own \
+                 part; the others are worked by their assignees.",
                 made.len(),
                 parent.key,
                 parent.key,

@@ -96,6 +96,18 @@ async fn posts(alice: &TrackerClient, task: &TaskOut) -> Vec<MessageOut> {
     alice.list_messages(&query).await.unwrap().into_iter().filter(|m| m.author_slug == "picogent").collect()
 }
 
+/// Waits for the agent's `n`th post on `task`.
+async fn nth_post(alice: &TrackerClient, task: &TaskOut, n: usize) -> MessageOut {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(post) = posts(alice, task).await.into_iter().nth(n - 1) {
+            return post;
+        }
+        assert!(Instant::now() < deadline, "no post {n} on {}", task.key);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn plan() -> serde_json::Value {
     json!({"summary": "backend, page, docs", "subtasks": [
         {"title": "Backend endpoint", "description": "Serve the report as CSV."},
@@ -119,14 +131,7 @@ async fn a_plan_is_asked_once_and_made_once_when_its_call_is_made_again() {
         let (tool, context) = (tool.clone(), context.clone());
         tokio::spawn(async move { tool.call(PLAN_SUBTASKS, plan(), &context).await })
     };
-    let deadline = Instant::now() + WAIT;
-    let question = loop {
-        if let Some(question) = posts(&alice, &own).await.into_iter().next() {
-            break question;
-        }
-        assert!(Instant::now() < deadline, "no plan question on {}", own.key);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let question = nth_post(&alice, &own, 1).await;
     assert!(question.content.starts_with("@alice Plan for TE-1, in 3 sub-tasks: backend, page, docs\n"));
     assert!(question.content.contains("3. Docs page (for alice, waits for 1)"), "{}", question.content);
     comment(&alice, &own, "yes").await;
@@ -134,19 +139,25 @@ async fn a_plan_is_asked_once_and_made_once_when_its_call_is_made_again() {
     assert!(!made.is_error, "{}", made.text);
     assert_eq!(made.structured.as_ref().unwrap()["subtasks"], json!(["TE-2", "TE-3", "TE-4"]), "{}", made.text);
 
-    let check_board = || async {
-        let mut tasks = subtasks_of(&alice, &own.key).await;
-        tasks.sort_by(|a, b| a.key.cmp(&b.key));
-        let assignees: Vec<_> = tasks.iter().map(|t| t.assignee_slug.clone().unwrap()).collect();
-        assert_eq!(assignees, ["picogent", "bob", "alice"]);
-        assert!(tasks.iter().all(|t| t.description.as_deref().unwrap().starts_with("Part of TE-1\n")));
-        assert!(tasks.iter().all(|t| t.watchers.contains(&"picogent".to_string())), "{tasks:#?}");
-        assert_eq!(tasks[2].labels, ["parent:TE-1", "blocked_by:TE-2"]);
-        let steps: Vec<String> = alice.list_steps(&own.id).await.unwrap().into_iter().map(|s| s.title).collect();
-        assert_eq!(steps, ["TE-2: Backend endpoint", "TE-3: Export button", "TE-4: Docs page"]);
-        assert_eq!(posts(&alice, &own).await.len(), 1, "one question");
+    let check_board = |questions: usize| {
+        let alice = alice.clone();
+        let own = own.clone();
+        async move {
+            let mut tasks = subtasks_of(&alice, &own.key).await;
+            tasks.sort_by(|a, b| a.key.cmp(&b.key));
+            let assignees: Vec<_> = tasks.iter().map(|t| t.assignee_slug.clone().unwrap()).collect();
+            assert_eq!(assignees[..3], ["picogent", "bob", "alice"]);
+            assert!(tasks.iter().all(|t| t.description.as_deref().unwrap().starts_with("Part of TE-1\n")));
+            assert!(tasks.iter().all(|t| t.watchers.contains(&"picogent".to_string())), "{tasks:#?}");
+            assert_eq!(tasks[2].labels, ["parent:TE-1", "blocked_by:TE-2"]);
+            let steps: Vec<String> = alice.list_steps(&own.id).await.unwrap().into_iter().map(|s| s.title).collect();
+            assert_eq!(steps.len(), tasks.len(), "a step per sub-task, once: {steps:?}");
+            assert_eq!(steps[..3], ["TE-2: Backend endpoint", "TE-3: Export button", "TE-4: Docs page"]);
+            assert_eq!(posts(&alice, &own).await.len(), questions, "questions asked");
+            tasks.len()
+        }
     };
-    check_board().await;
+    assert_eq!(check_board(1).await, 3);
 
     // The same call again, from a fresh start (a run resumed after a crash): found, not made or
     // asked again.
@@ -154,12 +165,27 @@ async fn a_plan_is_asked_once_and_made_once_when_its_call_is_made_again() {
     resumed.idempotency_key = context.idempotency_key.clone();
     let again = tool.call(PLAN_SUBTASKS, plan(), &resumed).await;
     assert!(!again.is_error && again.text.contains("were created earlier"), "{}", again.text);
-    check_board().await;
+    assert_eq!(check_board(1).await, 3);
+
+    // A later call that adds to the plan made is asked anew, and its yes makes only what it adds.
+    let mut longer = plan();
+    longer["subtasks"].as_array_mut().unwrap().push(json!({"title": "Changelog", "description": "One line."}));
+    let mut later = run_of(&own);
+    later.idempotency_key = Some("run-2-h0-t0-c0".to_string());
+    let asking = {
+        let tool = tool.clone();
+        tokio::spawn(async move { tool.call(PLAN_SUBTASKS, longer, &later).await })
+    };
+    assert!(nth_post(&alice, &own, 2).await.content.contains("in 4 sub-tasks"));
+    comment(&alice, &own, "yes").await;
+    let extended = asking.await.unwrap();
+    assert!(extended.text.starts_with("Created 4 sub-tasks of TE-1 (3 of them before this call)"), "{}", extended.text);
+    assert_eq!(check_board(2).await, 4);
 
     // Another plan for the same task: a task is broken down once.
     let other = json!({"subtasks": [{"title": "All at once", "description": "Everything."}]});
     let refused = tool.call(PLAN_SUBTASKS, other, &run_of(&own)).await;
     assert!(refused.is_error && refused.text.contains("TE-1 already has sub-tasks: TE-2"), "{}", refused.text);
-    check_board().await;
+    assert_eq!(check_board(2).await, 4);
     board.shutdown().await.unwrap();
 }
