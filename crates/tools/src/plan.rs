@@ -39,7 +39,7 @@ use crate::person::{PersonAsker, Question, Reply, WaitEnd, reply_words};
 use crate::scope::{Judgement, ReachError, RunPlace};
 use crate::{CallEffect, ToolContext, ToolDefinition, ToolError, ToolResult, ToolSource};
 use picogent_state::WaitKind;
-use picogent_tracker::model::{CreateTask, MessageOut, TaskOut, TaskQuery, TaskStatus};
+use picogent_tracker::model::{CreateTask, MessageOut, TaskOut, TaskStatus};
 use picogent_tracker::tree::{blocked_by_label, parent_label, parent_of};
 use picogent_tracker::{TrackerClient, TrackerError};
 
@@ -249,17 +249,9 @@ impl PlanTool {
         Ok(None)
     }
 
-    /// The tasks of `parent`'s project labelled `parent:KEY`, oldest first.
+    /// The tasks of `parent`'s project labelled `parent:KEY`, in the order they were made.
     async fn subtasks_of(&self, parent: &TaskOut) -> Result<Vec<TaskOut>, TrackerError> {
-        let label = parent_label(&parent.key);
-        let query = TaskQuery {
-            project_id: Some(parent.project_slug.clone()),
-            labels: Some(label.clone()),
-            limit: Some(200),
-            ..TaskQuery::default()
-        };
-        let mut tasks: Vec<TaskOut> =
-            self.client.list_tasks(&query).await?.items.into_iter().filter(|t| t.labels.contains(&label)).collect();
+        let mut tasks = picogent_tracker::tree::subtasks(&self.client, &parent.project_slug, &parent.key).await?;
         tasks.sort_by_key(|task| key_number(&task.key));
         Ok(tasks)
     }
