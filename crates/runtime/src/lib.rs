@@ -438,7 +438,8 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
         outage: Default::default(),
     };
     // A sub-task that went quiet is said on its parent (`watchdog`), here and on each replica.
-    watchdog::spawn(services.client.clone(), config.slug.clone(), watchdog::STALL, shutdown.clone());
+    let stall = std::time::Duration::from_millis(config.delegation.stall_ms);
+    watchdog::spawn(services.client.clone(), config.slug.clone(), stall, shutdown.clone());
     let router = Router::new(services, inputs_tx.clone(), shutdown.clone(), queue, setup);
     let router = tokio::spawn(router.run(inputs_rx));
     let scheduler = tokio::spawn(scheduler.run());

@@ -1,6 +1,7 @@
 //! The tree's watchdog: a sub-task that went quiet is said on its parent, once per silence.
 //!
-//! Every quarter of `stall` (at least a second), the agent reads the parents it holds (tasks
+//! Every quarter of `stall` (`delegation.stall_ms`: 5 minutes of silence by default, as the
+//! anchors' watchdog; at least a second), the agent reads the parents it holds (tasks
 //! assigned to it and in progress, at most [`MAX_PARENTS`]) and their sub-tasks (`parent:KEY`). A sub-task `in_progress` whose
 //! last activity (its last change, or its newest comment) is older than `stall` is stalled; its
 //! parent gets one line naming it, its assignee and how long it has been quiet. The line's
@@ -18,9 +19,6 @@ use tokio_util::sync::CancellationToken;
 use picogent_tracker::model::{MessageQuery, SendMessage, TaskOut, TaskQuery, TaskStatus};
 use picogent_tracker::tree::subtasks;
 use picogent_tracker::{TrackerClient, TrackerError};
-
-/// How long a sub-task in progress may stay quiet (the anchors' watchdog: 5 minutes of silence).
-pub(crate) const STALL: Duration = Duration::from_secs(300);
 
 /// The most parents one pass reads: each costs a listing of its sub-tasks.
 const MAX_PARENTS: u32 = 50;

@@ -2,8 +2,8 @@
 //! sub-tasks ([`crate::plan`]), and the bounds of a plan. The tools own it; the configuration
 //! embeds it.
 //!
-//! `max_review_rounds` and `stall_ms` are read by the parts of delegation that review and roll
-//! up sub-tasks; they live here so that the section is whole from the start.
+//! `stall_ms` is the tree's watchdog's bound (`runtime::watchdog`). How many review rounds a
+//! sub-task gets is the `review` section's (`review.max_review_rounds`, the workspace crate's).
 
 use picogent_support::setting::{Problem, problem};
 use serde::{Deserialize, Serialize};
@@ -27,9 +27,8 @@ pub struct DelegationConfig {
     pub max_subtasks: u32,
     /// How deep a tree of tasks may grow: 1, a sub-task is not broken down again.
     pub max_depth: u32,
-    /// How many times a reviewer may send a sub-task back before a person is asked.
-    pub max_review_rounds: u32,
-    /// A sub-task with no activity this long (ms) is said to stall, on its parent.
+    /// A sub-task in progress with no activity this long (ms) is said to stall, once, on its
+    /// parent (the tree's watchdog).
     pub stall_ms: u64,
 }
 
@@ -40,7 +39,6 @@ impl Default for DelegationConfig {
             labels: vec!["epic".to_string()],
             max_subtasks: 8,
             max_depth: 1,
-            max_review_rounds: 2,
             stall_ms: 300_000,
         }
     }
@@ -61,9 +59,6 @@ impl DelegationConfig {
                 "delegation.max_depth",
                 &format!("expected a depth from 1 (sub-tasks are not broken down again) to {MAX_DEPTH_CEILING}"),
             );
-        }
-        if !(1..=20).contains(&self.max_review_rounds) {
-            return problem("delegation.max_review_rounds", "expected a number of rounds from 1 to 20");
         }
         if !(1_000..=604_800_000).contains(&self.stall_ms) {
             return problem(
@@ -99,11 +94,10 @@ mod tests {
     fn the_defaults_pass_and_each_bound_is_named() {
         assert_eq!(DelegationConfig::default().check(), Ok(()));
         type Change = fn(&mut DelegationConfig);
-        let cases: [(Change, &str); 7] = [
+        let cases: [(Change, &str); 6] = [
             (|c| c.max_subtasks = 0, "delegation.max_subtasks"),
             (|c| c.max_subtasks = 51, "delegation.max_subtasks"),
             (|c| c.max_depth = 0, "delegation.max_depth"),
-            (|c| c.max_review_rounds = 0, "delegation.max_review_rounds"),
             (|c| c.stall_ms = 10, "delegation.stall_ms"),
             (|c| c.labels = vec![" epic".into()], "delegation.labels"),
             (|c| c.labels = vec!["a,b".into()], "delegation.labels"),
