@@ -200,11 +200,13 @@ impl Eval<'_> {
     }
 
     /// Waits until the agent has taken the work in and finished it: at least `runs` new runs of
-    /// `session`, none running, none waiting.
+    /// `session`, none queued, none running, none waiting.
     async fn settled(&self, session: &SessionKey, runs: usize) -> Result<(), ScenarioFailure> {
         loop {
             let of_session = self.runs_of(session).await;
-            let done = of_session.len() >= runs && of_session.iter().all(|run| run.status != RunStatus::Running);
+            // A queued run is work not yet started: the queue's claim comes a moment after.
+            let done = of_session.len() >= runs
+                && of_session.iter().all(|run| !matches!(run.status, RunStatus::Running | RunStatus::Queued));
             if done && self.agent.status.active_runs() == 0 {
                 return Ok(());
             }
