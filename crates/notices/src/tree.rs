@@ -145,6 +145,12 @@ pub fn sub_task_stalled(key: &str, title: &str, assignee: Option<&str>, minutes:
     format!("Sub-task {key} ({title}){held} has had no activity for {minutes} min. {ask}")
 }
 
+/// Said once on a sub-task assigned after a person stopped the work under its parent: why it
+/// does not start, and how to have it worked anyway.
+pub fn tree_stopped(parent_key: &str) -> String {
+    format!("Not starting: the work under {parent_key} was stopped. Mention me here if this task should go on.")
+}
+
 /// `a`, `a and b`, `a, b and c`.
 fn and_list(items: &[String]) -> String {
     match items {

@@ -1,5 +1,5 @@
 //! The `delegation` section of `agent.json`: whether a task run may break its task into
-//! sub-tasks ([`crate::plan`]), and the bounds of a plan. The tools own it; the configuration
+//! sub-tasks (the `plan_subtasks` tool of `plan.rs`), and the bounds of a plan. The tools own it; the configuration
 //! embeds it.
 //!
 //! `stall_ms` is the tree's watchdog's bound (`runtime::watchdog`). How many review rounds a

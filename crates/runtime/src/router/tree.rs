@@ -44,12 +44,21 @@ impl Router {
     /// once, what it waits for.
     ///
     /// A sub-task of a tree a person stopped (`@picogent stop` on its parent) is held for good,
-    /// saying nothing: the stop was said on each run it ended.
+    /// and says so once (a mention on it still gets it worked).
     pub(super) async fn held_by_blockers(&self, task: &TaskOut) -> bool {
         if let Some(parent) = parent_of(task)
             && self.state.is_claimed(ClaimKind::TreeStop, parent).await.unwrap_or(false)
         {
             tracing::info!(task = %task.key, parent, "its tree was stopped: not started");
+            // Whoever assigned it hears why nothing happens, once.
+            let body = SendMessage {
+                content: picogent_notices::tree::tree_stopped(parent),
+                task_id: Some(task.id.clone()),
+                ..SendMessage::default()
+            };
+            if let Err(error) = self.client.send_message(&body, Some(&format!("tree-stopped:{}", task.id))).await {
+                tracing::warn!(%error, task = %task.key, "cannot say why a task of a stopped tree does not start");
+            }
             return true;
         }
         // A run already going (started over MCP, say) is not held back: the assignment finds it.

@@ -304,6 +304,12 @@ async fn a_stop_on_a_parent_stops_every_sub_task_run_and_nothing_else() {
     router.send(task_assigned("ev-late", 10, &late)).await;
     router.handled().await;
     assert!(world.runs_of(&SessionKey::Task(late.id.clone())).await.is_empty(), "a stopped tree starts nothing");
+    router.send(task_assigned("ev-late-again", 11, &late)).await;
+    router.handled().await;
+    let said: Vec<_> = agents(world.comments(&late.id).await).into_iter().map(|message| message.content).collect();
+    let why =
+        format!("Not starting: the work under {} was stopped. Mention me here if this task should go on.", parent.key);
+    assert_eq!(said, [why], "why it does not start, once");
     assert!(agents(world.comments(&parent.id).await).is_empty(), "the parent had no run: nothing said there");
     assert_eq!(world.metrics().event_count("message.new", "stop"), 1);
     world.open_model();
