@@ -63,24 +63,30 @@ pub const MAX_SUBTASKS_READ: usize = 1_000;
 /// Every task labelled `parent:{parent_key}` in `project`, oldest first as the tracker lists them,
 /// at most [`MAX_SUBTASKS_READ`].
 pub async fn subtasks(client: &TrackerClient, project: &str, parent_key: &str) -> Result<Vec<TaskOut>, TrackerError> {
+    let query = TaskQuery {
+        project_id: Some(project.to_string()),
+        labels: Some(parent_label(parent_key)),
+        ..TaskQuery::default()
+    };
+    let mut found = listed(client, query, MAX_SUBTASKS_READ).await?;
+    found.retain(|task| parent_of(task) == Some(parent_key));
+    Ok(found)
+}
+
+/// Every task `query` lists, page by page, at most `most` (a tree's listings are bounded: the
+/// labels they match are anyone's to write).
+pub async fn listed(client: &TrackerClient, mut query: TaskQuery, most: usize) -> Result<Vec<TaskOut>, TrackerError> {
+    query.limit = Some(200);
     let mut found = Vec::new();
-    let mut cursor = None;
     loop {
-        let query = TaskQuery {
-            project_id: Some(project.to_string()),
-            labels: Some(parent_label(parent_key)),
-            limit: Some(200),
-            cursor,
-            ..TaskQuery::default()
-        };
         let page = client.list_tasks(&query).await?;
-        found.extend(page.items.into_iter().filter(|task| parent_of(task) == Some(parent_key)));
+        found.extend(page.items);
         match page.next_cursor {
-            Some(next) if found.len() < MAX_SUBTASKS_READ => cursor = Some(next),
+            Some(next) if found.len() < most => query.cursor = Some(next),
             _ => break,
         }
     }
-    found.truncate(MAX_SUBTASKS_READ);
+    found.truncate(most);
     Ok(found)
 }
 

@@ -26,16 +26,14 @@ use picogent_tracker::model::{
     MessageQuery, SendMessage, StepOut, TaskOut, TaskQuery, TaskStatus, TaskUpdatedData, UpdateTask,
 };
 use picogent_tracker::session::SessionKey;
-use picogent_tracker::tree::{blocked_by_label, blockers_of, parent_of, subtasks};
+use picogent_tracker::tree::{blocked_by_label, blockers_of, listed, parent_of, subtasks};
 
 use super::outcome::{EventFate, Source};
 use super::{Router, filter, reconcile};
 use crate::request::RunKind;
 
-/// The tracker's largest page.
-const PAGE: u32 = 200;
-/// The tasks one blocker holds, read at most: this many pages.
-const MAX_PAGES: usize = 10;
+/// The tasks one blocker holds, read at most.
+const MAX_HELD: usize = 2_000;
 
 impl Router {
     /// Whether `task` must wait for others before a run starts on it: a blocker is not done, or
@@ -235,7 +233,7 @@ impl Router {
             status: Some("backlog,todo,in_progress".into()),
             ..TaskQuery::default()
         };
-        let held = match self.all_tasks(query).await {
+        let held = match listed(&self.client, query, MAX_HELD).await {
             Ok(held) => held,
             Err(error) => {
                 // Found again by the next reconciliation.
@@ -243,6 +241,9 @@ impl Router {
                 return 0;
             }
         };
+        if held.len() == MAX_HELD {
+            tracing::warn!(most = MAX_HELD, "more tasks wait for one blocker than are read; the rest are left");
+        }
         let mut started = 0;
         for task in held {
             if !filter::works_assignment(&task, &self.config.slug, self.config.task_listen) {
@@ -392,22 +393,6 @@ impl Router {
             Err(TrackerError::NotFound { .. }) => Ok(Standing::NotFound),
             Err(error) => Err(error),
         }
-    }
-
-    /// Every task `query` lists, page by page (at most [`MAX_PAGES`]).
-    async fn all_tasks(&self, mut query: TaskQuery) -> Result<Vec<TaskOut>, TrackerError> {
-        query.limit = Some(PAGE);
-        let mut tasks = Vec::new();
-        for _ in 0..MAX_PAGES {
-            let page = self.client.list_tasks(&query).await?;
-            tasks.extend(page.items);
-            match page.next_cursor {
-                Some(next) => query.cursor = Some(next),
-                None => return Ok(tasks),
-            }
-        }
-        tracing::warn!(pages = MAX_PAGES, "more tasks wait for one blocker than are read; the rest are left");
-        Ok(tasks)
     }
 }
 
