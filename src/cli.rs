@@ -213,6 +213,9 @@ pub enum Command {
         /// stand-in coding agent (a script, not a coding agent) and a commit on picogent/<KEY>.
         #[arg(long)]
         coding: bool,
+        /// Show two agents instead: a parent broken into sub-tasks, worked, reviewed, rolled up.
+        #[arg(long, conflicts_with = "coding")]
+        team: bool,
     },
 }
 
@@ -460,7 +463,8 @@ pub fn main(cli: Cli) -> ExitCode {
                 let http = &config.http;
                 crate::inspector::schedules::run(&path, &http.listen, &http.ui_token_env, &name).await
             }
-            Command::Demo { keep, coding } => crate::demo::run_cli(keep, coding).await,
+            Command::Demo { keep, team: true, .. } => crate::demo::team::run_cli(keep).await,
+            Command::Demo { keep, coding, .. } => crate::demo::run_cli(keep, coding).await,
         }
     });
     match result {

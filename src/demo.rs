@@ -8,6 +8,11 @@
 //! coding agent (`fixtures/coding-agent/stand-in.sh`, a shell script in the place of a coding
 //! agent CLI, not one); its change is committed on `picogent/<KEY>` in the task's workspace and
 //! pushed, and the answer on the task names the commit.
+//!
+//! `picogent demo --team` shows two agents on one board ([`team`]): a parent broken into
+//! sub-tasks, each worked, reviewed by the second agent and rolled up on the parent.
+
+pub mod team;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -226,3 +226,81 @@ async fn past_the_round_limit_the_task_stops_bouncing_and_a_person_is_asked_once
     assert_eq!(task.labels, vec!["review-round:1".to_string()]);
     team.shutdown().await;
 }
+
+/// `picogent demo --team` as a person sees it on the board: the plan asked once and made once,
+/// the blocked part started only after its blocker was done, one part sent back once and
+/// resolved on its branch, every part approved, and the parent rolled up once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_team_demo_breaks_down_reviews_and_rolls_up_once() {
+    picogent::workspace::sandbox::set_relay_program(PathBuf::from(env!("CARGO_BIN_EXE_picogent")));
+    let demo = picogent::demo::team::start().await.unwrap();
+    let outcome = demo.play(Duration::from_secs(120)).await.unwrap();
+    let db = demo.dir.path().join("board.db");
+    caught_up_with_board(&demo.worker, &db, "picogent").await;
+    caught_up_with_board(&demo.reviewer, &db, "reviewer").await;
+    caught_up_with_board(&demo.worker, &db, "picogent").await;
+    let alice = &demo.alice;
+    let parent = alice.get_task(&outcome.parent.id).await.unwrap();
+    assert_eq!(parent.status, TaskStatus::InReview);
+    let on_parent = comments(alice, &parent.id).await;
+    let shown: Vec<(&str, &str)> = on_parent.iter().map(|m| (m.author_slug.as_str(), m.content.as_str())).collect();
+    assert_eq!(by(&on_parent, "picogent", "@alice Plan for"), 1, "the plan asked once: {shown:#?}");
+    let rolled: Vec<&MessageOut> = on_parent.iter().filter(|m| m.content.starts_with("All 3 sub-tasks of")).collect();
+    assert_eq!(rolled.len(), 1, "rolled up once: {shown:#?}");
+    for key in ["TE-2", "TE-4"] {
+        let line = format!("{key}: ");
+        assert!(rolled[0].content.contains(&line) && rolled[0].content.contains("reviewed in 1 round)"), "{shown:#?}");
+    }
+    assert!(rolled[0].content.contains("branch `picogent/TE-3`, reviewed in 2 rounds"), "{shown:#?}");
+    let steps = alice.list_steps(&parent.id).await.unwrap();
+    assert_eq!(steps.len(), 3, "a step per sub-task: {steps:#?}");
+    assert!(steps.iter().all(|step| step.done), "{steps:#?}");
+
+    let subtasks = picogent::tracker::tree::subtasks(alice, "team", &parent.key).await.unwrap();
+    assert_eq!(subtasks.len(), 3, "made once: {subtasks:#?}");
+    let mut all = std::collections::HashMap::new();
+    for task in &subtasks {
+        assert_eq!(task.status, TaskStatus::Done, "{task:#?}");
+        let said = comments(alice, &task.id).await;
+        let mut seen = std::collections::HashSet::new();
+        for comment in &said {
+            assert!(seen.insert((&comment.author_slug, &comment.content)), "posted twice on {}: {said:#?}", task.key);
+        }
+        all.insert(task.title.clone(), (task.clone(), said));
+    }
+    // The frontend part left a to-do: sent back once, reworked on its branch, approved in round 2.
+    let (frontend, said) = &all["Frontend"];
+    assert_eq!(by(said, "picogent", "Review request"), 2);
+    assert_eq!(by(said, "reviewer", "Changes requested (round 1 of 2)"), 1);
+    assert_eq!(by(said, "reviewer", "Approved (round 2 of 2)"), 1);
+    assert_eq!(by(said, "picogent", "Reworked as the review asked."), 1);
+    let branch = format!("picogent/{}", frontend.key);
+    assert_eq!(git(&demo.repository, &["rev-list", "--count", &format!("main..{branch}")]), "2");
+    let file = git(&demo.repository, &["show", &format!("{branch}:web/reports.js")]);
+    assert!(file.contains("const buttons = ['csv']; // label it Export CSV") && !file.contains("TODO"), "{file}");
+    // The docs part waited for the backend part: its work began after the backend was approved.
+    let (backend, backend_said) = &all["Backend"];
+    let (docs, docs_said) = &all["Docs"];
+    assert!(docs.labels.contains(&format!("blocked_by:{}", backend.key)), "{docs:#?}");
+    let approved = backend_said.iter().find(|m| m.content.starts_with("Approved")).expect("backend approved");
+    let waited = docs_said.iter().filter(|m| m.content.starts_with("Waiting for")).count();
+    assert_eq!(waited, 1, "{docs_said:#?}");
+    let worked =
+        docs_said.iter().find(|m| m.content.contains("Summary from the offline planner")).expect("docs worked");
+    assert!(worked.created_at > approved.created_at, "started before its blocker was done: {docs_said:#?}");
+    demo.shutdown().await.unwrap();
+}
+
+/// `picogent demo --team` as a person runs it: it exits 0 and says what happened.
+#[test]
+fn picogent_demo_team_runs() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_picogent"))
+        .args(["demo", "--team"])
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("reviewed in 2 rounds"), "{stdout}");
+    assert!(stdout.contains("parent    TE-1 \"Add CSV export to the reports page\" is in review"), "{stdout}");
+}

@@ -55,14 +55,15 @@ pub fn waiting_for(waiting: &[Blocker<'_>]) -> String {
     notice
 }
 
-/// One sub-task as the roll-up lists it. (Its branch, its review and its spend join it here when
-/// the tree has them.)
+/// One sub-task as the roll-up lists it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SubTaskLine<'a> {
     pub key: &'a str,
     pub title: &'a str,
     pub assignee: Option<&'a str>,
     pub status: TaskStatus,
+    /// When its work was reviewed: the branch handed to review, and the rounds it took.
+    pub review: Option<(&'a str, u32)>,
 }
 
 /// What the runs of a tree spent, as the agent's state counts them, against its budget.
@@ -76,7 +77,8 @@ pub struct TreeSpend {
 }
 
 /// The one summary on the parent `parent_key` when every sub-task is done: a line per sub-task
-/// with its key, title, assignee and status, where the parent goes now, and what the tree's runs
+/// with its key, title, assignee and status (and its branch and review rounds when it was
+/// reviewed), where the parent goes now, and what the tree's runs
 /// here spent (left out when they spent nothing: people or other agents did the work).
 pub fn roll_up(parent_key: &str, sub_tasks: &[SubTaskLine<'_>], spend: Option<TreeSpend>) -> String {
     let count =
@@ -87,7 +89,13 @@ pub fn roll_up(parent_key: &str, sub_tasks: &[SubTaskLine<'_>], spend: Option<Tr
         // Without `@`, a title cannot mention anyone; the assignee is named without one for the same reason.
         let title = one_line(sub_task.title, MAX_TITLE_CHARS).replace('@', "＠");
         let assignee = sub_task.assignee.unwrap_or("nobody");
-        summary.push_str(&format!("\n- {}: {title} (assigned to {assignee}, {})", sub_task.key, sub_task.status));
+        let review = match sub_task.review {
+            Some((branch, 1)) => format!("; branch `{branch}`, reviewed in 1 round"),
+            Some((branch, rounds)) => format!("; branch `{branch}`, reviewed in {rounds} rounds"),
+            None => String::new(),
+        };
+        summary
+            .push_str(&format!("\n- {}: {title} (assigned to {assignee}, {}{review})", sub_task.key, sub_task.status));
     }
     if let Some(spend) = spend.filter(|spend| spend.tokens > 0) {
         summary.push_str(&format!(
@@ -213,19 +221,25 @@ mod tests {
     #[test]
     fn a_roll_up_lists_every_sub_task_and_mentions_nobody() {
         let lines = [
-            SubTaskLine { key: "TE-2", title: "Backend\nchange", assignee: Some("picogent"), status: TaskStatus::Done },
-            SubTaskLine { key: "TE-3", title: "Ask @bob", assignee: None, status: TaskStatus::Done },
+            SubTaskLine {
+                key: "TE-2",
+                title: "Backend\nchange",
+                assignee: Some("reviewer"),
+                status: TaskStatus::Done,
+                review: Some(("picogent/TE-2", 2)),
+            },
+            SubTaskLine { key: "TE-3", title: "Ask @bob", assignee: None, status: TaskStatus::Done, review: None },
         ];
         assert_eq!(
             roll_up("TE-1", &lines, None),
             "All 2 sub-tasks of TE-1 are done; TE-1 moves to in_review.\n\n\
-             - TE-2: Backend change (assigned to picogent, done)\n\
+             - TE-2: Backend change (assigned to reviewer, done; branch `picogent/TE-2`, reviewed in 2 rounds)\n\
              - TE-3: Ask ＠bob (assigned to nobody, done)"
         );
         let spend = TreeSpend { tokens: 12_345, cost: Some(0.5), per_tree: 400_000 };
         assert!(
             roll_up("TE-1", &lines[..1], Some(spend)).ends_with(
-                "(assigned to picogent, done)\n\nThe tree's runs here spent 12,345 tokens of 400,000 \
+                "reviewed in 2 rounds)\n\nThe tree's runs here spent 12,345 tokens of 400,000 \
                  (`limits.max_tokens_per_tree`) · cost 0.5000."
             ),
             "{}",

@@ -412,6 +412,14 @@ fn plan_task(key: &str, task_id: Option<&str>, history: &History, offered: &Offe
     let task_ref = read.as_ref().and_then(result_id).or(task_id.map(str::to_string)).unwrap_or_else(|| key.to_string());
     let task = read.or(shown).unwrap_or(Value::Null);
 
+    // 1b. A review run reviews; a task labelled for a breakdown is planned, not worked here.
+    if let Some(turn) = team::plan_review(key, history, offered) {
+        return turn;
+    }
+    if team::breakdown_asked(history, offered) {
+        return team::plan_breakdown(key, &task_ref, &task, history, offered);
+    }
+
     // 2. Lay out the steps, unless the prompt lists the task's existing checklist
     //    (`- [ ] title (step id X)`): then that is the plan, and only its open steps are ticked.
     let existing: Vec<(bool, String, String)> = EXISTING_STEP_LINE
@@ -455,7 +463,9 @@ fn plan_task(key: &str, task_id: Option<&str>, history: &History, offered: &Offe
     //     workspace is looked at.
     if offered.get(RUN_CODING_AGENT).is_some() && names_a_file(&task) {
         if history.attempts(RUN_CODING_AGENT, any) == 0 {
-            let instructions = format!("Task {key}: {}", task_text(&task).trim());
+            // After a review sent the work back, what it asked for; else the task's text.
+            let instructions = team::rework(key, &history.prompt)
+                .unwrap_or_else(|| format!("Task {key}: {}", task_text(&task).trim()));
             return PlannedTurn::ToolCalls(vec![call(RUN_CODING_AGENT, json!({ "instructions": instructions }))]);
         }
         if history.successes(RUN_CODING_AGENT, any).next().is_none() {
@@ -498,8 +508,12 @@ fn plan_task(key: &str, task_id: Option<&str>, history: &History, offered: &Offe
     }
 
     // 6. The summary, as the final answer: the agent posts it on the task.
+    let reworked = match team::rework(key, &history.prompt) {
+        Some(_) if history.successes(RUN_CODING_AGENT, any).next().is_some() => "Reworked as the review asked. ",
+        _ => "",
+    };
     PlannedTurn::Text(format!(
-        "Summary from the offline planner (a rule-based stand-in, not an LLM) for {key}: {} of {} steps done — \
+        "{reworked}Summary from the offline planner (a rule-based stand-in, not an LLM) for {key}: {} of {} steps done — \
          {}. Status set to in_review: ready for review.",
         already_done + history.successes("complete_step", |_| true).count(),
         plan.len(),
@@ -622,6 +636,8 @@ pub fn endless(messages: &[Message], tools: &[ToolSpec]) -> PlannedTurn {
     };
     PlannedTurn::ToolCalls(vec![call(name, arguments.clone()), call(name, arguments)])
 }
+
+mod team;
 
 #[cfg(test)]
 mod tests;

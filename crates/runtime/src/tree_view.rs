@@ -80,7 +80,7 @@ fn tree_task(task: &TaskOut) -> TreeTask {
 }
 
 /// The highest `review-round:N` label, if any is well formed.
-fn review_round(labels: &[String]) -> Option<u32> {
+pub(crate) fn review_round(labels: &[String]) -> Option<u32> {
     labels.iter().filter_map(|label| label.strip_prefix(REVIEW_ROUND_PREFIX)?.parse().ok()).max()
 }
 

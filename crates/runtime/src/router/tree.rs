@@ -319,13 +319,18 @@ impl Router {
     ///
     /// Later parts of the tree (branches, reviews) add to each [`SubTaskLine`] here.
     async fn post_roll_up(&self, parent: &TaskOut, sub_tasks: &[TaskOut]) {
+        // A reviewed sub-task's branch is the one its review request named: `picogent/KEY`.
+        let prefix = picogent_workspace::names::BRANCH_PREFIX;
+        let branches: Vec<String> = sub_tasks.iter().map(|sub_task| format!("{prefix}{}", sub_task.key)).collect();
         let lines: Vec<SubTaskLine<'_>> = sub_tasks
             .iter()
-            .map(|sub_task| SubTaskLine {
+            .zip(&branches)
+            .map(|(sub_task, branch)| SubTaskLine {
                 key: &sub_task.key,
                 title: &sub_task.title,
                 assignee: sub_task.assignee_slug.as_deref(),
                 status: sub_task.status,
+                review: crate::tree_view::review_round(&sub_task.labels).map(|rounds| (branch.as_str(), rounds)),
             })
             .collect();
         let mut sessions = vec![SessionKey::Task(parent.id.clone())];
