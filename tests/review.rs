@@ -9,6 +9,7 @@
 mod agent_support;
 #[path = "support/git.rs"]
 mod git_support;
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -20,18 +21,19 @@ use picogent::offline_model::script::Script;
 use picogent::offline_model::{OfflineModelHandle, OfflineModelOptions};
 use picogent::tracker::model::*;
 use serde_json::{Value, json};
+use support::fault_harness::AgentProcess;
 
 const STAND_IN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/coding-agent/stand-in.sh");
 const FIX: &str = "In src/date.py replace \"2020-01-01\" with \"2024-06-01\".";
 const FOLLOW_UP: &str = "In src/date.py replace \"2024-06-01\" with \"2024-06-02\".";
 
-/// The seed's board with one more agent member, `reviewer`.
+/// The seed's board with more agent members, `reviewer` and `reviewer2`.
 async fn start_team_board(dir: &Path) -> BoardHandle {
     let mut seed: Value = serde_json::from_str(&std::fs::read_to_string(SEED).unwrap()).unwrap();
-    seed["members"]
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"slug": "reviewer", "name": "Reviewer", "kind": "agent", "token": "tok-reviewer"}));
+    for slug in ["reviewer", "reviewer2"] {
+        let member = json!({"slug": slug, "name": slug, "kind": "agent", "token": format!("tok-{slug}")});
+        seed["members"].as_array_mut().unwrap().push(member);
+    }
     let path = dir.join("team-seed.json");
     std::fs::write(&path, seed.to_string()).unwrap();
     let options = BoardOptions::new("127.0.0.1:0".parse().unwrap(), dir.join("board.db"), Some(path));
@@ -303,4 +305,128 @@ fn picogent_demo_team_runs() {
     assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
     assert!(stdout.contains("reviewed in 2 rounds"), "{stdout}");
     assert!(stdout.contains("parent    TE-1 \"Add CSV export to the reports page\" is in review"), "{stdout}");
+}
+
+/// A review handed to an agent that never answers (the member `reviewer` runs nowhere) is said
+/// on the parent by the stall rule: the sub-task, who holds it and what would move it on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_review_nobody_answers_is_said_on_the_parent_as_stalled() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = remote(dir.path());
+    let board = start_team_board(dir.path()).await;
+    let model = picogent::offline_model::start(OfflineModelOptions::planner()).await.unwrap();
+    let review = json!({"reviewers": ["reviewer"], "max_review_rounds": 2});
+    let mut extra = sections(dir.path().join("worker-workspaces"), &remote, &["coding"], review);
+    extra["delegation"] = json!({"stall_ms": 1000});
+    let worker = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
+    wait_ready(&worker).await;
+    let alice = client(&board, "tok-alice");
+    let create = CreateTask {
+        project_slug: "team".into(),
+        title: "Fix the dates".into(),
+        description: Some(format!("- Parser: {FIX}")),
+        assignee_slug: Some("picogent".into()),
+        labels: Some(vec!["epic".into()]),
+        ..CreateTask::default()
+    };
+    let parent = alice.create_task(&create, None).await.unwrap();
+    eventually(Duration::from_secs(60), "the plan asked", || async {
+        comments(&alice, &parent.id).await.iter().any(|m| m.author_slug == "picogent").then_some(())
+    })
+    .await;
+    comment(&alice, &parent.id, "yes").await;
+    let stalled = eventually(Duration::from_secs(60), "the silent review said on the parent", || async {
+        let said = comments(&alice, &parent.id).await;
+        said.into_iter().find(|m| m.content.starts_with("Sub-task TE-2 (Parser), assigned to reviewer,"))
+    })
+    .await;
+    assert!(stalled.content.ends_with("Ask reviewer how it stands, or reassign it."), "{}", stalled.content);
+    let sub_task = alice.get_task("TE-2").await.unwrap();
+    assert_eq!(sub_task.status, TaskStatus::InReview, "{sub_task:#?}");
+    assert_eq!(sub_task.assignee_slug.as_deref(), Some("reviewer"));
+    assert!(sub_task.labels.contains(&"review-round:1".to_string()), "{sub_task:#?}");
+    let said = comments(&alice, &sub_task.id).await;
+    assert_eq!(by(&said, "picogent", "Review request (round 1 of 2) for @reviewer"), 1, "{said:#?}");
+    assert_eq!(alice.get_task(&parent.id).await.unwrap().status, TaskStatus::InProgress, "not rolled up");
+    worker.shutdown().await.unwrap();
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+/// Three `picogent run` processes on one board: a worker and two reviewers (both with
+/// `capabilities: ["review"]`, both named in the worker's `review.reviewers`). The task goes to
+/// one reviewer, the other stays out of it, and a review that sends the work back at the round
+/// limit ends with a person asked once, the task not bouncing between the agents.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_reviewers_as_processes_are_held_to_one_reviewer_and_the_round_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = remote(dir.path());
+    let board = start_team_board(dir.path()).await;
+    let model = picogent::offline_model::start(OfflineModelOptions::planner()).await.unwrap();
+    let review = json!({"reviewers": ["reviewer", "reviewer2"], "max_review_rounds": 1});
+    let mut agents = Vec::new();
+    let mut states = Vec::new();
+    for (slug, capabilities) in [("picogent", "coding"), ("reviewer", "review"), ("reviewer2", "review")] {
+        let extra = sections(dir.path().join(format!("{slug}-workspaces")), &remote, &[capabilities], review.clone());
+        let config = agent_config(dir.path(), &board.url(), &model.url(), slug, extra);
+        let path = dir.path().join(format!("{slug}.json"));
+        std::fs::write(&path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
+        let log = dir.path().join(format!("{slug}.log"));
+        agents.push(AgentProcess::start(&path, &format!("tok-{slug}"), &log));
+        states.push((slug, config.state.path.clone()));
+    }
+    let alice = client(&board, "tok-alice");
+    // The change leaves a to-do: the planner's reviewer sends it back.
+    let todo = "In src/date.py replace \"def parse():\" with \"def parse():  # TODO: check the zone\".";
+    let task = create_assigned(&alice, "Parse dates in their zone", todo).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    let asked = loop {
+        let all = comments(&alice, &task.id).await;
+        if all.iter().any(|m| m.content.contains("review.max_review_rounds")) {
+            break all;
+        }
+        if std::time::Instant::now() > deadline {
+            let shown: Vec<(&str, &str)> = all.iter().map(|m| (m.author_slug.as_str(), m.content.as_str())).collect();
+            let logs: Vec<String> = ["picogent", "reviewer", "reviewer2"]
+                .iter()
+                .map(|slug| std::fs::read_to_string(dir.path().join(format!("{slug}.log"))).unwrap_or_default())
+                .collect();
+            panic!("no person asked at the round limit: {shown:#?}\nlogs: {logs:#?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // Every agent has handled every event the board logged for it, and its runs ended.
+    let db = dir.path().join("board.db");
+    for (slug, path) in &states {
+        let head = board_head(&db, slug).await;
+        eventually(Duration::from_secs(60), &format!("{slug} settled"), || async {
+            let state = picogent::state::State::open(path).await.ok()?;
+            let handled = state.last_seq().await.ok()? >= head;
+            let runs = state.list_runs(50).await.ok()?;
+            state.close().await;
+            (handled && runs.iter().all(|run| run.finished_at.is_some())).then_some(())
+        })
+        .await;
+    }
+    let all = comments(&alice, &task.id).await;
+    let shown: Vec<(&str, &str)> = all.iter().map(|m| (m.author_slug.as_str(), m.content.as_str())).collect();
+    assert_eq!(all.len(), asked.len(), "nothing after the person was asked: {shown:#?}");
+    assert_eq!(by(&all, "picogent", "Review request (round 1 of 1) for @reviewer:"), 1, "{shown:#?}");
+    assert_eq!(by(&all, "picogent", "Review request"), 1, "handed once: {shown:#?}");
+    assert_eq!(by(&all, "reviewer", "Changes requested (round 1 of 1)"), 1, "{shown:#?}");
+    assert!(all.iter().all(|m| m.author_slug != "reviewer2"), "the other reviewer stays out: {shown:#?}");
+    let asked: Vec<&MessageOut> = all.iter().filter(|m| m.content.contains("review.max_review_rounds")).collect();
+    assert_eq!(asked.len(), 1, "{shown:#?}");
+    assert!(asked[0].content.starts_with("@alice "), "{}", asked[0].content);
+    let task = alice.get_task(&task.id).await.unwrap();
+    assert_eq!(task.status, TaskStatus::InReview);
+    assert_eq!(task.assignee_slug.as_deref(), Some("picogent"), "not handed to a reviewer again");
+    let file = git(&remote, &["show", &format!("picogent/{}:src/date.py", task.key)]);
+    assert!(file.contains("def parse():  # check the zone"), "the finding reworked on the branch: {file}");
+    for agent in &mut agents {
+        assert!(agent.is_running(), "an agent process ended");
+        agent.terminate();
+    }
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
 }

@@ -1,14 +1,15 @@
 //! The tree's watchdog: a sub-task that went quiet is said on its parent, once per silence.
 //!
 //! Every quarter of `stall` (`delegation.stall_ms`: 5 minutes of silence by default, as the
-//! anchors' watchdog; at least a second), the agent reads the parents it holds (tasks
-//! assigned to it and in progress, at most [`MAX_PARENTS`]) and their sub-tasks (`parent:KEY`). A sub-task `in_progress` whose
-//! last activity (its last change, or its newest comment) is older than `stall` is stalled; its
-//! parent gets one line naming it, its assignee and how long it has been quiet. The line's
-//! idempotency key carries the time of that last activity, so the same silence is said once
-//! however many passes (or replicas) see it, and a sub-task that moves and falls quiet again is
-//! said again. Nothing here calls the model; board errors are logged and the next pass tries
-//! again.
+//! anchors' watchdog; at least a second), the agent reads the parents it holds (tasks assigned
+//! to it and in progress, at most [`MAX_PARENTS`]) and their sub-tasks (`parent:KEY`). A
+//! sub-task `in_progress` or `in_review` (a review handed to an agent that never answers is a
+//! silence too) whose last activity (its last change, or its newest comment) is older than
+//! `stall` is stalled; its parent gets one line naming it, its assignee and how long it has been
+//! quiet. The line's idempotency key carries the time of that last activity, so the same silence
+//! is said once however many passes (or replicas) see it, and a sub-task that moves and falls
+//! quiet again is said again. Nothing here calls the model; board errors are logged and the next
+//! pass tries again.
 
 use std::time::Duration;
 
@@ -57,7 +58,8 @@ pub(crate) async fn pass(
     let mut said = 0;
     for parent in client.list_tasks(&query).await?.items {
         for sub_task in subtasks(client, &parent.project_slug, &parent.key).await? {
-            if sub_task.status != TaskStatus::InProgress {
+            // In review too: a review handed to an agent that never answers is a silence.
+            if !matches!(sub_task.status, TaskStatus::InProgress | TaskStatus::InReview) {
                 continue;
             }
             let Some(last) = last_activity(client, &sub_task).await? else {
