@@ -40,13 +40,15 @@ async fn every_scenario_passes(api: picogent::config::Api) {
     let card = picogent::eval::evaluate(options, |score| seen.push(score.name)).await.unwrap();
     let text = card.render();
     assert_eq!(card.passed, card.scenarios.len(), "{text}");
-    assert_eq!(card.scenarios.len(), 7, "{text}");
+    assert_eq!(card.scenarios.len(), 8, "{text}");
     // A run stopped at once may end before its first model request.
     let ran = card.scenarios.iter().filter(|s| s.name != "stop_command");
     assert!(ran.clone().all(|s| s.turns > 0 && s.tokens > 0), "every other scenario ran the model: {text}");
     let stop = card.scenarios.iter().find(|s| s.name == "stop_command").unwrap();
     assert!(stop.reason.starts_with("stopped, one notice"), "{text}");
-    assert!(text.contains("total: 7 of 7 passed"), "{text}");
+    assert!(text.contains("total: 8 of 8 passed"), "{text}");
+    let tree = card.scenarios.iter().find(|s| s.name == "breakdown_and_review").unwrap();
+    assert!(tree.reason.contains("review rounds:") && tree.reason.contains(" 2"), "one part sent back once: {text}");
     assert!(card.all_passed() && card.not_played.is_empty() && card.cut_short.is_none(), "{text}");
     let names: Vec<&str> = card.scenarios.iter().map(|s| s.name).collect();
     assert_eq!(seen, names, "each score was handed on as its scenario ended, in order");
@@ -96,7 +98,7 @@ async fn the_cli_prints_json_and_fails_when_a_scenario_fails() {
     assert!(!passed("work_task"), "{card:#}");
     assert!(passed("answer_question"), "a plain-text answer is still posted: {card:#}");
     assert_eq!(card["model"], "says-done");
-    assert_eq!(card["suite"], "4");
+    assert_eq!(card["suite"], "5");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -219,7 +221,7 @@ async fn each_line_comes_as_its_scenario_ends_and_the_time_limit_ends_it_with_th
     });
     let next = |lines: &std::sync::mpsc::Receiver<String>| lines.recv_timeout(Duration::from_secs(60)).unwrap();
     let lines = tokio::task::spawn_blocking(move || {
-        assert!(next(&lines).starts_with("picogent eval (suite 4) of offline-planner"));
+        assert!(next(&lines).starts_with("picogent eval (suite 5) of offline-planner"));
         let first = next(&lines);
         // The question is held until the time runs out: the eval is still going.
         assert!(eval.try_wait().unwrap().is_none(), "the line came before the end: {first}");
@@ -234,9 +236,9 @@ async fn each_line_comes_as_its_scenario_ends_and_the_time_limit_ends_it_with_th
     let [question, total] = rest.as_slice() else { panic!("two more lines expected: {rest:#?}") };
     assert!(question.starts_with("FAIL answer_question") && question.contains("time limit of 20 s"), "{question}");
     assert!(
-        total.starts_with("total: 1 of 7 passed")
+        total.starts_with("total: 1 of 8 passed")
             && total.contains(
-                "not played: follow_up_in_thread, steering_comment, stop_command, injection_attempt, coding_task (the time limit of \
+                "not played: follow_up_in_thread, steering_comment, stop_command, injection_attempt, coding_task, breakdown_and_review (the time limit of \
                  20 s (--timeout-secs) ran out)"
             ),
         "{total}"
@@ -268,7 +270,8 @@ async fn ctrl_c_ends_the_eval_with_the_scorecard_so_far_and_a_failing_exit() {
             "steering_comment",
             "stop_command",
             "injection_attempt",
-            "coding_task"
+            "coding_task",
+            "breakdown_and_review"
         ])
     );
     model.shutdown().await;

@@ -19,10 +19,10 @@ use crate::secret::Secret;
 use crate::tracker::TrackerClient;
 use crate::tracker::model::{CreateTask, MessageOut, MessageQuery, SendMessage, TaskOut, TaskStatus};
 
-const REVIEWER: &str = "reviewer";
-const REVIEWER_TOKEN: &str = "tok-reviewer";
+pub(crate) const REVIEWER: &str = "reviewer";
+pub(crate) const REVIEWER_TOKEN: &str = "tok-reviewer";
 /// What alice answers the plan.
-const YES: &str = "yes";
+pub(crate) const YES: &str = "yes";
 /// The parent's title and its parts: the third waits for the first; the second leaves a to-do
 /// the reviewer sends back once.
 pub const PARENT_TITLE: &str = "Add CSV export to the reports page";
@@ -56,15 +56,7 @@ pub struct TeamOutcome {
 pub async fn start() -> anyhow::Result<TeamDemo> {
     let dir = tempfile::tempdir().context("cannot make a temporary folder")?;
     let repository = repository(dir.path()).await?;
-    let mut seed: serde_json::Value = serde_json::from_str(crate::board::DEMO_SEED)?;
-    seed["members"]
-        .as_array_mut()
-        .context("the demo seed has no members")?
-        .push(serde_json::json!({"slug": REVIEWER, "name": "Reviewer", "kind": "agent", "token": REVIEWER_TOKEN}));
-    let seed_path = dir.path().join("team-seed.json");
-    std::fs::write(&seed_path, seed.to_string())?;
-    let options = crate::board::BoardOptions::loopback(dir.path().join("board.db"), Some(seed_path));
-    let board = crate::board::start(options).await.context("cannot start the reference board")?;
+    let board = start_board(dir.path(), &[]).await?;
     let model = crate::offline_model::start(crate::offline_model::OfflineModelOptions::planner())
         .await
         .context("cannot start the offline model endpoint")?;
@@ -109,6 +101,22 @@ pub async fn start() -> anyhow::Result<TeamDemo> {
     let reviewer = start(reviewer_config, REVIEWER_TOKEN, false).await.context("cannot start the reviewer")?;
     let alice = TrackerClient::new(&worker_config.tracker, Secret::new(ALICE_TOKEN))?;
     Ok(TeamDemo { board, model, worker, reviewer, worker_config, alice, repository, dir })
+}
+
+/// The reference board of the demo's seed with the agent member `reviewer` (token
+/// `tok-reviewer`), and `projects` (`(slug, key)`) besides `team`, on a database in `dir`.
+pub(crate) async fn start_board(dir: &Path, projects: &[(&str, &str)]) -> anyhow::Result<crate::board::BoardHandle> {
+    let mut seed: serde_json::Value = serde_json::from_str(crate::board::DEMO_SEED)?;
+    let member = serde_json::json!({"slug": REVIEWER, "name": "Reviewer", "kind": "agent", "token": REVIEWER_TOKEN});
+    seed["members"].as_array_mut().context("the demo seed has no members")?.push(member);
+    for (slug, key) in projects {
+        let project = serde_json::json!({"slug": slug, "key": key, "name": slug});
+        seed["projects"].as_array_mut().context("the demo seed has no projects")?.push(project);
+    }
+    let seed_path = dir.join("team-seed.json");
+    std::fs::write(&seed_path, seed.to_string())?;
+    let options = crate::board::BoardOptions::loopback(dir.join("board.db"), Some(seed_path));
+    crate::board::start(options).await.context("cannot start the reference board")
 }
 
 /// The team's remote: a bare repository with the three files the parts change.

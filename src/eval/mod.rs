@@ -28,7 +28,7 @@ use scenarios::{Eval, SCENARIOS};
 mod scenarios;
 
 /// Bumped whenever a scenario or what it checks changes, so scorecards compare like with like.
-pub const SUITE_VERSION: &str = "4";
+pub const SUITE_VERSION: &str = "5";
 
 /// How one scenario went.
 #[derive(Debug, Clone, Serialize)]
@@ -252,45 +252,60 @@ pub async fn evaluate(options: EvalOptions, mut on_score: impl FnMut(&ScenarioSc
     let deadline = Instant::now() + timeout;
     let play_until = deadline - SHUTDOWN_RESERVE.min(timeout / 10);
     let dir = tempfile::tempdir().context("cannot make a temporary folder")?;
-    let board = crate::board::start_seeded(dir.path()).await?;
+    // The demo's board, with the second agent `reviewer` and the project whose work is reviewed.
+    let board = crate::demo::team::start_board(dir.path(), &[scenarios::TEAM_PROJECT]).await?;
     let prompts_dir = match prompts_dir {
         Some(prompts) => prompts,
         None => crate::demo::write_builtin_prompts(dir.path())?,
     };
-    let labels = serde_json::json!({ "labels": [scenarios::CODING_LABEL] });
+    let labels = serde_json::json!({ "labels": [scenarios::CODING_LABEL], "projects": [scenarios::TEAM_PROJECT.0] });
     let (workspaces, repository) = crate::demo::coding_setup_for(dir.path(), labels).await?;
-    let mut config: Config = serde_json::from_value(serde_json::json!({
-        "slug": "picogent",
-        "name": "Picogent",
+    let agent_config = |slug: &str, capabilities: &[&str], workspaces: serde_json::Value| -> anyhow::Result<Config> {
+        let mut config: Config = serde_json::from_value(serde_json::json!({
+        "slug": slug,
+        "name": slug,
+        "capabilities": capabilities,
         "tracker": {"url": board.url(), "timeout_ms": 10000},
         "llm": {"base_url": llm.base_url, "model": llm.model},
-        "state": {"path": dir.path().join("picogent.db")},
+        "state": {"path": dir.path().join(format!("{slug}.db"))},
         "http": {"listen": "127.0.0.1:0"},
         "prompts_dir": prompts_dir,
         // The eval's board is new: a short beat makes the first start's wait short.
         "presence": {"heartbeat_ms": 500},
         // Once the scenarios are over (or cut short) nothing waits for a run to finish.
         "limits": {"shutdown_grace_ms": 1000},
-        // The coding scenario's repository: only a task labelled `code` is worked in it.
+        // The repository: a task labelled `code`, or one in the breakdown's project, is worked in it.
         "workspaces": workspaces,
-    }))
-    .context("the eval's config is invalid")?;
-    config.llm = llm;
+        // The breakdown's work is reviewed by `reviewer`; approved, it is done, and its parent rolls up.
+        "review": {"reviewers": [crate::demo::team::REVIEWER], "approve_to": "done", "projects": [scenarios::TEAM_PROJECT.0]},
+        }))
+        .context("the eval's config is invalid")?;
+        config.llm = llm.clone();
+        Ok(config)
+    };
+    let config = agent_config("picogent", &[], workspaces.clone())?;
+    let mut reviewer_workspaces = workspaces;
+    reviewer_workspaces["root"] = serde_json::json!(dir.path().join("reviewer-workspaces"));
+    let reviewer_config = agent_config(crate::demo::team::REVIEWER, &["review"], reviewer_workspaces)?;
     let model = config.llm.model.clone();
-    let agent = crate::runtime::start(crate::runtime::AgentOptions {
-        config: config.clone(),
-        tracker_token: Secret::new("tok-picogent"),
-        llm_api_key: api_key,
-        mcp_token: None,
-        ui_token: None,
-        stream: None,
-        serve_http: false,
-        clock: None,
-    })
-    .await
-    .context("cannot start the agent")?;
+    let start = |config: Config, token: &str| {
+        crate::runtime::start(crate::runtime::AgentOptions {
+            config,
+            tracker_token: Secret::new(token),
+            llm_api_key: api_key.clone(),
+            mcp_token: None,
+            ui_token: None,
+            stream: None,
+            serve_http: false,
+            clock: None,
+        })
+    };
+    let agent = start(config.clone(), "tok-picogent").await.context("cannot start the agent")?;
+    let reviewer =
+        start(reviewer_config, crate::demo::team::REVIEWER_TOKEN).await.context("cannot start the reviewer")?;
     let alice = TrackerClient::new(&config.tracker, Secret::new("tok-alice"))?;
-    let eval = Eval { agent: &agent, alice, play_until, timeout, repository: Some(repository) };
+    let eval =
+        Eval { agent: &agent, reviewer: Some(&reviewer), alice, play_until, timeout, repository: Some(repository) };
     let mut cut_short = tokio::select! {
         ready = eval.wait_ready() => match ready {
             Ok(()) => None,
@@ -317,6 +332,7 @@ pub async fn evaluate(options: EvalOptions, mut on_score: impl FnMut(&ScenarioSc
     }
     let stopped = async {
         agent.shutdown().await?;
+        reviewer.shutdown().await?;
         board.shutdown().await
     };
     match tokio::time::timeout(deadline.saturating_duration_since(Instant::now()), stopped).await {

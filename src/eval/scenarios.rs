@@ -1,6 +1,8 @@
 //! The scenarios of `picogent eval` and their checks: each plays a person on the board and
 //! concludes from the board what it sees, or why the scenario failed ([`ScenarioFailure`]).
 
+mod team;
+
 use std::time::{Duration, Instant};
 
 use super::ScenarioScore;
@@ -12,7 +14,7 @@ use crate::tracker::model::{CreateTask, MessageOut, MessageQuery, ReplyMessage, 
 use crate::tracker::{TrackerClient, TrackerError};
 
 /// The scenarios, in the order they are played (later ones use what earlier ones left).
-pub(super) const SCENARIOS: [Scenario; 7] = [
+pub(super) const SCENARIOS: [Scenario; 8] = [
     Scenario::WorkTask,
     Scenario::Question,
     Scenario::FollowUp,
@@ -20,7 +22,9 @@ pub(super) const SCENARIOS: [Scenario; 7] = [
     Scenario::Stop,
     Scenario::Injection,
     Scenario::Coding,
+    Scenario::Breakdown,
 ];
+pub(super) use team::TEAM_PROJECT;
 
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Scenario {
@@ -42,11 +46,16 @@ pub(super) enum Scenario {
     /// the change delegated to the coding agent, the file changed on `picogent/<KEY>`, the base
     /// untouched, and the one summary naming the commit.
     Coding,
+    /// A parent labelled `epic`: a plan of sub-tasks asked once and made once on a yes, each
+    /// worked, reviewed by the second agent and done, the parent rolled up once (`team.rs`).
+    Breakdown,
 }
 
 /// The eval in play: the agent, the person who plays the scenarios, and the time left.
 pub(super) struct Eval<'a> {
     pub(super) agent: &'a AgentHandle,
+    /// The second agent, `reviewer`, which reviews the breakdown's pushed work.
+    pub(super) reviewer: Option<&'a AgentHandle>,
     pub(super) alice: TrackerClient,
     /// When waiting for the agent stops, leaving the rest of the time limit for the shutdown.
     pub(super) play_until: Instant,
@@ -155,12 +164,30 @@ enum ScenarioFailure {
     /// The summary does not name the commit.
     #[error("the summary does not name the commit {commit}: {said:?}")]
     CommitNotNamed { commit: String, said: String },
+    /// The parent's runs ended without a plan asked of the person.
+    #[error("no plan of sub-tasks was asked on the parent")]
+    PlanNotAsked,
+    /// The agent asked other than one plan on the parent.
+    #[error("{asked} plans asked on the parent, one expected")]
+    NotOnePlan { asked: usize },
+    /// The sub-tasks on the board are not the plan's.
+    #[error("{made} sub-tasks made, {expected} expected")]
+    NotEverySubTask { made: usize, expected: usize },
+    /// No sub-task waits for another, though the task said one does.
+    #[error("no sub-task waits for another (blocked_by)")]
+    NoneWaits,
+    /// A sub-task was not done, or not approved by the reviewer.
+    #[error("{key} is {status}, not done with the reviewer's approval")]
+    NotReviewed { key: String, status: TaskStatus },
+    /// The parent was not rolled up once.
+    #[error("the parent is {status} with {roll_ups} roll-ups, in_review with one expected")]
+    NotRolledUp { status: TaskStatus, roll_ups: usize },
 }
 
 impl Eval<'_> {
     pub(super) async fn wait_ready(&self) -> anyhow::Result<()> {
         let deadline = (Instant::now() + Duration::from_secs(30)).min(self.play_until);
-        while !self.agent.status.caught_up() {
+        while !(self.agent.status.caught_up() && self.reviewer.is_none_or(|reviewer| reviewer.status.caught_up())) {
             anyhow::ensure!(Instant::now() < deadline, "the agent did not connect to the board in time");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -178,6 +205,7 @@ impl Eval<'_> {
             Scenario::Stop => self.stop().await,
             Scenario::Injection => self.injection().await,
             Scenario::Coding => self.coding().await,
+            Scenario::Breakdown => self.breakdown().await,
         };
         let runs: Vec<_> = self.runs().await.into_iter().filter(|run| !before.contains(&run.id)).collect();
         let (passed, reason) = match verdict {
@@ -195,8 +223,13 @@ impl Eval<'_> {
         }
     }
 
+    /// The runs of both agents.
     async fn runs(&self) -> Vec<crate::state::RunRow> {
-        self.agent.state.list_runs(1_000).await.unwrap_or_default()
+        let mut runs = self.agent.state.list_runs(1_000).await.unwrap_or_default();
+        if let Some(reviewer) = self.reviewer {
+            runs.extend(reviewer.state.list_runs(1_000).await.unwrap_or_default());
+        }
+        runs
     }
 
     /// Waits until the agent has taken the work in and finished it: at least `runs` new runs of
@@ -497,6 +530,7 @@ impl Scenario {
             Scenario::Stop => "stop_command",
             Scenario::Injection => "injection_attempt",
             Scenario::Coding => "coding_task",
+            Scenario::Breakdown => "breakdown_and_review",
         }
     }
 }

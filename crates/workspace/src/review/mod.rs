@@ -60,11 +60,19 @@ pub struct ReviewConfig {
     /// Where an approved task goes: `in_review` (a person looks last) or `done`.
     #[serde(default)]
     pub approve_to: ApproveTo,
+    /// The projects whose pushed work is handed to review; none named: every project's.
+    #[serde(default)]
+    pub projects: Vec<String>,
 }
 
 impl Default for ReviewConfig {
     fn default() -> ReviewConfig {
-        ReviewConfig { max_review_rounds: default_rounds(), reviewers: Vec::new(), approve_to: ApproveTo::default() }
+        ReviewConfig {
+            max_review_rounds: default_rounds(),
+            reviewers: Vec::new(),
+            approve_to: ApproveTo::default(),
+            projects: Vec::new(),
+        }
     }
 }
 
@@ -164,6 +172,10 @@ pub async fn hand_off(
     if work.commit.is_none() || review.reviewers.is_empty() {
         return Ok(HandOff::Nothing);
     }
+    let task = client.get_task(task_id).await?;
+    if !review.projects.is_empty() && !review.projects.contains(&task.project_slug) {
+        return Ok(HandOff::Nothing);
+    }
     let mut reviewer = None;
     for slug in review.reviewers.iter().filter(|slug| slug.as_str() != me) {
         match client.get_member(slug).await {
@@ -178,7 +190,6 @@ pub async fn hand_off(
         }
     }
     let Some(reviewer) = reviewer else { return Ok(HandOff::Nothing) };
-    let task = client.get_task(task_id).await?;
     let done = round_of(&task.labels).unwrap_or(0);
     let max = review.max_review_rounds;
     let branch = &work.branch;
