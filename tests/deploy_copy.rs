@@ -336,7 +336,10 @@ async fn a_second_copy_with_its_own_state_refuses_to_start_and_the_first_answers
     assert_eq!(first.terminate(), 0);
     // A clean stop leaves a stopped marker, after the status people read.
     let status = alice.get_member("picogent").await.unwrap().status;
-    assert_eq!(status, format!("reviewing TE-1 {}", Marker { copy_id: first_id, beat: Beat::Stopped }));
+    assert_eq!(
+        status,
+        format!("reviewing TE-1 {}", Marker { copy_id: first_id, beat: Beat::Stopped, can: Vec::new() })
+    );
     model.shutdown().await;
     board.shutdown().await.unwrap();
 }

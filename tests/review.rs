@@ -89,10 +89,12 @@ async fn start_team(worker_turns: Vec<Value>, reviewer_turns: Vec<Value>, max_ro
     let board = start_team_board(dir.path()).await;
     let worker_model = scripted(Value::Array(worker_turns)).await;
     let reviewer_model = scripted(Value::Array(reviewer_turns)).await;
-    let review = json!({"reviewers": ["reviewer"], "max_review_rounds": max_rounds});
-    let extra = sections(dir.path().join("worker-workspaces"), &remote, &["coding"], review.clone());
+    let review = json!({"reviewers": ["reviewer"]});
+    let mut extra = sections(dir.path().join("worker-workspaces"), &remote, &["coding"], review.clone());
+    extra["delegation"] = json!({"max_review_rounds": max_rounds});
     let worker = start_agent(agent_config(dir.path(), &board.url(), &worker_model.url(), "picogent", extra)).await;
-    let extra = sections(dir.path().join("reviewer-workspaces"), &remote, &["review"], review);
+    let mut extra = sections(dir.path().join("reviewer-workspaces"), &remote, &["review"], review);
+    extra["delegation"] = json!({"max_review_rounds": max_rounds});
     let reviewer = start_agent(agent_config(dir.path(), &board.url(), &reviewer_model.url(), "reviewer", extra)).await;
     wait_ready(&worker).await;
     wait_ready(&reviewer).await;
@@ -217,7 +219,7 @@ async fn past_the_round_limit_the_task_stops_bouncing_and_a_person_is_asked_once
     assert_eq!(by(&all, "picogent", "Review request"), 1, "handed once: {shown:#?}");
     assert_eq!(by(&all, "reviewer", "Changes requested"), 1, "{shown:#?}");
     assert!(all.iter().all(|m| !m.content.contains("Not here.")), "a refused verdict posts nothing: {shown:#?}");
-    let asked: Vec<&MessageOut> = all.iter().filter(|m| m.content.contains("review.max_review_rounds")).collect();
+    let asked: Vec<&MessageOut> = all.iter().filter(|m| m.content.contains("delegation.max_review_rounds")).collect();
     assert_eq!(asked.len(), 1, "a person asked once: {shown:#?}");
     assert!(asked[0].content.starts_with("@alice "), "{}", asked[0].content);
     assert_eq!(asked[0].mentions, vec!["alice".to_string()]);
@@ -242,6 +244,10 @@ async fn the_team_demo_breaks_down_reviews_and_rolls_up_once() {
     caught_up_with_board(&demo.reviewer, &db, "reviewer").await;
     caught_up_with_board(&demo.worker, &db, "picogent").await;
     let alice = &demo.alice;
+    // The worker names no reviewer: it found `reviewer` by what its marker says on the board.
+    assert!(demo.worker_config.review.reviewers.is_empty());
+    let reviewer = alice.get_member("reviewer").await.unwrap();
+    assert!(reviewer.status.contains(" can review]"), "{}", reviewer.status);
     let parent = alice.get_task(&outcome.parent.id).await.unwrap();
     assert_eq!(parent.status, TaskStatus::InReview);
     let on_parent = comments(alice, &parent.id).await;
@@ -315,7 +321,7 @@ async fn a_review_nobody_answers_is_said_on_the_parent_as_stalled() {
     let remote = remote(dir.path());
     let board = start_team_board(dir.path()).await;
     let model = picogent::offline_model::start(OfflineModelOptions::planner()).await.unwrap();
-    let review = json!({"reviewers": ["reviewer"], "max_review_rounds": 2});
+    let review = json!({"reviewers": ["reviewer"]});
     let mut extra = sections(dir.path().join("worker-workspaces"), &remote, &["coding"], review);
     extra["delegation"] = json!({"stall_ms": 1000});
     let worker = start_agent(agent_config(dir.path(), &board.url(), &model.url(), "picogent", extra)).await;
@@ -363,11 +369,13 @@ async fn two_reviewers_as_processes_are_held_to_one_reviewer_and_the_round_limit
     let remote = remote(dir.path());
     let board = start_team_board(dir.path()).await;
     let model = picogent::offline_model::start(OfflineModelOptions::planner()).await.unwrap();
-    let review = json!({"reviewers": ["reviewer", "reviewer2"], "max_review_rounds": 1});
+    let review = json!({"reviewers": ["reviewer", "reviewer2"]});
     let mut agents = Vec::new();
     let mut states = Vec::new();
     for (slug, capabilities) in [("picogent", "coding"), ("reviewer", "review"), ("reviewer2", "review")] {
-        let extra = sections(dir.path().join(format!("{slug}-workspaces")), &remote, &[capabilities], review.clone());
+        let mut extra =
+            sections(dir.path().join(format!("{slug}-workspaces")), &remote, &[capabilities], review.clone());
+        extra["delegation"] = json!({"max_review_rounds": 1});
         let config = agent_config(dir.path(), &board.url(), &model.url(), slug, extra);
         let path = dir.path().join(format!("{slug}.json"));
         std::fs::write(&path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
@@ -382,7 +390,7 @@ async fn two_reviewers_as_processes_are_held_to_one_reviewer_and_the_round_limit
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
     let asked = loop {
         let all = comments(&alice, &task.id).await;
-        if all.iter().any(|m| m.content.contains("review.max_review_rounds")) {
+        if all.iter().any(|m| m.content.contains("delegation.max_review_rounds")) {
             break all;
         }
         if std::time::Instant::now() > deadline {
@@ -415,7 +423,7 @@ async fn two_reviewers_as_processes_are_held_to_one_reviewer_and_the_round_limit
     assert_eq!(by(&all, "picogent", "Review request"), 1, "handed once: {shown:#?}");
     assert_eq!(by(&all, "reviewer", "Changes requested (round 1 of 1)"), 1, "{shown:#?}");
     assert!(all.iter().all(|m| m.author_slug != "reviewer2"), "the other reviewer stays out: {shown:#?}");
-    let asked: Vec<&MessageOut> = all.iter().filter(|m| m.content.contains("review.max_review_rounds")).collect();
+    let asked: Vec<&MessageOut> = all.iter().filter(|m| m.content.contains("delegation.max_review_rounds")).collect();
     assert_eq!(asked.len(), 1, "{shown:#?}");
     assert!(asked[0].content.starts_with("@alice "), "{}", asked[0].content);
     let task = alice.get_task(&task.id).await.unwrap();

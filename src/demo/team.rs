@@ -1,6 +1,7 @@
 //! `picogent demo --team`: two agents on one reference board, offline. The worker `picogent`
-//! (the stand-in coding agent, `delegation` on, reviews handed to `reviewer`) and the reviewer
-//! `reviewer` (`capabilities: ["review"]`, the same repository) both answer to the offline
+//! (the stand-in coding agent, `delegation` on) and the reviewer `reviewer` (`capabilities:
+//! ["review"]`, which its presence marker says on the board, and by which the worker finds it;
+//! the same repository) both answer to the offline
 //! planner (a rule-based stand-in, not an LLM). As alice, the demo assigns the worker a parent
 //! task labelled `epic` whose description lists three parts, the third waiting for the first;
 //! alice says yes to the plan the worker asks; each part is worked on its own branch and
@@ -79,7 +80,9 @@ pub async fn start() -> anyhow::Result<TeamDemo> {
                 "agent": "stand-in",
             },
             // Approved work is done: the parent rolls up without a person closing each part.
-            "review": {"reviewers": [REVIEWER], "max_review_rounds": 2, "approve_to": "done"},
+            // No `reviewers`: the worker finds `reviewer` on the board, by the `review` its marker says.
+            "review": {"approve_to": "done"},
+            "delegation": {"max_review_rounds": 2},
         });
         serde_json::from_value(config).context("the team demo's built-in config is invalid")
     };

@@ -276,8 +276,9 @@ pub async fn evaluate(options: EvalOptions, mut on_score: impl FnMut(&ScenarioSc
         "limits": {"shutdown_grace_ms": 1000},
         // The repository: a task labelled `code`, or one in the breakdown's project, is worked in it.
         "workspaces": workspaces,
-        // The breakdown's work is reviewed by `reviewer`; approved, it is done, and its parent rolls up.
-        "review": {"reviewers": [crate::demo::team::REVIEWER], "approve_to": "done", "projects": [scenarios::TEAM_PROJECT.0]},
+        // The breakdown's work is reviewed by `reviewer`, found by the `review` its marker says;
+        // approved, it is done, and its parent rolls up.
+        "review": {"approve_to": "done", "projects": [scenarios::TEAM_PROJECT.0]},
         }))
         .context("the eval's config is invalid")?;
         config.llm = llm.clone();

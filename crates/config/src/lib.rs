@@ -183,6 +183,11 @@ pub const ENV_PREFIX: &str = "PICOGENT";
 type Overrides = BTreeMap<String, String>;
 
 impl Config {
+    /// The `review` section with the round limit `delegation.max_review_rounds` sets.
+    pub fn review(&self) -> picogent_workspace::ReviewConfig {
+        picogent_workspace::ReviewConfig { max_review_rounds: self.delegation.max_review_rounds, ..self.review.clone() }
+    }
+
     /// Loads `path`, then applies `PICOGENT_*` overrides from the process environment.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         Config::load_with_env(path, std::env::vars())

@@ -332,8 +332,7 @@ pub async fn start(options: AgentOptions) -> anyhow::Result<AgentHandle> {
     ];
     sources.extend(coding.clone().map(|coding| coding as Arc<dyn ToolSource>));
     if let Some(coding) = coding.as_ref().filter(|_| config.capabilities.iter().any(|c| c == "review")) {
-        let review =
-            picogent_workspace::ReviewTools::new(coding.workspaces().clone(), client.clone(), config.review.clone());
+        let review = picogent_workspace::ReviewTools::new(coding.workspaces().clone(), client.clone(), config.review());
         sources.push(Arc::new(review));
     }
     let tools: Arc<dyn ToolSource> = Arc::new(picogent_tools::governed(sources, &config.permissions, &client));

@@ -151,6 +151,8 @@ pub struct Presence {
     state_location: String,
     /// `tracker.url`, as it may be shown.
     tracker_url: String,
+    /// What the marker says this agent can do (`capabilities`, its plain words).
+    can: Vec<String>,
     /// Leave a stopped marker at a clean stop. Not for a replica: the others go on under the same
     /// copy id, and a stopped marker would let a copy with other state take over without watching.
     signs_off: bool,
@@ -172,6 +174,7 @@ pub async fn claim(config: &Config, client: TrackerClient, state: &State) -> Res
         state_location: state.location(),
         tracker_url: picogent_support::secret::shown_url(&config.tracker.url),
         signs_off: !config.replicas.enabled,
+        can: picogent_tracker::presence::capability_words(&config.capabilities),
     };
     let found = presence.patiently(|| presence.read()).await?;
     match found.marker {
@@ -392,7 +395,7 @@ impl Presence {
             if status.marker.as_ref().is_some_and(|marker| marker.copy_id != self.copy_id) {
                 return Ok(());
             }
-            let marker = Marker { copy_id: self.copy_id.clone(), beat: Beat::Stopped };
+            let marker = Marker { copy_id: self.copy_id.clone(), beat: Beat::Stopped, can: self.can.clone() };
             let composed = compose(&status.text, &marker);
             self.client.write_my_status_before(&composed, Some(read_at + self.timing.heartbeat)).await?;
             Ok::<(), TrackerError>(())
@@ -408,7 +411,7 @@ impl Presence {
 
     fn next_marker(&self) -> Marker {
         let beat = self.beats.fetch_add(1, Ordering::Relaxed) + 1;
-        Marker { copy_id: self.copy_id.clone(), beat: Beat::Count(beat) }
+        Marker { copy_id: self.copy_id.clone(), beat: Beat::Count(beat), can: self.can.clone() }
     }
 
     fn another_copy(&self, marker: Marker) -> PresenceError {

@@ -30,7 +30,7 @@ pub async fn hand_off_work(services: &RunServices, run_id: &str, kind: &RunKind,
     let Some(coding) = services.coding.as_deref() else { return };
     let Some(work) = coding.runs().work(run_id) else { return };
     let Some(repository) = coding.workspaces().config().repositories.get(&work.repository) else { return };
-    let review = &services.config.review;
+    let review = &services.config.review();
     let slug = &services.config.slug;
     let handed = picogent_workspace::review::hand_off(
         &services.client,

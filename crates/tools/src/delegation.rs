@@ -2,8 +2,9 @@
 //! sub-tasks (the `plan_subtasks` tool of `plan.rs`), and the bounds of a plan. The tools own it; the configuration
 //! embeds it.
 //!
-//! `stall_ms` is the tree's watchdog's bound (`runtime::watchdog`). How many review rounds a
-//! sub-task gets is the `review` section's (`review.max_review_rounds`, the workspace crate's).
+//! `stall_ms` is the tree's watchdog's bound (`runtime::watchdog`). `max_review_rounds` is how
+//! many rounds of review (the `review` section's hand-off, in the workspace crate) a task gets
+//! before a person is asked.
 
 use picogent_support::setting::{Problem, problem};
 use serde::{Deserialize, Serialize};
@@ -12,6 +13,8 @@ use serde::{Deserialize, Serialize};
 pub const MAX_SUBTASKS_CEILING: u32 = 50;
 /// The deepest tree `delegation.max_depth` may allow.
 pub const MAX_DEPTH_CEILING: u32 = 5;
+/// The most review rounds `delegation.max_review_rounds` may allow.
+pub const MAX_REVIEW_ROUNDS_CEILING: u32 = 10;
 /// The longest a tracker label may be (`docs/tracker-api.md`).
 const MAX_LABEL_CHARS: usize = 50;
 
@@ -30,6 +33,9 @@ pub struct DelegationConfig {
     /// A sub-task in progress with no activity this long (ms) is said to stall, once, on its
     /// parent (the tree's watchdog).
     pub stall_ms: u64,
+    /// Review rounds of two agents before a person is asked to decide (the round limit that
+    /// keeps two agents from handing a task back and forth forever).
+    pub max_review_rounds: u32,
 }
 
 impl Default for DelegationConfig {
@@ -40,6 +46,7 @@ impl Default for DelegationConfig {
             max_subtasks: 8,
             max_depth: 1,
             stall_ms: 300_000,
+            max_review_rounds: 2,
         }
     }
 }
@@ -58,6 +65,12 @@ impl DelegationConfig {
             return problem(
                 "delegation.max_depth",
                 &format!("expected a depth from 1 (sub-tasks are not broken down again) to {MAX_DEPTH_CEILING}"),
+            );
+        }
+        if !(1..=MAX_REVIEW_ROUNDS_CEILING).contains(&self.max_review_rounds) {
+            return problem(
+                "delegation.max_review_rounds",
+                &format!("expected a number of review rounds from 1 to {MAX_REVIEW_ROUNDS_CEILING}"),
             );
         }
         if !(1_000..=604_800_000).contains(&self.stall_ms) {
@@ -94,11 +107,13 @@ mod tests {
     fn the_defaults_pass_and_each_bound_is_named() {
         assert_eq!(DelegationConfig::default().check(), Ok(()));
         type Change = fn(&mut DelegationConfig);
-        let cases: [(Change, &str); 6] = [
+        let cases: [(Change, &str); 8] = [
             (|c| c.max_subtasks = 0, "delegation.max_subtasks"),
             (|c| c.max_subtasks = 51, "delegation.max_subtasks"),
             (|c| c.max_depth = 0, "delegation.max_depth"),
             (|c| c.stall_ms = 10, "delegation.stall_ms"),
+            (|c| c.max_review_rounds = 0, "delegation.max_review_rounds"),
+            (|c| c.max_review_rounds = 11, "delegation.max_review_rounds"),
             (|c| c.labels = vec![" epic".into()], "delegation.labels"),
             (|c| c.labels = vec!["a,b".into()], "delegation.labels"),
         ];

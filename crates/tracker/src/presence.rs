@@ -4,7 +4,10 @@
 //! The marker, `[picogent copy 3f9c2a1b7e4d #42]` (`[picogent copy 3f9c2a1b7e4d stopped]` after
 //! a clean stop), names the copy (an id kept in its state file) and counts its heartbeats; the
 //! text before it is the status a person or the model wrote, and is kept. `runtime::presence`
-//! reads and moves it; this module alone knows its shape.
+//! reads and moves it; this module alone knows its shape. A copy whose `capabilities` hold plain
+//! words says them in its marker, `[picogent copy 3f9c2a1b7e4d #42 can review,coding]`: the board
+//! then shows what each agent can do, and another agent finds a reviewer there (only a member's
+//! own token writes its status, so the words are that agent's own).
 //!
 //! Invariants:
 //! - no caller of [`TrackerClient::update_my_status`](crate::TrackerClient::update_my_status)
@@ -30,10 +33,17 @@ use tokio::time::Instant;
 use crate::TrackerError;
 use crate::model::{StatusOut, limits};
 
-/// `[picogent copy <12 hex digits> #<beat>]` or `[picogent copy <12 hex digits> stopped]`.
+/// `[picogent copy <12 hex digits> #<beat>]` or `[picogent copy <12 hex digits> stopped]`, with
+/// ` can <word>,<word>` before the `]` when the copy says what it can do.
 static MARKER: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"\[picogent copy ([0-9a-f]{12}) (?:#([0-9]{1,20})|(stopped))\]").expect("the marker pattern is valid")
+    Regex::new(r"\[picogent copy ([0-9a-f]{12}) (?:#([0-9]{1,20})|(stopped))(?: can ([a-z0-9-]{1,30}(?:,[a-z0-9-]{1,30}){0,7}))?\]")
+        .expect("the marker pattern is valid")
 });
+
+/// The most capability words a marker says.
+const MAX_CAPABILITY_WORDS: usize = 8;
+/// The longest capability word a marker says.
+const MAX_CAPABILITY_CHARS: usize = 30;
 
 /// How many hex digits a copy id has.
 const COPY_ID_DIGITS: usize = 12;
@@ -43,6 +53,8 @@ const COPY_ID_DIGITS: usize = 12;
 pub struct Marker {
     pub copy_id: String,
     pub beat: Beat,
+    /// What the copy says it can do ([`capability_words`]); empty: it says nothing.
+    pub can: Vec<String>,
 }
 
 /// Where a copy's heartbeat stands.
@@ -57,8 +69,12 @@ pub enum Beat {
 impl std::fmt::Display for Marker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.beat {
-            Beat::Count(beat) => write!(f, "[picogent copy {} #{beat}]", self.copy_id),
-            Beat::Stopped => write!(f, "[picogent copy {} stopped]", self.copy_id),
+            Beat::Count(beat) => write!(f, "[picogent copy {} #{beat}", self.copy_id)?,
+            Beat::Stopped => write!(f, "[picogent copy {} stopped", self.copy_id)?,
+        }
+        match self.can.is_empty() {
+            true => write!(f, "]"),
+            false => write!(f, " can {}]", self.can.join(",")),
         }
     }
 }
@@ -80,7 +96,8 @@ pub fn parse_status(status: &str) -> MemberStatus {
                 Some(beat) => Beat::Count(beat.as_str().parse().ok()?),
                 None => Beat::Stopped,
             };
-            Some(Marker { copy_id: captures[1].to_string(), beat })
+            let can = captures.get(4).map(|words| words.as_str().split(',').map(str::to_string).collect());
+            Some(Marker { copy_id: captures[1].to_string(), beat, can: can.unwrap_or_default() })
         })
         .last();
     MemberStatus { text: strip_markers(status), marker }
@@ -107,6 +124,21 @@ pub fn compose(text: &str, marker: &Marker) -> String {
     let text: String = text.chars().take(room).collect();
     let text = text.trim_end();
     if text.is_empty() { marker } else { format!("{text} {marker}") }
+}
+
+/// The capabilities a marker says: each of `capabilities` that is one plain word (lowercase
+/// letters, digits and `-`, at most 30), at most 8 of them; a phrase (`"answering questions"`)
+/// is left to the agent's profile.
+pub fn capability_words(capabilities: &[String]) -> Vec<String> {
+    capabilities
+        .iter()
+        .filter(|word| {
+            (1..=MAX_CAPABILITY_CHARS).contains(&word.len())
+                && word.bytes().all(|byte| matches!(byte, b'a'..=b'z' | b'0'..=b'9' | b'-'))
+        })
+        .take(MAX_CAPABILITY_WORDS)
+        .cloned()
+        .collect()
 }
 
 /// A new random copy id.
@@ -242,7 +274,7 @@ mod tests {
     use super::*;
 
     fn marker(copy_id: &str, beat: Beat) -> Marker {
-        Marker { copy_id: copy_id.into(), beat }
+        Marker { copy_id: copy_id.into(), beat, can: Vec::new() }
     }
 
     #[test]
@@ -295,6 +327,24 @@ mod tests {
             assert!(composed.chars().count() <= limits::STATUS, "{length}");
             assert_eq!(parse_status(&composed).marker, Some(mine.clone()), "{length}");
         }
+    }
+
+    #[test]
+    fn a_marker_says_the_plain_words_of_what_its_copy_can_do() {
+        let words = |list: &[&str]| list.iter().map(|word| word.to_string()).collect::<Vec<_>>();
+        let can = capability_words(&words(&["review", "answering questions", "Coding", "rust-2024", &"x".repeat(31)]));
+        assert_eq!(can, words(&["review", "rust-2024"]));
+        assert_eq!(capability_words(&words(&["a", "b", "c", "d", "e", "f", "g", "h", "i"])).len(), 8);
+        let mine = Marker { copy_id: "3f9c2a1b7e4d".into(), beat: Beat::Count(3), can: can.clone() };
+        assert_eq!(mine.to_string(), "[picogent copy 3f9c2a1b7e4d #3 can review,rust-2024]");
+        let parsed = parse_status(&compose("reviewing TE-2", &mine));
+        assert_eq!((parsed.text.as_str(), parsed.marker), ("reviewing TE-2", Some(mine)));
+        let stopped = Marker { copy_id: "3f9c2a1b7e4d".into(), beat: Beat::Stopped, can: words(&["review"]) };
+        assert_eq!(parse_status(&stopped.to_string()).marker, Some(stopped));
+        // Words a marker cannot hold are text, not a marker.
+        let odd = "[picogent copy 3f9c2a1b7e4d #3 can Review]";
+        assert_eq!(parse_status(odd).marker, None);
+        assert_eq!(parse_status(odd).text, odd);
     }
 
     #[test]

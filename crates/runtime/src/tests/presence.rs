@@ -154,7 +154,11 @@ async fn a_second_copy_with_other_state_is_refused_while_the_first_beats() {
 
     first.heartbeat.finish().await;
     let (_, found) = marker(&world).await;
-    assert_eq!(found, Some(Marker { copy_id: first_id, beat: Beat::Stopped }), "a clean stop is signed off");
+    assert_eq!(
+        found,
+        Some(Marker { copy_id: first_id, beat: Beat::Stopped, can: Vec::new() }),
+        "a clean stop is signed off"
+    );
     other_state.close().await;
     world.shut_down(None).await;
 }
@@ -177,7 +181,7 @@ async fn a_copy_whose_marker_another_copy_overwrote_stops_writing() {
         |text: &str| SendMessage { content: text.into(), chat_id: Some(chat_id.clone()), ..SendMessage::default() };
     gated.send_message(&said("before"), None).await.expect("the copy writes while it holds the member");
 
-    let newer = Marker { copy_id: new_copy_id(), beat: Beat::Count(1) };
+    let newer = Marker { copy_id: new_copy_id(), beat: Beat::Count(1), can: Vec::new() };
     agent_client(&config).write_my_status_before(&compose("", &newer), None).await.unwrap();
     let changed = gated.update_my_status("Reviewing").await;
 

@@ -5,13 +5,14 @@
 //! and round, so a retry or a resumed run lands it once):
 //! - the worker's run ends with its work pushed on `picogent/<KEY>`: [`hand_off`] labels the task
 //!   `review-round:N`, comments "Review request (round N of M)…" mentioning the reviewer (a member
-//!   of `review.reviewers` that is an agent), and assigns the task to it;
+//!   of `review.reviewers` that is an agent, or with none named, an agent whose presence marker
+//!   says it can `review`: [`find_reviewer`]), and assigns the task to it;
 //! - the reviewer (a picogent whose `capabilities` hold `review`) is offered the tools of
 //!   `source.rs` on that task: `review_diff` reads the branch's diff against its base from the
 //!   repository's mirror (never a worktree: nothing of the branch is checked out or run), and
 //!   `review_verdict` posts one comment of findings, then moves the task to `review.approve_to` or
 //!   assigns it back to the agent who asked ("Changes requested");
-//! - past `review.max_review_rounds` the worker hands nothing again: it asks the task's creator,
+//! - past `delegation.max_review_rounds` the worker hands nothing again: it asks the task's creator,
 //!   once, and moves the task to `in_review`. Two agents cannot hand a task back and forth forever.
 //!
 //! What the branch holds is hostile: the diff is read with picogent's hardened git on the mirror
@@ -26,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use picogent_tools::{PostGuard, PostPlace};
 use picogent_tracker::TrackerClient;
 use picogent_tracker::model::{MemberKind, MessageOut, MessageQuery, SendMessage, TaskOut, TaskStatus, UpdateTask};
+use picogent_tracker::presence::{Beat, parse_status};
 
 use crate::names::TaskKey;
 use crate::tools::WorkDone;
@@ -51,10 +53,13 @@ pub const MAX_DIFF_CHARS: usize = 24_000;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReviewConfig {
-    /// Review rounds before a person is asked to decide (the round limit of two agents).
-    #[serde(default = "default_rounds")]
+    /// Review rounds before a person is asked to decide (the round limit of two agents). Set
+    /// as `delegation.max_review_rounds`, which the configuration copies here
+    /// (`Config::review`): not a field of this section.
+    #[serde(skip, default = "default_rounds")]
     pub max_review_rounds: u32,
-    /// Member slugs of the agents that review this agent's pushed work, first present one first.
+    /// Member slugs of the agents that review this agent's pushed work, first present one first;
+    /// none named: an agent whose marker on the board says it can `review` ([`find_reviewer`]).
     #[serde(default)]
     pub reviewers: Vec<String>,
     /// Where an approved task goes: `in_review` (a person looks last) or `done`.
@@ -146,6 +151,44 @@ pub fn offered(review: bool, offered: Vec<String>) -> Vec<String> {
     offered
 }
 
+/// Who reviews `me`'s work: the first member `review.reviewers` names that is an agent (never
+/// `me`); when it names none, the first agent member whose presence marker says it can
+/// `review` (its `capabilities`, as the board shows them: `[picogent copy … can review]`), one
+/// running before one stopped. `None`: nobody, and nothing is handed.
+pub async fn find_reviewer(
+    client: &TrackerClient,
+    review: &ReviewConfig,
+    me: &str,
+) -> Result<Option<String>, ReviewError> {
+    if review.reviewers.is_empty() {
+        let members = client.list_members().await?;
+        let reviewers: Vec<(String, bool)> = members
+            .into_iter()
+            .filter(|member| member.kind == MemberKind::Agent && member.slug != me)
+            .filter_map(|member| {
+                let marker = parse_status(&member.status).marker?;
+                marker
+                    .can
+                    .iter()
+                    .any(|word| word == REVIEW_CAPABILITY)
+                    .then(|| (member.slug, marker.beat != Beat::Stopped))
+            })
+            .collect();
+        let running = reviewers.iter().find(|(_, running)| *running).or(reviewers.first());
+        return Ok(running.map(|(slug, _)| slug.clone()));
+    }
+    for slug in review.reviewers.iter().filter(|slug| slug.as_str() != me) {
+        match client.get_member(slug).await {
+            Ok(member) if member.kind == MemberKind::Agent => return Ok(Some(member.slug)),
+            Ok(_) => tracing::warn!(member = %slug, "review.reviewers names a person, not an agent; skipped"),
+            Err(error) => {
+                tracing::warn!(member = %slug, %error, "a member of review.reviewers cannot be read; skipped")
+            }
+        }
+    }
+    Ok(None)
+}
+
 /// What [`hand_off`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HandOff {
@@ -157,9 +200,9 @@ pub enum HandOff {
     PersonAsked { person: String },
 }
 
-/// The worker's side: a run that ended with `work` pushed (compared with `base`) hands its task to the first reviewer
-/// of `review.reviewers` that is an agent member (never `me`), or, past the round limit, asks the
-/// task's creator. Each write carries a key of the task and the round: a repeat lands nothing.
+/// The worker's side: a run that ended with `work` pushed (compared with `base`) hands its task to
+/// its reviewer ([`find_reviewer`]), or, past the round limit, asks the task's creator. Each write
+/// carries a key of the task and the round: a repeat lands nothing.
 pub async fn hand_off(
     client: &TrackerClient,
     review: &ReviewConfig,
@@ -169,34 +212,21 @@ pub async fn hand_off(
     base: &str,
     guard: Option<&dyn PostGuard>,
 ) -> Result<HandOff, ReviewError> {
-    if work.commit.is_none() || review.reviewers.is_empty() {
+    if work.commit.is_none() {
         return Ok(HandOff::Nothing);
     }
     let task = client.get_task(task_id).await?;
     if !review.projects.is_empty() && !review.projects.contains(&task.project_slug) {
         return Ok(HandOff::Nothing);
     }
-    let mut reviewer = None;
-    for slug in review.reviewers.iter().filter(|slug| slug.as_str() != me) {
-        match client.get_member(slug).await {
-            Ok(member) if member.kind == MemberKind::Agent => {
-                reviewer = Some(member.slug);
-                break;
-            }
-            Ok(_) => tracing::warn!(member = %slug, "review.reviewers names a person, not an agent; skipped"),
-            Err(error) => {
-                tracing::warn!(member = %slug, %error, "a member of review.reviewers cannot be read; skipped")
-            }
-        }
-    }
-    let Some(reviewer) = reviewer else { return Ok(HandOff::Nothing) };
+    let Some(reviewer) = find_reviewer(client, review, me).await? else { return Ok(HandOff::Nothing) };
     let done = round_of(&task.labels).unwrap_or(0);
     let max = review.max_review_rounds;
     let branch = &work.branch;
     if done >= max {
         let person = task.created_by.clone();
         let text = format!(
-            "@{person} this work went through {done} review round(s), the limit (review.max_review_rounds is {max}): \
+            "@{person} this work went through {done} review round(s), the limit (delegation.max_review_rounds is {max}): \
              please decide whether branch `{branch}` is done, or what it still needs."
         );
         post(client, guard, &task, &text, vec![person.clone()], &format!("review-person:{}:{done}", task.id)).await?;

@@ -39,4 +39,6 @@ fn the_section_defaults_to_two_rounds_no_reviewer_and_approval_to_in_review() {
     assert_eq!(done.approve_to.status(), TaskStatus::Done);
     assert!(serde_json::from_str::<ReviewConfig>(r#"{"approve_to": "merged"}"#).is_err());
     assert!(serde_json::from_str::<ReviewConfig>(r#"{"rounds": 3}"#).is_err());
+    // The round limit is `delegation.max_review_rounds`, not this section's.
+    assert!(serde_json::from_str::<ReviewConfig>(r#"{"max_review_rounds": 3}"#).is_err());
 }
