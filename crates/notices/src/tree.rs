@@ -19,11 +19,13 @@ pub struct Blocker<'a> {
     pub standing: Standing,
 }
 
-/// Where a blocker stands: its status, or nowhere (no task has its key).
+/// Where a blocker stands: its status, nowhere (no task has its key), or out of the agent's
+/// sight (the board refuses to show it to the agent).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Standing {
     Status(TaskStatus),
     NotFound,
+    Refused,
 }
 
 /// `Waiting for TE-2 (in_progress) and TE-3 (todo) before starting; I start when they are done.`
@@ -35,22 +37,28 @@ pub fn waiting_for(waiting: &[Blocker<'_>]) -> String {
         .map(|blocker| match blocker.standing {
             Standing::Status(status) => format!("{} ({status})", blocker.key),
             Standing::NotFound => format!("{} (not found)", blocker.key),
+            Standing::Refused => format!("{} (I may not read it)", blocker.key),
         })
         .collect();
     let when = if waiting.len() == 1 { "it is done" } else { "they are done" };
     let mut notice = format!("Waiting for {} before starting; I start when {when}.", and_list(&named));
-    let missing: Vec<&str> =
-        waiting.iter().filter(|blocker| blocker.standing == Standing::NotFound).map(|blocker| blocker.key).collect();
-    match missing.as_slice() {
-        [] => {}
-        [key] => notice.push_str(&format!(
-            " {key} does not exist: remove the label blocked_by:{key} and reassign me to start without it."
-        )),
-        _ => notice.push_str(&format!(
-            " {} do not exist: remove the labels {} and reassign me to start without them.",
-            and_list(&missing.iter().map(|key| key.to_string()).collect::<Vec<_>>()),
-            missing.iter().map(|key| format!("blocked_by:{key}")).collect::<Vec<_>>().join(", ")
-        )),
+    for (standing, one, many) in [
+        (Standing::NotFound, "does not exist", "do not exist"),
+        (Standing::Refused, "is not mine to read", "are not mine to read"),
+    ] {
+        let missing: Vec<&str> =
+            waiting.iter().filter(|blocker| blocker.standing == standing).map(|blocker| blocker.key).collect();
+        match missing.as_slice() {
+            [] => {}
+            [key] => notice.push_str(&format!(
+                " {key} {one}: remove the label blocked_by:{key} and reassign me to start without it."
+            )),
+            _ => notice.push_str(&format!(
+                " {} {many}: remove the labels {} and reassign me to start without them.",
+                and_list(&missing.iter().map(|key| key.to_string()).collect::<Vec<_>>()),
+                missing.iter().map(|key| format!("blocked_by:{key}")).collect::<Vec<_>>().join(", ")
+            )),
+        }
     }
     notice
 }
@@ -185,6 +193,15 @@ mod tests {
                 vec![todo("TE-2"), todo("TE-3"), Blocker { key: "TE-9", standing: Standing::NotFound }],
                 "Waiting for TE-2 (todo), TE-3 (todo) and TE-9 (not found) before starting; I start when they are \
                  done. TE-9 does not exist: remove the label blocked_by:TE-9 and reassign me to start without it.",
+            ),
+            (
+                vec![
+                    Blocker { key: "OPS-1", standing: Standing::Refused },
+                    Blocker { key: "TE-9", standing: Standing::NotFound },
+                ],
+                "Waiting for OPS-1 (I may not read it) and TE-9 (not found) before starting; I start when they are \
+                 done. TE-9 does not exist: remove the label blocked_by:TE-9 and reassign me to start without it. \
+                 OPS-1 is not mine to read: remove the label blocked_by:OPS-1 and reassign me to start without it.",
             ),
         ];
         for (blockers, expected) in cases {

@@ -86,7 +86,7 @@ impl Router {
                         unread = true;
                     }
                 },
-                Ok(Standing::NotFound) => waiting.push(Blocker { key, standing: Standing::NotFound }),
+                Ok(standing @ (Standing::NotFound | Standing::Refused)) => waiting.push(Blocker { key, standing }),
                 Err(error) => {
                     tracing::warn!(%error, task = %task.key, blocker = key, "cannot read a blocker");
                     unread = true;
@@ -388,6 +388,7 @@ impl Router {
         match self.client.watch_task(key, &self.config.slug, None).await {
             Ok(_) => self.standing_of(key).await,
             Err(TrackerError::NotFound { .. }) => Ok(Standing::NotFound),
+            Err(TrackerError::Forbidden { .. } | TrackerError::Invalid { .. }) => Ok(Standing::Refused),
             Err(error) => Err(error),
         }
     }
@@ -396,6 +397,8 @@ impl Router {
         match self.client.get_task(key).await {
             Ok(blocker) => Ok(Standing::Status(blocker.status)),
             Err(TrackerError::NotFound { .. }) => Ok(Standing::NotFound),
+            // For good, unlike a board that does not answer: said, so the task is not held in silence.
+            Err(TrackerError::Forbidden { .. } | TrackerError::Invalid { .. }) => Ok(Standing::Refused),
             Err(error) => Err(error),
         }
     }
