@@ -158,6 +158,7 @@ pub fn show_text(run: &RunDetail) -> String {
         coding: _,
         waiting,
         tree,
+        breaks_down,
     } = run;
     let mut out = String::new();
     let _ = writeln!(out, "run      {}  {}", summary.id, picogent_web::readable::status_label(summary.status));
@@ -184,6 +185,9 @@ pub fn show_text(run: &RunDetail) -> String {
     );
     if let Some(parent) = tree {
         let _ = writeln!(out, "tree     a sub-task of {parent}  (the inspector's /tree/{parent})");
+    }
+    if let Some(key) = breaks_down {
+        let _ = writeln!(out, "tree     asked to break {key} down  (the inspector's /tree/{key})");
     }
     if let Some(cache) = prompt_cache {
         let _ = writeln!(out, "cache    {cache}");

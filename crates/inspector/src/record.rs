@@ -33,6 +33,10 @@ pub struct RunStart {
     /// the run's page links to the tree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
+    /// A task run asked to break its task down (a label of `delegation.labels`): its own key,
+    /// so the run's page links to the tree it makes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breaks_down: Option<String>,
 }
 
 /// What is stored with a run when it ends: its start, the loop's record and the transcript.

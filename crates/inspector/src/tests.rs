@@ -554,3 +554,15 @@ async fn a_tree_page_shows_its_sub_tasks_and_answers_404_for_no_tree() {
     let (_, html) = served.get("/tree/TE-99").await;
     assert!(html.contains("no task TE-99 on the board"), "{html}");
 }
+
+/// A run asked to break its task down links to the tree it makes, from its start on.
+#[tokio::test]
+async fn a_run_asked_to_break_its_task_down_links_to_its_tree() {
+    let served = serve("127.0.0.1:0", Access::Open).await;
+    let run_id = served.state.start_run(&SessionKey::Task("t-1".into()), "task.assigned TE-1").await.unwrap();
+    let start = RunStart { prompt: "Task: TE-1".into(), breaks_down: Some("TE-1".into()), ..RunStart::default() };
+    served.state.save_run_record(&run_id, &serde_json::to_value(&start).unwrap()).await.unwrap();
+    let (status, html) = served.get(&format!("/runs/{run_id}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(html.contains("Asked to break TE-1 down: <a href=\"/tree/TE-1\">its tree</a>"), "{html}");
+}

@@ -170,6 +170,8 @@ pub struct RunDetail {
     pub waiting: Option<WaitingView>,
     /// A sub-task's run: the key of its tree's parent, for a link to `/tree/{key}`.
     pub tree: Option<String>,
+    /// A run asked to break its task down: its task's key, for a link to the tree it makes.
+    pub breaks_down: Option<String>,
 }
 
 /// What a waiting run waits for, for its page.
@@ -303,6 +305,7 @@ pub fn detail(run: &RunRow, settings: &Settings, live: Option<&picogent_workspac
         waiting: run.waiting.as_ref().and_then(WaitingView::new),
         // A start alone reads as a stored run too (its other fields default).
         tree: stored.as_ref().and_then(|stored| stored.start.parent.clone()),
+        breaks_down: stored.as_ref().and_then(|stored| stored.start.breaks_down.clone()),
     }
 }
 

@@ -284,6 +284,10 @@ async fn begin(
             let fence = Fence::random();
             // A sub-task's run names its tree's parent, for the inspector's link.
             let parent = task.as_ref().and_then(picogent_tracker::tree::parent_of).map(str::to_string);
+            // A task asked to break itself down links to the tree it makes.
+            let delegation = &services.config.delegation;
+            let breaks_down =
+                task.as_ref().filter(|task| delegation.asks_for_breakdown(&task.labels)).map(|task| task.key.clone());
             let prompt = match &request.prompt {
                 // Steering that came too late for the run before: its fence takes this run's token.
                 Some(prompt) => fence.settle(prompt),
@@ -296,7 +300,14 @@ async fn begin(
                 RunKind::Task { .. } | RunKind::Prompt { .. } | RunKind::Schedule { .. } => None,
             };
             (
-                RunStart { prompt, history_len: history.len(), message_words, parent, ..RunStart::default() },
+                RunStart {
+                    prompt,
+                    history_len: history.len(),
+                    message_words,
+                    parent,
+                    breaks_down,
+                    ..RunStart::default()
+                },
                 history,
                 fence,
             )
