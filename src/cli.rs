@@ -209,8 +209,7 @@ pub enum Command {
         /// Leave everything running and print the URLs, tokens and commands to try more.
         #[arg(long)]
         keep: bool,
-        /// Show a coding task instead: a local bare git repository, a workspace per task, the
-        /// stand-in coding agent (a script, not a coding agent) and a commit on picogent/<KEY>.
+        /// Show a coding task instead: a local bare repository, the stand-in coding agent, a commit.
         #[arg(long)]
         coding: bool,
         /// Show two agents instead: a parent broken into sub-tasks, worked, reviewed, rolled up.
@@ -460,11 +459,9 @@ pub fn main(cli: Cli) -> ExitCode {
             }
             Command::Schedules { command: SchedulesCommand::Run { name, config: path } } => {
                 let config = Config::load(&path)?;
-                let http = &config.http;
-                crate::inspector::schedules::run(&path, &http.listen, &http.ui_token_env, &name).await
+                crate::inspector::schedules::run(&path, &config.http.listen, &config.http.ui_token_env, &name).await
             }
-            Command::Demo { keep, team: true, .. } => crate::demo::team::run_cli(keep).await,
-            Command::Demo { keep, coding, .. } => crate::demo::run_cli(keep, coding).await,
+            Command::Demo { keep, coding, team } => crate::demo::run_cli(keep, coding, team).await,
         }
     });
     match result {

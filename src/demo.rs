@@ -353,7 +353,10 @@ fn print_outcome(outcome: &Outcome) {
     }
 }
 
-pub async fn run_cli(keep: bool, coding: bool) -> anyhow::Result<ExitCode> {
+pub async fn run_cli(keep: bool, coding: bool, team: bool) -> anyhow::Result<ExitCode> {
+    if team {
+        return team::run_cli(keep).await;
+    }
     let started = Instant::now();
     let local_prompts = PathBuf::from("prompts");
     let prompts = local_prompts.join(crate::prompts::SYSTEM).exists().then_some(local_prompts);
