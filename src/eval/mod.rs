@@ -262,23 +262,23 @@ pub async fn evaluate(options: EvalOptions, mut on_score: impl FnMut(&ScenarioSc
     let (workspaces, repository) = crate::demo::coding_setup_for(dir.path(), labels).await?;
     let agent_config = |slug: &str, capabilities: &[&str], workspaces: serde_json::Value| -> anyhow::Result<Config> {
         let mut config: Config = serde_json::from_value(serde_json::json!({
-        "slug": slug,
-        "name": slug,
-        "capabilities": capabilities,
-        "tracker": {"url": board.url(), "timeout_ms": 10000},
-        "llm": {"base_url": llm.base_url, "model": llm.model},
-        "state": {"path": dir.path().join(format!("{slug}.db"))},
-        "http": {"listen": "127.0.0.1:0"},
-        "prompts_dir": prompts_dir,
-        // The eval's board is new: a short beat makes the first start's wait short.
-        "presence": {"heartbeat_ms": 500},
-        // Once the scenarios are over (or cut short) nothing waits for a run to finish.
-        "limits": {"shutdown_grace_ms": 1000},
-        // The repository: a task labelled `code`, or one in the breakdown's project, is worked in it.
-        "workspaces": workspaces,
-        // The breakdown's work is reviewed by `reviewer`, found by the `review` its marker says;
-        // approved, it is done, and its parent rolls up.
-        "review": {"approve_to": "done", "projects": [scenarios::TEAM_PROJECT.0]},
+            "slug": slug,
+            "name": slug,
+            "capabilities": capabilities,
+            "tracker": {"url": board.url(), "timeout_ms": 10000},
+            "llm": {"base_url": llm.base_url, "model": llm.model},
+            "state": {"path": dir.path().join(format!("{slug}.db"))},
+            "http": {"listen": "127.0.0.1:0"},
+            "prompts_dir": prompts_dir,
+            // The eval's board is new: a short beat makes the first start's wait short.
+            "presence": {"heartbeat_ms": 500},
+            // Once the scenarios are over (or cut short) nothing waits for a run to finish.
+            "limits": {"shutdown_grace_ms": 1000},
+            // The repository: a task labelled `code`, or one in the breakdown's project, is worked in it.
+            "workspaces": workspaces,
+            // The breakdown's work is reviewed by `reviewer`, found by the `review` its marker says;
+            // approved, it is done, and its parent rolls up.
+            "review": {"approve_to": "done", "projects": [scenarios::TEAM_PROJECT.0]},
         }))
         .context("the eval's config is invalid")?;
         config.llm = llm.clone();

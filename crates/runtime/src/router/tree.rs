@@ -316,8 +316,7 @@ impl Router {
 
     /// The one summary on `parent`, then its move to `in_review` (only once the summary is on the
     /// board, so a failed post is retried by the next sub-task's event with the same key).
-    ///
-    /// Later parts of the tree (branches, reviews) add to each [`SubTaskLine`] here.
+    /// A reviewed sub-task's line names its branch and how many review rounds it took.
     async fn post_roll_up(&self, parent: &TaskOut, sub_tasks: &[TaskOut]) {
         // A reviewed sub-task's branch is the one its review request named: `picogent/KEY`.
         let prefix = picogent_workspace::names::BRANCH_PREFIX;
