@@ -246,9 +246,19 @@ async fn the_team_demo_breaks_down_reviews_and_rolls_up_once() {
     let alice = &demo.alice;
     // The worker names no reviewer: it found `reviewer` by what its marker says on the board.
     assert!(demo.worker_config.review.reviewers.is_empty());
+    the_tree_as_a_person_sees_it(alice, &outcome.parent.id, &demo.repository).await;
+    demo.shutdown().await.unwrap();
+}
+
+/// The team demo's parent (`picogent::demo::team::PARENT_DESCRIPTION`) as a person sees it on
+/// the board once it is rolled up: the plan asked once, three sub-tasks made once and done, the
+/// blocked one worked after its blocker's approval, the frontend part sent back once and reworked
+/// on its branch, nothing posted twice, one roll-up naming each branch and its rounds; the
+/// reviewer found by the `review` its marker says.
+async fn the_tree_as_a_person_sees_it(alice: &TrackerClient, parent_id: &str, repository: &Path) {
     let reviewer = alice.get_member("reviewer").await.unwrap();
     assert!(reviewer.status.contains(" can review]"), "{}", reviewer.status);
-    let parent = alice.get_task(&outcome.parent.id).await.unwrap();
+    let parent = alice.get_task(parent_id).await.unwrap();
     assert_eq!(parent.status, TaskStatus::InReview);
     let on_parent = comments(alice, &parent.id).await;
     let shown: Vec<(&str, &str)> = on_parent.iter().map(|m| (m.author_slug.as_str(), m.content.as_str())).collect();
@@ -283,8 +293,8 @@ async fn the_team_demo_breaks_down_reviews_and_rolls_up_once() {
     assert_eq!(by(said, "reviewer", "Approved (round 2 of 2)"), 1);
     assert_eq!(by(said, "picogent", "Reworked as the review asked."), 1);
     let branch = format!("picogent/{}", frontend.key);
-    assert_eq!(git(&demo.repository, &["rev-list", "--count", &format!("main..{branch}")]), "2");
-    let file = git(&demo.repository, &["show", &format!("{branch}:web/reports.js")]);
+    assert_eq!(git(repository, &["rev-list", "--count", &format!("main..{branch}")]), "2");
+    let file = git(repository, &["show", &format!("{branch}:web/reports.js")]);
     assert!(file.contains("const buttons = ['csv']; // label it Export CSV") && !file.contains("TODO"), "{file}");
     // The docs part waited for the backend part: its work began after the backend was approved.
     let (backend, backend_said) = &all["Backend"];
@@ -296,7 +306,6 @@ async fn the_team_demo_breaks_down_reviews_and_rolls_up_once() {
     let worked =
         docs_said.iter().find(|m| m.content.contains("Summary from the offline planner")).expect("docs worked");
     assert!(worked.created_at > approved.created_at, "started before its blocker was done: {docs_said:#?}");
-    demo.shutdown().await.unwrap();
 }
 
 /// `picogent demo --team` as a person runs it: it exits 0 and says what happened.
@@ -431,6 +440,76 @@ async fn two_reviewers_as_processes_are_held_to_one_reviewer_and_the_round_limit
     assert_eq!(task.assignee_slug.as_deref(), Some("picogent"), "not handed to a reviewer again");
     let file = git(&remote, &["show", &format!("picogent/{}:src/date.py", task.key)]);
     assert!(file.contains("def parse():  # check the zone"), "the finding reworked on the branch: {file}");
+    for agent in &mut agents {
+        assert!(agent.is_running(), "an agent process ended");
+        agent.terminate();
+    }
+    model.shutdown().await;
+    board.shutdown().await.unwrap();
+}
+
+/// The team demo's tree with each agent its own `picogent run` process: the worker (no reviewer
+/// named) and the reviewer, both on the offline planner. A person sees the same as in the demo.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tree_as_two_processes_is_planned_worked_reviewed_and_rolled_up_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = picogent::demo::team::repository(dir.path()).await.unwrap();
+    let board = start_team_board(dir.path()).await;
+    let model = picogent::offline_model::start(OfflineModelOptions::planner()).await.unwrap();
+    let mut agents = Vec::new();
+    let mut states = Vec::new();
+    for (slug, capabilities) in [("picogent", "coding"), ("reviewer", "review")] {
+        let review = json!({"approve_to": "done"});
+        let extra = sections(dir.path().join(format!("{slug}-workspaces")), &remote, &[capabilities], review);
+        let config = agent_config(dir.path(), &board.url(), &model.url(), slug, extra);
+        let path = dir.path().join(format!("{slug}.json"));
+        std::fs::write(&path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
+        agents.push(AgentProcess::start(&path, &format!("tok-{slug}"), &dir.path().join(format!("{slug}.log"))));
+        states.push((slug, config.state.path.clone()));
+    }
+    let alice = client(&board, "tok-alice");
+    // Each agent's marker is on the board before the work is handed out: the worker finds its
+    // reviewer there.
+    for slug in ["picogent", "reviewer"] {
+        eventually(Duration::from_secs(60), &format!("{slug}'s marker"), || async {
+            alice.get_member(slug).await.ok()?.status.contains("[picogent copy").then_some(())
+        })
+        .await;
+    }
+    let create = CreateTask {
+        project_slug: "team".into(),
+        title: picogent::demo::team::PARENT_TITLE.into(),
+        description: Some(picogent::demo::team::PARENT_DESCRIPTION.into()),
+        assignee_slug: Some("picogent".into()),
+        labels: Some(vec!["epic".into()]),
+        ..CreateTask::default()
+    };
+    let parent = alice.create_task(&create, None).await.unwrap();
+    eventually(Duration::from_secs(60), "the plan asked", || async {
+        comments(&alice, &parent.id).await.iter().any(|m| m.author_slug == "picogent").then_some(())
+    })
+    .await;
+    comment(&alice, &parent.id, "yes").await;
+    eventually(Duration::from_secs(120), "the parent rolled up", || async {
+        (alice.get_task(&parent.id).await.ok()?.status == TaskStatus::InReview).then_some(())
+    })
+    .await;
+    // Every agent has handled every event the board logged for it, and its runs ended.
+    let db = dir.path().join("board.db");
+    for _ in 0..2 {
+        for (slug, path) in &states {
+            let head = board_head(&db, slug).await;
+            eventually(Duration::from_secs(60), &format!("{slug} settled"), || async {
+                let state = picogent::state::State::open(path).await.ok()?;
+                let handled = state.last_seq().await.ok()? >= head;
+                let runs = state.list_runs(50).await.ok()?;
+                state.close().await;
+                (handled && runs.iter().all(|run| run.finished_at.is_some())).then_some(())
+            })
+            .await;
+        }
+    }
+    the_tree_as_a_person_sees_it(&alice, &parent.id, &remote).await;
     for agent in &mut agents {
         assert!(agent.is_running(), "an agent process ended");
         agent.terminate();

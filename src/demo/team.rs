@@ -122,8 +122,9 @@ pub(crate) async fn start_board(dir: &Path, projects: &[(&str, &str)]) -> anyhow
     crate::board::start(options).await.context("cannot start the reference board")
 }
 
-/// The team's remote: a bare repository with the three files the parts change.
-async fn repository(dir: &Path) -> anyhow::Result<PathBuf> {
+/// The team's remote: a bare repository with the three files the parts change, and the stand-in
+/// coding agent beside it (`stand-in.sh`).
+pub async fn repository(dir: &Path) -> anyhow::Result<PathBuf> {
     let seed = dir.join("repository-seed");
     for (path, text) in [
         (
