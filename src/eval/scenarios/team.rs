@@ -23,7 +23,7 @@ const PARENT: &str = "Make the date parser's default the release date, and docum
 const PARTS: usize = 3;
 /// How long both agents stay idle, with the tree not rolled up, before the scenario is judged:
 /// a hand-off between them is a board event, delivered in a moment.
-const QUIET: Duration = Duration::from_secs(5);
+const QUIET: Duration = Duration::from_secs(10);
 
 impl Eval<'_> {
     pub(super) async fn breakdown(&self) -> Verdict {
