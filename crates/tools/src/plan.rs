@@ -75,7 +75,8 @@ struct SubtaskArgs {
     title: String,
     /// What is to be done, and how to tell it is done.
     description: String,
-    /// Who takes it: `me` (the default) for yourself, or a member's slug as list_members shows it.
+    /// Who takes it: `me` (the default) for yourself, a member's slug as list_members shows it,
+    /// or `can:<capability>` for an agent member whose status says it can (`can:review`).
     #[serde(default)]
     assignee: Option<String>,
     /// The numbers (from 1, in this list) of earlier sub-tasks that must be done before this one.
@@ -198,7 +199,7 @@ impl PlanTool {
                 parent.key, self.config.max_depth
             ))));
         }
-        let members: HashSet<String> = self.client.list_members().await?.into_iter().map(|m| m.slug).collect();
+        let members = Members::of(self.client.list_members().await?);
         let mut subtasks = Vec::with_capacity(args.subtasks.len());
         for (index, arg) in args.subtasks.into_iter().enumerate() {
             match subtask(arg, index, &context.agent_slug, &members) {
@@ -404,6 +405,37 @@ enum Checked {
     Plan { parent: Box<TaskOut>, subtasks: Vec<Subtask>, summary: String, made: Vec<TaskOut> },
 }
 
+/// The board's members, as a plan names them: by slug, or an agent by what its presence marker
+/// says it can do (`picogent_tracker::presence`), one running before one stopped.
+struct Members {
+    slugs: HashSet<String>,
+    /// Agent members and the capabilities their markers say, running ones first.
+    agents: Vec<(String, Vec<String>)>,
+}
+
+impl Members {
+    fn of(members: Vec<picogent_tracker::model::MemberOut>) -> Members {
+        let mut agents: Vec<(bool, String, Vec<String>)> = members
+            .iter()
+            .filter(|member| member.kind == picogent_tracker::model::MemberKind::Agent)
+            .filter_map(|member| {
+                let marker = picogent_tracker::presence::parse_status(&member.status).marker?;
+                Some((marker.beat == picogent_tracker::presence::Beat::Stopped, member.slug.clone(), marker.can))
+            })
+            .collect();
+        agents.sort_by_key(|(stopped, _, _)| *stopped);
+        Members {
+            slugs: members.into_iter().map(|member| member.slug).collect(),
+            agents: agents.into_iter().map(|(_, slug, can)| (slug, can)).collect(),
+        }
+    }
+
+    /// The first agent member that says it can do `capability`.
+    fn able(&self, capability: &str) -> Option<&str> {
+        self.agents.iter().find(|(_, can)| can.iter().any(|word| word == capability)).map(|(slug, _)| slug.as_str())
+    }
+}
+
 /// Why a sub-task of a plan is refused: the whole plan is, before anything is posted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 enum BadSubtask {
@@ -414,6 +446,11 @@ enum BadSubtask {
          shows, or `me`"
     )]
     NotAMember { number: usize, assignee: String },
+    #[error(
+        "no agent member of the board says it can `{capability}` (sub-task {number}): name a member's slug \
+         list_members shows, or `me`"
+    )]
+    NoneCan { number: usize, capability: String },
     #[error("sub-task {number} waits for {earlier}: waits_for names only earlier sub-tasks of this list ({})",
         earlier_ones(*.number))]
     NotEarlier { number: usize, earlier: i64 },
@@ -426,7 +463,7 @@ fn earlier_ones(number: usize) -> String {
 
 /// One sub-task's arguments checked: its words cleaned, its assignee a member, what it waits
 /// for earlier in the plan. `index` is its place in the plan, from 0.
-fn subtask(arg: SubtaskArgs, index: usize, agent_slug: &str, members: &HashSet<String>) -> Result<Subtask, BadSubtask> {
+fn subtask(arg: SubtaskArgs, index: usize, agent_slug: &str, members: &Members) -> Result<Subtask, BadSubtask> {
     let number = index + 1;
     let title = one_line(&arg.title, MAX_TITLE_CHARS);
     if title.is_empty() {
@@ -436,7 +473,12 @@ fn subtask(arg: SubtaskArgs, index: usize, agent_slug: &str, members: &HashSet<S
     let named = arg.assignee.as_deref().map(|slug| slug.trim().trim_start_matches('@')).unwrap_or_default();
     let assignee = if named.is_empty() || named.eq_ignore_ascii_case("me") {
         agent_slug.to_string()
-    } else if members.contains(named) {
+    } else if let Some(capability) = named.strip_prefix("can:").map(str::trim) {
+        match members.able(capability) {
+            Some(slug) => slug.to_string(),
+            None => return Err(BadSubtask::NoneCan { number, capability: picogent_prompts::clean_name(capability) }),
+        }
+    } else if members.slugs.contains(named) {
         named.to_string()
     } else {
         return Err(BadSubtask::NotAMember { number, assignee: picogent_prompts::clean_name(named) });

@@ -1,7 +1,16 @@
 use super::*;
 
-fn members() -> HashSet<String> {
-    ["alice", "bob", "picogent"].map(str::to_string).into_iter().collect()
+fn members() -> Members {
+    let member = |slug: &str, kind: &str, status: &str| -> picogent_tracker::model::MemberOut {
+        serde_json::from_value(json!({"slug": slug, "name": slug, "kind": kind, "status": status})).unwrap()
+    };
+    Members::of(vec![
+        member("alice", "human", "[picogent copy 000000000001 #3 can review]"),
+        member("bob", "human", ""),
+        member("picogent", "agent", "[picogent copy 000000000002 #9 can coding]"),
+        member("old-reviewer", "agent", "[picogent copy 000000000003 stopped can review]"),
+        member("reviewer", "agent", "busy [picogent copy 000000000004 #1 can review,coding]"),
+    ])
 }
 
 fn arg(title: &str, assignee: Option<&str>, waits_for: &[i64]) -> SubtaskArgs {
@@ -31,6 +40,20 @@ fn an_assignee_is_me_by_default_or_a_member_and_nobody_else() {
     assert_eq!(subtask(arg("a", Some("@bob"), &[]), 0, "picogent", &members()).unwrap().assignee, "bob");
     let refused = subtask(arg("a", Some("mallory"), &[]), 1, "picogent", &members()).unwrap_err().to_string();
     assert!(refused.contains("`mallory` of sub-task 2 is not a member"), "{refused}");
+}
+
+#[test]
+fn an_assignee_by_capability_is_an_agent_whose_marker_says_it_a_running_one_first() {
+    let by = |named: &str| subtask(arg("a", Some(named), &[]), 0, "picogent", &members());
+    assert_eq!(by("can:review").unwrap().assignee, "reviewer", "a person's status says nothing; a stopped one last");
+    assert_eq!(by("can:coding").unwrap().assignee, "picogent");
+    let refused = by("can:deploy").unwrap_err().to_string();
+    assert!(refused.contains("no agent member of the board says it can `deploy` (sub-task 1)"), "{refused}");
+    let only_stopped = Members::of(vec![serde_json::from_value(
+        json!({"slug": "old", "name": "old", "kind": "agent", "status": "[picogent copy 000000000003 stopped can review]"}),
+    )
+    .unwrap()]);
+    assert_eq!(subtask(arg("a", Some("can:review"), &[]), 0, "picogent", &only_stopped).unwrap().assignee, "old");
 }
 
 #[test]
