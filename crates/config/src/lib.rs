@@ -257,6 +257,13 @@ fn load_text(path: &Path, text: &str, overrides: &Overrides) -> Result<Config, C
             message: MOVED_TOOLS_SECTION.to_string(),
         });
     }
+    if built.get::<config::Value>("review.max_review_rounds").is_ok() {
+        return Err(ConfigError::Field {
+            path: path.to_path_buf(),
+            field: "review.max_review_rounds".to_string(),
+            message: "the round limit moved: rename it `delegation.max_review_rounds`".to_string(),
+        });
+    }
     let mut config: Config = built.try_deserialize().map_err(|e| match locate(&e) {
         (Some(field), message) => ConfigError::Field { path: path.to_path_buf(), field, message },
         (None, message) => ConfigError::Invalid { path: path.to_path_buf(), message },

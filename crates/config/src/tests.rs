@@ -137,6 +137,17 @@ fn an_mcp_server_needs_exactly_one_transport() {
 }
 
 #[test]
+fn the_round_limit_in_the_review_section_names_where_it_moved() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = MINIMAL.replace("\"slug\"", r#""review": {"max_review_rounds": 3}, "slug""#);
+    let error = Config::load_with_env(&write(dir.path(), &text), []).unwrap_err().to_string();
+    assert!(error.contains("review.max_review_rounds") && error.contains("`delegation.max_review_rounds`"), "{error}");
+    let text = MINIMAL.replace("\"slug\"", r#""delegation": {"max_review_rounds": 3}, "slug""#);
+    let config = Config::load_with_env(&write(dir.path(), &text), []).unwrap();
+    assert_eq!(config.review().max_review_rounds, 3);
+}
+
+#[test]
 fn the_old_tools_section_names_what_to_rename() {
     let dir = tempfile::tempdir().unwrap();
     let text = MINIMAL.replace("\"slug\"", r#""tools": {"allowed": ["get_*"], "disallowed": []}, "slug""#);
