@@ -308,6 +308,46 @@ async fn the_tree_as_a_person_sees_it(alice: &TrackerClient, parent_id: &str, re
     assert!(worked.created_at > approved.created_at, "started before its blocker was done: {docs_said:#?}");
 }
 
+/// Each of `team` (`(slug, capability)`) as a `picogent run` process on the board and model of
+/// `urls`, its sections as [`sections`] makes them and `adjust` changes them; the processes and
+/// each one's state file.
+fn start_processes(
+    dir: &Path,
+    (board, model): &(String, String),
+    remote: &Path,
+    team: &[(&'static str, &str)],
+    adjust: impl Fn(&mut Value),
+) -> (Vec<AgentProcess>, Vec<(&'static str, PathBuf)>) {
+    let mut agents = Vec::new();
+    let mut states = Vec::new();
+    for &(slug, capability) in team {
+        let mut extra = sections(dir.join(format!("{slug}-workspaces")), remote, &[capability], json!({}));
+        adjust(&mut extra);
+        let config = agent_config(dir, board, model, slug, extra);
+        let path = dir.join(format!("{slug}.json"));
+        std::fs::write(&path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
+        agents.push(AgentProcess::start(&path, &format!("tok-{slug}"), &dir.join(format!("{slug}.log"))));
+        states.push((slug, config.state.path.clone()));
+    }
+    (agents, states)
+}
+
+/// Waits until each agent process has handled every event the board logged for it and its runs
+/// ended (read from its state file).
+async fn settle_processes(board_db: &Path, states: &[(&str, PathBuf)]) {
+    for (slug, path) in states {
+        let head = board_head(board_db, slug).await;
+        eventually(Duration::from_secs(60), &format!("{slug} settled"), || async {
+            let state = picogent::state::State::open(path).await.ok()?;
+            let handled = state.last_seq().await.ok()? >= head;
+            let runs = state.list_runs(50).await.ok()?;
+            state.close().await;
+            (handled && runs.iter().all(|run| run.finished_at.is_some())).then_some(())
+        })
+        .await;
+    }
+}
+
 /// `picogent demo --team` as a person runs it: it exits 0 and says what happened.
 #[test]
 fn picogent_demo_team_runs() {
@@ -379,19 +419,12 @@ async fn two_reviewers_as_processes_are_held_to_one_reviewer_and_the_round_limit
     let board = start_team_board(dir.path()).await;
     let model = picogent::offline_model::start(OfflineModelOptions::planner()).await.unwrap();
     let review = json!({"reviewers": ["reviewer", "reviewer2"]});
-    let mut agents = Vec::new();
-    let mut states = Vec::new();
-    for (slug, capabilities) in [("picogent", "coding"), ("reviewer", "review"), ("reviewer2", "review")] {
-        let mut extra =
-            sections(dir.path().join(format!("{slug}-workspaces")), &remote, &[capabilities], review.clone());
+    let team = [("picogent", "coding"), ("reviewer", "review"), ("reviewer2", "review")];
+    let urls = (board.url(), model.url());
+    let (mut agents, states) = start_processes(dir.path(), &urls, &remote, &team, |extra| {
+        extra["review"] = review.clone();
         extra["delegation"] = json!({"max_review_rounds": 1});
-        let config = agent_config(dir.path(), &board.url(), &model.url(), slug, extra);
-        let path = dir.path().join(format!("{slug}.json"));
-        std::fs::write(&path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
-        let log = dir.path().join(format!("{slug}.log"));
-        agents.push(AgentProcess::start(&path, &format!("tok-{slug}"), &log));
-        states.push((slug, config.state.path.clone()));
-    }
+    });
     let alice = client(&board, "tok-alice");
     // The change leaves a to-do: the planner's reviewer sends it back.
     let todo = "In src/date.py replace \"def parse():\" with \"def parse():  # TODO: check the zone\".";
@@ -412,19 +445,7 @@ async fn two_reviewers_as_processes_are_held_to_one_reviewer_and_the_round_limit
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    // Every agent has handled every event the board logged for it, and its runs ended.
-    let db = dir.path().join("board.db");
-    for (slug, path) in &states {
-        let head = board_head(&db, slug).await;
-        eventually(Duration::from_secs(60), &format!("{slug} settled"), || async {
-            let state = picogent::state::State::open(path).await.ok()?;
-            let handled = state.last_seq().await.ok()? >= head;
-            let runs = state.list_runs(50).await.ok()?;
-            state.close().await;
-            (handled && runs.iter().all(|run| run.finished_at.is_some())).then_some(())
-        })
-        .await;
-    }
+    settle_processes(&dir.path().join("board.db"), &states).await;
     let all = comments(&alice, &task.id).await;
     let shown: Vec<(&str, &str)> = all.iter().map(|m| (m.author_slug.as_str(), m.content.as_str())).collect();
     assert_eq!(all.len(), asked.len(), "nothing after the person was asked: {shown:#?}");
@@ -456,17 +477,11 @@ async fn the_tree_as_two_processes_is_planned_worked_reviewed_and_rolled_up_once
     let remote = picogent::demo::team::repository(dir.path()).await.unwrap();
     let board = start_team_board(dir.path()).await;
     let model = picogent::offline_model::start(OfflineModelOptions::planner()).await.unwrap();
-    let mut agents = Vec::new();
-    let mut states = Vec::new();
-    for (slug, capabilities) in [("picogent", "coding"), ("reviewer", "review")] {
-        let review = json!({"approve_to": "done"});
-        let extra = sections(dir.path().join(format!("{slug}-workspaces")), &remote, &[capabilities], review);
-        let config = agent_config(dir.path(), &board.url(), &model.url(), slug, extra);
-        let path = dir.path().join(format!("{slug}.json"));
-        std::fs::write(&path, serde_json::to_string_pretty(&config).unwrap()).unwrap();
-        agents.push(AgentProcess::start(&path, &format!("tok-{slug}"), &dir.path().join(format!("{slug}.log"))));
-        states.push((slug, config.state.path.clone()));
-    }
+    let urls = (board.url(), model.url());
+    let (mut agents, states) =
+        start_processes(dir.path(), &urls, &remote, &[("picogent", "coding"), ("reviewer", "review")], |extra| {
+            extra["review"] = json!({"approve_to": "done"});
+        });
     let alice = client(&board, "tok-alice");
     // Each agent's marker is on the board before the work is handed out: the worker finds its
     // reviewer there.
@@ -494,20 +509,9 @@ async fn the_tree_as_two_processes_is_planned_worked_reviewed_and_rolled_up_once
         (alice.get_task(&parent.id).await.ok()?.status == TaskStatus::InReview).then_some(())
     })
     .await;
-    // Every agent has handled every event the board logged for it, and its runs ended.
-    let db = dir.path().join("board.db");
+    // Twice: a hand-off the second agent settled on may have given the first one more to do.
     for _ in 0..2 {
-        for (slug, path) in &states {
-            let head = board_head(&db, slug).await;
-            eventually(Duration::from_secs(60), &format!("{slug} settled"), || async {
-                let state = picogent::state::State::open(path).await.ok()?;
-                let handled = state.last_seq().await.ok()? >= head;
-                let runs = state.list_runs(50).await.ok()?;
-                state.close().await;
-                (handled && runs.iter().all(|run| run.finished_at.is_some())).then_some(())
-            })
-            .await;
-        }
+        settle_processes(&dir.path().join("board.db"), &states).await;
     }
     the_tree_as_a_person_sees_it(&alice, &parent.id, &remote).await;
     for agent in &mut agents {

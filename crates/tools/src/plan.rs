@@ -406,33 +406,21 @@ enum Checked {
 }
 
 /// The board's members, as a plan names them: by slug, or an agent by what its presence marker
-/// says it can do (`picogent_tracker::presence`), one running before one stopped.
+/// says it can do ([`picogent_tracker::presence::able_agents`]).
 struct Members {
+    list: Vec<picogent_tracker::model::MemberOut>,
     slugs: HashSet<String>,
-    /// Agent members and the capabilities their markers say, running ones first.
-    agents: Vec<(String, Vec<String>)>,
 }
 
 impl Members {
-    fn of(members: Vec<picogent_tracker::model::MemberOut>) -> Members {
-        let mut agents: Vec<(bool, String, Vec<String>)> = members
-            .iter()
-            .filter(|member| member.kind == picogent_tracker::model::MemberKind::Agent)
-            .filter_map(|member| {
-                let marker = picogent_tracker::presence::parse_status(&member.status).marker?;
-                Some((marker.beat == picogent_tracker::presence::Beat::Stopped, member.slug.clone(), marker.can))
-            })
-            .collect();
-        agents.sort_by_key(|(stopped, _, _)| *stopped);
-        Members {
-            slugs: members.into_iter().map(|member| member.slug).collect(),
-            agents: agents.into_iter().map(|(_, slug, can)| (slug, can)).collect(),
-        }
+    fn of(list: Vec<picogent_tracker::model::MemberOut>) -> Members {
+        let slugs = list.iter().map(|member| member.slug.clone()).collect();
+        Members { list, slugs }
     }
 
-    /// The first agent member that says it can do `capability`.
+    /// The first agent member that says it can do `capability`, a running one first.
     fn able(&self, capability: &str) -> Option<&str> {
-        self.agents.iter().find(|(_, can)| can.iter().any(|word| word == capability)).map(|(slug, _)| slug.as_str())
+        picogent_tracker::presence::able_agents(&self.list, capability).first().copied()
     }
 }
 

@@ -141,6 +141,26 @@ pub fn capability_words(capabilities: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// The agent members whose markers say they can do `capability`, in the board's order, the
+/// running ones before the stopped ones: how a worker finds a reviewer, and a plan an assignee
+/// by capability.
+pub fn able_agents<'a>(members: &'a [crate::model::MemberOut], capability: &str) -> Vec<&'a str> {
+    let mut able: Vec<(bool, &str)> = members
+        .iter()
+        .filter(|member| member.kind == crate::model::MemberKind::Agent)
+        .filter_map(|member| {
+            let marker = parse_status(&member.status).marker?;
+            marker
+                .can
+                .iter()
+                .any(|word| word == capability)
+                .then_some((marker.beat == Beat::Stopped, member.slug.as_str()))
+        })
+        .collect();
+    able.sort_by_key(|(stopped, _)| *stopped);
+    able.into_iter().map(|(_, slug)| slug).collect()
+}
+
 /// A new random copy id.
 pub fn new_copy_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..COPY_ID_DIGITS].to_string()

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use picogent_tools::{PostGuard, PostPlace};
 use picogent_tracker::TrackerClient;
 use picogent_tracker::model::{MemberKind, MessageOut, MessageQuery, SendMessage, TaskOut, TaskStatus, UpdateTask};
-use picogent_tracker::presence::{Beat, parse_status};
+use picogent_tracker::presence::able_agents;
 
 use crate::names::TaskKey;
 use crate::tools::WorkDone;
@@ -162,20 +162,8 @@ pub async fn find_reviewer(
 ) -> Result<Option<String>, ReviewError> {
     if review.reviewers.is_empty() {
         let members = client.list_members().await?;
-        let reviewers: Vec<(String, bool)> = members
-            .into_iter()
-            .filter(|member| member.kind == MemberKind::Agent && member.slug != me)
-            .filter_map(|member| {
-                let marker = parse_status(&member.status).marker?;
-                marker
-                    .can
-                    .iter()
-                    .any(|word| word == REVIEW_CAPABILITY)
-                    .then(|| (member.slug, marker.beat != Beat::Stopped))
-            })
-            .collect();
-        let running = reviewers.iter().find(|(_, running)| *running).or(reviewers.first());
-        return Ok(running.map(|(slug, _)| slug.clone()));
+        let able = able_agents(&members, REVIEW_CAPABILITY);
+        return Ok(able.into_iter().find(|slug| *slug != me).map(str::to_string));
     }
     for slug in review.reviewers.iter().filter(|slug| slug.as_str() != me) {
         match client.get_member(slug).await {
